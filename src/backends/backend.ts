@@ -1,0 +1,115 @@
+/**
+ * The one seam between the core and the backends. A backend turns model
+ * files into instances that execute batches of requests; it never sees HTTP,
+ * gRPC or the scheduler.
+ */
+import type { Logger } from 'pino';
+import type { ModelConfig } from '../gen/model_config_pb.js';
+import type { NereidError } from '../errors.js';
+import type { Tensor } from '../tensor/tensor.js';
+
+export type ParameterValue = string | number | boolean | bigint;
+
+/** One request as a backend receives it: validated against the model's configuration. */
+export interface BackendRequest {
+  readonly id: string;
+  /** Inputs in request order. With max_batch_size > 0 each shape starts with the batch dimension. */
+  readonly inputs: readonly Tensor[];
+  /** The outputs to produce (every configured output when the client named none). */
+  readonly requestedOutputs: readonly string[];
+  readonly parameters: Readonly<Record<string, ParameterValue>>;
+  /** First dimension when the model batches, otherwise 1. */
+  readonly batchSize: number;
+  /** Sequence correlation id (0 / '' when not part of a sequence). */
+  readonly correlationId: bigint | string;
+  /** Bit 1: sequence start, bit 2: sequence end. */
+  readonly flags: number;
+}
+
+/** One response, in the order of the requests given to execute(). */
+export type BackendResponse =
+  | { readonly outputs: readonly Tensor[]; readonly parameters?: Readonly<Record<string, ParameterValue>>; readonly error?: undefined }
+  | { readonly error: NereidError; readonly outputs?: undefined };
+
+/**
+ * Backends call these as they pass the stages of an execution, so that the
+ * statistics can split compute time the way Triton does. Calling neither is
+ * allowed: the whole execution is then counted as compute_infer.
+ */
+export interface ExecutionTimer {
+  /** Inputs are gathered and handed to the framework. */
+  inputDone(): void;
+  /** The framework returned; what follows is output handling. */
+  inferDone(): void;
+}
+
+export interface BackendInstance {
+  /**
+   * Runs one batch. Must resolve with exactly one response per request (an
+   * error response for a request that failed); rejecting fails every request
+   * of the batch with the rejection's message.
+   */
+  execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]>;
+  /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */
+  isReady?(): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/** Something in-process the backend may call for BLS (business-logic scripting). */
+export interface InferenceCaller {
+  infer(request: import('../core/types.js').InferRequest): Promise<import('../core/types.js').InferResponse>;
+}
+
+export interface ModelContext {
+  readonly modelName: string;
+  readonly version: number;
+  /** The model's folder (holding config.pbtxt and version folders). */
+  readonly modelDir: string;
+  /** The version folder. */
+  readonly versionDir: string;
+  /** The completed, validated configuration. */
+  readonly config: ModelConfig;
+  /** `--backend-config=<this backend>,key=value` settings (plus global ones). */
+  readonly backendConfig: Readonly<Record<string, string>>;
+  readonly logger: Logger;
+  readonly server: InferenceCaller;
+}
+
+export interface InstanceContext extends ModelContext {
+  /** e.g. "fraud_detector_0_1": group name, then index within the group. */
+  readonly instanceName: string;
+  readonly kind: 'CPU' | 'GPU' | 'MODEL';
+  readonly deviceId: number;
+}
+
+export interface AutoCompleteContext {
+  readonly modelName: string;
+  readonly modelDir: string;
+  /** The version folder auto-complete should read (the highest one present), if any. */
+  readonly versionDir: string | undefined;
+  /** The configuration as parsed so far (may be nearly empty when config.pbtxt is absent). */
+  readonly config: ModelConfig;
+  readonly backendConfig: Readonly<Record<string, string>>;
+  readonly logger: Logger;
+}
+
+/** A model version loaded by a backend: shared state its instances use. */
+export interface BackendModel {
+  createInstance(ctx: InstanceContext): Promise<BackendInstance>;
+  close(): Promise<void>;
+}
+
+export interface Backend {
+  /** The `backend:` name in config.pbtxt (e.g. "onnxruntime"). */
+  readonly name: string;
+  /**
+   * Fills what config.pbtxt left out from the model files (inputs, outputs,
+   * max_batch_size...) and returns the completed configuration. Called only
+   * when auto-complete is enabled.
+   */
+  autoCompleteConfig?(ctx: AutoCompleteContext): Promise<ModelConfig>;
+  /** Default instance count for KIND_CPU groups without `count` (Triton: 2 for onnxruntime, else 1). */
+  readonly defaultCpuInstanceCount?: number;
+  /** Checks the model files against the configuration and loads what instances share. */
+  loadModel(ctx: ModelContext): Promise<BackendModel>;
+}

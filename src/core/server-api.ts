@@ -1,0 +1,49 @@
+/**
+ * The public face of the core: what frontends, the CLI and embedding Node
+ * applications call. `Server` (server.ts) implements it.
+ */
+import type { ModelConfig } from '../gen/model_config_pb.js';
+import type {
+  InferRequest,
+  InferResponse,
+  ModelControlMode,
+  ModelMetadata,
+  ModelStatistics,
+  RepositoryIndexEntry,
+  ServerMetadata,
+} from './types.js';
+
+export interface LoadModelOptions {
+  /** ModelConfig as a JSON string; overrides config.pbtxt and forces a reload. */
+  config?: string;
+  /** "file:<version>/<path>" overrides (bytes). Require `config`. */
+  files?: Record<string, Uint8Array>;
+}
+
+export interface ServerApi {
+  readonly controlMode: ModelControlMode;
+  /** Loads the repository (per control mode). Resolves when every model has settled (READY or UNAVAILABLE). */
+  start(): Promise<void>;
+  /** Stops taking requests, waits for in-flight ones (bounded by exitTimeoutSecs), unloads every model. */
+  stop(): Promise<void>;
+  isLive(): boolean;
+  /** With strict readiness: live and every model READY. Otherwise: live. */
+  isReady(): boolean;
+  metadata(): ServerMetadata;
+  /** Throws NereidError NOT_FOUND / UNAVAILABLE as Triton does. */
+  modelMetadata(name: string, version?: string): ModelMetadata;
+  /** The completed configuration. Throws like modelMetadata. */
+  modelConfig(name: string, version?: string): ModelConfig;
+  /**
+   * true: ready. false: lifecycle READY but an instance's readiness check said no.
+   * Throws NOT_FOUND (unknown model / no ready version) or UNAVAILABLE (that version not ready).
+   */
+  modelReady(name: string, version?: string): Promise<boolean>;
+  infer(request: InferRequest): Promise<InferResponse>;
+  /** Statistics of READY versions; name omitted: every model. Throws INVALID_ARG as Triton does. */
+  modelStatistics(name?: string, version?: string): ModelStatistics[];
+  repositoryIndex(readyOnly?: boolean): Promise<RepositoryIndexEntry[]>;
+  /** Explicit mode only (else UNAVAILABLE). */
+  loadModel(name: string, options?: LoadModelOptions): Promise<void>;
+  unloadModel(name: string, options?: { unloadDependents?: boolean }): Promise<void>;
+}

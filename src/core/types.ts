@@ -1,0 +1,120 @@
+/** The types of the in-process API: what `Server` takes and returns. */
+import type { ParameterValue } from '../backends/backend.js';
+import type { Tensor } from '../tensor/tensor.js';
+import type { Datatype } from '../tensor/datatype.js';
+
+export type { ParameterValue } from '../backends/backend.js';
+
+export interface RequestedOutput {
+  readonly name: string;
+  /** Top-K classification: the output comes back as BYTES "value:index[:label]". */
+  readonly classification?: number;
+  readonly parameters?: Readonly<Record<string, ParameterValue>>;
+}
+
+export interface InferRequest {
+  readonly model: string;
+  /** Omitted or '' (or -1): the highest READY version. */
+  readonly version?: string | number;
+  readonly id?: string;
+  readonly inputs: readonly Tensor[];
+  /** Omitted: every output of the model. */
+  readonly outputs?: readonly RequestedOutput[];
+  /** Request parameters; `priority`, `timeout`, `sequence_id`, `sequence_start`, `sequence_end` are interpreted. */
+  readonly parameters?: Readonly<Record<string, ParameterValue>>;
+  /** Aborting cancels the request while it waits in a queue. */
+  readonly signal?: AbortSignal;
+}
+
+export interface InferResponse {
+  readonly modelName: string;
+  readonly modelVersion: string;
+  /** The request id ('' when none was given). */
+  readonly id: string;
+  readonly parameters?: Readonly<Record<string, ParameterValue>>;
+  /** In the order requested (or the config's order when none was requested). */
+  readonly outputs: readonly Tensor[];
+}
+
+export interface TensorMetadata {
+  name: string;
+  datatype: Datatype;
+  shape: number[];
+}
+
+export interface ModelMetadata {
+  name: string;
+  versions: string[];
+  platform: string;
+  inputs: TensorMetadata[];
+  outputs: TensorMetadata[];
+}
+
+export interface ServerMetadata {
+  name: string;
+  version: string;
+  extensions: string[];
+}
+
+export type ModelState = 'UNKNOWN' | 'READY' | 'UNAVAILABLE' | 'LOADING' | 'UNLOADING';
+
+export interface RepositoryIndexEntry {
+  name: string;
+  version?: string;
+  state?: ModelState;
+  reason?: string;
+}
+
+export interface StatDuration {
+  count: number;
+  ns: number;
+}
+
+/** Triton's statistics extension, field for field. */
+export interface ModelStatistics {
+  name: string;
+  version: string;
+  last_inference: number;
+  inference_count: number;
+  execution_count: number;
+  inference_stats: {
+    success: StatDuration;
+    fail: StatDuration;
+    queue: StatDuration;
+    compute_input: StatDuration;
+    compute_infer: StatDuration;
+    compute_output: StatDuration;
+    cache_hit: StatDuration;
+    cache_miss: StatDuration;
+  };
+  response_stats: Record<string, unknown>;
+  batch_stats: Array<{
+    batch_size: number;
+    compute_input: StatDuration;
+    compute_infer: StatDuration;
+    compute_output: StatDuration;
+  }>;
+  memory_usage: Array<{ type: string; id: number; byte_size: number }>;
+}
+
+export type ModelControlMode = 'none' | 'poll' | 'explicit';
+
+export interface ServerOptions {
+  /** Model repository folders (at least one). */
+  modelRepositories: string[];
+  /** Server name reported by metadata (Triton's --id). Default "triton". */
+  id?: string;
+  modelControlMode?: ModelControlMode;
+  /** Explicit mode: models to load at start ('*' = all). */
+  loadModels?: string[];
+  repositoryPollSecs?: number;
+  modelConfigName?: string;
+  strictReadiness?: boolean;
+  exitOnError?: boolean;
+  /** Seconds stop() waits for in-flight requests. Default 30. */
+  exitTimeoutSecs?: number;
+  disableAutoCompleteConfig?: boolean;
+  /** `--backend-config` settings: backend name ('' for global) -> key -> value. */
+  backendConfig?: Record<string, Record<string, string>>;
+  logger?: import('pino').Logger;
+}

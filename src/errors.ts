@@ -1,0 +1,208 @@
+/**
+ * Every error a user can cause is declared here once: a stable code, the
+ * Triton status class it belongs to, and from that the HTTP and gRPC status.
+ * Tests assert on `code`; messages may be reworded.
+ */
+
+/** Triton's error classes (TRITONSERVER_Error codes). */
+export type TritonErrorClass =
+  | 'INTERNAL'
+  | 'NOT_FOUND'
+  | 'INVALID_ARG'
+  | 'UNAVAILABLE'
+  | 'UNSUPPORTED'
+  | 'ALREADY_EXISTS'
+  | 'CANCELLED'
+  | 'UNKNOWN';
+
+const HTTP_STATUS: Record<TritonErrorClass, number> = {
+  INTERNAL: 500,
+  NOT_FOUND: 404,
+  UNAVAILABLE: 503,
+  UNSUPPORTED: 501,
+  INVALID_ARG: 400,
+  ALREADY_EXISTS: 400,
+  CANCELLED: 400,
+  UNKNOWN: 400,
+};
+
+/** grpc-js status numbers (google.rpc.Code). */
+const GRPC_STATUS: Record<TritonErrorClass, number> = {
+  INTERNAL: 13,
+  NOT_FOUND: 5,
+  UNAVAILABLE: 14,
+  UNSUPPORTED: 12,
+  INVALID_ARG: 3,
+  ALREADY_EXISTS: 6,
+  CANCELLED: 1,
+  UNKNOWN: 2,
+};
+
+export class NereidError extends Error {
+  readonly code: string;
+  readonly errorClass: TritonErrorClass;
+  constructor(code: string, errorClass: TritonErrorClass, message: string) {
+    super(message);
+    this.name = 'NereidError';
+    this.code = code;
+    this.errorClass = errorClass;
+  }
+  get httpStatus(): number {
+    return HTTP_STATUS[this.errorClass];
+  }
+  get grpcStatus(): number {
+    return GRPC_STATUS[this.errorClass];
+  }
+}
+
+export function httpStatusOf(errorClass: TritonErrorClass): number {
+  return HTTP_STATUS[errorClass];
+}
+
+export function grpcStatusOf(errorClass: TritonErrorClass): number {
+  return GRPC_STATUS[errorClass];
+}
+
+/** Wraps anything thrown into a NereidError (unknown errors are INTERNAL). */
+export function asNereidError(err: unknown): NereidError {
+  if (err instanceof NereidError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new NereidError('NRD_INTERNAL', 'INTERNAL', message);
+}
+
+const make =
+  <A extends unknown[]>(code: string, errorClass: TritonErrorClass, text: (...args: A) => string) =>
+  (...args: A): NereidError =>
+    new NereidError(code, errorClass, text(...args));
+
+/**
+ * The catalogue. Messages that Triton clients or QA scripts match on keep
+ * Triton's wording; the rest say what is wrong and where.
+ */
+export const Errors = {
+  // Models and versions
+  modelNotFound: make('NRD_MODEL_NOT_FOUND', 'NOT_FOUND', (m: string) => `Request for unknown model: '${m}' is not found`),
+  modelNoAvailableVersions: make(
+    'NRD_MODEL_NO_VERSIONS',
+    'NOT_FOUND',
+    (m: string) => `Request for unknown model: '${m}' has no available versions`,
+  ),
+  modelVersionNotFound: make(
+    'NRD_MODEL_VERSION_NOT_FOUND',
+    'NOT_FOUND',
+    (m: string, v: string) => `Request for unknown model: '${m}' version ${v} is not found`,
+  ),
+  modelVersionNotReady: make(
+    'NRD_MODEL_VERSION_NOT_READY',
+    'UNAVAILABLE',
+    (m: string, v: string) => `Request for unknown model: '${m}' version ${v} is not at ready state`,
+  ),
+  invalidModelVersion: make(
+    'NRD_INVALID_MODEL_VERSION',
+    'INVALID_ARG',
+    (m: string, v: string) => `failed to get model version from specified version string '${v}' for model '${m}'`,
+  ),
+  statsModelNotAvailable: make(
+    'NRD_STATS_MODEL_NOT_AVAILABLE',
+    'INVALID_ARG',
+    (m: string) => `requested model '${m}' is not available`,
+  ),
+  statsVersionNotAvailable: make(
+    'NRD_STATS_VERSION_NOT_AVAILABLE',
+    'INVALID_ARG',
+    (m: string) => `requested model version is not available for model '${m}'`,
+  ),
+  serverNotReady: make('NRD_SERVER_NOT_READY', 'UNAVAILABLE', (why: string) => `Server not ready: ${why}`),
+  serverStopping: make('NRD_SERVER_STOPPING', 'UNAVAILABLE', () => 'Server is stopping and accepts no new requests'),
+
+  // Request validation (core); prefixed with the request id by the caller
+  invalidRequest: make('NRD_INVALID_REQUEST', 'INVALID_ARG', (msg: string) => msg),
+  inputCount: make(
+    'NRD_INPUT_COUNT',
+    'INVALID_ARG',
+    (expected: string, got: number, m: string, detail: string) =>
+      `expected ${expected} inputs but got ${got} inputs for model '${m}'. ${detail}`,
+  ),
+  unknownInput: make(
+    'NRD_UNKNOWN_INPUT',
+    'INVALID_ARG',
+    (name: string, m: string) => `unexpected inference input '${name}' for model '${m}'`,
+  ),
+  duplicateInput: make(
+    'NRD_DUPLICATE_INPUT',
+    'INVALID_ARG',
+    (name: string, m: string) => `input '${name}' already exists in request for model '${m}'`,
+  ),
+  duplicateOutput: make(
+    'NRD_DUPLICATE_OUTPUT',
+    'INVALID_ARG',
+    (name: string) => `output '${name}' already exists in request`,
+  ),
+  unknownOutput: make(
+    'NRD_UNKNOWN_OUTPUT',
+    'INVALID_ARG',
+    (name: string, m: string) => `unexpected inference output '${name}' for model '${m}'`,
+  ),
+  inputDatatype: make(
+    'NRD_INPUT_DATATYPE',
+    'INVALID_ARG',
+    (name: string, m: string, expected: string, got: string) =>
+      `inference input '${name}' data-type is '${got}', but model '${m}' expects '${expected}'`,
+  ),
+  inputShape: make(
+    'NRD_INPUT_SHAPE',
+    'INVALID_ARG',
+    (name: string, m: string, expected: string, got: string) =>
+      `unexpected shape for input '${name}' for model '${m}'. Expected ${expected}, got ${got}`,
+  ),
+  batchSizeTooLarge: make(
+    'NRD_BATCH_SIZE',
+    'INVALID_ARG',
+    (max: number, m: string) => `inference request batch-size must be <= ${max} for '${m}'`,
+  ),
+  batchSizeMismatch: make(
+    'NRD_BATCH_SIZE_MISMATCH',
+    'INVALID_ARG',
+    (m: string) => `all inputs of a request to '${m}' must have the same batch size (first dimension)`,
+  ),
+  inputByteSize: make(
+    'NRD_INPUT_BYTE_SIZE',
+    'INVALID_ARG',
+    (name: string, m: string, expected: number, got: number) =>
+      `input byte size mismatch for input '${name}' for model '${m}'. Expected ${expected}, got ${got}`,
+  ),
+  bytesElementCount: make(
+    'NRD_BYTES_ELEMENT_COUNT',
+    'INVALID_ARG',
+    (name: string, expected: number, got: number) =>
+      got < expected
+        ? `expected ${expected} string elements for inference input '${name}', got ${got}`
+        : `unexpected number of string elements ${got} for inference input '${name}', expecting ${expected}`,
+  ),
+  badParameter: make('NRD_BAD_PARAMETER', 'INVALID_ARG', (msg: string) => msg),
+
+  // Wire decoding (frontends)
+  malformedBody: make('NRD_MALFORMED_BODY', 'INVALID_ARG', (msg: string) => msg),
+  jsonDataShape: make('NRD_JSON_DATA_SHAPE', 'INTERNAL', (msg: string) => msg),
+  binarySize: make('NRD_BINARY_SIZE', 'INVALID_ARG', (msg: string) => msg),
+  bytesEncoding: make('NRD_BYTES_ENCODING', 'INVALID_ARG', (msg: string) => msg),
+  bodyTooLarge: make('NRD_BODY_TOO_LARGE', 'INVALID_ARG', (msg: string) => msg),
+  unsupported: make('NRD_UNSUPPORTED', 'UNSUPPORTED', (msg: string) => msg),
+
+  // Scheduling
+  queueFull: make('NRD_QUEUE_FULL', 'UNAVAILABLE', (m: string) => `Exceeds maximum queue size for model '${m}'`),
+  requestTimeout: make('NRD_REQUEST_TIMEOUT', 'UNAVAILABLE', () => 'Request timeout expired'),
+  cancelled: make('NRD_CANCELLED', 'CANCELLED', (what: string) => `${what} was cancelled`),
+
+  // Configuration and loading
+  config: make('NRD_CONFIG', 'INVALID_ARG', (msg: string) => msg),
+  loadFailed: make('NRD_LOAD_FAILED', 'INVALID_ARG', (m: string, why: string) => `load failed for model '${m}': ${why}`),
+  backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
+  modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
+  internal: make('NRD_INTERNAL', 'INTERNAL', (msg: string) => msg),
+  controlModeDisallows: make(
+    'NRD_CONTROL_MODE',
+    'UNAVAILABLE',
+    () => 'explicit model load / unload is not allowed if polling is enabled',
+  ),
+} as const;
