@@ -1,0 +1,238 @@
+/**
+ * Turns one model folder into loaded versions: configuration (parse,
+ * auto-complete, defaults, validation), backend, instances and scheduler.
+ * A failure of the configuration fails the model; a failure of one version
+ * leaves that version UNAVAILABLE with its reason.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fromJsonString } from '@bufbuild/protobuf';
+import type { Logger } from 'pino';
+import type { Backend, InferenceCaller, InstanceContext } from '../backends/backend.js';
+import { getBackend, knownBackends } from '../backends/registry.js';
+import {
+  completeBackendFields,
+  modelConfigFromJson,
+  normalizeModelConfig,
+  readModelConfig,
+  validateModelConfig,
+} from '../config/index.js';
+import { type ModelConfig, ModelConfigSchema, ModelInstanceGroup_Kind } from '../gen/model_config_pb.js';
+import { listVersions, selectVersions } from '../repository/index.js';
+import { Errors, NereidError } from '../errors.js';
+import { DefaultScheduler } from '../scheduler/default-scheduler.js';
+import { DynamicBatcher } from '../scheduler/dynamic-batcher.js';
+import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
+import { ModelSignature } from './request.js';
+import { ModelVersion } from './model-version.js';
+
+void fromJsonString;
+void ModelConfigSchema;
+
+export interface LoaderOptions {
+  autoComplete: boolean;
+  modelConfigName: string | undefined;
+  backendConfig: Record<string, Record<string, string>>;
+  gpuCount: number;
+  logger: Logger;
+  server: InferenceCaller;
+}
+
+export interface LoadedModel {
+  config: ModelConfig;
+  versions: Map<number, ModelVersion>;
+}
+
+function backendConfigFor(options: LoaderOptions, backend: string): Record<string, string> {
+  return { ...(options.backendConfig[''] ?? {}), ...(options.backendConfig[backend] ?? {}) };
+}
+
+/** Reads, completes and validates a model's configuration. Throws with a clear reason. */
+export async function resolveModelConfig(
+  name: string,
+  modelDir: string,
+  options: LoaderOptions,
+  configOverride?: string,
+): Promise<{ config: ModelConfig; backend: Backend }> {
+  let config: ModelConfig;
+  let file: string | undefined;
+  let positions: unknown;
+  if (configOverride !== undefined) {
+    config = modelConfigFromJson(configOverride);
+  } else {
+    const read = await readModelConfig(modelDir, { modelConfigName: options.modelConfigName });
+    config = read.config;
+    file = read.file;
+    positions = (read as { positions?: unknown }).positions;
+  }
+  const versionNames = (await listVersions(modelDir)).map(String);
+  completeBackendFields(config, name, modelDir, versionNames);
+  const backendName = config.backend;
+  if (!backendName) {
+    throw Errors.config(
+      `model '${name}': no backend or platform is set in ${file ?? 'its configuration'} and none could be inferred from the model files`,
+    );
+  }
+  const backendPromise = getBackend(backendName);
+  if (!backendPromise) {
+    throw Errors.config(
+      `model '${name}': unknown backend '${backendName}'; available backends: ${knownBackends().join(', ')}`,
+    );
+  }
+  let backend: Backend;
+  try {
+    backend = await backendPromise;
+  } catch (err) {
+    throw Errors.backendUnavailable(`backend '${backendName}' could not be loaded: ${(err as Error).message}`);
+  }
+  if (options.autoComplete && backend.autoCompleteConfig) {
+    const versions = await listVersions(modelDir);
+    const highest = versions.length > 0 ? Math.max(...versions) : undefined;
+    config = await backend.autoCompleteConfig({
+      modelName: name,
+      modelDir,
+      versionDir: highest === undefined ? undefined : path.join(modelDir, String(highest)),
+      config,
+      backendConfig: backendConfigFor(options, backendName),
+      logger: options.logger,
+    });
+  }
+  normalizeModelConfig(config, {
+    defaultCpuInstanceCount: backend.defaultCpuInstanceCount ?? 1,
+    gpuCount: options.gpuCount,
+  });
+  (validateModelConfig as (c: ModelConfig, f?: string, p?: unknown) => void)(config, file, positions);
+  return { config, backend };
+}
+
+async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<string, string[]>> {
+  const labels = new Map<string, string[]>();
+  for (const output of config.output) {
+    if (!output.labelFilename) continue;
+    const file = path.join(modelDir, output.labelFilename);
+    let text: string;
+    try {
+      text = await readFile(file, 'utf8');
+    } catch {
+      throw Errors.config(`output '${output.name}': label_filename '${output.labelFilename}' cannot be read`);
+    }
+    const lines = text.split(/\r?\n/);
+    if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
+    labels.set(output.name, lines);
+  }
+  return labels;
+}
+
+function makeScheduler(v: ModelVersion, instances: ModelInstance[]): Scheduler {
+  const active = instances.filter((i) => !(i as ModelInstance & { passive?: boolean }).passive);
+  const choice = v.config.schedulingChoice;
+  if (choice.case === 'dynamicBatching' && v.config.maxBatchSize > 0) {
+    const ragged = new Set(v.config.input.filter((i) => i.allowRaggedBatch).map((i) => i.name));
+    return new DynamicBatcher(v.modelName, active, v.stats, {
+      maxBatchSize: v.config.maxBatchSize,
+      batching: choice.value,
+      raggedInputs: ragged,
+    });
+  }
+  return new DefaultScheduler(v.modelName, active, v.stats);
+}
+
+interface PlannedInstance {
+  name: string;
+  kind: 'CPU' | 'GPU' | 'MODEL';
+  deviceId: number;
+  passive: boolean;
+}
+
+function planInstances(config: ModelConfig): PlannedInstance[] {
+  const planned: PlannedInstance[] = [];
+  for (const group of config.instanceGroup) {
+    const kind =
+      group.kind === ModelInstanceGroup_Kind.GPU ? 'GPU' : group.kind === ModelInstanceGroup_Kind.MODEL ? 'MODEL' : 'CPU';
+    const devices = kind === 'GPU' ? (group.gpus.length > 0 ? group.gpus : [0]) : [0];
+    for (const deviceId of devices) {
+      for (let i = 0; i < group.count; i++) {
+        const suffix = kind === 'GPU' && devices.length > 1 ? `_${deviceId}` : '';
+        planned.push({ name: `${group.name}_${i}${suffix}`, kind, deviceId, passive: group.passive });
+      }
+    }
+  }
+  return planned;
+}
+
+/** Loads one version; on failure the version is UNAVAILABLE with the reason. Never throws. */
+async function loadVersion(
+  v: ModelVersion,
+  backend: Backend,
+  modelDir: string,
+  labels: Map<string, string[]>,
+  options: LoaderOptions,
+): Promise<void> {
+  const started = process.hrtime.bigint();
+  const logger = options.logger.child({ model: v.modelName, version: v.version });
+  const versionDir = path.join(modelDir, String(v.version));
+  const baseCtx = {
+    modelName: v.modelName,
+    version: v.version,
+    modelDir,
+    versionDir,
+    config: v.config,
+    backendConfig: backendConfigFor(options, backend.name),
+    logger,
+    server: options.server,
+  };
+  try {
+    v.signature = new ModelSignature(v.modelName, v.config);
+    v.labels = labels;
+    v.backendModel = await backend.loadModel(baseCtx);
+    const planned = planInstances(v.config);
+    const instances = await Promise.all(
+      planned.map(async (p) => {
+        const ctx: InstanceContext = { ...baseCtx, instanceName: p.name, kind: p.kind, deviceId: p.deviceId };
+        const inst = new ModelInstance(p.name, await v.backendModel!.createInstance(ctx));
+        (inst as ModelInstance & { passive?: boolean }).passive = p.passive;
+        return inst;
+      }),
+    );
+    v.instances = instances;
+    v.scheduler = makeScheduler(v, instances);
+    v.loadDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
+    v.state = 'READY';
+    v.reason = '';
+    logger.info({ instances: instances.length, seconds: v.loadDurationSecs }, 'model version ready');
+  } catch (err) {
+    v.state = 'UNAVAILABLE';
+    v.reason = err instanceof Error ? err.message : String(err);
+    logger.error({ reason: v.reason }, 'model version failed to load');
+    try {
+      await v.close();
+    } catch (closeErr) {
+      logger.warn({ err: closeErr }, 'cleanup after a failed load failed');
+    }
+  }
+}
+
+/** Loads every version the policy selects. Throws (with the reason) when the model as a whole cannot load. */
+export async function loadModel(
+  name: string,
+  modelDir: string,
+  options: LoaderOptions,
+  configOverride?: string,
+): Promise<LoadedModel> {
+  const { config, backend } = await resolveModelConfig(name, modelDir, options, configOverride);
+  const available = await listVersions(modelDir);
+  const selected = selectVersions(config.versionPolicy, available);
+  if (selected.length === 0) {
+    throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
+  }
+  const labels = await readLabels(modelDir, config);
+  const versions = new Map<number, ModelVersion>();
+  for (const n of selected) versions.set(n, new ModelVersion(name, n, config));
+  await Promise.all([...versions.values()].map((v) => loadVersion(v, backend, modelDir, labels, options)));
+  return { config, versions };
+}
+
+export function describeLoadError(err: unknown): string {
+  if (err instanceof NereidError) return err.message;
+  return err instanceof Error ? err.message : String(err);
+}

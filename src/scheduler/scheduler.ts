@@ -1,0 +1,87 @@
+/**
+ * What every scheduler offers the core, and the one place where a batch is
+ * handed to an instance and its execution statistics are recorded.
+ */
+import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../backends/backend.js';
+import { Errors, NereidError, asNereidError } from '../errors.js';
+import type { ModelVersionStatistics } from '../core/statistics.js';
+import type { ScheduledRequest } from './scheduled-request.js';
+
+export interface Scheduler {
+  /** Takes a request; completes it (now or later) exactly once. */
+  enqueue(item: ScheduledRequest): void;
+  /** Requests accepted but not yet executing. */
+  readonly pendingCount: number;
+  /** Requests executing now. */
+  readonly executingCount: number;
+  /** Resolves when nothing is queued or executing. New requests may still arrive unless the core stops them. */
+  drain(): Promise<void>;
+}
+
+/** One execution instance as schedulers see it. */
+export class ModelInstance {
+  busy = false;
+  constructor(
+    readonly name: string,
+    readonly backend: BackendInstance,
+  ) {}
+}
+
+class StageTimer implements ExecutionTimer {
+  inputEndNs = 0n;
+  inferEndNs = 0n;
+  inputDone(): void {
+    this.inputEndNs = process.hrtime.bigint();
+  }
+  inferDone(): void {
+    this.inferEndNs = process.hrtime.bigint();
+  }
+}
+
+/**
+ * Executes `items` as one batch on `instance`, records the execution and
+ * completes every request. Never rejects.
+ */
+export async function executeBatch(
+  instance: ModelInstance,
+  items: readonly ScheduledRequest[],
+  batchSize: number,
+  stats: ModelVersionStatistics,
+  modelName: string,
+): Promise<void> {
+  const startNs = process.hrtime.bigint();
+  const requests: BackendRequest[] = new Array(items.length);
+  for (let i = 0; i < items.length; i++) requests[i] = items[i]!.request;
+  const timer = new StageTimer();
+  let responses: BackendResponse[] | undefined;
+  let failure: NereidError | undefined;
+  try {
+    responses = await instance.backend.execute(requests, timer);
+    if (!Array.isArray(responses) || responses.length !== items.length) {
+      failure = Errors.modelExecution(
+        modelName,
+        `backend returned ${Array.isArray(responses) ? responses.length : 'no'} responses for ${items.length} requests`,
+      );
+    }
+  } catch (err) {
+    const e = asNereidError(err);
+    failure = e.code === 'NRD_INTERNAL' ? Errors.modelExecution(modelName, e.message) : e;
+  }
+  const endNs = process.hrtime.bigint();
+  const inputEnd = timer.inputEndNs || startNs;
+  const inferEnd = timer.inferEndNs || endNs;
+  const inputNs = Number(inputEnd - startNs);
+  const inferNs = Number(inferEnd - inputEnd);
+  const outputNs = Number(endNs - inferEnd);
+  if (failure) {
+    for (const item of items) item.fail(failure, 'BACKEND');
+    return;
+  }
+  stats.recordExecution(batchSize, items.length, inputNs, inferNs, outputNs);
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i]!;
+    const response = responses![i]!;
+    if (response.error) item.fail(response.error, 'BACKEND');
+    else item.succeed(response, Number(startNs - item.enqueueNs), inputNs, inferNs, outputNs);
+  }
+}
