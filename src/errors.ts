@@ -205,4 +205,9 @@ export const Errors = {
     'UNAVAILABLE',
     () => 'explicit model load / unload is not allowed if polling is enabled',
   ),
+
+  // JSON wire values (frontends): Triton reports these as INTERNAL (HTTP 500)
+  jsonParse: make('NRD_JSON_PARSE', 'INTERNAL', (msg: string) => msg),
+  jsonValue: make('NRD_JSON_VALUE', 'INTERNAL', (msg: string) => msg),
+  notFound: make('NRD_NOT_FOUND', 'NOT_FOUND', (msg: string) => msg),
 } as const;
