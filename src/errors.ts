@@ -210,4 +210,39 @@ export const Errors = {
   jsonParse: make('NRD_JSON_PARSE', 'INTERNAL', (msg: string) => msg),
   jsonValue: make('NRD_JSON_VALUE', 'INTERNAL', (msg: string) => msg),
   notFound: make('NRD_NOT_FOUND', 'NOT_FOUND', (msg: string) => msg),
+
+  // Shared memory, repository naming, optional features (both frontends; Triton's wording)
+  clientShmDisabled: make(
+    'NRD_CLIENT_SHM_DISABLED',
+    'UNSUPPORTED',
+    () => "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+  ),
+  shmRegionNotFound: make(
+    'NRD_SHM_REGION_NOT_FOUND',
+    'NOT_FOUND',
+    (r: string) => `Unable to find shared memory region: '${r}'`,
+  ),
+  systemShmRegionNotFound: make(
+    'NRD_SYSTEM_SHM_REGION_NOT_FOUND',
+    'NOT_FOUND',
+    (r: string) => `Unable to find system shared memory region: '${r}'`,
+  ),
+  cudaShmRegionNotFound: make(
+    'NRD_CUDA_SHM_REGION_NOT_FOUND',
+    'NOT_FOUND',
+    (r: string) => `Unable to find cuda shared memory region: '${r}'`,
+  ),
+  cudaShmNoGpu: make(
+    'NRD_CUDA_SHM_NO_GPU',
+    'INVALID_ARG',
+    (r: string) => `failed to register CUDA shared memory region: '${r}', GPUs not supported`,
+  ),
+  repositoryNameUnsupported: make(
+    'NRD_REPOSITORY_NAME_UNSUPPORTED',
+    'UNSUPPORTED',
+    () => "'repository_name' specification is not supported",
+  ),
+  decoupledNotSupported: make('NRD_DECOUPLED_NOT_SUPPORTED', 'UNSUPPORTED', (what: string) => what),
+  traceUnsupported: make('NRD_TRACE_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support trace'),
+  loggingUnsupported: make('NRD_LOGGING_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support dynamic logging'),
 } as const;
