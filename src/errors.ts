@@ -245,4 +245,10 @@ export const Errors = {
   decoupledNotSupported: make('NRD_DECOUPLED_NOT_SUPPORTED', 'UNSUPPORTED', (what: string) => what),
   traceUnsupported: make('NRD_TRACE_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support trace'),
   loggingUnsupported: make('NRD_LOGGING_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support dynamic logging'),
+  // Triton's exact queue-full text: the request id prefix appears only when the request has an id.
+  maxQueueSizeExceeded: make(
+    'NRD_QUEUE_FULL',
+    'UNAVAILABLE',
+    (requestId: string) => `${requestId ? `[request id: ${requestId}] ` : ''}Exceeds maximum queue size`,
+  ),
 } as const;
