@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+/** The `nereid` command: serve, perf, validate. */
+import { runServe } from './serve.js';
+
+const USAGE = `Usage: nereid <command> [flags]
+
+Commands:
+  serve      serve a Triton model repository (tritonserver's flags)
+  perf       measure a model under load (perf_analyzer's flags)
+  validate   check the config.pbtxt files of a model repository
+
+Run 'nereid <command> --help' for a command's flags.
+`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case 'serve':
+      return runServe(rest);
+    case 'perf': {
+      const { runPerf } = await import('./perf/index.js');
+      return runPerf(rest);
+    }
+    case 'validate': {
+      const { runValidate } = await import('./validate.js');
+      return runValidate(rest);
+    }
+    case undefined:
+    case '--help':
+    case '-h':
+    case 'help':
+      process.stdout.write(USAGE);
+      return command === undefined ? 2 : 0;
+    default:
+      // tritonserver habits: `nereid --model-repository=...` means serve.
+      if (command.startsWith('--')) return runServe(argv);
+      process.stderr.write(`error: unknown command '${command}'\n${USAGE}`);
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+    // Let pending log writes flush, then leave even if a handle lingers.
+    setTimeout(() => process.exit(code), 200).unref();
+  },
+  (err) => {
+    process.stderr.write(`error: ${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

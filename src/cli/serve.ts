@@ -1,0 +1,359 @@
+/**
+ * `nereid serve`: tritonserver's command line. Flags keep Triton's names,
+ * defaults and meanings; those for features Nereid does not have are
+ * accepted and reported once in the log.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+import { Server } from '../core/server.js';
+import type { ModelControlMode } from '../core/types.js';
+import { Errors } from '../errors.js';
+import { HttpFrontend } from '../frontends/http/index.js';
+import { GrpcFrontend } from '../frontends/grpc/index.js';
+import { Metrics, MetricsFrontend } from '../metrics/index.js';
+import { createLogger } from '../logger.js';
+import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
+
+const S: FlagSpec = { type: 'string' };
+const SR: FlagSpec = { type: 'string', repeat: true };
+const I: FlagSpec = { type: 'int' };
+const B: FlagSpec = { type: 'bool' };
+
+/** Flags Nereid acts on. */
+export const SERVE_FLAGS: Record<string, FlagSpec> = {
+  'model-repository': SR,
+  'model-store': SR,
+  'model-control-mode': S,
+  'load-model': SR,
+  'repository-poll-secs': I,
+  'model-config-name': S,
+  'model-load-thread-count': I,
+  'model-load-retry-count': I,
+  'strict-readiness': B,
+  'exit-on-error': B,
+  'exit-timeout-secs': I,
+  'disable-auto-complete-config': B,
+  'strict-model-config': B,
+  id: S,
+  'allow-http': B,
+  'http-port': I,
+  'http-address': S,
+  'http-max-input-size': I,
+  'http-thread-count': I,
+  'allow-grpc': B,
+  'grpc-port': I,
+  'grpc-address': S,
+  'grpc-infer-allocation-pool-size': I,
+  'grpc-max-response-pool-size': I,
+  'grpc-infer-response-compression-level': S,
+  'grpc-keepalive-time': I,
+  'grpc-keepalive-timeout': I,
+  'grpc-keepalive-permit-without-calls': B,
+  'grpc-http2-max-pings-without-data': I,
+  'grpc-http2-min-recv-ping-interval-without-data': I,
+  'grpc-http2-max-ping-strikes': I,
+  'grpc-max-connection-age': I,
+  'grpc-max-connection-age-grace': I,
+  'grpc-infer-thread-count': I,
+  'allow-metrics': B,
+  'allow-gpu-metrics': B,
+  'allow-cpu-metrics': B,
+  'metrics-port': I,
+  'metrics-address': S,
+  'metrics-interval-ms': I,
+  'metrics-config': SR,
+  'log-verbose': I,
+  'log-info': B,
+  'log-warning': B,
+  'log-error': B,
+  'log-format': S,
+  'log-file': S,
+  'backend-config': SR,
+  help: B,
+};
+
+/** Accepted for compatibility; they change nothing here and are logged once. */
+const IGNORED_FLAGS: Record<string, FlagSpec> = {
+  'model-namespacing': B,
+  'reuse-http-port': B,
+  'reuse-grpc-port': B,
+  'http-header-forward-pattern': S,
+  'grpc-header-forward-pattern': S,
+  'http-restricted-api': SR,
+  'grpc-restricted-protocol': SR,
+  'grpc-use-ssl': B,
+  'grpc-use-ssl-mutual': B,
+  'grpc-server-cert': S,
+  'grpc-server-key': S,
+  'grpc-root-cert': S,
+  'trace-config': SR,
+  'trace-file': S,
+  'trace-level': SR,
+  'trace-rate': I,
+  'trace-count': I,
+  'trace-log-frequency': I,
+  'backend-directory': S,
+  'repoagent-directory': S,
+  'cache-config': SR,
+  'cache-directory': S,
+  'response-cache-byte-size': I,
+  'rate-limit': S,
+  'rate-limit-resource': SR,
+  'pinned-memory-pool-byte-size': I,
+  'cuda-memory-pool-byte-size': SR,
+  'cuda-virtual-address-size': SR,
+  'min-supported-compute-capability': S,
+  'buffer-manager-thread-count': I,
+  'host-policy': SR,
+  'model-load-gpu-limit': SR,
+  'enable-peer-access': B,
+  'allow-client-shm': B,
+};
+
+/** The repository served when none is given: the bundled examples. */
+export function defaultModelRepository(): string {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  // dist/src/cli -> package root
+  return path.resolve(here, '..', '..', '..', 'examples', 'model_repository');
+}
+
+export function parseBackendConfig(values: readonly string[]): Record<string, Record<string, string>> {
+  const out: Record<string, Record<string, string>> = {};
+  for (const raw of values) {
+    const comma = raw.indexOf(',');
+    const eqFirst = raw.indexOf('=');
+    let backend = '';
+    let setting = raw;
+    if (comma !== -1 && (eqFirst === -1 || comma < eqFirst)) {
+      backend = raw.slice(0, comma);
+      setting = raw.slice(comma + 1);
+    }
+    const eq = setting.indexOf('=');
+    if (eq <= 0) throw Errors.config(`--backend-config expects <backend>,<key>=<value> or <key>=<value>, got '${raw}'`);
+    (out[backend] ??= {})[setting.slice(0, eq)] = setting.slice(eq + 1);
+  }
+  return out;
+}
+
+export interface ServeConfig {
+  server: ConstructorParameters<typeof Server>[0];
+  http: { enabled: boolean; port: number; address: string; maxInputSize: number };
+  grpc: {
+    enabled: boolean;
+    port: number;
+    address: string;
+    keepaliveTimeMs: number;
+    keepaliveTimeoutMs: number;
+    keepalivePermitWithoutCalls: boolean;
+    http2MaxPingsWithoutData: number;
+    http2MinRecvPingIntervalWithoutDataMs: number;
+    http2MaxPingStrikes: number;
+    maxConnectionAgeMs: number | undefined;
+    maxConnectionAgeGraceMs: number | undefined;
+    compressionLevel: string;
+    inferAllocationPoolSize: number | undefined;
+  };
+  metrics: {
+    enabled: boolean;
+    port: number;
+    address: string;
+    allowCpu: boolean;
+    allowGpu: boolean;
+    intervalMs: number;
+    config: string[];
+  };
+  ignored: string[];
+  logLevel: string;
+}
+
+export function buildServeConfig(argv: readonly string[]): ServeConfig {
+  const values = parseFlags(argv, { ...SERVE_FLAGS, ...IGNORED_FLAGS });
+  const f = new FlagReader(values);
+  const repos = [...f.all('model-repository'), ...f.all('model-store')];
+  const mode = f.string('model-control-mode', 'none').toLowerCase();
+  if (mode !== 'none' && mode !== 'poll' && mode !== 'explicit') {
+    throw Errors.config(`--model-control-mode must be none, poll or explicit, got '${mode}'`);
+  }
+  const loadModels = f.all('load-model');
+  if (loadModels.length > 0 && mode !== 'explicit') {
+    throw Errors.config('--load-model is only allowed with --model-control-mode=explicit');
+  }
+  if (loadModels.includes('*') && loadModels.length > 1) {
+    throw Errors.config("--load-model='*' loads every model and must be the only --load-model");
+  }
+  const maxInput = f.int('http-max-input-size', 67108864);
+  if (maxInput <= 0) throw Errors.config('--http-max-input-size must be greater than 0');
+  const httpAddress = f.string('http-address', '0.0.0.0');
+  const allowMetrics = f.bool('allow-metrics', true);
+  const verbose = f.int('log-verbose', 0);
+  const logLevel = verbose > 0 ? 'debug' : !f.bool('log-info', true) ? (f.bool('log-warning', true) ? 'warn' : 'error') : 'info';
+  const cfg: ServeConfig = {
+    server: {
+      modelRepositories: repos.length > 0 ? repos : [defaultModelRepository()],
+      id: f.string('id', 'triton'),
+      modelControlMode: mode as ModelControlMode,
+      loadModels,
+      repositoryPollSecs: mode === 'poll' ? f.int('repository-poll-secs', 15) : 0,
+      modelConfigName: f.string('model-config-name'),
+      strictReadiness: f.bool('strict-readiness', true),
+      exitOnError: f.bool('exit-on-error', true),
+      exitTimeoutSecs: f.int('exit-timeout-secs', 30),
+      disableAutoCompleteConfig: f.bool('disable-auto-complete-config', false) || f.bool('strict-model-config', false),
+      backendConfig: parseBackendConfig(f.all('backend-config')),
+    },
+    http: { enabled: f.bool('allow-http', true), port: f.int('http-port', 8000), address: httpAddress, maxInputSize: maxInput },
+    grpc: {
+      enabled: f.bool('allow-grpc', true),
+      port: f.int('grpc-port', 8001),
+      address: f.string('grpc-address', '0.0.0.0'),
+      keepaliveTimeMs: f.int('grpc-keepalive-time', 7200000),
+      keepaliveTimeoutMs: f.int('grpc-keepalive-timeout', 20000),
+      keepalivePermitWithoutCalls: f.bool('grpc-keepalive-permit-without-calls', false),
+      http2MaxPingsWithoutData: f.int('grpc-http2-max-pings-without-data', 2),
+      http2MinRecvPingIntervalWithoutDataMs: f.int('grpc-http2-min-recv-ping-interval-without-data', 300000),
+      http2MaxPingStrikes: f.int('grpc-http2-max-ping-strikes', 2),
+      maxConnectionAgeMs: f.has('grpc-max-connection-age') ? f.int('grpc-max-connection-age', 0) : undefined,
+      maxConnectionAgeGraceMs: f.has('grpc-max-connection-age-grace') ? f.int('grpc-max-connection-age-grace', 0) : undefined,
+      compressionLevel: f.string('grpc-infer-response-compression-level', 'none').toLowerCase(),
+      inferAllocationPoolSize: f.has('grpc-infer-allocation-pool-size') ? f.int('grpc-infer-allocation-pool-size', 8) : undefined,
+    },
+    metrics: {
+      enabled: allowMetrics,
+      port: f.int('metrics-port', 8002),
+      address: f.string('metrics-address', httpAddress),
+      allowCpu: allowMetrics && f.bool('allow-cpu-metrics', true),
+      allowGpu: allowMetrics && f.bool('allow-gpu-metrics', true),
+      intervalMs: f.int('metrics-interval-ms', 2000),
+      config: f.all('metrics-config'),
+    },
+    ignored: [...values.keys()].filter((k) => k in IGNORED_FLAGS),
+    logLevel,
+  };
+  const ports: Array<[string, number, boolean]> = [
+    ['HTTP', cfg.http.port, cfg.http.enabled],
+    ['gRPC', cfg.grpc.port, cfg.grpc.enabled],
+    ['metrics', cfg.metrics.port, cfg.metrics.enabled],
+  ];
+  for (let i = 0; i < ports.length; i++) {
+    for (let j = i + 1; j < ports.length; j++) {
+      const [a, pa, ea] = ports[i]!;
+      const [b, pb, eb] = ports[j]!;
+      if (ea && eb && pa === pb && pa !== 0) throw Errors.config(`the ${a} and ${b} ports are both ${pa}; each service needs its own port`);
+    }
+  }
+  if (cfg.grpc.compressionLevel && !['none', 'low', 'medium', 'high'].includes(cfg.grpc.compressionLevel)) {
+    throw Errors.config(`--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`);
+  }
+  return cfg;
+}
+
+export const SERVE_HELP = `Usage: nereid serve [--model-repository=<dir> ...] [flags]
+
+Serves a Triton model repository over HTTP (KServe v2, port 8000), gRPC
+(port 8001) and Prometheus metrics (port 8002). With no --model-repository
+the bundled examples/model_repository is served. Flags are tritonserver's:
+${Object.keys(SERVE_FLAGS)
+  .map((f) => `  --${f}`)
+  .join('\n')}
+Accepted for compatibility (no effect): ${Object.keys(IGNORED_FLAGS)
+  .map((f) => `--${f}`)
+  .join(', ')}
+`;
+
+export interface RunningServer {
+  server: Server;
+  ports: { http?: number; grpc?: number; metrics?: number };
+  /** Stops accepting, drains in-flight requests (bounded), unloads models. */
+  shutdown(): Promise<void>;
+}
+
+/** Starts everything `nereid serve` starts. Throws on startup failure (after cleaning up). */
+export async function startServing(cfg: ServeConfig, logger: Logger): Promise<RunningServer> {
+  for (const repo of cfg.server.modelRepositories) {
+    if (!existsSync(repo)) throw Errors.config(`model repository '${repo}' does not exist`);
+  }
+  for (const flag of cfg.ignored) logger.warn({ flag: `--${flag}` }, 'flag accepted for compatibility; it has no effect in Nereid');
+  if (cfg.grpc.inferAllocationPoolSize !== undefined) {
+    logger.info('--grpc-infer-allocation-pool-size is accepted and ignored: gRPC responses are not pooled');
+  }
+  const server = new Server({ ...cfg.server, logger });
+  const metrics = cfg.metrics.enabled
+    ? new Metrics({
+        allowCpuMetrics: cfg.metrics.allowCpu,
+        allowGpuMetrics: cfg.metrics.allowGpu,
+        metricsIntervalMs: cfg.metrics.intervalMs,
+        metricsConfig: cfg.metrics.config,
+        logger,
+      })
+    : undefined;
+  if (metrics) {
+    server.on('versionReady', (v) =>
+      metrics.attach(v.stats, {
+        pendingCount: () => v.scheduler?.pendingCount ?? 0,
+        metricTags: Object.fromEntries(Object.entries(v.config.metricTags)),
+        loadDurationSecs: v.loadDurationSecs,
+      }),
+    );
+    server.on('versionUnloaded', (v) => metrics.detach(v.stats));
+  }
+  const http = cfg.http.enabled
+    ? new HttpFrontend(server, { port: cfg.http.port, address: cfg.http.address, maxInputSize: cfg.http.maxInputSize, logger })
+    : undefined;
+  const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, { ...cfg.grpc, logger }) : undefined;
+  const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address }) : undefined;
+  const ports: RunningServer['ports'] = {};
+  const shutdown = async (): Promise<void> => {
+    await Promise.allSettled([http?.stop(), grpc?.stop(), server.stop()]);
+    await Promise.allSettled([metricsFrontend?.stop(), metrics?.close?.()]);
+  };
+  try {
+    await server.start();
+    if (http) ports.http = (await http.start()).port;
+    if (grpc) ports.grpc = (await grpc.start()).port;
+    if (metricsFrontend) ports.metrics = (await metricsFrontend.start()).port;
+  } catch (err) {
+    await shutdown();
+    throw err;
+  }
+  return { server, ports, shutdown };
+}
+
+export async function runServe(argv: readonly string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(SERVE_HELP);
+    return 0;
+  }
+  let cfg: ServeConfig;
+  try {
+    cfg = buildServeConfig(argv);
+  } catch (err) {
+    process.stderr.write(`error: ${(err as Error).message}\n`);
+    return 2;
+  }
+  const logger = createLogger({ level: process.env.NEREID_LOG_LEVEL ?? cfg.logLevel });
+  let running: RunningServer;
+  try {
+    running = await startServing(cfg, logger);
+  } catch (err) {
+    logger.error({ reason: (err as Error).message }, 'failed to start');
+    process.stderr.write(`error: creating server: ${(err as Error).message}\n`);
+    return 1;
+  }
+  logger.info({ ...running.ports, repositories: cfg.server.modelRepositories }, 'nereid is serving');
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const onSignal = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      logger.info({ signal }, 'stopping: no new requests, waiting for in-flight ones');
+      void running.shutdown().then(() => {
+        logger.info('stopped');
+        resolve(0);
+      });
+    };
+    process.on('SIGTERM', () => onSignal('SIGTERM'));
+    process.on('SIGINT', () => onSignal('SIGINT'));
+  });
+}
