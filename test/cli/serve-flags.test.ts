@@ -1,0 +1,49 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildServeConfig, parseBackendConfig } from '../../src/cli/serve.js';
+
+test('tritonserver defaults', () => {
+  const c = buildServeConfig(['--model-repository=/models']);
+  assert.deepEqual(c.server.modelRepositories, ['/models']);
+  assert.equal(c.http.port, 8000);
+  assert.equal(c.grpc.port, 8001);
+  assert.equal(c.metrics.port, 8002);
+  assert.equal(c.server.modelControlMode, 'none');
+  assert.equal(c.server.strictReadiness, true);
+  assert.equal(c.server.exitOnError, true);
+  assert.equal(c.server.exitTimeoutSecs, 30);
+  assert.equal(c.http.maxInputSize, 67108864);
+});
+
+test('booleans take true/false, on/off, 1/0; repeated repositories add up', () => {
+  const c = buildServeConfig(['--model-repository', 'a', '--model-store=b', '--strict-readiness=off', '--exit-on-error=0', '--allow-grpc=FALSE']);
+  assert.deepEqual(c.server.modelRepositories, ['a', 'b']);
+  assert.equal(c.server.strictReadiness, false);
+  assert.equal(c.server.exitOnError, false);
+  assert.equal(c.grpc.enabled, false);
+});
+
+test('--load-model outside explicit mode is a startup error', () => {
+  assert.throws(() => buildServeConfig(['--load-model=simple']), /model-control-mode=explicit/);
+  const c = buildServeConfig(['--model-control-mode=EXPLICIT', '--load-model=simple']);
+  assert.deepEqual(c.server.loadModels, ['simple']);
+});
+
+test('port collisions, bad values and unknown flags are rejected with the flag named', () => {
+  assert.throws(() => buildServeConfig(['--http-port=9000', '--grpc-port=9000']), /HTTP and gRPC ports are both 9000/);
+  assert.throws(() => buildServeConfig(['--http-port=abc']), /--http-port' takes an integer/);
+  assert.throws(() => buildServeConfig(['--no-such-flag=1']), /unrecognized flag '--no-such-flag'/);
+  assert.throws(() => buildServeConfig(['--http-max-input-size=0']), /greater than 0/);
+});
+
+test('backend config: per backend and global', () => {
+  assert.deepEqual(parseBackendConfig(['python,python-executable=/usr/bin/python3', 'default-max-batch-size=8']), {
+    python: { 'python-executable': '/usr/bin/python3' },
+    '': { 'default-max-batch-size': '8' },
+  });
+});
+
+test('the deprecated strict-model-config disables auto-complete', () => {
+  assert.equal(buildServeConfig(['--strict-model-config=true']).server.disableAutoCompleteConfig, true);
+  assert.equal(buildServeConfig([]).server.disableAutoCompleteConfig, false);
+});
