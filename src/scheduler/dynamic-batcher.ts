@@ -1,0 +1,405 @@
+/**
+ * Triton's dynamic batcher. Requests queue per priority level; whenever an
+ * instance is free a batch is formed from the front of the queue:
+ * - the largest reachable preferred batch size goes at once;
+ * - otherwise, with max_queue_delay_microseconds > 0, the batch waits until
+ *   its oldest request has been queued that long (arrivals may complete it
+ *   sooner), then goes with whatever fits in max_batch_size;
+ * - requests whose inputs differ in non-batch shape (ragged inputs aside) or
+ *   in the set of inputs are never merged.
+ * Batches run through executeBatch; slicing outputs per request is the
+ * backend's job.
+ */
+import type { BackendRequest, BackendResponse } from '../backends/backend.js';
+import type { ModelDynamicBatching } from '../gen/model_config_pb.js';
+import type { FailureReason, ModelVersionStatistics } from '../core/statistics.js';
+import { Errors, type NereidError } from '../errors.js';
+import { Fifo } from './fifo.js';
+import { type CandidateSink, PriorityQueue } from './priority-queue.js';
+import { ScheduledRequest } from './scheduled-request.js';
+import { type ModelInstance, type Scheduler, executeBatch } from './scheduler.js';
+
+export interface DynamicBatcherOptions {
+  maxBatchSize: number;
+  /** Normalised: preferred sizes filled in. */
+  batching: ModelDynamicBatching;
+  /** Inputs with allow_ragged_batch: their shapes may differ within a batch. */
+  raggedInputs: ReadonlySet<string>;
+}
+
+/** How long batches that left on their queue delay actually waited. */
+export interface ObtainedDelay {
+  /** Batches sent because their oldest request reached the delay. */
+  count: number;
+  /** Sum and maximum of (send time − oldest request's enqueue time), ns. */
+  totalNs: number;
+  maxNs: number;
+}
+
+const noop = (): void => {};
+
+/**
+ * Wakes the batcher at an hrtime instant. Node timers are millisecond
+ * grained, so the last stretch is polled with setImmediate against hrtime:
+ * sub-millisecond delays are met as configured, and the polling only runs
+ * while a batch is waiting.
+ */
+class Waker {
+  private atNs = 0n;
+  private timer: NodeJS.Timeout | undefined;
+  private immediate: NodeJS.Immediate | undefined;
+  private readonly tick: () => void;
+
+  constructor(private readonly fire: () => void) {
+    this.tick = this.onTick.bind(this);
+  }
+
+  /** Wakes at `atNs` (or earlier, if already set for earlier). */
+  arm(atNs: bigint): void {
+    if (this.atNs !== 0n && this.atNs <= atNs) return;
+    this.cancel();
+    this.atNs = atNs;
+    this.onTick();
+  }
+
+  cancel(): void {
+    this.atNs = 0n;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.immediate) clearImmediate(this.immediate);
+    this.timer = undefined;
+    this.immediate = undefined;
+  }
+
+  private onTick(): void {
+    this.timer = undefined;
+    this.immediate = undefined;
+    if (this.atNs === 0n) return;
+    const remainingNs = Number(this.atNs - process.hrtime.bigint());
+    if (remainingNs <= 0) {
+      this.atNs = 0n;
+      this.fire();
+    } else if (remainingNs > 1_500_000) {
+      // Sleep to within about a millisecond of the instant, then poll.
+      this.timer = setTimeout(this.tick, Math.floor(remainingNs / 1e6) - 1);
+    } else {
+      this.immediate = setImmediate(this.tick);
+    }
+  }
+}
+
+/**
+ * Stands in for a request inside a batch when preserve_ordering is on: it
+ * holds the outcome until every earlier request has been answered.
+ */
+class OrderedRequest extends ScheduledRequest {
+  private response: BackendResponse | undefined;
+  private error: NereidError | undefined;
+  private reason: FailureReason = 'OTHER';
+  private queueNs = 0;
+  private inputNs = 0;
+  private inferNs = 0;
+  private outputNs = 0;
+
+  constructor(
+    readonly original: ScheduledRequest,
+    private readonly batcher: DynamicBatcher,
+  ) {
+    super(original.request, original.priority, original.timeoutUs, original.stats, noop, undefined);
+    this.enqueueNs = original.enqueueNs;
+  }
+
+  override succeed(response: BackendResponse, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+    if (this.done) return;
+    this.done = true;
+    this.response = response;
+    this.queueNs = queueNs;
+    this.inputNs = computeInputNs;
+    this.inferNs = computeInferNs;
+    this.outputNs = computeOutputNs;
+    this.batcher.releaseInOrder();
+  }
+
+  override fail(error: NereidError, reason: FailureReason): void {
+    if (this.done) return;
+    this.done = true;
+    this.error = error;
+    this.reason = reason;
+    this.batcher.releaseInOrder();
+  }
+
+  /** Completes the original request with the held outcome. */
+  release(): void {
+    if (this.error) this.original.fail(this.error, this.reason);
+    else this.original.succeed(this.response!, this.queueNs, this.inputNs, this.inferNs, this.outputNs);
+  }
+}
+
+/** One batch on one instance. */
+class Execution {
+  constructor(
+    readonly batcher: DynamicBatcher,
+    readonly instance: ModelInstance,
+    readonly requestCount: number,
+  ) {}
+  finished(): void {
+    this.batcher.executionFinished(this);
+  }
+}
+
+/**
+ * Walks the queue front to back deciding how far the next batch reaches.
+ * One per batcher, reset before each walk.
+ */
+class BatchFormation implements CandidateSink {
+  /** Requests accepted into the pending batch, and their total batch size. */
+  count = 0;
+  size = 0;
+  /** The last point where the pending batch was worth sending now (preferred size, or the largest within the preferred sizes). */
+  markCount = 0;
+  markSize = 0;
+  /** The next request cannot join (too large or different shapes). */
+  blocked = false;
+  oldestNs = 0n;
+  private first: BackendRequest | undefined;
+
+  constructor(
+    private readonly maxBatchSize: number,
+    private readonly maxPreferred: number,
+    private readonly preferred: ReadonlySet<number>,
+    private readonly ragged: ReadonlySet<string>,
+    private readonly batchDim: boolean,
+  ) {}
+
+  reset(): void {
+    this.count = 0;
+    this.size = 0;
+    this.markCount = 0;
+    this.markSize = 0;
+    this.blocked = false;
+    this.oldestNs = 0n;
+    this.first = undefined;
+  }
+
+  offer(item: ScheduledRequest): boolean {
+    const request = item.request;
+    const bs = Math.max(1, request.batchSize);
+    if (this.count === 0) {
+      this.first = request;
+    } else {
+      const grown = this.size + bs;
+      if (grown > this.maxPreferred && this.markCount === 0) {
+        this.markCount = this.count;
+        this.markSize = this.size;
+      }
+      if (grown > this.maxBatchSize || !this.mergeable(this.first!, request)) {
+        this.blocked = true;
+        return false;
+      }
+    }
+    this.count += 1;
+    this.size += bs;
+    if (this.oldestNs === 0n || item.enqueueNs < this.oldestNs) this.oldestNs = item.enqueueNs;
+    if (this.preferred.has(this.size)) {
+      this.markCount = this.count;
+      this.markSize = this.size;
+    }
+    return this.size < this.maxBatchSize;
+  }
+
+  /** Same set of inputs, same shapes apart from the batch dimension (ragged inputs excepted). */
+  private mergeable(a: BackendRequest, b: BackendRequest): boolean {
+    const ai = a.inputs;
+    const bi = b.inputs;
+    if (ai.length !== bi.length) return false;
+    const from = this.batchDim ? 1 : 0;
+    for (let i = 0; i < bi.length; i++) {
+      const x = bi[i]!;
+      let y = ai[i]!;
+      if (y.name !== x.name) {
+        const found = ai.find((t) => t.name === x.name);
+        if (!found) return false;
+        y = found;
+      }
+      if (this.ragged.has(x.name)) continue;
+      const xs = x.shape;
+      const ys = y.shape;
+      if (xs.length !== ys.length) return false;
+      for (let d = from; d < xs.length; d++) if (xs[d] !== ys[d]) return false;
+    }
+    return true;
+  }
+}
+
+export class DynamicBatcher implements Scheduler {
+  private readonly queue: PriorityQueue;
+  private readonly free: ModelInstance[];
+  private readonly formation: BatchFormation;
+  private readonly maxBatchSize: number;
+  private readonly maxPreferred: number;
+  private readonly delayNs: bigint;
+  private readonly preserveOrdering: boolean;
+  private readonly ordered = new Fifo<OrderedRequest>();
+  private readonly waker: Waker;
+  private executing = 0;
+  private drainWaiters: Array<() => void> = [];
+  private scheduling = false;
+  private rescheduled = false;
+  private readonly obtained: ObtainedDelay = { count: 0, totalNs: 0, maxNs: 0 };
+
+  constructor(
+    private readonly modelName: string,
+    instances: readonly ModelInstance[],
+    private readonly stats: ModelVersionStatistics,
+    options: DynamicBatcherOptions,
+  ) {
+    const batching = options.batching;
+    this.maxBatchSize = Math.max(1, options.maxBatchSize);
+    const preferred = new Set(batching.preferredBatchSize.filter((s) => s > 0 && s <= this.maxBatchSize));
+    let maxPreferred = 0;
+    for (const s of preferred) maxPreferred = Math.max(maxPreferred, s);
+    // No preferred size: grow towards max_batch_size.
+    this.maxPreferred = maxPreferred === 0 ? this.maxBatchSize : maxPreferred;
+    this.delayNs = batching.maxQueueDelayMicroseconds * 1000n;
+    this.preserveOrdering = batching.preserveOrdering;
+    this.formation = new BatchFormation(this.maxBatchSize, this.maxPreferred, preferred, options.raggedInputs, options.maxBatchSize > 0);
+    this.queue = new PriorityQueue(batching);
+    this.queue.listener = { removed: () => this.schedule() };
+    this.free = [...instances].reverse();
+    this.waker = new Waker(() => this.schedule());
+  }
+
+  get pendingCount(): number {
+    return this.queue.size;
+  }
+
+  get executingCount(): number {
+    return this.executing;
+  }
+
+  /** Batches that left because their delay ran out, and how long they actually waited. */
+  get obtainedDelay(): Readonly<ObtainedDelay> {
+    return this.obtained;
+  }
+
+  enqueue(item: ScheduledRequest): void {
+    const now = process.hrtime.bigint();
+    item.enqueueNs = now;
+    if (item.done) return;
+    if (item.signal?.aborted) {
+      item.fail(Errors.cancelled(`request '${item.request.id}'`), 'CANCELED');
+      return;
+    }
+    const rejection = this.queue.push(item, now);
+    if (rejection) {
+      item.fail(rejection, 'REJECTED');
+      return;
+    }
+    this.schedule();
+  }
+
+  drain(): Promise<void> {
+    if (this.idle()) return Promise.resolve();
+    return new Promise((resolve) => this.drainWaiters.push(resolve));
+  }
+
+  /** Forms and sends batches while instances are free; arms the waker for the next deadline. */
+  private schedule(): void {
+    if (this.scheduling) {
+      // Completing a request can re-enter through its callbacks; run once more afterwards.
+      this.rescheduled = true;
+      return;
+    }
+    this.scheduling = true;
+    try {
+      do {
+        this.rescheduled = false;
+        this.scheduleOnce();
+      } while (this.rescheduled);
+    } finally {
+      this.scheduling = false;
+    }
+    if (this.idle()) this.resolveDrain();
+  }
+
+  private scheduleOnce(): void {
+    let now = process.hrtime.bigint();
+    const queue = this.queue;
+    if (queue.nextDeadlineNs !== 0n && now > queue.nextDeadlineNs) queue.expire(now);
+    let wakeAt = 0n;
+    while (this.free.length > 0 && queue.size > 0) {
+      const f = this.formation;
+      f.reset();
+      queue.walk(f);
+      if (f.count === 0) break;
+      const waited = now - f.oldestNs;
+      const delayExceeded = this.delayNs !== 0n && waited >= this.delayNs;
+      let count = 0;
+      if (f.markCount !== 0 && !delayExceeded) {
+        count = f.markCount;
+      } else if (f.blocked || f.size >= this.maxPreferred || this.delayNs === 0n) {
+        count = f.count;
+      } else if (delayExceeded) {
+        count = f.count;
+        this.recordObtainedDelay(Number(waited));
+      } else {
+        wakeAt = f.oldestNs + this.delayNs;
+        break;
+      }
+      this.dispatch(queue.take(count));
+      now = process.hrtime.bigint();
+    }
+    const deadline = queue.size > 0 ? queue.nextDeadlineNs : 0n;
+    if (deadline !== 0n && (wakeAt === 0n || deadline < wakeAt)) wakeAt = deadline + 1n;
+    if (wakeAt === 0n) this.waker.cancel();
+    else this.waker.arm(wakeAt);
+  }
+
+  private dispatch(items: ScheduledRequest[]): void {
+    const instance = this.free.pop()!;
+    let batchSize = 0;
+    for (let i = 0; i < items.length; i++) batchSize += Math.max(1, items[i]!.request.batchSize);
+    if (this.preserveOrdering) {
+      for (let i = 0; i < items.length; i++) {
+        const stand = new OrderedRequest(items[i]!, this);
+        this.ordered.push(stand);
+        items[i] = stand;
+      }
+    }
+    this.executing += items.length;
+    instance.busy = true;
+    const execution = new Execution(this, instance, items.length);
+    void executeBatch(instance, items, batchSize, this.stats, this.modelName).then(() => execution.finished());
+  }
+
+  /** @internal */
+  executionFinished(execution: Execution): void {
+    this.executing -= execution.requestCount;
+    execution.instance.busy = false;
+    this.free.push(execution.instance);
+    this.schedule();
+  }
+
+  /** @internal Answers ordered requests from the front while they are complete. */
+  releaseInOrder(): void {
+    const ordered = this.ordered;
+    while (ordered.length > 0 && ordered.peek()!.done) ordered.shift()!.release();
+  }
+
+  private recordObtainedDelay(ns: number): void {
+    const o = this.obtained;
+    o.count += 1;
+    o.totalNs += ns;
+    if (ns > o.maxNs) o.maxNs = ns;
+  }
+
+  private idle(): boolean {
+    return this.queue.size === 0 && this.executing === 0 && this.ordered.length === 0;
+  }
+
+  private resolveDrain(): void {
+    if (this.drainWaiters.length === 0) return;
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w();
+  }
+}
