@@ -1,0 +1,218 @@
+/**
+ * One onnxruntime instance: gathers a batch of requests into one session run
+ * and hands each request its slice of the outputs.
+ *
+ * Inputs: each input is copied once into a buffer of its own (all requests
+ * of the batch back to back) that is then moved, not copied, to the session
+ * thread. Outputs come back moved as well, and each request's outputs are
+ * views into them.
+ */
+import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../../backends/backend.js';
+import { Errors, NereidError, asNereidError } from '../../errors.js';
+import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
+import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
+import type { ModelPlan, TensorPlan } from './plan.js';
+import type { SessionClient } from './session-client.js';
+import type { WireTensor } from './worker-protocol.js';
+
+const utf8 = new TextDecoder();
+
+function findTensor(tensors: readonly Tensor[], name: string): Tensor | undefined {
+  for (const t of tensors) if (t.name === name) return t;
+  return undefined;
+}
+
+function findWire(tensors: readonly WireTensor[], name: string): WireTensor | undefined {
+  for (const t of tensors) if (t.name === name) return t;
+  return undefined;
+}
+
+function product(dims: readonly number[], from: number): number {
+  let n = 1;
+  for (let i = from; i < dims.length; i++) n *= dims[i]!;
+  return n;
+}
+
+function sameDims(a: readonly number[], b: readonly number[], from: number): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = from; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+export class OnnxRuntimeInstance implements BackendInstance {
+  private readonly client: SessionClient;
+  private readonly plan: ModelPlan;
+
+  constructor(client: SessionClient, plan: ModelPlan) {
+    this.client = client;
+    this.plan = plan;
+  }
+
+  async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
+    if (requests.length === 0) return [];
+    if (requests.length === 1 || (this.plan.maxBatchSize > 0 && this.canRunTogether(requests))) {
+      return this.runTogether(requests, timer);
+    }
+    // Without a batch dim, or with shapes that differ, requests run one after another.
+    timer.inputDone();
+    const responses: BackendResponse[] = [];
+    for (const r of requests) {
+      try {
+        responses.push((await this.runTogether([r], undefined))[0]!);
+      } catch (err) {
+        responses.push({ error: asNereidError(err) });
+      }
+    }
+    timer.inferDone();
+    return responses;
+  }
+
+  async isReady(): Promise<boolean> {
+    return this.client.alive;
+  }
+
+  close(): Promise<void> {
+    return this.client.close();
+  }
+
+  /** Same inputs with the same datatypes and non-batch dims in every request. */
+  private canRunTogether(requests: readonly BackendRequest[]): boolean {
+    const first = requests[0]!;
+    for (let i = 1; i < requests.length; i++) {
+      const r = requests[i]!;
+      if (r.inputs.length !== first.inputs.length) return false;
+      for (const t0 of first.inputs) {
+        const t = findTensor(r.inputs, t0.name);
+        if (!t || t.datatype !== t0.datatype || !sameDims(t.shape, t0.shape, 1)) return false;
+      }
+    }
+    return true;
+  }
+
+  private async runTogether(requests: readonly BackendRequest[], timer: ExecutionTimer | undefined): Promise<BackendResponse[]> {
+    const plan = this.plan;
+    const batching = plan.maxBatchSize > 0;
+    const n = requests.length;
+    const offsets = new Array<number>(n);
+    let total = 0;
+    for (let i = 0; i < n; i++) {
+      offsets[i] = total;
+      total += batching ? requests[i]!.batchSize : 1;
+    }
+
+    const first = requests[0]!;
+    const feeds: WireTensor[] = [];
+    for (const t0 of first.inputs) {
+      const p = plan.inputs.get(t0.name);
+      if (!p) throw Errors.unknownInput(t0.name, plan.modelName);
+      const rest = batching ? t0.shape.slice(1) : t0.shape;
+      const modelRest = p.toModelShape(rest);
+      const dims = batching ? [total, ...modelRest] : [...modelRest];
+      feeds.push({ name: p.name, type: p.ortType, dims, data: gatherInput(requests, p) });
+    }
+
+    const fetches: string[] = [];
+    for (const p of plan.outputs) {
+      for (const r of requests) {
+        if (r.requestedOutputs.includes(p.name)) {
+          fetches.push(p.name);
+          break;
+        }
+      }
+    }
+    for (const r of requests) {
+      for (const name of r.requestedOutputs) {
+        if (!plan.outputsByName.has(name)) throw Errors.unknownOutput(name, plan.modelName);
+      }
+    }
+
+    timer?.inputDone();
+    let outputs: readonly WireTensor[];
+    try {
+      outputs = await this.client.run(feeds, fetches);
+    } catch (err) {
+      throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
+    }
+    timer?.inferDone();
+
+    const responses = new Array<BackendResponse>(n);
+    for (let i = 0; i < n; i++) {
+      const r = requests[i]!;
+      try {
+        const tensors: Tensor[] = [];
+        for (const name of r.requestedOutputs) {
+          tensors.push(sliceOutput(plan.modelName, plan.outputsByName.get(name)!, findWire(outputs, name)!, batching, total, offsets[i]!, batching ? r.batchSize : 1));
+        }
+        responses[i] = { outputs: tensors };
+      } catch (err) {
+        responses[i] = { error: asNereidError(err) };
+      }
+    }
+    return responses;
+  }
+}
+
+/** One input of every request, back to back in a buffer of its own (strings for BYTES). */
+function gatherInput(requests: readonly BackendRequest[], p: TensorPlan): TypedArray | string[] {
+  if (p.datatype === 'BYTES') {
+    const strings: string[] = [];
+    for (const r of requests) {
+      const t = findTensor(r.inputs, p.name)!;
+      for (const e of decodeBytesElements(t.data, p.name)) strings.push(utf8.decode(e));
+    }
+    return strings;
+  }
+  const info = datatypeInfo(p.datatype);
+  let bytes = 0;
+  for (const r of requests) bytes += findTensor(r.inputs, p.name)!.data.byteLength;
+  if (bytes % info.byteSize !== 0) {
+    throw Errors.invalidRequest(`input '${p.name}' of model has ${bytes} bytes, not a whole number of ${p.datatype} elements`);
+  }
+  const buffer = new ArrayBuffer(bytes);
+  const target = new Uint8Array(buffer);
+  let off = 0;
+  for (const r of requests) {
+    const data = findTensor(r.inputs, p.name)!.data;
+    target.set(data, off);
+    off += data.byteLength;
+  }
+  return new info.arrayType!(buffer, 0, bytes / info.byteSize);
+}
+
+function sliceOutput(
+  modelName: string,
+  p: TensorPlan,
+  w: WireTensor,
+  batching: boolean,
+  total: number,
+  offset: number,
+  batchSize: number,
+): Tensor {
+  let start = 0;
+  let count: number;
+  let shape: number[];
+  if (batching) {
+    if (w.dims.length === 0 || w.dims[0] !== total) {
+      throw new NereidError(
+        'NRD_MODEL_EXECUTION',
+        'INTERNAL',
+        `model '${modelName}' returned output '${p.name}' with shape [${w.dims.join(',')}], but the batch has ${total} items`,
+      );
+    }
+    const rowDims = w.dims.slice(1);
+    const rowElems = product(w.dims, 1);
+    start = offset * rowElems;
+    count = batchSize * rowElems;
+    shape = [batchSize, ...p.toConfigShape(rowDims)];
+  } else {
+    count = product(w.dims, 0);
+    shape = [...p.toConfigShape(w.dims)];
+  }
+  if (Array.isArray(w.data)) {
+    const strings = w.data as readonly string[];
+    return makeTensor(p.name, p.datatype, shape, encodeBytesElements(start === 0 && count === strings.length ? strings : strings.slice(start, start + count)));
+  }
+  const view = w.data as TypedArray;
+  const size = view.BYTES_PER_ELEMENT;
+  return makeTensor(p.name, p.datatype, shape, new Uint8Array(view.buffer, view.byteOffset + start * size, count * size));
+}

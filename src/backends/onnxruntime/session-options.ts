@@ -1,0 +1,102 @@
+/**
+ * onnxruntime session options from a model configuration, read the way
+ * Triton's onnxruntime backend reads them: `parameters` (intra_op_thread_count,
+ * inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern,
+ * session.* config entries) and `optimization { graph { level } }`.
+ */
+import type { InferenceSession } from 'onnxruntime-node';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { Errors } from '../../errors.js';
+
+/**
+ * Default intra-op threads per instance when the configuration names none.
+ * ORT's own default is one thread per core for every session; with Triton's
+ * default of two CPU instances that oversubscribes the cores and the threads
+ * fight over them. One thread per instance lets the instances be the unit of
+ * parallelism (batches run side by side) and measured no slower on the small
+ * MLPs this server is benchmarked with. Set intra_op_thread_count to change it
+ * (0 restores ORT's default).
+ */
+export const DEFAULT_INTRA_OP_THREADS = 1;
+
+/**
+ * Spinning keeps idle intra-op threads busy-waiting for work: a little lower
+ * latency, but it burns cores other instances and the event loop need.
+ */
+export const DEFAULT_ALLOW_SPINNING = '0';
+
+const SPINNING_KEY = 'session.intra_op.allow_spinning';
+
+export interface PlacementOptions {
+  readonly kind: 'CPU' | 'GPU' | 'MODEL';
+  readonly deviceId: number;
+}
+
+/** A config parameter's string value, or undefined when absent. */
+export function configParameter(config: ModelConfig, key: string): string | undefined {
+  return config.parameters[key]?.stringValue;
+}
+
+function intParameter(modelName: string, config: ModelConfig, key: string, fallback: string | undefined): number | undefined {
+  const raw = configParameter(config, key) ?? fallback;
+  if (raw === undefined) return undefined;
+  const value = Number(raw.trim());
+  if (raw.trim() === '' || !Number.isInteger(value)) {
+    throw Errors.config(`model '${modelName}': parameter '${key}' must be an integer, got '${raw}'`);
+  }
+  return value;
+}
+
+function boolParameter(modelName: string, config: ModelConfig, key: string): boolean | undefined {
+  const v = intParameter(modelName, config, key, undefined);
+  return v === undefined ? undefined : v !== 0;
+}
+
+/** Session options for one instance. Throws a config error for a bad parameter value. */
+export function buildSessionOptions(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+  placement: PlacementOptions,
+): InferenceSession.SessionOptions {
+  const levelValue = config.optimization?.graph?.level ?? 0;
+  const graphOptimizationLevel = levelValue === -1 ? 'basic' : levelValue === 1 ? 'extended' : levelValue === 2 ? 'disabled' : 'all';
+
+  const executionMode = intParameter(modelName, config, 'execution_mode', undefined) ?? 0;
+  if (executionMode !== 0 && executionMode !== 1) {
+    throw Errors.config(
+      `model '${modelName}': invalid configuration value provided. Expected values for execution_mode are 0 or 1 but got ${executionMode}`,
+    );
+  }
+
+  // Model parameters win; `--backend-config=onnxruntime,intra_op_thread_count=N` sets the default for every model.
+  const intra = intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) ?? DEFAULT_INTRA_OP_THREADS;
+  const inter = intParameter(modelName, config, 'inter_op_thread_count', backendConfig['inter_op_thread_count']);
+  if (intra < 0) throw Errors.config(`model '${modelName}': parameter 'intra_op_thread_count' must be >= 0, got ${intra}`);
+  if (inter !== undefined && inter < 0) {
+    throw Errors.config(`model '${modelName}': parameter 'inter_op_thread_count' must be >= 0, got ${inter}`);
+  }
+
+  // Session config entries (onnxruntime_session_options_config_keys.h) pass through.
+  const extra: Record<string, string> = { [SPINNING_KEY]: DEFAULT_ALLOW_SPINNING };
+  for (const [key, value] of Object.entries(config.parameters)) {
+    if (key.startsWith('session.')) extra[key] = value.stringValue;
+  }
+
+  const options: InferenceSession.SessionOptions = {
+    graphOptimizationLevel,
+    executionMode: executionMode === 1 ? 'parallel' : 'sequential',
+    executionProviders: placement.kind === 'GPU' ? [{ name: 'cuda', deviceId: placement.deviceId }, 'cpu'] : ['cpu'],
+    // Errors only: onnxruntime's warnings go straight to stderr, outside the server's log.
+    logSeverityLevel: 3,
+    extra,
+  };
+  const mutable = options as { -readonly [K in keyof InferenceSession.SessionOptions]: InferenceSession.SessionOptions[K] };
+  if (intra > 0) mutable.intraOpNumThreads = intra;
+  if (inter !== undefined && inter > 0) mutable.interOpNumThreads = inter;
+  const arena = boolParameter(modelName, config, 'enable_mem_arena');
+  if (arena !== undefined) mutable.enableCpuMemArena = arena;
+  const pattern = boolParameter(modelName, config, 'enable_mem_pattern');
+  if (pattern !== undefined) mutable.enableMemPattern = pattern;
+  return options;
+}
