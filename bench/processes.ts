@@ -1,0 +1,85 @@
+/** Starting and stopping the servers a benchmark compares. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+export async function waitForHttp(url: string, timeoutMs = 60000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (Date.now() < end) {
+    try {
+      const r = await fetch(url);
+      if (r.status === 200) return;
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${url} did not become ready in ${timeoutMs} ms`);
+}
+
+export class Proc {
+  private exited: Promise<void>;
+  constructor(readonly child: ChildProcess) {
+    this.exited = new Promise((resolve) => child.on('exit', () => resolve()));
+  }
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null) return;
+    this.child.kill('SIGTERM');
+    const t = setTimeout(() => this.child.kill('SIGKILL'), 10000);
+    await this.exited;
+    clearTimeout(t);
+  }
+}
+
+export function startNode(script: string, args: string[], env: Record<string, string> = {}): Proc {
+  const child = spawn(process.execPath, [script, ...args], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
+  });
+  return new Proc(child);
+}
+
+export async function startNereid(repo: string, extra: string[] = []): Promise<{ proc: Proc; http: number; grpc: number; metrics: number }> {
+  const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
+  const proc = startNode(path.join(DIST, 'src', 'cli', 'main.js'), [
+    'serve',
+    `--model-repository=${repo}`,
+    `--http-port=${http}`,
+    `--grpc-port=${grpc}`,
+    `--metrics-port=${metrics}`,
+    '--http-address=127.0.0.1',
+    '--grpc-address=127.0.0.1',
+    ...extra,
+  ]);
+  await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`);
+  return { proc, http, grpc, metrics };
+}
+
+export async function startNaive(modelFile: string, noSpin = false): Promise<{ proc: Proc; port: number }> {
+  const port = await freePort();
+  const proc = startNode(path.join(DIST, 'bench', 'naive-server.js'), [modelFile, String(port), ...(noSpin ? ['--no-spin'] : [])]);
+  const end = Date.now() + 30000;
+  while (Date.now() < end) {
+    try {
+      await fetch(`http://127.0.0.1:${port}/`, { method: 'POST', body: '{}' });
+      return { proc, port };
+    } catch {
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  throw new Error('naive server did not start');
+}

@@ -1,0 +1,148 @@
+/**
+ * `npm run bench [-- <section> ...]`: Nereid side by side with the compute
+ * ceiling (onnxruntime in-process) and a naive node:http wrapper, measured in
+ * the same run with the same load, printed as tables of ratios.
+ *
+ * Sections: http (default scheduler vs naive), batching (dynamic batcher).
+ * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32").
+ */
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { binaryBody, jsonBody } from './bodies.js';
+import { type BenchModel, buildBenchModels } from './models.js';
+import { DIST, startNaive, startNereid } from './processes.js';
+import { type WrkResult, runWrk } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const sections = process.argv.slice(2);
+const want = (s: string) => sections.length === 0 ? s === 'http' || s === 'batching' : sections.includes(s);
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function printTable(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+  process.stdout.write(`\n${title}\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+}
+
+export function ceiling(model: BenchModel, batches: number[], threads: number): Map<number, number> {
+  const r = spawnSync(process.execPath, [path.join(DIST, 'bench', 'ceiling.js'), model.onnxFile, String(model.inputSize), batches.join(','), '2'], {
+    encoding: 'utf8',
+    env: { ...process.env, CEILING_THREADS: String(threads) },
+  });
+  const out = new Map<number, number>();
+  for (const line of r.stdout.split('\n')) {
+    if (!line.trim()) continue;
+    const j = JSON.parse(line) as { batch: number; inferPerSec: number };
+    out.set(j.batch, j.inferPerSec);
+  }
+  return out;
+}
+
+async function measure(url: string, model: BenchModel, format: 'json' | 'binary', c: number): Promise<WrkResult> {
+  const body = format === 'json' ? jsonBody(model.inputName, model.outputName, model.inputSize) : binaryBody(model.inputName, model.outputName, model.inputSize);
+  return runWrk(url, body, c, SECONDS);
+}
+
+async function scrapeMeanBatch(metricsPort: number, modelName: string): Promise<number | undefined> {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    const count = new RegExp(`^nv_inference_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
+    const exec = new RegExp(`^nv_inference_exec_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
+    if (!count || !exec || Number(exec[1]) === 0) return undefined;
+    return Number(count[1]) / Number(exec[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+async function httpSection(models: BenchModel[]): Promise<void> {
+  const conc = (process.env.BENCH_CONCURRENCY ?? '1,8,32').split(',').map(Number);
+  for (const model of models) {
+    const nereid = await startNereid(model.repository, []);
+    const naive = await startNaive(model.onnxFile);
+    const rows: string[][] = [];
+    try {
+      for (const format of ['binary', 'json'] as const) {
+        for (const c of conc) {
+          const n = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
+          const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
+          rows.push([
+            format,
+            String(c),
+            fmt(n.requestsPerSec),
+            fmt(n.p50us),
+            fmt(n.p99us),
+            fmt(b.requestsPerSec),
+            fmt(b.p50us),
+            fmt(b.p99us),
+            fmt(n.requestsPerSec / b.requestsPerSec, 2),
+            fmt(n.p50us - b.p50us),
+            String(n.errors + n.non2xx + b.errors + b.non2xx),
+          ]);
+        }
+      }
+    } finally {
+      await nereid.proc.stop();
+      await naive.proc.stop();
+    }
+    printTable(
+      `${model.label}: Nereid (default scheduler) vs naive node:http + onnxruntime wrapper, batch 1 per request, wrk -t1, ${SECONDS}s per point`,
+      ['body', 'conc', 'nereid/s', 'p50us', 'p99us', 'naive/s', 'p50us', 'p99us', 'ratio', 'Δp50us', 'errors'],
+      rows,
+    );
+    const ceil = ceiling(model, [1, 8, 32, 64], 1);
+    printTable(`${model.label}: in-process onnxruntime ceiling (1 intra-op thread, no spinning)`, ['batch', 'infer/s'], [...ceil].map(([b, v]) => [String(b), fmt(v)]));
+  }
+}
+
+async function batchingSection(models: BenchModel[]): Promise<void> {
+  const conc = (process.env.BENCH_CONCURRENCY ?? '1,8,32,64').split(',').map(Number);
+  for (const model of models) {
+    const ceil = ceiling(model, [1, 8, 32, 64], 1);
+    const best = Math.max(...ceil.values());
+    const nereid = await startNereid(model.repository, []);
+    const naive = await startNaive(model.onnxFile);
+    const rows: string[][] = [];
+    try {
+      for (const format of ['binary', 'json'] as const) {
+        for (const c of conc) {
+          const d = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.batchedName}/infer`, model, format, c);
+          const meanBatch = await scrapeMeanBatch(nereid.metrics, model.batchedName);
+          const p = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
+          const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
+          rows.push([
+            format,
+            String(c),
+            fmt(d.requestsPerSec),
+            fmt(d.p50us),
+            fmt(d.p99us),
+            meanBatch === undefined ? '-' : fmt(meanBatch, 1),
+            fmt(p.requestsPerSec),
+            fmt(b.requestsPerSec),
+            fmt(b.p50us),
+            fmt(d.requestsPerSec / b.requestsPerSec, 2),
+            fmt(d.requestsPerSec / best, 2),
+            String(d.errors + d.non2xx + p.errors + p.non2xx + b.errors + b.non2xx),
+          ]);
+        }
+      }
+    } finally {
+      await nereid.proc.stop();
+      await naive.proc.stop();
+    }
+    printTable(
+      `${model.label}: dynamic batching vs default scheduler vs naive wrapper; ceiling = best in-process batch (${fmt(best)} infer/s)`,
+      ['body', 'conc', 'batched/s', 'p50us', 'p99us', 'meanBatch*', 'unbatched/s', 'naive/s', 'naive p50', 'x naive', 'x ceiling', 'errors'],
+      rows,
+    );
+    process.stdout.write('* cumulative mean executed batch size since the server started (nv_inference_count / nv_inference_exec_count)\n');
+  }
+}
+
+const models = await buildBenchModels();
+if (want('http')) await httpSection(models);
+if (want('batching')) await batchingSection(models);

@@ -1,0 +1,63 @@
+/**
+ * Drives an HTTP endpoint with wrk (one thread, as measured in the issue) and
+ * reads back throughput and latency percentiles through a Lua done() hook.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+export interface WrkResult {
+  requestsPerSec: number;
+  p50us: number;
+  p99us: number;
+  errors: number;
+  non2xx: number;
+}
+
+export interface HttpBody {
+  body: Buffer;
+  headers: Record<string, string>;
+}
+
+/** wrk's Lua strings take any bytes when written as decimal escapes. */
+function luaString(buf: Buffer): string {
+  let s = '"';
+  for (const b of buf) {
+    if (b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x5c) s += String.fromCharCode(b);
+    else s += `\\${b}`;
+  }
+  return `${s}"`;
+}
+
+function script(req: HttpBody): string {
+  const headers = Object.entries(req.headers)
+    .map(([k, v]) => `wrk.headers[${JSON.stringify(k)}] = ${JSON.stringify(v)}`)
+    .join('\n');
+  return `wrk.method = "POST"
+wrk.body = ${luaString(req.body)}
+${headers}
+function done(summary, latency, requests)
+  local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
+  io.write(string.format("NEREID_RESULT %f %f %f %d %d\\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs, summary.errors.status))
+end
+`;
+}
+
+export async function runWrk(url: string, req: HttpBody, connections: number, seconds: number): Promise<WrkResult> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-wrk-'));
+  const file = path.join(dir, 'req.lua');
+  writeFileSync(file, script(req));
+  const out = await new Promise<string>((resolve, reject) => {
+    const p = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', file, url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    p.stdout.on('data', (d) => (text += d));
+    p.stderr.on('data', (d) => (text += d));
+    p.on('error', reject);
+    p.on('close', () => resolve(text));
+  });
+  const m = /NEREID_RESULT (\S+) (\S+) (\S+) (\d+) (\d+)/.exec(out);
+  if (!m) throw new Error(`wrk produced no result:\n${out}`);
+  return { requestsPerSec: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]), non2xx: Number(m[5]) };
+}
