@@ -286,7 +286,7 @@ export class DynamicBatcher implements Scheduler {
     item.enqueueNs = now;
     if (item.done) return;
     if (item.signal?.aborted) {
-      item.fail(Errors.cancelled(`request '${item.request.id}'`), 'CANCELED');
+      item.fail(Errors.cancelled('inference request'), 'CANCELED');
       return;
     }
     const rejection = this.queue.push(item, now);

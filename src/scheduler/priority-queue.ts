@@ -228,7 +228,7 @@ export class PriorityQueue {
   cancel(entry: QueueEntry): void {
     if (entry.dead) return;
     const item = entry.item;
-    if (!item.done) item.fail(Errors.cancelled(`request '${item.request.id}'`), 'CANCELED');
+    if (!item.done) item.fail(Errors.cancelled('inference request'), 'CANCELED');
     this.markDead(entry);
     // Keep memory bounded when many queued requests are cancelled.
     const level = entry.level;
