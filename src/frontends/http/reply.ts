@@ -1,0 +1,63 @@
+/** Writing HTTP replies: one writeHead + one end per reply, error bodies as Triton's `{"error":"..."}`. */
+import type { ServerResponse } from 'node:http';
+import { asNereidError } from '../../errors.js';
+
+const JSON_TYPE = 'application/json';
+
+export class Replier {
+  /** Set while the frontend stops: replies then close their connection. */
+  closing = false;
+
+  private prepare(res: ServerResponse): void {
+    if (this.closing) res.shouldKeepAlive = false;
+  }
+
+  /** 200/… with a JSON text body. */
+  json(res: ServerResponse, status: number, body: string | Buffer): void {
+    this.prepare(res);
+    const length = typeof body === 'string' ? Buffer.byteLength(body, 'utf8') : body.byteLength;
+    res.writeHead(status, ['Content-Type', JSON_TYPE, 'Content-Length', String(length)]);
+    res.end(body);
+  }
+
+  /** A reply without a body (health probes, load/unload). */
+  empty(res: ServerResponse, status: number, contentType?: string): void {
+    this.prepare(res);
+    res.writeHead(status, contentType === undefined ? ['Content-Length', '0'] : ['Content-Type', contentType, 'Content-Length', '0']);
+    res.end();
+  }
+
+  /** `{"error": message}` with the status of the error's class; extra headers are a flat name/value list. */
+  error(res: ServerResponse, err: unknown, extraHeaders?: readonly string[]): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const e = asNereidError(err);
+    this.errorText(res, e.httpStatus, e.message, extraHeaders);
+  }
+
+  errorText(res: ServerResponse, status: number, message: string, extraHeaders?: readonly string[]): void {
+    this.prepare(res);
+    const body = JSON.stringify({ error: message });
+    const headers = ['Content-Type', JSON_TYPE, 'Content-Length', String(Buffer.byteLength(body, 'utf8'))];
+    if (extraHeaders !== undefined) headers.push(...extraHeaders);
+    res.writeHead(status, headers);
+    res.end(body);
+  }
+
+  /** A body made of a JSON part followed by binary parts, written without joining them. */
+  parts(res: ServerResponse, status: number, headers: string[], first: Buffer, rest: readonly Uint8Array[], total: number): void {
+    this.prepare(res);
+    headers.push('Content-Length', String(total));
+    res.writeHead(status, headers);
+    if (rest.length === 0) {
+      res.end(first);
+      return;
+    }
+    res.cork();
+    res.write(first);
+    for (let i = 0; i < rest.length; i++) res.write(rest[i]!);
+    res.end();
+  }
+}

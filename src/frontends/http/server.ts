@@ -1,0 +1,458 @@
+/**
+ * The KServe v2 HTTP frontend with Triton's extensions, on node:http.
+ *
+ * Routing follows Triton's: exact full-path regular expressions tried in a
+ * fixed order, no percent-decoding, 404 "Not Found" for anything else and
+ * 405 "Method Not Allowed" for a known path with the wrong method.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import { Errors, NereidError } from '../../errors.js';
+import type { ServerApi } from '../../core/server-api.js';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
+import { compressBody, negotiateResponseEncoding } from './compression.js';
+import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
+import { encodeInferResponse } from './infer-encode.js';
+import { parseJsonBytes } from './json-parse.js';
+import { Replier } from './reply.js';
+import { LogSettings, TraceSettings, stoi } from './settings.js';
+
+export interface HttpFrontendOptions {
+  port: number;
+  address: string;
+  /** --http-max-input-size: bound on request bodies and on each JSON tensor (default 64 MiB). */
+  maxInputSize: number;
+  logger: Logger;
+  /** Shared with the gRPC frontend when given. */
+  logSettings?: LogSettings;
+  traceSettings?: TraceSettings;
+}
+
+export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
+
+const MODEL_RE =
+  /^\/v2\/models\/([^/]+)(?:\/versions\/([0-9]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|trace\/setting))?$/;
+const HEALTH_RE = /^\/v2(?:\/health\/(live|ready))?$/;
+const SYSTEM_SHM_RE = /^\/v2\/systemsharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
+const CUDA_SHM_RE = /^\/v2\/cudasharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
+const REPOSITORY_RE = /^\/v2\/repository(?:\/([^/]+))?\/(index|models\/([^/]+)\/(load|unload))$/;
+
+const CLIENT_SHM_DISABLED =
+  "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
+const INT64_MAX = 9223372036854775807n;
+
+const METHOD_NOT_ALLOWED = 405;
+const NOT_FOUND = 404;
+const JSON_TYPE = 'application/json';
+
+type JsonObject = Record<string, unknown>;
+
+function isObject(v: unknown): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Version from the URL (digits only by the route): '' = let the server choose; "007" means 7. */
+function parseVersion(model: string, text: string | undefined): string | undefined {
+  if (text === undefined || text === '') return undefined;
+  const v = BigInt(text);
+  if (v > INT64_MAX) throw Errors.invalidModelVersion(model, text);
+  return v.toString();
+}
+
+/** Inference-Header-Content-Length, parsed like std::stoi and range-checked against the body. */
+export function inferHeaderLength(raw: string | undefined, contentLength: number): number {
+  if (raw === undefined) return contentLength;
+  const v = stoi(raw);
+  if (v === 'invalid') throw Errors.malformedBody(`Unable to parse Inference-Header-Content-Length, got: ${raw}`);
+  if (v === 'range') {
+    throw Errors.malformedBody(
+      `Unable to parse Inference-Header-Content-Length, value is out of range [ -2147483648, 2147483647 ], got: ${raw}`,
+    );
+  }
+  if (v < 0 || v > contentLength) {
+    throw Errors.malformedBody(`inference header size should be in range (0, ${contentLength}), got: ${raw}`);
+  }
+  return v;
+}
+
+let configToJson: ((config: ModelConfig) => unknown) | undefined;
+
+/** The config module is loaded on first use of the config endpoint. */
+async function modelConfigJson(config: ModelConfig): Promise<string> {
+  if (configToJson === undefined) {
+    const mod = await import('../../config/index.js');
+    configToJson = mod.modelConfigToJson as (config: ModelConfig) => unknown;
+  }
+  const json = configToJson(config);
+  return typeof json === 'string' ? json : JSON.stringify(json);
+}
+
+export class HttpFrontend {
+  private readonly httpServer: http.Server;
+  private readonly reply = new Replier();
+  private readonly logSettings: LogSettings;
+  private readonly traceSettings: TraceSettings;
+  private readonly maxInputSize: number;
+  private readonly logger: Logger;
+  private closed: Promise<void> | undefined;
+
+  constructor(
+    private readonly server: ServerApi,
+    private readonly options: HttpFrontendOptions,
+  ) {
+    this.maxInputSize = options.maxInputSize > 0 ? options.maxInputSize : DEFAULT_MAX_INPUT_SIZE;
+    this.logger = options.logger;
+    this.logSettings = options.logSettings ?? new LogSettings();
+    this.traceSettings = options.traceSettings ?? new TraceSettings();
+    this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));
+    // Outlive common load-balancer idle timeouts (60 s) so they close first.
+    this.httpServer.keepAliveTimeout = 65_000;
+    this.httpServer.headersTimeout = 66_000;
+  }
+
+  start(): Promise<{ port: number }> {
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => reject(err);
+      this.httpServer.once('error', onError);
+      this.httpServer.listen(this.options.port, this.options.address, () => {
+        this.httpServer.off('error', onError);
+        const port = (this.httpServer.address() as AddressInfo).port;
+        this.logger.info({ address: this.options.address, port }, 'Started HTTPService');
+        resolve({ port });
+      });
+    });
+  }
+
+  /** Stops accepting connections; requests in flight finish, then their connections close. */
+  stop(): Promise<void> {
+    if (this.closed !== undefined) return this.closed;
+    this.reply.closing = true;
+    this.closed = new Promise<void>((resolve) => {
+      if (!this.httpServer.listening) {
+        resolve();
+        return;
+      }
+      this.httpServer.close(() => resolve());
+      this.httpServer.closeIdleConnections();
+    });
+    return this.closed;
+  }
+
+  private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    let pending: Promise<void> | void;
+    try {
+      pending = this.route(req, res, path);
+    } catch (err) {
+      this.fail(res, err);
+      return;
+    }
+    if (pending !== undefined) pending.catch((err: unknown) => this.fail(res, err));
+  }
+
+  private fail(res: ServerResponse, err: unknown): void {
+    if (err instanceof NereidError) {
+      // A refused oversized body is left unread: do not keep reading it on this connection.
+      if (err.code === 'NRD_BODY_TOO_LARGE') res.shouldKeepAlive = false;
+    } else {
+      this.logger.error({ err }, 'HTTP request failed unexpectedly');
+    }
+    this.reply.error(res, err);
+  }
+
+  private notAllowed(res: ServerResponse): void {
+    this.reply.errorText(res, METHOD_NOT_ALLOWED, 'Method Not Allowed');
+  }
+
+  private route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> | void {
+    if (path === '/v2/models/stats') return this.handleStats(req, res, '', undefined);
+    if (path === '/v2/logging') return this.handleLogging(req, res);
+
+    const m = MODEL_RE.exec(path);
+    if (m !== null) {
+      const model = m[1]!;
+      const version = m[2];
+      switch (m[3]) {
+        case 'infer':
+          return this.handleInfer(req, res, model, version);
+        case 'ready':
+          return this.handleModelReady(req, res, model, version);
+        case 'config':
+          return this.handleModelConfig(req, res, model, version);
+        case 'stats':
+          return this.handleStats(req, res, model, version);
+        case 'generate':
+        case 'generate_stream':
+          if (req.method !== 'POST') return this.notAllowed(res);
+          throw Errors.unsupported(`the ${m[3]} extension is not supported`);
+        case 'trace/setting':
+          if (version === undefined) return this.handleTrace(req, res, model);
+          break;
+        default:
+          return this.handleModelMetadata(req, res, model, version);
+      }
+    }
+
+    if (path === '/v2') return this.handleServerMetadata(req, res);
+    const health = HEALTH_RE.exec(path);
+    if (health !== null) return this.handleHealth(req, res, health[1]!);
+    const sys = SYSTEM_SHM_RE.exec(path);
+    if (sys !== null) return this.handleSharedMemory(req, res, 'system', sys[1] ?? '', sys[2]!);
+    const cuda = CUDA_SHM_RE.exec(path);
+    if (cuda !== null) return this.handleSharedMemory(req, res, 'cuda', cuda[1] ?? '', cuda[2]!);
+    const repo = REPOSITORY_RE.exec(path);
+    if (repo !== null) {
+      if (repo[2] === 'index') return this.handleRepositoryIndex(req, res);
+      return this.handleRepositoryControl(req, res, repo[1] ?? '', repo[3]!, repo[4]!);
+    }
+    if (path === '/v2/trace/setting') return this.handleTrace(req, res, '');
+    this.reply.errorText(res, NOT_FOUND, 'Not Found');
+  }
+
+  // --- health and metadata -------------------------------------------------
+
+  private handleHealth(req: IncomingMessage, res: ServerResponse, kind: string): void {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const ok = kind === 'live' ? this.server.isLive() : this.server.isReady();
+    this.reply.empty(res, ok ? 200 : 400);
+  }
+
+  private handleServerMetadata(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const md = this.server.metadata();
+    this.reply.json(res, 200, JSON.stringify({ name: md.name, version: md.version, extensions: md.extensions }));
+  }
+
+  private async handleModelReady(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+  ): Promise<void> {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const ready = await this.server.modelReady(model, parseVersion(model, versionText));
+    if (ready) this.reply.empty(res, 200);
+    else this.reply.errorText(res, 400, 'Model version not ready');
+  }
+
+  private handleModelMetadata(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const md = this.server.modelMetadata(model, parseVersion(model, versionText));
+    const tensors = (list: typeof md.inputs) => list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
+    const body = JSON.stringify({
+      name: md.name,
+      versions: md.versions,
+      platform: md.platform,
+      inputs: tensors(md.inputs),
+      outputs: tensors(md.outputs),
+    });
+    this.reply.json(res, 200, body);
+  }
+
+  private async handleModelConfig(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+  ): Promise<void> {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const config = this.server.modelConfig(model, parseVersion(model, versionText));
+    this.reply.json(res, 200, await modelConfigJson(config));
+  }
+
+  private handleStats(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
+    if (req.method !== 'GET') return this.notAllowed(res);
+    const version = parseVersion(model, versionText);
+    const stats = this.server.modelStatistics(model === '' ? undefined : model, version);
+    this.reply.json(res, 200, JSON.stringify({ model_stats: stats }));
+  }
+
+  // --- model repository ----------------------------------------------------
+
+  /** Reads and parses an optional JSON body (undefined when empty). */
+  private async readJson(req: IncomingMessage, allowEmpty: boolean): Promise<unknown> {
+    const body = await readBody(req, this.maxInputSize);
+    if (body.byteLength === 0 && !allowEmpty) return undefined;
+    return parseJsonBytes(body);
+  }
+
+  private async handleRepositoryIndex(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.method !== 'POST') return this.notAllowed(res);
+    const doc = await this.readJson(req, false);
+    let readyOnly = false;
+    if (isObject(doc) && doc['ready'] !== undefined) {
+      if (typeof doc['ready'] !== 'boolean') throw Errors.malformedBody("Invalid value for 'ready': expected a boolean");
+      readyOnly = doc['ready'];
+    }
+    const index = await this.server.repositoryIndex(readyOnly);
+    const entries = index.map((e) => {
+      const entry: Record<string, string> = { name: e.name };
+      if (e.version !== undefined) entry['version'] = e.version;
+      if (e.state !== undefined) entry['state'] = e.state;
+      if (e.reason !== undefined && e.reason !== '') entry['reason'] = e.reason;
+      return entry;
+    });
+    this.reply.json(res, 200, JSON.stringify(entries));
+  }
+
+  private async handleRepositoryControl(
+    req: IncomingMessage,
+    res: ServerResponse,
+    repository: string,
+    model: string,
+    action: string,
+  ): Promise<void> {
+    if (req.method !== 'POST') return this.notAllowed(res);
+    if (repository !== '') throw Errors.unsupported("'repository_name' specification is not supported");
+    const doc = await this.readJson(req, false);
+    if (action === 'load') {
+      let config: string | undefined;
+      let files: Record<string, Uint8Array> | undefined;
+      const params = isObject(doc) ? doc['parameters'] : undefined;
+      if (params !== undefined) {
+        if (!isObject(params)) throw Errors.jsonValue('attempt to access JSON non-object as object');
+        for (const key of Object.keys(params)) {
+          const value = params[key];
+          if (typeof value !== 'string') throw Errors.jsonValue('attempt to access JSON non-string as string');
+          if (key === 'config') {
+            config = value;
+          } else if (key.startsWith('file:')) {
+            files ??= {};
+            files[key] = Buffer.from(value, 'base64');
+          } else {
+            throw Errors.internal('unexpected error on creating Triton parameter');
+          }
+        }
+      }
+      await this.server.loadModel(model, config === undefined && files === undefined ? undefined : { config, files });
+    } else {
+      let unloadDependents = false;
+      const params = isObject(doc) ? doc['parameters'] : undefined;
+      // Like Triton, a non-boolean value is ignored rather than reported.
+      if (isObject(params) && params['unload_dependents'] === true) unloadDependents = true;
+      await this.server.unloadModel(model, { unloadDependents });
+    }
+    this.reply.empty(res, 200, JSON_TYPE);
+  }
+
+  // --- shared memory (client shared memory is disabled, as Triton's default) ----
+
+  private handleSharedMemory(
+    req: IncomingMessage,
+    res: ServerResponse,
+    kind: 'system' | 'cuda',
+    region: string,
+    action: string,
+  ): void {
+    const wanted = action === 'status' ? 'GET' : 'POST';
+    if (req.method !== wanted) return this.notAllowed(res);
+    if (action !== 'status') throw Errors.unsupported(CLIENT_SHM_DISABLED);
+    if (region !== '') throw Errors.notFound(`Unable to find ${kind} shared memory region: '${region}'`);
+    this.reply.json(res, 200, '[]');
+  }
+
+  // --- trace and logging ---------------------------------------------------
+
+  private async handleTrace(req: IncomingMessage, res: ServerResponse, model: string): Promise<void> {
+    if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
+    if (model !== '') {
+      const ready = await this.server.modelReady(model);
+      if (!ready) throw Errors.invalidRequest(`Request for unknown model : ${model}`);
+    }
+    if (req.method === 'POST') this.traceSettings.update(model, await this.readJson(req, true));
+    this.reply.json(res, 200, this.traceSettings.toJson(model));
+  }
+
+  private async handleLogging(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
+    if (req.method === 'POST') this.logSettings.update(await this.readJson(req, true));
+    this.reply.json(res, 200, this.logSettings.toJson());
+  }
+
+  // --- inference -----------------------------------------------------------
+
+  private async handleInfer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+  ): Promise<void> {
+    if (req.method !== 'POST') return this.notAllowed(res);
+    const version = parseVersion(model, versionText);
+    // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
+    const config = this.server.modelConfig(model, version);
+    if (config.modelTransactionPolicy?.decoupled === true) {
+      throw Errors.unsupported("HTTP end point doesn't support models with decoupled transaction policy");
+    }
+    const encoding = requestEncoding(req);
+    if (encoding === 'unknown') {
+      this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
+      return;
+    }
+    let body = await readBody(req, this.maxInputSize);
+    if (encoding !== 'identity') body = await inflateBody(body, this.maxInputSize);
+
+    const headerLength = inferHeaderLength(headerValue(req, 'inference-header-content-length'), body.byteLength);
+    const decoded =
+      headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, this.maxInputSize);
+
+    const call = new InferCall(res);
+    const response = await this.server.infer({
+      model,
+      version,
+      id: decoded.id,
+      inputs: decoded.inputs,
+      outputs: decoded.outputs,
+      parameters: decoded.parameters,
+      signal: call.signal,
+    });
+    call.done();
+    await this.sendInferResponse(req, res, response, decoded);
+  }
+
+  private async sendInferResponse(
+    req: IncomingMessage,
+    res: ServerResponse,
+    response: Parameters<typeof encodeInferResponse>[0],
+    decoded: DecodedInfer,
+  ): Promise<void> {
+    const encoded = encodeInferResponse(response, decoded);
+    const hasBinary = encoded.binaryByteLength > 0;
+    const headers = hasBinary
+      ? ['Content-Type', 'application/octet-stream', 'Inference-Header-Content-Length', String(encoded.json.byteLength)]
+      : ['Content-Type', JSON_TYPE];
+    const encoding = negotiateResponseEncoding(headerValue(req, 'accept-encoding'));
+    if (encoding === 'identity') {
+      this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
+      return;
+    }
+    const whole = hasBinary ? Buffer.concat([encoded.json, ...encoded.binary]) : encoded.json;
+    const compressed = await compressBody(encoding, whole);
+    headers.push('Content-Encoding', encoding);
+    this.reply.parts(res, 200, headers, compressed, [], compressed.byteLength);
+  }
+}
+
+/** Cancels the core request when the client goes away before the reply. */
+class InferCall {
+  private controller: AbortController | undefined = new AbortController();
+  readonly signal: AbortSignal;
+
+  constructor(private readonly res: ServerResponse) {
+    this.signal = this.controller!.signal;
+    res.once('close', this.onClose);
+  }
+
+  private readonly onClose = (): void => {
+    if (this.controller !== undefined && !this.res.writableFinished) this.controller.abort();
+  };
+
+  done(): void {
+    this.controller = undefined;
+    this.res.off('close', this.onClose);
+  }
+}
