@@ -117,7 +117,7 @@ class TextWalker {
   }
 
   private fail(message: string, at: Token, field?: string): never {
-    throw new LocatedError(message, at.line, at.column, field?.replaceAll(ENTRY, ''));
+    throw new LocatedError(message, at.line, at.column, field ? field.replaceAll(ENTRY, '') : undefined);
   }
 
   private mark(path: string, at: Token): void {

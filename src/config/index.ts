@@ -1,0 +1,20 @@
+export { ConfigError, type ConfigErrorLocation, type SourcePosition } from './errors.js';
+export { parseModelConfig, parseModelConfigWithPositions, collectPositions, type ParsedModelConfig } from './parse.js';
+export { lookupPosition, joinPath, parentPath, type ConfigPositions } from './positions.js';
+export {
+  readModelConfig,
+  CONFIG_FILE_NAME,
+  CONFIG_FOLDER_NAME,
+  type ModelConfigSource,
+  type ReadModelConfigOptions,
+} from './read.js';
+export { completeBackendFields, Backend, Platform, DefaultFilename, type BackendFieldsContext } from './backend-fields.js';
+export {
+  normalizeModelConfig,
+  normalizeInstanceGroups,
+  SEQUENCE_IDLE_DEFAULT_MICROSECONDS,
+  TRITON_DEFAULT_CPU_INSTANCE_COUNT,
+  type NormalizeOptions,
+} from './normalize.js';
+export { validateModelConfig, type ValidateOptions } from './validate.js';
+export { modelConfigToJson, modelConfigFromJson } from './json.js';
