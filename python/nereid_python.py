@@ -1,0 +1,183 @@
+"""Runs a model.py (class TritonPythonModel) inside the worker process."""
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+
+import triton_python_backend_utils as pb
+from nereid_stub import decode_tensor, encode_tensors, error_line, error_traceback
+
+
+def load_model_class(path):
+    """Imports model.py and returns its TritonPythonModel class."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    spec = importlib.util.spec_from_file_location("model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError("cannot import {}".format(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    cls = getattr(module, "TritonPythonModel", None)
+    if cls is None:
+        raise AttributeError(
+            "{} does not define class TritonPythonModel".format(os.path.basename(path))
+        )
+    return cls
+
+
+class PythonModelRunner:
+    def __init__(self, stub):
+        self.stub = stub
+        self.model = None
+        self.model_name = ""
+        self.model_version = -1
+
+    def _call(self, fn, *args):
+        result = fn(*args)
+        if inspect.iscoroutine(result):
+            result = self.stub.run_coroutine(result)
+        return result
+
+    def on_init(self, header, _buffers):
+        args = header["args"]
+        self.model_name = args.get("model_name", "")
+        try:
+            self.model_version = int(args.get("model_version", "-1"))
+        except ValueError:
+            self.model_version = -1
+        try:
+            cls = load_model_class(header["file"])
+            model = cls()
+            if not callable(getattr(model, "execute", None)):
+                raise AttributeError("TritonPythonModel has no execute() method")
+            init = getattr(model, "initialize", None)
+            if callable(init):
+                self._call(init, args)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.stub.send_error(exc)
+            return
+        self.model = model
+        self.stub.send({"t": "ok"})
+
+    def on_auto_complete(self, header, _buffers):
+        try:
+            cls = load_model_class(header["file"])
+            hook = getattr(cls, "auto_complete_config", None)
+            if hook is None:
+                self.stub.send({"t": "config", "config": None})
+                return
+            config = pb.ModelConfig(header["config"])
+            result = hook(config)
+            if not isinstance(result, pb.ModelConfig):
+                raise TypeError(
+                    "auto_complete_config() must return a pb_utils.ModelConfig, got {}".format(
+                        type(result).__name__
+                    )
+                )
+            self.stub.send({"t": "config", "config": json.dumps(result.as_dict())})
+        except BaseException as exc:
+            self.stub.send_error(exc)
+
+    def on_execute(self, header, buffers):
+        try:
+            requests = []
+            for r in header["r"]:
+                inputs = [decode_tensor(m, buffers[m["b"]]) for m in r["i"]]
+                requests.append(
+                    pb.InferenceRequest(
+                        request_id=r.get("id", ""),
+                        correlation_id=r.get("c", 0),
+                        inputs=inputs,
+                        requested_output_names=r.get("o", []),
+                        model_name=self.model_name,
+                        model_version=self.model_version,
+                        flags=r.get("f", 0),
+                        parameters=r.get("p") or "{}",
+                    )
+                )
+            responses = self._call(self.model.execute, requests)
+            self._check_responses(requests, responses)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self.stub.send_error(exc, "batch_error")
+            return
+        out = []
+        buffers_out = []
+        for resp in responses:
+            out.append(self._encode_response(resp, buffers_out))
+        self.stub.send({"t": "responses", "r": out}, buffers_out)
+
+    @staticmethod
+    def _check_responses(requests, responses):
+        if responses is None:
+            raise pb.TritonModelException(
+                "execute() returned None; it must return a list with one InferenceResponse per request"
+            )
+        if not isinstance(responses, (list, tuple)):
+            raise pb.TritonModelException(
+                "execute() must return a list of InferenceResponse, got {}".format(
+                    type(responses).__name__
+                )
+            )
+        if len(responses) != len(requests):
+            raise pb.TritonModelException(
+                "execute() returned {} responses for {} requests; it must return exactly one "
+                "InferenceResponse per request".format(len(responses), len(requests))
+            )
+        for i, resp in enumerate(responses):
+            if not isinstance(resp, pb.InferenceResponse):
+                raise pb.TritonModelException(
+                    "execute() returned a {} at position {} where an InferenceResponse was "
+                    "expected".format(type(resp).__name__, i)
+                )
+
+    @staticmethod
+    def _encode_response(resp, buffers_out):
+        item = {}
+        try:
+            if resp.has_error():
+                err = resp.error()
+                item["e"] = {
+                    "m": err.message(),
+                    "c": pb._ERROR_CODE_NAMES.get(err.code(), "INTERNAL"),
+                }
+                return item
+            base = len(buffers_out)
+            metas, bufs = encode_tensors(resp.output_tensors())
+            for m in metas:
+                m["b"] += base
+            params = resp.parameters()
+            if params and params != "{}":
+                item["p"] = params
+            item["o"] = metas
+            buffers_out.extend(bufs)
+        except Exception as exc:
+            item = {"e": {"m": error_line(exc), "c": "INTERNAL"}}
+        return item
+
+    def on_is_ready(self, _header, _buffers):
+        try:
+            fn = getattr(self.model, "is_ready", None)
+            ready = True if fn is None else bool(self._call(fn))
+            self.stub.send({"t": "ready", "v": ready})
+        except Exception as exc:
+            self.stub.send({"t": "ready", "v": False, "m": error_line(exc)})
+
+    def on_finalize(self, _header, _buffers):
+        try:
+            fn = getattr(self.model, "finalize", None)
+            if callable(fn):
+                self._call(fn)
+            self.stub.send({"t": "ok"})
+        except Exception as exc:
+            self.stub.send_error(exc)
+
+
+__all__ = ["PythonModelRunner", "load_model_class", "error_traceback"]

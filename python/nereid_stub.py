@@ -1,0 +1,403 @@
+"""Worker process for Nereid's python and pytorch backends.
+
+One process serves one model instance. It talks to the server over two
+pipes: fd 3 carries commands in, fd 4 carries replies, BLS calls and log
+records out. stdout/stderr are left to the model (the server logs them).
+
+Every message is a frame:
+    u32 LE body length | body
+    body = u32 LE header length | header (JSON) | pad to 8 | buffer | pad to 8 | ...
+The header's "b" lists the byte length of each buffer. Tensor bytes travel
+as raw buffers and become numpy arrays with numpy.frombuffer (no per-element
+work except for BYTES, which numpy can only hold as objects).
+
+Usage: nereid_stub.py --mode python|torch
+"""
+
+import json
+import os
+import struct
+import sys
+import traceback
+
+FD_IN = 3
+FD_OUT = 4
+_U32 = struct.Struct("<I")
+_U32X2 = struct.Struct("<II")
+_ZEROS = bytes(8)
+_MAX_IOV = 512
+
+
+def _pad(n):
+    return (-n) & 7
+
+
+def error_line(exc):
+    """The last line of the exception's traceback, e.g. "ValueError: boom"."""
+    lines = traceback.format_exception_only(type(exc), exc)
+    return lines[-1].strip() if lines else repr(exc)
+
+
+def error_traceback(exc):
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+class Pipe:
+    """Reads and writes frames on the two command pipes."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd = rfd
+        self.wfd = wfd
+        self.buf = bytearray()
+        self.pos = 0
+
+    def _available(self):
+        return len(self.buf) - self.pos
+
+    def _fill(self, n):
+        while self._available() < n:
+            chunk = os.read(self.rfd, 1 << 16)
+            if not chunk:
+                raise EOFError("command pipe closed")
+            if self.pos:
+                del self.buf[: self.pos]
+                self.pos = 0
+            self.buf += chunk
+
+    def has_frame(self):
+        """Whether a whole frame is already buffered (no system call needed)."""
+        avail = self._available()
+        if avail < 4:
+            return False
+        return avail >= 4 + _U32.unpack_from(self.buf, self.pos)[0]
+
+    def read_frame(self):
+        """Returns (header dict, [memoryview per buffer]); raises EOFError at end of input."""
+        self._fill(4)
+        (n,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        avail = self._available()
+        if avail >= n:
+            body = self.buf[self.pos : self.pos + n]
+            self.pos += n
+            if self.pos == len(self.buf):
+                self.buf.clear()
+                self.pos = 0
+        else:
+            body = bytearray(n)
+            mv = memoryview(body)
+            mv[:avail] = memoryview(self.buf)[self.pos :]
+            self.buf.clear()
+            self.pos = 0
+            off = avail
+            while off < n:
+                got = os.readv(self.rfd, [mv[off:]])
+                if got == 0:
+                    raise EOFError("command pipe closed mid-frame")
+                off += got
+        mv = memoryview(body)
+        (hlen,) = _U32.unpack_from(body, 0)
+        header = json.loads(bytes(mv[4 : 4 + hlen]))
+        off = 4 + hlen
+        off += _pad(off)
+        buffers = []
+        for length in header.get("b", ()):
+            buffers.append(mv[off : off + length])
+            off += length
+            off += _pad(off)
+        return header, buffers
+
+    def write_frame(self, header, buffers=()):
+        views = [memoryview(b).cast("B") if not isinstance(b, bytes) else b for b in buffers]
+        header["b"] = [len(v) for v in views]
+        hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        parts = [None, hj]
+        size = 4 + len(hj)
+        p = _pad(size)
+        if p:
+            parts.append(_ZEROS[:p])
+            size += p
+        for v in views:
+            if len(v):
+                parts.append(v)
+                size += len(v)
+                p = _pad(size)
+                if p:
+                    parts.append(_ZEROS[:p])
+                    size += p
+        parts[0] = _U32X2.pack(size, len(hj))
+        self._write_all(parts)
+
+    def _write_all(self, parts):
+        i = 0
+        while i < len(parts):
+            group = parts[i : i + _MAX_IOV]
+            written = os.writev(self.wfd, group)
+            total = sum(len(g) for g in group)
+            if written == total:
+                i += len(group)
+                continue
+            # a partial write: skip what went out, keep the rest of the part it stopped in
+            for j, g in enumerate(group):
+                if written >= len(g):
+                    written -= len(g)
+                    continue
+                parts[i + j] = memoryview(g)[written:]
+                i += j
+                break
+
+
+class Stub:
+    """The command loop; the mode-specific runner does the model work."""
+
+    def __init__(self, pipe, mode):
+        self.pipe = pipe
+        self.mode = mode
+        self.runner = None
+        self.next_bls_id = 1
+        self.pending = {}  # BLS id -> result slot (list) or asyncio future
+        self.loop = None
+
+    # -- replies and logging
+
+    def send(self, header, buffers=()):
+        self.pipe.write_frame(header, buffers)
+
+    def log(self, level, message):
+        self.send({"t": "log", "l": level, "m": message})
+
+    def send_error(self, exc, kind="error"):
+        self.send({"t": kind, "m": error_line(exc), "tb": error_traceback(exc)})
+
+    # -- main loop
+
+    def serve(self):
+        while True:
+            try:
+                header, buffers = self.pipe.read_frame()
+            except EOFError:
+                return
+            t = header.get("t")
+            if t == "bls_result":
+                self._resolve_bls(header, buffers)
+                continue
+            if t == "exit":
+                return
+            handler = getattr(self.runner, "on_" + t, None)
+            if handler is None:
+                self.send({"t": "error", "m": "unknown command '{}'".format(t)})
+                continue
+            try:
+                handler(header, buffers)
+            except Exception as exc:  # a runner bug; the command still gets an answer
+                self.send_error(exc)
+            if t == "finalize":
+                return
+
+    # -- asyncio support for `async def execute` and BLS async_exec
+
+    def run_coroutine(self, coro):
+        import asyncio
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+        self.loop.add_reader(self.pipe.rfd, self._pump)
+        try:
+            return self.loop.run_until_complete(coro)
+        finally:
+            self.loop.remove_reader(self.pipe.rfd)
+
+    def _pump(self):
+        while True:
+            header, buffers = self.pipe.read_frame()
+            self._dispatch_during_call(header, buffers)
+            if not self.pipe.has_frame():
+                return
+
+    def _dispatch_during_call(self, header, buffers):
+        if header.get("t") == "bls_result":
+            self._resolve_bls(header, buffers)
+        else:
+            raise RuntimeError(
+                "unexpected '{}' command while a request is executing".format(header.get("t"))
+            )
+
+    def _resolve_bls(self, header, buffers):
+        slot = self.pending.pop(header.get("id"), None)
+        if slot is None:
+            return
+        if isinstance(slot, list):
+            slot.append((header, buffers))
+        elif not slot.done():
+            slot.set_result((header, buffers))
+
+    # -- BLS (called through pb_utils)
+
+    def _send_bls(self, request):
+        import triton_python_backend_utils as pb
+
+        if not request.model_name():
+            raise pb.TritonModelException("BLS request needs a model_name")
+        bls_id = self.next_bls_id
+        self.next_bls_id += 1
+        metas, buffers = encode_tensors(request.inputs())
+        version = request.model_version()
+        self.send(
+            {
+                "t": "bls",
+                "id": bls_id,
+                "model": request.model_name(),
+                "version": "" if version in (None, -1, "-1") else str(version),
+                "rid": request.request_id(),
+                "c": request.correlation_id(),
+                "f": request.flags(),
+                "to": request.timeout(),
+                "p": request.parameters(),
+                "o": list(request.requested_output_names()),
+                "i": metas,
+            },
+            buffers,
+        )
+        return bls_id
+
+    def bls_exec(self, request):
+        bls_id = self._send_bls(request)
+        slot = []
+        self.pending[bls_id] = slot
+        while not slot:
+            header, buffers = self.pipe.read_frame()
+            self._dispatch_during_call(header, buffers)
+        return decode_bls_response(*slot[0])
+
+    async def bls_async_exec(self, request):
+        bls_id = self._send_bls(request)
+        future = self.loop.create_future()
+        self.pending[bls_id] = future
+        header, buffers = await future
+        return decode_bls_response(header, buffers)
+
+
+# ------------------------------------------------------------ tensor codec
+
+
+def decode_tensor(meta, buf):
+    import numpy as np
+    import triton_python_backend_utils as pb
+
+    datatype = meta["d"]
+    shape = meta["s"]
+    if datatype == "BYTES":
+        arr = pb.deserialize_bytes_tensor(buf)
+        count = 1
+        for d in shape:
+            count *= d
+        if arr.size != count:
+            raise ValueError(
+                "BYTES tensor '{}' holds {} elements but its shape {} needs {}".format(
+                    meta["n"], arr.size, shape, count
+                )
+            )
+        arr = arr.reshape(shape)
+    else:
+        arr = np.frombuffer(buf, dtype=pb._PROTOCOL_TO_NUMPY[datatype]).reshape(shape)
+    return pb.Tensor(meta["n"], arr, datatype)
+
+
+def encode_tensor(tensor):
+    """(meta, buffer) for a pb_utils.Tensor."""
+    import numpy as np
+    import triton_python_backend_utils as pb
+
+    arr = tensor.as_numpy()
+    datatype = tensor._datatype
+    if datatype == "BYTES":
+        data = pb.serialize_byte_tensor(arr)
+        buf = b"" if data == () else data
+    else:
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        buf = arr.reshape(-1).view(np.uint8)
+    return {"n": tensor.name(), "d": datatype, "s": [int(d) for d in arr.shape]}, buf
+
+
+def encode_tensors(tensors):
+    import triton_python_backend_utils as pb
+
+    metas = []
+    buffers = []
+    for t in tensors:
+        if not isinstance(t, pb.Tensor):
+            raise pb.TritonModelException(
+                'Expected a "Tensor" object, found type "{}"'.format(type(t))
+            )
+        meta, buf = encode_tensor(t)
+        meta["b"] = len(buffers)
+        metas.append(meta)
+        buffers.append(buf)
+    return metas, buffers
+
+
+def decode_bls_response(header, buffers):
+    import triton_python_backend_utils as pb
+
+    err = header.get("e")
+    if err is not None:
+        code = pb._ERROR_NAME_CODES.get(err.get("c", "INTERNAL"), pb.TritonError.INTERNAL)
+        return pb.InferenceResponse(error=pb.TritonError(err.get("m", ""), code))
+    outputs = [decode_tensor(m, buffers[m["b"]]) for m in header.get("o", ())]
+    return pb.InferenceResponse(output_tensors=outputs, parameters=header.get("p") or None)
+
+
+# ------------------------------------------------------------------ startup
+
+
+def _import_hint(module, package_hint, exc):
+    return "{} is not importable by {} ({}): install {}".format(
+        module, sys.executable, error_line(exc), package_hint
+    )
+
+
+def main():
+    mode = "python"
+    if "--mode" in sys.argv:
+        mode = sys.argv[sys.argv.index("--mode") + 1]
+    pipe = Pipe(FD_IN, FD_OUT)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        import numpy
+    except Exception as exc:
+        pipe.write_frame(
+            {"t": "fatal", "m": _import_hint("numpy", "python3-numpy (Debian) or pip install numpy", exc)}
+        )
+        return 1
+    versions = {"python": sys.version.split()[0], "numpy": numpy.__version__}
+    stub = Stub(pipe, mode)
+    if mode == "torch":
+        try:
+            import torch
+        except Exception as exc:
+            pipe.write_frame(
+                {"t": "fatal", "m": _import_hint("torch", "python3-torch (Debian) or pip install torch", exc)}
+            )
+            return 1
+        versions["torch"] = torch.__version__
+        from nereid_torch import TorchScriptRunner
+
+        stub.runner = TorchScriptRunner(stub)
+    else:
+        import triton_python_backend_utils as pb
+
+        pb._set_channel(stub)
+        from nereid_python import PythonModelRunner
+
+        stub.runner = PythonModelRunner(stub)
+    pipe.write_frame({"t": "hello", "pid": os.getpid(), "versions": versions})
+    stub.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

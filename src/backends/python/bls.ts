@@ -1,0 +1,69 @@
+/**
+ * Business-logic scripting: a model's pb_utils.InferenceRequest(...).exec()
+ * arrives here as a frame and runs on any model this server serves.
+ */
+import type { InferenceCaller, ParameterValue } from '../backend.js';
+import type { InferRequest, RequestedOutput } from '../../core/types.js';
+import { NereidError } from '../../errors.js';
+import { isDatatype } from '../../tensor/datatype.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import type { Frame, FrameHeader, WireTensor } from './frame.js';
+import { decodeWireTensors, encodeWireTensors } from './wire.js';
+
+const FLAG_SEQUENCE_START = 1;
+const FLAG_SEQUENCE_END = 2;
+
+function blsParameters(h: FrameHeader): Record<string, ParameterValue> {
+  const params: Record<string, ParameterValue> = {};
+  if (typeof h.p === 'string' && h.p !== '' && h.p !== '{}') {
+    const parsed = JSON.parse(h.p) as Record<string, unknown>;
+    for (const [k, v] of Object.entries(parsed)) {
+      if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') params[k] = v;
+    }
+  }
+  const corr = h.c;
+  if ((typeof corr === 'number' && corr !== 0) || (typeof corr === 'string' && corr !== '')) {
+    params.sequence_id = corr;
+    const flags = Number(h.f ?? 0);
+    if (flags & FLAG_SEQUENCE_START) params.sequence_start = true;
+    if (flags & FLAG_SEQUENCE_END) params.sequence_end = true;
+  }
+  const timeoutUs = Number(h.to ?? 0);
+  if (timeoutUs > 0) params.timeout = timeoutUs;
+  return params;
+}
+
+export async function serveBls(
+  server: InferenceCaller,
+  frame: Frame,
+): Promise<{ header: FrameHeader; buffers: Uint8Array[] }> {
+  const h = frame.header;
+  const id = h.id;
+  try {
+    const inputs: Tensor[] = decodeWireTensors((h.i as WireTensor[]) ?? [], frame.buffers);
+    for (const t of inputs) {
+      if (!isDatatype(t.datatype)) throw new Error(`BLS input '${t.name}' has unknown data type '${t.datatype}'`);
+    }
+    const names = (h.o as string[] | undefined) ?? [];
+    const outputs: RequestedOutput[] | undefined = names.length ? names.map((name) => ({ name })) : undefined;
+    const request: InferRequest = {
+      model: String(h.model),
+      version: typeof h.version === 'string' && h.version !== '' ? h.version : undefined,
+      id: typeof h.rid === 'string' ? h.rid : undefined,
+      inputs,
+      outputs,
+      parameters: blsParameters(h),
+    };
+    const response = await server.infer(request);
+    const { metas, buffers } = encodeWireTensors(response.outputs);
+    const header: FrameHeader = { t: 'bls_result', id, o: metas };
+    if (response.parameters && Object.keys(response.parameters).length) {
+      header.p = JSON.stringify(response.parameters, (_k, v: unknown) => (typeof v === 'bigint' ? Number(v) : v));
+    }
+    return { header, buffers };
+  } catch (err) {
+    const m = err instanceof Error ? err.message : String(err);
+    const c = err instanceof NereidError ? err.errorClass : 'INTERNAL';
+    return { header: { t: 'bls_result', id, e: { m, c } }, buffers: [] };
+  }
+}

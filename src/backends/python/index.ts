@@ -1,0 +1,265 @@
+/**
+ * The python backend: model.py with class TritonPythonModel, one worker
+ * process per instance (python/nereid_stub.py), talking over pipes.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type {
+  AutoCompleteContext,
+  Backend,
+  BackendInstance,
+  BackendModel,
+  BackendRequest,
+  BackendResponse,
+  ExecutionTimer,
+  InstanceContext,
+  ModelContext,
+  ParameterValue,
+} from '../backend.js';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { Errors, NereidError, type TritonErrorClass } from '../../errors.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import type { FrameHeader, WireTensor } from './frame.js';
+import { modelConfigFromJsonString, modelConfigToJsonString } from './config-json.js';
+import { resolveInterpreter, stubScript } from './interpreter.js';
+import { StubProcess } from './stub-process.js';
+import type { StubSupervisor } from './supervisor.js';
+import { decodeWireTensor } from './wire.js';
+import { FINALIZE_GRACE_MS, loadFailureReason, stubTimeoutMs, superviseWorker } from './worker.js';
+
+export const DEFAULT_MODEL_FILENAME = 'model.py';
+const READY_TIMEOUT_MS = 5000;
+
+const ERROR_CLASSES = new Set<TritonErrorClass>([
+  'INTERNAL',
+  'NOT_FOUND',
+  'INVALID_ARG',
+  'UNAVAILABLE',
+  'UNSUPPORTED',
+  'ALREADY_EXISTS',
+  'CANCELLED',
+  'UNKNOWN',
+]);
+
+function modelFile(versionDir: string, config: ModelConfig): string {
+  return join(versionDir, config.defaultModelFilename || DEFAULT_MODEL_FILENAME);
+}
+
+/** JSON for request parameters (int64 values as numbers). */
+function parametersJson(params: Readonly<Record<string, ParameterValue>>): string {
+  let empty = true;
+  for (const _ in params) {
+    empty = false;
+    break;
+  }
+  if (empty) return '{}';
+  return JSON.stringify(params, (_k, v: unknown) => (typeof v === 'bigint' ? Number(v) : v));
+}
+
+function correlationIdJson(id: bigint | string): number | string {
+  if (typeof id === 'string') return id;
+  return id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : id.toString();
+}
+
+/** One request as the worker reads it. */
+class WireRequest {
+  constructor(
+    readonly id: string,
+    readonly c: number | string,
+    readonly f: number,
+    readonly p: string,
+    readonly o: readonly string[],
+    readonly i: WireTensor[],
+  ) {}
+}
+
+export class PythonInstance implements BackendInstance {
+  private readonly outputNames: Set<string>;
+
+  constructor(
+    private readonly ctx: InstanceContext,
+    private readonly supervisor: StubSupervisor,
+  ) {
+    this.outputNames = new Set(ctx.config.output.map((o) => o.name));
+  }
+
+  /** How many times the worker process was restarted after dying. */
+  get restartCount(): number {
+    return this.supervisor.restartCount;
+  }
+
+  /** The worker's process id (for tests and diagnostics). */
+  get pid(): number | undefined {
+    return this.supervisor.running?.pid;
+  }
+
+  async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
+    const model = this.ctx.modelName;
+    let proc: StubProcess;
+    try {
+      proc = await this.supervisor.current();
+    } catch (err) {
+      throw Errors.modelExecution(model, `the Python process is not available: ${loadFailureReason(err)}`);
+    }
+    const buffers: Uint8Array[] = [];
+    const wire = new Array<WireRequest>(requests.length);
+    for (let r = 0; r < requests.length; r++) {
+      const req = requests[r]!;
+      const metas = new Array<WireTensor>(req.inputs.length);
+      for (let k = 0; k < req.inputs.length; k++) {
+        const t = req.inputs[k]!;
+        metas[k] = { n: t.name, d: t.datatype, s: t.shape as number[], b: buffers.length };
+        buffers.push(t.data);
+      }
+      wire[r] = new WireRequest(
+        req.id,
+        correlationIdJson(req.correlationId),
+        req.flags,
+        parametersJson(req.parameters),
+        req.requestedOutputs,
+        metas,
+      );
+    }
+    const pending = proc.command({ t: 'execute', r: wire }, buffers);
+    timer.inputDone();
+    let reply;
+    try {
+      reply = await pending;
+    } catch (err) {
+      throw Errors.modelExecution(model, loadFailureReason(err));
+    }
+    timer.inferDone();
+    const h = reply.header;
+    if (h.t !== 'responses') {
+      if (typeof h.tb === 'string') this.ctx.logger.error({ model, traceback: h.tb }, 'execute() failed');
+      throw Errors.modelExecution(model, String(h.m ?? `unexpected reply '${h.t}'`));
+    }
+    const items = h.r as Array<{ o?: WireTensor[]; e?: { m: string; c: string }; p?: string }>;
+    if (!Array.isArray(items) || items.length !== requests.length) {
+      throw Errors.modelExecution(model, 'the Python process returned a malformed reply');
+    }
+    const responses = new Array<BackendResponse>(requests.length);
+    for (let r = 0; r < requests.length; r++) {
+      responses[r] = this.toResponse(requests[r]!, items[r]!, reply.buffers);
+    }
+    return responses;
+  }
+
+  private toResponse(
+    req: BackendRequest,
+    item: { o?: WireTensor[]; e?: { m: string; c: string }; p?: string },
+    buffers: readonly Uint8Array[],
+  ): BackendResponse {
+    const model = this.ctx.modelName;
+    if (item.e) {
+      const cls = ERROR_CLASSES.has(item.e.c as TritonErrorClass) ? (item.e.c as TritonErrorClass) : 'INTERNAL';
+      return { error: new NereidError('NRD_MODEL_EXECUTION', cls, item.e.m) };
+    }
+    const metas = item.o ?? [];
+    const produced = new Map<string, Tensor>();
+    for (const m of metas) {
+      if (!this.outputNames.has(m.n)) {
+        return {
+          error: Errors.modelExecution(
+            model,
+            `execute() returned output '${m.n}', which is not an output in the model configuration`,
+          ),
+        };
+      }
+      produced.set(m.n, decodeWireTensor(m, buffers));
+    }
+    const outputs: Tensor[] = [];
+    const wanted = req.requestedOutputs.length ? req.requestedOutputs : this.ctx.config.output.map((o) => o.name);
+    for (const name of wanted) {
+      const t = produced.get(name);
+      if (t) outputs.push(t);
+    }
+    if (item.p) {
+      const parameters = JSON.parse(item.p) as Record<string, ParameterValue>;
+      return { outputs, parameters };
+    }
+    return { outputs };
+  }
+
+  async isReady(): Promise<boolean> {
+    const proc = this.supervisor.running;
+    if (!proc) return false;
+    try {
+      const reply = await proc.commandWithTimeout({ t: 'is_ready' }, READY_TIMEOUT_MS, 'is_ready()');
+      return reply.header.v === true;
+    } catch {
+      return false;
+    }
+  }
+
+  close(): Promise<void> {
+    return this.supervisor.close(FINALIZE_GRACE_MS);
+  }
+}
+
+class PythonModel implements BackendModel {
+  constructor(
+    private readonly file: string,
+    private readonly model: ModelContext,
+  ) {}
+
+  async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
+    let supervisor: StubSupervisor;
+    try {
+      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
+      supervisor = await superviseWorker(ctx, { mode: 'python', file: this.file, interpreter });
+    } catch (err) {
+      throw Errors.loadFailed(this.model.modelName, loadFailureReason(err));
+    }
+    return new PythonInstance(ctx, supervisor);
+  }
+
+  async close(): Promise<void> {}
+}
+
+async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
+  if (!ctx.versionDir) return ctx.config;
+  const file = modelFile(ctx.versionDir, ctx.config);
+  if (!existsSync(file)) return ctx.config;
+  let proc: StubProcess | undefined;
+  try {
+    const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
+    proc = await StubProcess.start({
+      executable: interpreter.executable,
+      script: stubScript(),
+      args: ['--mode', 'python'],
+      env: interpreter.env,
+      logger: ctx.logger.child({ model: ctx.modelName, stage: 'auto-complete' }),
+      label: `model '${ctx.modelName}' auto-complete`,
+      startTimeoutMs: stubTimeoutMs(ctx.backendConfig),
+    });
+    const timeout = stubTimeoutMs(ctx.backendConfig);
+    const reply = await proc.commandWithTimeout(
+      { t: 'auto_complete', file, config: modelConfigToJsonString(ctx.config) },
+      timeout,
+      'auto_complete_config()',
+    );
+    const h: FrameHeader = reply.header;
+    if (h.t !== 'config') throw new Error(String(h.m ?? `unexpected reply '${h.t}'`));
+    if (typeof h.config !== 'string') return ctx.config;
+    return modelConfigFromJsonString(h.config);
+  } catch (err) {
+    throw Errors.loadFailed(ctx.modelName, loadFailureReason(err));
+  } finally {
+    if (proc) await proc.close(FINALIZE_GRACE_MS);
+  }
+}
+
+export function createPythonBackend(): Backend {
+  return {
+    name: 'python',
+    autoCompleteConfig: autoComplete,
+    async loadModel(ctx: ModelContext): Promise<BackendModel> {
+      const file = modelFile(ctx.versionDir, ctx.config);
+      if (!existsSync(file)) {
+        throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
+      }
+      return new PythonModel(file, ctx);
+    },
+  };
+}

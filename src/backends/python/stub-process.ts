@@ -1,0 +1,293 @@
+/**
+ * One Python worker process (python/nereid_stub.py) and the command channel
+ * to it. Commands run one at a time; while one runs, the worker may send BLS
+ * calls and log records, which are served here. The process's stdout and
+ * stderr go to the model's logger line by line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
+import type { Logger } from 'pino';
+import { FrameDecoder, writeFrame, type Frame, type FrameHeader } from './frame.js';
+
+export interface StubOptions {
+  readonly executable: string;
+  readonly script: string;
+  readonly args: readonly string[];
+  readonly env: NodeJS.ProcessEnv;
+  readonly logger: Logger;
+  /** Names the process in messages, e.g. "model 'add_sub' instance 'add_sub_0'". */
+  readonly label: string;
+  /** How long to wait for the worker to report that it started. */
+  readonly startTimeoutMs: number;
+  /** Serves a BLS call from the worker; resolves with the reply frame to send back. */
+  readonly onBls?: (frame: Frame) => Promise<{ header: FrameHeader; buffers: Uint8Array[] }>;
+}
+
+export interface ExitInfo {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+class PendingCommand {
+  constructor(
+    readonly header: FrameHeader,
+    readonly buffers: readonly Uint8Array[],
+    readonly resolve: (frame: Frame) => void,
+    readonly reject: (err: Error) => void,
+  ) {}
+}
+
+const STDERR_TAIL_LINES = 20;
+const PY_LEVELS = ['info', 'warn', 'error', 'debug'] as const;
+
+export class StubProcess {
+  readonly pid: number | undefined;
+  readonly startedAt = Date.now();
+  /** Versions the worker reported (python, numpy, torch...). */
+  versions: Record<string, string> = {};
+  /** Called once when the process ends without close() having been called. */
+  onUnexpectedExit: ((info: ExitInfo, err: Error) => void) | undefined;
+
+  private readonly child: ChildProcess;
+  private readonly toWorker: Socket;
+  private readonly queue: PendingCommand[] = [];
+  private active: PendingCommand | null = null;
+  private alive = true;
+  private closing = false;
+  private readonly stderrTail: string[] = [];
+  private readonly exitPromise: Promise<ExitInfo>;
+  private helloWaiter: { resolve: () => void; reject: (e: Error) => void } | null = null;
+
+  private constructor(private readonly opts: StubOptions) {
+    this.child = spawn(opts.executable, [opts.script, ...opts.args], {
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'],
+      env: opts.env,
+    });
+    this.pid = this.child.pid;
+    this.toWorker = this.child.stdio[3] as Socket;
+    const fromWorker = this.child.stdio[4] as Socket;
+    const decoder = new FrameDecoder((f) => this.onFrame(f));
+    fromWorker.on('data', (chunk: Buffer) => {
+      try {
+        decoder.push(chunk);
+      } catch (err) {
+        this.fail(new Error(`${opts.label}: unreadable message from the Python process: ${(err as Error).message}`));
+        this.child.kill('SIGKILL');
+      }
+    });
+    // The pipes error with EPIPE when the worker dies; the exit handler reports that.
+    fromWorker.on('error', () => {});
+    this.toWorker.on('error', () => {});
+    this.pipeLines(this.child.stdout!, 'stdout');
+    this.pipeLines(this.child.stderr!, 'stderr');
+
+    this.exitPromise = new Promise<ExitInfo>((resolve) => {
+      let spawnError: Error | undefined;
+      this.child.on('error', (err) => {
+        spawnError = err;
+        // 'exit' may not follow a failed spawn
+        if (this.child.pid === undefined) finish(null, null);
+      });
+      const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
+        if (!this.alive) return;
+        this.alive = false;
+        const info: ExitInfo = { code, signal };
+        const err = spawnError
+          ? new Error(`${opts.label}: cannot start Python interpreter '${opts.executable}': ${spawnError.message}`)
+          : new Error(`${opts.label}: the Python process ${this.describeExit(info)}${this.tailText()}`);
+        const wasClosing = this.closing;
+        this.fail(err);
+        resolve(info);
+        if (!wasClosing) this.onUnexpectedExit?.(info, err);
+      };
+      this.child.on('exit', (code, signal) => {
+        // let stderr drain so that the tail names the cause
+        setImmediate(() => finish(code, signal));
+      });
+    });
+  }
+
+  /** Spawns the worker and waits until it reports that it is ready for commands. */
+  static async start(opts: StubOptions): Promise<StubProcess> {
+    const p = new StubProcess(opts);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(new Error(`${opts.label}: the Python process did not start within ${opts.startTimeoutMs} ms`));
+        p.kill();
+      }, opts.startTimeoutMs);
+      p.helloWaiter = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      };
+    });
+    return p;
+  }
+
+  get isAlive(): boolean {
+    return this.alive;
+  }
+
+  get exited(): Promise<ExitInfo> {
+    return this.exitPromise;
+  }
+
+  /** Sends a command; resolves with the worker's reply frame, rejects if the process dies first. */
+  command(header: FrameHeader, buffers: readonly Uint8Array[] = []): Promise<Frame> {
+    return new Promise<Frame>((resolve, reject) => {
+      if (!this.alive) {
+        reject(new Error(`${this.opts.label}: the Python process is not running`));
+        return;
+      }
+      const cmd = new PendingCommand(header, buffers, resolve, reject);
+      if (this.active) this.queue.push(cmd);
+      else this.dispatch(cmd);
+    });
+  }
+
+  /** Like command(), but gives up (and kills the process) after timeoutMs. */
+  async commandWithTimeout(header: FrameHeader, timeoutMs: number, what: string): Promise<Frame> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        reject(new Error(`${this.opts.label}: ${what} did not answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+    });
+    try {
+      return await Promise.race([this.command(header), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Asks the worker to finalize and exit; kills it if it does not within graceMs. */
+  async close(graceMs: number): Promise<void> {
+    if (!this.alive) return;
+    this.closing = true;
+    try {
+      await this.commandWithTimeout({ t: 'finalize' }, graceMs, 'finalize()');
+    } catch (err) {
+      this.opts.logger.warn({ err: (err as Error).message }, 'finalize failed');
+    }
+    const exited = await Promise.race([
+      this.exitPromise.then(() => true),
+      new Promise<boolean>((r) => setTimeout(() => r(false), Math.min(graceMs, 2000)).unref()),
+    ]);
+    if (!exited) {
+      this.child.kill('SIGKILL');
+      await this.exitPromise;
+    }
+  }
+
+  /** Kills the process now (used by start timeouts and by close when finalize hangs). */
+  kill(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.closing = true;
+    if (this.alive) this.child.kill(signal);
+  }
+
+  private dispatch(cmd: PendingCommand): void {
+    this.active = cmd;
+    writeFrame(this.toWorker, cmd.header, cmd.buffers);
+  }
+
+  private onFrame(frame: Frame): void {
+    const h = frame.header;
+    switch (h.t) {
+      case 'log':
+        this.onLogRecord(h);
+        return;
+      case 'bls':
+        this.onBlsCall(frame);
+        return;
+      case 'hello':
+        this.versions = (h.versions as Record<string, string> | undefined) ?? {};
+        this.helloWaiter?.resolve();
+        this.helloWaiter = null;
+        return;
+      case 'fatal':
+        this.helloWaiter?.reject(new Error(String(h.m)));
+        this.helloWaiter = null;
+        return;
+      default: {
+        const cmd = this.active;
+        if (!cmd) {
+          this.opts.logger.warn({ type: h.t }, 'unexpected message from the Python process');
+          return;
+        }
+        this.active = null;
+        const next = this.queue.shift();
+        if (next) this.dispatch(next);
+        cmd.resolve(frame);
+      }
+    }
+  }
+
+  private onLogRecord(h: FrameHeader): void {
+    const level = PY_LEVELS[Number(h.l)] ?? 'info';
+    this.opts.logger[level]({ source: 'pb_utils.Logger' }, String(h.m));
+  }
+
+  private onBlsCall(frame: Frame): void {
+    const id = frame.header.id;
+    const serve = this.opts.onBls;
+    if (!serve) {
+      writeFrame(this.toWorker, { t: 'bls_result', id, e: { m: 'BLS is not available here', c: 'UNSUPPORTED' } }, []);
+      return;
+    }
+    serve(frame).then(
+      (reply) => {
+        if (this.alive) writeFrame(this.toWorker, reply.header, reply.buffers);
+      },
+      (err: unknown) => {
+        const m = err instanceof Error ? err.message : String(err);
+        if (this.alive) writeFrame(this.toWorker, { t: 'bls_result', id, e: { m, c: 'INTERNAL' } }, []);
+      },
+    );
+  }
+
+  private fail(err: Error): void {
+    this.helloWaiter?.reject(err);
+    this.helloWaiter = null;
+    const active = this.active;
+    this.active = null;
+    active?.reject(err);
+    for (const cmd of this.queue.splice(0)) cmd.reject(err);
+  }
+
+  private pipeLines(stream: NodeJS.ReadableStream, name: 'stdout' | 'stderr'): void {
+    let partial = '';
+    stream.setEncoding('utf8');
+    stream.on('data', (text: string) => {
+      const lines = (partial + text).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) this.logLine(name, line);
+    });
+    stream.on('end', () => {
+      if (partial) this.logLine(name, partial);
+      partial = '';
+    });
+  }
+
+  private logLine(stream: 'stdout' | 'stderr', line: string): void {
+    if (stream === 'stderr') {
+      this.stderrTail.push(line);
+      if (this.stderrTail.length > STDERR_TAIL_LINES) this.stderrTail.shift();
+    }
+    this.opts.logger.info({ stream }, line);
+  }
+
+  private describeExit(info: ExitInfo): string {
+    if (info.signal) return `was killed by signal ${info.signal}`;
+    return `exited with code ${info.code}`;
+  }
+
+  private tailText(): string {
+    const last = this.stderrTail.filter((l) => l.trim() !== '').slice(-1)[0];
+    return last ? ` (last stderr line: ${last.trim()})` : '';
+  }
+}

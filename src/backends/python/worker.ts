@@ -1,0 +1,101 @@
+/**
+ * Starting and initializing one instance's worker process; shared by the
+ * python and pytorch backends.
+ */
+import type { Logger } from 'pino';
+import type { InstanceContext } from '../backend.js';
+import { serveBls } from './bls.js';
+import { modelConfigToJsonString } from './config-json.js';
+import type { Interpreter } from './interpreter.js';
+import { stubScript } from './interpreter.js';
+import { StubProcess } from './stub-process.js';
+import { StubSupervisor } from './supervisor.js';
+
+export type WorkerMode = 'python' | 'torch';
+
+const DEFAULT_STUB_TIMEOUT_S = 30;
+/** How long finalize() may take at unload before the process is killed. */
+export const FINALIZE_GRACE_MS = 10_000;
+
+export function stubTimeoutMs(backendConfig: Readonly<Record<string, string>>): number {
+  const s = Number(backendConfig['stub-timeout-seconds']);
+  return (Number.isFinite(s) && s > 0 ? s : DEFAULT_STUB_TIMEOUT_S) * 1000;
+}
+
+/** The dict model.py's initialize(args) receives, with Triton's keys. */
+export function initializeArgs(ctx: InstanceContext): Record<string, string> {
+  return {
+    model_config: modelConfigToJsonString(ctx.config),
+    model_instance_kind: ctx.kind,
+    model_instance_name: ctx.instanceName,
+    model_instance_device_id: String(ctx.deviceId),
+    model_repository: ctx.modelDir,
+    model_version: String(ctx.version),
+    model_name: ctx.modelName,
+  };
+}
+
+/** Raised when the worker reports a Python exception; `message` is the traceback's last line. */
+export class PythonError extends Error {
+  constructor(
+    message: string,
+    readonly traceback: string | undefined,
+  ) {
+    super(message);
+    this.name = 'PythonError';
+  }
+}
+
+export interface WorkerSpec {
+  readonly mode: WorkerMode;
+  /** model.py or model.pt. */
+  readonly file: string;
+  readonly interpreter: Interpreter;
+}
+
+/** Spawns a worker and runs its init command; the first failure is thrown. */
+export async function launchWorker(ctx: InstanceContext, spec: WorkerSpec, logger: Logger): Promise<StubProcess> {
+  const label = `model '${ctx.modelName}' instance '${ctx.instanceName}'`;
+  const server = ctx.server;
+  const proc = await StubProcess.start({
+    executable: spec.interpreter.executable,
+    script: stubScript(),
+    args: ['--mode', spec.mode],
+    env: spec.interpreter.env,
+    logger,
+    label,
+    startTimeoutMs: stubTimeoutMs(ctx.backendConfig),
+    onBls: spec.mode === 'python' ? (frame) => serveBls(server, frame) : undefined,
+  });
+  let reply;
+  try {
+    reply = await proc.command({ t: 'init', file: spec.file, args: initializeArgs(ctx) });
+  } catch (err) {
+    proc.kill();
+    throw err;
+  }
+  if (reply.header.t !== 'ok') {
+    const tb = typeof reply.header.tb === 'string' ? reply.header.tb : undefined;
+    if (tb) logger.error({ traceback: tb }, `${label}: initialization failed`);
+    proc.kill();
+    throw new PythonError(String(reply.header.m ?? 'initialization failed'), tb);
+  }
+  return proc;
+}
+
+/** Starts the first worker (its failure fails the load) and keeps it running afterwards. */
+export async function superviseWorker(ctx: InstanceContext, spec: WorkerSpec): Promise<StubSupervisor> {
+  const logger = ctx.logger.child({ model: ctx.modelName, instance: ctx.instanceName });
+  const supervisor = new StubSupervisor(
+    () => launchWorker(ctx, spec, logger),
+    logger,
+    `model '${ctx.modelName}' instance '${ctx.instanceName}'`,
+  );
+  await supervisor.start();
+  return supervisor;
+}
+
+/** A message for a load failure: the Python reason, without our own label when it is there. */
+export function loadFailureReason(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
