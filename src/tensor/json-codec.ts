@@ -41,7 +41,7 @@ export function requestElementCount(inputName: string, shape: readonly number[])
     for (const d of shape) exact *= BigInt(d);
     if (exact > INT64_MAX) {
       throw Errors.malformedBody(
-        `invalid shape for input '${inputName}': shape [${shape.join(',')}] causes total element count to exceed maximum size of ${INT64_MAX}`,
+        `invalid shape for input '${inputName}': shape [${shape.map((d) => BigInt(d)).join(',')}] causes total element count to exceed maximum size of ${INT64_MAX}`,
       );
     }
   }

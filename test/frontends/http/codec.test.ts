@@ -1,0 +1,337 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { create } from '@bufbuild/protobuf';
+import { NereidError } from '../../../src/errors.js';
+import { ModelConfigSchema, ModelInputSchema, DataType } from '../../../src/gen/model_config_pb.js';
+import { decodeInferBody, decodeRawInfer } from '../../../src/frontends/http/infer-decode.js';
+import { encodeInferResponse } from '../../../src/frontends/http/infer-encode.js';
+import { inferHeaderLength } from '../../../src/frontends/http/server.js';
+import { parseJsonText } from '../../../src/frontends/http/json-parse.js';
+import { negotiateResponseEncoding } from '../../../src/frontends/http/compression.js';
+import { stoi } from '../../../src/frontends/http/settings.js';
+
+const MAX = 64 * 1024 * 1024;
+
+function rejects(fn: () => unknown, status: number, message: string | RegExp): void {
+  assert.throws(fn, (err: unknown) => {
+    assert.ok(err instanceof NereidError, `expected NereidError, got ${String(err)}`);
+    if (typeof message === 'string') assert.equal(err.message, message);
+    else assert.match(err.message, message);
+    assert.equal(err.httpStatus, status);
+    return true;
+  });
+}
+
+/** A JSON header followed by binary chunks, as a binary-extension client sends it. */
+function binaryBody(header: object, chunks: Uint8Array[]): { body: Buffer; headerLength: number } {
+  const json = Buffer.from(JSON.stringify(header));
+  return { body: Buffer.concat([json, ...chunks]), headerLength: json.byteLength };
+}
+
+function int32Bytes(values: number[]): Buffer {
+  const a = new Int32Array(values);
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+}
+
+// --- Inference-Header-Content-Length ----------------------------------------
+
+test('header length: absent means the whole body is JSON', () => {
+  assert.equal(inferHeaderLength(undefined, 120), 120);
+});
+
+test('header length: 0 and values up to the body length are accepted', () => {
+  assert.equal(inferHeaderLength('0', 10), 0);
+  assert.equal(inferHeaderLength('10', 10), 10);
+  assert.equal(inferHeaderLength(' 7', 10), 7);
+});
+
+test('header length: leading digits followed by junk are accepted (stoi)', () => {
+  assert.equal(inferHeaderLength('5abc', 10), 5);
+});
+
+test('header length: negative is a 400 range error', () => {
+  rejects(() => inferHeaderLength('-1', 10), 400, 'inference header size should be in range (0, 10), got: -1');
+});
+
+test('header length: larger than the body is a 400 range error', () => {
+  rejects(() => inferHeaderLength('11', 10), 400, 'inference header size should be in range (0, 10), got: 11');
+});
+
+test('header length: non-numeric is a 400 parse error', () => {
+  rejects(() => inferHeaderLength('abc', 10), 400, 'Unable to parse Inference-Header-Content-Length, got: abc');
+});
+
+test('header length: beyond int32 is a 400 out-of-range error', () => {
+  rejects(
+    () => inferHeaderLength('99999999999', 10),
+    400,
+    'Unable to parse Inference-Header-Content-Length, value is out of range [ -2147483648, 2147483647 ], got: 99999999999',
+  );
+});
+
+test('stoi follows std::stoi', () => {
+  assert.equal(stoi('12'), 12);
+  assert.equal(stoi('  +3x'), 3);
+  assert.equal(stoi('x3'), 'invalid');
+  assert.equal(stoi('2147483648'), 'range');
+});
+
+// --- binary tensor extension --------------------------------------------------
+
+test('binary chunks are taken in input order and are views into the body', () => {
+  const a = int32Bytes([1, 2, 3, 4]);
+  const b = int32Bytes([5, 6, 7, 8]);
+  const { body, headerLength } = binaryBody(
+    {
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [4], parameters: { binary_data_size: 16 } },
+        { name: 'INPUT1', datatype: 'INT32', shape: [4], data: [9, 9, 9, 9] },
+        { name: 'INPUT2', datatype: 'INT32', shape: [4], parameters: { binary_data_size: 16 } },
+      ],
+    },
+    [a, b],
+  );
+  const d = decodeInferBody(body, headerLength, 'm', MAX);
+  assert.deepEqual(d.inputs.map((t) => t.name), ['INPUT0', 'INPUT1', 'INPUT2']);
+  assert.deepEqual(Buffer.from(d.inputs[0]!.data), a);
+  assert.deepEqual(Buffer.from(d.inputs[2]!.data), b);
+  assert.equal(d.inputs[0]!.data.buffer, body.buffer, 'binary input is a view, not a copy');
+  assert.equal(d.inputs[0]!.data.byteOffset, body.byteOffset + headerLength);
+  assert.deepEqual(Buffer.from(d.inputs[1]!.data), int32Bytes([9, 9, 9, 9]));
+});
+
+test('FP16 and BF16 travel as binary', () => {
+  const half = Buffer.from([0x00, 0x3c, 0x00, 0x40]);
+  const { body, headerLength } = binaryBody(
+    { inputs: [{ name: 'X', datatype: 'FP16', shape: [2], parameters: { binary_data_size: 4 } }] },
+    [half],
+  );
+  const d = decodeInferBody(body, headerLength, 'm', MAX);
+  assert.equal(d.inputs[0]!.datatype, 'FP16');
+  assert.deepEqual(Buffer.from(d.inputs[0]!.data), half);
+});
+
+test('leftover binary bytes are a 400', () => {
+  const { body, headerLength } = binaryBody(
+    { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { binary_data_size: 4 } }] },
+    [int32Bytes([1, 2])],
+  );
+  rejects(() => decodeInferBody(body, headerLength, 'simple', MAX), 400, "unexpected additional input data for model 'simple'");
+});
+
+test('missing binary bytes are a 400 naming how many more were expected', () => {
+  const { body, headerLength } = binaryBody(
+    { inputs: [{ name: 'X', datatype: 'INT32', shape: [4], parameters: { binary_data_size: 16 } }] },
+    [int32Bytes([1])],
+  );
+  rejects(
+    () => decodeInferBody(body, headerLength, 'simple', MAX),
+    400,
+    "unexpected size for input 'X', expecting 12 additional bytes for model 'simple'",
+  );
+});
+
+test('binary_data_size without the header surfaces as the short-data error', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { binary_data_size: 4 } }] }));
+  rejects(() => decodeInferBody(body, body.byteLength, 'm', MAX), 400, "unexpected size for input 'X', expecting 4 additional bytes for model 'm'");
+});
+
+test('an input must set exactly one of data / binary_data_size / shared_memory_region', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1] }] }));
+  rejects(
+    () => decodeInferBody(body, body.byteLength, 'm', MAX),
+    400,
+    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set",
+  );
+  const both = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1], parameters: { binary_data_size: 4 } }] }),
+  );
+  rejects(() => decodeInferBody(both, both.byteLength, 'm', MAX), 400, /But set 'data' 'binary_data_size'$/);
+});
+
+test('missing inputs / name / shape fields are 500 JSON access errors', () => {
+  const noInputs = Buffer.from('{}');
+  rejects(() => decodeInferBody(noInputs, 2, 'm', MAX), 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'");
+  const negative = Buffer.from(JSON.stringify({ inputs: [{ name: 'X', datatype: 'FP32', shape: [2, -5], data: [1] }] }));
+  rejects(
+    () => decodeInferBody(negative, negative.byteLength, 'm', MAX),
+    500,
+    "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer",
+  );
+});
+
+test('request parameters: reserved keys are typed, triton_* is refused, other types are refused', () => {
+  const parse = (parameters: object) => {
+    const body = Buffer.from(JSON.stringify({ parameters, inputs: [] }));
+    return decodeInferBody(body, body.byteLength, 'm', MAX);
+  };
+  const ok = parse({ sequence_id: 5, sequence_start: true, priority: 1, binary_data_output: true, custom: 'x', ratio: 0.5 });
+  assert.deepEqual(ok.parameters, { sequence_id: 5, sequence_start: true, priority: 1, custom: 'x', ratio: 0.5 });
+  assert.equal(ok.defaultBinary, true);
+  assert.equal(parse({ sequence_id: 'abc' }).parameters!['sequence_id'], 'abc');
+  rejects(
+    () => parse({ triton_enable_empty_final_response: true }),
+    400,
+    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+  );
+  rejects(() => parse({ custom: [1] }), 400, "parameter 'custom' has invalid type. It should be either 'int', 'bool', or 'string'.");
+  rejects(() => parse({ priority: -1 }), 500, "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer");
+});
+
+test('requested outputs: binary_data, classification, duplicates', () => {
+  const body = Buffer.from(
+    JSON.stringify({
+      id: 'r1',
+      parameters: { binary_data_output: true },
+      inputs: [],
+      outputs: [{ name: 'A', parameters: { binary_data: false } }, { name: 'B', parameters: { classification: 3 } }],
+    }),
+  );
+  const d = decodeInferBody(body, body.byteLength, 'm', MAX);
+  assert.equal(d.id, 'r1');
+  assert.deepEqual(d.outputs, [{ name: 'A' }, { name: 'B', classification: 3 }]);
+  assert.equal(d.isBinary('A'), false);
+  assert.equal(d.isBinary('B'), false, 'binary_data_output does not affect listed outputs');
+  assert.equal(d.isBinary('C'), true);
+  const dup = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'A' }] }));
+  rejects(() => decodeInferBody(dup, dup.byteLength, 'm', MAX), 400, "[request id: <id_unknown>] output 'A' already exists in request");
+});
+
+test('shared memory references fail with 404 since nothing can be registered', () => {
+  const body = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4 } }] }),
+  );
+  rejects(() => decodeInferBody(body, body.byteLength, 'm', MAX), 404, "Unable to find shared memory region: 'r'");
+});
+
+test('a JSON header over the input limit is a 400', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [] }));
+  rejects(() => decodeInferBody(body, body.byteLength, 'm', 4), 400, /^request JSON size of 13 bytes exceeds the maximum allowed input size of 4 bytes/);
+});
+
+// --- raw binary requests ------------------------------------------------------
+
+function rawConfig(dataType: DataType, dims: bigint[], maxBatchSize = 0, inputs = 1) {
+  return create(ModelConfigSchema, {
+    name: 'raw',
+    maxBatchSize,
+    input: Array.from({ length: inputs }, (_, i) => create(ModelInputSchema, { name: `INPUT${i}`, dataType, dims })),
+  });
+}
+
+test('raw request: shape is derived from the byte count', () => {
+  const body = Buffer.from(new Float32Array([1, 2, 3, 4, 5, 6, 7, 8]).buffer);
+  const d = decodeRawInfer(body, rawConfig(DataType.TYPE_FP32, [-1n], 8));
+  assert.deepEqual(d.inputs[0]!.shape, [1, 8]);
+  assert.equal(d.inputs[0]!.name, 'INPUT0');
+  assert.equal(d.isBinary('anything'), true);
+});
+
+test('raw request: errors as Triton words them', () => {
+  rejects(
+    () => decodeRawInfer(Buffer.alloc(4), rawConfig(DataType.TYPE_FP32, [-1n], 0, 3)),
+    400,
+    "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'raw' model configuration",
+  );
+  rejects(
+    () => decodeRawInfer(Buffer.alloc(8), rawConfig(DataType.TYPE_FP16, [-1n, -1n])),
+    400,
+    "[request id: <id_unknown>] The shape of the raw input 'INPUT0' can not be deduced because there are more than one variable-sized dimension",
+  );
+  rejects(
+    () => decodeRawInfer(Buffer.from('427'), rawConfig(DataType.TYPE_STRING, [-1n])),
+    400,
+    "[request id: <id_unknown>] For BYTE datatype raw input 'INPUT0', the model must have input shape [1]",
+  );
+});
+
+test('raw request: BYTES gets its length prefix', () => {
+  const d = decodeRawInfer(Buffer.from('427'), rawConfig(DataType.TYPE_STRING, [1n]));
+  assert.deepEqual(Buffer.from(d.inputs[0]!.data), Buffer.from([3, 0, 0, 0, 0x34, 0x32, 0x37]));
+});
+
+// --- response encoding --------------------------------------------------------
+
+test('response JSON keeps Triton\'s key order and puts binary outputs after it', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }));
+  const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
+  const enc = encodeInferResponse(
+    {
+      modelName: 'm',
+      modelVersion: '1',
+      id: 'x',
+      parameters: { p: 1, q: 'z' },
+      outputs: [
+        { name: 'A', datatype: 'INT32', shape: [2], data: int32Bytes([1, 2]) },
+        { name: 'B', datatype: 'INT32', shape: [1], data: int32Bytes([3]) },
+      ],
+    },
+    plan,
+  );
+  assert.equal(
+    enc.json.toString(),
+    '{"id":"x","model_name":"m","model_version":"1","parameters":{"p":1,"q":"z"},"outputs":[' +
+      '{"name":"A","datatype":"INT32","shape":[2],"data":[1,2]},' +
+      '{"name":"B","datatype":"INT32","shape":[1],"parameters":{"binary_data_size":4}}]}',
+  );
+  assert.equal(enc.binaryByteLength, 4);
+  assert.deepEqual(Buffer.from(enc.binary[0]!), int32Bytes([3]));
+});
+
+test('response without an id omits it; zero-byte binary outputs add no bytes', () => {
+  const body = Buffer.from(JSON.stringify({ parameters: { binary_data_output: true }, inputs: [] }));
+  const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
+  const enc = encodeInferResponse(
+    { modelName: 'm', modelVersion: '2', id: '', outputs: [{ name: 'E', datatype: 'FP32', shape: [0], data: new Uint8Array(0) }] },
+    plan,
+  );
+  assert.equal(
+    enc.json.toString(),
+    '{"model_name":"m","model_version":"2","outputs":[{"name":"E","datatype":"FP32","shape":[0],"parameters":{"binary_data_size":0}}]}',
+  );
+  assert.equal(enc.binaryByteLength, 0);
+});
+
+// --- JSON parsing -------------------------------------------------------------
+
+test('malformed JSON reports Triton\'s parser error text (500)', () => {
+  rejects(() => parseJsonText(''), 500, 'failed to parse the request JSON buffer: The document is empty. at 0');
+  rejects(() => parseJsonText('{"a":}'), 500, 'failed to parse the request JSON buffer: Invalid value. at 5');
+  rejects(() => parseJsonText('{"a":1'), 500, "failed to parse the request JSON buffer: Missing a comma or '}' after an object member. at 6");
+  rejects(() => parseJsonText('[1,2'), 500, "failed to parse the request JSON buffer: Missing a comma or ']' after an array element. at 4");
+  rejects(() => parseJsonText('{1:2}'), 500, 'failed to parse the request JSON buffer: Missing a name for object member. at 1');
+  rejects(() => parseJsonText('{"a" 1}'), 500, 'failed to parse the request JSON buffer: Missing a colon after a name of object member. at 5');
+  rejects(() => parseJsonText('{} x'), 500, 'failed to parse the request JSON buffer: The document root must not be followed by other values. at 3');
+  rejects(() => parseJsonText('"abc'), 500, 'failed to parse the request JSON buffer: Missing a closing quotation mark in string. at 4');
+  rejects(() => parseJsonText('[1.]'), 500, 'failed to parse the request JSON buffer: Miss fraction part in number. at 3');
+  rejects(() => parseJsonText('[nul]'), 500, 'failed to parse the request JSON buffer: Invalid value. at 4');
+});
+
+test('NaN and Infinity literals are accepted as numbers', () => {
+  const v = parseJsonText('{"data":[NaN, Infinity, -Infinity, -Inf, "NaN"]}') as { data: unknown[] };
+  assert.ok(Number.isNaN(v.data[0]));
+  assert.equal(v.data[1], Infinity);
+  assert.equal(v.data[2], -Infinity);
+  assert.equal(v.data[3], -Infinity);
+  assert.equal(v.data[4], 'NaN');
+});
+
+test('deeply nested documents do not overflow the parser', () => {
+  const depth = 100000;
+  const text = '{"ready":' + '['.repeat(depth) + 'true' + ']'.repeat(depth) + '}';
+  assert.equal(typeof parseJsonText(text), 'object');
+  rejects(() => parseJsonText('['.repeat(depth) + ']'.repeat(depth - 1)), 500, /Missing a comma or '\]' after an array element/);
+});
+
+// --- compression negotiation --------------------------------------------------
+
+test('Accept-Encoding is negotiated with q-values, first wins ties', () => {
+  assert.equal(negotiateResponseEncoding(undefined), 'identity');
+  assert.equal(negotiateResponseEncoding('gzip'), 'gzip');
+  assert.equal(negotiateResponseEncoding('deflate, gzip'), 'deflate');
+  assert.equal(negotiateResponseEncoding('gzip;q=0.5, deflate;q=0.8'), 'deflate');
+  assert.equal(negotiateResponseEncoding('gzip;q=0'), 'identity');
+  assert.equal(negotiateResponseEncoding('br'), 'identity');
+  assert.equal(negotiateResponseEncoding('identity;q=0.9, gzip;q=0.1'), 'identity');
+  assert.equal(negotiateResponseEncoding('gzip;q=abc, deflate'), 'deflate');
+});
