@@ -87,8 +87,9 @@ export function buildSessionOptions(
     graphOptimizationLevel,
     executionMode: executionMode === 1 ? 'parallel' : 'sequential',
     executionProviders: placement.kind === 'GPU' ? [{ name: 'cuda', deviceId: placement.deviceId }, 'cpu'] : ['cpu'],
-    // Errors only: onnxruntime's warnings go straight to stderr, outside the server's log.
-    logSeverityLevel: 3,
+    // onnxruntime logs straight to stderr, outside the server's log; its errors
+    // reach the caller as exceptions anyway, so only fatal ones are printed.
+    logSeverityLevel: 4,
     extra,
   };
   const mutable = options as { -readonly [K in keyof InferenceSession.SessionOptions]: InferenceSession.SessionOptions[K] };

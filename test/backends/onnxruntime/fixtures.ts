@@ -1,0 +1,91 @@
+/** Building blocks for onnxruntime backend tests: temp model folders, contexts, requests. */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create, type MessageInitShape } from '@bufbuild/protobuf';
+import type {
+  AutoCompleteContext,
+  BackendRequest,
+  ExecutionTimer,
+  InstanceContext,
+  ModelContext,
+} from '../../../src/backends/backend.js';
+import { ModelConfigSchema, type ModelConfig } from '../../../src/gen/model_config_pb.js';
+import { silentLogger } from '../../../src/logger.js';
+import type { OnnxModelBuilder } from '../../../src/onnx/builder.js';
+import type { Tensor } from '../../../src/tensor/tensor.js';
+
+export const stubServer = {
+  infer: async (): Promise<never> => {
+    throw new Error('BLS is not available in these tests');
+  },
+};
+
+export class TempDir {
+  private constructor(readonly path: string) {}
+  static async create(): Promise<TempDir> {
+    return new TempDir(await mkdtemp(join(tmpdir(), 'nereid-ort-')));
+  }
+  remove(): Promise<void> {
+    return rm(this.path, { recursive: true, force: true });
+  }
+}
+
+export function config(init: MessageInitShape<typeof ModelConfigSchema>): ModelConfig {
+  return create(ModelConfigSchema, init);
+}
+
+/** Writes `<root>/<name>/<version>/<filename>` and returns the model folder. */
+export async function writeModel(root: string, name: string, builder: OnnxModelBuilder, version = 1, filename = 'model.onnx'): Promise<string> {
+  const modelDir = join(root, name);
+  await builder.save(join(modelDir, String(version), filename));
+  return modelDir;
+}
+
+export function modelContext(
+  modelDir: string,
+  cfg: ModelConfig,
+  options: { version?: number; backendConfig?: Record<string, string> } = {},
+): ModelContext {
+  const version = options.version ?? 1;
+  return {
+    modelName: cfg.name || 'model',
+    version,
+    modelDir,
+    versionDir: join(modelDir, String(version)),
+    config: cfg,
+    backendConfig: options.backendConfig ?? {},
+    logger: silentLogger,
+    server: stubServer,
+  };
+}
+
+export function instanceContext(ctx: ModelContext, kind: 'CPU' | 'GPU' = 'CPU', index = 0, deviceId = 0): InstanceContext {
+  return { ...ctx, instanceName: `${ctx.modelName}_0_${index}`, kind, deviceId };
+}
+
+export function autoCompleteContext(modelDir: string, cfg: ModelConfig, backendConfig: Record<string, string> = {}, version: number | undefined = 1): AutoCompleteContext {
+  return {
+    modelName: cfg.name || 'model',
+    modelDir,
+    versionDir: version === undefined ? undefined : join(modelDir, String(version)),
+    config: cfg,
+    backendConfig,
+    logger: silentLogger,
+  };
+}
+
+export class RecordingTimer implements ExecutionTimer {
+  inputs = 0;
+  infers = 0;
+  inputDone(): void {
+    this.inputs++;
+  }
+  inferDone(): void {
+    this.infers++;
+  }
+}
+
+export function request(id: string, inputs: Tensor[], requestedOutputs: string[], batchSize = 1): BackendRequest {
+  return { id, inputs, requestedOutputs, parameters: {}, batchSize, correlationId: 0n, flags: 0 };
+}

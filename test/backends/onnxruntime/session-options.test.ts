@@ -1,0 +1,70 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { NereidError } from '../../../src/errors.js';
+import { buildSessionOptions } from '../../../src/backends/onnxruntime/session-options.js';
+import { config } from './fixtures.js';
+
+const cpu = { kind: 'CPU' as const, deviceId: 0 };
+const params = (p: Record<string, string>) => Object.fromEntries(Object.entries(p).map(([k, v]) => [k, { stringValue: v }]));
+
+test('defaults: one intra-op thread, spinning off, all graph optimizations, sequential, CPU', () => {
+  const o = buildSessionOptions('m', config({}), {}, cpu);
+  assert.equal(o.intraOpNumThreads, 1);
+  assert.equal(o.interOpNumThreads, undefined);
+  assert.equal(o.graphOptimizationLevel, 'all');
+  assert.equal(o.executionMode, 'sequential');
+  assert.deepEqual(o.executionProviders, ['cpu']);
+  assert.deepEqual(o.extra, { 'session.intra_op.allow_spinning': '0' });
+});
+
+test("Triton's ORT parameters map onto session options", () => {
+  const o = buildSessionOptions(
+    'm',
+    config({
+      parameters: params({
+        intra_op_thread_count: '3',
+        inter_op_thread_count: '2',
+        execution_mode: '1',
+        enable_mem_arena: '0',
+        enable_mem_pattern: '1',
+        'session.intra_op.allow_spinning': '1',
+        'session.use_device_allocator_for_initializers': '1',
+      }),
+    }),
+    {},
+    cpu,
+  );
+  assert.equal(o.intraOpNumThreads, 3);
+  assert.equal(o.interOpNumThreads, 2);
+  assert.equal(o.executionMode, 'parallel');
+  assert.equal(o.enableCpuMemArena, false);
+  assert.equal(o.enableMemPattern, true);
+  assert.deepEqual(o.extra, { 'session.intra_op.allow_spinning': '1', 'session.use_device_allocator_for_initializers': '1' });
+});
+
+test('intra_op_thread_count 0 leaves the choice to onnxruntime; the backend config sets the default', () => {
+  assert.equal(buildSessionOptions('m', config({ parameters: params({ intra_op_thread_count: '0' }) }), {}, cpu).intraOpNumThreads, undefined);
+  assert.equal(buildSessionOptions('m', config({}), { intra_op_thread_count: '2' }, cpu).intraOpNumThreads, 2);
+  assert.equal(buildSessionOptions('m', config({ parameters: params({ intra_op_thread_count: '4' }) }), { intra_op_thread_count: '2' }, cpu).intraOpNumThreads, 4);
+});
+
+test('optimization.graph.level maps like Triton: -1 basic, 1 extended, 2 disabled, else all', () => {
+  const level = (l: number) => buildSessionOptions('m', config({ optimization: { graph: { level: l } } }), {}, cpu).graphOptimizationLevel;
+  assert.equal(level(-1), 'basic');
+  assert.equal(level(1), 'extended');
+  assert.equal(level(2), 'disabled');
+  assert.equal(level(0), 'all');
+  assert.equal(level(5), 'all');
+});
+
+test('GPU placement asks for the CUDA provider on the instance device', () => {
+  const o = buildSessionOptions('m', config({}), {}, { kind: 'GPU', deviceId: 3 });
+  assert.deepEqual(o.executionProviders, [{ name: 'cuda', deviceId: 3 }, 'cpu']);
+});
+
+test('bad values are configuration errors naming the parameter', () => {
+  const bad = (p: Record<string, string>) => () => buildSessionOptions('m', config({ parameters: params(p) }), {}, cpu);
+  assert.throws(bad({ execution_mode: '2' }), (e: unknown) => e instanceof NereidError && e.code === 'NRD_CONFIG' && /execution_mode are 0 or 1 but got 2/.test(e.message));
+  assert.throws(bad({ intra_op_thread_count: 'many' }), /parameter 'intra_op_thread_count' must be an integer, got 'many'/);
+  assert.throws(bad({ inter_op_thread_count: '-1' }), /'inter_op_thread_count' must be >= 0/);
+});
