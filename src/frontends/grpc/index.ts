@@ -1,0 +1,107 @@
+/**
+ * The gRPC frontend: Triton's inference.GRPCInferenceService, the standard
+ * health service and server reflection, served with @grpc/grpc-js over
+ * the same ServerApi as the HTTP frontend.
+ */
+import { Server, ServerCredentials, type ServerInterceptor, type UntypedServiceImplementation } from '@grpc/grpc-js';
+import { GRPCInferenceService } from '../../gen/grpc_service_pb.js';
+import { Health } from '../../gen/health_pb.js';
+import type { ServerApi } from '../../core/server-api.js';
+import { Errors } from '../../errors.js';
+import { silentLogger, type Logger } from '../../logger.js';
+import { algorithmForLevel, responseCompressionInterceptor } from './compression.js';
+import { commonHandlers, healthHandlers } from './handlers.js';
+import { modelInferHandler, modelStreamInferHandler } from './infer.js';
+import { bindAddress, channelOptionsFor, GRPC_DEFAULTS, parseCompressionLevel, type GrpcFrontendOptions } from './options.js';
+import { addReflection } from './reflection.js';
+import { serviceDefinition } from './service.js';
+
+export {
+  GRPC_DEFAULTS,
+  MAX_MESSAGE_BYTES,
+  channelOptionsFor,
+  parseCompressionLevel,
+  type GrpcCompressionLevel,
+  type GrpcFrontendOptions,
+} from './options.js';
+export type { LogSettings, LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
+
+/** grpc-js definitions of the services, usable to build clients too. */
+export const inferenceServiceDefinition = serviceDefinition(GRPCInferenceService);
+export const healthServiceDefinition = serviceDefinition(Health);
+
+const INFER_PATHS: ReadonlySet<string> = new Set([
+  inferenceServiceDefinition.ModelInfer!.path,
+  inferenceServiceDefinition.ModelStreamInfer!.path,
+]);
+
+export class GrpcFrontend {
+  private readonly options: GrpcFrontendOptions;
+  private readonly logger: Logger;
+  private grpcServer: Server | undefined;
+
+  constructor(
+    private readonly server: ServerApi,
+    options: GrpcFrontendOptions = {},
+  ) {
+    this.options = options;
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** Binds and starts serving; resolves with the bound port (useful with port 0). */
+  async start(): Promise<{ port: number }> {
+    if (this.grpcServer) throw new Error('gRPC frontend already started');
+    const o = this.options;
+    if (o.inferAllocationPoolSize !== undefined) {
+      this.logger.debug(
+        { inferAllocationPoolSize: o.inferAllocationPoolSize },
+        '--grpc-infer-allocation-pool-size has no effect in Nereid (no pre-allocated handler states); ignored',
+      );
+    }
+    const interceptors: ServerInterceptor[] = [];
+    const level = parseCompressionLevel(o.compressionLevel ?? GRPC_DEFAULTS.compressionLevel);
+    if (level === undefined) {
+      throw Errors.config(
+        `--grpc-infer-response-compression-level must be none, low, medium or high, got '${o.compressionLevel}'`,
+      );
+    }
+    const algorithm = algorithmForLevel(level);
+    if (algorithm) interceptors.push(responseCompressionInterceptor(algorithm, INFER_PATHS, this.logger));
+
+    const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
+    const implementation: UntypedServiceImplementation = {
+      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings, logSettings: o.logSettings }),
+      ModelInfer: modelInferHandler(this.server),
+      ModelStreamInfer: modelStreamInferHandler(this.server, this.logger),
+    } as unknown as UntypedServiceImplementation;
+    grpcServer.addService(inferenceServiceDefinition, implementation);
+    grpcServer.addService(healthServiceDefinition, healthHandlers(this.server) as unknown as UntypedServiceImplementation);
+    addReflection(grpcServer);
+
+    const address = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
+    const port = await new Promise<number>((resolve, reject) => {
+      grpcServer.bindAsync(address, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+    });
+    this.grpcServer = grpcServer;
+    this.logger.info({ address, port }, 'Started GRPCInferenceService');
+    return { port };
+  }
+
+  /** Stops accepting calls, lets open ones finish within shutdownGraceMs, then cuts the rest. */
+  async stop(): Promise<void> {
+    const grpcServer = this.grpcServer;
+    if (!grpcServer) return;
+    this.grpcServer = undefined;
+    const graceMs = this.options.shutdownGraceMs ?? GRPC_DEFAULTS.shutdownGraceMs;
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        grpcServer.forceShutdown();
+        resolve();
+      }, graceMs);
+      grpcServer.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}

@@ -1,0 +1,214 @@
+/**
+ * ModelInfer and ModelStreamInfer: decode → ServerApi.infer → encode.
+ */
+import { create, toBinary } from '@bufbuild/protobuf';
+import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
+import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
+import { asNereidError, Errors, type NereidError } from '../../errors.js';
+import type { ServerApi } from '../../core/server-api.js';
+import type { InferResponse } from '../../core/types.js';
+import type { Logger } from '../../logger.js';
+import { decodeInferRequest } from './infer-decode.js';
+import { encodeInferResponse } from './infer-encode.js';
+import { malformedError } from './handlers.js';
+import { MalformedMessage } from './service.js';
+import { toServiceError } from './status.js';
+
+const DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy";
+
+/** Errors Triton reports from its response callback (after the core ran) rather than when enqueuing. */
+const AFTER_CORE = new Set(['NRD_MODEL_EXECUTION', 'NRD_REQUEST_TIMEOUT', 'NRD_CANCELLED']);
+
+/** true when the model (version) is decoupled; false when unknown, leaving the error to infer(). */
+function isDecoupled(server: ServerApi, model: string, version: string): boolean {
+  try {
+    return server.modelConfig(model, version === '' ? undefined : version).modelTransactionPolicy?.decoupled === true;
+  } catch {
+    return false;
+  }
+}
+
+/** Completes one unary call; a class so no closures are made per request. */
+class UnaryInferCall {
+  constructor(
+    private readonly callback: sendUnaryData<Uint8Array>,
+    private readonly abort: AbortController,
+  ) {}
+  done(res: InferResponse): void {
+    let bytes: Buffer;
+    try {
+      bytes = encodeInferResponse(res);
+    } catch (e) {
+      this.callback(toServiceError(e), null);
+      return;
+    }
+    this.callback(null, bytes);
+  }
+  failed(err: unknown): void {
+    this.callback(toServiceError(err), null);
+  }
+  cancelled(): void {
+    this.abort.abort();
+  }
+}
+
+export function modelInferHandler(server: ServerApi) {
+  return (call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>, callback: sendUnaryData<Uint8Array>): void => {
+    const msg = call.request;
+    if (msg instanceof MalformedMessage) {
+      callback(malformedError(msg), null);
+      return;
+    }
+    const abort = new AbortController();
+    let request;
+    try {
+      request = decodeInferRequest(msg, abort.signal);
+      if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
+    } catch (e) {
+      callback(toServiceError(e), null);
+      return;
+    }
+    const pending = new UnaryInferCall(callback, abort);
+    call.once('cancelled', pending.cancelled.bind(pending));
+    server.infer(request).then(pending.done.bind(pending), pending.failed.bind(pending));
+  };
+}
+
+/** One request's place in the stream's response order. */
+class StreamSlot {
+  bytes: Uint8Array | undefined;
+  error: NereidError | undefined;
+  constructor(
+    readonly session: StreamInferSession,
+    readonly msg: ModelInferRequest | undefined,
+  ) {}
+  done(res: InferResponse): void {
+    try {
+      this.bytes = encodeInferResponse(res, true);
+    } catch (e) {
+      this.error = asNereidError(e);
+    }
+    this.session.flush();
+  }
+  failed(err: unknown): void {
+    this.error = asNereidError(err);
+    this.session.flush();
+  }
+  get settled(): boolean {
+    return this.bytes !== undefined || this.error !== undefined;
+  }
+}
+
+/**
+ * One ModelStreamInfer call. Requests run concurrently; responses are
+ * written in request order. A failed request is answered with
+ * `error_message` and the stream stays open, unless the client opened it
+ * with metadata `triton_grpc_error: true`, in which case the first error
+ * ends the stream with that error's status.
+ */
+class StreamInferSession {
+  private readonly slots: StreamSlot[] = [];
+  private readonly abort = new AbortController();
+  private readonly strictErrors: boolean;
+  private inputEnded = false;
+  private closed = false;
+
+  constructor(
+    private readonly server: ServerApi,
+    private readonly call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>,
+    private readonly logger: Logger,
+  ) {
+    this.strictErrors = call.metadata.get('triton_grpc_error')[0] === 'true';
+    call.on('data', (m: ModelInferRequest | MalformedMessage) => this.onRequest(m));
+    call.on('end', () => {
+      this.inputEnded = true;
+      this.flush();
+    });
+    call.on('cancelled', () => this.close());
+    call.on('error', (e: Error) => {
+      this.logger.debug({ err: e }, 'ModelStreamInfer stream error');
+      this.close();
+    });
+  }
+
+  private close(): void {
+    this.closed = true;
+    this.slots.length = 0;
+    this.abort.abort();
+  }
+
+  private onRequest(m: ModelInferRequest | MalformedMessage): void {
+    if (this.closed) return;
+    if (m instanceof MalformedMessage) {
+      const slot = new StreamSlot(this, undefined);
+      slot.error = Errors.malformedBody(`failed to parse ${m.typeName}: ${m.reason}`);
+      this.slots.push(slot);
+      this.flush();
+      return;
+    }
+    const slot = new StreamSlot(this, m);
+    this.slots.push(slot);
+    let request;
+    try {
+      request = decodeInferRequest(m, this.abort.signal);
+    } catch (e) {
+      slot.failed(e);
+      return;
+    }
+    this.server.infer(request).then(slot.done.bind(slot), slot.failed.bind(slot));
+  }
+
+  /** Writes every settled response at the head of the queue. */
+  flush(): void {
+    if (this.closed) return;
+    const slots = this.slots;
+    while (slots.length > 0 && slots[0]!.settled) {
+      const slot = slots.shift()!;
+      if (slot.error === undefined) {
+        this.call.write(slot.bytes!);
+        continue;
+      }
+      if (this.strictErrors) {
+        this.closed = true;
+        this.abort.abort();
+        this.call.emit('error', toServiceError(slot.error));
+        return;
+      }
+      this.call.write(errorResponse(slot.msg, slot.error));
+    }
+    if (this.inputEnded && slots.length === 0) {
+      this.closed = true;
+      this.call.end();
+    }
+  }
+}
+
+/**
+ * The stream message for a failed request: the error text, and the
+ * request id so the client can tell which request failed. Failures the
+ * core reported after running the request also name the model and carry
+ * `triton_final_response`, as Triton's do.
+ */
+function errorResponse(msg: ModelInferRequest | undefined, err: NereidError): Uint8Array {
+  const afterCore = AFTER_CORE.has(err.code) && msg !== undefined;
+  return toBinary(
+    ModelStreamInferResponseSchema,
+    create(ModelStreamInferResponseSchema, {
+      errorMessage: err.message,
+      inferResponse: afterCore
+        ? {
+            id: msg.id,
+            modelName: msg.modelName,
+            modelVersion: msg.modelVersion,
+            parameters: { triton_final_response: { parameterChoice: { case: 'boolParam', value: true } } },
+          }
+        : { id: msg?.id ?? '' },
+    }),
+  );
+}
+
+export function modelStreamInferHandler(server: ServerApi, logger: Logger) {
+  return (call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>): void => {
+    new StreamInferSession(server, call, logger);
+  };
+}

@@ -1,0 +1,73 @@
+/**
+ * grpc-js service definitions built from the protobuf-es descriptors, so
+ * that the .proto files stay the single source of method paths and types.
+ */
+import { fromBinary, toBinary, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
+
+/**
+ * What a handler receives instead of a message when the bytes were not a
+ * valid protobuf. Returned (not thrown) by the deserializer so the handler
+ * can answer INVALID_ARGUMENT with the reason, and a stream can stay open.
+ */
+export class MalformedMessage {
+  constructor(
+    readonly typeName: string,
+    readonly reason: string,
+  ) {}
+}
+
+/** A handler may hand the serializer a ready-encoded message. */
+export type Encoded = Uint8Array;
+
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+function methodDefinition<I extends DescMessage, O extends DescMessage>(
+  path: string,
+  name: string,
+  input: I,
+  output: O,
+  requestStream: boolean,
+  responseStream: boolean,
+): MethodDefinition<MessageShape<I> | MalformedMessage, MessageShape<O> | Encoded> {
+  return {
+    path,
+    originalName: name,
+    requestStream,
+    responseStream,
+    requestSerialize: (value) => asBuffer(toBinary(input, value as MessageShape<I>)),
+    requestDeserialize: (bytes: Buffer) => {
+      try {
+        return fromBinary(input, bytes);
+      } catch (e) {
+        return new MalformedMessage(input.typeName, (e as Error).message);
+      }
+    },
+    responseSerialize: (value) => asBuffer(value instanceof Uint8Array ? value : toBinary(output, value)),
+    responseDeserialize: (bytes: Buffer) => fromBinary(output, bytes),
+  };
+}
+
+/**
+ * One grpc-js definition per RPC of `service`, keyed by the RPC's proto
+ * name (e.g. "ModelInfer"). Works for clients (makeGenericClientConstructor)
+ * and servers (addService) alike.
+ */
+export function serviceDefinition(service: DescService): ServiceDefinition {
+  const def: Record<string, MethodDefinition<unknown, unknown>> = {};
+  for (const m of service.methods) {
+    const streamingIn = m.methodKind === 'client_streaming' || m.methodKind === 'bidi_streaming';
+    const streamingOut = m.methodKind === 'server_streaming' || m.methodKind === 'bidi_streaming';
+    def[m.name] = methodDefinition(
+      `/${service.typeName}/${m.name}`,
+      m.name,
+      m.input,
+      m.output,
+      streamingIn,
+      streamingOut,
+    ) as MethodDefinition<unknown, unknown>;
+  }
+  return def as ServiceDefinition;
+}
