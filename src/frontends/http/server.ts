@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Errors, NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
-import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { modelConfigToJson } from '../../config/index.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
@@ -75,18 +75,6 @@ export function inferHeaderLength(raw: string | undefined, contentLength: number
     throw Errors.malformedBody(`inference header size should be in range (0, ${contentLength}), got: ${raw}`);
   }
   return v;
-}
-
-let configToJson: ((config: ModelConfig) => unknown) | undefined;
-
-/** The config module is loaded on first use of the config endpoint. */
-async function modelConfigJson(config: ModelConfig): Promise<string> {
-  if (configToJson === undefined) {
-    const mod = await import('../../config/index.js');
-    configToJson = mod.modelConfigToJson as (config: ModelConfig) => unknown;
-  }
-  const json = configToJson(config);
-  return typeof json === 'string' ? json : JSON.stringify(json);
 }
 
 export class HttpFrontend {
@@ -253,15 +241,10 @@ export class HttpFrontend {
     this.reply.json(res, 200, body);
   }
 
-  private async handleModelConfig(
-    req: IncomingMessage,
-    res: ServerResponse,
-    model: string,
-    versionText: string | undefined,
-  ): Promise<void> {
+  private handleModelConfig(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
     if (req.method !== 'GET') return this.notAllowed(res);
     const config = this.server.modelConfig(model, parseVersion(model, versionText));
-    this.reply.json(res, 200, await modelConfigJson(config));
+    this.reply.json(res, 200, JSON.stringify(modelConfigToJson(config)));
   }
 
   private handleStats(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
