@@ -2,7 +2,7 @@
  * grpc-js service definitions built from the protobuf-es descriptors, so
  * that the .proto files stay the single source of method paths and types.
  */
-import { fromBinary, toBinary, type DescMessage, type DescService, type MessageShape } from '@bufbuild/protobuf';
+import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescService, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 
 /**
@@ -37,7 +37,9 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
     originalName: name,
     requestStream,
     responseStream,
-    requestSerialize: (value) => asBuffer(toBinary(input, value as MessageShape<I>)),
+    // Clients may pass a message or a plain init object.
+    requestSerialize: (value) =>
+      asBuffer(toBinary(input, isMessage(value, input) ? value : create(input, value as unknown as MessageInitShape<I>))),
     requestDeserialize: (bytes: Buffer) => {
       try {
         return fromBinary(input, bytes);

@@ -150,7 +150,7 @@ export async function startHarness(
   const { port } = await frontend.start();
   const target = `127.0.0.1:${port}`;
   const creds = grpc.credentials.createInsecure();
-  const client = new InferenceClient(target, creds, clientOptions);
+  const client = new InferenceClient(target, creds, { 'grpc.max_receive_message_length': -1, ...clientOptions });
   const health = new HealthClient(target, creds);
   return {
     frontend,
