@@ -1,4 +1,5 @@
 /** Metrics options and the `--metrics-config key=value` settings. */
+import type { Logger } from 'pino';
 
 export interface MetricsOptions {
   /** --allow-metrics (default true). When false nothing is recorded and render() is empty. */
@@ -19,6 +20,7 @@ export interface MetricsOptions {
   nvidiaSmi?: string;
   /** Where /proc lives (tests point it elsewhere). */
   procDir?: string;
+  logger?: Logger;
 }
 
 export interface LatencySettings {

@@ -4,6 +4,7 @@
  * model version's ModelVersionStatistics reports to a ModelReporter); CPU
  * and GPU gauges are refreshed every metrics interval.
  */
+import type { Logger } from 'pino';
 import { Counter, Gauge, type Metric, Registry } from 'prom-client';
 import type { ModelVersionStatistics } from '../core/statistics.js';
 import { type LatencySettings, type MetricsOptions, parseMetricsConfig } from './config.js';
@@ -50,6 +51,8 @@ export class Metrics implements SeriesSource<ModelReporter> {
   private gpu: GpuGauges | undefined;
   private lastGpuPollMs = 0;
   private readonly lastPower = new Map<string, number>();
+  private gpuFailureLogged = false;
+  private readonly logger: Logger | undefined;
 
   constructor(options: MetricsOptions = {}) {
     this.enabled = options.allowMetrics ?? true;
@@ -58,7 +61,9 @@ export class Metrics implements SeriesSource<ModelReporter> {
     this.procDir = options.procDir ?? '/proc';
     const cpuOn = this.enabled && (options.allowCpuMetrics ?? true);
     const gpuOn = this.enabled && (options.allowGpuMetrics ?? true);
+    this.logger = options.logger;
     this.nvidiaSmi = gpuOn ? (options.nvidiaSmi ?? findOnPath('nvidia-smi')) : undefined;
+    if (gpuOn && !this.nvidiaSmi) this.logger?.debug('nvidia-smi not found: no GPU metrics');
     if (!this.enabled) return;
     this.registerModelFamilies();
     if (cpuOn) {
@@ -201,7 +206,12 @@ export class Metrics implements SeriesSource<ModelReporter> {
   private async pollGpu(executable: string): Promise<void> {
     const samples = await queryNvidiaSmi(executable);
     const nowMs = Date.now();
-    if (samples.length > 0) this.recordGpu(samples, nowMs);
+    if (samples instanceof Error) {
+      if (!this.gpuFailureLogged) this.logger?.info(`GPU metrics unavailable: ${executable}: ${samples.message}`);
+      this.gpuFailureLogged = true;
+    } else if (samples.length > 0) {
+      this.recordGpu(samples, nowMs);
+    }
     this.lastGpuPollMs = nowMs;
   }
 

@@ -127,14 +127,14 @@ export async function readMemory(procDir: string): Promise<MemoryFigures | undef
   }
 }
 
-/** Runs nvidia-smi once; resolves with no GPUs when it fails. */
-export function queryNvidiaSmi(executable: string, timeoutMs = 5000): Promise<GpuSample[]> {
+/** Runs nvidia-smi once; resolves with the GPUs it lists, or the reason it failed. */
+export function queryNvidiaSmi(executable: string, timeoutMs = 5000): Promise<GpuSample[] | Error> {
   return new Promise((resolve) => {
     execFile(
       executable,
       [`--query-gpu=${NVIDIA_SMI_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
       { timeout: timeoutMs, encoding: 'utf8' },
-      (err, stdout) => resolve(err ? [] : parseNvidiaSmi(stdout)),
+      (err, stdout) => resolve(err ?? parseNvidiaSmi(stdout)),
     );
   });
 }
