@@ -37,6 +37,8 @@ export interface ObtainedDelay {
 }
 
 const noop = (): void => {};
+/** Node's largest timer delay; longer waits re-arm. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * Wakes the batcher at an hrtime instant. Node timers are millisecond
@@ -80,7 +82,7 @@ class Waker {
       this.fire();
     } else if (remainingNs > 1_500_000) {
       // Sleep to within about a millisecond of the instant, then poll.
-      this.timer = setTimeout(this.tick, Math.floor(remainingNs / 1e6) - 1);
+      this.timer = setTimeout(this.tick, Math.min(Math.floor(remainingNs / 1e6) - 1, MAX_TIMER_MS));
     } else {
       this.immediate = setImmediate(this.tick);
     }
