@@ -1,0 +1,64 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { Server } from '../../../src/core/server.js';
+import { typedView } from '../../../src/tensor/tensor.js';
+import { TempRepository, int32Tensor } from '../../helpers/repository.js';
+import { PYTHON, fixtureDir } from './helpers.js';
+
+const a = Array.from({ length: 16 }, (_, i) => i);
+const b = Array.from({ length: 16 }, () => 3);
+
+function pythonModel(repo: TempRepository, name: string, fixture: string, config: string): void {
+  repo.file(name, '1/model.py', readFileSync(`${fixtureDir(fixture)}/model.py`));
+  repo.config(name, config);
+}
+
+test('a python model calls an ONNX model through BLS inside a real server; broken python models stay UNAVAILABLE', async (t) => {
+  const repo = new TempRepository().addSub('simple');
+  pythonModel(
+    repo,
+    'bls_add_sub',
+    'bls_add_sub',
+    `name: "bls_add_sub"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT2" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+parameters: { key: "TARGET_MODEL" value: { string_value: "simple" } }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+  );
+  pythonModel(repo, 'broken', 'syntax_error', 'name: "broken"\nbackend: "python"\n');
+  t.after(() => repo.cleanup());
+
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    exitOnError: false,
+    backendConfig: { python: { 'python-executable': PYTHON } },
+  });
+  await server.start();
+  t.after(() => server.stop());
+
+  const r = await server.infer({
+    model: 'bls_add_sub',
+    id: 'bls-1',
+    inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', b)],
+  });
+  assert.equal(r.modelName, 'bls_add_sub');
+  assert.equal(r.id, 'bls-1');
+  const byName = new Map(r.outputs.map((o) => [o.name, Array.from(typedView(o), Number)]));
+  assert.deepEqual(byName.get('OUTPUT0'), a.map((x) => x + 3));
+  assert.deepEqual(byName.get('OUTPUT1'), a.map((x) => x - 3));
+  assert.deepEqual(byName.get('OUTPUT2'), a.map((x) => (x + 3) * 2));
+
+  const index = await server.repositoryIndex();
+  const broken = index.find((e) => e.name === 'broken');
+  assert.equal(broken?.state, 'UNAVAILABLE');
+  assert.match(broken?.reason ?? '', /SyntaxError/);
+  assert.equal(index.find((e) => e.name === 'bls_add_sub')?.state, 'READY');
+});
