@@ -28,6 +28,12 @@ export interface FakeServerOptions {
   extensions?: string[];
   /** After this many successful infers, every infer fails with HTTP 500. */
   failAfter?: number;
+  /** Infer responses are sent this many ms late. */
+  delayMs?: number;
+  /** With delayMs: handle one infer at a time, so latency grows with concurrency. */
+  serial?: boolean;
+  /** Fail (HTTP 500) any infer that arrives while another is in progress. */
+  failWhenConcurrent?: boolean;
   /** Per-request durations (ns) added to the statistics. */
   durations?: { queue: number; computeInput: number; computeInfer: number; computeOutput: number; overhead: number };
 }
@@ -54,6 +60,8 @@ export class FakeV2Server {
   readonly server: Server;
   readonly infers: InferRecord[] = [];
   private readonly counters = new Map<string, Counters>();
+  private queue: Promise<void> = Promise.resolve();
+  private inFlight = 0;
   port = 0;
 
   constructor(private readonly opts: FakeServerOptions) {
@@ -136,7 +144,27 @@ export class FakeV2Server {
     if (req.method === 'GET' && m[3] === '/stats') {
       return this.json(res, 200, { model_stats: [this.stats(name)] });
     }
-    if (req.method === 'POST' && m[3] === '/infer') return this.infer(req, res, model, body);
+    if (req.method === 'POST' && m[3] === '/infer') {
+      if (this.opts.failWhenConcurrent && this.inFlight > 0) {
+        return this.json(res, 500, { error: `model '${model.name}' failed: injected failure` });
+      }
+      this.inFlight++;
+      res.on('finish', () => this.inFlight--);
+      if (this.opts.delayMs) {
+        const delay = this.opts.delayMs;
+        const run = () =>
+          new Promise<void>((resolve) =>
+            setTimeout(() => {
+              this.infer(req, res, model, body);
+              resolve();
+            }, delay),
+          );
+        if (this.opts.serial) this.queue = this.queue.then(run);
+        else void run();
+        return;
+      }
+      return this.infer(req, res, model, body);
+    }
     return this.json(res, 405, { error: 'Method Not Allowed' });
   }
 
