@@ -217,3 +217,20 @@ test('doubles print as Triton prints them', () => {
   assert.equal(formatJsonDouble(Math.fround(0.1)), '0.10000000149011612');
   assert.equal(formatJsonDouble(Infinity), 'Infinity');
 });
+
+test('large arrays (bulk path) print exactly like element-by-element formatting', () => {
+  const n = 1000;
+  const f64 = new Float64Array(n);
+  for (let i = 0; i < n; i++) f64[i] = i % 5 === 0 ? i : i % 5 === 1 ? -i / 7 : i % 5 === 2 ? 1e22 * i : i % 5 === 3 ? 1e-9 * i : -i;
+  const expected = '[' + Array.from(f64, formatJsonDouble).join(',') + ']';
+  assert.equal(encodeJsonTensorData('o', 'FP64', bytesOf(f64), n), expected);
+  const f32 = Float32Array.from(f64);
+  assert.equal(encodeJsonTensorData('o', 'FP32', bytesOf(f32), n), '[' + Array.from(f32, formatJsonDouble).join(',') + ']');
+  f64[10] = NaN;
+  f64[11] = -0;
+  assert.equal(encodeJsonTensorData('o', 'FP64', bytesOf(f64), n), '[' + Array.from(f64, formatJsonDouble).join(',') + ']');
+  const i32 = Int32Array.from({ length: n }, (_, i) => (i - 500) * 1000);
+  assert.equal(encodeJsonTensorData('o', 'INT32', bytesOf(i32), n), '[' + i32.join(',') + ']');
+  const i64 = BigInt64Array.from({ length: n }, (_, i) => BigInt(i) * 10000000000n);
+  assert.equal(encodeJsonTensorData('o', 'INT64', bytesOf(i64), n), '[' + i64.join(',') + ']');
+});
