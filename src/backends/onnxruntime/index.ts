@@ -87,7 +87,7 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<Backe
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
   // Bad parameter values fail the load here rather than at the first instance.
   buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
-  return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config), cudaProbe);
+  return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers]), cudaProbe);
 }
 
 class OnnxRuntimeModel implements BackendModel {

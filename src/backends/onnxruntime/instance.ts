@@ -33,6 +33,13 @@ function product(dims: readonly number[], from: number): number {
   return n;
 }
 
+function withBatch(batch: number, rest: readonly number[]): number[] {
+  const out = new Array<number>(rest.length + 1);
+  out[0] = batch;
+  for (let i = 0; i < rest.length; i++) out[i + 1] = rest[i]!;
+  return out;
+}
+
 function sameDims(a: readonly number[], b: readonly number[], from: number): boolean {
   if (a.length !== b.length) return false;
   for (let i = from; i < a.length; i++) if (a[i] !== b[i]) return false;
@@ -103,12 +110,10 @@ export class OnnxRuntimeInstance implements BackendInstance {
     const first = requests[0]!;
     const feeds: WireTensor[] = [];
     for (const t0 of first.inputs) {
-      const p = plan.inputs.get(t0.name);
+      const p = plan.input(t0.name);
       if (!p) throw Errors.unknownInput(t0.name, plan.modelName);
-      const rest = batching ? t0.shape.slice(1) : t0.shape;
-      const modelRest = p.toModelShape(rest);
-      const dims = batching ? [total, ...modelRest] : [...modelRest];
-      feeds.push({ name: p.name, type: p.ortType, dims, data: gatherInput(requests, p) });
+      const modelShape = p.toModelShape(batching ? t0.shape.slice(1) : t0.shape);
+      feeds.push({ name: p.name, type: p.ortType, dims: batching ? withBatch(total, modelShape) : modelShape, data: gatherInput(plan.modelName, requests, p) });
     }
 
     const fetches: string[] = [];
@@ -153,7 +158,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
 }
 
 /** One input of every request, back to back in a buffer of its own (strings for BYTES). */
-function gatherInput(requests: readonly BackendRequest[], p: TensorPlan): TypedArray | string[] {
+function gatherInput(modelName: string, requests: readonly BackendRequest[], p: TensorPlan): TypedArray | string[] {
   if (p.datatype === 'BYTES') {
     const strings: string[] = [];
     for (const r of requests) {
@@ -166,7 +171,7 @@ function gatherInput(requests: readonly BackendRequest[], p: TensorPlan): TypedA
   let bytes = 0;
   for (const r of requests) bytes += findTensor(r.inputs, p.name)!.data.byteLength;
   if (bytes % info.byteSize !== 0) {
-    throw Errors.invalidRequest(`input '${p.name}' of model has ${bytes} bytes, not a whole number of ${p.datatype} elements`);
+    throw Errors.invalidRequest(`input '${p.name}' for model '${modelName}' has ${bytes} bytes, not a whole number of ${p.datatype} elements`);
   }
   const buffer = new ArrayBuffer(bytes);
   const target = new Uint8Array(buffer);
@@ -190,7 +195,7 @@ function sliceOutput(
 ): Tensor {
   let start = 0;
   let count: number;
-  let shape: number[];
+  let shape: readonly number[];
   if (batching) {
     if (w.dims.length === 0 || w.dims[0] !== total) {
       throw new NereidError(
@@ -203,10 +208,10 @@ function sliceOutput(
     const rowElems = product(w.dims, 1);
     start = offset * rowElems;
     count = batchSize * rowElems;
-    shape = [batchSize, ...p.toConfigShape(rowDims)];
+    shape = withBatch(batchSize, p.toConfigShape(rowDims));
   } else {
     count = product(w.dims, 0);
-    shape = [...p.toConfigShape(w.dims)];
+    shape = p.toConfigShape(w.dims);
   }
   if (Array.isArray(w.data)) {
     const strings = w.data as readonly string[];

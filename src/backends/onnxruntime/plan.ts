@@ -4,6 +4,7 @@
  * (config dims) and the model's (reshape).
  */
 import type { ModelConfig, ModelInput, ModelOutput } from '../../gen/model_config_pb.js';
+import type { OnnxTensorInfo } from '../../onnx/model-info.js';
 import { datatypeFromConfigEnum, type Datatype } from '../../tensor/datatype.js';
 import type { OrtTensorType } from './worker-protocol.js';
 
@@ -56,12 +57,16 @@ export class TensorPlan {
   /** Config reshape (what the model sees), without the batch dim; undefined when none. */
   readonly reshape: readonly number[] | undefined;
 
-  constructor(io: ModelInput | ModelOutput) {
-    this.name = io.name;
-    this.datatype = datatypeFromConfigEnum(io.dataType)!;
-    this.ortType = ortTypeOf(this.datatype);
-    this.dims = io.dims.map(Number);
-    this.reshape = io.reshape ? io.reshape.shape.map(Number) : undefined;
+  constructor(name: string, datatype: Datatype, dims: readonly number[], reshape: readonly number[] | undefined) {
+    this.name = name;
+    this.datatype = datatype;
+    this.ortType = ortTypeOf(datatype);
+    this.dims = dims;
+    this.reshape = reshape;
+  }
+
+  static fromConfig(io: ModelInput | ModelOutput): TensorPlan {
+    return new TensorPlan(io.name, datatypeFromConfigEnum(io.dataType)!, io.dims.map(Number), io.reshape ? io.reshape.shape.map(Number) : undefined);
   }
 
   /** Shape (without batch dim) as the model wants it, from the shape the client sent. */
@@ -86,12 +91,28 @@ export class ModelPlan {
   /** In configuration order. */
   readonly outputs: readonly TensorPlan[];
   readonly outputsByName: ReadonlyMap<string, TensorPlan>;
+  /**
+   * Model inputs the configuration does not list (sequence control and state
+   * inputs): requests may carry them, and they pass through unshaped.
+   */
+  private readonly extraInputs: Map<string, TensorPlan>;
 
-  constructor(modelName: string, config: ModelConfig) {
+  constructor(modelName: string, config: ModelConfig, modelInputs: readonly OnnxTensorInfo[]) {
     this.modelName = modelName;
     this.maxBatchSize = config.maxBatchSize;
-    this.inputs = new Map(config.input.map((io) => [io.name, new TensorPlan(io)]));
-    this.outputs = config.output.map((io) => new TensorPlan(io));
+    this.inputs = new Map(config.input.map((io) => [io.name, TensorPlan.fromConfig(io)]));
+    this.outputs = config.output.map((io) => TensorPlan.fromConfig(io));
     this.outputsByName = new Map(this.outputs.map((p) => [p.name, p]));
+    this.extraInputs = new Map();
+    for (const t of modelInputs) {
+      if (!this.inputs.has(t.name) && t.datatype !== undefined && t.datatype !== 'BF16') {
+        this.extraInputs.set(t.name, new TensorPlan(t.name, t.datatype, t.dims, undefined));
+      }
+    }
+  }
+
+  /** The plan for a request input: a configured input or another input of the model. */
+  input(name: string): TensorPlan | undefined {
+    return this.inputs.get(name) ?? this.extraInputs.get(name);
   }
 }

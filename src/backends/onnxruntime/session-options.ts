@@ -10,12 +10,14 @@ import { Errors } from '../../errors.js';
 
 /**
  * Default intra-op threads per instance when the configuration names none.
- * ORT's own default is one thread per core for every session; with Triton's
- * default of two CPU instances that oversubscribes the cores and the threads
- * fight over them. One thread per instance lets the instances be the unit of
- * parallelism (batches run side by side) and measured no slower on the small
- * MLPs this server is benchmarked with. Set intra_op_thread_count to change it
- * (0 restores ORT's default).
+ * ORT's own default is a pool of one thread per core for every session; with
+ * Triton's default of two CPU instances per model (and several models) that
+ * oversubscribes the cores, and the pools contend with each other and with
+ * the event loop. With one thread, each instance runs on its own session
+ * thread and the instances are the unit of parallelism, which is what the
+ * dynamic batcher and instance_group counts assume. A large model served by a
+ * single instance gains from more: set intra_op_thread_count (0 restores ORT's
+ * default) or `--backend-config=onnxruntime,intra_op_thread_count=N`.
  */
 export const DEFAULT_INTRA_OP_THREADS = 1;
 

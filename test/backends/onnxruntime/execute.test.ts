@@ -1,6 +1,6 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DataType } from '../../../src/gen/model_config_pb.js';
+import { DataType, ModelSequenceBatching_Control_Kind } from '../../../src/gen/model_config_pb.js';
 import { NereidError } from '../../../src/errors.js';
 import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
 import type { BackendInstance, BackendModel, BackendResponse } from '../../../src/backends/backend.js';
@@ -291,4 +291,24 @@ test('a closed instance reports not ready', async () => {
   await inst.close();
   assert.equal(await inst.isReady!(), false);
   await model.close();
+});
+
+test('model inputs outside the config (sequence control inputs) pass through to the model', async () => {
+  const b = new OnnxModelBuilder();
+  b.input('x', 'INT32', ['batch', 2]).input('START', 'INT32', ['batch', 1]).output('y', 'INT32', ['batch', 2]);
+  b.node('Add', ['x', 'START'], ['y']);
+  const inst = await load('sequence', b, {
+    maxBatchSize: 2,
+    input: [{ name: 'x', dataType: DataType.TYPE_INT32, dims: [2n] }],
+    output: [{ name: 'y', dataType: DataType.TYPE_INT32, dims: [2n] }],
+    schedulingChoice: {
+      case: 'sequenceBatching',
+      value: { controlInput: [{ name: 'START', control: [{ kind: ModelSequenceBatching_Control_Kind.CONTROL_SEQUENCE_START, int32FalseTrue: [0, 1] }] }] },
+    },
+  });
+  const [r] = await inst.execute(
+    [request('s', [makeTensor('x', 'INT32', [1, 2], bytesOf(Int32Array.from([5, 6]))), makeTensor('START', 'INT32', [1, 1], bytesOf(Int32Array.from([1])))], ['y'])],
+    new RecordingTimer(),
+  );
+  assert.deepEqual(i32(ok(r)[0]!), [6, 7]);
 });
