@@ -6,28 +6,25 @@
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fromJsonString } from '@bufbuild/protobuf';
 import type { Logger } from 'pino';
 import type { Backend, InferenceCaller, InstanceContext } from '../backends/backend.js';
 import { getBackend, knownBackends } from '../backends/registry.js';
 import {
+  type ConfigPositions,
   completeBackendFields,
   modelConfigFromJson,
   normalizeModelConfig,
   readModelConfig,
   validateModelConfig,
 } from '../config/index.js';
-import { type ModelConfig, ModelConfigSchema, ModelInstanceGroup_Kind } from '../gen/model_config_pb.js';
-import { listVersions, selectVersions } from '../repository/index.js';
+import { type ModelConfig, ModelInstanceGroup_Kind } from '../gen/model_config_pb.js';
+import { listVersions, missingVersionMessage, selectVersionsDetailed } from '../repository/index.js';
 import { Errors, NereidError } from '../errors.js';
 import { DefaultScheduler } from '../scheduler/default-scheduler.js';
 import { DynamicBatcher } from '../scheduler/dynamic-batcher.js';
 import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
 import { ModelSignature } from './request.js';
 import { ModelVersion } from './model-version.js';
-
-void fromJsonString;
-void ModelConfigSchema;
 
 export interface LoaderOptions {
   autoComplete: boolean;
@@ -56,17 +53,17 @@ export async function resolveModelConfig(
 ): Promise<{ config: ModelConfig; backend: Backend }> {
   let config: ModelConfig;
   let file: string | undefined;
-  let positions: unknown;
+  let positions: ConfigPositions | undefined;
   if (configOverride !== undefined) {
     config = modelConfigFromJson(configOverride);
   } else {
     const read = await readModelConfig(modelDir, { modelConfigName: options.modelConfigName });
     config = read.config;
     file = read.file;
-    positions = (read as { positions?: unknown }).positions;
+    positions = read.positions;
   }
   const versionNames = (await listVersions(modelDir)).map(String);
-  completeBackendFields(config, name, modelDir, versionNames);
+  await completeBackendFields(config, name, modelDir, versionNames, { file, positions });
   const backendName = config.backend;
   if (!backendName) {
     throw Errors.config(
@@ -101,7 +98,7 @@ export async function resolveModelConfig(
     defaultCpuInstanceCount: backend.defaultCpuInstanceCount ?? 1,
     gpuCount: options.gpuCount,
   });
-  (validateModelConfig as (c: ModelConfig, f?: string, p?: unknown) => void)(config, file, positions);
+  validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
   return { config, backend };
 }
 
@@ -221,14 +218,20 @@ export async function loadModel(
 ): Promise<LoadedModel> {
   const { config, backend } = await resolveModelConfig(name, modelDir, options, configOverride);
   const available = await listVersions(modelDir);
-  const selected = selectVersions(config.versionPolicy, available);
-  if (selected.length === 0) {
+  const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
+  if (selected.length === 0 && missing.length === 0) {
     throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
   }
   const labels = await readLabels(modelDir, config);
   const versions = new Map<number, ModelVersion>();
   for (const n of selected) versions.set(n, new ModelVersion(name, n, config));
   await Promise.all([...versions.values()].map((v) => loadVersion(v, backend, modelDir, labels, options)));
+  for (const n of missing) {
+    const v = new ModelVersion(name, n, config);
+    v.state = 'UNAVAILABLE';
+    v.reason = missingVersionMessage(name, n);
+    versions.set(n, v);
+  }
   return { config, versions };
 }
 
