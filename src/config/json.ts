@@ -122,7 +122,9 @@ export function modelConfigFromJson(jsonText: string): ModelConfig {
   }
   fixEnumCase(ModelConfigSchema, parsed as Record<string, unknown>);
   try {
-    return fromJson(ModelConfigSchema, parsed as JsonValue, { ignoreUnknownFields: false });
+    const config = fromJson(ModelConfigSchema, parsed as JsonValue, { ignoreUnknownFields: false });
+    roundFloats(ModelConfigSchema, config as unknown as Record<string, unknown>);
+    return config;
   } catch (err) {
     const raw = err instanceof Error ? err.message : String(err);
     const plain = raw
@@ -167,6 +169,51 @@ function fixEnumCase(desc: DescMessage, obj: Record<string, unknown>): void {
           }
         }
         break;
+      default:
+        break;
+    }
+  }
+}
+
+/** Stores `float` fields at 32-bit precision, as the text parser and Triton do. */
+function roundFloats(desc: DescMessage, msg: Record<string, unknown>): void {
+  for (const field of desc.fields) {
+    let value: unknown;
+    if (field.oneof !== undefined) {
+      const selected = msg[field.oneof.localName] as { case: string | undefined; value?: unknown };
+      if (selected.case !== field.localName) continue;
+      if (field.fieldKind === 'scalar' && field.scalar === ScalarType.FLOAT) {
+        selected.value = Math.fround(selected.value as number);
+        continue;
+      }
+      value = selected.value;
+    } else {
+      value = msg[field.localName];
+    }
+    switch (field.fieldKind) {
+      case 'scalar':
+        if (field.scalar === ScalarType.FLOAT) msg[field.localName] = Math.fround(value as number);
+        break;
+      case 'message':
+        if (value !== undefined) roundFloats(field.message, value as Record<string, unknown>);
+        break;
+      case 'list': {
+        const list = value as unknown[];
+        if (field.listKind === 'scalar' && field.scalar === ScalarType.FLOAT) {
+          for (let i = 0; i < list.length; i++) list[i] = Math.fround(list[i] as number);
+        } else if (field.listKind === 'message') {
+          for (const item of list) roundFloats(field.message, item as Record<string, unknown>);
+        }
+        break;
+      }
+      case 'map': {
+        const map = value as Record<string, unknown>;
+        for (const key of Object.keys(map)) {
+          if (field.mapKind === 'scalar' && field.scalar === ScalarType.FLOAT) map[key] = Math.fround(map[key] as number);
+          else if (field.mapKind === 'message') roundFloats(field.message, map[key] as Record<string, unknown>);
+        }
+        break;
+      }
       default:
         break;
     }
