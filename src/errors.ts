@@ -251,4 +251,6 @@ export const Errors = {
     'UNAVAILABLE',
     (requestId: string) => `${requestId ? `[request id: ${requestId}] ` : ''}Exceeds maximum queue size`,
   ),
+  // Triton answers an unknown log_format with UNAVAILABLE (503).
+  invalidLogFormat: make('NRD_LOG_FORMAT', 'UNAVAILABLE', (format: string) => `invalid argument for --log_format, got: ${format}`),
 } as const;

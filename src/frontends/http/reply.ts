@@ -29,7 +29,7 @@ export class Replier {
 
   /** `{"error": message}` with the status of the error's class; extra headers are a flat name/value list. */
   error(res: ServerResponse, err: unknown, extraHeaders?: readonly string[]): void {
-    if (res.headersSent) {
+    if (res.headersSent || res.destroyed) {
       res.destroy();
       return;
     }

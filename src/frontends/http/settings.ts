@@ -3,7 +3,7 @@
  * and the validation of updates (texts and status classes as Triton's).
  * Both frontends can share one instance of each.
  */
-import { Errors, NereidError } from '../../errors.js';
+import { Errors } from '../../errors.js';
 
 type JsonObject = Record<string, unknown>;
 
@@ -64,7 +64,7 @@ export class LogSettings {
       if (format !== undefined && format !== null) {
         if (typeof format !== 'string') throw Errors.jsonValue(NON_STRING);
         if (format !== 'default' && format !== 'ISO8601') {
-          throw new NereidError('NRD_LOG_FORMAT', 'UNAVAILABLE', `invalid argument for --log_format, got: ${format}`);
+          throw Errors.invalidLogFormat(format);
         }
         next.log_format = format;
       }
