@@ -566,6 +566,60 @@ class Logger:
         Logger.log(message, Logger.VERBOSE)
 
 
+# ------------------------------------------------------------------ metrics
+
+
+class MetricFamily:
+    """Custom metrics. Values are kept in the worker process; they are not exported
+    to the server's /metrics endpoint."""
+
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+
+    def __init__(self, name, description, kind):
+        if kind not in (MetricFamily.COUNTER, MetricFamily.GAUGE, MetricFamily.HISTOGRAM):
+            raise TritonModelException("unknown metric kind {!r}".format(kind))
+        self.name = name
+        self.description = description
+        self.kind = kind
+
+    def Metric(self, labels=None, buckets=None):
+        if self.kind == MetricFamily.HISTOGRAM and not buckets:
+            raise TritonModelException("a histogram metric needs buckets")
+        return Metric(self, labels or {}, buckets)
+
+
+class Metric:
+    def __init__(self, family, labels, buckets):
+        self._family = family
+        self._labels = dict(labels)
+        self._buckets = list(buckets) if buckets else None
+        self._value = 0.0
+        self._observations = []
+
+    def increment(self, value):
+        if self._family.kind != MetricFamily.COUNTER and self._family.kind != MetricFamily.GAUGE:
+            raise TritonModelException("increment() is for counters and gauges")
+        if self._family.kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException("a counter cannot decrease")
+        self._value += value
+
+    def set(self, value):
+        if self._family.kind != MetricFamily.GAUGE:
+            raise TritonModelException("set() is for gauges")
+        self._value = float(value)
+
+    def observe(self, value):
+        if self._family.kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("observe() is for histograms")
+        self._observations.append(float(value))
+        self._value += float(value)
+
+    def value(self):
+        return self._value
+
+
 # --------------------------------------------------------- worker channel
 
 _CHANNEL = None

@@ -255,6 +255,9 @@ export function createPythonBackend(): Backend {
     name: 'python',
     autoCompleteConfig: autoComplete,
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
+      if (ctx.config.modelTransactionPolicy?.decoupled) {
+        throw Errors.loadFailed(ctx.modelName, 'decoupled python models (response senders) are not supported');
+      }
       const file = modelFile(ctx.versionDir, ctx.config);
       if (!existsSync(file)) {
         throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
