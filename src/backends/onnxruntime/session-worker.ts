@@ -22,8 +22,10 @@ async function main(): Promise<void> {
   try {
     session = await ort.InferenceSession.create(init.modelPath, init.options);
   } catch (err) {
+    // Stay alive until the instance has read this and terminates the thread:
+    // a thread that exits right after posting may lose the message.
+    port.on('message', () => port.close());
     post({ kind: 'init-error', message: message(err) });
-    port.close();
     return;
   }
   port.on('message', (msg: ToWorker) => {

@@ -312,3 +312,22 @@ test('model inputs outside the config (sequence control inputs) pass through to 
   );
   assert.deepEqual(i32(ok(r)[0]!), [6, 7]);
 });
+
+test('the event loop keeps turning while a session runs (the session is on its own thread)', async () => {
+  // Big enough that a run takes far longer than one event-loop turn.
+  const { builder } = buildMlp([512, 1024, 1024, 256], 3);
+  const inst = await load('busy', builder, {
+    maxBatchSize: 64,
+    input: [{ name: 'input', dataType: DataType.TYPE_FP32, dims: [512n] }],
+    output: [{ name: 'output', dataType: DataType.TYPE_FP32, dims: [256n] }],
+  });
+  const x = bytesOf(new Float32Array(64 * 512).fill(0.5));
+  let settled = false;
+  const run = inst.execute([request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)], new RecordingTimer()).finally(() => {
+    settled = true;
+  });
+  const settledAtImmediate = await new Promise<boolean>((resolve) => setImmediate(() => resolve(settled)));
+  const [r] = await run;
+  assert.deepEqual(ok(r)[0]!.shape, [64, 256]);
+  assert.equal(settledAtImmediate, false, 'execute finished before the event loop could turn: the run blocked it');
+});
