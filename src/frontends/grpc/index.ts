@@ -80,7 +80,14 @@ export class GrpcFrontend {
 
     const address = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
     const port = await new Promise<number>((resolve, reject) => {
-      grpcServer.bindAsync(address, ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
+      grpcServer.bindAsync(address, ServerCredentials.createInsecure(), (err, bound) => {
+        if (!err) resolve(bound);
+        else {
+          grpcServer.forceShutdown();
+          const why = err.message.includes('EADDRINUSE') ? `Socket '${address}' already in use` : err.message;
+          reject(Errors.config(`failed to start GRPC service: ${why}`));
+        }
+      });
     });
     this.grpcServer = grpcServer;
     this.logger.info({ address, port }, 'Started GRPCInferenceService');

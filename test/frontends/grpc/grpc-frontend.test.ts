@@ -581,3 +581,14 @@ async function reflect(port: number, request: Buffer): Promise<{ services: strin
     client.close();
   }
 }
+
+test('a port already in use is a clear start error', async () => {
+  const h = await startHarness(new EchoServer());
+  try {
+    const { GrpcFrontend } = await import('../../../src/frontends/grpc/index.js');
+    const second = new GrpcFrontend(new EchoServer(), { port: h.port, address: '127.0.0.1' });
+    await assert.rejects(second.start(), new RegExp(`failed to start GRPC service: Socket '127.0.0.1:${h.port}' already in use`));
+  } finally {
+    await h.close();
+  }
+});
