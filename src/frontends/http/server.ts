@@ -146,6 +146,8 @@ export class HttpFrontend {
     if (err instanceof NereidError) {
       // A refused oversized body is left unread: do not keep reading it on this connection.
       if (err.code === 'NRD_BODY_TOO_LARGE') res.shouldKeepAlive = false;
+    } else if (res.destroyed) {
+      this.logger.debug({ err }, 'HTTP client went away');
     } else {
       this.logger.error({ err }, 'HTTP request failed unexpectedly');
     }

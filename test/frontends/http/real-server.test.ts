@@ -258,6 +258,12 @@ describe('bad inputs to the simple model leave the server ready', () => {
       },
       status: 400,
     },
+    {
+      name: 'BYTES element count not matching the shape (400, found by the core)',
+      send: () => post('/v2/models/strings/infer', JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], data: ['only one'] }] })),
+      status: 400,
+      message: /expected 2 string elements for inference input 'INPUT0'/,
+    },
     { name: 'oversized body', send: () => infer(Buffer.alloc(MAX_INPUT + 10, 0x20)), status: 400, message: /exceeds the maximum allowed input size of 262144 bytes/ },
   ];
   for (const c of cases) {
