@@ -51,6 +51,9 @@ export const EXTENSIONS = [
   'logging',
 ];
 
+/** Reason of a version taken down by an explicit unload (Triton's word). */
+const UNLOADED = 'unloaded';
+
 /** A model known to the server: its folder and its versions. */
 class ModelEntry {
   versions = new Map<number, ModelVersion>();
@@ -217,7 +220,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     for (const entry of this.models.values()) {
       if (!entry.everLoaded && !entry.busy) continue;
       if (entry.error) return false;
-      for (const v of entry.versions.values()) if (v.state !== 'READY') return false;
+      // A version that is down because it was unloaded on purpose does not count against readiness.
+      for (const v of entry.versions.values()) if (v.state !== 'READY' && v.reason !== UNLOADED) return false;
     }
     return true;
   }
@@ -435,7 +439,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       await Promise.all(old.map((v) => this.retireVersion(v)));
       for (const v of old) {
         v.state = 'UNAVAILABLE';
-        v.reason = 'unloaded';
+        v.reason = UNLOADED;
       }
       entry.fingerprint = '';
     });
