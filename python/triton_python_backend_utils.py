@@ -265,7 +265,6 @@ def _parameters_json(parameters):
     if parameters is None:
         return "{}"
     if isinstance(parameters, str):
-        json.loads(parameters)  # must be valid JSON
         return parameters
     if isinstance(parameters, dict):
         for k, v in parameters.items():

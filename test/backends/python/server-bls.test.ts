@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Server } from '../../../src/core/server.js';
 import { typedView } from '../../../src/tensor/tensor.js';
 import { TempRepository, int32Tensor } from '../../helpers/repository.js';
@@ -61,4 +63,52 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
   assert.equal(broken?.state, 'UNAVAILABLE');
   assert.match(broken?.reason ?? '', /SyntaxError/);
   assert.equal(index.find((e) => e.name === 'bls_add_sub')?.state, 'READY');
+});
+
+test('a TorchScript model with platform pytorch_libtorch serves concurrent requests through a real server with dynamic batching', async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  const versionDir = join(repo.dir, 'torch_add', '1');
+  mkdirSync(versionDir, { recursive: true });
+  execFileSync(PYTHON, [
+    '-c',
+    `
+import sys, torch
+class AddSub(torch.nn.Module):
+    def forward(self, a, b):
+        return a + b, a - b
+torch.jit.trace(AddSub(), (torch.zeros(1, 16, dtype=torch.int32), torch.zeros(1, 16, dtype=torch.int32))).save(sys.argv[1])
+`,
+    join(versionDir, 'model.pt'),
+  ]);
+  repo.config(
+    'torch_add',
+    `name: "torch_add"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 20000 }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+  );
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    backendConfig: { pytorch: { 'python-executable': PYTHON } },
+  });
+  await server.start();
+  t.after(() => server.stop());
+
+  const results = await Promise.all(
+    [0, 1, 2, 3].map((k) =>
+      server.infer({
+        model: 'torch_add',
+        inputs: [int32Tensor('INPUT__0', a.map((x) => x + k)), int32Tensor('INPUT__1', b)],
+      }),
+    ),
+  );
+  results.forEach((r, k) => {
+    assert.deepEqual(Array.from(typedView(r.outputs[0]!), Number), a.map((x) => x + k + 3));
+    assert.deepEqual(Array.from(typedView(r.outputs[1]!), Number), a.map((x) => x + k - 3));
+  });
 });
