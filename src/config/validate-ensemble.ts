@@ -9,6 +9,8 @@ import type { ConfigChecker } from './validate-context.js';
 
 interface TensorNode {
   readonly name: string;
+  /** Where the tensor is first named, for error positions. */
+  readonly path: string;
   /** Written by some step. */
   isOutput: boolean;
   ready: boolean;
@@ -30,10 +32,10 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   if (ens.step.length === 0) c.fail('ensemble_scheduling', `ensemble '${model}' must have at least one "step"`);
 
   const tensors = new Map<string, TensorNode>();
-  const node = (name: string): TensorNode => {
+  const node = (name: string, path: string): TensorNode => {
     let n = tensors.get(name);
     if (n === undefined) {
-      n = { name, isOutput: false, ready: false, from: [], to: [] };
+      n = { name, path, isOutput: false, ready: false, from: [], to: [] };
       tensors.set(name, n);
     }
     return n;
@@ -55,12 +57,12 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
           `ensemble '${model}' step ${i}: ensemble tensor "${ensembleTensor}" is written by more than one step`,
         );
       }
-      const n = node(ensembleTensor);
+      const n = node(ensembleTensor, `${path}.output_map[${stepTensor}]`);
       n.isOutput = true;
       written.push(n);
     }
-    for (const [, ensembleTensor] of inputs) {
-      const n = node(ensembleTensor);
+    for (const [stepTensor, ensembleTensor] of inputs) {
+      const n = node(ensembleTensor, `${path}.input_map[${stepTensor}]`);
       for (const w of written) {
         w.from.push(n);
         n.to.push(w);
@@ -100,7 +102,7 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   for (const n of tensors.values()) {
     if (outputs.has(n.name)) continue;
     if (!n.ready || n.to.length === 0) {
-      c.fail('ensemble_scheduling', `ensemble '${model}': tensor "${n.name}" is not used (it is not connected from the inputs to an output)`);
+      c.fail(n.path, `ensemble '${model}': tensor "${n.name}" is not used (it is not connected from the inputs to an output)`);
     }
   }
 }

@@ -40,6 +40,10 @@ export function validateModelConfig(
   const c = new ConfigChecker(config, file, positions);
   validateIdentity(c);
 
+  // A runtime names a library inside the backend folder; it must not lead out of it.
+  if (config.runtime !== '' && (config.runtime.startsWith('/') || config.runtime.split(/[\\/]/).includes('..'))) {
+    c.fail('runtime', `runtime "${config.runtime}" must name a library inside the backend directory, not a path out of it`);
+  }
   if (config.maxBatchSize < 0) {
     c.fail('max_batch_size', `max_batch_size must be 0 (no batching) or positive, got ${config.maxBatchSize}`);
   }

@@ -69,6 +69,11 @@ describe('validateModelConfig: model identity', () => {
     });
   });
 
+  it('runtime must not lead out of the backend directory', () => {
+    rejects('runtime: "../dummy_runtime/libtriton_identity.so"\n', /runtime "\.\.\/dummy_runtime\/libtriton_identity\.so" must name a library inside the backend directory/, [3, 1]);
+    check('runtime: "model.py"\n');
+  });
+
   it('without a file the message names the model', () => {
     const config = create(ModelConfigSchema, { name: 'm', backend: 'python', maxBatchSize: -3 });
     normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: 0 });
@@ -329,6 +334,14 @@ ensemble_scheduling {
 
   it('an unused ensemble input is reported', () => {
     rejects(ensemble.replace('name: "RAW"', 'name: "RAW2"'), /input "RAW2" is not used by any step/, [4, 1], { head: ENS_HEAD });
+  });
+
+  it('a tensor that leads nowhere is reported where it is mapped', () => {
+    const dangling = ensemble.replace(
+      'output_map { key: "out", value: "MID" } },',
+      'output_map [ { key: "out", value: "MID" }, { key: "extra", value: "SPARE" } ] },',
+    );
+    rejects(dangling, /tensor "SPARE" is not used/, [8, 127], { head: ENS_HEAD });
   });
 
   it('an ensemble must not have instance groups', () => {
