@@ -1,15 +1,12 @@
 /**
- * HTTP/REST (KServe v2) side of the load tool, on undici: control calls on
- * their own connection, and an infer transport on a Pool with one connection
- * per concurrent request and pipelining 1. Request bodies are encoded once;
- * each in-flight request is an InferCall driven through undici's dispatch
- * handler interface, so a request allocates nothing of ours.
+ * HTTP/REST (KServe v2) control calls of the load tool, on undici: server
+ * metadata, model metadata and configuration, statistics. The infer hot
+ * path is in http1.ts.
  */
-import { Client, Pool, type Dispatcher } from 'undici';
+import { Client, type Dispatcher } from 'undici';
 import { PerfError } from './errors.js';
 import { parseStatistics, type StatsSnapshot } from './server-stats.js';
-import { type CallSink, type ControlClient, InferCall, type InferTransport, type ServerInfo } from './transport.js';
-import type { EncodedHttpBody } from './http-body.js';
+import type { ControlClient, ServerInfo } from './transport.js';
 
 /** "localhost:8000" or "http://host:port" -> "http://host:port". */
 export function httpOrigin(url: string): string {
@@ -39,7 +36,7 @@ export function describeNetworkError(err: unknown, origin: string): string {
   return `request to ${origin} failed: ${e.message ?? String(err)}${code ? ` (${code})` : ''}`;
 }
 
-function errorText(status: number, body: string): string {
+export function errorText(status: number, body: string): string {
   try {
     const doc = JSON.parse(body) as { error?: unknown };
     if (typeof doc.error === 'string') return doc.error;
@@ -96,121 +93,5 @@ export class HttpControlClient implements ControlClient {
 
   async close(): Promise<void> {
     await this.client.close();
-  }
-}
-
-/**
- * undici's dispatch handler, as a class so one instance per call slot is
- * reused: its methods read the call off `this`, no closures per request.
- */
-class HttpCallHandler {
-  constructor(
-    private readonly call: InferCall,
-    private readonly now: () => number,
-    private readonly origin: string,
-  ) {}
-
-  onConnect(): void {}
-
-  onRequestSent(): void {
-    this.call.sentNs = this.now();
-  }
-
-  onResponseStarted(): void {
-    this.call.responseStartNs = this.now();
-  }
-
-  onHeaders(statusCode: number): boolean {
-    const call = this.call;
-    call.statusCode = statusCode;
-    if (call.responseStartNs === 0) call.responseStartNs = this.now();
-    call.errorChunks = statusCode === 200 ? null : [];
-    return true;
-  }
-
-  onData(chunk: Buffer): boolean {
-    const chunks = this.call.errorChunks;
-    if (chunks !== null) chunks.push(chunk);
-    return true;
-  }
-
-  onComplete(): void {
-    const call = this.call;
-    const endNs = this.now();
-    if (call.statusCode === 200) {
-      call.sink.callDone(call, endNs);
-      return;
-    }
-    const body = Buffer.concat(call.errorChunks ?? []).toString('utf8');
-    call.errorChunks = null;
-    call.sink.callFailed(call, new PerfError('', `inference request failed: ${errorText(call.statusCode, body)}`));
-  }
-
-  onError(err: Error): void {
-    this.call.sink.callFailed(this.call, new PerfError('', `inference request failed: ${describeNetworkError(err, this.origin)}`));
-  }
-}
-
-/** An InferCall that carries its undici handler. */
-export class HttpInferCall extends InferCall {
-  handler: HttpCallHandler | undefined;
-}
-
-export interface HttpTransportOptions {
-  readonly origin: string;
-  readonly modelName: string;
-  readonly modelVersion: string;
-  readonly bodies: readonly EncodedHttpBody[];
-  readonly headers: ReadonlyArray<[string, string]>;
-  /** Connections in the pool; null for no limit. */
-  readonly connections: number | null;
-  readonly now: () => number;
-}
-
-export class HttpInferTransport implements InferTransport {
-  private readonly pool: Pool;
-  private readonly requests: Dispatcher.DispatchOptions[];
-  private readonly now: () => number;
-  private readonly origin: string;
-
-  constructor(o: HttpTransportOptions) {
-    this.origin = o.origin;
-    this.now = o.now;
-    this.pool = new Pool(o.origin, { connections: o.connections, pipelining: 1 });
-    const path = `${modelPath(o.modelName, o.modelVersion)}/infer`;
-    this.requests = o.bodies.map((b) => {
-      const headers: string[] = [];
-      if (b.headerLength !== undefined) {
-        headers.push('content-type', 'application/octet-stream', 'inference-header-content-length', String(b.headerLength));
-      } else {
-        headers.push('content-type', 'application/json');
-      }
-      for (const [k, v] of o.headers) headers.push(k, v);
-      return { method: 'POST', path, headers, body: b.body };
-    });
-  }
-
-  get bodyCount(): number {
-    return this.requests.length;
-  }
-
-  /** Makes a call object bound to this transport (its handler is created once). */
-  createCall(sink: CallSink, slot: number): HttpInferCall {
-    const call = new HttpInferCall(sink, slot);
-    call.handler = new HttpCallHandler(call, this.now, this.origin);
-    return call;
-  }
-
-  send(call: InferCall): void {
-    const c = call as HttpInferCall;
-    c.startNs = this.now();
-    c.sentNs = 0;
-    c.responseStartNs = 0;
-    c.statusCode = 0;
-    this.pool.dispatch(this.requests[c.bodyIndex]!, c.handler as unknown as Dispatcher.DispatchHandler);
-  }
-
-  async close(): Promise<void> {
-    await this.pool.close();
   }
 }

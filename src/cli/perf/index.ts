@@ -11,7 +11,8 @@ import { type PerfOptions, UsageError, USAGE, parseArgs } from './options.js';
 import { type ModelInfo, parseModel } from './model.js';
 import { type Step, assembleRequest, generateStep, readInputDataFiles } from './input-data.js';
 import { encodeHttpInferBody } from './http-body.js';
-import { HttpControlClient, HttpInferTransport, httpOrigin } from './http-client.js';
+import { HttpControlClient, httpOrigin, modelPath } from './http-client.js';
+import { Http1InferTransport, buildHttpRequest } from './http1.js';
 import type { ControlClient, InferTransport } from './transport.js';
 import { ConcurrencyDriver, RequestRateDriver } from './load.js';
 import { type LoadDriver, Profiler, type ProfilerEvents, formatDouble } from './profiler.js';
@@ -43,18 +44,20 @@ function httpBackend(o: PerfOptions): ProtocolBackend {
     control: new HttpControlClient(origin, o.headers),
     async createTransport(model, steps, connections, now) {
       const outputs = model.outputs.map((t) => t.name);
-      const bodies = steps.map((_, i) =>
-        encodeHttpInferBody(assembleRequest(model, steps, i, o.batchSize), outputs, o.inputTensorFormat, o.outputTensorFormat),
-      );
-      return new HttpInferTransport({
-        origin,
-        modelName: o.modelName,
-        modelVersion: o.modelVersion,
-        bodies,
-        headers: o.headers,
-        connections,
-        now,
+      const path = `${modelPath(o.modelName, o.modelVersion)}/infer`;
+      const host = new URL(origin).host;
+      const requests = steps.map((_, i) => {
+        const b = encodeHttpInferBody(assembleRequest(model, steps, i, o.batchSize), outputs, o.inputTensorFormat, o.outputTensorFormat);
+        const headers: Array<[string, string]> =
+          b.headerLength !== undefined
+            ? [
+                ['Content-Type', 'application/octet-stream'],
+                ['Inference-Header-Content-Length', String(b.headerLength)],
+              ]
+            : [['Content-Type', 'application/json']];
+        return buildHttpRequest(host, path, [...headers, ...o.headers], b.body);
       });
+      return new Http1InferTransport({ origin, requests, connections, now });
     },
   };
 }

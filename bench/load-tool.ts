@@ -1,0 +1,207 @@
+/**
+ * The load tool's own ceiling: `nereid perf` and wrk drive the same trivial
+ * node:http server (it answers every infer with a fixed reply) with the same
+ * request bytes, at the same concurrency, each pinned to the same CPU core,
+ * in one run. The bar: nereid perf reaches >= 0.8x wrk's request rate.
+ *
+ * Usage: node dist/bench/load-tool.js   (BENCH_SECONDS, BENCH_CONCURRENCY)
+ * The server runs as `load-tool.js --serve <port> <workers>` in child processes.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import cluster from 'node:cluster';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { createServer } from 'node:net';
+import { availableParallelism, tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { encodeHttpInferBody } from '../src/cli/perf/http-body.js';
+
+const SELF = fileURLToPath(import.meta.url);
+const PERF_INDEX = path.join(path.dirname(SELF), '..', 'src', 'cli', 'perf', 'index.js');
+const MODEL = 'trivial';
+
+// ---- the trivial server -------------------------------------------------------------------------
+
+function serve(port: number, workers: number): void {
+  if (cluster.isPrimary && workers > 1) {
+    for (let i = 0; i < workers; i++) cluster.fork();
+    process.on('SIGTERM', () => {
+      for (const w of Object.values(cluster.workers ?? {})) w?.kill();
+      process.exit(0);
+    });
+    return;
+  }
+  if (cluster.isWorker) process.on('disconnect', () => process.exit(0));
+  const json = (obj: unknown) => Buffer.from(JSON.stringify(obj));
+  const routes = new Map<string, Buffer>([
+    ['/v2', json({ name: 'trivial', version: '0', extensions: ['binary_tensor_data'] })],
+    [
+      `/v2/models/${MODEL}`,
+      json({
+        name: MODEL,
+        versions: ['1'],
+        platform: 'trivial',
+        inputs: [
+          { name: 'INPUT0', datatype: 'INT32', shape: [-1, 16] },
+          { name: 'INPUT1', datatype: 'INT32', shape: [-1, 16] },
+        ],
+        outputs: [{ name: 'OUTPUT0', datatype: 'INT32', shape: [-1, 16] }],
+      }),
+    ],
+    [`/v2/models/${MODEL}/config`, json({ name: MODEL, max_batch_size: 8 })],
+  ]);
+  const outJson = json({
+    model_name: MODEL,
+    model_version: '1',
+    outputs: [{ name: 'OUTPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } }],
+  });
+  const reply = Buffer.concat([outJson, Buffer.alloc(64)]);
+  const replyHeaders = {
+    'content-type': 'application/octet-stream',
+    'inference-header-content-length': String(outJson.length),
+    'content-length': String(reply.length),
+  };
+  http
+    .createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.method === 'POST') {
+          res.writeHead(200, replyHeaders);
+          res.end(reply);
+          return;
+        }
+        const body = routes.get(req.url ?? '');
+        res.writeHead(body ? 200 : 404, { 'content-type': 'application/json', 'content-length': String(body?.length ?? 2) });
+        res.end(body ?? '{}');
+      });
+    })
+    .listen(port, '127.0.0.1');
+}
+
+// ---- the benchmark ------------------------------------------------------------------------------
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+async function waitForServer(port: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const ok = await new Promise<boolean>((resolve) => {
+      http.get({ host: '127.0.0.1', port, path: '/v2' }, (res) => {
+        res.resume();
+        resolve(res.statusCode === 200);
+      }).on('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('trivial server did not start');
+}
+
+function capture(cmd: string, args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    p.stdout.on('data', (d) => (text += d));
+    p.stderr.on('data', (d) => (text += d));
+    p.on('error', reject);
+    p.on('close', () => resolve(text));
+  });
+}
+
+function luaString(buf: Buffer): string {
+  let s = '"';
+  for (const b of buf) s += b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x5c ? String.fromCharCode(b) : `\\${b}`;
+  return `${s}"`;
+}
+
+async function runWrk(cpu: string, url: string, body: Buffer, headerLength: number, connections: number, seconds: number) {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-loadtool-'));
+  const file = path.join(dir, 'req.lua');
+  writeFileSync(
+    file,
+    `wrk.method = "POST"
+wrk.body = ${luaString(body)}
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Inference-Header-Content-Length"] = "${headerLength}"
+function done(summary, latency, requests)
+  io.write(string.format("WRK_RESULT %f %f %f %d\\n", summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect + summary.errors.read))
+end
+`,
+  );
+  const out = await capture('taskset', ['-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url]);
+  const m = /WRK_RESULT (\S+) (\S+) (\S+) (\d+)/.exec(out);
+  if (!m) throw new Error(`wrk produced no result:\n${out}`);
+  return { rps: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]) };
+}
+
+async function runNereidPerf(cpu: string, port: number, connections: number, seconds: number) {
+  // Three windows of `seconds / 3.6` (each window lasts 1.2x the interval), stability not required.
+  const intervalMs = Math.max(200, Math.round((seconds * 1000) / 3.6));
+  const args = ['-m', MODEL, '-u', `127.0.0.1:${port}`, '--concurrency-range', String(connections), '-p', String(intervalMs), '-r', '3', '-s', '1000000'];
+  const script = `import(${JSON.stringify(PERF_INDEX)}).then((m) => m.runPerf(${JSON.stringify(args)})).then((c) => process.exit(c))`;
+  const out = await capture('taskset', ['-c', cpu, process.execPath, '--input-type=module', '-e', script]);
+  const rps = /Concurrency: \d+, throughput: (\S+) infer\/sec/.exec(out);
+  const p50 = /p50 latency: (\d+) usec/.exec(out);
+  const p99 = /p99 latency: (\d+) usec/.exec(out);
+  if (!rps) throw new Error(`nereid perf produced no result:\n${out}`);
+  return { rps: Number(rps[1]), p50us: Number(p50?.[1]), p99us: Number(p99?.[1]) };
+}
+
+async function main(): Promise<void> {
+  const seconds = Number(process.env.BENCH_SECONDS ?? 4);
+  const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
+  const cpus = availableParallelism();
+  // One core for the load generators, the rest for the server (at least one, shared if the machine has one).
+  const clientCpu = '0';
+  const serverCpus = cpus > 1 ? `1-${cpus - 1}` : '0';
+  const workers = Math.max(1, cpus - 1);
+  const port = await freePort();
+  const server: ChildProcess = spawn('taskset', ['-c', serverCpus, process.execPath, SELF, '--serve', String(port), String(workers)], {
+    stdio: 'inherit',
+  });
+  try {
+    await waitForServer(port);
+    const zeros = new Uint8Array(64);
+    const req = encodeHttpInferBody(
+      [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: zeros },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: zeros },
+      ],
+      ['OUTPUT0'],
+      'binary',
+      'binary',
+    );
+    const url = `http://127.0.0.1:${port}/v2/models/${MODEL}/infer`;
+    // Alternate, so a change in background load hits both tools alike.
+    const wrk1 = await runWrk(clientCpu, url, req.body, req.headerLength!, concurrency, seconds);
+    const ours1 = await runNereidPerf(clientCpu, port, concurrency, seconds);
+    const wrk2 = await runWrk(clientCpu, url, req.body, req.headerLength!, concurrency, seconds);
+    const ours2 = await runNereidPerf(clientCpu, port, concurrency, seconds);
+    const wrk = (wrk1.rps + wrk2.rps) / 2;
+    const ours = (ours1.rps + ours2.rps) / 2;
+    const fmt = (n: number) => n.toLocaleString('en-US', { maximumFractionDigits: 0 });
+    process.stdout.write(
+      `\nLoad tool ceiling: trivial node:http server (${workers} worker(s) on CPU ${serverCpus}), ` +
+        `clients on CPU ${clientCpu}, concurrency ${concurrency}, ${seconds}s per run, 2 runs each\n` +
+        `tool          req/s (run 1, run 2)        p50 us   p99 us\n` +
+        `wrk -t1       ${fmt(wrk)} (${fmt(wrk1.rps)}, ${fmt(wrk2.rps)})`.padEnd(42) +
+        `${String(Math.round(wrk2.p50us)).padStart(7)}  ${String(Math.round(wrk2.p99us)).padStart(7)}\n` +
+        `nereid perf   ${fmt(ours)} (${fmt(ours1.rps)}, ${fmt(ours2.rps)})`.padEnd(42) +
+        `${String(ours2.p50us).padStart(7)}  ${String(ours2.p99us).padStart(7)}\n` +
+        `ratio nereid perf / wrk: ${(ours / wrk).toFixed(2)}  (bar: >= 0.80) ${ours / wrk >= 0.8 ? 'PASS' : 'BELOW BAR'}\n`,
+    );
+    if (wrk1.errors + wrk2.errors > 0) process.stdout.write(`note: wrk saw ${wrk1.errors + wrk2.errors} errors\n`);
+  } finally {
+    server.kill('SIGTERM');
+  }
+}
+
+if (process.argv[2] === '--serve') serve(Number(process.argv[3]), Number(process.argv[4] ?? 1));
+else await main();
