@@ -14,6 +14,7 @@ import { commonHandlers, healthHandlers } from './handlers.js';
 import { modelInferHandler, modelStreamInferHandler } from './infer.js';
 import { bindAddress, channelOptionsFor, GRPC_DEFAULTS, parseCompressionLevel, type GrpcFrontendOptions } from './options.js';
 import { addReflection } from './reflection.js';
+import { compileHeaderPattern, parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
 
 export {
@@ -24,6 +25,7 @@ export {
   type GrpcCompressionLevel,
   type GrpcFrontendOptions,
 } from './options.js';
+export { parseRestrictedProtocols } from './restrictions.js';
 export type { LogSettings, LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
 
 /** grpc-js definitions of the services, usable to build clients too. */
@@ -68,11 +70,16 @@ export class GrpcFrontend {
     const algorithm = algorithmForLevel(level);
     if (algorithm) interceptors.push(responseCompressionInterceptor(algorithm, INFER_PATHS, this.logger));
 
+    const restrictions = parseRestrictedProtocols(o.restrictedProtocols ?? []);
+    // Listed after compression: grpc-js wraps in list order, and compression needs the innermost call.
+    if (restrictions.size > 0) interceptors.push(restrictionInterceptor(restrictions));
+    const headerPattern = o.headerForwardPattern ? compileHeaderPattern(o.headerForwardPattern) : undefined;
+
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
     const implementation: UntypedServiceImplementation = {
       ...commonHandlers({ server: this.server, traceSettings: o.traceSettings, logSettings: o.logSettings }),
-      ModelInfer: modelInferHandler(this.server),
-      ModelStreamInfer: modelStreamInferHandler(this.server, this.logger),
+      ModelInfer: modelInferHandler(this.server, headerPattern),
+      ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern),
     } as unknown as UntypedServiceImplementation;
     grpcServer.addService(inferenceServiceDefinition, implementation);
     grpcServer.addService(healthServiceDefinition, healthHandlers(this.server) as unknown as UntypedServiceImplementation);

@@ -230,7 +230,11 @@ function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor): Requeste
  * Builds the core request. Throws NereidError (INVALID_ARG, or NOT_FOUND
  * for a shared-memory region) with Triton's wording.
  */
-export function decodeInferRequest(msg: ModelInferRequest, signal?: AbortSignal): InferRequest {
+export function decodeInferRequest(
+  msg: ModelInferRequest,
+  signal?: AbortSignal,
+  forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
+): InferRequest {
   const model = msg.modelName;
   const raw = msg.rawInputContents;
   const inputs = new Array<Tensor>(msg.inputs.length);
@@ -277,13 +281,16 @@ export function decodeInferRequest(msg: ModelInferRequest, signal?: AbortSignal)
     for (let i = 0; i < msg.outputs.length; i++) outputs[i] = decodeOutput(msg.outputs[i]!);
   }
 
+  let parameters = decodeRequestParameters(msg.parameters);
+  if (forwardedHeaders !== undefined) parameters = Object.assign(parameters ?? {}, forwardedHeaders);
+
   return {
     model,
     version: msg.modelVersion,
     id: msg.id,
     inputs,
     outputs,
-    parameters: decodeRequestParameters(msg.parameters),
+    parameters,
     signal,
   };
 }

@@ -6,11 +6,12 @@ import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/g
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
-import type { InferResponse } from '../../core/types.js';
+import type { InferResponse, ParameterValue } from '../../core/types.js';
 import type { Logger } from '../../logger.js';
 import { decodeInferRequest } from './infer-decode.js';
 import { encodeInferResponse } from './infer-encode.js';
 import { malformedError } from './handlers.js';
+import { forwardedHeaders } from './restrictions.js';
 import { MalformedMessage } from './service.js';
 import { toServiceError } from './status.js';
 
@@ -52,7 +53,7 @@ class UnaryInferCall {
   }
 }
 
-export function modelInferHandler(server: ServerApi) {
+export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
   return (call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>, callback: sendUnaryData<Uint8Array>): void => {
     const msg = call.request;
     if (msg instanceof MalformedMessage) {
@@ -62,7 +63,8 @@ export function modelInferHandler(server: ServerApi) {
     const abort = new AbortController();
     let request;
     try {
-      request = decodeInferRequest(msg, abort.signal);
+      const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
+      request = decodeInferRequest(msg, abort.signal, headers);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
     } catch (e) {
       callback(toServiceError(e), null);
@@ -112,13 +114,22 @@ class StreamInferSession {
   private readonly strictErrors: boolean;
   private inputEnded = false;
   private closed = false;
+  /** Metadata is fixed for the stream's life, so headers are forwarded from one parse. */
+  private readonly headers: Readonly<Record<string, ParameterValue>> | undefined;
+  private readonly headerError: unknown;
 
   constructor(
     private readonly server: ServerApi,
     private readonly call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>,
     private readonly logger: Logger,
+    headerPattern: RegExp | undefined,
   ) {
     this.strictErrors = call.metadata.get('triton_grpc_error')[0] === 'true';
+    try {
+      this.headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
+    } catch (e) {
+      this.headerError = e;
+    }
     call.on('data', (m: ModelInferRequest | MalformedMessage) => this.onRequest(m));
     call.on('end', () => {
       this.inputEnded = true;
@@ -150,7 +161,8 @@ class StreamInferSession {
     this.slots.push(slot);
     let request;
     try {
-      request = decodeInferRequest(m, this.abort.signal);
+      if (this.headerError !== undefined) throw this.headerError;
+      request = decodeInferRequest(m, this.abort.signal, this.headers);
     } catch (e) {
       slot.failed(e);
       return;
@@ -207,8 +219,8 @@ function errorResponse(msg: ModelInferRequest | undefined, err: NereidError): Ui
   );
 }
 
-export function modelStreamInferHandler(server: ServerApi, logger: Logger) {
+export function modelStreamInferHandler(server: ServerApi, logger: Logger, headerPattern?: RegExp) {
   return (call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>): void => {
-    new StreamInferSession(server, call, logger);
+    new StreamInferSession(server, call, logger, headerPattern);
   };
 }

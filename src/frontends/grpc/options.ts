@@ -27,6 +27,8 @@ export type GrpcCompressionLevel = 'none' | 'low' | 'medium' | 'high';
  * | maxConnectionAgeMs | --grpc-max-connection-age | unset (unlimited) |
  * | maxConnectionAgeGraceMs | --grpc-max-connection-age-grace | unset (unlimited) |
  * | inferAllocationPoolSize | --grpc-infer-allocation-pool-size | 8 (accepted, has no effect) |
+ * | headerForwardPattern | --grpc-header-forward-pattern | unset |
+ * | restrictedProtocols | --grpc-restricted-protocol (repeatable) | none |
  *
  * `--allow-grpc=false` means: do not construct a GrpcFrontend at all.
  */
@@ -48,6 +50,18 @@ export interface GrpcFrontendOptions {
   maxConnectionAgeGraceMs?: number;
   /** Triton's pool of pre-allocated infer handler states; meaningless here, logged and ignored. */
   inferAllocationPoolSize?: number;
+  /**
+   * Metadata whose key matches this regex becomes a string request
+   * parameter of ModelInfer/ModelStreamInfer. Case-insensitive unless it
+   * starts with `(?-i)`.
+   */
+  headerForwardPattern?: string;
+  /**
+   * The raw `--grpc-restricted-protocol` values, `<protocol>,...:<key>=<value>`;
+   * start() rejects malformed ones. A restricted RPC then needs metadata
+   * `triton-grpc-protocol-<key>: <value>`.
+   */
+  restrictedProtocols?: readonly string[];
   /** Backs the TraceSetting RPC; omitted: the RPC answers "the server does not support trace". */
   traceSettings?: TraceSettingsStore;
   /** Backs the LogSettings RPC; omitted: the RPC answers "the server does not support dynamic logging". */

@@ -1,7 +1,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
-import { gunzipSync } from 'node:zlib';
+import { gunzipSync, inflateSync } from 'node:zlib';
 import { create, fromBinary, toBinary, type MessageInitShape } from '@bufbuild/protobuf';
 import { FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
 import * as grpc from '@grpc/grpc-js';
@@ -488,7 +488,12 @@ describe('gRPC frontend options', () => {
 });
 
 /** One gRPC call over a plain HTTP/2 session, returning the response headers and the raw message frame. */
-function rawGrpcCall(port: number, path: string, message: Uint8Array): Promise<{ headers: http2.IncomingHttpHeaders; body: Buffer }> {
+function rawGrpcCall(
+  port: number,
+  path: string,
+  message: Uint8Array,
+  extraHeaders: Record<string, string> = {},
+): Promise<{ headers: http2.IncomingHttpHeaders; body: Buffer }> {
   return new Promise((resolve, reject) => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on('error', reject);
@@ -498,6 +503,7 @@ function rawGrpcCall(port: number, path: string, message: Uint8Array): Promise<{
       'content-type': 'application/grpc',
       te: 'trailers',
       'grpc-accept-encoding': 'identity,deflate,gzip',
+      ...extraHeaders,
     });
     let headers: http2.IncomingHttpHeaders = {};
     const chunks: Buffer[] = [];
@@ -591,4 +597,76 @@ test('a port already in use is a clear start error', async () => {
   } finally {
     await h.close();
   }
+});
+
+describe('restricted protocols and header forwarding', () => {
+  test('a restricted group needs its metadata; others stay open; compression still applies', async () => {
+    const h = await startHarness(new EchoServer(), {
+      restrictedProtocols: ['inference,model-config:infer-key=secret', 'shared-memory:admin=yes'],
+      compressionLevel: 'medium',
+    });
+    try {
+      const refused = await callError(unary(h.client, 'ModelInfer', simpleRequest('r')));
+      assert.equal(refused.code, S.UNAVAILABLE);
+      assert.equal(refused.details, "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'");
+      const wrong = new grpc.Metadata();
+      wrong.set('triton-grpc-protocol-infer-key', 'guess');
+      assert.equal((await callError(unary(h.client, 'ModelConfig', { name: 'echo' }, wrong))).code, S.UNAVAILABLE);
+      const md = new grpc.Metadata();
+      md.set('triton-grpc-protocol-infer-key', 'secret');
+      assert.equal((await unary<ModelInferResponse>(h.client, 'ModelInfer', simpleRequest('ok'), md)).id, 'ok');
+      const raw = await rawGrpcCall(h.port, '/inference.GRPCInferenceService/ModelInfer', toBinary(ModelInferRequestSchema, simpleRequest('d')), {
+        'triton-grpc-protocol-infer-key': 'secret',
+      });
+      assert.equal(raw.headers['grpc-encoding'], 'deflate');
+      assert.equal(fromBinary(ModelInferResponseSchema, inflateSync(raw.body.subarray(5))).id, 'd');
+      const stream = await streamAll(h.client, [simpleRequest('s')]);
+      assert.equal(stream.error?.code, S.UNAVAILABLE);
+      assert.equal((await unary<{ live: boolean }>(h.client, 'ServerLive', {})).live, true);
+      const shm = await callError(unary(h.client, 'SystemSharedMemoryStatus', {}));
+      assert.match(shm.details, /triton-grpc-protocol-admin/);
+    } finally {
+      await h.close();
+    }
+  });
+
+  test('malformed restricted-protocol values are refused at start', async () => {
+    const { GrpcFrontend } = await import('../../../src/frontends/grpc/index.js');
+    for (const [value, message] of [
+      ['inference', /option format is/],
+      ['telepathy:k=v', /unknown restricted protocol 'telepathy'/],
+    ] as const) {
+      const f = new GrpcFrontend(new EchoServer(), { port: 0, restrictedProtocols: [value] });
+      await assert.rejects(f.start(), message);
+    }
+    const twice = new GrpcFrontend(new EchoServer(), { port: 0, restrictedProtocols: ['health:a=1', 'health:b=2'] });
+    await assert.rejects(twice.start(), /can not be specified in multiple config groups/);
+  });
+
+  test('matching metadata becomes string parameters; reserved names are refused', async () => {
+    const server = new EchoServer();
+    const h = await startHarness(server, { headerForwardPattern: '^x-' });
+    try {
+      const md = new grpc.Metadata();
+      md.set('X-Tenant', 'acme');
+      md.set('other', 'ignored');
+      await unary(h.client, 'ModelInfer', simpleRequest('h'), md);
+      assert.deepEqual(server.requests.at(-1)!.parameters, { 'x-tenant': 'acme' });
+      const s = await streamAll(h.client, [simpleRequest('hs')], md);
+      assert.equal(s.messages[0]!.errorMessage, '');
+      assert.equal(server.requests.at(-1)!.parameters!['x-tenant'], 'acme');
+    } finally {
+      await h.close();
+    }
+    const h2 = await startHarness(new EchoServer(), { headerForwardPattern: 'priority' });
+    try {
+      const md = new grpc.Metadata();
+      md.set('priority', '1');
+      const err = await callError(unary(h2.client, 'ModelInfer', simpleRequest('h'), md));
+      assert.equal(err.code, S.INVALID_ARGUMENT);
+      assert.match(err.details, /Header 'priority' is reserved for Triton usage/);
+    } finally {
+      await h2.close();
+    }
+  });
 });

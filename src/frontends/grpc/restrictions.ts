@@ -1,0 +1,131 @@
+/**
+ * `--grpc-restricted-protocol` (RPC groups that require a metadata key and
+ * value) and `--grpc-header-forward-pattern` (metadata copied into request
+ * parameters), as Triton applies them.
+ */
+import { Metadata, ServerInterceptingCall, ServerListenerBuilder, ResponderBuilder, status, type ServerInterceptor } from '@grpc/grpc-js';
+import { Errors } from '../../errors.js';
+import type { ParameterValue } from '../../core/types.js';
+
+/** Triton prefixes the configured key with this to form the metadata key. */
+export const RESTRICTED_HEADER_PREFIX = 'triton-grpc-protocol-';
+
+export type RestrictedCategory =
+  | 'health'
+  | 'metadata'
+  | 'inference'
+  | 'shared-memory'
+  | 'model-config'
+  | 'model-repository'
+  | 'statistics'
+  | 'trace'
+  | 'logging';
+
+/** The category each RPC belongs to (by its proto name). */
+const CATEGORY_OF_RPC: Record<string, RestrictedCategory> = {
+  Check: 'health',
+  ServerLive: 'health',
+  ServerReady: 'health',
+  ModelReady: 'health',
+  ServerMetadata: 'metadata',
+  ModelMetadata: 'metadata',
+  ModelInfer: 'inference',
+  ModelStreamInfer: 'inference',
+  ModelConfig: 'model-config',
+  ModelStatistics: 'statistics',
+  RepositoryIndex: 'model-repository',
+  RepositoryModelLoad: 'model-repository',
+  RepositoryModelUnload: 'model-repository',
+  SystemSharedMemoryStatus: 'shared-memory',
+  SystemSharedMemoryRegister: 'shared-memory',
+  SystemSharedMemoryUnregister: 'shared-memory',
+  CudaSharedMemoryStatus: 'shared-memory',
+  CudaSharedMemoryRegister: 'shared-memory',
+  CudaSharedMemoryUnregister: 'shared-memory',
+  TraceSetting: 'trace',
+  LogSettings: 'logging',
+};
+
+const CATEGORIES = new Set<string>(Object.values(CATEGORY_OF_RPC));
+
+/** Metadata key (already prefixed) and value a category requires. */
+export interface Restriction {
+  readonly header: string;
+  readonly value: string;
+}
+
+/**
+ * Parses `--grpc-restricted-protocol` values, `<protocol>,<protocol>...:<key>=<value>`.
+ * Throws NereidError (config) with Triton's messages.
+ */
+export function parseRestrictedProtocols(values: readonly string[]): Map<RestrictedCategory, Restriction> {
+  const out = new Map<RestrictedCategory, Restriction>();
+  for (const arg of values) {
+    const colon = arg.indexOf(':');
+    const eq = arg.indexOf('=', colon + 1);
+    if (colon <= 0 || eq < 0 || eq === colon + 1) {
+      throw Errors.config(
+        `--grpc-restricted-protocol option format is '<protocol_1>,<protocol_2>,...:<key>=<value>'. Got ${arg}`,
+      );
+    }
+    const restriction = { header: RESTRICTED_HEADER_PREFIX + arg.slice(colon + 1, eq), value: arg.slice(eq + 1) };
+    for (const feature of arg.slice(0, colon).split(',')) {
+      if (!CATEGORIES.has(feature)) throw Errors.config(`unknown restricted protocol '${feature}'`);
+      const category = feature as RestrictedCategory;
+      if (out.has(category)) {
+        throw Errors.config(`restricted protocol '${feature}' can not be specified in multiple config groups`);
+      }
+      out.set(category, restriction);
+    }
+  }
+  return out;
+}
+
+/** Refuses calls to restricted RPCs that lack the required metadata, with UNAVAILABLE as Triton does. */
+export function restrictionInterceptor(restrictions: ReadonlyMap<RestrictedCategory, Restriction>): ServerInterceptor {
+  return (method, call) => {
+    const rpc = method.path.slice(method.path.lastIndexOf('/') + 1);
+    const category = CATEGORY_OF_RPC[rpc];
+    const restriction = category === undefined ? undefined : restrictions.get(category);
+    if (restriction === undefined) return new ServerInterceptingCall(call);
+    const listener = new ServerListenerBuilder()
+      .withOnReceiveMetadata((metadata: Metadata, next) => {
+        if (metadata.get(restriction.header)[0] === restriction.value) next(metadata);
+        else {
+          call.sendStatus({
+            code: status.UNAVAILABLE,
+            details: `This protocol is restricted, expecting header '${restriction.header}'`,
+          });
+        }
+      })
+      .build();
+    return new ServerInterceptingCall(call, new ResponderBuilder().withStart((next) => next(listener)).build());
+  };
+}
+
+/** Reserved request parameter names a forwarded header may not take. */
+const RESERVED_KEYS = new Set(['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout', 'headers', 'binary_data_output']);
+
+/**
+ * Compiles `--grpc-header-forward-pattern`: case-insensitive unless the
+ * pattern starts with `(?-i)`; matched anywhere in the key, like RE2's
+ * PartialMatch.
+ */
+export function compileHeaderPattern(pattern: string): RegExp {
+  return pattern.startsWith('(?-i)') ? new RegExp(pattern.slice(5)) : new RegExp(pattern, 'i');
+}
+
+/** Metadata entries whose key matches, as string parameters; reserved names are INVALID_ARG. */
+export function forwardedHeaders(metadata: Metadata, pattern: RegExp): Record<string, ParameterValue> | undefined {
+  let out: Record<string, ParameterValue> | undefined;
+  const map = metadata.getMap();
+  for (const key in map) {
+    if (!pattern.test(key)) continue;
+    if (RESERVED_KEYS.has(key) || key.startsWith('triton_')) {
+      throw Errors.badParameter(`Header '${key}' is reserved for Triton usage and cannot be forwarded.`);
+    }
+    const value = map[key]!;
+    (out ??= {})[key] = typeof value === 'string' ? value : value.toString('latin1');
+  }
+  return out;
+}
