@@ -55,3 +55,40 @@ test('bytes that are not an ONNX model give OnnxParseError', async () => {
   const truncated = buildMlp([10, 4, 1], 1).builder.toBytes().subarray(0, 100);
   assert.throws(() => parseOnnxModelInfo(truncated, 'cut.onnx'), OnnxParseError);
 });
+
+test('reading a file (weights skipped) gives the same signature as parsing the whole model', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'nereid-info-'));
+  try {
+    const overridable = new OnnxModelBuilder({ opset: 17 });
+    overridable.input('x', 'FP32', ['n', 2]).input('bias', 'FP32', [2]).output('y', 'FP32', ['n', 2]);
+    overridable.initializer('bias', 'FP32', [2], Float32Array.from([1, 2]));
+    overridable.node('Add', ['x', 'bias'], ['y']);
+    const models = [buildMlp([300, 500, 7], 3).builder, overridable, buildMlp([4, 2], 1).builder];
+    for (const [i, b] of models.entries()) {
+      const path = join(dir, `m${i}.onnx`);
+      await b.save(path);
+      assert.deepEqual(await readOnnxModelInfo(path), parseOnnxModelInfo(b.toBytes()), `model ${i}`);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
+
+test('a file that is not an ONNX model gives OnnxParseError naming the file', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'nereid-info-'));
+  try {
+    const whole = buildMlp([64, 32, 1], 1).builder.toBytes();
+    const cases: Record<string, Uint8Array> = {
+      'empty.onnx': new Uint8Array(0),
+      'text.onnx': Buffer.from('this is certainly not a protobuf message'),
+      'cut.onnx': whole.subarray(0, whole.length - 700),
+    };
+    for (const [name, bytes] of Object.entries(cases)) {
+      const path = join(dir, name);
+      await writeFile(path, bytes);
+      await assert.rejects(readOnnxModelInfo(path), (e: unknown) => e instanceof OnnxParseError && e.message.startsWith(`${path} is not a valid ONNX model`), name);
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+});
