@@ -208,9 +208,16 @@ class Stub:
         finally:
             self.loop.remove_reader(self.pipe.rfd)
 
+    def _read_during_call(self):
+        try:
+            return self.pipe.read_frame()
+        except EOFError:
+            # the server is gone: nobody is waiting for this request any more
+            os._exit(0)
+
     def _pump(self):
         while True:
-            header, buffers = self.pipe.read_frame()
+            header, buffers = self._read_during_call()
             self._dispatch_during_call(header, buffers)
             if not self.pipe.has_frame():
                 return
@@ -266,7 +273,7 @@ class Stub:
         slot = []
         self.pending[bls_id] = slot
         while not slot:
-            header, buffers = self.pipe.read_frame()
+            header, buffers = self._read_during_call()
             self._dispatch_during_call(header, buffers)
         return decode_bls_response(*slot[0])
 

@@ -75,12 +75,14 @@ class WireRequest {
 
 export class PythonInstance implements BackendInstance {
   private readonly outputNames: Set<string>;
+  private readonly configOutputs: readonly string[];
 
   constructor(
     private readonly ctx: InstanceContext,
     private readonly supervisor: StubSupervisor,
   ) {
-    this.outputNames = new Set(ctx.config.output.map((o) => o.name));
+    this.configOutputs = ctx.config.output.map((o) => o.name);
+    this.outputNames = new Set(this.configOutputs);
   }
 
   /** How many times the worker process was restarted after dying. */
@@ -156,7 +158,6 @@ export class PythonInstance implements BackendInstance {
       return { error: new NereidError('NRD_MODEL_EXECUTION', cls, item.e.m) };
     }
     const metas = item.o ?? [];
-    const produced = new Map<string, Tensor>();
     for (const m of metas) {
       if (!this.outputNames.has(m.n)) {
         return {
@@ -166,13 +167,16 @@ export class PythonInstance implements BackendInstance {
           ),
         };
       }
-      produced.set(m.n, decodeWireTensor(m, buffers));
     }
     const outputs: Tensor[] = [];
-    const wanted = req.requestedOutputs.length ? req.requestedOutputs : this.ctx.config.output.map((o) => o.name);
+    const wanted = req.requestedOutputs.length ? req.requestedOutputs : this.configOutputs;
     for (const name of wanted) {
-      const t = produced.get(name);
-      if (t) outputs.push(t);
+      for (const m of metas) {
+        if (m.n === name) {
+          outputs.push(decodeWireTensor(m, buffers));
+          break;
+        }
+      }
     }
     if (item.p) {
       const parameters = JSON.parse(item.p) as Record<string, ParameterValue>;

@@ -19,6 +19,8 @@ export class StubSupervisor {
   private failures = 0;
   private closed = false;
   private timer: NodeJS.Timeout | undefined;
+  /** Rejects the wait before a scheduled restart (used by close()). */
+  private cancelWait: ((err: Error) => void) | undefined;
 
   constructor(
     private readonly launch: () => Promise<StubProcess>,
@@ -49,6 +51,7 @@ export class StubSupervisor {
   async close(graceMs: number): Promise<void> {
     this.closed = true;
     clearTimeout(this.timer);
+    this.cancelWait?.(new Error(`${this.label} is unloaded`));
     const p = this.proc;
     this.proc = null;
     if (p) await p.close(graceMs);
@@ -69,10 +72,12 @@ export class StubSupervisor {
     if (this.pending) return this.pending;
     const delay = Math.min(FIRST_BACKOFF_MS * 2 ** this.failures, MAX_BACKOFF_MS);
     this.failures++;
-    const attempt = new Promise<void>((resolve) => {
+    const attempt = new Promise<void>((resolve, reject) => {
       this.timer = setTimeout(resolve, delay);
       this.timer.unref();
+      this.cancelWait = reject;
     }).then(async () => {
+      this.cancelWait = undefined;
       if (this.closed) throw new Error(`${this.label} is unloaded`);
       const p = await this.launch();
       if (this.closed) {

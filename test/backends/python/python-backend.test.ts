@@ -326,6 +326,20 @@ describe('python backend: broken models fail cleanly', () => {
   });
 });
 
+describe('python backend: unloading during a restart', () => {
+  test('a request waiting for a restart fails when the instance is closed', async () => {
+    const config = ioConfig('slow', [['INPUT0', DataType.TYPE_FP32]], [['OUTPUT0', DataType.TYPE_FP32]]);
+    const l = await load('slow', config);
+    const inst = l.instance as PythonInstance;
+    process.kill(inst.pid!, 'SIGKILL');
+    for (let i = 0; i < 600 && inst.pid !== undefined; i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(inst.pid, undefined);
+    const waiting = inst.execute([request([f32('INPUT0', [1], [0])])], new TestTimer());
+    await unload(l);
+    await assert.rejects(waiting, /'slow'.*unloaded/);
+  });
+});
+
 describe('python backend: interpreters', () => {
   let dir: string;
   before(() => {
