@@ -18,3 +18,4 @@ export {
 } from './normalize.js';
 export { validateModelConfig, type ValidateOptions } from './validate.js';
 export { modelConfigToJson, modelConfigFromJson } from './json.js';
+export { validateEnsembleModels, findEnsembleCycle, type StepConfigLookup, type EnsembleModelsResult } from './ensemble-models.js';
