@@ -97,10 +97,17 @@ function jsonInputTooLarge(inputName: string, byteSize: number, max: number): Ne
 
 type ElementCheck = (v: unknown) => boolean;
 
+// Integers beyond 2^53 arrive as BigInt (see the HTTP JSON parser), so 64-bit data stays exact.
+const INT64_MIN = -9223372036854775808n;
+const UINT64_LIMIT = 18446744073709551616n;
 const isBool: ElementCheck = (v) => typeof v === 'boolean';
-const isInt: ElementCheck = (v) => typeof v === 'number' && Number.isInteger(v) && v >= -TWO_POW_63 && v < TWO_POW_63;
-const isUint: ElementCheck = (v) => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v < TWO_POW_64;
-const isNumber: ElementCheck = (v) => typeof v === 'number';
+const isInt: ElementCheck = (v) =>
+  typeof v === 'number'
+    ? Number.isInteger(v) && v >= -TWO_POW_63 && v < TWO_POW_63
+    : typeof v === 'bigint' && v >= INT64_MIN && v <= INT64_MAX;
+const isUint: ElementCheck = (v) =>
+  typeof v === 'number' ? Number.isInteger(v) && v >= 0 && v < TWO_POW_64 : typeof v === 'bigint' && v >= 0n && v < UINT64_LIMIT;
+const isNumber: ElementCheck = (v) => typeof v === 'number' || typeof v === 'bigint';
 
 /** Where decoded elements go: a typed array over the output bytes plus its element check. */
 interface Target {
@@ -108,6 +115,7 @@ interface Target {
   readonly check: ElementCheck;
   readonly checkError: string;
   readonly bigint: boolean;
+  readonly float: boolean;
   readonly expected: number;
 }
 
@@ -116,21 +124,21 @@ function makeTarget(datatype: Datatype, out: Uint8Array, count: number): Target 
   const array = new info.arrayType!(out.buffer, out.byteOffset, count);
   switch (datatype) {
     case 'BOOL':
-      return { array, check: isBool, checkError: NON_BOOL, bigint: false, expected: count };
+      return { array, check: isBool, checkError: NON_BOOL, bigint: false, float: false, expected: count };
     case 'UINT8':
     case 'UINT16':
     case 'UINT32':
-      return { array, check: isUint, checkError: NON_UINT, bigint: false, expected: count };
+      return { array, check: isUint, checkError: NON_UINT, bigint: false, float: false, expected: count };
     case 'UINT64':
-      return { array, check: isUint, checkError: NON_UINT, bigint: true, expected: count };
+      return { array, check: isUint, checkError: NON_UINT, bigint: true, float: false, expected: count };
     case 'INT8':
     case 'INT16':
     case 'INT32':
-      return { array, check: isInt, checkError: NON_INT, bigint: false, expected: count };
+      return { array, check: isInt, checkError: NON_INT, bigint: false, float: false, expected: count };
     case 'INT64':
-      return { array, check: isInt, checkError: NON_INT, bigint: true, expected: count };
+      return { array, check: isInt, checkError: NON_INT, bigint: true, float: false, expected: count };
     default:
-      return { array, check: isNumber, checkError: NON_NUMBER, bigint: false, expected: count };
+      return { array, check: isNumber, checkError: NON_NUMBER, bigint: false, float: true, expected: count };
   }
 }
 
@@ -149,7 +157,10 @@ function fillElements(t: Target, value: readonly unknown[], index: number, depth
     if (index >= t.expected) throw Errors.jsonDataShape(`Unable to parse 'data': ${TOO_MANY}`);
     if (!t.check(v)) throw Errors.jsonValue(`Unable to parse 'data': ${t.checkError}`);
     if (t.bigint) {
-      array[index] = BigInt(v as number);
+      array[index] = typeof v === 'bigint' ? v : BigInt(v as number);
+    } else if (typeof v === 'bigint') {
+      // Floats take the nearest value; narrower integers keep the low bits, like a C cast.
+      array[index] = t.float ? Number(v) : Number(BigInt.asIntN(32, v));
     } else {
       // Booleans store as 1/0; integer arrays wrap like a C cast.
       array[index] = v as number;

@@ -42,8 +42,8 @@ function isObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function isUint(v: unknown): v is number {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
+function isUint(v: unknown): v is number | bigint {
+  return typeof v === 'number' ? Number.isInteger(v) && v >= 0 : typeof v === 'bigint' && v >= 0n && v < 18446744073709551616n;
 }
 
 function memberAsString(obj: JsonObject, key: string, context: string): string {
@@ -60,9 +60,10 @@ function memberAsArray(obj: JsonObject, key: string, context: string): unknown[]
   return v;
 }
 
+/** An unsigned JSON integer as a number (values beyond 2^53 are only ever too large to use exactly). */
 function asUint(v: unknown, context: string): number {
   if (!isUint(v)) throw Errors.jsonValue(`${context}: ${NON_UINT}`);
-  return v;
+  return Number(v);
 }
 
 function asBool(v: unknown, context: string): boolean {
@@ -235,7 +236,7 @@ function decodeRequestParameters(params: unknown, out: DecodedInfer): void {
       throw Errors.badParameter(
         "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
       );
-    } else if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') {
+    } else if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') {
       result[key] = v;
     } else {
       throw Errors.badParameter(`parameter '${key}' has invalid type. It should be either 'int', 'bool', or 'string'.`);

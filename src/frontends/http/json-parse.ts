@@ -1,10 +1,12 @@
 /**
  * JSON body parsing with Triton's behaviour at the edges.
  *
- * The fast path is the engine's JSON.parse. Only when that fails does a small
- * scanner walk the text to (a) accept the NaN / Infinity / -Infinity / Inf
- * literals Triton's parser accepts (Python's json module writes them), and
- * (b) otherwise report the error the way Triton does:
+ * The fast path is the engine's JSON.parse. Only when that fails, or when the
+ * text holds an integer long enough to lose precision in a double, does a
+ * small scanner walk the text to (a) accept the NaN / Infinity / -Infinity /
+ * Inf literals Triton's parser accepts (Python's json module writes them),
+ * (b) keep integers beyond 2^53 exact (as BigInt, for INT64/UINT64 data and
+ * 64-bit parameters), and (c) otherwise report the error the way Triton does:
  * "failed to parse the request JSON buffer: <reason> at <offset>".
  */
 import { Errors, type NereidError } from '../../errors.js';
@@ -26,7 +28,7 @@ const enum Reason {
   MissExponent = 'Miss exponent in number.',
 }
 
-/** Marks a NaN/Infinity literal that was rewritten into a string for JSON.parse. */
+/** Marks a literal that was rewritten into a string for JSON.parse, to be revived after it. */
 const SPECIAL_PREFIX = '\u0000nereid-number:';
 
 class ScanError {
@@ -36,13 +38,26 @@ class ScanError {
   ) {}
 }
 
-/** Parses `text` as a JSON document; throws NereidError (INTERNAL, as Triton) when it is not one. */
+/**
+ * An integer literal of 16 or more digits (not the digits of a fraction or an
+ * exponent): it may be beyond 2^53, where JSON.parse would round it.
+ */
+const LONG_INTEGER = /(?<![\d.eE+-])-?\d{16,}(?![\d.eE])/;
+
+/**
+ * Parses `text` as a JSON document; throws NereidError (INTERNAL, as Triton)
+ * when it is not one. Integers beyond 2^53 come back as exact BigInts.
+ */
 export function parseJsonText(text: string): unknown {
+  let doc: unknown;
   try {
-    return JSON.parse(text);
+    doc = JSON.parse(text);
   } catch (err) {
     return parseSlow(text, err);
   }
+  // Exactness matters only for 64-bit integer tensors and sequence ids; skip the scan otherwise.
+  const mayNeedExact = text.includes('INT64') || text.includes('sequence_id');
+  return mayNeedExact && LONG_INTEGER.test(text) ? parseSlow(text, undefined) : doc;
 }
 
 /** Parses bytes [start, end) of `body` as UTF-8 JSON. */
@@ -54,6 +69,11 @@ function parseFailure(reason: string, offset: number): NereidError {
   return Errors.jsonParse(`failed to parse the request JSON buffer: ${reason} at ${offset}`);
 }
 
+/**
+ * The careful path: scan for errors and for literals JSON.parse cannot take
+ * (NaN, Infinity) or would round (long integers), rewrite those as marked
+ * strings, parse, and revive them.
+ */
 function parseSlow(text: string, original: unknown): unknown {
   const specials: number[] = [];
   try {
@@ -63,17 +83,16 @@ function parseSlow(text: string, original: unknown): unknown {
     throw err;
   }
   if (specials.length === 0) {
+    if (original === undefined) return JSON.parse(text);
     // The scanner accepted what the engine refused: report the engine's words.
     throw parseFailure(original instanceof Error ? original.message : String(original), 0);
   }
-  // Rewrite each NaN/Infinity literal as a marked string, then revive it.
   let rewritten = '';
   let last = 0;
   for (let k = 0; k < specials.length; k += 2) {
     const start = specials[k]!;
     const end = specials[k + 1]!;
-    const literal = text.slice(start, end);
-    rewritten += text.slice(last, start) + JSON.stringify(SPECIAL_PREFIX + literal);
+    rewritten += text.slice(last, start) + JSON.stringify(SPECIAL_PREFIX + text.slice(start, end));
     last = end;
   }
   rewritten += text.slice(last);
@@ -84,7 +103,8 @@ function reviveSpecial(_key: string, value: unknown): unknown {
   if (typeof value === 'string' && value.startsWith(SPECIAL_PREFIX)) {
     const literal = value.slice(SPECIAL_PREFIX.length);
     if (literal === 'NaN') return NaN;
-    return literal.startsWith('-') ? -Infinity : Infinity;
+    if (literal.endsWith('Inf') || literal.endsWith('Infinity')) return literal.startsWith('-') ? -Infinity : Infinity;
+    return BigInt(literal);
   }
   return value;
 }
@@ -105,7 +125,8 @@ function isHex(c: number): boolean {
 /**
  * Walks the document without building it (iteratively: nesting depth is not
  * bounded by the call stack). Throws ScanError at the first error; collects
- * [start, end) pairs of NaN/Infinity literals into `specials`.
+ * [start, end) pairs of NaN/Infinity literals and of integers beyond 2^53
+ * into `specials`.
  */
 function scanDocument(text: string, specials: number[]): void {
   const n = text.length;
@@ -185,17 +206,21 @@ function scanDocument(text: string, specials: number[]): void {
     } else {
       throw new ScanError(Reason.ValueInvalid, i);
     }
+    let integral = true;
     if (at(i) === 0x2e) {
+      integral = false;
       i++;
       if (!isDigit(at(i))) throw new ScanError(Reason.MissFraction, i);
       while (isDigit(at(i))) i++;
     }
     if (at(i) === 0x65 || at(i) === 0x45) {
+      integral = false;
       i++;
       if (at(i) === 0x2b || at(i) === 0x2d) i++;
       if (!isDigit(at(i))) throw new ScanError(Reason.MissExponent, i);
       while (isDigit(at(i))) i++;
     }
+    if (integral && i - start >= 16 && !Number.isSafeInteger(Number(text.slice(start, i)))) specials.push(start, i);
     return i;
   };
   /** After an object's '{' or ',': a member name, a colon; returns where the value starts. */

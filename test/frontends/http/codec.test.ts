@@ -335,3 +335,26 @@ test('Accept-Encoding is negotiated with q-values, first wins ties', () => {
   assert.equal(negotiateResponseEncoding('identity;q=0.9, gzip;q=0.1'), 'identity');
   assert.equal(negotiateResponseEncoding('gzip;q=abc, deflate'), 'deflate');
 });
+
+test('integers beyond 2^53 stay exact (BigInt) for INT64/UINT64 data and parameters', () => {
+  const text =
+    '{"parameters":{"sequence_id":18446744073709551615,"big":-9223372036854775808},"inputs":[' +
+    '{"name":"A","datatype":"INT64","shape":[3],"data":[9007199254740993,-9223372036854775808,1]},' +
+    '{"name":"B","datatype":"UINT64","shape":[1],"data":[18446744073709551615]},' +
+    '{"name":"C","datatype":"FP64","shape":[2],"data":[0.12345678901234567,12345678901234567890]},' +
+    '{"name":"S","datatype":"BYTES","shape":[1],"data":["12345678901234567890"]}]}';
+  const body = Buffer.from(text);
+  const d = decodeInferBody(body, body.byteLength, 'm', MAX);
+  const a = d.inputs[0]!.data;
+  assert.deepEqual([...new BigInt64Array(new Uint8Array(a).buffer)], [9007199254740993n, -9223372036854775808n, 1n]);
+  const b = Buffer.from(d.inputs[1]!.data);
+  assert.equal(b.readBigUInt64LE(0), 18446744073709551615n);
+  const c = Buffer.from(d.inputs[2]!.data);
+  assert.equal(c.readDoubleLE(0), 0.12345678901234567);
+  assert.equal(c.readDoubleLE(8), 12345678901234567890);
+  assert.equal(Buffer.from(d.inputs[3]!.data).subarray(4).toString(), '12345678901234567890');
+  assert.deepEqual(d.parameters, { sequence_id: 18446744073709551615n, big: -9223372036854775808n });
+  const tooBig = Buffer.from('{"inputs":[{"name":"A","datatype":"INT64","shape":[1],"data":[9223372036854775808]}]}');
+  rejects(() => decodeInferBody(tooBig, tooBig.byteLength, 'm', MAX), 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer");
+  assert.equal(typeof (parseJsonText('[0.1234567890123456789]') as unknown[])[0], 'number', 'long fractions are not integers');
+});

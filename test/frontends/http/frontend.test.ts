@@ -288,6 +288,17 @@ describe('infer', () => {
     assert.match(r.body.toString(), /"data":\[1\.5,2\.0\]/, 'FP32 prints like Triton');
   });
 
+  test('64-bit integers beyond 2^53 round-trip exactly through JSON', async () => {
+    const r = await post(
+      '/v2/models/echo/infer',
+      '{"inputs":[{"name":"A","datatype":"INT64","shape":[2],"data":[9007199254740993,-9223372036854775808]},' +
+        '{"name":"B","datatype":"UINT64","shape":[1],"data":[18446744073709551615]}]}',
+    );
+    assert.equal(r.status, 200, r.body.toString());
+    assert.match(r.body.toString(), /"data":\[9007199254740993,-9223372036854775808\]/);
+    assert.match(r.body.toString(), /"data":\[18446744073709551615\]/);
+  });
+
   test('binary inputs and outputs (Inference-Header-Content-Length)', async () => {
     const { body, headers } = binaryRequest(
       {
