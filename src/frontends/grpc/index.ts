@@ -3,6 +3,7 @@
  * health service and server reflection, served with @grpc/grpc-js over
  * the same ServerApi as the HTTP frontend.
  */
+import { readFileSync } from 'node:fs';
 import { Server, ServerCredentials, type ServerInterceptor, type UntypedServiceImplementation } from '@grpc/grpc-js';
 import { GRPCInferenceService } from '../../gen/grpc_service_pb.js';
 import { Health } from '../../gen/health_pb.js';
@@ -12,7 +13,14 @@ import { silentLogger, type Logger } from '../../logger.js';
 import { algorithmForLevel, responseCompressionInterceptor } from './compression.js';
 import { commonHandlers, healthHandlers } from './handlers.js';
 import { modelInferHandler, modelStreamInferHandler } from './infer.js';
-import { bindAddress, channelOptionsFor, GRPC_DEFAULTS, parseCompressionLevel, type GrpcFrontendOptions } from './options.js';
+import {
+  bindAddress,
+  channelOptionsFor,
+  GRPC_DEFAULTS,
+  parseCompressionLevel,
+  type GrpcFrontendOptions,
+  type GrpcSslOptions,
+} from './options.js';
 import { addReflection } from './reflection.js';
 import { compileHeaderPattern, parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
@@ -24,6 +32,7 @@ export {
   parseCompressionLevel,
   type GrpcCompressionLevel,
   type GrpcFrontendOptions,
+  type GrpcSslOptions,
 } from './options.js';
 export { parseRestrictedProtocols } from './restrictions.js';
 export type { LogSettings, LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
@@ -36,6 +45,24 @@ const INFER_PATHS: ReadonlySet<string> = new Set([
   inferenceServiceDefinition.ModelInfer!.path,
   inferenceServiceDefinition.ModelStreamInfer!.path,
 ]);
+
+function credentialsFor(ssl: GrpcSslOptions | undefined): ServerCredentials {
+  if (!ssl) return ServerCredentials.createInsecure();
+  const read = (file: string, flag: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (e) {
+      throw Errors.config(`${flag}: cannot read '${file}': ${(e as Error).message}`);
+    }
+  };
+  const root = ssl.rootCert ? read(ssl.rootCert, '--grpc-root-cert') : null;
+  if (ssl.mutual && !root) throw Errors.config('--grpc-use-ssl-mutual requires --grpc-root-cert');
+  return ServerCredentials.createSsl(
+    root,
+    [{ cert_chain: read(ssl.serverCert, '--grpc-server-cert'), private_key: read(ssl.serverKey, '--grpc-server-key') }],
+    ssl.mutual === true,
+  );
+}
 
 export class GrpcFrontend {
   private readonly options: GrpcFrontendOptions;
@@ -60,6 +87,7 @@ export class GrpcFrontend {
         '--grpc-infer-allocation-pool-size has no effect in Nereid (no pre-allocated handler states); ignored',
       );
     }
+    const credentials = credentialsFor(o.ssl);
     const interceptors: ServerInterceptor[] = [];
     const level = parseCompressionLevel(o.compressionLevel ?? GRPC_DEFAULTS.compressionLevel);
     if (level === undefined) {
@@ -87,7 +115,7 @@ export class GrpcFrontend {
 
     const address = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
     const port = await new Promise<number>((resolve, reject) => {
-      grpcServer.bindAsync(address, ServerCredentials.createInsecure(), (err, bound) => {
+      grpcServer.bindAsync(address, credentials, (err, bound) => {
         if (!err) resolve(bound);
         else {
           grpcServer.forceShutdown();

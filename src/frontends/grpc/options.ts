@@ -29,6 +29,8 @@ export type GrpcCompressionLevel = 'none' | 'low' | 'medium' | 'high';
  * | inferAllocationPoolSize | --grpc-infer-allocation-pool-size | 8 (accepted, has no effect) |
  * | headerForwardPattern | --grpc-header-forward-pattern | unset |
  * | restrictedProtocols | --grpc-restricted-protocol (repeatable) | none |
+ * | ssl.serverCert / serverKey / rootCert | --grpc-server-cert / --grpc-server-key / --grpc-root-cert | — |
+ * | ssl (present) / ssl.mutual | --grpc-use-ssl / --grpc-use-ssl-mutual | off |
  *
  * `--allow-grpc=false` means: do not construct a GrpcFrontend at all.
  */
@@ -62,6 +64,8 @@ export interface GrpcFrontendOptions {
    * `triton-grpc-protocol-<key>: <value>`.
    */
   restrictedProtocols?: readonly string[];
+  /** TLS: PEM file paths; `mutual` requires and verifies client certificates against rootCert. */
+  ssl?: GrpcSslOptions;
   /** Backs the TraceSetting RPC; omitted: the RPC answers "the server does not support trace". */
   traceSettings?: TraceSettingsStore;
   /** Backs the LogSettings RPC; omitted: the RPC answers "the server does not support dynamic logging". */
@@ -69,6 +73,13 @@ export interface GrpcFrontendOptions {
   /** Milliseconds stop() waits for open calls and streams before cutting them. Default 2000. */
   shutdownGraceMs?: number;
   logger?: Logger;
+}
+
+export interface GrpcSslOptions {
+  serverCert: string;
+  serverKey: string;
+  rootCert?: string;
+  mutual?: boolean;
 }
 
 /** Triton's defaults for the gRPC flags (src/grpc/grpc_server.h, command_line_parser). */

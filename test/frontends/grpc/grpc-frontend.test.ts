@@ -670,3 +670,45 @@ describe('restricted protocols and header forwarding', () => {
     }
   });
 });
+
+test('TLS and mutual TLS with --grpc-use-ssl style options', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const path = await import('node:path');
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-grpc-tls-'));
+  const cert = path.join(dir, 'cert.pem');
+  const key = path.join(dir, 'key.pem');
+  try {
+    execFileSync('openssl', [
+      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
+      '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1', '-keyout', key, '-out', cert,
+    ], { stdio: 'ignore' });
+    const { GrpcFrontend, inferenceServiceDefinition } = await import('../../../src/frontends/grpc/index.js');
+    const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
+    const pem = readFileSync(cert);
+    for (const mutual of [false, true]) {
+      const f = new GrpcFrontend(new EchoServer(), { port: 0, address: '127.0.0.1', ssl: { serverCert: cert, serverKey: key, rootCert: cert, mutual } });
+      const { port } = await f.start();
+      try {
+        const withCert = new Client(`localhost:${port}`, grpc.credentials.createSsl(pem, readFileSync(key), pem));
+        assert.equal((await unary<{ live: boolean }>(withCert, 'ServerLive', {})).live, true);
+        withCert.close();
+        const plain = new Client(`localhost:${port}`, grpc.credentials.createInsecure());
+        assert.equal((await callError(unary(plain, 'ServerLive', {}))).code, S.UNAVAILABLE);
+        plain.close();
+        if (mutual) {
+          const noClientCert = new Client(`localhost:${port}`, grpc.credentials.createSsl(pem));
+          assert.notEqual((await callError(unary(noClientCert, 'ServerLive', {}))).code, S.OK);
+          noClientCert.close();
+        }
+      } finally {
+        await f.stop();
+      }
+    }
+    const missing = new GrpcFrontend(new EchoServer(), { port: 0, ssl: { serverCert: path.join(dir, 'nope.pem'), serverKey: key } });
+    await assert.rejects(missing.start(), /--grpc-server-cert: cannot read/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
