@@ -3,10 +3,18 @@
  * (Triton's ValidateEnsembleConfig): every step model is known, maps name
  * real tensors, every required input is fed, a tensor has one data type and
  * a compatible shape everywhere it appears, batch sizes fit, and no step
- * mixes responses from different decoupled models. Also tells whether the
- * ensemble itself is decoupled. Run it once the step models are loaded.
+ * mixes responses from different decoupled models. Also works out whether
+ * the ensemble itself is decoupled and records it in
+ * model_transaction_policy.decoupled, as Triton does. Run it once the step
+ * models are loaded.
  */
-import { DataTypeSchema, type DataType, type ModelConfig } from '../gen/model_config_pb.js';
+import { create } from '@bufbuild/protobuf';
+import {
+  DataTypeSchema,
+  ModelTransactionPolicySchema,
+  type DataType,
+  type ModelConfig,
+} from '../gen/model_config_pb.js';
 import type { ConfigPositions } from './positions.js';
 import { ConfigChecker, enumName } from './validate-context.js';
 
@@ -191,7 +199,9 @@ export function validateEnsembleModels(
       queue.push(next);
     }
   }
-  return { decoupled: label !== 0 };
+  const decoupled = label !== 0;
+  ensemble.modelTransactionPolicy = create(ModelTransactionPolicySchema, { decoupled });
+  return { decoupled };
 }
 
 /**

@@ -69,7 +69,10 @@ function rejects(parsed: ReturnType<typeof ensemble>, detail: RegExp, line?: num
 describe('validateEnsembleModels', () => {
   it('accepts a consistent pipeline (variable dims match fixed ones; optional inputs may be left out)', () => {
     const parsed = ensemble(`${TOKENIZE},\n${CLASSIFY}`);
+    assert.equal(parsed.config.modelTransactionPolicy, undefined);
     assert.deepEqual(validateEnsembleModels(parsed.config, lookup), { decoupled: false });
+    // Recorded like Triton, so the JSON form shows model_transaction_policy { decoupled: false }.
+    assert.equal(parsed.config.modelTransactionPolicy?.decoupled, false);
   });
 
   it('reports step models that are not available, with the version asked for', () => {
@@ -103,6 +106,7 @@ describe('validateEnsembleModels', () => {
   it('a decoupled step makes the ensemble decoupled', () => {
     const parsed = ensemble(`${TOKENIZE.replace('"tokenize"', '"stream"')},\n${CLASSIFY}`);
     assert.deepEqual(validateEnsembleModels(parsed.config, lookup), { decoupled: true });
+    assert.equal(parsed.config.modelTransactionPolicy?.decoupled, true);
   });
 
   it('a step may not join outputs of different decoupled models', () => {
