@@ -69,7 +69,8 @@ function rejects(parsed: ReturnType<typeof ensemble>, detail: RegExp, line?: num
 describe('validateEnsembleModels', () => {
   it('accepts a consistent pipeline (variable dims match fixed ones; optional inputs may be left out)', () => {
     const parsed = ensemble(`${TOKENIZE},\n${CLASSIFY}`);
-    assert.equal(parsed.config.modelTransactionPolicy, undefined);
+    const before = parsed.config.modelTransactionPolicy;
+    assert.equal(before, undefined);
     assert.deepEqual(validateEnsembleModels(parsed.config, lookup), { decoupled: false });
     // Recorded like Triton, so the JSON form shows model_transaction_policy { decoupled: false }.
     assert.equal(parsed.config.modelTransactionPolicy?.decoupled, false);
