@@ -25,7 +25,7 @@ import { silentLogger } from '../src/logger.js';
 import { buildMlp } from '../src/onnx/builder.js';
 import type { Tensor } from '../src/tensor/tensor.js';
 
-const PYTHON = process.env.NEREID_PYTHON ?? '/usr/bin/python3';
+const PYTHON = process.env.NEREID_PYTHON ?? process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');

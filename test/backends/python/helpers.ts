@@ -1,4 +1,5 @@
 /** Shared builders for the python and pytorch backend tests: contexts, requests, fixture paths. */
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,6 +20,12 @@ import type { Tensor } from '../../../src/tensor/tensor.js';
 
 /** The interpreter with numpy and torch (the one on PATH may lack them). */
 export const PYTHON = process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
+
+/** Why the tests needing `module` cannot run with PYTHON (undefined when they can). */
+export function missingPythonModule(module: string): string | undefined {
+  const r = spawnSync(PYTHON, ['-c', `import importlib.util, sys; sys.exit(importlib.util.find_spec('${module}') is None)`]);
+  return r.status === 0 ? undefined : `${PYTHON} cannot import ${module} (set NEREID_TEST_PYTHON)`;
+}
 
 export function repoRoot(): string {
   let dir = dirname(fileURLToPath(import.meta.url));

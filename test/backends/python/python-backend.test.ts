@@ -12,6 +12,7 @@ import type { Datatype } from '../../../src/tensor/datatype.js';
 import {
   PYTHON,
   TestTimer,
+  missingPythonModule,
   asF32,
   f32,
   fixtureDir,
@@ -24,6 +25,7 @@ import {
 } from './helpers.js';
 
 const backend = createPythonBackend();
+const skip = missingPythonModule('numpy');
 
 interface Loaded {
   model: BackendModel;
@@ -99,7 +101,7 @@ async function expectLoadFailure(name: string, pattern: RegExp, config?: ReturnT
   });
 }
 
-describe('python backend: identity over every data type', () => {
+describe('python backend: identity over every data type', { skip }, () => {
   const cases: Array<[Datatype, DataType, ArrayBufferView]> = [
     ['BOOL', DataType.TYPE_BOOL, new Uint8Array([1, 0, 1])],
     ['UINT8', DataType.TYPE_UINT8, new Uint8Array([0, 7, 255])],
@@ -156,7 +158,7 @@ describe('python backend: identity over every data type', () => {
   });
 });
 
-describe('python backend: add_sub', () => {
+describe('python backend: add_sub', { skip }, () => {
   test('computes sum and difference for each request of a batch', async () => {
     const l = await load('add_sub', addSubConfig('add_sub'));
     const r1 = request([f32('INPUT0', [1, 4], [1, 2, 3, 4]), f32('INPUT1', [1, 4], [10, 20, 30, 40])]);
@@ -190,7 +192,7 @@ describe('python backend: add_sub', () => {
   });
 });
 
-describe('python backend: initialize args, request metadata, logging', () => {
+describe('python backend: initialize args, request metadata, logging', { skip }, () => {
   test('initialize receives Triton args and requests expose their metadata', async () => {
     const config = ioConfig('init_args', [['INPUT0', DataType.TYPE_FP32]], [['OUTPUT0', DataType.TYPE_STRING]]);
     const l = await load('init_args', config);
@@ -237,7 +239,7 @@ describe('python backend: initialize args, request metadata, logging', () => {
   });
 });
 
-describe('python backend: broken models fail cleanly', () => {
+describe('python backend: broken models fail cleanly', { skip }, () => {
   test('a syntax error fails the load with the SyntaxError line', async () => {
     await expectLoadFailure('syntax_error', /SyntaxError/);
   });
@@ -326,7 +328,7 @@ describe('python backend: broken models fail cleanly', () => {
   });
 });
 
-describe('python backend: unloading during a restart', () => {
+describe('python backend: unloading during a restart', { skip }, () => {
   test('a request waiting for a restart fails when the instance is closed', async () => {
     const config = ioConfig('slow', [['INPUT0', DataType.TYPE_FP32]], [['OUTPUT0', DataType.TYPE_FP32]]);
     const l = await load('slow', config);
@@ -340,7 +342,7 @@ describe('python backend: unloading during a restart', () => {
   });
 });
 
-describe('python backend: interpreters', () => {
+describe('python backend: interpreters', { skip }, () => {
   let dir: string;
   before(() => {
     dir = mkdtempSync(join(tmpdir(), 'nereid-pyenv-'));
@@ -387,7 +389,7 @@ describe('python backend: interpreters', () => {
   });
 });
 
-describe('python backend: BLS', () => {
+describe('python backend: BLS', { skip }, () => {
   const doubler: InferenceCaller = {
     async infer(req) {
       if (req.model !== 'doubler') throw new NereidError('NRD_MODEL_NOT_FOUND', 'NOT_FOUND', `Request for unknown model: '${req.model}' is not found`);
@@ -445,7 +447,7 @@ describe('python backend: BLS', () => {
   });
 });
 
-describe('python backend: auto_complete_config', () => {
+describe('python backend: auto_complete_config', { skip }, () => {
   test('the model fills inputs, outputs, max_batch_size and dynamic batching', async () => {
     const completed = await backend.autoCompleteConfig!({
       modelName: 'auto_complete',

@@ -6,7 +6,10 @@ import { join } from 'node:path';
 import { Server } from '../../../src/core/server.js';
 import { typedView } from '../../../src/tensor/tensor.js';
 import { TempRepository, int32Tensor } from '../../helpers/repository.js';
-import { PYTHON, fixtureDir } from './helpers.js';
+import { PYTHON, fixtureDir, missingPythonModule } from './helpers.js';
+
+const noNumpy = missingPythonModule('numpy');
+const noTorch = missingPythonModule('torch');
 
 const a = Array.from({ length: 16 }, (_, i) => i);
 const b = Array.from({ length: 16 }, () => 3);
@@ -16,7 +19,7 @@ function pythonModel(repo: TempRepository, name: string, fixture: string, config
   repo.config(name, config);
 }
 
-test('a python model calls an ONNX model through BLS inside a real server; broken python models stay UNAVAILABLE', async (t) => {
+test('a python model calls an ONNX model through BLS inside a real server; broken python models stay UNAVAILABLE', { skip: noNumpy }, async (t) => {
   const repo = new TempRepository().addSub('simple');
   pythonModel(
     repo,
@@ -65,7 +68,7 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
   assert.equal(index.find((e) => e.name === 'bls_add_sub')?.state, 'READY');
 });
 
-test('a TorchScript model with platform pytorch_libtorch serves concurrent requests through a real server with dynamic batching', async (t) => {
+test('a TorchScript model with platform pytorch_libtorch serves concurrent requests through a real server with dynamic batching', { skip: noTorch }, async (t) => {
   const repo = new TempRepository();
   t.after(() => repo.cleanup());
   const versionDir = join(repo.dir, 'torch_add', '1');

@@ -8,9 +8,10 @@ import { createPyTorchBackend, type PyTorchInstance } from '../../../src/backend
 import type { BackendInstance, BackendModel } from '../../../src/backends/backend.js';
 import { NereidError } from '../../../src/errors.js';
 import { DataType, type ModelConfig } from '../../../src/gen/model_config_pb.js';
-import { PYTHON, TestTimer, asF32, f32, instanceContext, modelConfig, modelContext, ok, request } from '../python/helpers.js';
+import { PYTHON, TestTimer, missingPythonModule, asF32, f32, instanceContext, modelConfig, modelContext, ok, request } from '../python/helpers.js';
 
 const backend = createPyTorchBackend();
+const skip = missingPythonModule('torch');
 
 /** Traces a small two-input, two-output module with torch.jit.trace and records torch's own outputs. */
 const TRACE = `
@@ -69,6 +70,7 @@ async function load(cfg: ModelConfig, backendConfig?: Record<string, string>, mo
 }
 
 before(() => {
+  if (skip) return;
   dir = mkdtempSync(join(tmpdir(), 'nereid-torch-'));
   execFileSync(PYTHON, ['-c', TRACE, dir], { stdio: 'inherit' });
 });
@@ -78,7 +80,7 @@ after(async () => {
     await l.instance.close();
     await l.model.close();
   }
-  rmSync(dir, { recursive: true, force: true });
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
 const standardOutputs: Array<[string, DataType]> = [
@@ -86,7 +88,7 @@ const standardOutputs: Array<[string, DataType]> = [
   ['OUTPUT__1', DataType.TYPE_FP32],
 ];
 
-describe('pytorch backend: TorchScript model traced by torch.jit.trace', () => {
+describe('pytorch backend: TorchScript model traced by torch.jit.trace', { skip }, () => {
   let inst: PyTorchInstance;
   before(async () => {
     inst = await load(config(['INPUT__0', 'INPUT__1'], standardOutputs));
@@ -136,7 +138,7 @@ describe('pytorch backend: TorchScript model traced by torch.jit.trace', () => {
   });
 });
 
-describe('pytorch backend: naming conventions', () => {
+describe('pytorch backend: naming conventions', { skip }, () => {
   test("inputs named after forward()'s arguments are passed by name, whatever their order", async () => {
     const inst = await load(config(['y', 'x'], standardOutputs));
     const [res] = await inst.execute(
@@ -168,7 +170,7 @@ describe('pytorch backend: naming conventions', () => {
   });
 });
 
-describe('pytorch backend: failures', () => {
+describe('pytorch backend: failures', { skip }, () => {
   async function expectLoadFailure(cfg: ModelConfig, pattern: RegExp, backendConfig?: Record<string, string>, modelDir = dir) {
     await assert.rejects(load(cfg, backendConfig, modelDir), (err: unknown) => {
       assert.ok(err instanceof NereidError, String(err));
