@@ -132,13 +132,22 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
 
   let backend: ProtocolBackend | undefined;
   let transport: InferTransport | undefined;
-  let driver: (LoadDriver & { stop(): Promise<void> }) | undefined;
+  let driver: (LoadDriver & { stop(): Promise<void>; abort(reason: Error): void }) | undefined;
   let metrics: MetricsCollector | undefined;
   let profiler: Profiler | undefined;
   let model: ModelInfo | undefined;
   let includeServerStats = false;
   let exitCode: number = ExitCode.success;
   let progressTimer: NodeJS.Timeout | undefined;
+  // Like perf_analyzer: the first Ctrl-C stops the load and reports what finished; a second one exits at once.
+  let interrupted = false;
+  const onSigint = () => {
+    if (interrupted) process.exit(ExitCode.generic);
+    interrupted = true;
+    err('Interrupt signal (2) received.\nWaiting for in-flight inferences to complete.');
+    driver?.abort(new PerfError('', 'Received exit signal.'));
+  };
+  process.on('SIGINT', onSigint);
 
   try {
     backend = o.protocol === 'grpc' ? await grpcBackend(o) : httpBackend(o);
@@ -181,6 +190,7 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
       o.loadMode === 'concurrency'
         ? new ConcurrencyDriver(transport, clock, o.batchSize)
         : new RequestRateDriver(transport, clock, o.batchSize, o.requestDistribution);
+    if (interrupted) driver.abort(new PerfError('', 'Received exit signal.'));
     if (o.collectMetrics) metrics = new MetricsCollector(o.metricsUrl, o.metricsIntervalMs);
 
     out(settingsText(o, model.decoupled));
@@ -272,6 +282,7 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
     err(pe.context ? `error: ${pe.context}: ${pe.detail}` : pe.detail);
     exitCode = pe.exitCode;
   } finally {
+    process.off('SIGINT', onSigint);
     if (progressTimer) clearInterval(progressTimer);
     metrics?.stop();
     try {

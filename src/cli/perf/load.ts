@@ -56,6 +56,11 @@ abstract class BaseDriver implements LoadDriver, CallSink {
     return this.firstFailure;
   }
 
+  /** Ends the run from outside (Ctrl-C): the profiler sees it as a failure and finished levels are reported. */
+  abort(reason: Error): void {
+    if (!this.firstFailure) this.firstFailure = reason;
+  }
+
   protected issue(call: InferCall): void {
     call.bodyIndex = (call.bodyIndex + this.stepsPerRequest) % this.transport.bodyCount;
     this.inFlight++;

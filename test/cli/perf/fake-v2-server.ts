@@ -109,6 +109,21 @@ export class FakeV2Server {
         extensions: this.opts.extensions ?? ['binary_tensor_data', 'statistics', 'model_configuration'],
       });
     }
+    if (req.method === 'GET' && url === '/metrics') {
+      const text = [
+        '# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)',
+        '# TYPE nv_gpu_utilization gauge',
+        'nv_gpu_utilization{gpu_uuid="GPU-fake"} 0.5',
+        'nv_gpu_power_usage{gpu_uuid="GPU-fake"} 120.5',
+        'nv_gpu_memory_used_bytes{gpu_uuid="GPU-fake"} 1000',
+        'nv_gpu_memory_total_bytes{gpu_uuid="GPU-fake"} 8000',
+        'nv_inference_count{model="simple",version="1"} 3',
+        '',
+      ].join('\n');
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+      res.end(text);
+      return;
+    }
     if (req.method === 'GET' && url === '/v2/models/stats') {
       return this.json(res, 200, { model_stats: this.opts.models.map((m) => this.stats(m.name)) });
     }

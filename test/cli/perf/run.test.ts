@@ -251,3 +251,40 @@ test('progress line only on a terminal', async () => {
     assert.doesNotMatch(pipe.out, /\x1b\[K/);
   });
 });
+
+test('--collect-metrics reads the GPU gauges into the report and the verbose CSV', async () => {
+  await withServer({}, async (s) => {
+    const csv = join(tmp, 'metrics.csv');
+    const r = await run([
+      '-m',
+      'simple',
+      '-u',
+      s.url,
+      ...FAST,
+      '--collect-metrics',
+      '--metrics-url',
+      `${s.url}/metrics`,
+      '--metrics-interval',
+      '50',
+      '-f',
+      csv,
+      '--verbose-csv',
+    ]);
+    assert.equal(r.code, 0, r.err);
+    assert.match(
+      r.out,
+      / {2}Server Prometheus Metrics: \n {4}Avg GPU Utilization:\n {6}GPU-fake : 50%\n {4}Avg GPU Power Usage:\n {6}GPU-fake : 120\.5 watts\n {4}Max GPU Memory Usage:\n {6}GPU-fake : 1000 bytes\n {4}Total GPU Memory:\n {6}GPU-fake : 8000 bytes\n/,
+    );
+    const [header, row] = readFileSync(csv, 'utf8').trimEnd().split('\n');
+    assert.match(header!, /,Avg latency,request\/response,response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory$/);
+    assert.match(row!, /,GPU-fake:0\.5;,GPU-fake:120\.5;,GPU-fake:1000;,GPU-fake:8000;$/);
+  });
+});
+
+test('--collect-metrics with an unreachable metrics endpoint fails clearly', async () => {
+  await withServer({}, async (s) => {
+    const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--collect-metrics', '--metrics-url', `${s.url}/nope`]);
+    assert.equal(r.code, 99);
+    assert.match(r.err, /failed to collect metrics from http:\/\/127\.0\.0\.1:\d+\/nope: HTTP 404/);
+  });
+});
