@@ -105,8 +105,11 @@ class StreamSlot {
  * One ModelStreamInfer call. Requests run concurrently; responses are
  * written in request order. A failed request is answered with
  * `error_message` and the stream stays open, unless the client opened it
- * with metadata `triton_grpc_error: true`, in which case the first error
- * ends the stream with that error's status.
+ * with metadata `triton_grpc_error: true`: then the first failure reported
+ * after the core ran the request (execution, timeout, cancellation) ends
+ * the stream with that error's status. Requests refused up front (unknown
+ * model, bad input) are still answered in-stream, as in Triton, where only
+ * the response callback honours the switch.
  */
 class StreamInferSession {
   private readonly slots: StreamSlot[] = [];
@@ -180,7 +183,7 @@ class StreamInferSession {
         this.call.write(slot.bytes!);
         continue;
       }
-      if (this.strictErrors) {
+      if (this.strictErrors && AFTER_CORE.has(slot.error.code)) {
         this.closed = true;
         this.abort.abort();
         this.call.emit('error', toServiceError(slot.error));

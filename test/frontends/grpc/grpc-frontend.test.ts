@@ -378,15 +378,25 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     }
   });
 
-  test('with triton_grpc_error the first stream error ends the call with its status', async () => {
+  test('with triton_grpc_error the first failure after the core ran ends the call with its status', async () => {
     const md = new grpc.Metadata();
     md.set('triton_grpc_error', 'true');
-    const { messages, error } = await streamAll(h.client, [simpleRequest('a'), simpleRequest('b', { modelName: 'nope' }), simpleRequest('c')], md);
-    assert.equal(messages.length, 1);
-    assert.equal(messages[0]!.inferResponse!.id, 'a');
+    const { messages, error } = await streamAll(
+      h.client,
+      [simpleRequest('a'), simpleRequest('b', { modelName: 'nope' }), simpleRequest('c', { modelName: 'fail' }), simpleRequest('d')],
+      md,
+    );
+    // The unknown model is refused up front and still answered in-stream.
+    assert.deepEqual(
+      messages.map((m) => [m.inferResponse!.id, m.errorMessage === '']),
+      [
+        ['a', true],
+        ['b', false],
+      ],
+    );
     assert.ok(error);
-    assert.equal(error.code, S.NOT_FOUND);
-    assert.match(error.details, /Request for unknown model: 'nope'/);
+    assert.equal(error.code, S.INTERNAL);
+    assert.match(error.details, /deliberate failure/);
   });
 
   test('server reflection lists the inference service and serves its file', async () => {

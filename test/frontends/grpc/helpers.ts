@@ -6,7 +6,7 @@ import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
 import { fileURLToPath } from 'node:url';
 import { ModelConfigSchema, type ModelConfig } from '../../../src/gen/model_config_pb.js';
-import { Errors, NereidError } from '../../../src/errors.js';
+import { Errors } from '../../../src/errors.js';
 import type { LoadModelOptions, ServerApi } from '../../../src/core/server-api.js';
 import type {
   InferRequest,
@@ -183,4 +183,3 @@ export async function callError(p: Promise<unknown>): Promise<grpc.ServiceError>
   throw new Error('expected the call to fail');
 }
 
-export { NereidError };
