@@ -18,6 +18,13 @@ import { encodeInferResponse } from './infer-encode.js';
 import { parseJsonBytes } from './json-parse.js';
 import { Replier } from './reply.js';
 import { LogSettings, TraceSettings, stoi } from './settings.js';
+import {
+  type HttpApiCategory,
+  type Restriction,
+  compileHeaderForwardPattern,
+  forwardHeaders,
+  parseRestrictedApis,
+} from './restrictions.js';
 
 export interface HttpFrontendOptions {
   port: number;
@@ -28,6 +35,10 @@ export interface HttpFrontendOptions {
   /** Shared with the gRPC frontend when given. */
   logSettings?: LogSettings;
   traceSettings?: TraceSettings;
+  /** `--http-restricted-api` values: `<api>,<api>...:<header>=<value>`. */
+  restrictedApis?: readonly string[];
+  /** `--http-header-forward-pattern`: matching headers become request parameters. */
+  headerForwardPattern?: string;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
@@ -84,6 +95,8 @@ export class HttpFrontend {
   private readonly traceSettings: TraceSettings;
   private readonly maxInputSize: number;
   private readonly logger: Logger;
+  private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
+  private readonly forwardPattern: RegExp | undefined;
   private closed: Promise<void> | undefined;
 
   constructor(
@@ -94,6 +107,11 @@ export class HttpFrontend {
     this.logger = options.logger;
     this.logSettings = options.logSettings ?? new LogSettings();
     this.traceSettings = options.traceSettings ?? new TraceSettings();
+    this.restrictions = parseRestrictedApis(options.restrictedApis ?? []);
+    this.forwardPattern =
+      options.headerForwardPattern === undefined || options.headerForwardPattern === ''
+        ? undefined
+        : compileHeaderForwardPattern(options.headerForwardPattern);
     this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));
     // Outlive common load-balancer idle timeouts (60 s) so they close first.
     this.httpServer.keepAliveTimeout = 65_000;
@@ -154,6 +172,15 @@ export class HttpFrontend {
     this.reply.error(res, err);
   }
 
+  /** Answers 403 and returns true when `category` is restricted and the request lacks the header. */
+  private restricted(req: IncomingMessage, res: ServerResponse, category: HttpApiCategory): boolean {
+    if (this.restrictions.size === 0) return false;
+    const r = this.restrictions.get(category);
+    if (r === undefined || headerValue(req, r.headerKey) === r.value) return false;
+    this.reply.errorText(res, 403, `This API is restricted, expecting header '${r.header}'`);
+    return true;
+  }
+
   private notAllowed(res: ServerResponse): void {
     this.reply.errorText(res, METHOD_NOT_ALLOWED, 'Method Not Allowed');
   }
@@ -177,6 +204,7 @@ export class HttpFrontend {
           return this.handleStats(req, res, model, version);
         case 'generate':
         case 'generate_stream':
+          if (this.restricted(req, res, 'inference')) return;
           if (req.method !== 'POST') return this.notAllowed(res);
           throw Errors.unsupported(`the ${m[3]} extension is not supported`);
         case 'trace/setting':
@@ -206,12 +234,14 @@ export class HttpFrontend {
   // --- health and metadata -------------------------------------------------
 
   private handleHealth(req: IncomingMessage, res: ServerResponse, kind: string): void {
+    if (this.restricted(req, res, 'health')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const ok = kind === 'live' ? this.server.isLive() : this.server.isReady();
     this.reply.empty(res, ok ? 200 : 400);
   }
 
   private handleServerMetadata(req: IncomingMessage, res: ServerResponse): void {
+    if (this.restricted(req, res, 'metadata')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const md = this.server.metadata();
     this.reply.json(res, 200, JSON.stringify({ name: md.name, version: md.version, extensions: md.extensions }));
@@ -223,6 +253,7 @@ export class HttpFrontend {
     model: string,
     versionText: string | undefined,
   ): Promise<void> {
+    if (this.restricted(req, res, 'health')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const ready = await this.server.modelReady(model, parseVersion(model, versionText));
     if (ready) this.reply.empty(res, 200);
@@ -230,6 +261,7 @@ export class HttpFrontend {
   }
 
   private handleModelMetadata(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
+    if (this.restricted(req, res, 'metadata')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const md = this.server.modelMetadata(model, parseVersion(model, versionText));
     const tensors = (list: typeof md.inputs) => list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
@@ -244,12 +276,14 @@ export class HttpFrontend {
   }
 
   private handleModelConfig(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
+    if (this.restricted(req, res, 'model-config')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const config = this.server.modelConfig(model, parseVersion(model, versionText));
     this.reply.json(res, 200, JSON.stringify(modelConfigToJson(config)));
   }
 
   private handleStats(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
+    if (this.restricted(req, res, 'statistics')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
     const version = parseVersion(model, versionText);
     const stats = this.server.modelStatistics(model === '' ? undefined : model, version);
@@ -266,6 +300,7 @@ export class HttpFrontend {
   }
 
   private async handleRepositoryIndex(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.restricted(req, res, 'model-repository')) return;
     if (req.method !== 'POST') return this.notAllowed(res);
     const doc = await this.readJson(req, false);
     let readyOnly = false;
@@ -291,6 +326,7 @@ export class HttpFrontend {
     model: string,
     action: string,
   ): Promise<void> {
+    if (this.restricted(req, res, 'model-repository')) return;
     if (req.method !== 'POST') return this.notAllowed(res);
     if (repository !== '') throw Errors.unsupported("'repository_name' specification is not supported");
     const doc = await this.readJson(req, false);
@@ -333,6 +369,7 @@ export class HttpFrontend {
     region: string,
     action: string,
   ): void {
+    if (this.restricted(req, res, 'shared-memory')) return;
     const wanted = action === 'status' ? 'GET' : 'POST';
     if (req.method !== wanted) return this.notAllowed(res);
     if (action !== 'status') throw Errors.unsupported(CLIENT_SHM_DISABLED);
@@ -343,6 +380,7 @@ export class HttpFrontend {
   // --- trace and logging ---------------------------------------------------
 
   private async handleTrace(req: IncomingMessage, res: ServerResponse, model: string): Promise<void> {
+    if (this.restricted(req, res, 'trace')) return;
     if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
     if (model !== '') {
       const ready = await this.server.modelReady(model);
@@ -353,6 +391,7 @@ export class HttpFrontend {
   }
 
   private async handleLogging(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.restricted(req, res, 'logging')) return;
     if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
     if (req.method === 'POST') this.logSettings.update(await this.readJson(req, true));
     this.reply.json(res, 200, this.logSettings.toJson());
@@ -366,6 +405,7 @@ export class HttpFrontend {
     model: string,
     versionText: string | undefined,
   ): Promise<void> {
+    if (this.restricted(req, res, 'inference')) return;
     if (req.method !== 'POST') return this.notAllowed(res);
     const version = parseVersion(model, versionText);
     // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
@@ -385,6 +425,8 @@ export class HttpFrontend {
     const decoded =
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, this.maxInputSize);
 
+    const parameters =
+      this.forwardPattern === undefined ? decoded.parameters : forwardHeaders(req, this.forwardPattern, decoded.parameters);
     const call = new InferCall(res);
     const response = await this.server.infer({
       model,
@@ -392,7 +434,7 @@ export class HttpFrontend {
       id: decoded.id,
       inputs: decoded.inputs,
       outputs: decoded.outputs,
-      parameters: decoded.parameters,
+      parameters,
       signal: call.signal,
     });
     call.done();

@@ -461,3 +461,54 @@ describe('stop', () => {
     await assert.rejects(call(p, 'GET', '/v2/health/live'), /ECONNREFUSED/);
   });
 });
+
+describe('restricted APIs and header forwarding', () => {
+  let local: EchoServer;
+  let fe: HttpFrontend;
+  let p: number;
+  before(async () => {
+    local = new EchoServer();
+    fe = new HttpFrontend(local, {
+      port: 0,
+      address: '127.0.0.1',
+      maxInputSize: MAX_INPUT,
+      logger: silentLogger,
+      restrictedApis: ['health,inference:api-key=secret', 'logging:admin=yes'],
+      headerForwardPattern: '^(x-fwd-|priority$)',
+    });
+    ({ port: p } = await fe.start());
+  });
+  after(() => fe.stop());
+
+  test('a restricted category without its header is 403; with it, it works', async () => {
+    assertError(await call(p, 'GET', '/v2/health/ready'), 403, "This API is restricted, expecting header 'api-key'");
+    assertError(await call(p, 'GET', '/v2/models/echo/ready'), 403, "This API is restricted, expecting header 'api-key'");
+    assertError(await call(p, 'GET', '/v2/health/ready', { headers: { 'api-key': 'wrong' } }), 403, /restricted/);
+    assert.equal((await call(p, 'GET', '/v2/health/ready', { headers: { 'API-Key': 'secret' } })).status, 200);
+    assertError(await call(p, 'GET', '/v2/logging'), 403, "This API is restricted, expecting header 'admin'");
+    assert.equal((await call(p, 'GET', '/v2'))?.status, 200, 'metadata is not restricted');
+    assertError(await call(p, 'POST', '/v2/models/echo/infer', { body: JSON.stringify(simpleInputs([1])) }), 403, /restricted/);
+  });
+
+  test('matching headers become string parameters; reserved names are refused', async () => {
+    const r = await call(p, 'POST', '/v2/models/echo/infer', {
+      body: JSON.stringify({ parameters: { own: 1 }, ...simpleInputs([1]) }),
+      headers: { 'api-key': 'secret', 'X-Fwd-Tenant': 'blue', 'x-other': 'no' },
+    });
+    assert.equal(r.status, 200, r.body.toString());
+    assert.deepEqual(local.lastRequest!.parameters, { own: 1, 'X-Fwd-Tenant': 'blue' });
+    assertError(
+      await call(p, 'POST', '/v2/models/echo/infer', { body: JSON.stringify(simpleInputs([1])), headers: { 'api-key': 'secret', priority: '1' } }),
+      400,
+      "Header 'priority' is reserved for Triton usage and cannot be forwarded.",
+    );
+  });
+
+  test('malformed --http-restricted-api values are refused with Triton\'s texts', () => {
+    const make = (restrictedApis: string[]) =>
+      new HttpFrontend(local, { port: 0, address: '127.0.0.1', maxInputSize: MAX_INPUT, logger: silentLogger, restrictedApis });
+    assert.throws(() => make(['health']), /--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health/);
+    assert.throws(() => make(['nope:k=v']), /unknown restricted api 'nope'/);
+    assert.throws(() => make(['health:k=v', 'health:a=b']), /restricted api 'health' can not be specified in multiple config groups/);
+  });
+});

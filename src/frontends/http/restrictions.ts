@@ -1,0 +1,93 @@
+/**
+ * `--http-restricted-api` (endpoint groups that require a header and value)
+ * and `--http-header-forward-pattern` (headers copied into request
+ * parameters), as Triton applies them on HTTP.
+ */
+import type { IncomingMessage } from 'node:http';
+import { Errors } from '../../errors.js';
+import type { ParameterValue } from '../../core/types.js';
+
+export type HttpApiCategory =
+  | 'health'
+  | 'metadata'
+  | 'inference'
+  | 'shared-memory'
+  | 'model-config'
+  | 'model-repository'
+  | 'statistics'
+  | 'trace'
+  | 'logging';
+
+const CATEGORIES = new Set<string>([
+  'health',
+  'metadata',
+  'inference',
+  'shared-memory',
+  'model-config',
+  'model-repository',
+  'statistics',
+  'trace',
+  'logging',
+]);
+
+/** The header (as configured) and the value a restricted category requires. */
+export interface Restriction {
+  readonly header: string;
+  /** Lower-cased, for looking up Node's request headers. */
+  readonly headerKey: string;
+  readonly value: string;
+}
+
+/**
+ * Parses `--http-restricted-api` values, `<api>,<api>...:<header>=<value>`.
+ * Throws NereidError (config) with Triton's messages.
+ */
+export function parseRestrictedApis(values: readonly string[]): Map<HttpApiCategory, Restriction> {
+  const out = new Map<HttpApiCategory, Restriction>();
+  for (const arg of values) {
+    const colon = arg.indexOf(':');
+    const eq = colon < 0 ? -1 : arg.indexOf('=', colon + 1);
+    const apis = colon < 0 ? '' : arg.slice(0, colon);
+    const header = eq < 0 ? '' : arg.slice(colon + 1, eq);
+    const value = eq < 0 ? '' : arg.slice(eq + 1);
+    if (apis === '' || header === '' || value === '') {
+      throw Errors.config(`--http-restricted-api option format is '<config name>:<setting>=<value>'. Got ${arg}`);
+    }
+    for (const api of apis.split(',')) {
+      if (!CATEGORIES.has(api)) throw Errors.config(`unknown restricted api '${api}'`);
+      const category = api as HttpApiCategory;
+      if (out.has(category)) throw Errors.config(`restricted api '${api}' can not be specified in multiple config groups`);
+      out.set(category, { header, headerKey: header.toLowerCase(), value });
+    }
+  }
+  return out;
+}
+
+/** Reserved request parameter names a forwarded header may not take. */
+const RESERVED_KEYS = new Set(['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout', 'headers', 'binary_data_output']);
+
+/**
+ * Compiles `--http-header-forward-pattern`: case-insensitive unless the
+ * pattern starts with `(?-i)`; it may match anywhere in the header name.
+ */
+export function compileHeaderForwardPattern(pattern: string): RegExp {
+  return pattern.startsWith('(?-i)') ? new RegExp(pattern.slice(5)) : new RegExp(pattern, 'i');
+}
+
+/** Adds every request header whose name matches `pattern` to `parameters` as a string. */
+export function forwardHeaders(
+  req: IncomingMessage,
+  pattern: RegExp,
+  parameters: Record<string, ParameterValue> | undefined,
+): Record<string, ParameterValue> | undefined {
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (!pattern.test(name)) continue;
+    if (RESERVED_KEYS.has(name) || name.startsWith('triton_')) {
+      throw Errors.badParameter(`Header '${name}' is reserved for Triton usage and cannot be forwarded.`);
+    }
+    (parameters ??= {})[name] = raw[i + 1]!;
+  }
+  return parameters;
+}
