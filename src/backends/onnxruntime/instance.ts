@@ -60,18 +60,24 @@ export class OnnxRuntimeInstance implements BackendInstance {
     if (requests.length === 1 || (this.plan.maxBatchSize > 0 && this.canRunTogether(requests))) {
       return this.runTogether(requests, timer);
     }
-    // Without a batch dim, or with shapes that differ, requests run one after another.
+    // Without a batch dim, or with shapes that differ, each request is a run of
+    // its own. All are handed to the session thread at once (it runs them in
+    // order), so only one round trip is waited for.
+    const runs = new Array<Promise<BackendResponse>>(requests.length);
+    for (let i = 0; i < requests.length; i++) runs[i] = this.runAlone(requests[i]!);
+    // Each run gathered its inputs synchronously before waiting.
     timer.inputDone();
-    const responses: BackendResponse[] = [];
-    for (const r of requests) {
-      try {
-        responses.push((await this.runTogether([r], undefined))[0]!);
-      } catch (err) {
-        responses.push({ error: asNereidError(err) });
-      }
-    }
+    const responses = await Promise.all(runs);
     timer.inferDone();
     return responses;
+  }
+
+  private async runAlone(request: BackendRequest): Promise<BackendResponse> {
+    try {
+      return (await this.runTogether([request], undefined))[0]!;
+    } catch (err) {
+      return { error: asNereidError(err) };
+    }
   }
 
   async isReady(): Promise<boolean> {
