@@ -253,4 +253,5 @@ export const Errors = {
   ),
   // Triton answers an unknown log_format with UNAVAILABLE (503).
   invalidLogFormat: make('NRD_LOG_FORMAT', 'UNAVAILABLE', (format: string) => `invalid argument for --log_format, got: ${format}`),
+  socketInUse: make('NRD_SOCKET_IN_USE', 'UNAVAILABLE', (address: string, port: number) => `Socket '${address}:${port}' already in use `),
 } as const;

@@ -120,7 +120,8 @@ export class HttpFrontend {
 
   start(): Promise<{ port: number }> {
     return new Promise((resolve, reject) => {
-      const onError = (err: Error): void => reject(err);
+      const onError = (err: NodeJS.ErrnoException): void =>
+        reject(err.code === 'EADDRINUSE' ? Errors.socketInUse(this.options.address, this.options.port) : err);
       this.httpServer.once('error', onError);
       this.httpServer.listen(this.options.port, this.options.address, () => {
         this.httpServer.off('error', onError);

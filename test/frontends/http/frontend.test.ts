@@ -512,3 +512,8 @@ describe('restricted APIs and header forwarding', () => {
     assert.throws(() => make(['health:k=v', 'health:a=b']), /restricted api 'health' can not be specified in multiple config groups/);
   });
 });
+
+test('starting on a port in use fails with Triton\'s text', async () => {
+  const other = new HttpFrontend(new EchoServer(), { port, address: '127.0.0.1', maxInputSize: MAX_INPUT, logger: silentLogger });
+  await assert.rejects(other.start(), { message: `Socket '127.0.0.1:${port}' already in use ` });
+});
