@@ -13,25 +13,22 @@ import {
   ModelVersionPolicySchema,
   type ModelConfig,
 } from '../gen/model_config_pb.js';
-import { Backend } from './backend-fields.js';
 
 /** Sequence slots are released after this much idle time unless the config says otherwise. */
 export const SEQUENCE_IDLE_DEFAULT_MICROSECONDS = 1_000_000n;
-/** Triton's default instance count for KIND_CPU groups of the backends that opt in. */
+/** Triton's default instance count for KIND_CPU groups of onnxruntime and tensorflow models. */
 export const TRITON_DEFAULT_CPU_INSTANCE_COUNT = 2;
 
 export interface NormalizeOptions {
   /**
-   * Instance count for a KIND_CPU group with no count, for the backends that
-   * run well with several CPU instances (onnxruntime, tensorflow); others get 1.
+   * Instance count for a KIND_CPU group with no count. Triton uses 2 for the
+   * backends that run well with several CPU instances (onnxruntime,
+   * tensorflow) and 1 for the rest; pass the serving backend's preference.
    */
   defaultCpuInstanceCount: number;
   /** GPUs visible to the server (ids 0..gpuCount-1). */
   gpuCount: number;
 }
-
-/** Backends that take `defaultCpuInstanceCount` rather than 1 for an unset CPU count. */
-const MULTI_CPU_INSTANCE_BACKENDS: ReadonlySet<string> = new Set([Backend.onnxruntime, Backend.tensorflow]);
 
 export function normalizeModelConfig(config: ModelConfig, opts: NormalizeOptions): ModelConfig {
   // Only an absent policy is defaulted: `version_policy {}` means every version, as in Triton.
@@ -82,10 +79,7 @@ export function normalizeInstanceGroups(config: ModelConfig, opts: NormalizeOpti
         opts.gpuCount > 0 && group.gpus.every(gpuPresent) ? ModelInstanceGroup_Kind.GPU : ModelInstanceGroup_Kind.CPU;
     }
     if (group.count < 1) {
-      group.count =
-        group.kind === ModelInstanceGroup_Kind.CPU && MULTI_CPU_INSTANCE_BACKENDS.has(config.backend)
-          ? opts.defaultCpuInstanceCount
-          : 1;
+      group.count = group.kind === ModelInstanceGroup_Kind.CPU ? Math.max(1, opts.defaultCpuInstanceCount) : 1;
     }
     if (group.kind === ModelInstanceGroup_Kind.GPU && group.gpus.length === 0) {
       for (let id = 0; id < opts.gpuCount; id++) group.gpus.push(id);

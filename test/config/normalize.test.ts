@@ -32,7 +32,7 @@ describe('normalizeModelConfig', () => {
     const config = normalized('name: "m"\nbackend: "python"\n');
     assert.equal(config.instanceGroup.length, 1);
     const g = config.instanceGroup[0]!;
-    assert.deepEqual([g.name, g.kind, g.count, g.gpus], ['m', Kind.CPU, 1, []]);
+    assert.deepEqual([g.name, g.kind, g.count, g.gpus], ['m', Kind.CPU, 2, []]);
   });
 
   it('names unnamed groups <model>_<index>', () => {
@@ -58,12 +58,12 @@ describe('normalizeModelConfig', () => {
     assert.deepEqual([g.count, g.gpus], [3, [0, 1]]);
   });
 
-  it('CPU count defaults to defaultCpuInstanceCount for onnxruntime, 1 for other backends', () => {
-    const opts = { defaultCpuInstanceCount: 2, gpuCount: 0 };
-    assert.equal(normalized('name: "m"\nbackend: "onnxruntime"\n', opts).instanceGroup[0]!.count, 2);
-    assert.equal(normalized('name: "m"\nbackend: "python"\n', opts).instanceGroup[0]!.count, 1);
-    assert.equal(normalized('name: "m"\nbackend: "onnxruntime"\ninstance_group { count: 5 }\n', opts).instanceGroup[0]!.count, 5);
-    assert.equal(normalized('name: "m"\nbackend: "onnxruntime"\n', { defaultCpuInstanceCount: 1, gpuCount: 1 }).instanceGroup[0]!.count, 1);
+  it('an unset CPU count takes defaultCpuInstanceCount; GPU groups default to 1', () => {
+    assert.equal(normalized('name: "m"\nbackend: "onnxruntime"\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 2);
+    assert.equal(normalized('name: "m"\nbackend: "python"\n', { defaultCpuInstanceCount: 1, gpuCount: 0 }).instanceGroup[0]!.count, 1);
+    assert.equal(normalized('name: "m"\ninstance_group { count: 5 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 5);
+    assert.equal(normalized('name: "m"\ninstance_group { count: -3 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 2);
+    assert.equal(normalized('name: "m"\n', { defaultCpuInstanceCount: 2, gpuCount: 1 }).instanceGroup[0]!.count, 1);
   });
 
   it('fills preferred_batch_size with max_batch_size when empty', () => {
