@@ -83,6 +83,10 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<Backe
       if (!cuda.available) throw cudaError(ctx.modelName, `instance group '${g.name || ctx.modelName}'`, cuda.reason);
     }
   }
+  const accelerators = ctx.config.optimization?.executionAccelerators;
+  for (const a of [...(accelerators?.gpuExecutionAccelerator ?? []), ...(accelerators?.cpuExecutionAccelerator ?? [])]) {
+    ctx.logger.warn({ model: ctx.modelName }, `execution accelerator '${a.name}' is not available in the onnxruntime backend and is ignored`);
+  }
   const info = await readModel(ctx.modelName, ctx.modelDir, ctx.versionDir, ctx.config);
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
   // Bad parameter values fail the load here rather than at the first instance.
