@@ -387,14 +387,14 @@ export class HttpFrontend {
       const ready = await this.server.modelReady(model);
       if (!ready) throw Errors.invalidRequest(`Request for unknown model : ${model}`);
     }
-    if (req.method === 'POST') this.traceSettings.update(model, await this.readJson(req, true));
+    if (req.method === 'POST') this.traceSettings.updateFromJson(model, await this.readJson(req, true));
     this.reply.json(res, 200, this.traceSettings.toJson(model));
   }
 
   private async handleLogging(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (this.restricted(req, res, 'logging')) return;
     if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
-    if (req.method === 'POST') this.logSettings.update(await this.readJson(req, true));
+    if (req.method === 'POST') this.logSettings.updateFromJson(await this.readJson(req, true));
     this.reply.json(res, 200, this.logSettings.toJson());
   }
 

@@ -40,8 +40,16 @@ export class LogSettings {
     return this.state;
   }
 
-  /** Applies a POST body; throws as Triton does (and applies the keys before the failing one, as Triton does). */
-  update(body: unknown): void {
+  /** Applies changes that were already validated (the gRPC LogSettings RPC); returns the result. */
+  update(changes: Partial<Omit<LogSettingsState, 'log_file'>> | { log_format?: string }): Readonly<LogSettingsState> {
+    const next = { ...this.state, ...(changes as Partial<LogSettingsState>) };
+    this.state = next;
+    this.onChange?.(next);
+    return next;
+  }
+
+  /** Applies a POST /v2/logging body; throws as Triton does (keys before the failing one stay applied, as in Triton). */
+  updateFromJson(body: unknown): void {
     const req: JsonObject = typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
     const next = { ...this.state };
     try {
@@ -122,8 +130,30 @@ export class TraceSettings {
     this.global = { ...this.initial };
   }
 
-  /** Applies a POST body for `model` ('' = global). */
-  update(model: string, body: unknown): void {
+  /** The settings as the gRPC TraceSetting RPC reports them (every value a list of strings). */
+  get(model?: string): Record<string, string[]> {
+    const json = JSON.parse(this.toJson(model ?? '')) as Record<string, string | string[]>;
+    const out: Record<string, string[]> = {};
+    for (const key of Object.keys(json)) {
+      const v = json[key]!;
+      out[key] = Array.isArray(v) ? v : [v];
+    }
+    return out;
+  }
+
+  /** Applies gRPC TraceSetting changes (an empty list clears back to the global value); returns the result. */
+  update(model: string | undefined, changes: Record<string, string[]>): Record<string, string[]> {
+    const body: Record<string, unknown> = {};
+    for (const key of Object.keys(changes)) {
+      const list = changes[key]!;
+      body[key] = list.length === 0 ? null : key === 'trace_level' ? list : list[0];
+    }
+    this.updateFromJson(model ?? '', body);
+    return this.get(model);
+  }
+
+  /** Applies a POST trace/setting body for `model` ('' = global). */
+  updateFromJson(model: string, body: unknown): void {
     const req: JsonObject = typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
     if (req['trace_file'] !== undefined) {
       throw Errors.unsupported('trace file location can not be updated through network protocol');

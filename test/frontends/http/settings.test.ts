@@ -1,0 +1,33 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { LogSettings, TraceSettings } from '../../../src/frontends/http/index.js';
+import type { LogSettingsStore, TraceSettingsStore } from '../../../src/frontends/grpc/settings.js';
+
+test('one LogSettings serves both frontends: the gRPC store view and the HTTP JSON view agree', () => {
+  const seen: unknown[] = [];
+  const settings = new LogSettings((s) => seen.push(s.log_verbose_level));
+  const store: LogSettingsStore = settings;
+  assert.equal(store.update({ log_verbose_level: 3, log_info: false }).log_verbose_level, 3);
+  assert.match(settings.toJson(), /"log_info":false,"log_warning":true,"log_error":true,"log_verbose_level":3/);
+  settings.updateFromJson({ log_verbose_level: 1 });
+  assert.equal(store.get().log_verbose_level, 1);
+  assert.deepEqual(seen, [3, 1]);
+});
+
+test('one TraceSettings serves both frontends', () => {
+  const settings = new TraceSettings();
+  const store: TraceSettingsStore = settings;
+  assert.deepEqual(store.get(), {
+    trace_level: ['OFF'],
+    trace_rate: ['1000'],
+    trace_count: ['-1'],
+    log_frequency: ['0'],
+    trace_file: [''],
+    trace_mode: ['triton'],
+  });
+  assert.deepEqual(store.update('m', { trace_level: ['TIMESTAMPS', 'TENSORS'], trace_rate: ['7'] }).trace_level, ['TIMESTAMPS', 'TENSORS']);
+  assert.match(settings.toJson('m'), /"trace_rate":"7"/);
+  assert.match(settings.toJson(''), /"trace_rate":"1000"/);
+  assert.deepEqual(store.update('m', { trace_rate: [] }).trace_rate, ['1000'], 'an empty list clears the override');
+  assert.throws(() => store.update(undefined, { trace_count: ['-5'] }), /Expecting value >= -1, got:-5/);
+});
