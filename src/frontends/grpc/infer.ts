@@ -31,11 +31,13 @@ function isDecoupled(server: ServerApi, model: string, version: string): boolean
 
 /** Completes one unary call; a class so no closures are made per request. */
 class UnaryInferCall {
+  private finished = false;
   constructor(
     private readonly callback: sendUnaryData<Uint8Array>,
     private readonly abort: AbortController,
   ) {}
   done(res: InferResponse): void {
+    this.finished = true;
     let bytes: Buffer;
     try {
       bytes = encodeInferResponse(res);
@@ -46,10 +48,12 @@ class UnaryInferCall {
     this.callback(null, bytes);
   }
   failed(err: unknown): void {
+    this.finished = true;
     this.callback(toServiceError(err), null);
   }
+  /** grpc-js also signals 'cancelled' after every completed call; only a pending request is aborted. */
   cancelled(): void {
-    this.abort.abort();
+    if (!this.finished) this.abort.abort();
   }
 }
 
@@ -145,10 +149,13 @@ class StreamInferSession {
     });
   }
 
+  /** Client went away (grpc-js also reports 'cancelled' after a normal end, when nothing is pending). */
   private close(): void {
     this.closed = true;
-    this.slots.length = 0;
-    this.abort.abort();
+    if (this.slots.length > 0) {
+      this.slots.length = 0;
+      this.abort.abort();
+    }
   }
 
   private onRequest(m: ModelInferRequest | MalformedMessage): void {

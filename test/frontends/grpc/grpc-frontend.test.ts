@@ -205,6 +205,31 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     assert.ok(seen.signal instanceof AbortSignal);
   });
 
+  test('a client that gives up aborts its pending request; a completed one is never aborted', async () => {
+    await unary(h.client, 'ModelInfer', simpleRequest('done'));
+    const completed = server.requests.at(-1)!;
+    await new Promise((r) => setTimeout(r, 20));
+    assert.equal(completed.signal!.aborted, false);
+
+    const slow = simpleRequest('slow', { parameters: { delay_ms: { parameterChoice: { case: 'int64Param', value: 300n } } } });
+    const err = await callError(
+      new Promise((resolve, reject) =>
+        (h.client as unknown as Record<string, Function>).ModelInfer!.call(
+          h.client,
+          slow,
+          new grpc.Metadata(),
+          { deadline: Date.now() + 50 },
+          (e: Error | null, r: unknown) => (e ? reject(e) : resolve(r)),
+        ),
+      ),
+    );
+    assert.equal(err.code, S.DEADLINE_EXCEEDED);
+    const pending = server.requests.at(-1)!;
+    assert.equal(pending.id, 'slow');
+    for (let i = 0; i < 50 && !pending.signal!.aborted; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(pending.signal!.aborted, true);
+  });
+
   test('ModelInfer with typed contents also answers in raw_output_contents', async () => {
     const res = await unary<ModelInferResponse>(
       h.client,
