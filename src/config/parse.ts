@@ -418,7 +418,13 @@ class TextWalker {
     if (tok.type === 'identifier' && !negative) {
       if (names.includes(tok.text)) return;
       const sameCase = names.find((n) => n.toLowerCase() === tok.text.toLowerCase());
-      const hint = sameCase !== undefined ? ` (names are case-sensitive: did you mean ${sameCase}?)` : '';
+      const near = sameCase === undefined ? (ENUM_ALIASES[tok.text] ?? closestName(tok.text, names, 2)) : undefined;
+      const hint =
+        sameCase !== undefined
+          ? ` (names are case-sensitive: did you mean ${sameCase}?)`
+          : near !== undefined
+            ? ` (did you mean ${near}?)`
+            : '';
       this.fail(`${tok.text} is not a valid value for "${label}"${hint}; expected one of ${names.join(', ')}`, tok, path);
     }
     if (tok.type === 'int') {
@@ -438,6 +444,19 @@ class TextWalker {
     this.fail(`"${label}" expects one of ${names.join(', ')}, got ${negative ? '-' : ''}${describeToken(tok)}`, first, path);
   }
 }
+
+/** Names people reach for that Triton spells differently. */
+const ENUM_ALIASES: Readonly<Record<string, string>> = {
+  TYPE_FLOAT: 'TYPE_FP32',
+  TYPE_FLOAT32: 'TYPE_FP32',
+  TYPE_FLOAT16: 'TYPE_FP16',
+  TYPE_HALF: 'TYPE_FP16',
+  TYPE_FLOAT64: 'TYPE_FP64',
+  TYPE_DOUBLE: 'TYPE_FP64',
+  TYPE_BYTES: 'TYPE_STRING',
+  TYPE_BFLOAT16: 'TYPE_BF16',
+  KIND_CUDA: 'KIND_GPU',
+};
 
 function intValue(tok: Token): bigint {
   return tok.base === 8 ? BigInt('0o' + tok.text.slice(1)) : BigInt(tok.text);
@@ -463,7 +482,7 @@ function unknownFieldHint(name: string, desc: DescMessage): string {
 }
 
 /** The candidate nearest in spelling, when it is near enough to be a likely typo. */
-export function closestName(name: string, candidates: readonly string[]): string | undefined {
+export function closestName(name: string, candidates: readonly string[], maxDistance?: number): string | undefined {
   let best: string | undefined;
   let bestDistance = Infinity;
   for (const c of candidates) {
@@ -474,8 +493,9 @@ export function closestName(name: string, candidates: readonly string[]): string
     }
   }
   if (best === undefined) return undefined;
-  const limit = Math.max(2, Math.floor(name.length / 3));
+  const limit = maxDistance ?? Math.max(2, Math.floor(name.length / 3));
   if (bestDistance <= limit) return best;
+  if (maxDistance !== undefined) return undefined;
   const prefix = candidates.find((c) => c.startsWith(name) || name.startsWith(c));
   return prefix;
 }

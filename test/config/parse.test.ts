@@ -191,8 +191,12 @@ describe('parse errors carry file:line:column and plain words', () => {
 
   it('bad enum name lists the valid ones', () => {
     const err = parseError('input {\n  name: "x"\n  data_type: TYPE_FLOAT32\n}\n');
-    assertAt(err, 3, 14, /TYPE_FLOAT32 is not a valid value for "data_type"; expected one of .*TYPE_FP32/);
+    assertAt(err, 3, 14, /TYPE_FLOAT32 is not a valid value for "data_type" \(did you mean TYPE_FP32\?\); expected one of TYPE_INVALID, TYPE_BOOL,.*TYPE_BF16$/);
     assert.equal(err.field, 'input[0].data_type');
+  });
+
+  it('misspelt enum name gets a suggestion', () => {
+    assertAt(parseError('input { data_type: TYPE_IN32 }\n'), 1, 20, /TYPE_IN32 is not a valid value for "data_type" \(did you mean TYPE_INT32\?\)/);
   });
 
   it('enum name in the wrong case', () => {
