@@ -28,6 +28,7 @@ import { ModelInferRequestSchema, type ModelInferResponse, type ModelStatisticsR
 import { GrpcFrontend, inferenceServiceDefinition } from '../src/frontends/grpc/index.js';
 import { encodeInferResponse } from '../src/frontends/grpc/infer-encode.js';
 import type { ServerApi } from '../src/core/server-api.js';
+import { ModelConfigSchema } from '../src/gen/model_config_pb.js';
 import type { InferRequest, InferResponse } from '../src/core/types.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { startNereid } from './processes.js';
@@ -146,7 +147,7 @@ function instantServer(response: InferResponse): ServerApi {
     isReady: () => true,
     metadata: () => ({ name: 'triton', version: 'bench', extensions: [] }),
     modelMetadata: fail,
-    modelConfig: fail,
+    modelConfig: () => create(ModelConfigSchema, { name: response.modelName }),
     modelReady: async () => true,
     infer: (_r: InferRequest) => Promise.resolve(response),
     modelStatistics: () => [],

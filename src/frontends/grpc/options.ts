@@ -118,6 +118,8 @@ export function channelOptionsFor(o: GrpcFrontendOptions): ChannelOptions {
   const opts: ChannelOptions = {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    // No channelz service is served, so skip its per-call bookkeeping.
+    'grpc.enable_channelz': 0,
     'grpc.keepalive_time_ms': o.keepaliveTimeMs ?? GRPC_DEFAULTS.keepaliveTimeMs,
     'grpc.keepalive_timeout_ms': o.keepaliveTimeoutMs ?? GRPC_DEFAULTS.keepaliveTimeoutMs,
     'grpc.keepalive_permit_without_calls': (o.keepalivePermitWithoutCalls ?? GRPC_DEFAULTS.keepalivePermitWithoutCalls) ? 1 : 0,

@@ -248,6 +248,7 @@ test('options map flags onto grpc-js channel options', () => {
   assert.equal(o['grpc.max_connection_age_grace_ms'], undefined);
   assert.equal(o['grpc.max_receive_message_length'], MAX_MESSAGE_BYTES);
   assert.equal(o['grpc.max_send_message_length'], 2 ** 31 - 1);
+  assert.equal(o['grpc.enable_channelz'], 0);
   assert.equal(bindAddress('0.0.0.0', 8001), '0.0.0.0:8001');
   assert.equal(bindAddress('::1', 1), '[::1]:1');
   assert.equal(bindAddress('ipv6:[::1]', 1), '[::1]:1');
