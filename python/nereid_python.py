@@ -7,7 +7,8 @@ import os
 import sys
 
 import triton_python_backend_utils as pb
-from nereid_stub import decode_tensor, encode_tensors, error_line, error_traceback
+from nereid_codec import decode_tensor, encode_tensors
+from nereid_stub import error_line, error_traceback
 
 
 def load_model_class(path):
@@ -149,15 +150,16 @@ class PythonModelRunner:
                     "c": pb._ERROR_CODE_NAMES.get(err.code(), "INTERNAL"),
                 }
                 return item
-            base = len(buffers_out)
-            metas, bufs = encode_tensors(resp.output_tensors())
-            for m in metas:
-                m["b"] += base
+            mark = len(buffers_out)
+            try:
+                metas, _ = encode_tensors(resp.output_tensors(), buffers_out)
+            except Exception:
+                del buffers_out[mark:]
+                raise
             params = resp.parameters()
             if params and params != "{}":
                 item["p"] = params
             item["o"] = metas
-            buffers_out.extend(bufs)
         except Exception as exc:
             item = {"e": {"m": error_line(exc), "c": "INTERNAL"}}
         return item

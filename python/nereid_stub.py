@@ -126,25 +126,34 @@ class Pipe:
                     parts.append(_ZEROS[:p])
                     size += p
         parts[0] = _U32X2.pack(size, len(hj))
-        self._write_all(parts)
-
-    def _write_all(self, parts):
-        i = 0
-        while i < len(parts):
-            group = parts[i : i + _MAX_IOV]
-            written = os.writev(self.wfd, group)
-            total = sum(len(g) for g in group)
+        total = size + 4
+        written = 0
+        if len(parts) <= _MAX_IOV:
+            written = os.writev(self.wfd, parts)
             if written == total:
-                i += len(group)
+                return  # the usual case: one system call
+        self._write_rest(parts, written)
+
+    def _write_rest(self, parts, skip):
+        """Writes what is left after `skip` bytes went out (partial write, or too many parts)."""
+        views = []
+        for part in parts:
+            n = len(part)
+            if skip >= n:
+                skip -= n
                 continue
-            # a partial write: skip what went out, keep the rest of the part it stopped in
-            for j, g in enumerate(group):
-                if written >= len(g):
-                    written -= len(g)
-                    continue
-                parts[i + j] = memoryview(g)[written:]
-                i += j
-                break
+            views.append(memoryview(part)[skip:] if skip else part)
+            skip = 0
+        while views:
+            written = os.writev(self.wfd, views[:_MAX_IOV])
+            while written and views:
+                n = len(views[0])
+                if written >= n:
+                    written -= n
+                    views.pop(0)
+                else:
+                    views[0] = memoryview(views[0])[written:]
+                    written = 0
 
 
 class Stub:
@@ -243,6 +252,7 @@ class Stub:
 
     def _send_bls(self, request):
         import triton_python_backend_utils as pb
+        from nereid_codec import encode_tensors
 
         if not request.model_name():
             raise pb.TritonModelException("BLS request needs a model_name")
@@ -269,6 +279,8 @@ class Stub:
         return bls_id
 
     def bls_exec(self, request):
+        from nereid_codec import decode_bls_response
+
         bls_id = self._send_bls(request)
         slot = []
         self.pending[bls_id] = slot
@@ -278,82 +290,13 @@ class Stub:
         return decode_bls_response(*slot[0])
 
     async def bls_async_exec(self, request):
+        from nereid_codec import decode_bls_response
+
         bls_id = self._send_bls(request)
         future = self.loop.create_future()
         self.pending[bls_id] = future
         header, buffers = await future
         return decode_bls_response(header, buffers)
-
-
-# ------------------------------------------------------------ tensor codec
-
-
-def decode_tensor(meta, buf):
-    import numpy as np
-    import triton_python_backend_utils as pb
-
-    datatype = meta["d"]
-    shape = meta["s"]
-    if datatype == "BYTES":
-        arr = pb.deserialize_bytes_tensor(buf)
-        count = 1
-        for d in shape:
-            count *= d
-        if arr.size != count:
-            raise ValueError(
-                "BYTES tensor '{}' holds {} elements but its shape {} needs {}".format(
-                    meta["n"], arr.size, shape, count
-                )
-            )
-        arr = arr.reshape(shape)
-    else:
-        arr = np.frombuffer(buf, dtype=pb._PROTOCOL_TO_NUMPY[datatype]).reshape(shape)
-    return pb.Tensor(meta["n"], arr, datatype)
-
-
-def encode_tensor(tensor):
-    """(meta, buffer) for a pb_utils.Tensor."""
-    import numpy as np
-    import triton_python_backend_utils as pb
-
-    arr = tensor.as_numpy()
-    datatype = tensor._datatype
-    if datatype == "BYTES":
-        data = pb.serialize_byte_tensor(arr)
-        buf = b"" if data == () else data
-    else:
-        if not arr.flags.c_contiguous:
-            arr = np.ascontiguousarray(arr)
-        buf = arr.reshape(-1).view(np.uint8)
-    return {"n": tensor.name(), "d": datatype, "s": [int(d) for d in arr.shape]}, buf
-
-
-def encode_tensors(tensors):
-    import triton_python_backend_utils as pb
-
-    metas = []
-    buffers = []
-    for t in tensors:
-        if not isinstance(t, pb.Tensor):
-            raise pb.TritonModelException(
-                'Expected a "Tensor" object, found type "{}"'.format(type(t))
-            )
-        meta, buf = encode_tensor(t)
-        meta["b"] = len(buffers)
-        metas.append(meta)
-        buffers.append(buf)
-    return metas, buffers
-
-
-def decode_bls_response(header, buffers):
-    import triton_python_backend_utils as pb
-
-    err = header.get("e")
-    if err is not None:
-        code = pb._ERROR_NAME_CODES.get(err.get("c", "INTERNAL"), pb.TritonError.INTERNAL)
-        return pb.InferenceResponse(error=pb.TritonError(err.get("m", ""), code))
-    outputs = [decode_tensor(m, buffers[m["b"]]) for m in header.get("o", ())]
-    return pb.InferenceResponse(output_tensors=outputs, parameters=header.get("p") or None)
 
 
 # ------------------------------------------------------------------ startup

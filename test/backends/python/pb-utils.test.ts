@@ -109,3 +109,27 @@ assert c.value() == 2
 print("OK")
 `);
 });
+
+test('worker frames survive partial writes and are read back whole', { skip }, () => {
+  runPython(`
+import os
+import numpy as np
+import nereid_stub
+r, w = os.pipe()
+pipe = nereid_stub.Pipe(r, w)
+real_writev = os.writev
+def dribble(fd, bufs):
+    # write at most 5 bytes per call, like a busy pipe would
+    first = next(memoryview(b).cast("B") for b in bufs if len(b))
+    return os.write(fd, first[:5])
+os.writev = dribble
+payload = np.arange(10, dtype=np.int32)
+pipe.write_frame({"t": "x", "k": 1}, [payload.view(np.uint8), b"abc"])
+os.writev = real_writev
+header, buffers = pipe.read_frame()
+assert header["t"] == "x" and header["k"] == 1 and header["b"] == [40, 3], header
+assert np.frombuffer(buffers[0], dtype=np.int32).tolist() == list(range(10))
+assert bytes(buffers[1]) == b"abc"
+print("OK")
+`);
+});
