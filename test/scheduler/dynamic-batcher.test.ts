@@ -58,12 +58,18 @@ test('a queue delay sends a partial batch once the oldest request has waited it 
   h.submit(request('a'));
   h.submit(request('b'));
   await inst!.untilBatches(1);
-  assert.deepEqual(inst!.batches[0], ['a', 'b']);
+  // Neither request reaches the preferred size 8: the batch leaves only on the delay.
   const obtained = h.batcher.obtainedDelay;
-  assert.equal(obtained.count, 1);
+  assert.ok(obtained.count >= 1);
   assert.ok(obtained.maxNs >= 300_000, `left after ${obtained.maxNs} ns, before the configured 300 µs`);
   inst!.finishOne();
+  if (inst!.batches.flat().length < 2) {
+    // A loaded machine may let the delay expire between the two submits.
+    await inst!.untilBatches(2);
+    inst!.finishOne();
+  }
   await h.batcher.drain();
+  assert.deepEqual(inst!.batches.flat(), ['a', 'b']);
 });
 
 test('requests with a batch dimension above 1 count their full size', async () => {
