@@ -13,6 +13,7 @@ import { Backend, Platform } from './backend-fields.js';
 import type { ConfigPositions } from './positions.js';
 import { ConfigChecker, enumName } from './validate-context.js';
 import { validateEnsemble } from './validate-ensemble.js';
+import { validateFileReferences } from './validate-files.js';
 import { validateIO } from './validate-io.js';
 import { validateDynamicBatching, validateSequenceBatching } from './validate-scheduling.js';
 
@@ -62,6 +63,7 @@ export function validateModelConfig(
     c.fail('response_cache.enable', 'response_cache cannot be enabled for a decoupled model (model_transaction_policy.decoupled)');
   }
   validateModelMetrics(c);
+  validateFileReferences(c);
   if (scheduling.case !== 'ensembleScheduling') validateInstanceGroups(c, opts);
   if (opts.checkIO !== false) validateIO(c);
 }

@@ -302,6 +302,31 @@ describe('validateModelConfig: sequence batching', () => {
   });
 });
 
+describe('validateModelConfig: file references stay inside the model folder', () => {
+  it('label_filename may not climb out', () => {
+    rejects(
+      'output { name: "y", data_type: TYPE_FP32, dims: [ 1 ], label_filename: "../../etc/passwd" }\n',
+      /output "y": label_filename "\.\.\/\.\.\/etc\/passwd" must be a path inside the model's folder/,
+      [3, 56],
+    );
+    rejects('output { name: "y", data_type: TYPE_FP32, dims: [ 1 ], label_filename: "/etc/passwd" }\n', /must be a path inside/);
+    check('output { name: "y", data_type: TYPE_FP32, dims: [ 1 ], label_filename: "labels/./classes.txt" }\n');
+  });
+
+  it('default_model_filename, warmup files and initial state files too', () => {
+    rejects('default_model_filename: "../other/model.onnx"\n', /default_model_filename "\.\.\/other\/model\.onnx" must be a path inside the model's version folder/, [3, 1]);
+    rejects(
+      `${IO}model_warmup { name: "w" batch_size: 1 inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] input_data_file: "../x.bin" } } }\n`,
+      /model_warmup "w": input_data_file "\.\.\/x\.bin" must be a path inside the model's warmup folder/,
+    );
+    rejects(
+      `${IO}sequence_batching { state { input_name: "s" output_name: "t" data_type: TYPE_FP32 dims: [ 1 ] initial_state { name: "i" data_type: TYPE_FP32 dims: [ 1 ] data_file: "..\\\\x" } } }\n`,
+      /data_file "\.\.\\x" must be a path inside the model's initial_state folder/,
+    );
+    check('default_model_filename: "sub/model.onnx"\n');
+  });
+});
+
 describe('validateModelConfig: ensembles and misc', () => {
   const ENS_HEAD = 'name: "pipeline"\nplatform: "ensemble"\n';
   const ensemble = `max_batch_size: 8
