@@ -1,6 +1,5 @@
 /** Rules for inputs, outputs and ragged-batch inputs/outputs (Triton ValidateModelIOConfig). */
 import {
-
   BatchInput_KindSchema,
   BatchOutput_Kind,
   BatchOutput_KindSchema,
