@@ -50,6 +50,8 @@ export interface BackendInstance {
    * of the batch with the rejection's message.
    */
   execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]>;
+  /** How often the instance's process was restarted after dying (process-based backends). */
+  readonly restartCount?: number;
   /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */
   isReady?(): Promise<boolean>;
   close(): Promise<void>;

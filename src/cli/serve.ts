@@ -10,7 +10,7 @@ import type { Logger } from 'pino';
 import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../core/types.js';
 import { Errors } from '../errors.js';
-import { HttpFrontend } from '../frontends/http/index.js';
+import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
 import { createLogger } from '../logger.js';
@@ -71,14 +71,6 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'log-format': S,
   'log-file': S,
   'backend-config': SR,
-  help: B,
-};
-
-/** Accepted for compatibility; they change nothing here and are logged once. */
-const IGNORED_FLAGS: Record<string, FlagSpec> = {
-  'model-namespacing': B,
-  'reuse-http-port': B,
-  'reuse-grpc-port': B,
   'http-header-forward-pattern': S,
   'grpc-header-forward-pattern': S,
   'http-restricted-api': SR,
@@ -88,6 +80,14 @@ const IGNORED_FLAGS: Record<string, FlagSpec> = {
   'grpc-server-cert': S,
   'grpc-server-key': S,
   'grpc-root-cert': S,
+  help: B,
+};
+
+/** Accepted for compatibility; they change nothing here and are logged once. */
+const IGNORED_FLAGS: Record<string, FlagSpec> = {
+  'model-namespacing': B,
+  'reuse-http-port': B,
+  'reuse-grpc-port': B,
   'trace-config': SR,
   'trace-file': S,
   'trace-level': SR,
@@ -139,7 +139,14 @@ export function parseBackendConfig(values: readonly string[]): Record<string, Re
 
 export interface ServeConfig {
   server: ConstructorParameters<typeof Server>[0];
-  http: { enabled: boolean; port: number; address: string; maxInputSize: number };
+  http: {
+    enabled: boolean;
+    port: number;
+    address: string;
+    maxInputSize: number;
+    restrictedApis: string[];
+    headerForwardPattern: string | undefined;
+  };
   grpc: {
     enabled: boolean;
     port: number;
@@ -154,6 +161,9 @@ export interface ServeConfig {
     maxConnectionAgeGraceMs: number | undefined;
     compressionLevel: string;
     inferAllocationPoolSize: number | undefined;
+    restrictedProtocols: string[];
+    headerForwardPattern: string | undefined;
+    ssl: { serverCert: string; serverKey: string; rootCert?: string; mutual: boolean } | undefined;
   };
   metrics: {
     enabled: boolean;
@@ -203,7 +213,14 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       disableAutoCompleteConfig: f.bool('disable-auto-complete-config', false) || f.bool('strict-model-config', false),
       backendConfig: parseBackendConfig(f.all('backend-config')),
     },
-    http: { enabled: f.bool('allow-http', true), port: f.int('http-port', 8000), address: httpAddress, maxInputSize: maxInput },
+    http: {
+      enabled: f.bool('allow-http', true),
+      port: f.int('http-port', 8000),
+      address: httpAddress,
+      maxInputSize: maxInput,
+      restrictedApis: f.all('http-restricted-api'),
+      headerForwardPattern: f.string('http-header-forward-pattern'),
+    },
     grpc: {
       enabled: f.bool('allow-grpc', true),
       port: f.int('grpc-port', 8001),
@@ -218,6 +235,9 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       maxConnectionAgeGraceMs: f.has('grpc-max-connection-age-grace') ? f.int('grpc-max-connection-age-grace', 0) : undefined,
       compressionLevel: f.string('grpc-infer-response-compression-level', 'none').toLowerCase(),
       inferAllocationPoolSize: f.has('grpc-infer-allocation-pool-size') ? f.int('grpc-infer-allocation-pool-size', 8) : undefined,
+      restrictedProtocols: f.all('grpc-restricted-protocol'),
+      headerForwardPattern: f.string('grpc-header-forward-pattern'),
+      ssl: grpcSsl(f),
     },
     metrics: {
       enabled: allowMetrics,
@@ -247,6 +267,17 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     throw Errors.config(`--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`);
   }
   return cfg;
+}
+
+function grpcSsl(f: FlagReader): ServeConfig['grpc']['ssl'] {
+  if (!f.bool('grpc-use-ssl', false) && !f.bool('grpc-use-ssl-mutual', false)) return undefined;
+  const serverCert = f.string('grpc-server-cert');
+  const serverKey = f.string('grpc-server-key');
+  if (!serverCert || !serverKey) throw Errors.config('--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key');
+  const mutual = f.bool('grpc-use-ssl-mutual', false);
+  const rootCert = f.string('grpc-root-cert');
+  if (mutual && !rootCert) throw Errors.config('--grpc-use-ssl-mutual needs --grpc-root-cert');
+  return { serverCert, serverKey, rootCert, mutual };
 }
 
 export const SERVE_HELP = `Usage: nereid serve [--model-repository=<dir> ...] [flags]
@@ -294,14 +325,29 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         pendingCount: () => v.scheduler?.pendingCount ?? 0,
         metricTags: Object.fromEntries(Object.entries(v.config.metricTags)),
         loadDurationSecs: v.loadDurationSecs,
+        restartCount: () => v.restartCount,
       }),
     );
     server.on('versionUnloaded', (v) => metrics.detach(v.stats));
   }
+  // One store of each setting, shared by both protocols, as in Triton.
+  const logSettings = new LogSettings((state) => {
+    logger.level = state.log_verbose_level > 0 ? 'debug' : state.log_info ? 'info' : state.log_warning ? 'warn' : state.log_error ? 'error' : 'silent';
+  });
+  const traceSettings = new TraceSettings();
   const http = cfg.http.enabled
-    ? new HttpFrontend(server, { port: cfg.http.port, address: cfg.http.address, maxInputSize: cfg.http.maxInputSize, logger })
+    ? new HttpFrontend(server, {
+        port: cfg.http.port,
+        address: cfg.http.address,
+        maxInputSize: cfg.http.maxInputSize,
+        logger,
+        logSettings,
+        traceSettings,
+        restrictedApis: cfg.http.restrictedApis,
+        headerForwardPattern: cfg.http.headerForwardPattern,
+      })
     : undefined;
-  const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, { ...cfg.grpc, logger }) : undefined;
+  const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, { ...cfg.grpc, logger, logSettings, traceSettings }) : undefined;
   const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address }) : undefined;
   const ports: RunningServer['ports'] = {};
   const shutdown = async (): Promise<void> => {

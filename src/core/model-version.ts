@@ -29,6 +29,13 @@ export class ModelVersion {
     this.stats = new ModelVersionStatistics(modelName, String(version));
   }
 
+  /** Restarts of this version's instance processes (process-based backends). */
+  get restartCount(): number {
+    let n = 0;
+    for (const i of this.instances) n += i.backend.restartCount ?? 0;
+    return n;
+  }
+
   requestDone(): void {
     this.inflight -= 1;
     if (this.inflight === 0 && this.idleWaiters.length > 0) {

@@ -402,7 +402,9 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       for (const v of versions) {
         if (readyOnly && v.state !== 'READY') continue;
         const e: RepositoryIndexEntry = { name, version: String(v.version), state: v.state };
+        const restarts = v.state === 'READY' ? v.restartCount : 0;
         if (v.reason) e.reason = v.reason;
+        else if (restarts > 0) e.reason = `instance processes restarted ${restarts} time${restarts === 1 ? '' : 's'} after dying`;
         out.push(e);
       }
     }

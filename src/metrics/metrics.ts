@@ -152,6 +152,9 @@ export class Metrics implements SeriesSource<ModelReporter> {
     this.family('nv_inference_pending_request_count', 'Requests accepted and not yet executing, right now', 'gauge', (r, out) => {
       out.push({ labels: r.labels, value: r.info.pendingCount() });
     });
+    this.family('nereid_model_instance_restarts_total', 'Restarts of the model version\'s instance processes after they died (process backends)', 'counter', (r, out) => {
+      out.push({ labels: r.labels, value: r.info.restartCount?.() ?? 0 });
+    });
     this.family('nv_model_load_duration_secs', 'How long loading this model version took, seconds', 'gauge', (r, out) => {
       out.push({ labels: r.labels, value: r.info.loadDurationSecs });
     });
