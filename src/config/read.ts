@@ -47,6 +47,8 @@ export async function readModelConfig(modelDir: string, opts: ReadModelConfigOpt
       const why = code === 'EISDIR' ? 'it is a directory, not a file' : (err as Error).message;
       throw new ConfigError(`cannot read the model configuration: ${why}`, { file: candidate.file });
     }
+    // Editors on Windows may save a byte-order mark; it is not part of the text format.
+    if (text.charCodeAt(0) === 0xfeff) text = text.slice(1);
     const { config, positions } = parseModelConfigWithPositions(text, candidate.file);
     return { config, file: candidate.file, path: candidate.path, positions };
   }

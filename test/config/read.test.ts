@@ -47,6 +47,13 @@ describe('readModelConfig', () => {
     assert.equal(fallback.file, 'custom/config.pbtxt');
   });
 
+  it('ignores a byte-order mark and CRLF line ends', async () => {
+    const dir = await modelDir('windows', { 'config.pbtxt': '\ufeffname: "windows"\r\nmax_batch_size: 2\r\n' });
+    const read = await readModelConfig(dir);
+    assert.equal(read.config.maxBatchSize, 2);
+    assert.deepEqual(read.positions?.get('max_batch_size'), { line: 2, column: 1 });
+  });
+
   it('gives an empty config when there is no file', async () => {
     const dir = await modelDir('bare', { '1/model.py': '' });
     const read = await readModelConfig(dir);
