@@ -4,7 +4,7 @@
  * request bytes, at the same concurrency, each pinned to the same CPU core,
  * in one run. The bar: nereid perf reaches >= 0.8x wrk's request rate.
  *
- * Usage: node dist/bench/load-tool.js   (BENCH_SECONDS, BENCH_CONCURRENCY)
+ * Usage: node dist/bench/load-tool.js   (BENCH_SECONDS, BENCH_CONCURRENCY, BENCH_ROUNDS, BENCH_PIN=0)
  * The server runs as `load-tool.js --serve <port> <workers>` in child processes.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -20,6 +20,7 @@ import { encodeHttpInferBody } from '../src/cli/perf/http-body.js';
 const SELF = fileURLToPath(import.meta.url);
 const PERF_INDEX = path.join(path.dirname(SELF), '..', 'src', 'cli', 'perf', 'index.js');
 const MODEL = 'trivial';
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 
 // ---- the trivial server -------------------------------------------------------------------------
 
@@ -130,37 +131,50 @@ wrk.body = ${luaString(body)}
 wrk.headers["Content-Type"] = "application/octet-stream"
 wrk.headers["Inference-Header-Content-Length"] = "${headerLength}"
 function done(summary, latency, requests)
-  io.write(string.format("WRK_RESULT %f %f %f %d\\n", summary.requests / (summary.duration / 1e6),
-    latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect + summary.errors.read))
+  io.write(string.format("WRK_RESULT %f %f %f %d %d\\n", summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect + summary.errors.read, summary.requests))
 end
 `,
   );
-  const out = await capture('taskset', ['-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url]);
-  const m = /WRK_RESULT (\S+) (\S+) (\S+) (\d+)/.exec(out);
+  // GNU time reports wrk's CPU seconds, for the CPU cost per request.
+  const out = await capture('/usr/bin/time', ['-f', 'CPU_SECONDS %U %S', 'taskset', '-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url]);
+  const m = /WRK_RESULT (\S+) (\S+) (\S+) (\d+) (\d+)/.exec(out);
+  const t = /CPU_SECONDS (\S+) (\S+)/.exec(out);
   if (!m) throw new Error(`wrk produced no result:\n${out}`);
-  return { rps: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]) };
+  const cpuUs = t ? (Number(t[1]) + Number(t[2])) * 1e6 : Number.NaN;
+  return { rps: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]), cpuUsPerRequest: cpuUs / Number(m[5]) };
 }
 
-async function runNereidPerf(cpu: string, port: number, connections: number, seconds: number) {
+async function runNereidPerf(cpuList: string, port: number, connections: number, seconds: number) {
   // Three windows of `seconds / 3.6` (each window lasts 1.2x the interval), stability not required.
   const intervalMs = Math.max(200, Math.round((seconds * 1000) / 3.6));
   const args = ['-m', MODEL, '-u', `127.0.0.1:${port}`, '--concurrency-range', String(connections), '-p', String(intervalMs), '-r', '3', '-s', '1000000'];
-  const script = `import(${JSON.stringify(PERF_INDEX)}).then((m) => m.runPerf(${JSON.stringify(args)})).then((c) => process.exit(c))`;
-  const out = await capture('taskset', ['-c', cpu, process.execPath, '--input-type=module', '-e', script]);
+  // A short first run warms the JIT; CPU is counted over the measured run only and divided by its requests.
+  const warm = ['-m', MODEL, '-u', `127.0.0.1:${port}`, '--concurrency-range', String(connections), '-p', '300', '-r', '1', '-s', '1000000'];
+  const script = `const m = await import(${JSON.stringify(PERF_INDEX)});
+await m.runPerf(${JSON.stringify(warm)}, { stdout: { write() {} }, stderr: process.stderr });
+const c0 = process.cpuUsage();
+const code = await m.runPerf(${JSON.stringify(args)}); const c = process.cpuUsage(c0);
+console.log('CPU_US', c.user + c.system); process.exit(code);`;
+  const out = await capture('taskset', ['-c', cpuList, process.execPath, '--input-type=module', '-e', script]);
   const rps = /Concurrency: \d+, throughput: (\S+) infer\/sec/.exec(out);
   const p50 = /p50 latency: (\d+) usec/.exec(out);
   const p99 = /p99 latency: (\d+) usec/.exec(out);
+  const count = /Request count: (\d+)/.exec(out);
+  const cpu = /CPU_US (\d+)/.exec(out);
   if (!rps) throw new Error(`nereid perf produced no result:\n${out}`);
-  return { rps: Number(rps[1]), p50us: Number(p50?.[1]), p99us: Number(p99?.[1]) };
+  return { rps: Number(rps[1]), p50us: Number(p50?.[1]), p99us: Number(p99?.[1]), cpuUsPerRequest: Number(cpu?.[1]) / Number(count?.[1]) };
 }
 
 async function main(): Promise<void> {
   const seconds = Number(process.env.BENCH_SECONDS ?? 4);
   const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 32);
+  const pin = process.env.BENCH_PIN !== '0';
   const cpus = availableParallelism();
   // One core for the load generators, the rest for the server (at least one, shared if the machine has one).
-  const clientCpu = '0';
-  const serverCpus = cpus > 1 ? `1-${cpus - 1}` : '0';
+  // BENCH_PIN=0 lets every process use every core.
+  const clientCpu = pin ? '0' : `0-${cpus - 1}`;
+  const serverCpus = pin && cpus > 1 ? `1-${cpus - 1}` : `0-${cpus - 1}`;
   const workers = Math.max(1, cpus - 1);
   const port = await freePort();
   const server: ChildProcess = spawn('taskset', ['-c', serverCpus, process.execPath, SELF, '--serve', String(port), String(workers)], {
@@ -179,25 +193,34 @@ async function main(): Promise<void> {
       'binary',
     );
     const url = `http://127.0.0.1:${port}/v2/models/${MODEL}/infer`;
-    // Alternate, so a change in background load hits both tools alike.
-    const wrk1 = await runWrk(clientCpu, url, req.body, req.headerLength!, concurrency, seconds);
-    const ours1 = await runNereidPerf(clientCpu, port, concurrency, seconds);
-    const wrk2 = await runWrk(clientCpu, url, req.body, req.headerLength!, concurrency, seconds);
-    const ours2 = await runNereidPerf(clientCpu, port, concurrency, seconds);
-    const wrk = (wrk1.rps + wrk2.rps) / 2;
-    const ours = (ours1.rps + ours2.rps) / 2;
+    // Alternate, so a change in background load hits both tools alike; the median round decides.
+    const rounds: Array<{ wrk: Awaited<ReturnType<typeof runWrk>>; ours: Awaited<ReturnType<typeof runNereidPerf>> }> = [];
+    for (let i = 0; i < ROUNDS; i++) {
+      const w = await runWrk(clientCpu, url, req.body, req.headerLength!, concurrency, seconds);
+      const o = await runNereidPerf(clientCpu, port, concurrency, seconds);
+      rounds.push({ wrk: w, ours: o });
+    }
     const fmt = (n: number) => n.toLocaleString('en-US', { maximumFractionDigits: 0 });
-    process.stdout.write(
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+    const ratio = median(rounds.map((r) => r.ours.rps / r.wrk.rps));
+    const wrkCpu = median(rounds.map((r) => r.wrk.cpuUsPerRequest));
+    const oursCpu = median(rounds.map((r) => r.ours.cpuUsPerRequest));
+    let text =
       `\nLoad tool ceiling: trivial node:http server (${workers} worker(s) on CPU ${serverCpus}), ` +
-        `clients on CPU ${clientCpu}, concurrency ${concurrency}, ${seconds}s per run, 2 runs each\n` +
-        `tool          req/s (run 1, run 2)        p50 us   p99 us\n` +
-        `wrk -t1       ${fmt(wrk)} (${fmt(wrk1.rps)}, ${fmt(wrk2.rps)})`.padEnd(42) +
-        `${String(Math.round(wrk2.p50us)).padStart(7)}  ${String(Math.round(wrk2.p99us)).padStart(7)}\n` +
-        `nereid perf   ${fmt(ours)} (${fmt(ours1.rps)}, ${fmt(ours2.rps)})`.padEnd(42) +
-        `${String(ours2.p50us).padStart(7)}  ${String(ours2.p99us).padStart(7)}\n` +
-        `ratio nereid perf / wrk: ${(ours / wrk).toFixed(2)}  (bar: >= 0.80) ${ours / wrk >= 0.8 ? 'PASS' : 'BELOW BAR'}\n`,
-    );
-    if (wrk1.errors + wrk2.errors > 0) process.stdout.write(`note: wrk saw ${wrk1.errors + wrk2.errors} errors\n`);
+      `load generators on CPU ${clientCpu}, concurrency ${concurrency}, ${seconds}s per run\n` +
+      `round   wrk -t1 req/s   nereid perf req/s   ratio   wrk p50/p99 us    perf p50/p99 us   CPU us/req wrk / perf\n`;
+    rounds.forEach((r, i) => {
+      text +=
+        `${String(i + 1).padStart(5)}   ${fmt(r.wrk.rps).padStart(13)}   ${fmt(r.ours.rps).padStart(17)}   ${(r.ours.rps / r.wrk.rps).toFixed(2).padStart(5)}` +
+        `   ${`${Math.round(r.wrk.p50us)}/${Math.round(r.wrk.p99us)}`.padStart(14)}   ${`${r.ours.p50us}/${r.ours.p99us}`.padStart(15)}` +
+        `   ${r.wrk.cpuUsPerRequest.toFixed(1).padStart(8)} / ${r.ours.cpuUsPerRequest.toFixed(1)}\n`;
+    });
+    text +=
+      `median ratio nereid perf / wrk: ${ratio.toFixed(2)}  (bar: >= 0.80) ${ratio >= 0.8 ? 'PASS' : 'BELOW BAR'}\n` +
+      `median CPU per request: wrk ${wrkCpu.toFixed(1)} us, nereid perf ${oursCpu.toFixed(1)} us\n`;
+    process.stdout.write(text);
+    const errors = rounds.reduce((a, r) => a + r.wrk.errors, 0);
+    if (errors > 0) process.stdout.write(`note: wrk saw ${errors} errors\n`);
   } finally {
     server.kill('SIGTERM');
   }

@@ -65,10 +65,15 @@ export class ResponseParser {
   private chunkState = ChunkState.Size;
   private line = '';
   private errorChunks: Buffer[] | null = null;
+  private cachedHead: Buffer | null = null;
+  private cachedStatus = 0;
+  private cachedKeepAlive = true;
+  private cachedMode = BodyMode.None;
+  private cachedLength = 0;
 
   constructor(private readonly sink: ResponseSink) {}
 
-  /** Feeds bytes from the socket. */
+  /** Feeds bytes from the socket. `chunk` may be a reused buffer: nothing keeps a reference to it. */
   push(chunk: Buffer): void {
     let data: Buffer = chunk;
     while (data.length > 0) {
@@ -82,11 +87,19 @@ export class ResponseParser {
         const end = buf.indexOf(CRLFCRLF);
         if (end < 0) {
           if (buf.length > 65536) return this.sink.protocolError('response headers larger than 64 KiB');
-          this.head = buf;
+          // The socket reuses its read buffer: keep a copy.
+          this.head = this.head === null ? Buffer.from(buf) : buf;
           return;
         }
         this.head = null;
-        if (!this.parseHead(buf.toString('latin1', 0, end))) return;
+        const cached = this.cachedHead;
+        if (cached !== null && cached.length === end && buf.compare(cached, 0, end, 0, end) === 0) {
+          // Servers repeat the same header block (same status, same length): skip re-parsing it.
+          this.applyHead(this.cachedStatus, this.cachedKeepAlive, this.cachedMode, this.cachedLength);
+        } else {
+          if (!this.parseHead(buf.toString('latin1', 0, end))) return;
+          this.cachedHead = Buffer.from(buf.subarray(0, end));
+        }
         data = buf.subarray(end + 4);
         if (this.mode === BodyMode.None) {
           this.finish();
@@ -95,6 +108,16 @@ export class ResponseParser {
       }
       data = this.body(data);
     }
+  }
+
+  /** Forgets a partial response (the connection it came on is gone). */
+  reset(): void {
+    this.head = null;
+    this.inResponse = false;
+    this.status = 0;
+    this.mode = BodyMode.None;
+    this.errorChunks = null;
+    this.line = '';
   }
 
   /** The connection closed: completes a close-delimited body. Returns false if a response was cut short. */
@@ -132,19 +155,27 @@ export class ResponseParser {
       }
       i = next;
     }
-    if (this.mode !== BodyMode.Chunked) {
-      if (length >= 0) {
-        this.mode = length === 0 ? BodyMode.None : BodyMode.Length;
-        this.remaining = length;
-      } else if (this.status === 204 || this.status === 304 || (this.status >= 100 && this.status < 200)) {
-        this.mode = BodyMode.None;
-      }
-    } else {
-      this.chunkState = ChunkState.Size;
-      this.line = '';
+    let mode: BodyMode = this.mode as BodyMode;
+    if (mode !== BodyMode.Chunked) {
+      if (length >= 0) mode = length === 0 ? BodyMode.None : BodyMode.Length;
+      else if (this.status === 204 || this.status === 304 || (this.status >= 100 && this.status < 200)) mode = BodyMode.None;
     }
-    this.errorChunks = this.status === 200 ? null : [];
+    this.cachedStatus = this.status;
+    this.cachedKeepAlive = this.keepAlive;
+    this.cachedMode = mode;
+    this.cachedLength = length;
+    this.applyHead(this.status, this.keepAlive, mode, length);
     return true;
+  }
+
+  private applyHead(status: number, keepAlive: boolean, mode: BodyMode, length: number): void {
+    this.status = status;
+    this.keepAlive = keepAlive;
+    this.mode = mode;
+    this.remaining = length;
+    this.chunkState = ChunkState.Size;
+    this.line = '';
+    this.errorChunks = status === 200 ? null : [];
   }
 
   /** Consumes body bytes; returns what is left after the response ends. */
@@ -152,13 +183,13 @@ export class ResponseParser {
     switch (this.mode) {
       case BodyMode.Length: {
         const take = Math.min(this.remaining, data.length);
-        if (this.errorChunks) this.errorChunks.push(data.subarray(0, take));
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(data.subarray(0, take)));
         this.remaining -= take;
         if (this.remaining === 0) this.finish();
         return data.subarray(take);
       }
       case BodyMode.UntilClose:
-        if (this.errorChunks) this.errorChunks.push(data);
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(data));
         return data.subarray(data.length);
       case BodyMode.Chunked:
         return this.chunked(data);
@@ -172,7 +203,7 @@ export class ResponseParser {
     while (off < data.length) {
       if (this.chunkState === ChunkState.Data) {
         const take = Math.min(this.remaining, data.length - off);
-        if (this.errorChunks) this.errorChunks.push(data.subarray(off, off + take));
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(data.subarray(off, off + take)));
         this.remaining -= take;
         off += take;
         if (this.remaining === 0) this.chunkState = ChunkState.DataEnd;
@@ -226,7 +257,12 @@ class Http1Connection implements ResponseSink {
   private socket: net.Socket | null = null;
   private readonly parser: ResponseParser;
   call: InferCall | null = null;
-  private readonly onData = (chunk: Buffer) => this.parser.push(chunk);
+  /** Reads land in this buffer (no Buffer per read, no stream machinery). */
+  private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
+  private readonly onRead = (n: number, buf: Buffer): boolean => {
+    this.parser.push(buf.subarray(0, n));
+    return true;
+  };
   private readonly onError = (err: Error) => this.lost(err);
   private readonly onClose = () => this.closed();
 
@@ -237,9 +273,12 @@ class Http1Connection implements ResponseSink {
   send(call: InferCall, request: Buffer): void {
     this.call = call;
     if (this.socket === null) {
-      const s = net.connect(this.transport.port, this.transport.host);
-      s.setNoDelay(true);
-      s.on('data', this.onData);
+      const s = net.connect({
+        port: this.transport.port,
+        host: this.transport.host,
+        noDelay: true,
+        onread: { buffer: this.readBuffer, callback: this.onRead },
+      });
       s.on('error', this.onError);
       s.on('close', this.onClose);
       this.socket = s;
@@ -280,6 +319,7 @@ class Http1Connection implements ResponseSink {
   private closed(): void {
     if (this.parser.end() && this.call === null) {
       this.socket = null;
+      this.parser.reset();
       return;
     }
     this.lost(Object.assign(new Error('socket closed'), { code: 'ECONNRESET' }));
@@ -288,9 +328,9 @@ class Http1Connection implements ResponseSink {
   private drop(): void {
     const s = this.socket;
     this.socket = null;
+    this.parser.reset();
     if (s) {
       s.off('close', this.onClose);
-      s.off('data', this.onData);
       s.on('error', () => undefined);
       s.destroy();
     }
