@@ -166,8 +166,8 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
     if (model.schedulerType === 'sequence') {
       throw new PerfError('', `model '${model.name}' uses the sequence batcher; sequence models are not supported by nereid perf`);
     }
-    if (model.decoupled && (!o.async || !o.streaming)) {
-      throw new PerfError('', 'Decoupled models must be run with `--async` and `--streaming` and `-i grpc`');
+    if (model.decoupled) {
+      throw new PerfError('', `model '${model.name}' is decoupled; decoupled models are not supported by nereid perf`);
     }
 
     const steps = await prepareSteps(o, model);

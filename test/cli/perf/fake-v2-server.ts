@@ -21,6 +21,8 @@ export interface FakeModel {
   outputs: FakeTensor[];
   /** Extra config fields (dynamic_batching, response_cache, ...). */
   config?: Record<string, unknown>;
+  /** Ensemble: models whose statistics move along with this one's. */
+  composing?: string[];
 }
 
 export interface FakeServerOptions {
@@ -233,6 +235,17 @@ export class FakeV2Server {
     c.inferNs += dur.computeInfer;
     c.outNs += dur.computeOutput;
     c.successNs += dur.queue + dur.computeInput + dur.computeInfer + dur.computeOutput + dur.overhead;
+    for (const name of model.composing ?? []) {
+      const cc = this.counters.get(name)!;
+      cc.inference += batch;
+      cc.execution += 1;
+      cc.success += 1;
+      cc.queueNs += dur.queue;
+      cc.inNs += dur.computeInput;
+      cc.inferNs += dur.computeInfer;
+      cc.outNs += dur.computeOutput;
+      cc.successNs += dur.queue + dur.computeInput + dur.computeInfer + dur.computeOutput;
+    }
     // Reply with one binary output of 4 zero bytes per element (enough for the client, which does not decode).
     const out = model.outputs[0];
     const n = out ? out.dims.reduce((a, b) => a * b, 1) * batch : 0;

@@ -288,3 +288,36 @@ test('--collect-metrics with an unreachable metrics endpoint fails clearly', asy
     assert.match(r.err, /failed to collect metrics from http:\/\/127\.0\.0\.1:\d+\/nope: HTTP 404/);
   });
 });
+
+test('sequence and decoupled models are refused with a reason', async () => {
+  const seq = { ...SIMPLE_MODEL, name: 'seq', config: { sequence_batching: {} } };
+  const dec = { ...SIMPLE_MODEL, name: 'dec', config: { model_transaction_policy: { decoupled: true } } };
+  await withServer({ models: [seq, dec] }, async (s) => {
+    const a = await run(['-m', 'seq', '-u', s.url, ...FAST]);
+    assert.equal(a.code, 99);
+    assert.match(a.err, /model 'seq' uses the sequence batcher; sequence models are not supported/);
+    const b = await run(['-m', 'dec', '-u', s.url, ...FAST]);
+    assert.equal(b.code, 99);
+    assert.match(b.err, /model 'dec' is decoupled/);
+  });
+});
+
+test('ensembles: the Server block lists each composing model', async () => {
+  const pre = { name: 'pre', maxBatchSize: 8, inputs: [], outputs: [] };
+  const net = { name: 'net', maxBatchSize: 8, inputs: [], outputs: [] };
+  const ens = {
+    ...SIMPLE_MODEL,
+    name: 'ens',
+    composing: ['pre', 'net'],
+    config: {
+      platform: 'ensemble',
+      ensemble_scheduling: { step: [{ model_name: 'pre', model_version: -1 }, { model_name: 'net', model_version: 1 }] },
+    },
+  };
+  await withServer({ models: [ens, pre, net] }, async (s) => {
+    const r = await run(['-m', 'ens', '-u', s.url, ...FAST]);
+    assert.equal(r.code, 0, r.err);
+    assert.match(r.out, /Avg request latency: 40 usec \(overhead 0 usec \+ queue 2 usec \+ compute 70 usec\)\n\n {2}Composing models: \n {2}pre, version: 1\n {6}Inference count: \d+/);
+    assert.match(r.out, / {2}net, version: 1\n {6}Inference count: \d+\n {6}Execution count: \d+\n {6}Successful request count: \d+\n {6}Avg request latency: 36 usec \(overhead 0 usec \+ queue 1 usec \+ compute input 2 usec \+ compute infer 30 usec \+ compute output 3 usec\)/);
+  });
+});
