@@ -65,6 +65,9 @@ export async function resolveModelConfig(
   const versionNames = (await listVersions(modelDir)).map(String);
   await completeBackendFields(config, name, modelDir, versionNames, { file, positions });
   const backendName = config.backend;
+  if (config.platform === 'ensemble' || config.schedulingChoice.case === 'ensembleScheduling') {
+    throw Errors.unsupported(`model '${name}': ensemble models are not supported by this version of Nereid`);
+  }
   if (!backendName) {
     throw Errors.config(
       `model '${name}': no backend or platform is set in ${file ?? 'its configuration'} and none could be inferred from the model files`,
