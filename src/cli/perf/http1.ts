@@ -73,40 +73,47 @@ export class ResponseParser {
 
   constructor(private readonly sink: ResponseSink) {}
 
-  /** Feeds bytes from the socket. `chunk` may be a reused buffer: nothing keeps a reference to it. */
-  push(chunk: Buffer): void {
-    let data: Buffer = chunk;
-    while (data.length > 0) {
+  /**
+   * Feeds buf[start, end) from the socket. `buf` may be a reused read buffer:
+   * nothing keeps a reference to it, and bytes past `end` are never looked at.
+   */
+  push(buf: Buffer, start = 0, end = buf.length): void {
+    let off = start;
+    while (off < end) {
       if (!this.inResponse) {
         this.inResponse = true;
         this.sink.responseStarted();
       }
-      if (this.head !== null || this.status === 0) {
-        // Still reading the status line and headers.
-        const buf = this.head === null ? data : Buffer.concat([this.head, data]);
-        const end = buf.indexOf(CRLFCRLF);
-        if (end < 0) {
-          if (buf.length > 65536) return this.sink.protocolError('response headers larger than 64 KiB');
-          // The socket reuses its read buffer: keep a copy.
-          this.head = this.head === null ? Buffer.from(buf) : buf;
+      if (this.status === 0) {
+        // Reading the status line and headers.
+        if (this.head !== null) {
+          const joined = Buffer.concat([this.head, buf.subarray(off, end)]);
+          this.head = null;
+          this.push(joined, 0, joined.length);
           return;
         }
-        this.head = null;
+        const h = buf.indexOf(CRLFCRLF, off);
+        if (h < 0 || h + 4 > end) {
+          if (end - off > 65536) return this.sink.protocolError('response headers larger than 64 KiB');
+          this.head = Buffer.from(buf.subarray(off, end));
+          return;
+        }
+        const len = h - off;
         const cached = this.cachedHead;
-        if (cached !== null && cached.length === end && buf.compare(cached, 0, end, 0, end) === 0) {
+        if (cached !== null && cached.length === len && buf.compare(cached, 0, len, off, h) === 0) {
           // Servers repeat the same header block (same status, same length): skip re-parsing it.
           this.applyHead(this.cachedStatus, this.cachedKeepAlive, this.cachedMode, this.cachedLength);
         } else {
-          if (!this.parseHead(buf.toString('latin1', 0, end))) return;
-          this.cachedHead = Buffer.from(buf.subarray(0, end));
+          if (!this.parseHead(buf.toString('latin1', off, h))) return;
+          this.cachedHead = Buffer.from(buf.subarray(off, h));
         }
-        data = buf.subarray(end + 4);
+        off = h + 4;
         if (this.mode === BodyMode.None) {
           this.finish();
           continue;
         }
       }
-      data = this.body(data);
+      off = this.body(buf, off, end);
     }
   }
 
@@ -178,43 +185,42 @@ export class ResponseParser {
     this.errorChunks = status === 200 ? null : [];
   }
 
-  /** Consumes body bytes; returns what is left after the response ends. */
-  private body(data: Buffer): Buffer {
+  /** Consumes body bytes from buf[off, end); returns where the next response starts. */
+  private body(buf: Buffer, off: number, end: number): number {
     switch (this.mode) {
       case BodyMode.Length: {
-        const take = Math.min(this.remaining, data.length);
-        if (this.errorChunks) this.errorChunks.push(Buffer.from(data.subarray(0, take)));
+        const take = Math.min(this.remaining, end - off);
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(buf.subarray(off, off + take)));
         this.remaining -= take;
         if (this.remaining === 0) this.finish();
-        return data.subarray(take);
+        return off + take;
       }
       case BodyMode.UntilClose:
-        if (this.errorChunks) this.errorChunks.push(Buffer.from(data));
-        return data.subarray(data.length);
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(buf.subarray(off, end)));
+        return end;
       case BodyMode.Chunked:
-        return this.chunked(data);
+        return this.chunked(buf, off, end);
       default:
-        return data;
+        return end;
     }
   }
 
-  private chunked(data: Buffer): Buffer {
-    let off = 0;
-    while (off < data.length) {
+  private chunked(buf: Buffer, off: number, end: number): number {
+    while (off < end) {
       if (this.chunkState === ChunkState.Data) {
-        const take = Math.min(this.remaining, data.length - off);
-        if (this.errorChunks) this.errorChunks.push(Buffer.from(data.subarray(off, off + take)));
+        const take = Math.min(this.remaining, end - off);
+        if (this.errorChunks) this.errorChunks.push(Buffer.from(buf.subarray(off, off + take)));
         this.remaining -= take;
         off += take;
         if (this.remaining === 0) this.chunkState = ChunkState.DataEnd;
         continue;
       }
-      const nl = data.indexOf(10, off);
-      if (nl < 0) {
-        this.line += data.toString('latin1', off);
-        return data.subarray(data.length);
+      const nl = buf.indexOf(10, off);
+      if (nl < 0 || nl >= end) {
+        this.line += buf.toString('latin1', off, end);
+        return end;
       }
-      const line = (this.line + data.toString('latin1', off, nl)).replace(/\r$/, '');
+      const line = (this.line + buf.toString('latin1', off, nl)).replace(/\r$/, '');
       this.line = '';
       off = nl + 1;
       if (this.chunkState === ChunkState.DataEnd) {
@@ -223,7 +229,7 @@ export class ResponseParser {
         const size = Number.parseInt(line, 16);
         if (!Number.isFinite(size)) {
           this.sink.protocolError(`malformed chunk size ${JSON.stringify(line)}`);
-          return data.subarray(data.length);
+          return end;
         }
         if (size === 0) this.chunkState = ChunkState.Trailer;
         else {
@@ -233,10 +239,10 @@ export class ResponseParser {
       } else if (line === '') {
         // end of trailers
         this.finish();
-        return data.subarray(off);
+        return off;
       }
     }
-    return data.subarray(off);
+    return off;
   }
 
   private finish(): void {
@@ -260,7 +266,7 @@ class Http1Connection implements ResponseSink {
   /** Reads land in this buffer (no Buffer per read, no stream machinery). */
   private readonly readBuffer = Buffer.allocUnsafe(64 * 1024);
   private readonly onRead = (n: number, buf: Buffer): boolean => {
-    this.parser.push(buf.subarray(0, n));
+    this.parser.push(buf, 0, n);
     return true;
   };
   private readonly onError = (err: Error) => this.lost(err);

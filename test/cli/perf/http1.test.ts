@@ -60,6 +60,23 @@ test('chunked responses with trailers, split anywhere', () => {
   });
 });
 
+test('bytes past the end of a reused read buffer are never read', () => {
+  const sink = new Sink();
+  const p = new ResponseParser(sink);
+  const buf = Buffer.alloc(256, 0x41);
+  const part1 = Buffer.from('HTTP/1.1 200 OK\r\nContent-Len');
+  part1.copy(buf);
+  // stale bytes after the valid range look like the end of a header block
+  Buffer.from('\r\n\r\nHTTP/1.1 500 X\r\n\r\n').copy(buf, part1.length);
+  p.push(buf, 0, part1.length);
+  assert.equal(sink.done.length, 0);
+  const part2 = Buffer.from('gth: 2\r\n\r\nok');
+  buf.fill(0x0d);
+  part2.copy(buf);
+  p.push(buf, 0, part2.length);
+  assert.deepEqual(sink.done, [{ status: 200, body: '', keepAlive: true }]);
+});
+
 test('connection: close and close-delimited bodies', () => {
   const sink = new Sink();
   const p = new ResponseParser(sink);
