@@ -73,8 +73,8 @@ export class StubSupervisor {
     const delay = Math.min(FIRST_BACKOFF_MS * 2 ** this.failures, MAX_BACKOFF_MS);
     this.failures++;
     const attempt = new Promise<void>((resolve, reject) => {
+      // Not unref'd: a request waiting for the restart must keep the process alive.
       this.timer = setTimeout(resolve, delay);
-      this.timer.unref();
       this.cancelWait = reject;
     }).then(async () => {
       this.cancelWait = undefined;
