@@ -137,7 +137,9 @@ end
 `,
   );
   // GNU time reports wrk's CPU seconds, for the CPU cost per request.
-  const out = await capture('/usr/bin/time', ['-f', 'CPU_SECONDS %U %S', 'taskset', '-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url]);
+  const wrkArgs = ['taskset', '-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url];
+  // Without GNU time on PATH the CPU column is left empty.
+  const out = await capture('time', ['-f', 'CPU_SECONDS %U %S', ...wrkArgs]).catch(() => capture(wrkArgs[0]!, wrkArgs.slice(1)));
   const m = /WRK_RESULT (\S+) (\S+) (\S+) (\d+) (\d+)/.exec(out);
   const t = /CPU_SECONDS (\S+) (\S+)/.exec(out);
   if (!m) throw new Error(`wrk produced no result:\n${out}`);
