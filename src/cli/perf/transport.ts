@@ -22,9 +22,6 @@ export class InferCall {
   /** When the first response byte arrived. */
   responseStartNs = 0;
   delayed = false;
-  /** Protocol-specific per-call state (kept on the object, reused). */
-  statusCode = 0;
-  errorChunks: Buffer[] | null = null;
 
   constructor(sink: CallSink, slot: number) {
     this.sink = sink;
