@@ -2,9 +2,9 @@
  * One onnxruntime instance: gathers a batch of requests into one session run
  * and hands each request its slice of the outputs.
  *
- * Inputs: each input is copied once into a buffer of its own (all requests
- * of the batch back to back) that is then moved, not copied, to the session
- * thread. Outputs come back moved as well, and each request's outputs are
+ * Inputs: the session client copies each numeric input of every request
+ * straight into its shared arena (all requests of the batch back to back).
+ * Outputs come back in buffers of their own, and each request's outputs are
  * views into them.
  */
 import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../../backends/backend.js';
@@ -13,7 +13,7 @@ import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import type { SessionClient } from './session-client.js';
-import type { WireTensor } from './worker-protocol.js';
+import { RunFeed, type WireTensor } from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -114,12 +114,13 @@ export class OnnxRuntimeInstance implements BackendInstance {
     }
 
     const first = requests[0]!;
-    const feeds: WireTensor[] = [];
-    for (const t0 of first.inputs) {
+    const feeds = new Array<RunFeed>(first.inputs.length);
+    for (let i = 0; i < first.inputs.length; i++) {
+      const t0 = first.inputs[i]!;
       const p = plan.input(t0.name);
       if (!p) throw Errors.unknownInput(t0.name, plan.modelName);
       const modelShape = p.toModelShape(batching ? t0.shape.slice(1) : t0.shape);
-      feeds.push({ name: p.name, type: p.ortType, dims: batching ? withBatch(total, modelShape) : modelShape, data: gatherInput(plan.modelName, requests, p) });
+      feeds[i] = gatherInput(plan.modelName, requests, p, batching ? withBatch(total, modelShape) : modelShape);
     }
 
     const fetches: string[] = [];
@@ -163,31 +164,28 @@ export class OnnxRuntimeInstance implements BackendInstance {
   }
 }
 
-/** One input of every request, back to back in a buffer of its own (strings for BYTES). */
-function gatherInput(modelName: string, requests: readonly BackendRequest[], p: TensorPlan): TypedArray | string[] {
+/** One input of every request: the parts to place back to back (strings for BYTES). */
+function gatherInput(modelName: string, requests: readonly BackendRequest[], p: TensorPlan, dims: readonly number[]): RunFeed {
   if (p.datatype === 'BYTES') {
     const strings: string[] = [];
     for (const r of requests) {
       const t = findTensor(r.inputs, p.name)!;
       for (const e of decodeBytesElements(t.data, p.name)) strings.push(utf8.decode(e));
     }
-    return strings;
+    return new RunFeed(p.name, p.ortType, dims, [], 0, strings);
   }
   const info = datatypeInfo(p.datatype);
+  const parts = new Array<Uint8Array>(requests.length);
   let bytes = 0;
-  for (const r of requests) bytes += findTensor(r.inputs, p.name)!.data.byteLength;
+  for (let i = 0; i < requests.length; i++) {
+    const data = findTensor(requests[i]!.inputs, p.name)!.data;
+    parts[i] = data;
+    bytes += data.byteLength;
+  }
   if (bytes % info.byteSize !== 0) {
     throw Errors.invalidRequest(`input '${p.name}' for model '${modelName}' has ${bytes} bytes, not a whole number of ${p.datatype} elements`);
   }
-  const buffer = new ArrayBuffer(bytes);
-  const target = new Uint8Array(buffer);
-  let off = 0;
-  for (const r of requests) {
-    const data = findTensor(r.inputs, p.name)!.data;
-    target.set(data, off);
-    off += data.byteLength;
-  }
-  return new info.arrayType!(buffer, 0, bytes / info.byteSize);
+  return new RunFeed(p.name, p.ortType, dims, parts, bytes, undefined);
 }
 
 function sliceOutput(

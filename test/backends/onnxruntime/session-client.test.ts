@@ -1,0 +1,139 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
+import { RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
+import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
+import { TempDir } from './fixtures.js';
+
+let tmp: TempDir;
+const clients: SessionClient[] = [];
+
+before(async () => {
+  tmp = await TempDir.create();
+});
+
+after(async () => {
+  for (const c of clients) await c.close();
+  await tmp.remove();
+});
+
+async function start(name: string, builder: OnnxModelBuilder): Promise<SessionClient> {
+  const modelPath = join(tmp.path, `${name}.onnx`);
+  await builder.save(modelPath);
+  const client = await SessionClient.start({ modelPath, options: {} });
+  clients.push(client);
+  return client;
+}
+
+function bytes(a: ArrayBufferView): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
+}
+
+function f32Feed(name: string, values: Float32Array, dims: readonly number[] = [values.length]): RunFeed {
+  return new RunFeed(name, 'float32', dims, [bytes(values)], values.byteLength, undefined);
+}
+
+function floats(w: WireTensor | undefined): number[] {
+  assert.ok(w, 'missing output');
+  assert.ok(w.data instanceof Float32Array, `expected Float32Array, got ${w.data.constructor.name}`);
+  return [...w.data];
+}
+
+function ramp(n: number, from: number): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = from + i;
+  return a;
+}
+
+test('an input far bigger than a fresh arena runs, and so do smaller ones after it', async () => {
+  const client = await start('identity_big', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  for (const n of [3, 200_000, 5]) {
+    const x = ramp(n, n);
+    const [y] = await client.run([f32Feed('INPUT0', x)], ['OUTPUT0']);
+    assert.deepEqual(y!.dims, [n]);
+    assert.deepEqual(floats(y), [...x]);
+  }
+});
+
+test('an output bigger than the arena comes back whole, on the first run and on later ones', async () => {
+  const b = new OnnxModelBuilder();
+  b.input('x', 'FP32', ['n']);
+  b.output('y', 'FP32', [null]);
+  b.initializer('repeats', 'INT64', [1], new BigInt64Array([100n]));
+  b.node('Tile', ['x', 'repeats'], ['y']);
+  const client = await start('tile', b);
+  const x = ramp(1000, 1);
+  const expected = [];
+  for (let r = 0; r < 100; r++) expected.push(...x);
+  for (let round = 0; round < 3; round++) {
+    const [y] = await client.run([f32Feed('x', x)], ['y']);
+    assert.deepEqual(y!.dims, [100_000]);
+    assert.deepEqual(floats(y), expected);
+  }
+});
+
+test('outputs stay as they were after later runs (they are not views into reused memory)', async () => {
+  const client = await start('identity_keep', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  const [first] = await client.run([f32Feed('INPUT0', ramp(4, 10))], ['OUTPUT0']);
+  await client.run([f32Feed('INPUT0', ramp(4, 90))], ['OUTPUT0']);
+  await client.run([f32Feed('INPUT0', ramp(8, -5))], ['OUTPUT0']);
+  assert.deepEqual(floats(first), [10, 11, 12, 13]);
+});
+
+test('runs handed over together each get their own outputs', async () => {
+  const client = await start('identity_many', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  const runs = [];
+  for (let i = 0; i < 6; i++) runs.push(client.run([f32Feed('INPUT0', ramp(i + 1, i * 100))], ['OUTPUT0']));
+  const results = await Promise.all(runs);
+  for (let i = 0; i < 6; i++) assert.deepEqual(floats(results[i]![0]), [...ramp(i + 1, i * 100)]);
+});
+
+test('parts are placed back to back, and several inputs and outputs keep their names and order', async () => {
+  const client = await start(
+    'identity_two',
+    buildIdentityModel([
+      { name: 'A', datatype: 'INT64', shape: ['b', 2] },
+      { name: 'B', datatype: 'FP32', shape: ['b', 3] },
+    ]),
+  );
+  const a1 = new BigInt64Array([1n, -2n]);
+  const a2 = new BigInt64Array([3n, 1n << 40n]);
+  const bb = ramp(6, 0.5);
+  const out = await client.run(
+    [
+      new RunFeed('A', 'int64', [2, 2], [bytes(a1), bytes(a2)], 32, undefined),
+      new RunFeed('B', 'float32', [2, 3], [bytes(bb.subarray(0, 3)), bytes(bb.subarray(3))], 24, undefined),
+    ],
+    ['OUTPUT1', 'OUTPUT0'],
+  );
+  assert.deepEqual(out.map((o) => o.name), ['OUTPUT1', 'OUTPUT0']);
+  assert.deepEqual(out[0]!.dims, [2, 3]);
+  assert.deepEqual(floats(out[0]), [...bb]);
+  assert.deepEqual(out[1]!.dims, [2, 2]);
+  assert.ok(out[1]!.data instanceof BigInt64Array);
+  assert.deepEqual([...out[1]!.data], [1n, -2n, 3n, 1n << 40n]);
+});
+
+test('string inputs and outputs travel alongside numeric ones', async () => {
+  const client = await start(
+    'identity_strings',
+    buildIdentityModel([
+      { name: 'S', datatype: 'BYTES', shape: ['n'] },
+      { name: 'X', datatype: 'FP32', shape: ['n'] },
+    ]),
+  );
+  const out = await client.run(
+    [new RunFeed('S', 'string', [2], [], 0, ['héllo', '']), f32Feed('X', ramp(2, 7))],
+    ['OUTPUT0', 'OUTPUT1'],
+  );
+  assert.deepEqual(out[0]!.data, ['héllo', '']);
+  assert.deepEqual(floats(out[1]), [7, 8]);
+});
+
+test('a run onnxruntime refuses rejects, and the next run still works', async () => {
+  const client = await start('identity_fixed', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: [4] }]));
+  await assert.rejects(client.run([f32Feed('INPUT0', ramp(3, 0))], ['OUTPUT0']), (err: Error) => err.name === 'SessionWorkerError');
+  const [y] = await client.run([f32Feed('INPUT0', ramp(4, 0))], ['OUTPUT0']);
+  assert.deepEqual(floats(y), [0, 1, 2, 3]);
+});
