@@ -154,10 +154,8 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
     const control = backend.control;
     const server = await control.serverMetadata();
     includeServerStats = server.extensions.includes('statistics');
-    const [metadata, config] = await Promise.all([
-      control.modelMetadata(o.modelName, o.modelVersion),
-      control.modelConfig(o.modelName, o.modelVersion),
-    ]);
+    const metadata = await control.modelMetadata(o.modelName, o.modelVersion);
+    const config = await control.modelConfig(o.modelName, o.modelVersion);
     model = parseModel(metadata, config, o.modelVersion, o.shapes);
 
     if (model.maxBatchSize === 0 && o.batchSize > 1) {

@@ -97,14 +97,18 @@ abstract class BaseDriver implements LoadDriver, CallSink {
     if (this.inFlight === 0) this.drained?.();
   }
 
-  /** Stops issuing and waits for in-flight requests to finish. */
-  async stop(): Promise<void> {
+  /** Stops issuing and waits (at most `timeoutMs`) for in-flight requests to finish. */
+  async stop(timeoutMs = 5000): Promise<void> {
     this.stopping = true;
     this.stopTimers();
     if (this.inFlight === 0) return;
+    let timer: NodeJS.Timeout | undefined;
     await new Promise<void>((resolve) => {
       this.drained = resolve;
+      // A server that stopped answering must not keep the tool from reporting.
+      timer = setTimeout(resolve, timeoutMs);
     });
+    clearTimeout(timer);
   }
 
   protected stopTimers(): void {}

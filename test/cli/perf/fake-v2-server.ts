@@ -36,6 +36,8 @@ export interface FakeServerOptions {
   serial?: boolean;
   /** Fail (HTTP 500) any infer that arrives while another is in progress. */
   failWhenConcurrent?: boolean;
+  /** Never answer infer requests. */
+  hang?: boolean;
   /** Per-request durations (ns) added to the statistics. */
   durations?: { queue: number; computeInput: number; computeInfer: number; computeOutput: number; overhead: number };
 }
@@ -162,6 +164,7 @@ export class FakeV2Server {
       return this.json(res, 200, { model_stats: [this.stats(name)] });
     }
     if (req.method === 'POST' && m[3] === '/infer') {
+      if (this.opts.hang) return;
       if (this.opts.failWhenConcurrent && this.inFlight > 0) {
         return this.json(res, 500, { error: `model '${model.name}' failed: injected failure` });
       }

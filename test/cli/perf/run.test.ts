@@ -143,7 +143,7 @@ test('unknown model: clear message, exit 99', async () => {
   await withServer({}, async (s) => {
     const r = await run(['-m', 'nope', '-u', s.url, ...FAST]);
     assert.equal(r.code, 99);
-    assert.match(r.err, /^error: failed to get model (metadata|config): Request for unknown model: 'nope' is not found\n/);
+    assert.match(r.err, /^error: failed to get model metadata: Request for unknown model: 'nope' is not found\n/);
   });
 });
 
@@ -319,5 +319,13 @@ test('ensembles: the Server block lists each composing model', async () => {
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /Avg request latency: 40 usec \(overhead 0 usec \+ queue 2 usec \+ compute 70 usec\)\n\n {2}Composing models: \n {2}pre, version: 1\n {6}Inference count: \d+/);
     assert.match(r.out, / {2}net, version: 1\n {6}Inference count: \d+\n {6}Execution count: \d+\n {6}Successful request count: \d+\n {6}Avg request latency: 36 usec \(overhead 0 usec \+ queue 1 usec \+ compute input 2 usec \+ compute infer 30 usec \+ compute output 3 usec\)/);
+  });
+});
+
+test('a server that stops answering: no valid requests, the tool still ends', async () => {
+  await withServer({ hang: true }, async (s) => {
+    const r = await run(['-m', 'simple', '-u', s.url, '-p', '100', '-r', '3']);
+    assert.equal(r.code, 3);
+    assert.match(r.err, /No valid requests recorded within time interval\. Please use a larger time window\./);
   });
 });
