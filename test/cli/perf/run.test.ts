@@ -122,9 +122,9 @@ test('throughput floor gate: exit 1 with a one-line reason', async () => {
 });
 
 test('an open-ended sweep stops at the latency limit without failing', async () => {
-  // One request at a time, 50 ms each: concurrency 1 sees ~50 ms, concurrency 2 ~100 ms.
-  await withServer({ delayMs: 50, serial: true }, async (s) => {
-    const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--concurrency-range', '1:0:1', '-l', '75']);
+  // One request at a time, 100 ms each: concurrency 1 sees ~100 ms, concurrency 2 ~200 ms.
+  await withServer({ delayMs: 100, serial: true }, async (s) => {
+    const r = await run(['-m', 'simple', '-u', s.url, '-p', '500', '-s', '1000000', '-r', '3', '--concurrency-range', '1:0:1', '-l', '150']);
     assert.equal(r.code, 0, r.out + r.err);
     assert.match(r.out, /Request concurrency: 2\n/);
     assert.doesNotMatch(r.out, /Request concurrency: 3\n/);
