@@ -3,7 +3,9 @@
  * ceiling (onnxruntime in-process) and a naive node:http wrapper, measured in
  * the same run with the same load, printed as tables of ratios.
  *
- * Sections: http (default scheduler vs naive), batching (dynamic batcher).
+ * Sections: http (default scheduler vs naive), batching (dynamic batcher),
+ * grpc (gRPC vs HTTP binary on the same server, and the h2load ceiling),
+ * python (process boundary, TorchScript vs onnxruntime), loadtool (nereid perf's own ceiling).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32").
  */
 import { spawnSync } from 'node:child_process';
@@ -12,6 +14,7 @@ import { binaryBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, startNaive, startNereid } from './processes.js';
 import { type WrkResult, runWrk } from './wrk.js';
+import { grpcSection, modelInferBody, runH2load } from './grpc.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const sections = process.argv.slice(2);
@@ -143,6 +146,41 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
   }
 }
 
+/** gRPC against HTTP binary on one Nereid process, 32 requests in flight, for both schedulers. */
+async function grpcVsHttpSection(models: BenchModel[]): Promise<void> {
+  const rows: string[][] = [];
+  for (const model of models) {
+    const nereid = await startNereid(model.repository, []);
+    try {
+      for (const name of [model.plainName, model.batchedName]) {
+        const http = await runWrk(
+          `http://127.0.0.1:${nereid.http}/v2/models/${name}/infer`,
+          binaryBody(model.inputName, model.outputName, model.inputSize),
+          32,
+          SECONDS,
+        );
+        // 4 connections x 8 streams = 32 requests in flight, as wrk's 32 connections.
+        const grpc = await runH2load(nereid.grpc, modelInferBody(name, model.inputName, model.outputName, model.inputSize), 4, 8, SECONDS);
+        rows.push([name, fmt(http.requestsPerSec), fmt(grpc.requestsPerSec), fmt(grpc.requestsPerSec / http.requestsPerSec, 2), String(http.errors + http.non2xx + grpc.failed)]);
+      }
+    } finally {
+      await nereid.proc.stop();
+    }
+  }
+  printTable(`gRPC (h2load -t1 -c4 -m8) vs HTTP binary (wrk -t1 -c32), same server, ${SECONDS}s per point`, ['model', 'http/s', 'grpc/s', 'grpc/http', 'errors'], rows);
+  await grpcSection(models, SECONDS, [
+    [1, 1],
+    [4, 8],
+  ]);
+}
+
+function runScript(script: string, args: string[] = []): void {
+  spawnSync(process.execPath, [path.join(DIST, 'bench', script), ...args], { stdio: 'inherit' });
+}
+
 const models = await buildBenchModels();
 if (want('http')) await httpSection(models);
 if (want('batching')) await batchingSection(models);
+if (want('grpc')) await grpcVsHttpSection(models);
+if (want('python')) runScript('python.js');
+if (want('loadtool')) runScript('load-tool.js');
