@@ -258,8 +258,8 @@ export class SessionClient {
       const dims = new Array<number>(nd);
       for (let d = 0; d < nd; d++) dims[d] = h[p + d]!;
       p += nd;
-      // allocUnsafe slices small buffers from a pool at 8-byte aligned offsets.
-      const copy = Buffer.allocUnsafe(len);
+      // A buffer of its own (not a slice of Node's shared pool), as a moved output had.
+      const copy = Buffer.allocUnsafeSlow(len);
       copy.set(bytes.subarray(off, off + len));
       const Ctor = ARENA_ARRAYS[code]!;
       outputs[i] = { name: arena.fetches[i]!, type: ARENA_TYPES[code]!, dims, data: new Ctor(copy.buffer, copy.byteOffset, len / Ctor.BYTES_PER_ELEMENT) };
