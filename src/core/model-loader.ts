@@ -68,6 +68,10 @@ export async function resolveModelConfig(
   if (config.platform === 'ensemble' || config.schedulingChoice.case === 'ensembleScheduling') {
     throw Errors.unsupported(`model '${name}': ensemble models are not supported by this version of Nereid`);
   }
+  if (config.schedulingChoice.case === 'sequenceBatching') {
+    // Serving it unbatched would silently drop sequence semantics (slots, control tensors, state).
+    throw Errors.unsupported(`model '${name}': sequence_batching is not supported by this version of Nereid`);
+  }
   if (!backendName) {
     throw Errors.config(
       `model '${name}': no backend or platform is set in ${file ?? 'its configuration'} and none could be inferred from the model files`,

@@ -218,3 +218,20 @@ test('poll mode picks up a model added to the repository', async (t) => {
   assert.ok(served, 'the new model became READY');
   assert.equal((await server.infer(addSubRequest('second'))).modelName, 'second');
 });
+
+test('ensemble and sequence-batching models are UNAVAILABLE with a reason saying they are not supported', async (t) => {
+  const io = `input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+`;
+  const repo = new TempRepository()
+    .addSub('good')
+    .addSub('seq', [1], `platform: "onnxruntime_onnx"\nmax_batch_size: 8\n${io}sequence_batching { }\n`);
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false });
+  await server.start();
+  t.after(() => server.stop());
+  const seq = (await server.repositoryIndex()).find((e) => e.name === 'seq')!;
+  assert.equal(seq.state, 'UNAVAILABLE');
+  assert.match(seq.reason!, /sequence_batching is not supported/);
+  assert.equal((await server.infer(addSubRequest('good'))).modelName, 'good');
+});
