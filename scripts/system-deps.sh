@@ -11,7 +11,7 @@ done
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "installing Debian packages:$missing"
   # A failed install is reported, not fatal: the tests that need a missing tool skip with a reason.
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null; }; then
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null; }; then
     echo "warning: could not install:$missing (tests that need them will be skipped)" >&2
   fi
 else
