@@ -2,6 +2,7 @@
 import type { ParameterValue } from '../backends/backend.js';
 import type { Tensor } from '../tensor/tensor.js';
 import type { Datatype } from '../tensor/datatype.js';
+import type { CancellationSignal } from './cancellation.js';
 
 export type { ParameterValue } from '../backends/backend.js';
 
@@ -22,8 +23,8 @@ export interface InferRequest {
   readonly outputs?: readonly RequestedOutput[];
   /** Request parameters; `priority`, `timeout`, `sequence_id`, `sequence_start`, `sequence_end` are interpreted. */
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
-  /** Aborting cancels the request while it waits in a queue. */
-  readonly signal?: AbortSignal;
+  /** Aborting cancels the request while it waits in a queue. An AbortSignal or a core `Cancellation`. */
+  readonly signal?: CancellationSignal;
 }
 
 export interface InferResponse {

@@ -5,6 +5,7 @@
 import type { BackendRequest, BackendResponse } from '../backends/backend.js';
 import type { NereidError } from '../errors.js';
 import type { FailureReason, ModelVersionStatistics } from '../core/statistics.js';
+import type { CancellationSignal } from '../core/cancellation.js';
 
 export class ScheduledRequest {
   /** hrtime (ns) when the core accepted the request. */
@@ -23,7 +24,7 @@ export class ScheduledRequest {
     readonly timeoutUs: number,
     readonly stats: ModelVersionStatistics,
     private readonly onDone: (response: BackendResponse | undefined, error: NereidError | undefined) => void,
-    readonly signal: AbortSignal | undefined,
+    readonly signal: CancellationSignal | undefined,
   ) {
     this.receivedNs = process.hrtime.bigint();
     this.enqueueNs = this.receivedNs;

@@ -6,6 +6,7 @@
  * Typed `contents` are packed into little-endian bytes (one pass each).
  * Parameter checks follow Triton's gRPC frontend, with its messages.
  */
+import type { CancellationSignal } from '../../core/cancellation.js';
 import type {
   InferParameter,
   InferTensorContents,
@@ -232,7 +233,7 @@ function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor): Requeste
  */
 export function decodeInferRequest(
   msg: ModelInferRequest,
-  signal?: AbortSignal,
+  signal?: CancellationSignal,
   forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
 ): InferRequest {
   const model = msg.modelName;

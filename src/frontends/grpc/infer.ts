@@ -1,6 +1,7 @@
 /**
  * ModelInfer and ModelStreamInfer: decode → ServerApi.infer → encode.
  */
+import { Cancellation } from '../../core/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
 import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
@@ -34,7 +35,7 @@ class UnaryInferCall {
   private finished = false;
   constructor(
     private readonly callback: sendUnaryData<Uint8Array>,
-    private readonly abort: AbortController,
+    private readonly abort: Cancellation,
   ) {}
   done(res: InferResponse): void {
     this.finished = true;
@@ -64,11 +65,11 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
       callback(malformedError(msg), null);
       return;
     }
-    const abort = new AbortController();
+    const abort = new Cancellation();
     let request;
     try {
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
-      request = decodeInferRequest(msg, abort.signal, headers);
+      request = decodeInferRequest(msg, abort, headers);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
     } catch (e) {
       callback(toServiceError(e), null);

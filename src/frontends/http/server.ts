@@ -5,6 +5,7 @@
  * fixed order, no percent-decoding, 404 "Not Found" for anything else and
  * 405 "Method Not Allowed" for a known path with the wrong method.
  */
+import { Cancellation } from '../../core/cancellation.js';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -467,20 +468,19 @@ export class HttpFrontend {
 
 /** Cancels the core request when the client goes away before the reply. */
 class InferCall {
-  private controller: AbortController | undefined = new AbortController();
-  readonly signal: AbortSignal;
+  readonly signal = new Cancellation();
+  private pending = true;
 
   constructor(private readonly res: ServerResponse) {
-    this.signal = this.controller!.signal;
     res.once('close', this.onClose);
   }
 
   private readonly onClose = (): void => {
-    if (this.controller !== undefined && !this.res.writableFinished) this.controller.abort();
+    if (this.pending && !this.res.writableFinished) this.signal.abort();
   };
 
   done(): void {
-    this.controller = undefined;
+    this.pending = false;
     this.res.off('close', this.onClose);
   }
 }

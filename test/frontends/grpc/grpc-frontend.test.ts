@@ -1,3 +1,4 @@
+import { Cancellation } from '../../../src/core/cancellation.js';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';
@@ -202,7 +203,7 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     assert.equal(seen.model, 'echo');
     assert.equal(seen.version, '');
     assert.ok(seen.inputs[0]!.data.buffer.byteLength > seen.inputs[0]!.data.byteLength, 'input is a view into the message');
-    assert.ok(seen.signal instanceof AbortSignal);
+    assert.ok(seen.signal instanceof Cancellation);
   });
 
   test('a client that gives up aborts its pending request; a completed one is never aborted', async () => {

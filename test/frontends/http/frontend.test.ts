@@ -1,4 +1,5 @@
 /** The HTTP frontend over real HTTP, against an echoing ServerApi double. */
+import { Cancellation } from '../../../src/core/cancellation.js';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -357,7 +358,7 @@ describe('infer', () => {
     const req = core.lastRequest!;
     assert.deepEqual(req.parameters, { priority: 2, sequence_id: 'seq', custom: 1.5, echo_parameters: true });
     assert.deepEqual(req.outputs, [{ name: 'OUTPUT0', classification: 2 }]);
-    assert.ok(req.signal instanceof AbortSignal);
+    assert.ok(req.signal instanceof Cancellation);
     assert.match(r.body.toString(), /^\{"model_name":"echo","model_version":"1","parameters":\{"flag":true,"count":3,"label":"x","ratio":0.25\},"outputs"/);
   });
 
