@@ -136,6 +136,7 @@ function makeScheduler(v: ModelVersion, instances: ModelInstance[]): Scheduler {
       maxBatchSize: v.config.maxBatchSize,
       batching: choice.value,
       raggedInputs: ragged,
+      coalesceArrivals: true,
     });
   }
   return new DefaultScheduler(v.modelName, active, v.stats);

@@ -25,6 +25,11 @@ export interface DynamicBatcherOptions {
   batching: ModelDynamicBatching;
   /** Inputs with allow_ragged_batch: their shapes may differ within a batch. */
   raggedInputs: ReadonlySet<string>;
+  /**
+   * Form batches at the end of the event-loop turn in which requests arrive
+   * (the server sets this) rather than on each arrival. Default false.
+   */
+  coalesceArrivals?: boolean;
 }
 
 /** How long batches that left on their queue delay actually waited. */
@@ -242,6 +247,9 @@ export class DynamicBatcher implements Scheduler {
   private readonly preserveOrdering: boolean;
   private readonly ordered = new Fifo<OrderedRequest>();
   private readonly waker: Waker;
+  private readonly coalesce: boolean;
+  private readonly scheduleSoon: () => void;
+  private soon: NodeJS.Immediate | undefined;
   private executing = 0;
   private drainWaiters: Array<() => void> = [];
   private scheduling = false;
@@ -268,6 +276,11 @@ export class DynamicBatcher implements Scheduler {
     this.queue.listener = { removed: () => this.schedule() };
     this.free = [...instances].reverse();
     this.waker = new Waker(() => this.schedule());
+    this.coalesce = options.coalesceArrivals === true;
+    this.scheduleSoon = () => {
+      this.soon = undefined;
+      this.schedule();
+    };
   }
 
   get pendingCount(): number {
@@ -296,7 +309,12 @@ export class DynamicBatcher implements Scheduler {
       item.fail(rejection, 'REJECTED');
       return;
     }
-    this.schedule();
+    // Batches form at the end of the current event-loop turn, so requests that
+    // arrived together (one poll of the sockets) go together even with no
+    // queue delay; dispatching on each arrival would send a batch of 1 to every
+    // free instance and leave the rest to wait behind it.
+    if (!this.coalesce) this.schedule();
+    else if (this.soon === undefined) this.soon = setImmediate(this.scheduleSoon);
   }
 
   drain(): Promise<void> {

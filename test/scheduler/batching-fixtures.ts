@@ -84,7 +84,7 @@ export class Harness {
 
   constructor(
     batching: MessageInitShape<typeof ModelDynamicBatchingSchema>,
-    opts: { maxBatchSize?: number; instances?: number; ragged?: string[] } = {},
+    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean } = {},
   ) {
     this.instances = Array.from({ length: opts.instances ?? 1 }, () => new GatedInstance());
     const maxBatchSize = opts.maxBatchSize ?? 8;
@@ -94,7 +94,7 @@ export class Harness {
       'm',
       this.instances.map((b, i) => new ModelInstance(`m_0_${i}`, b)),
       this.stats,
-      { maxBatchSize, batching: config, raggedInputs: new Set(opts.ragged ?? []) },
+      { maxBatchSize, batching: config, raggedInputs: new Set(opts.ragged ?? []), coalesceArrivals: opts.coalesce === true },
     );
   }
 

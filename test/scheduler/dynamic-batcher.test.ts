@@ -381,3 +381,20 @@ test('statistics add up: one success per request, queue + compute within the req
   );
   assert.ok(s.queue.ns + s.compute_input.ns + s.compute_infer.ns + s.compute_output.ns <= s.success.ns);
 });
+
+test('arrivals in one event-loop turn form one batch when coalescing, with no queue delay', async () => {
+  const h = new Harness({}, { instances: 2, coalesce: true });
+  for (const id of ['c0', 'c1', 'c2', 'c3', 'c4']) h.submit(request(id));
+  const [first, second] = h.instances;
+  assert.equal(first!.batches.length + second!.batches.length, 0, 'nothing is sent before the turn ends');
+  await first!.untilBatches(1);
+  assert.deepEqual(first!.batches[0], ['c0', 'c1', 'c2', 'c3', 'c4']);
+  assert.equal(second!.batches.length, 0, 'the second instance stays free for the next arrivals');
+  h.submit(request('c5'));
+  await second!.untilBatches(1);
+  assert.deepEqual(second!.batches[0], ['c5']);
+  first!.finishOne();
+  second!.finishOne();
+  await h.batcher.drain();
+  assert.equal(h.stats.toJSON().inference_count, 6);
+});
