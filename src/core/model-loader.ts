@@ -50,7 +50,7 @@ export async function resolveModelConfig(
   modelDir: string,
   options: LoaderOptions,
   configOverride?: string,
-): Promise<{ config: ModelConfig; backend: Backend }> {
+): Promise<{ config: ModelConfig; backend: Backend; available: number[] }> {
   let config: ModelConfig;
   let file: string | undefined;
   let positions: ConfigPositions | undefined;
@@ -62,8 +62,8 @@ export async function resolveModelConfig(
     file = read.file;
     positions = read.positions;
   }
-  const versionNames = (await listVersions(modelDir)).map(String);
-  await completeBackendFields(config, name, modelDir, versionNames, { file, positions });
+  const available = await listVersions(modelDir);
+  await completeBackendFields(config, name, modelDir, available.map(String), { file, positions });
   const backendName = config.backend;
   if (config.platform === 'ensemble' || config.schedulingChoice.case === 'ensembleScheduling') {
     throw Errors.unsupported(`model '${name}': ensemble models are not supported by this version of Nereid`);
@@ -90,8 +90,7 @@ export async function resolveModelConfig(
     throw Errors.backendUnavailable(`backend '${backendName}' could not be loaded: ${(err as Error).message}`);
   }
   if (options.autoComplete && backend.autoCompleteConfig) {
-    const versions = await listVersions(modelDir);
-    const highest = versions.length > 0 ? Math.max(...versions) : undefined;
+    const highest = available.length > 0 ? Math.max(...available) : undefined;
     config = await backend.autoCompleteConfig({
       modelName: name,
       modelDir,
@@ -106,7 +105,7 @@ export async function resolveModelConfig(
     gpuCount: options.gpuCount,
   });
   validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
-  return { config, backend };
+  return { config, backend, available };
 }
 
 async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<string, string[]>> {
@@ -128,7 +127,7 @@ async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<st
 }
 
 function makeScheduler(v: ModelVersion, instances: ModelInstance[]): Scheduler {
-  const active = instances.filter((i) => !(i as ModelInstance & { passive?: boolean }).passive);
+  const active = instances.filter((i) => !i.passive);
   const choice = v.config.schedulingChoice;
   if (choice.case === 'dynamicBatching' && v.config.maxBatchSize > 0) {
     const ragged = new Set(v.config.input.filter((i) => i.allowRaggedBatch).map((i) => i.name));
@@ -194,9 +193,7 @@ async function loadVersion(
     const instances = await Promise.all(
       planned.map(async (p) => {
         const ctx: InstanceContext = { ...baseCtx, instanceName: p.name, kind: p.kind, deviceId: p.deviceId };
-        const inst = new ModelInstance(p.name, await v.backendModel!.createInstance(ctx));
-        (inst as ModelInstance & { passive?: boolean }).passive = p.passive;
-        return inst;
+        return new ModelInstance(p.name, await v.backendModel!.createInstance(ctx), p.passive);
       }),
     );
     v.instances = instances;
@@ -224,8 +221,7 @@ export async function loadModel(
   options: LoaderOptions,
   configOverride?: string,
 ): Promise<LoadedModel> {
-  const { config, backend } = await resolveModelConfig(name, modelDir, options, configOverride);
-  const available = await listVersions(modelDir);
+  const { config, backend, available } = await resolveModelConfig(name, modelDir, options, configOverride);
   const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
   if (selected.length === 0 && missing.length === 0) {
     throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);

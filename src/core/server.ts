@@ -478,7 +478,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   private async loadEntry(entry: ModelEntry, configOverride: string | undefined): Promise<void> {
     await this.serialize(entry, async () => {
       if (!entry.dir) return;
-      const fingerprint = await fingerprintDir(entry.dir);
+      // Only poll and explicit modes ever compare fingerprints; none mode loads once.
+      const fingerprint = this.controlMode === 'none' ? '' : await fingerprintDir(entry.dir);
       const serving = [...entry.versions.values()].some((v) => v.state === 'READY');
       if (configOverride === undefined && serving && fingerprint === entry.fingerprint && !entry.error) return;
       entry.everLoaded = true;

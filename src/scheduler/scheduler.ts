@@ -24,6 +24,8 @@ export class ModelInstance {
   constructor(
     readonly name: string,
     readonly backend: BackendInstance,
+    /** Loaded but never given requests (instance_group passive). */
+    readonly passive = false,
   ) {}
 }
 

@@ -25,7 +25,7 @@ import { resolveInterpreter, stubScript } from './interpreter.js';
 import { StubProcess } from './stub-process.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
-import { FINALIZE_GRACE_MS, loadFailureReason, stubTimeoutMs, superviseWorker } from './worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, loadFailureReason, stubTimeoutMs } from './worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.py';
 const READY_TIMEOUT_MS = 5000;
@@ -201,26 +201,6 @@ export class PythonInstance implements BackendInstance {
   }
 }
 
-class PythonModel implements BackendModel {
-  constructor(
-    private readonly file: string,
-    private readonly model: ModelContext,
-  ) {}
-
-  async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
-    let supervisor: StubSupervisor;
-    try {
-      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
-      supervisor = await superviseWorker(ctx, { mode: 'python', file: this.file, interpreter });
-    } catch (err) {
-      throw Errors.loadFailed(this.model.modelName, loadFailureReason(err));
-    }
-    return new PythonInstance(ctx, supervisor);
-  }
-
-  async close(): Promise<void> {}
-}
-
 async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   if (!ctx.versionDir) return ctx.config;
   const file = modelFile(ctx.versionDir, ctx.config);
@@ -266,7 +246,7 @@ export function createPythonBackend(): Backend {
       if (!existsSync(file)) {
         throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
       }
-      return new PythonModel(file, ctx);
+      return new ProcessModel(ctx.modelName, 'python', file, (ictx, supervisor) => new PythonInstance(ictx, supervisor));
     },
   };
 }

@@ -3,11 +3,12 @@
  * python and pytorch backends.
  */
 import type { Logger } from 'pino';
-import type { InstanceContext } from '../backend.js';
+import type { BackendInstance, BackendModel, InstanceContext } from '../backend.js';
+import { Errors } from '../../errors.js';
 import { serveBls } from './bls.js';
 import { modelConfigToJsonString } from './config-json.js';
 import type { Interpreter } from './interpreter.js';
-import { stubScript } from './interpreter.js';
+import { resolveInterpreter, stubScript } from './interpreter.js';
 import { StubProcess } from './stub-process.js';
 import { StubSupervisor } from './supervisor.js';
 
@@ -98,4 +99,31 @@ export async function superviseWorker(ctx: InstanceContext, spec: WorkerSpec): P
 /** A message for a load failure: the Python reason, without our own label when it is there. */
 export function loadFailureReason(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * A model version served by supervised worker processes: each instance gets
+ * its own process (started with the model's interpreter) wrapped by `wrap`.
+ * Shared by the python and pytorch backends.
+ */
+export class ProcessModel implements BackendModel {
+  constructor(
+    private readonly modelName: string,
+    private readonly mode: WorkerMode,
+    private readonly file: string,
+    private readonly wrap: (ctx: InstanceContext, supervisor: StubSupervisor) => BackendInstance,
+  ) {}
+
+  async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
+    let supervisor: StubSupervisor;
+    try {
+      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
+      supervisor = await superviseWorker(ctx, { mode: this.mode, file: this.file, interpreter });
+    } catch (err) {
+      throw Errors.loadFailed(this.modelName, loadFailureReason(err));
+    }
+    return this.wrap(ctx, supervisor);
+  }
+
+  async close(): Promise<void> {}
 }

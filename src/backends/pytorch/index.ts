@@ -22,10 +22,9 @@ import { Errors } from '../../errors.js';
 import { shapeToString } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import type { WireTensor } from '../python/frame.js';
-import { resolveInterpreter } from '../python/interpreter.js';
 import type { StubSupervisor } from '../python/supervisor.js';
 import { decodeWireTensor } from '../python/wire.js';
-import { FINALIZE_GRACE_MS, loadFailureReason, superviseWorker } from '../python/worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, loadFailureReason } from '../python/worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.pt';
 
@@ -180,26 +179,6 @@ export class PyTorchInstance implements BackendInstance {
   }
 }
 
-class PyTorchModel implements BackendModel {
-  constructor(
-    private readonly file: string,
-    private readonly model: ModelContext,
-  ) {}
-
-  async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
-    let supervisor: StubSupervisor;
-    try {
-      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
-      supervisor = await superviseWorker(ctx, { mode: 'torch', file: this.file, interpreter });
-    } catch (err) {
-      throw Errors.loadFailed(this.model.modelName, loadFailureReason(err));
-    }
-    return new PyTorchInstance(ctx, supervisor);
-  }
-
-  async close(): Promise<void> {}
-}
-
 function modelFile(versionDir: string, config: ModelConfig): string {
   return join(versionDir, config.defaultModelFilename || DEFAULT_MODEL_FILENAME);
 }
@@ -215,7 +194,7 @@ export function createPyTorchBackend(): Backend {
       if (!existsSync(file)) {
         throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
       }
-      return new PyTorchModel(file, ctx);
+      return new ProcessModel(ctx.modelName, 'torch', file, (ictx, supervisor) => new PyTorchInstance(ictx, supervisor));
     },
   };
 }
