@@ -30,7 +30,7 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
 
-const timer: ExecutionTimer = { inputDone() {}, inferDone() {} };
+const timer: ExecutionTimer = { inputDone() {}, inferDone() {}, waited() {} };
 
 function context(name: string, dir: string, config: ModelConfig): InstanceContext {
   return {

@@ -6,7 +6,8 @@
  * Sections: http (default scheduler vs naive), batching (dynamic batcher),
  * grpc (gRPC vs HTTP binary on the same server, and the h2load ceiling),
  * python (process boundary, TorchScript vs onnxruntime), loadtool (nereid perf's own ceiling).
- * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32").
+ * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
+ * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
@@ -178,7 +179,8 @@ function runScript(script: string, args: string[] = []): void {
   spawnSync(process.execPath, [path.join(DIST, 'bench', script), ...args], { stdio: 'inherit' });
 }
 
-const models = await buildBenchModels();
+const onlyModels = process.env.BENCH_MODELS?.split(',');
+const models = (await buildBenchModels()).filter((m) => !onlyModels || onlyModels.some((o) => m.plainName.includes(o)));
 if (want('http')) await httpSection(models);
 if (want('batching')) await batchingSection(models);
 if (want('grpc')) await grpcVsHttpSection(models);

@@ -37,10 +37,16 @@ export type BackendResponse =
  * allowed: the whole execution is then counted as compute_infer.
  */
 export interface ExecutionTimer {
-  /** Inputs are gathered and handed to the framework. */
-  inputDone(): void;
-  /** The framework returned; what follows is output handling. */
-  inferDone(): void;
+  /** Inputs are gathered and handed to the framework; `atNs`: when (hrtime ns) if not now. */
+  inputDone(atNs?: bigint): void;
+  /** The framework returned; what follows is output handling. `atNs`: when (hrtime ns) if not now. */
+  inferDone(atNs?: bigint): void;
+  /**
+   * Part of the time before inputDone that the batch spent waiting for the
+   * framework to take it up (a busy session thread finishing the run before
+   * it), ns. It counts as queue time, not compute_input.
+   */
+  waited(ns: number): void;
 }
 
 export interface BackendInstance {
@@ -50,6 +56,15 @@ export interface BackendInstance {
    * of the batch with the rejection's message.
    */
   execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]>;
+  /**
+   * How many executions the instance takes at once (default 1). An instance
+   * that runs on a thread or process of its own may take more than one: it
+   * runs them one after another, and each waits inside it for the one before
+   * (the backend reports that wait with ExecutionTimer.waited). The next
+   * execution then starts as soon as the previous one ends, without a round
+   * trip through the event loop.
+   */
+  readonly maxInFlight?: number;
   /** How often the instance's process was restarted after dying (process-based backends). */
   readonly restartCount?: number;
   /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */

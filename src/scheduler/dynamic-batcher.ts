@@ -274,7 +274,13 @@ export class DynamicBatcher implements Scheduler {
     this.formation = new BatchFormation(this.maxBatchSize, this.maxPreferred, preferred, options.raggedInputs, options.maxBatchSize > 0);
     this.queue = new PriorityQueue(batching);
     this.queue.listener = { removed: () => this.schedule() };
-    this.free = [...instances].reverse();
+    // One slot per instance for the batch it runs, and one more for a batch
+    // waiting inside it where its backend takes one (BackendInstance.maxInFlight):
+    // that batch starts the moment the running one ends. Free slots are taken
+    // from the end: every instance's first slot before any second one.
+    const slots: ModelInstance[] = [];
+    for (const i of instances) if (i.depth > 1) slots.push(i);
+    this.free = [...slots.reverse(), ...[...instances].reverse()];
     this.waker = new Waker(() => this.schedule());
     this.coalesce = options.coalesceArrivals === true;
     this.scheduleSoon = () => {
@@ -387,6 +393,7 @@ export class DynamicBatcher implements Scheduler {
     }
     this.executing += items.length;
     instance.busy = true;
+    instance.inFlight += 1;
     const execution = new Execution(this, instance, items.length);
     void executeBatch(instance, items, batchSize, this.stats, this.modelName).then(() => execution.finished());
   }
@@ -394,8 +401,10 @@ export class DynamicBatcher implements Scheduler {
   /** @internal */
   executionFinished(execution: Execution): void {
     this.executing -= execution.requestCount;
-    execution.instance.busy = false;
-    this.free.push(execution.instance);
+    const instance = execution.instance;
+    instance.inFlight -= 1;
+    instance.busy = instance.inFlight > 0;
+    this.free.push(instance);
     this.schedule();
   }
 

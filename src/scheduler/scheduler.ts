@@ -21,22 +21,32 @@ export interface Scheduler {
 /** One execution instance as schedulers see it. */
 export class ModelInstance {
   busy = false;
+  /** Executions handed to the backend and not yet finished. */
+  inFlight = 0;
+  /** Most executions the backend takes at once (BackendInstance.maxInFlight). */
+  readonly depth: number;
   constructor(
     readonly name: string,
     readonly backend: BackendInstance,
     /** Loaded but never given requests (instance_group passive). */
     readonly passive = false,
-  ) {}
+  ) {
+    this.depth = Math.max(1, Math.floor(backend.maxInFlight ?? 1));
+  }
 }
 
 class StageTimer implements ExecutionTimer {
   inputEndNs = 0n;
   inferEndNs = 0n;
-  inputDone(): void {
-    this.inputEndNs = process.hrtime.bigint();
+  waitNs = 0;
+  inputDone(atNs?: bigint): void {
+    this.inputEndNs = atNs ?? process.hrtime.bigint();
   }
-  inferDone(): void {
-    this.inferEndNs = process.hrtime.bigint();
+  inferDone(atNs?: bigint): void {
+    this.inferEndNs = atNs ?? process.hrtime.bigint();
+  }
+  waited(ns: number): void {
+    if (ns > 0) this.waitNs += ns;
   }
 }
 
@@ -72,7 +82,9 @@ export async function executeBatch(
   const endNs = process.hrtime.bigint();
   const inputEnd = timer.inputEndNs || startNs;
   const inferEnd = timer.inferEndNs || endNs;
-  const inputNs = Number(inputEnd - startNs);
+  // A wait inside the backend moves from compute_input to queue time.
+  const waitNs = Math.min(timer.waitNs, Number(inputEnd - startNs));
+  const inputNs = Number(inputEnd - startNs) - waitNs;
   const inferNs = Number(inferEnd - inputEnd);
   const outputNs = Number(endNs - inferEnd);
   if (failure) {
@@ -84,6 +96,6 @@ export async function executeBatch(
     const item = items[i]!;
     const response = responses![i]!;
     if (response.error) item.fail(response.error, 'BACKEND');
-    else item.succeed(response, Number(startNs - item.enqueueNs), inputNs, inferNs, outputNs);
+    else item.succeed(response, Number(startNs - item.enqueueNs) + waitNs, inputNs, inferNs, outputNs);
   }
 }

@@ -17,6 +17,7 @@ import type { Tensor } from '../../src/tensor/tensor.js';
 /** Holds every batch it receives until the test finishes it. */
 export class GatedInstance implements BackendInstance {
   readonly batches: string[][] = [];
+  constructor(readonly maxInFlight = 1) {}
   private readonly gates: Array<() => void> = [];
   private arrivals: Array<() => void> = [];
 
@@ -84,9 +85,9 @@ export class Harness {
 
   constructor(
     batching: MessageInitShape<typeof ModelDynamicBatchingSchema>,
-    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean } = {},
+    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean; depth?: number } = {},
   ) {
-    this.instances = Array.from({ length: opts.instances ?? 1 }, () => new GatedInstance());
+    this.instances = Array.from({ length: opts.instances ?? 1 }, () => new GatedInstance(opts.depth));
     const maxBatchSize = opts.maxBatchSize ?? 8;
     const config: ModelDynamicBatching = create(ModelDynamicBatchingSchema, batching);
     if (config.preferredBatchSize.length === 0) config.preferredBatchSize = [maxBatchSize];

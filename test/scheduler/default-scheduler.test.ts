@@ -106,3 +106,63 @@ test('a request cancelled while queued is skipped', async () => {
   assert.deepEqual(inst.seen, [['first']]);
   assert.equal(stats.failures.CANCELED, 1);
 });
+
+/** A gated instance that takes two executions at once, and reports a wait inside it. */
+class DeepInstance extends GatedInstance {
+  readonly maxInFlight = 2;
+}
+
+test('an instance that takes two executions is given the next request while it runs one; starts stay in arrival order', async () => {
+  const a = new DeepInstance();
+  const b = new DeepInstance();
+  const stats = new ModelVersionStatistics('m', '1');
+  const s = new DefaultScheduler('m', [new ModelInstance('a', a), new ModelInstance('b', b)], stats);
+  const done: string[] = [];
+  for (const id of ['r1', 'r2', 'r3', 'r4', 'r5', 'r6']) {
+    s.enqueue(new ScheduledRequest(request(id), 0, 0, stats, () => done.push(id), undefined));
+  }
+  // Idle instances first (one request each), then the second slot of each; the rest queue.
+  assert.equal(a.waiting, 2);
+  assert.equal(b.waiting, 2);
+  assert.equal(s.executingCount, 4);
+  assert.equal(s.pendingCount, 2);
+  assert.deepEqual([...a.seen.flat(), ...b.seen.flat()].sort(), ['r1', 'r2', 'r3', 'r4']);
+  a.releaseOne();
+  await tick();
+  // The freed slot takes the oldest queued request.
+  assert.deepEqual(a.seen.flat().at(-1), 'r5');
+  assert.equal(s.pendingCount, 1);
+  while (a.waiting + b.waiting > 0) {
+    a.releaseOne();
+    b.releaseOne();
+    await tick();
+  }
+  await s.drain();
+  assert.deepEqual(done.sort(), ['r1', 'r2', 'r3', 'r4', 'r5', 'r6']);
+  assert.equal(stats.toJSON().execution_count, 6);
+});
+
+test('a wait the backend reports inside an execution counts as queue time, not compute_input', async () => {
+  const waitNs = 5_000_000;
+  const instance: BackendInstance = {
+    async execute(requests, timer) {
+      const start = process.hrtime.bigint();
+      // Inputs handed over 6 ms after the start, 5 ms of which were spent waiting for the framework.
+      timer.waited(waitNs);
+      timer.inputDone(start + 6_000_000n);
+      timer.inferDone(start + 7_000_000n);
+      return requests.map(() => ({ outputs: [] }));
+    },
+    async close() {},
+  };
+  const stats = new ModelVersionStatistics('m', '1');
+  const s = new DefaultScheduler('m', [new ModelInstance('a', instance)], stats);
+  const item = new ScheduledRequest(request('r1'), 0, 0, stats, () => {}, undefined);
+  s.enqueue(item);
+  await s.drain();
+  const st = stats.toJSON().inference_stats;
+  assert.equal(st.success.count, 1);
+  assert.ok(st.queue.ns >= waitNs, `queue ${st.queue.ns} includes the 5 ms wait`);
+  assert.ok(st.compute_input.ns >= 1_000_000 - 100_000 && st.compute_input.ns < 1_500_000, `compute_input ${st.compute_input.ns} is the 1 ms left`);
+  assert.equal(st.compute_infer.ns, 1_000_000);
+});

@@ -398,3 +398,33 @@ test('arrivals in one event-loop turn form one batch when coalescing, with no qu
   await h.batcher.drain();
   assert.equal(h.stats.toJSON().inference_count, 6);
 });
+
+test('an instance that takes two executions gets a second batch while it runs the first, and no third', async () => {
+  const h = new Harness({}, { maxBatchSize: 4, instances: 2, depth: 2, coalesce: true });
+  const [a, b] = h.instances;
+  for (let i = 0; i < 18; i++) h.submit(request(`r${i}`));
+  await tick();
+  // Four slots (two per instance), each given a full batch at the end of the turn; two requests wait.
+  assert.equal(a!.running, 2);
+  assert.equal(b!.running, 2);
+  assert.equal(h.batcher.pendingCount, 2);
+  assert.deepEqual(a!.batches, [
+    ['r0', 'r1', 'r2', 'r3'],
+    ['r8', 'r9', 'r10', 'r11'],
+  ]);
+  assert.deepEqual(b!.batches, [
+    ['r4', 'r5', 'r6', 'r7'],
+    ['r12', 'r13', 'r14', 'r15'],
+  ]);
+  a!.finishOne();
+  await a!.untilBatches(3);
+  assert.deepEqual(a!.batches[2], ['r16', 'r17']);
+  while (a!.running + b!.running > 0) {
+    if (a!.running > 0) a!.finishOne();
+    if (b!.running > 0) b!.finishOne();
+    await tick();
+  }
+  await h.batcher.drain();
+  assert.equal(h.outcomes.length, 18);
+  assert.equal(h.stats.toJSON().execution_count, 5);
+});

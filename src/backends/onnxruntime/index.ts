@@ -21,7 +21,7 @@ import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
 import { SessionClient } from './session-client.js';
-import { buildSessionOptions } from './session-options.js';
+import { buildSessionOptions, spinWaitMicros } from './session-options.js';
 import { validateConfigAgainstModel } from './validate.js';
 
 export interface OnnxRuntimeBackendOptions {
@@ -91,6 +91,7 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<Backe
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
   // Bad parameter values fail the load here rather than at the first instance.
   buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
+  spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
   return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers]), cudaProbe);
 }
 
@@ -112,7 +113,7 @@ class OnnxRuntimeModel implements BackendModel {
     const options = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind, deviceId: ctx.deviceId });
     let client: SessionClient;
     try {
-      client = await SessionClient.start({ modelPath: this.modelPath, options });
+      client = await SessionClient.start(this.modelPath, options, spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig));
     } catch (err) {
       throw Errors.loadFailed(ctx.modelName, `instance '${ctx.instanceName}': onnxruntime could not create a session: ${(err as Error).message}`);
     }

@@ -12,7 +12,7 @@ import { Errors, NereidError, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
-import type { SessionClient } from './session-client.js';
+import { RunTimes, type SessionClient } from './session-client.js';
 import { RunFeed, type WireTensor } from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
@@ -46,7 +46,15 @@ function sameDims(a: readonly number[], b: readonly number[], from: number): boo
   return true;
 }
 
+/**
+ * Executions an instance takes at once: one running on the session thread and
+ * the rest waiting in its ring, so that under load the thread goes from run to
+ * run without waiting for the event loop (the dynamic batcher uses two).
+ */
+export const ORT_MAX_IN_FLIGHT = 8;
+
 export class OnnxRuntimeInstance implements BackendInstance {
+  readonly maxInFlight = ORT_MAX_IN_FLIGHT;
   private readonly client: SessionClient;
   private readonly plan: ModelPlan;
 
@@ -138,14 +146,19 @@ export class OnnxRuntimeInstance implements BackendInstance {
       }
     }
 
-    timer?.inputDone();
+    const times = timer ? new RunTimes() : undefined;
     let outputs: readonly WireTensor[];
     try {
-      outputs = await this.client.run(feeds, fetches);
+      outputs = await this.client.run(feeds, fetches, times);
     } catch (err) {
       throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
     }
-    timer?.inferDone();
+    if (timer && times) {
+      // The session thread's own timestamps: waiting for it to take the run up is queue time.
+      timer.waited(times.pickedNs - times.postedNs);
+      timer.inputDone(BigInt(Math.round(times.startNs)));
+      timer.inferDone(BigInt(Math.round(times.endNs)));
+    }
 
     const responses = new Array<BackendResponse>(n);
     for (let i = 0; i < n; i++) {

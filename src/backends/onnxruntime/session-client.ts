@@ -2,19 +2,37 @@
  * The main-thread side of a session worker: starts it, sends batches, and
  * matches results to the runs waiting for them.
  *
- * Numeric runs use arenas (see worker-protocol.ts). One instance usually has
- * one run in flight, so it usually has one arena; a run that finds every
- * arena busy gets a new one. An arena grows (is replaced by a bigger one)
- * when a run needs more room than it has.
+ * Numeric runs use arenas (see worker-protocol.ts), one per run in flight
+ * (an instance takes a few at once); a run that finds every arena busy gets
+ * a new one. An arena grows (is replaced by a bigger one) when a run needs
+ * more room than it has. Every run is an entry in the control ring, started
+ * by the worker in the order appended.
  */
 import { Worker } from 'node:worker_threads';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
+  CONTROL_WORDS,
+  C_SENT,
+  C_STATE,
+  C_TAIL,
   HEADER_BYTES,
   HEADER_WORDS,
+  RING_BASE,
+  RING_MASK,
+  RING_PORT_RUN,
+  RING_SIZE,
+  C_LIGHT,
+  STATE_AWAKE,
+  STATE_DOZING,
+  STATE_SLEEPING,
+  TIMES_BYTE_OFFSET,
+  TIMES_COUNT,
+  USABLE_HEADER_WORDS,
+  WAKE,
   alignUp,
   arenaTypeCode,
+  nowNs,
   type FromWorker,
   type RunFeed,
   type SessionWorkerInit,
@@ -33,10 +51,32 @@ const MIN_ARENA_DATA = 64 * 1024;
 type Resolve = (outputs: readonly WireTensor[]) => void;
 type Reject = (err: Error) => void;
 
+/**
+ * When a run passed its stages, hrtime ns. The worker's clock is the same
+ * monotonic clock. Filled in as the run goes; 0 where unknown.
+ */
+export class RunTimes {
+  /** The main thread had handed the run over. */
+  postedNs = 0;
+  /** The worker took it up. */
+  pickedNs = 0;
+  /** The worker had its inputs ready and started the session. */
+  startNs = 0;
+  /** The session returned. */
+  endNs = 0;
+
+  setWorkerTimes(t: ArrayLike<number>): void {
+    this.pickedNs = t[0]!;
+    this.startNs = t[1]!;
+    this.endNs = t[2]!;
+  }
+}
+
 class PendingRun {
   constructor(
     readonly resolve: Resolve,
     readonly reject: Reject,
+    readonly times: RunTimes | undefined,
   ) {}
 }
 
@@ -48,8 +88,10 @@ export class SessionWorkerError extends Error {
 class Arena {
   header: Int32Array;
   bytes: Uint8Array;
+  workerTimes: Float64Array;
   /** Fetch names of the run in flight, in order. */
   fetches: readonly string[] = [];
+  times: RunTimes | undefined;
   resolve: Resolve | undefined;
   reject: Reject | undefined;
   /** Data bytes the last run's outputs needed, so the next run leaves room for them. */
@@ -66,11 +108,13 @@ class Arena {
   ) {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.workerTimes = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
   setBuffer(buffer: SharedArrayBuffer): void {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.workerTimes = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
   settle(outputs: readonly WireTensor[] | undefined, err: Error | undefined): void {
@@ -79,6 +123,7 @@ class Arena {
     this.resolve = undefined;
     this.reject = undefined;
     this.fetches = [];
+    this.times = undefined;
     if (err) reject?.(err);
     else resolve?.(outputs!);
   }
@@ -86,6 +131,11 @@ class Arena {
 
 export class SessionClient {
   private readonly worker: Worker;
+  private readonly control: Int32Array;
+  /** Ring entries appended so far. */
+  private tail = 0;
+  /** Counted messages sent so far (see C_SENT). */
+  private sent = 0;
   private readonly pending = new Map<number, PendingRun>();
   private readonly arenas: Arena[] = [];
   private readonly freeArenas: Arena[] = [];
@@ -96,8 +146,9 @@ export class SessionClient {
   private onDrained: (() => void) | undefined;
   private readonly exited: Promise<void>;
 
-  private constructor(worker: Worker) {
+  private constructor(worker: Worker, control: SharedArrayBuffer) {
     this.worker = worker;
+    this.control = new Int32Array(control);
     this.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
     worker.on('message', (msg: FromWorker) => this.onMessage(msg));
     worker.on('error', (err) => this.fail(new SessionWorkerError(`onnxruntime session thread failed: ${err.message}`)));
@@ -107,12 +158,14 @@ export class SessionClient {
   }
 
   /** Starts a worker and creates its session. Rejects with onnxruntime's message when the session cannot be created. */
-  static start(init: SessionWorkerInit): Promise<SessionClient> {
+  static start(modelPath: string, options: SessionWorkerInit['options'], spinMicros: number): Promise<SessionClient> {
+    const control = new SharedArrayBuffer(CONTROL_WORDS * 4);
+    const init: SessionWorkerInit = { modelPath, options, control, spinMicros };
     const worker = new Worker(WORKER_URL, { workerData: init });
     return new Promise((resolve, reject) => {
       const onMessage = (msg: FromWorker): void => {
         cleanup();
-        if (typeof msg !== 'number' && msg.kind === 'ready') resolve(new SessionClient(worker));
+        if (typeof msg !== 'number' && msg.kind === 'ready') resolve(new SessionClient(worker, control));
         else {
           const text = typeof msg !== 'number' && msg.kind === 'init-error' ? msg.message : `unexpected message from session thread`;
           reject(new SessionWorkerError(text));
@@ -145,17 +198,49 @@ export class SessionClient {
   /**
    * Runs the session. Numeric feeds are copied into an arena (the parts are
    * not kept); outputs come back as typed arrays over buffers of their own.
+   * Runs are started in the order they are given. `times`, when given, is
+   * filled in with the run's timestamps.
    */
-  run(feeds: readonly RunFeed[], fetches: readonly string[]): Promise<readonly WireTensor[]> {
+  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
     const words = this.headerWords(feeds, fetches);
-    if (words < 0) return this.runCloned(feeds, fetches);
+    if (words < 0 || this.inFlight >= RING_SIZE) return this.runCloned(feeds, fetches, times);
     const arena = this.takeArena(feeds);
     this.writeRun(arena, feeds, fetches);
+    arena.times = times;
     const promise = new Promise<readonly WireTensor[]>(arena.executor);
     if (this.inFlight++ === 0) this.worker.ref();
-    this.worker.postMessage(arena.index);
+    this.append(arena.index, times);
     return promise;
+  }
+
+  /**
+   * Appends a ring entry and wakes the worker if it dozes or sleeps (a busy
+   * or busy-waiting worker needs nothing). C_LIGHT tells the worker whether
+   * it may busy-wait after this run: only under light load (nothing else in
+   * flight here), where the run's latency is what counts and the cores have
+   * room; under load, busy-waiting takes a core the event loop needs.
+   */
+  private append(entry: number, times: RunTimes | undefined): void {
+    const c = this.control;
+    const light = this.inFlight <= 1;
+    c[RING_BASE + (this.tail & RING_MASK)] = entry;
+    this.tail = (this.tail + 1) | 0;
+    if (times) times.postedNs = nowNs();
+    c[C_LIGHT] = light ? 1 : 0;
+    Atomics.store(c, C_TAIL, this.tail);
+    const state = Atomics.load(c, C_STATE);
+    if (state === STATE_DOZING) Atomics.notify(c, C_TAIL, 1);
+    else if (state === STATE_SLEEPING && Atomics.compareExchange(c, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING) {
+      this.worker.postMessage(WAKE);
+    }
+  }
+
+  /** Posts a message the worker must receive before the next ring entry. */
+  private postCounted(msg: ToWorker, transfer?: ArrayBuffer[]): void {
+    this.worker.postMessage(msg, transfer);
+    this.sent = (this.sent + 1) | 0;
+    Atomics.store(this.control, C_SENT, this.sent);
   }
 
   async close(): Promise<void> {
@@ -165,6 +250,7 @@ export class SessionClient {
     if (this.inFlight > 0) await new Promise<void>((resolve) => (this.onDrained = resolve));
     this.worker.ref();
     this.worker.postMessage({ kind: 'close' } satisfies ToWorker);
+    // (A busy-waiting worker reads it once its wait runs out and it sleeps.)
     const timer = setTimeout(() => void this.worker.terminate(), CLOSE_GRACE_MS);
     await this.exited;
     clearTimeout(timer);
@@ -177,7 +263,7 @@ export class SessionClient {
       if (f.strings !== undefined || arenaTypeCode(f.type) < 0) return -1;
       words += 5 + f.dims.length;
     }
-    return words > HEADER_WORDS ? -1 : words;
+    return words > USABLE_HEADER_WORDS ? -1 : words;
   }
 
   private takeArena(feeds: readonly RunFeed[]): Arena {
@@ -187,12 +273,12 @@ export class SessionClient {
     if (arena === undefined) {
       arena = new Arena(this.arenas.length, this.newBuffer(data, 0));
       this.arenas.push(arena);
-      this.worker.postMessage({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer } satisfies ToWorker);
+      this.postCounted({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
     }
     const need = HEADER_BYTES + Math.max(data, arena.outputBytes);
     if (arena.bytes.byteLength < need) {
       arena.setBuffer(this.newBuffer(Math.max(data, arena.outputBytes), arena.bytes.byteLength));
-      this.worker.postMessage({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer } satisfies ToWorker);
+      this.postCounted({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
     }
     return arena;
   }
@@ -208,7 +294,7 @@ export class SessionClient {
     if (id === undefined) {
       id = this.nameIds.size;
       this.nameIds.set(name, id);
-      this.worker.postMessage({ kind: 'name', name } satisfies ToWorker);
+      this.postCounted({ kind: 'name', name });
     }
     return id;
   }
@@ -269,7 +355,7 @@ export class SessionClient {
     return outputs;
   }
 
-  private runCloned(feeds: readonly RunFeed[], fetches: readonly string[]): Promise<readonly WireTensor[]> {
+  private runCloned(feeds: readonly RunFeed[], fetches: readonly string[], times: RunTimes | undefined): Promise<readonly WireTensor[]> {
     const id = this.nextId++;
     const wire = new Array<WireTensor>(feeds.length);
     const transfer: ArrayBuffer[] = [];
@@ -292,9 +378,10 @@ export class SessionClient {
     }
     const msg: ToWorker = { kind: 'run', id, feeds: wire, fetches };
     return new Promise((resolve, reject) => {
-      this.pending.set(id, new PendingRun(resolve, reject));
+      this.pending.set(id, new PendingRun(resolve, reject, times));
       if (this.inFlight++ === 0) this.worker.ref();
-      this.worker.postMessage(msg, transfer);
+      this.postCounted(msg, transfer);
+      this.append(RING_PORT_RUN, times);
     });
   }
 
@@ -302,6 +389,7 @@ export class SessionClient {
     if (typeof msg === 'number') {
       const arena = this.arenas[msg];
       if (!arena || !arena.resolve) return;
+      arena.times?.setWorkerTimes(arena.workerTimes);
       const outputs = this.readOutputs(arena);
       this.finish();
       this.freeArenas.push(arena);
@@ -312,7 +400,10 @@ export class SessionClient {
     if (msg.id < 0) {
       const arena = this.arenas[-1 - msg.id];
       if (!arena || !arena.resolve) return;
-      if (msg.kind === 'result') arena.outputBytes = clonedBytes(msg.outputs);
+      if (msg.kind === 'result') {
+        arena.outputBytes = clonedBytes(msg.outputs);
+        arena.times?.setWorkerTimes(msg.times);
+      }
       this.finish();
       this.freeArenas.push(arena);
       if (msg.kind === 'result') arena.settle(msg.outputs, undefined);
@@ -323,7 +414,10 @@ export class SessionClient {
     if (!p) return;
     this.pending.delete(msg.id);
     this.finish();
-    if (msg.kind === 'result') p.resolve(msg.outputs);
+    if (msg.kind === 'result') {
+      p.times?.setWorkerTimes(msg.times);
+      p.resolve(msg.outputs);
+    }
     else p.reject(new SessionWorkerError(msg.message));
   }
 

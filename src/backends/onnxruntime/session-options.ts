@@ -29,6 +29,26 @@ export const DEFAULT_ALLOW_SPINNING = '0';
 
 const SPINNING_KEY = 'session.intra_op.allow_spinning';
 
+/**
+ * How long an instance's session thread busy-waits for the next run after
+ * one ends, before it sleeps (µs). Waking a sleeping thread costs tens of
+ * microseconds on a virtual machine, which is more than a small model's run;
+ * a run that arrives within the wait starts at once. The wait shrinks by
+ * itself when runs come seldom. Nereid's own parameter
+ * (`spin_wait_microseconds`, or for every model
+ * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
+ */
+export const DEFAULT_SPIN_WAIT_MICROS = 100;
+
+/** The session thread's busy-wait (see DEFAULT_SPIN_WAIT_MICROS). Throws a config error for a bad value. */
+export function spinWaitMicros(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): number {
+  const v = intParameter(modelName, config, 'spin_wait_microseconds', backendConfig['spin_wait_microseconds']) ?? DEFAULT_SPIN_WAIT_MICROS;
+  if (v < 0 || v > 1_000_000) {
+    throw Errors.config(`model '${modelName}': parameter 'spin_wait_microseconds' must be between 0 and 1000000, got ${v}`);
+  }
+  return v;
+}
+
 export interface PlacementOptions {
   readonly kind: 'CPU' | 'GPU' | 'MODEL';
   readonly deviceId: number;

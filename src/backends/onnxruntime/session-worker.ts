@@ -3,15 +3,28 @@
  * for its instance. See worker-protocol.ts for why this is a thread and how
  * arenas carry runs.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
+  C_SENT,
+  C_STATE,
+  C_LIGHT,
+  C_TAIL,
   HEADER_BYTES,
   HEADER_WORDS,
+  RING_BASE,
+  RING_MASK,
+  STATE_AWAKE,
+  STATE_DOZING,
+  STATE_SLEEPING,
+  TIMES_BYTE_OFFSET,
+  TIMES_COUNT,
+  USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
+  nowNs,
   type FromWorker,
   type SessionWorkerInit,
   type ToWorker,
@@ -38,11 +51,13 @@ function message(err: unknown): string {
 class Arena {
   readonly header: Int32Array;
   readonly bytes: Uint8Array;
+  readonly times: Float64Array;
   readonly scratch: ArrayBuffer[] = [];
 
   constructor(readonly index: number, buffer: SharedArrayBuffer) {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.times = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
   scratchFor(i: number, bytes: number): ArrayBuffer {
@@ -57,6 +72,108 @@ class Arena {
 
 const names: string[] = [];
 const arenas: Arena[] = [];
+/** Cloned runs received and not yet started, in order. */
+const portRuns: Array<Extract<ToWorker, { kind: 'run' }>> = [];
+const control = new Int32Array(init.control);
+/** Counted messages received so far (see C_SENT). */
+let received = 0;
+let closing = false;
+let wakeUp: (() => void) | undefined;
+
+function apply(msg: ToWorker): void {
+  if (typeof msg === 'number') return; // WAKE
+  switch (msg.kind) {
+    case 'name':
+      names.push(msg.name);
+      break;
+    case 'arena':
+      arenas[msg.arena] = new Arena(msg.arena, msg.buffer);
+      break;
+    case 'run':
+      portRuns.push(msg);
+      break;
+    case 'close':
+      closing = true;
+      return;
+  }
+  received++;
+}
+
+/** Receives every counted message sent before the entry about to start. */
+function catchUp(): void {
+  while (received !== Atomics.load(control, C_SENT)) {
+    const got = receiveMessageOnPort(port);
+    if (got === undefined) return;
+    apply(got.message as ToWorker);
+  }
+}
+
+/**
+ * After a run, with the ring empty, the worker waits for the next entry in
+ * three steps, each cheaper for this thread and dearer for the next run:
+ * - under light load (C_LIGHT: the last entry found nothing else in flight)
+ *   it busy-waits for spinMicros, and the next run starts at once; under
+ *   load it does not, as a spinning thread takes a core the event loop needs;
+ * - it dozes in timed waits on the ring's tail for DOZE_MICROS: the main
+ *   thread notifies it when it appends (a cheaper wake-up than a message),
+ *   and a doze step that runs out finds the entry anyway;
+ * - it sleeps in its event loop until the main thread posts WAKE.
+ * An idle worker thus costs a little CPU for about 2 ms after its last run,
+ * and none after that.
+ */
+const SPIN_MICROS = init.spinMicros;
+const DOZE_MICROS = 2000;
+const DOZE_STEP_MS = 0.1;
+
+function awaitEntry(head: number): boolean {
+  if (SPIN_MICROS > 0 && control[C_LIGHT] === 1) {
+    const end = performance.now() + SPIN_MICROS / 1000;
+    do {
+      for (let i = 0; i < 32; i++) if (Atomics.load(control, C_TAIL) !== head) return true;
+    } while (performance.now() < end);
+  }
+  Atomics.store(control, C_STATE, STATE_DOZING);
+  const end = performance.now() + DOZE_MICROS / 1000;
+  let got = false;
+  do {
+    if (Atomics.wait(control, C_TAIL, head, DOZE_STEP_MS) !== 'timed-out') {
+      got = true;
+      break;
+    }
+  } while (performance.now() < end);
+  Atomics.store(control, C_STATE, STATE_AWAKE);
+  return got || Atomics.load(control, C_TAIL) !== head;
+}
+
+async function serve(session: ort.InferenceSession): Promise<void> {
+  let head = 0;
+  for (;;) {
+    if (Atomics.load(control, C_TAIL) !== head) {
+      const entry = control[RING_BASE + (head & RING_MASK)]!;
+      head = (head + 1) | 0;
+      catchUp();
+      const pickNs = nowNs();
+      if (entry >= 0) await runArena(session, arenas[entry]!, pickNs);
+      else {
+        const msg = portRuns.shift()!;
+        await run(session, msg.id, msg.feeds, msg.fetches, pickNs);
+      }
+      continue;
+    }
+    if (closing) break;
+    if (awaitEntry(head)) continue;
+    Atomics.store(control, C_STATE, STATE_SLEEPING);
+    if (Atomics.load(control, C_TAIL) !== head) {
+      // Appended meanwhile. If the main thread saw SLEEPING first, a WAKE is on its way and is ignored.
+      Atomics.compareExchange(control, C_STATE, STATE_SLEEPING, STATE_AWAKE);
+      continue;
+    }
+    await new Promise<void>((resolve) => (wakeUp = resolve));
+    Atomics.store(control, C_STATE, STATE_AWAKE);
+  }
+  await session.release();
+  port.close();
+}
 
 async function main(): Promise<void> {
   let session: ort.InferenceSession;
@@ -70,30 +187,19 @@ async function main(): Promise<void> {
     return;
   }
   port.on('message', (msg: ToWorker) => {
-    if (typeof msg === 'number') {
-      void runArena(session, arenas[msg]!);
-      return;
-    }
-    switch (msg.kind) {
-      case 'name':
-        names.push(msg.name);
-        return;
-      case 'arena':
-        arenas[msg.arena] = new Arena(msg.arena, msg.buffer);
-        return;
-      case 'run':
-        void run(session, msg.id, msg.feeds, msg.fetches);
-        return;
-      case 'close':
-        void session.release().finally(() => port.close());
-        return;
-    }
+    apply(msg);
+    const w = wakeUp;
+    wakeUp = undefined;
+    w?.();
   });
   post({ kind: 'ready' });
+  await serve(session);
 }
 
-async function runArena(session: ort.InferenceSession, arena: Arena): Promise<void> {
+async function runArena(session: ort.InferenceSession, arena: Arena, pickNs: number): Promise<void> {
   const h = arena.header;
+  const times = arena.times;
+  times[0] = pickNs;
   let fetches: string[];
   let results: ort.InferenceSession.OnnxValueMapType;
   try {
@@ -118,12 +224,14 @@ async function runArena(session: ort.InferenceSession, arena: Arena): Promise<vo
     const nFetches = h[p++]!;
     fetches = new Array<string>(nFetches);
     for (let i = 0; i < nFetches; i++) fetches[i] = names[h[p + i]!]!;
+    times[1] = nowNs();
     results = await session.run(inputs, fetches);
+    times[2] = nowNs();
   } catch (err) {
     post({ kind: 'run-error', id: -1 - arena.index, message: message(err) });
     return;
   }
-  if (!writeOutputs(arena, fetches, results)) sendCloned(-1 - arena.index, fetches, results);
+  if (!writeOutputs(arena, fetches, results)) sendCloned(-1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!]);
   else post(arena.index);
 }
 
@@ -138,7 +246,7 @@ function writeOutputs(arena: Arena, fetches: readonly string[], results: ort.Inf
     words += 4 + t.dims.length;
     bytes += alignUp((t.data as ArrayBufferView).byteLength);
   }
-  if (words > HEADER_WORDS || HEADER_BYTES + bytes > arena.bytes.byteLength) return false;
+  if (words > USABLE_HEADER_WORDS || HEADER_BYTES + bytes > arena.bytes.byteLength) return false;
   h[0] = fetches.length;
   let p = 1;
   let off = HEADER_BYTES;
@@ -160,7 +268,7 @@ function writeOutputs(arena: Arena, fetches: readonly string[], results: ort.Inf
   return true;
 }
 
-function sendCloned(id: number, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType): void {
+function sendCloned(id: number, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, times: readonly number[]): void {
   const outputs: WireTensor[] = [];
   const transfer: ArrayBuffer[] = [];
   for (const name of fetches) {
@@ -172,22 +280,24 @@ function sendCloned(id: number, fetches: readonly string[], results: ort.Inferen
       if (buf instanceof ArrayBuffer && !transfer.includes(buf)) transfer.push(buf);
     }
   }
-  post({ kind: 'result', id, outputs }, transfer);
+  post({ kind: 'result', id, outputs, times }, transfer);
 }
 
-async function run(session: ort.InferenceSession, id: number, feeds: readonly WireTensor[], fetches: readonly string[]): Promise<void> {
+async function run(session: ort.InferenceSession, id: number, feeds: readonly WireTensor[], fetches: readonly string[], pickNs: number): Promise<void> {
   let results: ort.InferenceSession.OnnxValueMapType;
+  let startNs: number;
   try {
     const inputs: Record<string, ort.Tensor> = {};
     for (const f of feeds) {
       inputs[f.name] = new ort.Tensor(f.type, f.data as ort.Tensor.DataType, f.dims);
     }
+    startNs = nowNs();
     results = await session.run(inputs, fetches as string[]);
   } catch (err) {
     post({ kind: 'run-error', id, message: message(err) });
     return;
   }
-  sendCloned(id, fetches, results);
+  sendCloned(id, fetches, results, [pickNs, startNs, nowNs()]);
 }
 
 void main();

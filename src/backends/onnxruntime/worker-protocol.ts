@@ -5,10 +5,18 @@
  *
  * Numeric runs go through a shared arena: the main thread writes the input
  * bytes and a small header (names, types, dims) into a SharedArrayBuffer and
- * posts only the arena's number; the worker runs the session, writes the
- * outputs back into the same arena and posts the number back. A plain number
- * is far cheaper to post than an object that has to be cloned. Runs with
- * strings, or whose header does not fit, take the cloned-message path.
+ * appends the arena's number to the control ring; the worker runs the
+ * session, writes the outputs back into the same arena and posts the number
+ * back. A plain number is far cheaper to post than an object that has to be
+ * cloned. Runs with strings, or whose header does not fit, take the
+ * cloned-message path.
+ *
+ * Waking a sleeping thread costs tens of microseconds on a virtual machine,
+ * more than a small model's run. So the main thread may append runs while
+ * the worker is still busy with earlier ones, and a worker that finishes a
+ * run waits for the next one busy-waiting or dozing before it sleeps (see
+ * session-worker.ts); either way the next run usually starts without a
+ * message.
  */
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
 import type { TypedArray } from '../../tensor/datatype.js';
@@ -19,7 +27,41 @@ export type OrtTensorType = OrtTensor.Type;
 export interface SessionWorkerInit {
   readonly modelPath: string;
   readonly options: InferenceSession.SessionOptions;
+  /** The control block (see CONTROL_WORDS). */
+  readonly control: SharedArrayBuffer;
+  /** How long an idle worker busy-waits for the next run before it sleeps, µs (0: never). */
+  readonly spinMicros: number;
 }
+
+/**
+ * The control block shared by an instance and its worker: a ring of run
+ * entries the main thread appends to and the worker consumes in order, and
+ * the worker's state. Every run goes through the ring, so a worker that is
+ * busy or busy-waiting picks the next run up without being woken; only a
+ * sleeping worker needs a message (WAKE).
+ *
+ * An entry >= 0 is an arena holding a run; RING_PORT_RUN means "the next
+ * 'run' message on the port". Messages other than WAKE are counted in
+ * C_SENT, and the worker receives every counted message before it starts an
+ * entry, so names, arenas and cloned runs sent before an entry are known by
+ * the time it runs.
+ */
+export const C_STATE = 0;
+export const C_TAIL = 1;
+export const C_SENT = 2;
+/** 1 when the last entry found the instance with nothing in flight (light load: the worker may busy-wait). */
+export const C_LIGHT = 3;
+export const RING_BASE = 8;
+export const RING_SIZE = 1024;
+export const RING_MASK = RING_SIZE - 1;
+export const CONTROL_WORDS = RING_BASE + RING_SIZE;
+export const STATE_AWAKE = 0;
+export const STATE_SLEEPING = 1;
+/** In short timed waits on C_TAIL: picks an entry up by itself within a step, or at once when notified. */
+export const STATE_DOZING = 2;
+export const RING_PORT_RUN = -1;
+/** The message that wakes a sleeping worker. */
+export const WAKE = -1;
 
 /** A tensor crossing the thread boundary: numbers as a typed array, strings as string[]. */
 export interface WireTensor {
@@ -98,6 +140,20 @@ export function arenaTypeCode(type: string): number {
  */
 export const HEADER_WORDS = 1024;
 export const HEADER_BYTES = HEADER_WORDS * 4;
+/**
+ * The last words of the header hold the worker's timestamps of the run
+ * (TIMES_COUNT float64 hrtime ns: taken from the ring, run started, run
+ * ended); run and result headers use the words before them.
+ */
+export const TIMES_COUNT = 3;
+export const TIMES_BYTE_OFFSET = HEADER_BYTES - 32;
+export const USABLE_HEADER_WORDS = TIMES_BYTE_OFFSET / 4;
+
+/** hrtime in ns as a number (exact to well past a century of uptime). */
+export function nowNs(): number {
+  const t = process.hrtime();
+  return t[0] * 1e9 + t[1];
+}
 /** Every tensor in the data area starts at a multiple of this. */
 export const DATA_ALIGN = 16;
 
@@ -106,12 +162,13 @@ export function alignUp(n: number): number {
 }
 
 /**
- * Main -> worker. A plain number starts a run in that arena. 'name' gives the
- * next name id (ids count up from 0, in the order the names are sent);
- * 'arena' gives an arena (new, or grown in place of an older one).
+ * Main -> worker. WAKE wakes a sleeping worker to read the ring. 'name' gives
+ * the next name id (ids count up from 0, in the order the names are sent);
+ * 'arena' gives an arena (new, or grown in place of an older one); 'run' is a
+ * run with strings, started by a RING_PORT_RUN entry.
  */
 export type ToWorker =
-  | number
+  | typeof WAKE
   | { readonly kind: 'name'; readonly name: string }
   | { readonly kind: 'arena'; readonly arena: number; readonly buffer: SharedArrayBuffer }
   | { readonly kind: 'run'; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[] }
@@ -127,5 +184,5 @@ export type FromWorker =
   | number
   | { readonly kind: 'ready' }
   | { readonly kind: 'init-error'; readonly message: string }
-  | { readonly kind: 'result'; readonly id: number; readonly outputs: readonly WireTensor[] }
+  | { readonly kind: 'result'; readonly id: number; readonly outputs: readonly WireTensor[]; readonly times: readonly number[] }
   | { readonly kind: 'run-error'; readonly id: number; readonly message: string };

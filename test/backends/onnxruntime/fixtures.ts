@@ -78,11 +78,19 @@ export function autoCompleteContext(modelDir: string, cfg: ModelConfig, backendC
 export class RecordingTimer implements ExecutionTimer {
   inputs = 0;
   infers = 0;
-  inputDone(): void {
+  waits: number[] = [];
+  inputAt: bigint[] = [];
+  inferAt: bigint[] = [];
+  inputDone(atNs?: bigint): void {
     this.inputs++;
+    this.inputAt.push(atNs ?? process.hrtime.bigint());
   }
-  inferDone(): void {
+  inferDone(atNs?: bigint): void {
     this.infers++;
+    this.inferAt.push(atNs ?? process.hrtime.bigint());
+  }
+  waited(ns: number): void {
+    this.waits.push(ns);
   }
 }
 

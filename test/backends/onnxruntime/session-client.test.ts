@@ -1,7 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
+import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
 import { RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
 import { TempDir } from './fixtures.js';
@@ -18,10 +18,10 @@ after(async () => {
   await tmp.remove();
 });
 
-async function start(name: string, builder: OnnxModelBuilder): Promise<SessionClient> {
+async function start(name: string, builder: OnnxModelBuilder, spinMicros = 50): Promise<SessionClient> {
   const modelPath = join(tmp.path, `${name}.onnx`);
   await builder.save(modelPath);
-  const client = await SessionClient.start({ modelPath, options: {} });
+  const client = await SessionClient.start(modelPath, {}, spinMicros);
   clients.push(client);
   return client;
 }
@@ -136,4 +136,33 @@ test('a run onnxruntime refuses rejects, and the next run still works', async ()
   await assert.rejects(client.run([f32Feed('INPUT0', ramp(3, 0))], ['OUTPUT0']), (err: Error) => err.name === 'SessionWorkerError');
   const [y] = await client.run([f32Feed('INPUT0', ramp(4, 0))], ['OUTPUT0']);
   assert.deepEqual(floats(y), [0, 1, 2, 3]);
+});
+
+test('runs handed over while the thread is busy start in order, and their timestamps are ordered', async () => {
+  const client = await start('identity_times', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  const times = Array.from({ length: 20 }, () => new RunTimes());
+  const before = Number(process.hrtime.bigint());
+  const runs = times.map((t, i) => client.run([f32Feed('INPUT0', ramp(3, i))], ['OUTPUT0'], t));
+  const results = await Promise.all(runs);
+  const after = Number(process.hrtime.bigint());
+  for (let i = 0; i < 20; i++) {
+    assert.deepEqual(floats(results[i]![0]), [...ramp(3, i)]);
+    const t = times[i]!;
+    assert.ok(before <= t.postedNs && t.postedNs <= t.pickedNs, `run ${i}: posted ${t.postedNs} <= picked ${t.pickedNs}`);
+    assert.ok(t.pickedNs <= t.startNs && t.startNs <= t.endNs && t.endNs <= after, `run ${i}: picked <= start <= end`);
+    // One session thread: each run starts after the one before it ended.
+    if (i > 0) assert.ok(t.startNs >= times[i - 1]!.endNs, `run ${i} started after run ${i - 1} ended`);
+  }
+});
+
+test('a thread that has gone to sleep is woken by the next run, with and without busy-waiting', async () => {
+  for (const spin of [0, 50]) {
+    const client = await start(`identity_sleep_${spin}`, buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]), spin);
+    for (let round = 0; round < 3; round++) {
+      const [y] = await client.run([f32Feed('INPUT0', ramp(2, round))], ['OUTPUT0']);
+      assert.deepEqual(floats(y), [...ramp(2, round)]);
+      // Longer than the busy-wait and the doze together: the thread sleeps until woken.
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
 });

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NereidError } from '../../../src/errors.js';
-import { buildSessionOptions } from '../../../src/backends/onnxruntime/session-options.js';
+import { DEFAULT_SPIN_WAIT_MICROS, buildSessionOptions, spinWaitMicros } from '../../../src/backends/onnxruntime/session-options.js';
 import { config } from './fixtures.js';
 
 const cpu = { kind: 'CPU' as const, deviceId: 0 };
@@ -67,4 +67,16 @@ test('bad values are configuration errors naming the parameter', () => {
   assert.throws(bad({ execution_mode: '2' }), (e: unknown) => e instanceof NereidError && e.code === 'NRD_CONFIG' && /execution_mode are 0 or 1 but got 2/.test(e.message));
   assert.throws(bad({ intra_op_thread_count: 'many' }), /parameter 'intra_op_thread_count' must be an integer, got 'many'/);
   assert.throws(bad({ inter_op_thread_count: '-1' }), /'inter_op_thread_count' must be >= 0/);
+});
+
+test('spin_wait_microseconds: the model parameter wins over the backend config, which wins over the default', () => {
+  assert.equal(spinWaitMicros('m', config({}), {}), DEFAULT_SPIN_WAIT_MICROS);
+  assert.equal(spinWaitMicros('m', config({}), { spin_wait_microseconds: '0' }), 0);
+  assert.equal(spinWaitMicros('m', config({ parameters: params({ spin_wait_microseconds: '250' }) }), { spin_wait_microseconds: '0' }), 250);
+  for (const bad of ['-1', 'fast', '2000000']) {
+    assert.throws(
+      () => spinWaitMicros('m', config({ parameters: params({ spin_wait_microseconds: bad }) }), {}),
+      (err: unknown) => err instanceof NereidError && err.message.includes("'spin_wait_microseconds'") && err.message.includes("model 'm'"),
+    );
+  }
 });

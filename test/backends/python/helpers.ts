@@ -83,6 +83,7 @@ export class TestTimer implements ExecutionTimer {
   inferDone(): void {
     this.infers++;
   }
+  waited(): void {}
 }
 
 let nextId = 0;
