@@ -136,6 +136,7 @@ export class SessionClient {
   private tail = 0;
   /** Counted messages sent so far (see C_SENT). */
   private sent = 0;
+  private notifyQueued = false;
   private readonly pending = new Map<number, PendingRun>();
   private readonly arenas: Arena[] = [];
   private readonly freeArenas: Arena[] = [];
@@ -230,11 +231,28 @@ export class SessionClient {
     c[C_LIGHT] = light ? 1 : 0;
     Atomics.store(c, C_TAIL, this.tail);
     const state = Atomics.load(c, C_STATE);
-    if (state === STATE_DOZING) Atomics.notify(c, C_TAIL, 1);
-    else if (state === STATE_SLEEPING && Atomics.compareExchange(c, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING) {
-      this.worker.postMessage(WAKE);
-    }
+    if (state === STATE_DOZING) {
+      // One notification at the end of this event-loop turn covers every run
+      // appended in it: a worker faster than the event loop would otherwise
+      // doze and be notified again for each.
+      if (!this.notifyQueued) {
+        this.notifyQueued = true;
+        setImmediate(this.notifyDozing);
+      }
+    } else if (state === STATE_SLEEPING) this.wakeSleeping();
   }
+
+  private wakeSleeping(): void {
+    if (Atomics.compareExchange(this.control, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING) this.worker.postMessage(WAKE);
+  }
+
+  /** Made once: notifies a worker that dozes (or wakes one that fell asleep meanwhile). */
+  private readonly notifyDozing = (): void => {
+    this.notifyQueued = false;
+    const state = Atomics.load(this.control, C_STATE);
+    if (state === STATE_DOZING) Atomics.notify(this.control, C_TAIL, 1);
+    else if (state === STATE_SLEEPING) this.wakeSleeping();
+  };
 
   /** Posts a message the worker must receive before the next ring entry. */
   private postCounted(msg: ToWorker, transfer?: ArrayBuffer[]): void {

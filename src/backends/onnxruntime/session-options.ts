@@ -38,7 +38,7 @@ const SPINNING_KEY = 'session.intra_op.allow_spinning';
  * (`spin_wait_microseconds`, or for every model
  * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
  */
-export const DEFAULT_SPIN_WAIT_MICROS = 100;
+export const DEFAULT_SPIN_WAIT_MICROS = 300;
 
 /** The session thread's busy-wait (see DEFAULT_SPIN_WAIT_MICROS). Throws a config error for a bad value. */
 export function spinWaitMicros(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): number {
