@@ -230,10 +230,14 @@ test('a full level rejects at once with Triton\'s message, counted as REJECTED',
 });
 
 test('a request that times out in the queue is rejected with UNAVAILABLE "Request timeout expired"', async () => {
-  const h = new Harness({ defaultQueuePolicy: policy({ timeoutUs: 1000 }) }, { maxBatchSize: 1 });
+  // 'busy' sits in a level without a timeout, so that a slow machine cannot expire it before it starts.
+  const h = new Harness(
+    { priorityLevels: 2n, defaultPriorityLevel: 1n, priorityQueuePolicy: { '2': policy({ timeoutUs: 1000 }) } },
+    { maxBatchSize: 1 },
+  );
   const [inst] = h.instances;
   h.submit(request('busy'));
-  h.submit(request('late'));
+  h.submit(request('late'), { priority: 2 });
   const late = await h.outcome('late'); // the instance stays busy: only the timeout can answer it
   assert.equal(late.error?.message, 'Request timeout expired');
   assert.equal(late.error?.errorClass, 'UNAVAILABLE');
