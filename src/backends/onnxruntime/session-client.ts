@@ -28,6 +28,7 @@ import {
   STATE_SLEEPING,
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
+  TIME_APPENDED,
   USABLE_HEADER_WORDS,
   WAKE,
   alignUp,
@@ -211,6 +212,7 @@ export class SessionClient {
     arena.times = times;
     const promise = new Promise<readonly WireTensor[]>(arena.executor);
     if (this.inFlight++ === 0) this.worker.ref();
+    arena.workerTimes[TIME_APPENDED] = nowNs();
     this.append(arena.index, times);
     return promise;
   }

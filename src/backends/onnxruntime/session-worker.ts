@@ -21,6 +21,7 @@ import {
   STATE_SLEEPING,
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
+  TIME_APPENDED,
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
@@ -112,8 +113,9 @@ function catchUp(): void {
  * After a run, with the ring empty, the worker waits for the next entry in
  * three steps, each cheaper for this thread and dearer for the next run:
  * - under light load (C_LIGHT: the last entry found nothing else in flight)
- *   it busy-waits for spinMicros, and the next run starts at once; under
- *   load it does not, as a spinning thread takes a core the event loop needs;
+ *   it busy-waits for spinMicros while that usually catches the next run
+ *   (see below), and the next run starts at once; under load it does not,
+ *   as a spinning thread takes a core the event loop needs;
  * - it dozes in timed waits on the ring's tail for DOZE_MICROS: the main
  *   thread notifies it when it appends (a cheaper wake-up than a message),
  *   and a doze step that runs out finds the entry anyway;
@@ -125,9 +127,34 @@ const SPIN_MICROS = init.spinMicros;
 const DOZE_MICROS = 2000;
 const DOZE_STEP_MS = 0.1;
 
+/**
+ * The busy-wait pays only when the next run usually comes within it: while
+ * this thread spins it holds a core, and on a small machine the event loop
+ * (or the client) may need that core to produce the next run. So the worker
+ * keeps a moving share of light-load idle gaps (from going idle to the next
+ * run being appended) that were within spinMicros, and spins only while
+ * most were.
+ */
+let hitRate = 1;
+/** hrtime ns when the ring was last found empty under light load; 0 when not idle. */
+let idleSinceNs = 0;
+
+function noteGap(appendedNs: number): void {
+  if (idleSinceNs === 0) return;
+  const hit = appendedNs - idleSinceNs <= SPIN_MICROS * 1000 ? 1 : 0;
+  hitRate = hitRate * 0.9 + hit * 0.1;
+  idleSinceNs = 0;
+}
+
+function spinBudgetMicros(): number {
+  return SPIN_MICROS > 0 && control[C_LIGHT] === 1 && hitRate >= 0.5 ? SPIN_MICROS : 0;
+}
+
 function awaitEntry(head: number): boolean {
-  if (SPIN_MICROS > 0 && control[C_LIGHT] === 1) {
-    const end = performance.now() + SPIN_MICROS / 1000;
+  if (control[C_LIGHT] === 1) idleSinceNs = nowNs();
+  const spin = spinBudgetMicros();
+  if (spin > 0) {
+    const end = performance.now() + spin / 1000;
     do {
       for (let i = 0; i < 32; i++) if (Atomics.load(control, C_TAIL) !== head) return true;
     } while (performance.now() < end);
@@ -153,8 +180,12 @@ async function serve(session: ort.InferenceSession): Promise<void> {
       head = (head + 1) | 0;
       catchUp();
       const pickNs = nowNs();
-      if (entry >= 0) await runArena(session, arenas[entry]!, pickNs);
-      else {
+      if (entry >= 0) {
+        const arena = arenas[entry]!;
+        noteGap(arena.times[TIME_APPENDED]!);
+        await runArena(session, arena, pickNs);
+      } else {
+        idleSinceNs = 0;
         const msg = portRuns.shift()!;
         await run(session, msg.id, msg.feeds, msg.fetches, pickNs);
       }

@@ -141,11 +141,13 @@ export function arenaTypeCode(type: string): number {
 export const HEADER_WORDS = 1024;
 export const HEADER_BYTES = HEADER_WORDS * 4;
 /**
- * The last words of the header hold the worker's timestamps of the run
- * (TIMES_COUNT float64 hrtime ns: taken from the ring, run started, run
- * ended); run and result headers use the words before them.
+ * The last words of the header hold timestamps of the run (TIMES_COUNT
+ * float64 hrtime ns): the worker's (taken from the ring, run started, run
+ * ended), then the main thread's (appended to the ring, at TIME_APPENDED).
+ * Run and result headers use the words before them.
  */
-export const TIMES_COUNT = 3;
+export const TIMES_COUNT = 4;
+export const TIME_APPENDED = 3;
 export const TIMES_BYTE_OFFSET = HEADER_BYTES - 32;
 export const USABLE_HEADER_WORDS = TIMES_BYTE_OFFSET / 4;
 
