@@ -51,16 +51,26 @@ async function measure(url: string, model: BenchModel, format: 'json' | 'binary'
   return runWrk(url, body, c, SECONDS);
 }
 
-async function scrapeMeanBatch(metricsPort: number, modelName: string): Promise<number | undefined> {
+/** The model's inference and execution counts from the metrics endpoint. */
+async function scrapeCounts(metricsPort: number, modelName: string): Promise<{ inferences: number; executions: number } | undefined> {
   try {
     const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     const count = new RegExp(`^nv_inference_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
     const exec = new RegExp(`^nv_inference_exec_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
-    if (!count || !exec || Number(exec[1]) === 0) return undefined;
-    return Number(count[1]) / Number(exec[1]);
+    if (!count || !exec) return undefined;
+    return { inferences: Number(count[1]), executions: Number(exec[1]) };
   } catch {
     return undefined;
   }
+}
+
+/** Mean executed batch size between two scrapes. */
+function meanBatchBetween(
+  before: { inferences: number; executions: number } | undefined,
+  after: { inferences: number; executions: number } | undefined,
+): number | undefined {
+  if (!before || !after || after.executions === before.executions) return undefined;
+  return (after.inferences - before.inferences) / (after.executions - before.executions);
 }
 
 async function httpSection(models: BenchModel[]): Promise<void> {
@@ -114,8 +124,9 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
     try {
       for (const format of ['binary', 'json'] as const) {
         for (const c of conc) {
+          const before = await scrapeCounts(nereid.metrics, model.batchedName);
           const d = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.batchedName}/infer`, model, format, c);
-          const meanBatch = await scrapeMeanBatch(nereid.metrics, model.batchedName);
+          const meanBatch = meanBatchBetween(before, await scrapeCounts(nereid.metrics, model.batchedName));
           const p = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
           const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
           rows.push([
@@ -143,7 +154,7 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
       ['body', 'conc', 'batched/s', 'p50us', 'p99us', 'meanBatch*', 'unbatched/s', 'naive/s', 'naive p50', 'x naive', 'x ceiling', 'errors'],
       rows,
     );
-    process.stdout.write('* cumulative mean executed batch size since the server started (nv_inference_count / nv_inference_exec_count)\n');
+    process.stdout.write('* mean executed batch size during the point, from the metrics (nv_inference_count / nv_inference_exec_count, differences)\n');
   }
 }
 
