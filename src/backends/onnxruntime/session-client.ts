@@ -73,6 +73,13 @@ export class RunTimes {
   }
 }
 
+class Backlogged {
+  constructor(
+    readonly entry: number,
+    readonly times: RunTimes | undefined,
+  ) {}
+}
+
 class PendingRun {
   constructor(
     readonly resolve: Resolve,
@@ -138,6 +145,10 @@ export class SessionClient {
   /** Counted messages sent so far (see C_SENT). */
   private sent = 0;
   private notifyQueued = false;
+  /** Ring entries whose runs have not finished (at most RING_SIZE). */
+  private ringed = 0;
+  /** Entries waiting for a free ring slot, in order. */
+  private readonly backlog: Backlogged[] = [];
   private readonly pending = new Map<number, PendingRun>();
   private readonly arenas: Arena[] = [];
   private readonly freeArenas: Arena[] = [];
@@ -206,7 +217,7 @@ export class SessionClient {
   run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
     const words = this.headerWords(feeds, fetches);
-    if (words < 0 || this.inFlight >= RING_SIZE) return this.runCloned(feeds, fetches, times);
+    if (words < 0) return this.runCloned(feeds, fetches, times);
     const arena = this.takeArena(feeds);
     this.writeRun(arena, feeds, fetches);
     arena.times = times;
@@ -225,6 +236,12 @@ export class SessionClient {
    * room; under load, busy-waiting takes a core the event loop needs.
    */
   private append(entry: number, times: RunTimes | undefined): void {
+    if (this.ringed >= RING_SIZE) {
+      // Every slot holds a run not yet finished: wait for one to finish.
+      this.backlog.push(new Backlogged(entry, times));
+      return;
+    }
+    this.ringed++;
     const c = this.control;
     const light = this.inFlight <= 1;
     c[RING_BASE + (this.tail & RING_MASK)] = entry;
@@ -442,6 +459,9 @@ export class SessionClient {
   }
 
   private finish(): void {
+    this.ringed--;
+    const next = this.backlog.shift();
+    if (next) this.append(next.entry, next.times);
     if (--this.inFlight === 0) {
       this.worker.unref();
       this.onDrained?.();
@@ -454,6 +474,8 @@ export class SessionClient {
     this.pending.clear();
     for (const a of this.arenas) if (a.resolve) a.settle(undefined, err);
     this.inFlight = 0;
+    this.ringed = 0;
+    this.backlog.length = 0;
     this.onDrained?.();
   }
 }

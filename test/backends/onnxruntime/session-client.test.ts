@@ -2,7 +2,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
-import { RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
+import { RING_SIZE, RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
 import { TempDir } from './fixtures.js';
 
@@ -165,4 +165,16 @@ test('a thread that has gone to sleep is woken by the next run, with and without
       await new Promise((r) => setTimeout(r, 20));
     }
   }
+});
+
+test('more runs in flight than the ring has slots wait for a slot, and all finish with their own outputs', { timeout: 60_000 }, async () => {
+  const client = await start('identity_overflow', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]), 0);
+  const n = RING_SIZE + 76;
+  // A big run first keeps the thread busy while the small ones are handed over.
+  const big = new Float32Array(16_000_000).fill(1.5);
+  const runs = [client.run([f32Feed('INPUT0', big)], ['OUTPUT0'])];
+  for (let i = 0; i < n; i++) runs.push(client.run([f32Feed('INPUT0', ramp(2, i))], ['OUTPUT0']));
+  const results = await Promise.all(runs);
+  assert.equal((results[0]![0]!.data as Float32Array).length, big.length);
+  for (let i = 0; i < n; i++) assert.deepEqual(floats(results[i + 1]![0]), [...ramp(2, i)], `run ${i}`);
 });
