@@ -31,10 +31,11 @@ const SPINNING_KEY = 'session.intra_op.allow_spinning';
 
 /**
  * How long an instance's session thread busy-waits for the next run after
- * one ends, before it sleeps (µs). Waking a sleeping thread costs tens of
+ * one ends, before it dozes (µs). Waking a sleeping thread costs tens of
  * microseconds on a virtual machine, which is more than a small model's run;
- * a run that arrives within the wait starts at once. The wait shrinks by
- * itself when runs come seldom. Nereid's own parameter
+ * a run that arrives within the wait starts at once. The thread busy-waits
+ * only under light load, and only while most recent gaps between runs were
+ * that short (see session-worker.ts). Nereid's own parameter
  * (`spin_wait_microseconds`, or for every model
  * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
  */
