@@ -73,13 +73,6 @@ export class RunTimes {
   }
 }
 
-class Backlogged {
-  constructor(
-    readonly entry: number,
-    readonly times: RunTimes | undefined,
-  ) {}
-}
-
 class PendingRun {
   constructor(
     readonly resolve: Resolve,
@@ -148,7 +141,7 @@ export class SessionClient {
   /** Ring entries whose runs have not finished (at most RING_SIZE). */
   private ringed = 0;
   /** Entries waiting for a free ring slot, in order. */
-  private readonly backlog: Backlogged[] = [];
+  private readonly backlog: number[] = [];
   private readonly pending = new Map<number, PendingRun>();
   private readonly arenas: Arena[] = [];
   private readonly freeArenas: Arena[] = [];
@@ -223,8 +216,10 @@ export class SessionClient {
     arena.times = times;
     const promise = new Promise<readonly WireTensor[]>(arena.executor);
     if (this.inFlight++ === 0) this.worker.ref();
-    arena.workerTimes[TIME_APPENDED] = nowNs();
-    this.append(arena.index, times);
+    const at = nowNs();
+    arena.workerTimes[TIME_APPENDED] = at;
+    if (times) times.postedNs = at;
+    this.append(arena.index);
     return promise;
   }
 
@@ -235,10 +230,10 @@ export class SessionClient {
    * flight here), where the run's latency is what counts and the cores have
    * room; under load, busy-waiting takes a core the event loop needs.
    */
-  private append(entry: number, times: RunTimes | undefined): void {
+  private append(entry: number): void {
     if (this.ringed >= RING_SIZE) {
       // Every slot holds a run not yet finished: wait for one to finish.
-      this.backlog.push(new Backlogged(entry, times));
+      this.backlog.push(entry);
       return;
     }
     this.ringed++;
@@ -246,7 +241,6 @@ export class SessionClient {
     const light = this.inFlight <= 1;
     c[RING_BASE + (this.tail & RING_MASK)] = entry;
     this.tail = (this.tail + 1) | 0;
-    if (times) times.postedNs = nowNs();
     c[C_LIGHT] = light ? 1 : 0;
     Atomics.store(c, C_TAIL, this.tail);
     const state = Atomics.load(c, C_STATE);
@@ -418,7 +412,8 @@ export class SessionClient {
       this.pending.set(id, new PendingRun(resolve, reject, times));
       if (this.inFlight++ === 0) this.worker.ref();
       this.postCounted(msg, transfer);
-      this.append(RING_PORT_RUN, times);
+      if (times) times.postedNs = nowNs();
+      this.append(RING_PORT_RUN);
     });
   }
 
@@ -461,7 +456,7 @@ export class SessionClient {
   private finish(): void {
     this.ringed--;
     const next = this.backlog.shift();
-    if (next) this.append(next.entry, next.times);
+    if (next !== undefined) this.append(next);
     if (--this.inFlight === 0) {
       this.worker.unref();
       this.onDrained?.();

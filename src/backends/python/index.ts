@@ -25,7 +25,7 @@ import { resolveInterpreter, stubScript } from './interpreter.js';
 import { StubProcess } from './stub-process.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
-import { FINALIZE_GRACE_MS, ProcessModel, loadFailureReason, stubTimeoutMs } from './worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.py';
 const READY_TIMEOUT_MS = 5000;
@@ -97,12 +97,6 @@ export class PythonInstance implements BackendInstance {
 
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
     const model = this.ctx.modelName;
-    let proc: StubProcess;
-    try {
-      proc = await this.supervisor.current();
-    } catch (err) {
-      throw Errors.modelExecution(model, `the Python process is not available: ${loadFailureReason(err)}`);
-    }
     const buffers: Uint8Array[] = [];
     const wire = new Array<WireRequest>(requests.length);
     for (let r = 0; r < requests.length; r++) {
@@ -122,20 +116,8 @@ export class PythonInstance implements BackendInstance {
         metas,
       );
     }
-    const pending = proc.command({ t: 'execute', r: wire }, buffers);
-    timer.inputDone();
-    let reply;
-    try {
-      reply = await pending;
-    } catch (err) {
-      throw Errors.modelExecution(model, loadFailureReason(err));
-    }
-    timer.inferDone();
+    const reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', r: wire }, buffers, timer, 'responses', 'execute()');
     const h = reply.header;
-    if (h.t !== 'responses') {
-      if (typeof h.tb === 'string') this.ctx.logger.error({ model, traceback: h.tb }, 'execute() failed');
-      throw Errors.modelExecution(model, String(h.m ?? `unexpected reply '${h.t}'`));
-    }
     const items = h.r as Array<{ o?: WireTensor[]; e?: { m: string; c: string }; p?: string }>;
     if (!Array.isArray(items) || items.length !== requests.length) {
       throw Errors.modelExecution(model, 'the Python process returned a malformed reply');

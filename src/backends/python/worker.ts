@@ -3,7 +3,8 @@
  * python and pytorch backends.
  */
 import type { Logger } from 'pino';
-import type { BackendInstance, BackendModel, InstanceContext } from '../backend.js';
+import type { BackendInstance, BackendModel, ExecutionTimer, InstanceContext } from '../backend.js';
+import type { Frame, FrameHeader } from './frame.js';
 import { Errors } from '../../errors.js';
 import { serveBls } from './bls.js';
 import { modelConfigToJsonString } from './config-json.js';
@@ -99,6 +100,45 @@ export async function superviseWorker(ctx: InstanceContext, spec: WorkerSpec): P
 /** A message for a load failure: the Python reason, without our own label when it is there. */
 export function loadFailureReason(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * Sends one execute command to an instance's worker and returns its reply,
+ * marking the timer's stages. A missing process, a dead one, or a reply of
+ * another type than `expected` (a Python exception in `what`, whose traceback
+ * is logged) becomes a model execution error.
+ */
+export async function executeOnWorker(
+  supervisor: StubSupervisor,
+  ctx: InstanceContext,
+  header: FrameHeader,
+  buffers: readonly Uint8Array[],
+  timer: ExecutionTimer,
+  expected: string,
+  what: string,
+): Promise<Frame> {
+  const model = ctx.modelName;
+  let proc: StubProcess;
+  try {
+    proc = await supervisor.current();
+  } catch (err) {
+    throw Errors.modelExecution(model, `the Python process is not available: ${loadFailureReason(err)}`);
+  }
+  const pending = proc.command(header, buffers);
+  timer.inputDone();
+  let reply: Frame;
+  try {
+    reply = await pending;
+  } catch (err) {
+    throw Errors.modelExecution(model, loadFailureReason(err));
+  }
+  timer.inferDone();
+  const h = reply.header;
+  if (h.t !== expected) {
+    if (typeof h.tb === 'string') ctx.logger.error({ model, traceback: h.tb }, `${what} failed`);
+    throw Errors.modelExecution(model, String(h.m ?? `unexpected reply '${h.t}'`));
+  }
+  return reply;
 }
 
 /**

@@ -24,7 +24,7 @@ import type { Tensor } from '../../tensor/tensor.js';
 import type { WireTensor } from '../python/frame.js';
 import type { StubSupervisor } from '../python/supervisor.js';
 import { decodeWireTensor } from '../python/wire.js';
-import { FINALIZE_GRACE_MS, ProcessModel, loadFailureReason } from '../python/worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker } from '../python/worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.pt';
 
@@ -99,25 +99,10 @@ export class PyTorchInstance implements BackendInstance {
 
   private async run(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
     const model = this.ctx.modelName;
-    const proc = await this.supervisor.current().catch((err: unknown) => {
-      throw Errors.modelExecution(model, `the Python process is not available: ${loadFailureReason(err)}`);
-    });
     const { metas, buffers } = joinInputs(model, requests);
     const wanted = this.requestedUnion(requests);
-    const pending = proc.command({ t: 'execute', i: metas, o: wanted }, buffers);
-    timer.inputDone();
-    let reply;
-    try {
-      reply = await pending;
-    } catch (err) {
-      throw Errors.modelExecution(model, loadFailureReason(err));
-    }
-    timer.inferDone();
+    const reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', i: metas, o: wanted }, buffers, timer, 'outputs', 'forward()');
     const h = reply.header;
-    if (h.t !== 'outputs') {
-      if (typeof h.tb === 'string') this.ctx.logger.error({ model, traceback: h.tb }, 'forward() failed');
-      throw Errors.modelExecution(model, String(h.m ?? `unexpected reply '${h.t}'`));
-    }
     const outputs = new Map<string, Tensor>();
     for (const m of h.o as WireTensor[]) outputs.set(m.n, decodeWireTensor(m, reply.buffers));
     if (requests.length === 1) {
