@@ -206,6 +206,8 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       modelControlMode: mode as ModelControlMode,
       loadModels,
       repositoryPollSecs: mode === 'poll' ? f.int('repository-poll-secs', 15) : 0,
+      modelLoadThreadCount: f.int('model-load-thread-count', 4),
+      modelLoadRetryCount: f.int('model-load-retry-count', 0),
       modelConfigName: f.string('model-config-name'),
       strictReadiness: f.bool('strict-readiness', true),
       exitOnError: f.bool('exit-on-error', true),

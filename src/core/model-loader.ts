@@ -24,7 +24,7 @@ import { DefaultScheduler } from '../scheduler/default-scheduler.js';
 import { DynamicBatcher } from '../scheduler/dynamic-batcher.js';
 import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
 import { ModelSignature } from './request.js';
-import { ModelVersion } from './model-version.js';
+import { ModelVersion, type VersionStateListener } from './model-version.js';
 
 export interface LoaderOptions {
   autoComplete: boolean;
@@ -33,6 +33,10 @@ export interface LoaderOptions {
   gpuCount: number;
   logger: Logger;
   server: InferenceCaller;
+  /** Extra attempts for a version that fails to load (--model-load-retry-count). Default 0. */
+  retryCount?: number;
+  /** Hears every state change of the versions this loader creates. */
+  onVersionState?: VersionStateListener;
 }
 
 export interface LoadedModel {
@@ -199,19 +203,85 @@ async function loadVersion(
     v.instances = instances;
     v.scheduler = makeScheduler(v, instances);
     v.loadDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
-    v.state = 'READY';
-    v.reason = '';
+    v.setState('READY', '');
     logger.info({ instances: instances.length, seconds: v.loadDurationSecs }, 'model version ready');
   } catch (err) {
-    v.state = 'UNAVAILABLE';
-    v.reason = err instanceof Error ? err.message : String(err);
-    logger.error({ reason: v.reason }, 'model version failed to load');
+    const reason = err instanceof Error ? err.message : String(err);
     try {
       await v.close();
     } catch (closeErr) {
       logger.warn({ err: closeErr }, 'cleanup after a failed load failed');
     }
+    v.setState('UNAVAILABLE', reason);
+    logger.error({ reason }, 'model version failed to load');
   }
+}
+
+/** Loads one version, trying again up to `retryCount` more times when it fails. */
+async function loadVersionWithRetries(
+  v: ModelVersion,
+  backend: Backend,
+  modelDir: string,
+  labels: Map<string, string[]>,
+  options: LoaderOptions,
+): Promise<void> {
+  const attempts = 1 + Math.max(0, options.retryCount ?? 0);
+  for (let attempt = 1; attempt <= attempts; attempt++) {
+    if (attempt > 1) {
+      options.logger.info({ model: v.modelName, version: v.version, attempt }, 'retrying the load of a model version');
+      v.setState('LOADING', '');
+    }
+    await loadVersion(v, backend, modelDir, labels, options);
+    if (v.state === 'READY') return;
+  }
+}
+
+/** A model whose configuration is resolved and whose versions are chosen, not loaded yet. */
+export interface PreparedModel {
+  name: string;
+  modelDir: string;
+  config: ModelConfig;
+  backend: Backend;
+  /** Versions the policy selects, ascending. */
+  selected: number[];
+  /** Versions a `specific` policy names that have no folder. */
+  missing: number[];
+  labels: Map<string, string[]>;
+}
+
+/** First phase of a load: configuration, backend and version choice. Throws when the model as a whole cannot load. */
+export async function prepareModel(
+  name: string,
+  modelDir: string,
+  options: LoaderOptions,
+  configOverride?: string,
+): Promise<PreparedModel> {
+  const { config, backend, available } = await resolveModelConfig(name, modelDir, options, configOverride);
+  const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
+  if (selected.length === 0 && missing.length === 0) {
+    throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
+  }
+  const labels = await readLabels(modelDir, config);
+  return { name, modelDir, config, backend, selected, missing, labels };
+}
+
+/** Second phase: builds every selected version (each READY or UNAVAILABLE with its reason). Never throws. */
+export async function loadPreparedVersions(prepared: PreparedModel, options: LoaderOptions): Promise<LoadedModel> {
+  const { name, config, backend, modelDir, labels } = prepared;
+  const versions = new Map<number, ModelVersion>();
+  const make = (n: number): ModelVersion => {
+    const v = new ModelVersion(name, n, config);
+    v.stateListener = options.onVersionState;
+    return v;
+  };
+  for (const n of prepared.selected) versions.set(n, make(n));
+  await Promise.all([...versions.values()].map((v) => loadVersionWithRetries(v, backend, modelDir, labels, options)));
+  for (const n of prepared.missing) {
+    const v = make(n);
+    v.setState('UNAVAILABLE', missingVersionMessage(name, n));
+    versions.set(n, v);
+  }
+  return { config, versions };
 }
 
 /** Loads every version the policy selects. Throws (with the reason) when the model as a whole cannot load. */
@@ -221,22 +291,7 @@ export async function loadModel(
   options: LoaderOptions,
   configOverride?: string,
 ): Promise<LoadedModel> {
-  const { config, backend, available } = await resolveModelConfig(name, modelDir, options, configOverride);
-  const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
-  if (selected.length === 0 && missing.length === 0) {
-    throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
-  }
-  const labels = await readLabels(modelDir, config);
-  const versions = new Map<number, ModelVersion>();
-  for (const n of selected) versions.set(n, new ModelVersion(name, n, config));
-  await Promise.all([...versions.values()].map((v) => loadVersion(v, backend, modelDir, labels, options)));
-  for (const n of missing) {
-    const v = new ModelVersion(name, n, config);
-    v.state = 'UNAVAILABLE';
-    v.reason = missingVersionMessage(name, n);
-    versions.set(n, v);
-  }
-  return { config, versions };
+  return loadPreparedVersions(await prepareModel(name, modelDir, options, configOverride), options);
 }
 
 export function describeLoadError(err: unknown): string {

@@ -6,9 +6,14 @@ import type { ModelSignature } from './request.js';
 import { ModelVersionStatistics } from './statistics.js';
 import type { ModelState } from './types.js';
 
+/** Called after a version's state or reason changed. */
+export type VersionStateListener = (v: ModelVersion, previous: ModelState) => void;
+
 export class ModelVersion {
-  state: ModelState = 'LOADING';
+  private currentState: ModelState = 'LOADING';
   reason = '';
+  /** Set by the model repository manager to hear about state changes. */
+  stateListener: VersionStateListener | undefined;
   readonly stats: ModelVersionStatistics;
   scheduler: Scheduler | undefined;
   instances: ModelInstance[] = [];
@@ -27,6 +32,23 @@ export class ModelVersion {
     readonly config: ModelConfig,
   ) {
     this.stats = new ModelVersionStatistics(modelName, String(version));
+  }
+
+  get state(): ModelState {
+    return this.currentState;
+  }
+
+  set state(next: ModelState) {
+    const previous = this.currentState;
+    if (previous === next) return;
+    this.currentState = next;
+    this.stateListener?.(this, previous);
+  }
+
+  /** Sets the state and its reason together (the listener sees both). */
+  setState(next: ModelState, reason: string): void {
+    this.reason = reason;
+    this.state = next;
   }
 
   /** Restarts of this version's instance processes (process-based backends). */

@@ -109,6 +109,10 @@ export interface ServerOptions {
   /** Explicit mode: models to load at start ('*' = all). */
   loadModels?: string[];
   repositoryPollSecs?: number;
+  /** Models loading at once (--model-load-thread-count). Default 4. */
+  modelLoadThreadCount?: number;
+  /** Extra attempts for a version that fails to load (--model-load-retry-count). Default 0. */
+  modelLoadRetryCount?: number;
   modelConfigName?: string;
   strictReadiness?: boolean;
   exitOnError?: boolean;

@@ -10,3 +10,4 @@ export {
   type RepositoryEntry,
 } from './scan.js';
 export { selectVersions, selectVersionsDetailed, missingVersionMessage, type VersionSelection } from './version-policy.js';
+export { fingerprintDir } from './change-detection.js';

@@ -1,0 +1,42 @@
+/** What the model repository manager knows about one model name. */
+import type { ModelConfig } from '../gen/model_config_pb.js';
+import type { ModelDependency } from './model-dependencies.js';
+import type { ModelVersion } from './model-version.js';
+
+export class ModelEntry {
+  /** The versions serving (or failed, or unloaded) now, by number. */
+  versions = new Map<number, ModelVersion>();
+  config: ModelConfig | undefined;
+  /** Why the model as a whole is not served ('' when it is). */
+  error = '';
+  /** Fingerprint of the folder as last loaded (or last failed). */
+  fingerprint = '';
+  /** Poll mode: the fingerprint seen on the previous poll, for a change not loaded yet. */
+  settlingFingerprint = '';
+  everLoaded = false;
+  /** Loaded on request (or in none/poll mode), not only as another model's dependency. */
+  explicit = false;
+  /** Models this one needs, from its last configuration. */
+  dependencies: ModelDependency[] = [];
+  /** Set while the versions are down because a dependency went away; '' otherwise. */
+  dependencyLoss = '';
+  /** Names of the models this one is waiting on while it loads (cycle detection). */
+  waitingOn = new Set<string>();
+  /** Set while a load or unload of this model is in progress. */
+  busy: Promise<void> | undefined;
+
+  constructor(
+    readonly name: string,
+    public dir: string | undefined,
+  ) {}
+
+  /** Whether any version is READY. */
+  get serving(): boolean {
+    for (const v of this.versions.values()) if (v.state === 'READY') return true;
+    return false;
+  }
+
+  dependsOn(model: string): boolean {
+    return this.dependencies.some((d) => d.model === model);
+  }
+}

@@ -1,0 +1,574 @@
+/**
+ * The model repository manager: which models exist, which versions serve,
+ * and every change to that. It loads and unloads models (per control mode),
+ * polls the repositories, loads a model's dependencies before the model,
+ * swaps reloaded versions in without a gap, and tells listeners about every
+ * state change. `Server` is the public facade over it.
+ *
+ * Invariants:
+ * - Loads and unloads of one model are serialised; different models load
+ *   concurrently, at most `loadThreadCount` at a time.
+ * - A (re)load builds the new versions beside the old ones, swaps them in,
+ *   and only then drains and closes the old ones. A reload that fails leaves
+ *   the old versions serving.
+ * - A model with dependencies serves only while its dependencies serve.
+ */
+import { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import { Errors, NereidError, asNereidError } from '../errors.js';
+import { fingerprintDir, isDuplicate, listModels, type RepositoryEntry } from '../repository/index.js';
+import { Limiter } from './limiter.js';
+import { DependencyErrors, type DependencyResolver, type ModelDependency, ensembleDependencies } from './model-dependencies.js';
+import { ModelEntry } from './model-entry.js';
+import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
+import type { ModelVersion } from './model-version.js';
+import type { ModelControlMode, ModelState, RepositoryIndexEntry } from './types.js';
+
+/** Reason of a version taken down by an explicit unload (Triton's word). */
+export const UNLOADED = 'unloaded';
+
+/** Triton's default for --model-load-thread-count. */
+export const DEFAULT_LOAD_THREAD_COUNT = 4;
+
+export interface ModelRepositoryManagerOptions {
+  repositories: readonly string[];
+  controlMode: ModelControlMode;
+  loader: LoaderOptions;
+  logger: Logger;
+  /** Models loading at once (--model-load-thread-count). Default 4. */
+  loadThreadCount?: number;
+  /** Poll mode: seconds between polls; 0 or less polls only when asked (pollNow). */
+  pollSecs?: number;
+  /** Finds a configuration's dependencies. Default: an ensemble's composing models. */
+  dependencies?: DependencyResolver;
+}
+
+/** One change of a version's state, as listeners hear it. */
+export interface VersionStateChange {
+  model: string;
+  version: number;
+  state: ModelState;
+  previous: ModelState;
+  reason: string;
+}
+
+export interface ModelRepositoryManagerEvents {
+  /** A version became READY and is reachable by requests. */
+  versionReady: [ModelVersion];
+  /** A version is being closed (after its requests drained). */
+  versionUnloaded: [ModelVersion];
+  /** Any state change of any version, including versions still being built. */
+  stateChange: [VersionStateChange];
+}
+
+export interface LoadRequest {
+  /** ModelConfig JSON replacing config.pbtxt; forces a reload. */
+  config?: string;
+  /** A folder to load from instead of the model's own (file overrides); forces a reload. */
+  dir?: string;
+  /** Set when the user (or none/poll mode) asked for this model, not only a dependent of it. */
+  explicit?: boolean;
+  /** Fingerprint already taken by the caller (poll mode). */
+  fingerprint?: string;
+  /** The models whose loads led here, for cycle detection. */
+  chain?: readonly string[];
+}
+
+/** Triton's per-version load failure text: "version N is at STATE state: reason;" for each. */
+function versionFailures(versions: readonly ModelVersion[]): string {
+  return versions.map((v) => `version ${v.version} is at ${v.state} state: ${v.reason};`).join('');
+}
+
+export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerEvents> {
+  readonly controlMode: ModelControlMode;
+  private readonly options: ModelRepositoryManagerOptions;
+  private readonly logger: Logger;
+  private readonly models = new Map<string, ModelEntry>();
+  private readonly slots: Limiter;
+  private readonly dependenciesOf: DependencyResolver;
+  private readonly loader: LoaderOptions;
+  private stopping = false;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private polling: Promise<void> | undefined;
+
+  constructor(options: ModelRepositoryManagerOptions) {
+    super();
+    this.options = options;
+    this.controlMode = options.controlMode;
+    this.logger = options.logger;
+    const threads = options.loadThreadCount ?? DEFAULT_LOAD_THREAD_COUNT;
+    if (!Number.isInteger(threads) || threads < 1) {
+      throw Errors.config(`--model-load-thread-count must be at least 1, got ${threads}`);
+    }
+    this.slots = new Limiter(threads);
+    const retries = options.loader.retryCount ?? 0;
+    if (!Number.isInteger(retries) || retries < 0) {
+      throw Errors.config(`--model-load-retry-count must be 0 or more, got ${retries}`);
+    }
+    this.dependenciesOf = options.dependencies ?? ensembleDependencies;
+    this.loader = { ...options.loader, onVersionState: (v, previous) => this.versionStateChanged(v, previous) };
+  }
+
+  // ---- start and stop ----------------------------------------------------
+
+  /**
+   * Lists the repositories and loads the start-up models: every model in
+   * none and poll modes, `startupModels` ('*' for all) in explicit mode.
+   * Resolves with the failure reasons (empty when everything loaded).
+   */
+  async start(startupModels: readonly string[] = []): Promise<string[]> {
+    const found = await listModels(this.options.repositories);
+    let toLoad: string[];
+    if (this.controlMode === 'explicit') toLoad = startupModels.includes('*') ? [...found.keys()] : [...startupModels];
+    else toLoad = [...found.keys()];
+    this.applyListing(found);
+    const failures: string[] = [];
+    await Promise.all(
+      toLoad.map(async (name) => {
+        const entry = this.models.get(name);
+        if (!entry) {
+          failures.push(`failed to load '${name}', failed to poll from model repository`);
+          return;
+        }
+        // A dependency may have been loaded (or be loading) for a model listed earlier.
+        if (entry.busy) await entry.busy.catch(() => undefined);
+        if (!entry.everLoaded) await this.loadEntry(entry, { explicit: true }).catch(() => undefined);
+        else entry.explicit = true;
+        const reason = this.failureOf(entry);
+        if (reason) failures.push(Errors.loadFailed(name, reason).message);
+      }),
+    );
+    if (this.controlMode === 'poll') this.startPolling();
+    return failures;
+  }
+
+  /** Stops polling, waits for in-flight requests (at most `timeoutMs`), then closes every version. */
+  async stop(timeoutMs: number): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    if (this.pollTimer) clearInterval(this.pollTimer);
+    if (this.polling) await this.polling;
+    const all = [...this.models.values()].flatMap((e) => [...e.versions.values()]);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), timeoutMs);
+    });
+    const result = await Promise.race([Promise.all(all.map((v) => v.idle())).then(() => 'idle' as const), timedOut]);
+    clearTimeout(timer);
+    if (result === 'timeout') {
+      this.logger.warn({ timeoutSecs: timeoutMs / 1000 }, 'exit timeout reached with requests still in flight');
+    }
+    await Promise.all(all.map((v) => this.closeVersion(v)));
+  }
+
+  // ---- reading the state -------------------------------------------------
+
+  /** The entry of a model name, if the repositories have (or had) one. */
+  entry(name: string): ModelEntry | undefined {
+    return this.models.get(name);
+  }
+
+  /** Every known model name, sorted. */
+  modelNames(): string[] {
+    return [...this.models.keys()].sort();
+  }
+
+  /** The version a request addresses, or the error Triton gives. */
+  resolveVersion(name: string, version: string | undefined): ModelVersion {
+    const entry = this.models.get(name);
+    if (!entry) throw Errors.modelNotFound(name);
+    if (version === undefined || version === '' || version === '-1') {
+      let best: ModelVersion | undefined;
+      for (const v of entry.versions.values()) {
+        if (v.state === 'READY' && (!best || v.version > best.version)) best = v;
+      }
+      if (!best) throw Errors.modelNoAvailableVersions(name);
+      return best;
+    }
+    if (!/^\d+$/.test(version)) throw Errors.invalidModelVersion(name, version);
+    const v = entry.versions.get(Number(version));
+    if (!v) throw Errors.modelVersionNotFound(name, version);
+    if (v.state !== 'READY') throw Errors.modelVersionNotReady(name, version);
+    return v;
+  }
+
+  /** READY versions of one model, ascending. */
+  readyVersionsOf(name: string): ModelVersion[] {
+    const entry = this.models.get(name);
+    if (!entry) return [];
+    return [...entry.versions.values()].filter((v) => v.state === 'READY').sort((a, b) => a.version - b.version);
+  }
+
+  /** Every READY version, for metrics and dashboards. */
+  readyVersions(): ModelVersion[] {
+    const out: ModelVersion[] = [];
+    for (const e of this.models.values()) for (const v of e.versions.values()) if (v.state === 'READY') out.push(v);
+    return out;
+  }
+
+  /** Strict readiness: every model that was asked to load serves every version (unloaded ones aside). */
+  allReady(): boolean {
+    for (const entry of this.models.values()) {
+      if (!entry.everLoaded && !entry.busy) continue;
+      if (entry.error) return false;
+      for (const v of entry.versions.values()) if (v.state !== 'READY' && v.reason !== UNLOADED) return false;
+    }
+    return true;
+  }
+
+  /** Models that name `model` as a dependency. */
+  dependentsOf(model: string): ModelEntry[] {
+    return [...this.models.values()].filter((e) => e.dependsOn(model));
+  }
+
+  async index(readyOnly = false): Promise<RepositoryIndexEntry[]> {
+    if (this.controlMode !== 'none') await this.refreshIndex();
+    const out: RepositoryIndexEntry[] = [];
+    for (const name of [...this.models.keys()].sort()) {
+      const entry = this.models.get(name)!;
+      const versions = [...entry.versions.values()].sort((a, b) => a.version - b.version);
+      if (entry.error && versions.length === 0) {
+        if (!readyOnly) out.push({ name, state: 'UNAVAILABLE', reason: entry.error });
+        continue;
+      }
+      if (versions.length === 0) {
+        if (!readyOnly) out.push({ name });
+        continue;
+      }
+      for (const v of versions) {
+        if (readyOnly && v.state !== 'READY') continue;
+        const e: RepositoryIndexEntry = { name, version: String(v.version), state: v.state };
+        const restarts = v.state === 'READY' ? v.restartCount : 0;
+        if (v.reason) e.reason = v.reason;
+        else if (restarts > 0) e.reason = `instance processes restarted ${restarts} time${restarts === 1 ? '' : 's'} after dying`;
+        out.push(e);
+      }
+    }
+    return out;
+  }
+
+  // ---- explicit control --------------------------------------------------
+
+  /**
+   * Explicit mode: loads (or reloads) a model and the models it depends on.
+   * Throws Triton's errors: INTERNAL "failed to load '<m>', ..." when the
+   * repository has no such model, INVALID_ARG "load failed for model ..."
+   * when it does not load.
+   */
+  async load(name: string, request: LoadRequest = {}): Promise<void> {
+    if (this.controlMode !== 'explicit') throw Errors.controlModeDisallows();
+    if (this.stopping) throw Errors.serverStopping();
+    await this.refreshIndex();
+    const entry = this.models.get(name);
+    if (!entry || !entry.dir) {
+      if (entry?.error) throw Errors.loadFailed(name, entry.error);
+      throw Errors.internal(`failed to load '${name}', failed to poll from model repository`);
+    }
+    await this.loadEntry(entry, { ...request, explicit: true });
+    const failure = this.failureOf(entry);
+    if (failure) throw Errors.loadFailed(name, failure);
+  }
+
+  /**
+   * Explicit mode: unloads a model (a no-op for an unknown name, as Triton).
+   * Models depending on it stop serving. With `unloadDependents`, the models
+   * it depends on that were loaded only for it (and serve nothing else) are
+   * unloaded too.
+   */
+  async unload(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
+    if (this.controlMode !== 'explicit') throw Errors.controlModeDisallows();
+    const entry = this.models.get(name);
+    if (!entry) return;
+    await this.unloadEntry(entry, UNLOADED);
+    await this.dependencyGone(name, true);
+    if (!options.unloadDependents) return;
+    for (const dep of entry.dependencies) {
+      const d = this.models.get(dep.model);
+      if (!d || d.explicit || !d.serving) continue;
+      if (this.dependentsOf(dep.model).some((e) => e.serving)) continue;
+      await this.unload(dep.model, options);
+    }
+  }
+
+  // ---- polling -----------------------------------------------------------
+
+  /** Poll mode: one pass now (also what the timer runs). Resolves when it is done. */
+  pollNow(): Promise<void> {
+    if (!this.polling) this.polling = this.pollRepository().finally(() => (this.polling = undefined));
+    return this.polling;
+  }
+
+  private startPolling(): void {
+    const secs = this.options.pollSecs ?? 15;
+    if (secs <= 0) return;
+    this.pollTimer = setInterval(() => void this.pollNow(), secs * 1000);
+    this.pollTimer.unref();
+  }
+
+  /**
+   * Poll mode: loads added models, reloads changed ones, unloads removed ones.
+   * A new or changed folder loads only once its fingerprint is the same on two
+   * polls in a row, so files still being copied are not loaded half-written.
+   * A failed load is not retried until the folder changes again; polling goes on.
+   */
+  private async pollRepository(): Promise<void> {
+    try {
+      const found = await listModels(this.options.repositories);
+      this.applyListing(found);
+      for (const [name, entry] of [...this.models]) {
+        if (this.stopping) return;
+        if (!found.has(name)) {
+          if (entry.busy) await entry.busy.catch(() => undefined);
+          await this.unloadEntry(entry, UNLOADED);
+          this.models.delete(name);
+          await this.dependencyGone(name, false);
+          continue;
+        }
+        if (!entry.dir) continue;
+        const fp = await fingerprintDir(entry.dir);
+        if (fp === entry.fingerprint) {
+          entry.settlingFingerprint = '';
+          continue;
+        }
+        if (fp !== entry.settlingFingerprint) {
+          entry.settlingFingerprint = fp;
+          this.logger.debug({ model: name }, 'model folder changed; loading it once it stays unchanged for a poll period');
+          continue;
+        }
+        entry.settlingFingerprint = '';
+        await this.loadEntry(entry, { explicit: true, fingerprint: fp }).catch((err) =>
+          this.logger.warn({ model: name, reason: describeLoadError(err) }, 'reload failed; the previous version keeps serving'),
+        );
+      }
+    } catch (err) {
+      this.logger.error({ err }, 'repository poll failed');
+    }
+  }
+
+  // ---- internals ---------------------------------------------------------
+
+  private versionStateChanged(v: ModelVersion, previous: ModelState): void {
+    if (this.listenerCount('stateChange') === 0) return;
+    this.emit('stateChange', { model: v.modelName, version: v.version, state: v.state, previous, reason: v.reason });
+  }
+
+  /** Why a model did not load, in Triton's words; undefined when it serves every version. */
+  private failureOf(entry: ModelEntry): string | undefined {
+    if (entry.error) return entry.error;
+    const bad = [...entry.versions.values()].filter((v) => v.state !== 'READY');
+    return bad.length === 0 ? undefined : versionFailures(bad);
+  }
+
+  /** Runs `fn` once any earlier load/unload of the same model has finished. */
+  private async serialize(entry: ModelEntry, fn: () => Promise<void>): Promise<void> {
+    while (entry.busy) await entry.busy.catch(() => undefined);
+    const p = fn();
+    entry.busy = p;
+    try {
+      await p;
+    } finally {
+      if (entry.busy === p) entry.busy = undefined;
+    }
+  }
+
+  /**
+   * (Re)loads a model: resolves its configuration, loads its dependencies,
+   * builds the new versions beside the old ones, swaps them in, then drains
+   * and closes the old ones. A failed reload of a serving model throws and
+   * keeps the old versions serving; a failed first load records the reason.
+   */
+  private async loadEntry(entry: ModelEntry, request: LoadRequest): Promise<void> {
+    await this.serialize(entry, async () => {
+      const dir = request.dir ?? entry.dir;
+      if (!dir) return;
+      entry.everLoaded = true;
+      if (request.explicit) entry.explicit = true;
+      // Only poll and explicit modes ever compare fingerprints; none mode loads once.
+      const fingerprint =
+        request.fingerprint ?? (this.controlMode === 'none' || !entry.dir ? '' : await fingerprintDir(entry.dir));
+      const serving = entry.serving;
+      const forced = request.config !== undefined || request.dir !== undefined;
+      if (!forced && serving && fingerprint === entry.fingerprint && !entry.error && !entry.dependencyLoss) return;
+      const old = [...entry.versions.values()];
+      let prepared;
+      let dependencies: ModelDependency[];
+      try {
+        prepared = await this.slots.run(() => prepareModel(entry.name, dir, this.loader, request.config));
+        dependencies = this.dependenciesOf(prepared.config);
+        await this.ensureDependencies(entry, dependencies, request.chain ?? []);
+      } catch (err) {
+        const reason = describeLoadError(err);
+        this.logger.error({ model: entry.name, reason }, 'model failed to load');
+        entry.fingerprint = fingerprint;
+        if (serving) throw Errors.loadFailed(entry.name, reason);
+        entry.error = reason;
+        return;
+      }
+      const loaded = await this.slots.run(() => loadPreparedVersions(prepared, this.loader));
+      const fresh = [...loaded.versions.values()];
+      if (serving && !fresh.some((v) => v.state === 'READY')) {
+        entry.fingerprint = fingerprint;
+        await Promise.all(fresh.map((v) => v.close()));
+        throw Errors.loadFailed(entry.name, versionFailures(fresh));
+      }
+      entry.versions = loaded.versions;
+      entry.config = loaded.config;
+      entry.dependencies = dependencies;
+      entry.error = '';
+      entry.dependencyLoss = '';
+      entry.fingerprint = fingerprint;
+      for (const v of fresh) if (v.state === 'READY') this.emit('versionReady', v);
+      await Promise.all(old.map((v) => this.retireVersion(v)));
+    }).catch((err) => {
+      if (err instanceof NereidError) throw err;
+      throw asNereidError(err);
+    });
+    if (entry.serving) await this.restoreDependents(entry.name);
+  }
+
+  /**
+   * Loads (when needed) every dependency of `entry` and checks each serves
+   * what is required. Throws Triton's dependency errors.
+   */
+  private async ensureDependencies(entry: ModelEntry, deps: readonly ModelDependency[], chain: readonly string[]): Promise<void> {
+    if (deps.length === 0) return;
+    await this.refreshIndex();
+    const missing = [...new Set(deps.map((d) => d.model))].filter((m) => !this.models.get(m)?.dir);
+    if (missing.length > 0) throw Errors.config(DependencyErrors.missing(entry.name, missing));
+    const path = [...chain, entry.name];
+    for (const d of deps) {
+      const at = path.indexOf(d.model);
+      if (at !== -1) throw Errors.config(DependencyErrors.circular([...path.slice(at), d.model]));
+      const loop = this.waitCycle(d.model, entry.name);
+      if (loop) throw Errors.config(DependencyErrors.circular([entry.name, ...loop]));
+    }
+    for (const d of deps) entry.waitingOn.add(d.model);
+    try {
+      await Promise.all(
+        [...new Set(deps.map((d) => d.model))].map(async (name) => {
+          const dep = this.models.get(name)!;
+          // None and poll modes load every model anyway: wait for it rather than load it twice.
+          if (this.controlMode !== 'explicit' && dep.everLoaded) {
+            while (dep.busy) await dep.busy.catch(() => undefined);
+            return;
+          }
+          await this.loadEntry(dep, { chain: path }).catch(() => undefined);
+        }),
+      );
+    } finally {
+      entry.waitingOn.clear();
+    }
+    for (const d of deps) {
+      const dep = this.models.get(d.model)!;
+      if (dep.error) throw Errors.config(DependencyErrors.invalid(entry.name, d.model, dep.error));
+      const ready = [...dep.versions.values()].filter((v) => v.state === 'READY');
+      if (ready.length === 0) {
+        const why = [...dep.versions.values()].map((v) => v.reason).filter((r) => r !== '' && r !== UNLOADED);
+        const base = DependencyErrors.noLoadedVersion(entry.name, d.model);
+        throw Errors.config(why.length > 0 ? `${base} Model '${d.model}' loading failed with error: ${why.join('; ')}` : base);
+      }
+      if (d.version !== -1 && !ready.some((v) => v.version === d.version)) {
+        throw Errors.config(DependencyErrors.versionNotLoaded(entry.name, d.model, d.version));
+      }
+    }
+  }
+
+  /** The path from `from` back to `target` through models waiting on each other, if there is one. */
+  private waitCycle(from: string, target: string, seen = new Set<string>()): string[] | undefined {
+    if (seen.has(from)) return undefined;
+    seen.add(from);
+    const e = this.models.get(from);
+    if (!e) return undefined;
+    for (const next of e.waitingOn) {
+      if (next === target) return [from, target];
+      const rest = this.waitCycle(next, target, seen);
+      if (rest) return [from, ...rest];
+    }
+    return undefined;
+  }
+
+  /** Takes every version of a model down with `reason` (after in-flight requests finish). */
+  private async unloadEntry(entry: ModelEntry, reason: string): Promise<void> {
+    await this.serialize(entry, async () => {
+      const old = [...entry.versions.values()];
+      for (const v of old) if (v.state === 'READY') v.state = 'UNLOADING';
+      await Promise.all(old.map((v) => this.retireVersion(v)));
+      for (const v of old) v.setState('UNAVAILABLE', reason);
+      entry.fingerprint = '';
+      entry.explicit = false;
+    });
+  }
+
+  /**
+   * A model stopped serving: models depending on it stop too (and models
+   * depending on those). When it was unloaded on purpose they read
+   * 'unloaded', as in Triton; otherwise the reason names the dependency.
+   */
+  private async dependencyGone(name: string, onPurpose: boolean): Promise<void> {
+    for (const dependent of this.dependentsOf(name)) {
+      if (!dependent.serving) continue;
+      const reason = onPurpose ? UNLOADED : DependencyErrors.noLoadedVersion(dependent.name, name);
+      await this.serialize(dependent, async () => {
+        const old = [...dependent.versions.values()];
+        for (const v of old) if (v.state === 'READY') v.state = 'UNLOADING';
+        await Promise.all(old.map((v) => this.retireVersion(v)));
+        for (const v of old) v.setState('UNAVAILABLE', reason);
+        dependent.dependencyLoss = reason;
+      });
+      this.logger.warn({ model: dependent.name, dependency: name }, 'model stopped serving: a model it depends on is gone');
+      await this.dependencyGone(dependent.name, onPurpose);
+    }
+  }
+
+  /** A model serves again: reload the models that stopped because it was gone. */
+  private async restoreDependents(name: string): Promise<void> {
+    for (const dependent of this.dependentsOf(name)) {
+      // A dependent being loaded or unloaded right now settles by itself (and may be waiting on `name`).
+      if (dependent.dependencyLoss === '' || dependent.busy || this.stopping) continue;
+      await this.loadEntry(dependent, {}).catch((err) =>
+        this.logger.warn({ model: dependent.name, reason: describeLoadError(err) }, 'a dependent model did not come back'),
+      );
+    }
+  }
+
+  /** Waits for a version's in-flight requests, then closes it. */
+  private async retireVersion(v: ModelVersion): Promise<void> {
+    if (v.state === 'READY') v.state = 'UNLOADING';
+    await v.idle();
+    await this.closeVersion(v);
+  }
+
+  private async closeVersion(v: ModelVersion): Promise<void> {
+    this.emit('versionUnloaded', v);
+    try {
+      await v.close();
+    } catch (err) {
+      this.logger.warn({ model: v.modelName, version: v.version, err }, 'error while closing a model version');
+    }
+  }
+
+  /** Picks up models added to or removed from the repositories (explicit and poll modes). */
+  private async refreshIndex(): Promise<void> {
+    this.applyListing(await listModels(this.options.repositories));
+  }
+
+  private applyListing(found: Map<string, RepositoryEntry>): void {
+    for (const [name, where] of found) {
+      let entry = this.models.get(name);
+      if (!entry) {
+        entry = new ModelEntry(name, undefined);
+        this.models.set(name, entry);
+      }
+      if (isDuplicate(where)) {
+        entry.dir = undefined;
+        entry.error = `model '${name}' appears in more than one model repository: ${where.duplicate.join(', ')}`;
+      } else {
+        entry.dir = where.dir;
+        if (entry.error.includes('more than one model repository')) entry.error = '';
+      }
+    }
+    for (const [name, entry] of this.models) {
+      if (!found.has(name) && entry.versions.size === 0 && !entry.busy) this.models.delete(name);
+    }
+  }
+}
