@@ -175,6 +175,8 @@ export interface ServeConfig {
     config: string[];
   };
   ignored: string[];
+  /** Lines printed to stderr before the server starts (Triton's start-up warnings). */
+  warnings: string[];
   logLevel: string;
 }
 
@@ -197,6 +199,13 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   if (maxInput <= 0) throw Errors.config('--http-max-input-size must be greater than 0');
   const httpAddress = f.string('http-address', '0.0.0.0');
   const allowMetrics = f.bool('allow-metrics', true);
+  const warnings: string[] = [];
+  const strictGiven = f.has('strict-model-config');
+  if (strictGiven) warnings.push("Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.");
+  const disableAutoComplete = f.bool('disable-auto-complete-config', false);
+  if (disableAutoComplete && strictGiven && !f.bool('strict-model-config', false)) {
+    warnings.push("Warning: Overriding deprecated '--strict-model-config' from False to True in favor of '--disable-auto-complete-config'!");
+  }
   const verbose = f.int('log-verbose', 0);
   const logLevel = verbose > 0 ? 'debug' : !f.bool('log-info', true) ? (f.bool('log-warning', true) ? 'warn' : 'error') : 'info';
   const cfg: ServeConfig = {
@@ -212,7 +221,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       strictReadiness: f.bool('strict-readiness', true),
       exitOnError: f.bool('exit-on-error', true),
       exitTimeoutSecs: f.int('exit-timeout-secs', 30),
-      disableAutoCompleteConfig: f.bool('disable-auto-complete-config', false) || f.bool('strict-model-config', false),
+      disableAutoCompleteConfig: disableAutoComplete || f.bool('strict-model-config', false),
       backendConfig: parseBackendConfig(f.all('backend-config')),
     },
     http: {
@@ -251,6 +260,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       config: f.all('metrics-config'),
     },
     ignored: [...values.keys()].filter((k) => k in IGNORED_FLAGS),
+    warnings,
     logLevel,
   };
   const ports: Array<[string, number, boolean]> = [
@@ -380,6 +390,7 @@ export async function runServe(argv: readonly string[]): Promise<number> {
     process.stderr.write(`error: ${(err as Error).message}\n`);
     return 2;
   }
+  for (const line of cfg.warnings) process.stderr.write(`${line}\n`);
   const logger = createLogger({ level: process.env.NEREID_LOG_LEVEL ?? cfg.logLevel });
   let running: RunningServer;
   try {

@@ -24,7 +24,7 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   const { config } = c;
   const model = config.name;
   if (config.platform !== Platform.ensemble) {
-    c.fail('ensemble_scheduling', `ensemble_scheduling needs platform "ensemble", got "${config.platform}"`);
+    c.fail('ensemble_scheduling', `ensemble scheduling cannot be set for model '${model}' whose platform is not ensemble (platform is "${config.platform}")`);
   }
   if (config.instanceGroup.length !== 0) c.fail('instance_group', `ensemble '${model}' must not have instance_group`);
   if (config.optimization !== undefined) c.fail('optimization', `ensemble '${model}' must not have optimization`);

@@ -23,7 +23,7 @@ export function validateIO(c: ConfigChecker): void {
     checkShape(c, 'input', path, io);
     const subject = `input "${io.name}"`;
     if ((io.format === ModelInput_Format.NHWC || io.format === ModelInput_Format.NCHW) && io.dims.length !== 3) {
-      c.fail(`${path}.format`, `${subject}: format NHWC/NCHW needs exactly 3 dims, got ${formatDims(io.dims)}`);
+      c.fail(`${path}.format`, `model input NHWC/NCHW require 3 dims for ${c.config.name} (${subject} has dims ${formatDims(io.dims)})`);
     }
     checkTensorRTOnly(c, path, subject, io);
   });
@@ -47,43 +47,52 @@ function checkUniqueNames(c: ConfigChecker, kind: string, ios: readonly { name: 
   });
 }
 
+/**
+ * Each message leads with Triton's own sentence for the same check (so a grep
+ * written for Triton's log finds ours), then says what exactly is wrong.
+ */
 function checkShape(c: ConfigChecker, kind: string, path: string, io: ModelInput | ModelOutput): void {
-  if (io.name === '') c.fail(path, `${kind} ${path.slice(kind.length)}: "name" must be set`);
-  const subject = `${kind} "${io.name}"`;
-  if (io.dataType === DataType.TYPE_INVALID) c.fail(`${path}.data_type`, `${subject}: "data_type" must be set`);
+  const model = c.config.name;
+  if (io.name === '') c.fail(path, `model ${kind} must specify 'name' for ${model} (${kind} entry ${path.slice(kind.length)} has none)`);
+  const triton = `model ${kind} '${io.name}'`;
+  if (io.dataType === DataType.TYPE_INVALID) c.fail(`${path}.data_type`, `${triton} must specify 'data_type' for ${model}`);
   if (!isKnownEnum(DataTypeSchema, io.dataType)) {
-    c.fail(`${path}.data_type`, `${subject}: data_type ${io.dataType} is not a known data type`);
+    c.fail(`${path}.data_type`, `${triton} data_type ${io.dataType} is not a known data type for ${model}`);
   }
   if (io.dims.length === 0) {
-    c.fail(path, `${subject}: "dims" must be set and not empty (use [ 1 ] for a single value)`);
+    c.fail(path, `${triton} must specify 'dims' for ${model} (use [ 1 ] for a single value)`);
   }
   if (io.reshape !== undefined && io.reshape.shape.length === 0 && c.config.maxBatchSize === 0) {
     c.fail(
       `${path}.reshape`,
-      `${subject}: an empty reshape needs max_batch_size > 0 (a model without a batch dimension cannot take scalars)`,
+      `${triton} cannot have empty reshape for non-batching model as scalar tensors are not supported for ${model} (an empty reshape needs max_batch_size > 0)`,
     );
   }
+  const dimRule = 'must be integer >= 1, or -1 to indicate a variable-size dimension';
   io.dims.forEach((d, j) => {
-    if (d < 1n && d !== WILDCARD) c.fail(`${path}.dims[${j}]`, `${subject}: dims must be positive or -1, got ${d}`);
+    if (d < 1n && d !== WILDCARD) c.fail(`${path}.dims[${j}]`, `${triton} dimension ${dimRule} for ${model} (got ${d})`);
   });
   if (io.reshape === undefined) return;
   const shape = io.reshape.shape;
   shape.forEach((d, j) => {
     if (d < 1n && d !== WILDCARD) {
-      c.fail(`${path}.reshape.shape[${j}]`, `${subject}: reshape dims must be positive or -1, got ${d}`);
+      c.fail(`${path}.reshape.shape[${j}]`, `${triton} reshape dimensions ${dimRule} for ${model} (got ${d})`);
     }
   });
   const dimsCount = elementCount(io.dims);
   const reshapeCount = elementCount(shape);
   // An empty reshape (a scalar) is fine for dims holding exactly one element.
-  const mismatch = `${subject}: dims ${formatDims(io.dims)} and reshape ${formatDims(shape)} do not hold the same number of elements`;
+  const mismatch = `${triton} has different size for dims and reshape for ${model} (dims ${formatDims(io.dims)} and reshape ${formatDims(shape)} do not hold the same number of elements)`;
   if (dimsCount !== reshapeCount && !(reshapeCount === 0n && dimsCount === 1n)) c.fail(`${path}.reshape`, mismatch);
   if (dimsCount === WILDCARD) {
     // Between -1s, each run of fixed dims must hold the same number of elements: [2, 4, -1, 6] → [8, -1, 1, 6].
     const a = runProducts(io.dims);
     const b = runProducts(shape);
     if (a.length !== b.length) {
-      c.fail(`${path}.reshape`, `${subject}: dims ${formatDims(io.dims)} and reshape ${formatDims(shape)} have a different number of -1 dims`);
+      c.fail(
+        `${path}.reshape`,
+        `${triton} has different number of variable-size dimensions for dims and reshape for ${model} (dims ${formatDims(io.dims)}, reshape ${formatDims(shape)})`,
+      );
     }
     if (a.some((v, k) => v !== b[k])) c.fail(`${path}.reshape`, mismatch);
   }
@@ -117,51 +126,57 @@ function runProducts(dims: readonly bigint[]): bigint[] {
 
 function checkTensorRTOnly(c: ConfigChecker, path: string, subject: string, io: ModelInput | ModelOutput): void {
   const trt = c.config.platform === Platform.tensorrtPlan;
+  const model = c.config.name;
   if (io.isShapeTensor && !trt) {
-    c.fail(`${path}.is_shape_tensor`, `${subject}: is_shape_tensor is only supported for TensorRT models`);
+    c.fail(`${path}.is_shape_tensor`, `shape tensors are only supported for TensorRT platform for ${model} (${subject} sets is_shape_tensor)`);
   }
   if (io.isNonLinearFormatIo) {
-    if (!trt) c.fail(`${path}.is_non_linear_format_io`, `${subject}: non-linear IO formats are only supported for TensorRT models`);
-    if (io.dims.length !== 3) c.fail(`${path}.dims`, `${subject}: non-linear IO formats need exactly 3 dims`);
+    if (!trt) {
+      c.fail(
+        `${path}.is_non_linear_format_io`,
+        `Non-linear IO format is only supported for the TensorRT platform for ${model} (${subject} sets is_non_linear_format_io)`,
+      );
+    }
+    const kind = subject.startsWith('input') ? 'input' : 'output';
+    if (io.dims.length !== 3) c.fail(`${path}.dims`, `Non-linear IO format ${kind} requires 3 dims for ${model} (${subject})`);
   }
 }
 
 function checkBatchIO(c: ConfigChecker): void {
   const { config } = c;
+  const model = config.name;
   const inputs = new Set(config.input.map((io) => io.name));
   const outputs = new Set(config.output.map((io) => io.name));
   config.batchInput.forEach((bi, i) => {
     const path = `batch_input[${i}]`;
     const kind = enumName(BatchInput_KindSchema, bi.kind);
-    if (!isKnownEnum(BatchInput_KindSchema, bi.kind)) c.fail(`${path}.kind`, `batch_input ${i}: unknown kind ${bi.kind}`);
+    if (!isKnownEnum(BatchInput_KindSchema, bi.kind)) c.fail(`${path}.kind`, `unknown batch input kind '${kind}' for ${model} (batch_input ${i})`);
     if (bi.sourceInput.length !== 1) {
-      c.fail(`${path}.source_input`, `batch_input ${i}: kind ${kind} needs exactly 1 source_input, got ${bi.sourceInput.length}`);
+      c.fail(`${path}.source_input`, `batch input kind '${kind}' expects 1 source input, got ${bi.sourceInput.length} for ${model} (batch_input ${i})`);
     }
     if (bi.dataType !== DataType.TYPE_INT32 && bi.dataType !== DataType.TYPE_FP32) {
-      c.fail(`${path}.data_type`, `batch_input ${i}: data_type must be TYPE_INT32 or TYPE_FP32`);
+      c.fail(`${path}.data_type`, `batch input data type must be TYPE_INT32 or TYPE_FP32 for ${model} (batch_input ${i})`);
     }
     bi.sourceInput.forEach((name, j) => {
-      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `batch_input ${i}: source_input "${name}" is not a model input`);
+      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `unknown source input name '${name}' for ${model} (batch_input ${i}: not a model input)`);
     });
   });
   config.batchOutput.forEach((bo, i) => {
     const path = `batch_output[${i}]`;
+    const kind = enumName(BatchOutput_KindSchema, bo.kind);
     if (bo.kind !== BatchOutput_Kind.BATCH_SCATTER_WITH_INPUT_SHAPE) {
-      c.fail(`${path}.kind`, `batch_output ${i}: unknown kind ${enumName(BatchOutput_KindSchema, bo.kind)}`);
+      c.fail(`${path}.kind`, `unknown batch output kind '${kind}' for ${model} (batch_output ${i})`);
     }
     if (bo.sourceInput.length !== 1) {
-      c.fail(
-        `${path}.source_input`,
-        `batch_output ${i}: kind BATCH_SCATTER_WITH_INPUT_SHAPE needs exactly 1 source_input, got ${bo.sourceInput.length}`,
-      );
+      c.fail(`${path}.source_input`, `batch output kind '${kind}' expects 1 source input, got ${bo.sourceInput.length} for ${model} (batch_output ${i})`);
     }
     bo.sourceInput.forEach((name, j) => {
-      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `batch_output ${i}: source_input "${name}" is not a model input`);
+      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `unknown source input name '${name}' for ${model} (batch_output ${i}: not a model input)`);
     });
     const targets = new Set<string>();
     bo.targetName.forEach((name, j) => {
-      if (!outputs.has(name)) c.fail(`${path}.target_name[${j}]`, `batch_output ${i}: target_name "${name}" is not a model output`);
-      if (targets.has(name)) c.fail(`${path}.target_name[${j}]`, `batch_output ${i}: target_name "${name}" is listed twice`);
+      if (!outputs.has(name)) c.fail(`${path}.target_name[${j}]`, `unknown target output name '${name}' for ${model} (batch_output ${i}: not a model output)`);
+      if (targets.has(name)) c.fail(`${path}.target_name[${j}]`, `target output name '${name}' can only be specified once for ${model} (batch_output ${i})`);
       targets.add(name);
     });
   });

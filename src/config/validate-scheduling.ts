@@ -12,10 +12,13 @@ import { ConfigChecker, enumName } from './validate-context.js';
 
 export function validateDynamicBatching(c: ConfigChecker, db: ModelDynamicBatching): void {
   const mbs = c.config.maxBatchSize;
+  const model = c.config.name;
   db.preferredBatchSize.forEach((size, i) => {
     const path = `dynamic_batching.preferred_batch_size[${i}]`;
-    if (size <= 0) c.fail(path, `dynamic_batching: preferred_batch_size must be positive, got ${size}`);
-    if (size > mbs) c.fail(path, `dynamic_batching: preferred_batch_size ${size} is larger than max_batch_size ${mbs}`);
+    if (size <= 0) c.fail(path, `dynamic batching preferred size must be positive for ${model} (got ${size})`);
+    if (size > mbs) {
+      c.fail(path, `dynamic batching preferred size must be <= max batch size for ${model} (preferred_batch_size ${size}, max_batch_size ${mbs})`);
+    }
   });
 
   const levels = db.priorityLevels;
@@ -23,7 +26,7 @@ export function validateDynamicBatching(c: ConfigChecker, db: ModelDynamicBatchi
     if (db.defaultPriorityLevel === 0n || db.defaultPriorityLevel > levels) {
       c.fail(
         'dynamic_batching.default_priority_level',
-        `dynamic_batching: default_priority_level must be between 1 and ${levels} (priority_levels), got ${db.defaultPriorityLevel}`,
+        `default priority level must be in range [1, ${levels}] for ${model} (dynamic_batching.default_priority_level is ${db.defaultPriorityLevel})`,
       );
     }
     for (const key of Object.keys(db.priorityQueuePolicy)) {
@@ -31,7 +34,7 @@ export function validateDynamicBatching(c: ConfigChecker, db: ModelDynamicBatchi
       if (level === 0n || level > levels) {
         c.fail(
           `dynamic_batching.priority_queue_policy[${key}]`,
-          `dynamic_batching: priority_queue_policy for level ${key} is outside the priority levels 1..${levels}`,
+          `priority queue policy must have priority level in range [1, ${levels}] for ${model} (dynamic_batching.priority_queue_policy has level ${key})`,
         );
       }
     }
@@ -41,14 +44,14 @@ export function validateDynamicBatching(c: ConfigChecker, db: ModelDynamicBatchi
     if (levels > 1n) {
       c.fail(
         'dynamic_batching.priority_levels',
-        `dynamic_batching: preserve_ordering allows only one priority level, but priority_levels is ${levels}`,
+        `Only one priority level is allowed when 'preserve_ordering' is true for ${model} (dynamic_batching.priority_levels is ${levels})`,
       );
     }
     const delays = (policy: ModelQueuePolicy | undefined) =>
       policy !== undefined &&
       policy.defaultTimeoutMicroseconds !== 0n &&
       policy.timeoutAction === ModelQueuePolicy_TimeoutAction.DELAY;
-    const why = 'dynamic_batching: with preserve_ordering, a queue policy cannot use timeout_action DELAY with a timeout';
+    const why = `Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for ${model} (dynamic_batching: a queue policy with a timeout uses timeout_action DELAY)`;
     if (delays(db.defaultQueuePolicy)) c.fail('dynamic_batching.default_queue_policy.timeout_action', why);
     for (const [key, policy] of Object.entries(db.priorityQueuePolicy)) {
       if (delays(policy)) c.fail(`dynamic_batching.priority_queue_policy[${key}].timeout_action`, why);
@@ -65,8 +68,12 @@ const CORRID_TYPES: ReadonlySet<DataType> = new Set([
 ]);
 
 export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBatching): void {
+  const model = c.config.name;
   if (c.config.responseCache?.enable) {
-    c.fail('response_cache.enable', 'response_cache cannot be enabled for a model that uses sequence_batching');
+    c.fail(
+      'response_cache.enable',
+      `Response Cache does not currently support model ${model} with sequence batching scheduler. Please disable the response cache.`,
+    );
   }
 
   // Each control tensor is named once, and each kind of control appears once.
@@ -74,9 +81,9 @@ export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBat
   const kinds = new Map<number, string>();
   seq.controlInput.forEach((ci, i) => {
     const path = `sequence_batching.control_input[${i}]`;
-    if (ci.name === '') c.fail(path, `sequence_batching: control_input ${i} must have a "name"`);
+    if (ci.name === '') c.fail(path, `sequence batching control tensor must have a name for ${model} (control_input ${i})`);
     if (tensors.has(ci.name)) {
-      c.fail(`${path}.name`, `sequence_batching: control tensor "${ci.name}" is listed more than once`);
+      c.fail(`${path}.name`, `sequence batching control tensor '${ci.name}' is specified for multiple control kinds for ${model}`);
     }
     tensors.set(ci.name, i);
     ci.control.forEach((ctl, j) => {
@@ -84,7 +91,7 @@ export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBat
       const kind = enumName(ModelSequenceBatching_Control_KindSchema, ctl.kind);
       const other = kinds.get(ctl.kind);
       if (other !== undefined) {
-        c.fail(`${ctlPath}.kind`, `sequence_batching: ${kind} is given by two tensors, "${other}" and "${ci.name}"`);
+        c.fail(`${ctlPath}.kind`, `sequence batching specifies multiple ${kind} tensors for ${model} ("${other}" and "${ci.name}")`);
       }
       kinds.set(ctl.kind, ci.name);
       const given = [
@@ -100,7 +107,7 @@ export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBat
         if (!CORRID_TYPES.has(ctl.dataType)) {
           c.fail(
             `${ctlPath}.data_type`,
-            `sequence_batching: ${kind} control "${ci.name}" must have data_type TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING`,
+            `unexpected data type for control ${kind} for ${model}. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING (control "${ci.name}")`,
           );
         }
       } else if (
@@ -109,14 +116,23 @@ export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBat
         ctl.kind === ControlKind.CONTROL_SEQUENCE_READY
       ) {
         if (set.length === 0) {
-          c.fail(ctlPath, `sequence_batching: ${kind} control "${ci.name}" must give one of int32_false_true, fp32_false_true or bool_false_true`);
+          c.fail(
+            ctlPath,
+            `sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for ${kind} for ${model} (control "${ci.name}")`,
+          );
         }
         if (set.length > 1) {
-          c.fail(ctlPath, `sequence_batching: ${kind} control "${ci.name}" gives both ${set[0]![0]} and ${set[1]![0]}; give only one`);
+          c.fail(
+            ctlPath,
+            `sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and 'bool_false_true' for ${kind} for ${model} (control "${ci.name}" gives ${set[0]![0]} and ${set[1]![0]})`,
+          );
         }
         const [name, count] = set[0]!;
         if (count !== 2) {
-          c.fail(`${ctlPath}.${name}`, `sequence_batching: ${name} of ${kind} control "${ci.name}" needs exactly 2 values [false, true], got ${count}`);
+          c.fail(
+            `${ctlPath}.${name}`,
+            `sequence batching control '${name}' must have exactly 2 entries for ${kind} for ${model} (control "${ci.name}" has ${count}: give [false, true])`,
+          );
         }
       }
     });
@@ -127,15 +143,17 @@ export function validateSequenceBatching(c: ConfigChecker, seq: ModelSequenceBat
     const mbs = c.config.maxBatchSize;
     strategy.value.preferredBatchSize.forEach((size, i) => {
       const path = `sequence_batching.oldest.preferred_batch_size[${i}]`;
-      if (size <= 0) c.fail(path, `sequence_batching: preferred_batch_size must be positive, got ${size}`);
-      if (size > mbs) c.fail(path, `sequence_batching: preferred_batch_size ${size} is larger than max_batch_size ${mbs}`);
+      if (size <= 0) c.fail(path, `sequence batching preferred batch size must be positive for ${model} (got ${size})`);
+      if (size > mbs) {
+        c.fail(path, `sequence batching preferred batch size must be <= max batch size for ${model} (preferred_batch_size ${size}, max_batch_size ${mbs})`);
+      }
     });
   } else if (strategy.case === 'direct') {
     const u = strategy.value.minimumSlotUtilization;
     if (!(u >= 0 && u <= 1)) {
       c.fail(
         'sequence_batching.direct.minimum_slot_utilization',
-        `sequence_batching: minimum_slot_utilization must be between 0 and 1, got ${u}`,
+        `sequence batching minimum slot utilization must be in range (0.0, 1.0] for ${model} (got ${u})`,
       );
     }
   }

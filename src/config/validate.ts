@@ -46,7 +46,7 @@ export function validateModelConfig(
     c.fail('runtime', `runtime "${config.runtime}" must name a library inside the backend directory, not a path out of it`);
   }
   if (config.maxBatchSize < 0) {
-    c.fail('max_batch_size', `max_batch_size must be 0 (no batching) or positive, got ${config.maxBatchSize}`);
+    c.fail('max_batch_size', `'max_batch_size' must be non-negative value for ${config.name} (got ${config.maxBatchSize}; 0 means no batching)`);
   }
   validateVersionPolicy(c);
 
@@ -56,11 +56,14 @@ export function validateModelConfig(
   if (scheduling.case === 'ensembleScheduling') {
     validateEnsemble(c, scheduling.value);
   } else if (config.platform === Platform.ensemble) {
-    c.fail('platform', `platform "ensemble" needs an "ensemble_scheduling" section`);
+    c.fail('platform', `ensemble scheduling must be set for ensemble ${config.name} whose platform is ensemble`);
   }
 
   if (config.modelTransactionPolicy?.decoupled && config.responseCache?.enable) {
-    c.fail('response_cache.enable', 'response_cache cannot be enabled for a decoupled model (model_transaction_policy.decoupled)');
+    c.fail(
+      'response_cache.enable',
+      `Response Cache does not currently support model ${config.name} with 'decoupled' transaction policy. Please disable the response cache.`,
+    );
   }
   validateModelMetrics(c);
   validateFileReferences(c);
@@ -70,29 +73,37 @@ export function validateModelConfig(
 
 function validateIdentity(c: ConfigChecker): void {
   const { config } = c;
-  if (config.name === '') c.fail('name', 'the configuration must set "name"');
+  if (config.name === '') c.fail('name', "model configuration must specify 'name'");
   if (config.backend === '') {
     if (config.platform === '') {
-      c.fail('backend', 'no "backend" is set and none could be inferred from the model files: set "backend"');
+      c.fail(
+        'backend',
+        `must specify 'platform' or 'backend' for '${config.name}' (no "backend" is set and none could be inferred from the model files)`,
+      );
     }
     if (config.platform !== Platform.ensemble) {
-      c.fail('platform', `platform "${config.platform}" is not one Nereid knows, and no "backend" is set`);
+      c.fail('platform', `unexpected platform type '${config.platform}' for ${config.name} (a platform Nereid does not know, and no "backend" is set)`);
     }
   } else if (config.platform === Platform.ensemble) {
-    c.fail('backend', `an ensemble has platform "ensemble" and no backend, but backend is "${config.backend}"`);
+    c.fail(
+      'backend',
+      `Ensemble model '${config.name}' must have platform type 'ensemble' and empty backend type (backend is "${config.backend}")`,
+    );
   }
   const platforms = BACKEND_PLATFORMS[config.backend];
   if (platforms !== undefined && !platforms.includes(config.platform)) {
     c.fail(
       config.platform === '' ? 'backend' : 'platform',
-      `platform "${config.platform}" does not go with backend "${config.backend}" (expected ${platforms.map((p) => `"${p}"`).join(' or ')})`,
+      `unexpected 'platform' and 'backend' pair, got:${config.platform}, ${config.backend} (backend "${config.backend}" goes with ${platforms.map((p) => `"${p}"`).join(' or ')})`,
     );
   }
 }
 
 function validateVersionPolicy(c: ConfigChecker): void {
   const policy = c.config.versionPolicy;
-  if (policy === undefined) c.fail('version_policy', '"version_policy" must be set (normalisation sets latest { num_versions: 1 })');
+  if (policy === undefined) {
+    c.fail('version_policy', `must specify 'version policy' for ${c.config.name} (normalisation sets latest { num_versions: 1 })`);
+  }
   if (policy.policyChoice.case === 'specific') {
     policy.policyChoice.value.versions.forEach((v, i) => {
       if (v < 0n) c.fail(`version_policy.specific.versions[${i}]`, `version_policy: versions must be 0 or more, got ${v}`);
@@ -105,9 +116,9 @@ function validateModelMetrics(c: ConfigChecker): void {
   if (metrics === undefined) return;
   metrics.metricControl.forEach((mc, i) => {
     const path = `model_metrics.metric_control[${i}]`;
-    if (mc.metricIdentifier === undefined) c.fail(path, `model_metrics: metric_control ${i} must set "metric_identifier"`);
+    if (mc.metricIdentifier === undefined) c.fail(path, `metric control must specify 'metric_identifier' (model_metrics.metric_control ${i})`);
     if (mc.metricIdentifier.family === '') {
-      c.fail(`${path}.metric_identifier`, `model_metrics: metric_control ${i} must set a non-empty metric_identifier.family`);
+      c.fail(`${path}.metric_identifier`, `metric identifier must specify non-empty 'family' (model_metrics.metric_control ${i})`);
     }
     if (mc.metricOptions.case !== 'histogramOptions') {
       c.fail(path, `model_metrics: metric_control ${i} must set "histogram_options"`);
@@ -121,16 +132,19 @@ function validateModelMetrics(c: ConfigChecker): void {
 function validateInstanceGroups(c: ConfigChecker, opts: ValidateOptions): void {
   const { config } = c;
   if (config.instanceGroup.length === 0) {
-    c.fail('instance_group', 'at least one instance_group is needed (normalisation adds one)');
+    c.fail('instance_group', `must specify one or more 'instance group's for ${config.name} (normalisation adds one)`);
   }
   config.instanceGroup.forEach((group, i) => {
     const path = `instance_group[${i}]`;
-    const subject = `instance_group "${group.name}"`;
+    const triton = `instance group ${group.name} of model ${config.name}`;
     switch (group.kind) {
       case Kind.MODEL:
       case Kind.CPU:
         if (group.gpus.length > 0) {
-          c.fail(`${path}.gpus`, `${subject}: gpus may only be listed for KIND_GPU, but kind is ${enumName(ModelInstanceGroup_KindSchema, group.kind)}`);
+          c.fail(
+            `${path}.gpus`,
+            `${triton} has kind ${enumName(ModelInstanceGroup_KindSchema, group.kind)} but specifies one or more GPUs (gpus may only be listed for KIND_GPU)`,
+          );
         }
         break;
       case Kind.GPU: {
@@ -138,34 +152,43 @@ function validateInstanceGroups(c: ConfigChecker, opts: ValidateOptions): void {
           c.fail(
             `${path}.kind`,
             opts.gpuCount === 0 || opts.gpuCount === undefined
-              ? `${subject}: kind is KIND_GPU but no GPUs are available (use KIND_CPU)`
-              : `${subject}: kind is KIND_GPU but no gpus are listed`,
+              ? `${triton} has kind KIND_GPU but no GPUs are available (use KIND_CPU)`
+              : `${triton} has kind KIND_GPU but specifies no GPUs`,
           );
         }
         if (opts.gpuCount !== undefined) {
           const count = opts.gpuCount;
           group.gpus.forEach((id, j) => {
             if (id < 0 || id >= count) {
-              const seen = count === 0 ? 'no GPUs' : count === 1 ? 'GPU 0' : `GPUs 0..${count - 1}`;
-              c.fail(`${path}.gpus[${j}]`, `${subject}: GPU ${id} is not available (the server sees ${seen})`);
+              const seen = count === 0 ? 'none (the server sees no GPUs)' : Array.from({ length: count }, (_, k) => k).join(', ');
+              c.fail(
+                `${path}.gpus[${j}]`,
+                `${triton} specifies invalid or unsupported gpu id ${id}. GPUs with at least the minimum required CUDA compute compatibility are: ${seen}`,
+              );
             }
           });
         }
         break;
       }
       case Kind.AUTO:
-        c.fail(`${path}.kind`, `${subject}: kind KIND_AUTO was not resolved (normalise the config before validating it)`);
+        c.fail(`${path}.kind`, `${triton} has unexpected kind KIND_AUTO (normalise the config before validating it)`);
       default:
-        c.fail(`${path}.kind`, `${subject}: kind ${group.kind} is not a known instance group kind`);
+        c.fail(`${path}.kind`, `${triton} has unexpected kind ${group.kind}`);
     }
-    if (group.count < 1) c.fail(`${path}.count`, `${subject}: count must be at least 1, got ${group.count}`);
+    if (group.count < 1) c.fail(`${path}.count`, `${triton}: count must be at least 1, got ${group.count}`);
     if (group.profile.length > 0) {
       if (config.platform !== Platform.tensorrtPlan) {
-        c.fail(`${path}.profile`, `${subject}: "profile" is only supported for TensorRT models`);
+        c.fail(
+          `${path}.profile`,
+          `${triton} and platform ${config.platform} specifies profile field which is only supported for TensorRT models`,
+        );
       }
       group.profile.forEach((p, j) => {
         if (!/^\d+$/.test(p)) {
-          c.fail(`${path}.profile[${j}]`, `${subject}: profile "${p}" must be a non-negative integer in a string`);
+          c.fail(
+            `${path}.profile[${j}]`,
+            `${triton} and platform ${config.platform} specifies invalid profile ${p}. The field should contain the string representation of a non-negative integer.`,
+          );
         }
       });
     }

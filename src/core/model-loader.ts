@@ -83,8 +83,12 @@ export async function resolveModelConfig(
   }
   const backendPromise = getBackend(backendName);
   if (!backendPromise) {
+    // As Triton does, report what is wrong with the configuration before saying the backend is missing.
+    normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: options.gpuCount });
+    validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
     throw Errors.config(
-      `model '${name}': unknown backend '${backendName}'; available backends: ${knownBackends().join(', ')}`,
+      `unable to find backend library for backend '${backendName}', try specifying runtime on the model configuration. ` +
+        `(model '${name}'; the backends available here: ${knownBackends().join(', ')})`,
     );
   }
   let backend: Backend;

@@ -47,3 +47,15 @@ test('the deprecated strict-model-config disables auto-complete', () => {
   assert.equal(buildServeConfig(['--strict-model-config=true']).server.disableAutoCompleteConfig, true);
   assert.equal(buildServeConfig([]).server.disableAutoCompleteConfig, false);
 });
+
+test("--strict-model-config prints Triton's deprecation warnings", () => {
+  const deprecated = "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.";
+  const overridden = "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of '--disable-auto-complete-config'!";
+  const strict = buildServeConfig(['--strict-model-config=true']);
+  assert.deepEqual(strict.warnings, [deprecated]);
+  assert.equal(strict.server.disableAutoCompleteConfig, true);
+  const both = buildServeConfig(['--disable-auto-complete-config', '--strict-model-config=false']);
+  assert.deepEqual(both.warnings, [deprecated, overridden]);
+  assert.equal(both.server.disableAutoCompleteConfig, true);
+  assert.deepEqual(buildServeConfig(['--disable-auto-complete-config']).warnings, []);
+});

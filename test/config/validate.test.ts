@@ -48,23 +48,23 @@ describe('validateModelConfig: model identity', () => {
   });
 
   it('max_batch_size must not be negative', () => {
-    rejects('max_batch_size: -1\n', /max_batch_size must be 0 \(no batching\) or positive, got -1/, [3, 1]);
+    rejects('max_batch_size: -1\n', /^'max_batch_size' must be non-negative value for fraud_detector \(got -1/, [3, 1]);
   });
 
   it('platform must go with a known backend', () => {
-    rejects('platform: "pytorch_libtorch"\n', /platform "pytorch_libtorch" does not go with backend "onnxruntime"/, [3, 1], {
+    rejects('platform: "pytorch_libtorch"\n', /^unexpected 'platform' and 'backend' pair, got:pytorch_libtorch, onnxruntime/, [3, 1], {
       head: 'name: "m"\nbackend: "onnxruntime"\n',
     });
     check('platform: "libtorch"\n', { head: 'name: "m"\nbackend: "pytorch"\n' });
   });
 
   it('a backend is required unless the model is an ensemble', () => {
-    rejects('', /no "backend" is set/, undefined, { head: 'name: "m"\n' });
-    rejects('', /platform "tensorflow_magic" is not one Nereid knows/, [2, 1], { head: 'name: "m"\nplatform: "tensorflow_magic"\n' });
+    rejects('', /^must specify 'platform' or 'backend' for 'm'/, undefined, { head: 'name: "m"\n' });
+    rejects('', /^unexpected platform type 'tensorflow_magic' for m/, [2, 1], { head: 'name: "m"\nplatform: "tensorflow_magic"\n' });
   });
 
   it('an ensemble has no backend', () => {
-    rejects('', /an ensemble has platform "ensemble" and no backend/, [2, 1], {
+    rejects('', /^Ensemble model 'm' must have platform type 'ensemble' and empty backend type/, [2, 1], {
       head: 'name: "m"\nbackend: "python"\nplatform: "ensemble"\n',
     });
   });
@@ -80,7 +80,7 @@ describe('validateModelConfig: model identity', () => {
     assert.throws(() => validateModelConfig(config), (err: unknown) => {
       assert.ok(err instanceof ConfigError);
       assert.equal(err.file, undefined);
-      assert.match(err.message, /^model 'm': max_batch_size must be 0/);
+      assert.match(err.message, /^model 'm': 'max_batch_size' must be non-negative value for m/);
       return true;
     });
   });
@@ -90,19 +90,19 @@ describe('validateModelConfig: inputs and outputs', () => {
   it('dims must be positive or -1, pointing at the bad dim', () => {
     const err = rejects(
       'max_batch_size: 8\ninput {\n  name: "input_features"\n  data_type: TYPE_FP32\n  dims: [ 4, 0 ]\n}\n',
-      /^input "input_features": dims must be positive or -1, got 0$/,
+      /^model input 'input_features' dimension must be integer >= 1, or -1 to indicate a variable-size dimension for fraud_detector \(got 0\)$/,
       [7, 14],
     );
     assert.equal(err.field, 'input[0].dims[1]');
-    assert.equal(err.message, `${FILE}:7:14: input "input_features": dims must be positive or -1, got 0`);
+    assert.equal(err.message, `${FILE}:7:14: model input 'input_features' dimension must be integer >= 1, or -1 to indicate a variable-size dimension for fraud_detector (got 0)`);
   });
 
   it('dims must not be empty', () => {
-    rejects('input { name: "x", data_type: TYPE_FP32 }\n', /input "x": "dims" must be set and not empty/, [3, 1]);
+    rejects('input { name: "x", data_type: TYPE_FP32 }\n', /^model input 'x' must specify 'dims' for fraud_detector/, [3, 1]);
   });
 
   it('data_type must be set', () => {
-    rejects('input { name: "x", dims: [ 1 ] }\n', /input "x": "data_type" must be set/, [3, 1]);
+    rejects('input { name: "x", dims: [ 1 ] }\n', /^model input 'x' must specify 'data_type' for fraud_detector/, [3, 1]);
   });
 
   it('an unknown data_type number is rejected', () => {
@@ -125,13 +125,13 @@ describe('validateModelConfig: inputs and outputs', () => {
   });
 
   it('names must be set', () => {
-    rejects('output { data_type: TYPE_FP32, dims: [ 1 ] }\n', /"name" must be set/, [3, 1]);
+    rejects('output { data_type: TYPE_FP32, dims: [ 1 ] }\n', /^model output must specify 'name' for fraud_detector/, [3, 1]);
   });
 
   it('reshape must hold as many elements as dims', () => {
     rejects(
       'input { name: "x", data_type: TYPE_FP32, dims: [ 6 ], reshape: { shape: [ 2, 2 ] } }\n',
-      /dims \[6\] and reshape \[2, 2\] do not hold the same number of elements/,
+      /^model input 'x' has different size for dims and reshape for fraud_detector \(dims \[6\] and reshape \[2, 2\] do not hold the same number of elements\)/,
       [3, 55],
     );
   });
@@ -140,39 +140,39 @@ describe('validateModelConfig: inputs and outputs', () => {
     check('input { name: "x", data_type: TYPE_FP32, dims: [ 2, 4, -1, 6 ], reshape: { shape: [ 8, -1, 1, 6 ] } }\n');
     rejects(
       'input { name: "x", data_type: TYPE_FP32, dims: [ 2, 4, -1, 6 ], reshape: { shape: [ 4, -1, 2, 6 ] } }\n',
-      /do not hold the same number of elements/,
+      /has different size for dims and reshape for fraud_detector/,
     );
     rejects(
       'input { name: "x", data_type: TYPE_FP32, dims: [ -1, -1 ], reshape: { shape: [ -1 ] } }\n',
-      /different number of -1 dims/,
+      /has different number of variable-size dimensions for dims and reshape for fraud_detector/,
     );
   });
 
   it('an empty reshape needs a batching model', () => {
     check('max_batch_size: 4\ninput { name: "x", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } }\n');
-    rejects('input { name: "x", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } }\n', /an empty reshape needs max_batch_size > 0/);
+    rejects('input { name: "x", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } }\n', /^model input 'x' cannot have empty reshape for non-batching model as scalar tensors are not supported for fraud_detector/);
   });
 
   it('reshape dims must be positive or -1', () => {
     rejects(
       'input { name: "x", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ 0 ] } }\n',
-      /reshape dims must be positive or -1, got 0/,
+      /^model input 'x' reshape dimensions must be integer >= 1, or -1 to indicate a variable-size dimension for fraud_detector \(got 0\)/,
       [3, 75],
     );
   });
 
   it('NHWC/NCHW need three dims', () => {
-    rejects('input { name: "x", data_type: TYPE_FP32, format: FORMAT_NHWC, dims: [ 4, 4 ] }\n', /format NHWC\/NCHW needs exactly 3 dims/, [3, 42]);
+    rejects('input { name: "x", data_type: TYPE_FP32, format: FORMAT_NHWC, dims: [ 4, 4 ] }\n', /^model input NHWC\/NCHW require 3 dims for fraud_detector/, [3, 42]);
   });
 
   it('shape tensors are TensorRT only', () => {
-    rejects('input { name: "x", data_type: TYPE_INT32, dims: [ 2 ], is_shape_tensor: true }\n', /is_shape_tensor is only supported for TensorRT/);
+    rejects('input { name: "x", data_type: TYPE_INT32, dims: [ 2 ], is_shape_tensor: true }\n', /^shape tensors are only supported for TensorRT platform for fraud_detector/);
   });
 
   it('batch inputs name a real source input and use INT32 or FP32', () => {
-    rejects(`${IO}batch_input { kind: BATCH_ELEMENT_COUNT, target_name: "n", data_type: TYPE_INT32, source_input: "z" }\n`, /source_input "z" is not a model input/);
-    rejects(`${IO}batch_input { kind: BATCH_ELEMENT_COUNT, target_name: "n", data_type: TYPE_INT64, source_input: "x" }\n`, /data_type must be TYPE_INT32 or TYPE_FP32/);
-    rejects(`${IO}batch_output { target_name: "q", source_input: "x" }\n`, /target_name "q" is not a model output/);
+    rejects(`${IO}batch_input { kind: BATCH_ELEMENT_COUNT, target_name: "n", data_type: TYPE_INT32, source_input: "z" }\n`, /^unknown source input name 'z' for fraud_detector/);
+    rejects(`${IO}batch_input { kind: BATCH_ELEMENT_COUNT, target_name: "n", data_type: TYPE_INT64, source_input: "x" }\n`, /^batch input data type must be TYPE_INT32 or TYPE_FP32 for fraud_detector/);
+    rejects(`${IO}batch_output { target_name: "q", source_input: "x" }\n`, /^unknown target output name 'q' for fraud_detector/);
   });
 
   it('checkIO: false skips input/output rules', () => {
@@ -182,69 +182,69 @@ describe('validateModelConfig: inputs and outputs', () => {
 
 describe('validateModelConfig: instance groups', () => {
   it('KIND_GPU with no GPUs present', () => {
-    rejects('instance_group { kind: KIND_GPU }\n', /kind is KIND_GPU but no GPUs are available/, [3, 18], { gpuCount: 0 });
+    rejects('instance_group { kind: KIND_GPU }\n', /^instance group fraud_detector_0 of model fraud_detector has kind KIND_GPU but no GPUs are available/, [3, 18], { gpuCount: 0 });
   });
 
   it('KIND_GPU gets every GPU when none are listed, and listed ids must exist', () => {
     check('instance_group { kind: KIND_GPU }\n', { gpuCount: 2 });
-    rejects('instance_group { kind: KIND_GPU, gpus: [ 0, 3 ] }\n', /GPU 3 is not available \(the server sees GPUs 0\.\.1\)/, [3, 45], { gpuCount: 2 });
+    rejects('instance_group { kind: KIND_GPU, gpus: [ 0, 3 ] }\n', /^instance group fraud_detector_0 of model fraud_detector specifies invalid or unsupported gpu id 3\. GPUs with at least the minimum required CUDA compute compatibility are: 0, 1$/, [3, 45], { gpuCount: 2 });
   });
 
   it('gpus listed only for KIND_GPU', () => {
-    rejects('instance_group { kind: KIND_CPU, gpus: [ 0 ] }\n', /gpus may only be listed for KIND_GPU, but kind is KIND_CPU/, [3, 34]);
-    rejects('instance_group { kind: KIND_MODEL, gpus: [ 0 ] }\n', /but kind is KIND_MODEL/);
+    rejects('instance_group { kind: KIND_CPU, gpus: [ 0 ] }\n', /^instance group fraud_detector_0 of model fraud_detector has kind KIND_CPU but specifies one or more GPUs/, [3, 34]);
+    rejects('instance_group { kind: KIND_MODEL, gpus: [ 0 ] }\n', /has kind KIND_MODEL but specifies one or more GPUs/);
   });
 
   it('KIND_AUTO with an absent gpu falls back to CPU, then gpus are not allowed', () => {
-    rejects('instance_group { gpus: [ 5 ] }\n', /gpus may only be listed for KIND_GPU, but kind is KIND_CPU/, undefined, { gpuCount: 1 });
+    rejects('instance_group { gpus: [ 5 ] }\n', /has kind KIND_CPU but specifies one or more GPUs/, undefined, { gpuCount: 1 });
   });
 
   it('an unknown kind number is rejected', () => {
-    rejects('instance_group { kind: 7 }\n', /kind 7 is not a known instance group kind/, [3, 18]);
+    rejects('instance_group { kind: 7 }\n', /has unexpected kind 7/, [3, 18]);
   });
 
   it('count must be at least 1', () => {
     const config = create(ModelConfigSchema, { name: 'm', backend: 'python' });
     normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: 0 });
     config.instanceGroup = [create(ModelInstanceGroupSchema, { name: 'g', kind: ModelInstanceGroup_Kind.CPU, count: 0 })];
-    assert.throws(() => validateModelConfig(config), /instance_group "g": count must be at least 1, got 0/);
+    assert.throws(() => validateModelConfig(config), /instance group g of model m: count must be at least 1, got 0/);
   });
 
   it('profile is TensorRT only', () => {
-    rejects('instance_group { kind: KIND_CPU, profile: [ "0" ] }\n', /"profile" is only supported for TensorRT/);
+    rejects('instance_group { kind: KIND_CPU, profile: [ "0" ] }\n', /specifies profile field which is only supported for TensorRT models/);
   });
 });
 
 describe('validateModelConfig: dynamic batching', () => {
   it('preferred_batch_size must be positive', () => {
-    rejects(`${IO}dynamic_batching { preferred_batch_size: [ 4, 0 ] }\n`, /preferred_batch_size must be positive, got 0/, [6, 47]);
+    rejects(`${IO}dynamic_batching { preferred_batch_size: [ 4, 0 ] }\n`, /^dynamic batching preferred size must be positive for fraud_detector \(got 0\)/, [6, 47]);
   });
 
   it('preferred_batch_size must not exceed max_batch_size', () => {
-    rejects(`${IO}dynamic_batching { preferred_batch_size: [ 16 ] }\n`, /preferred_batch_size 16 is larger than max_batch_size 8/, [6, 44]);
+    rejects(`${IO}dynamic_batching { preferred_batch_size: [ 16 ] }\n`, /^dynamic batching preferred size must be <= max batch size for fraud_detector \(preferred_batch_size 16, max_batch_size 8\)/, [6, 44]);
   });
 
   it('default priority level must be within the levels', () => {
-    rejects(`${IO}dynamic_batching { priority_levels: 2 default_priority_level: 3 }\n`, /default_priority_level must be between 1 and 2 \(priority_levels\), got 3/, [6, 39]);
-    rejects(`${IO}dynamic_batching { priority_levels: 2 }\n`, /default_priority_level must be between 1 and 2/);
+    rejects(`${IO}dynamic_batching { priority_levels: 2 default_priority_level: 3 }\n`, /^default priority level must be in range \[1, 2\] for fraud_detector \(dynamic_batching\.default_priority_level is 3\)/, [6, 39]);
+    rejects(`${IO}dynamic_batching { priority_levels: 2 }\n`, /^default priority level must be in range \[1, 2\] for fraud_detector/);
   });
 
   it('queue policy keys must be within the levels', () => {
     rejects(
       `${IO}dynamic_batching {\n  priority_levels: 2\n  default_priority_level: 1\n  priority_queue_policy { key: 5 value: { } }\n}\n`,
-      /priority_queue_policy for level 5 is outside the priority levels 1\.\.2/,
+      /^priority queue policy must have priority level in range \[1, 2\] for fraud_detector \(dynamic_batching\.priority_queue_policy has level 5\)/,
       [9, 3],
     );
   });
 
   it('preserve_ordering allows one priority level', () => {
-    rejects(`${IO}dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }\n`, /preserve_ordering allows only one priority level/);
+    rejects(`${IO}dynamic_batching { preserve_ordering: true priority_levels: 2 default_priority_level: 1 }\n`, /^Only one priority level is allowed when 'preserve_ordering' is true for fraud_detector/);
   });
 
   it('preserve_ordering forbids a DELAY policy with a timeout', () => {
     rejects(
       `${IO}dynamic_batching {\n  preserve_ordering: true\n  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 100 }\n}\n`,
-      /cannot use timeout_action DELAY with a timeout/,
+      /^Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for fraud_detector/,
       [8, 26],
     );
     check(`${IO}dynamic_batching {\n  preserve_ordering: true\n  default_queue_policy { timeout_action: DELAY }\n}\n`);
@@ -265,40 +265,40 @@ describe('validateModelConfig: sequence batching', () => {
   });
 
   it('response cache is not allowed with sequence batching', () => {
-    rejects(`${IO}${controls}response_cache { enable: true }\n`, /response_cache cannot be enabled for a model that uses sequence_batching/, [12, 18]);
+    rejects(`${IO}${controls}response_cache { enable: true }\n`, /^Response Cache does not currently support model fraud_detector with sequence batching scheduler/, [12, 18]);
   });
 
   it('boolean controls need exactly two values', () => {
     rejects(
       `${IO}sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 1 ] } } }\n`,
-      /fp32_false_true of CONTROL_SEQUENCE_START control "S" needs exactly 2 values/,
+      /^sequence batching control 'fp32_false_true' must have exactly 2 entries for CONTROL_SEQUENCE_START for fraud_detector/,
     );
     rejects(
       `${IO}sequence_batching { control_input { name: "S" control { kind: CONTROL_SEQUENCE_END } } }\n`,
-      /must give one of int32_false_true, fp32_false_true or bool_false_true/,
+      /^sequence batching must specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for CONTROL_SEQUENCE_END for fraud_detector/,
     );
   });
 
   it('correlation id control takes an integer or string type', () => {
     rejects(
       `${IO}sequence_batching { control_input { name: "C" control { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } } }\n`,
-      /must have data_type TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING/,
+      /^unexpected data type for control CONTROL_SEQUENCE_CORRID for fraud_detector\. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING/,
     );
   });
 
   it('one tensor per control and one control per tensor', () => {
     rejects(
       `${IO}sequence_batching { control_input [ { name: "A" control { kind: CONTROL_SEQUENCE_START bool_false_true: [ false, true ] } }, { name: "A" } ] }\n`,
-      /control tensor "A" is listed more than once/,
+      /^sequence batching control tensor 'A' is specified for multiple control kinds for fraud_detector/,
     );
   });
 
   it('oldest preferred batch sizes are checked against max_batch_size', () => {
-    rejects(`${IO}sequence_batching { oldest { preferred_batch_size: [ 9 ] } }\n`, /preferred_batch_size 9 is larger than max_batch_size 8/);
+    rejects(`${IO}sequence_batching { oldest { preferred_batch_size: [ 9 ] } }\n`, /^sequence batching preferred batch size must be <= max batch size for fraud_detector/);
   });
 
   it('direct minimum slot utilisation is between 0 and 1', () => {
-    rejects(`${IO}sequence_batching { direct { minimum_slot_utilization: 1.5 } }\n`, /minimum_slot_utilization must be between 0 and 1, got 1\.5/);
+    rejects(`${IO}sequence_batching { direct { minimum_slot_utilization: 1.5 } }\n`, /^sequence batching minimum slot utilization must be in range \(0\.0, 1\.0\] for fraud_detector \(got 1\.5\)/);
   });
 });
 
@@ -349,7 +349,7 @@ ensemble_scheduling {
   });
 
   it('platform ensemble needs ensemble_scheduling', () => {
-    rejects('', /platform "ensemble" needs an "ensemble_scheduling" section/, [2, 1], { head: ENS_HEAD });
+    rejects('', /^ensemble scheduling must be set for ensemble pipeline whose platform is ensemble/, [2, 1], { head: ENS_HEAD });
   });
 
   it('an ensemble output nothing writes is reported with the broken link', () => {
@@ -374,7 +374,7 @@ ensemble_scheduling {
   });
 
   it('decoupled models cannot use the response cache', () => {
-    rejects(`${IO}model_transaction_policy { decoupled: true }\nresponse_cache { enable: true }\n`, /response_cache cannot be enabled for a decoupled model/, [7, 18]);
+    rejects(`${IO}model_transaction_policy { decoupled: true }\nresponse_cache { enable: true }\n`, /^Response Cache does not currently support model fraud_detector with 'decoupled' transaction policy/, [7, 18]);
   });
 
   it('specific versions are not negative', () => {
