@@ -242,8 +242,8 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       http2MaxPingsWithoutData: f.int('grpc-http2-max-pings-without-data', 2),
       http2MinRecvPingIntervalWithoutDataMs: f.int('grpc-http2-min-recv-ping-interval-without-data', 300000),
       http2MaxPingStrikes: f.int('grpc-http2-max-ping-strikes', 2),
-      maxConnectionAgeMs: f.has('grpc-max-connection-age') ? f.int('grpc-max-connection-age', 0) : undefined,
-      maxConnectionAgeGraceMs: f.has('grpc-max-connection-age-grace') ? f.int('grpc-max-connection-age-grace', 0) : undefined,
+      maxConnectionAgeMs: connectionAgeMs(f, 'grpc-max-connection-age'),
+      maxConnectionAgeGraceMs: connectionAgeMs(f, 'grpc-max-connection-age-grace'),
       compressionLevel: f.string('grpc-infer-response-compression-level', 'none').toLowerCase(),
       inferAllocationPoolSize: f.has('grpc-infer-allocation-pool-size') ? f.int('grpc-infer-allocation-pool-size', 8) : undefined,
       restrictedProtocols: f.all('grpc-restricted-protocol'),
@@ -279,6 +279,13 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     throw Errors.config(`--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`);
   }
   return cfg;
+}
+
+/** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */
+function connectionAgeMs(f: FlagReader, flag: string): number | undefined {
+  const ms = f.int(flag, 0);
+  if (ms < 0) throw Errors.config(`--${flag} must be 0 (no limit) or a positive number of milliseconds, got ${ms}`);
+  return ms === 0 ? undefined : ms;
 }
 
 function grpcSsl(f: FlagReader): ServeConfig['grpc']['ssl'] {
@@ -359,12 +366,18 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         headerForwardPattern: cfg.http.headerForwardPattern,
       })
     : undefined;
-  const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, { ...cfg.grpc, logger, logSettings, traceSettings }) : undefined;
+  // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
+  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, traceSettings };
+  const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, grpcOptions) : undefined;
   const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address }) : undefined;
   const ports: RunningServer['ports'] = {};
+  // The stop sequence: readiness turns false at once while liveness stays true and the HTTP port keeps
+  // answering probes (no keep-alive from here on); gRPC clients get GOAWAY and reconnect elsewhere;
+  // in-flight requests finish within --exit-timeout-secs; only then the HTTP port closes.
   const shutdown = async (): Promise<void> => {
-    await Promise.allSettled([http?.stop(), grpc?.stop(), server.stop()]);
-    await Promise.allSettled([metricsFrontend?.stop(), metrics?.close?.()]);
+    http?.drain();
+    await Promise.allSettled([grpc?.stop(), server.stop()]);
+    await Promise.allSettled([http?.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
   };
   try {
     await server.start();

@@ -121,12 +121,14 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     this.live = false;
   }
 
+  /** Stays true while stop() drains in-flight requests, so a liveness probe does not kill a draining server. */
   isLive(): boolean {
-    return this.live && !this.stopping;
+    return this.live;
   }
 
+  /** False from the moment stop() begins, so load balancers stop routing here while the drain runs. */
   isReady(): boolean {
-    if (!this.isLive()) return false;
+    if (!this.live || this.stopping) return false;
     if (this.options.strictReadiness === false) return true;
     return this.repository.allReady();
   }

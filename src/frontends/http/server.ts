@@ -133,6 +133,11 @@ export class HttpFrontend {
     });
   }
 
+  /** From now on every response closes its connection, so keep-alive clients reconnect (to another replica). */
+  drain(): void {
+    this.reply.closing = true;
+  }
+
   /** Stops accepting connections; requests in flight finish, then their connections close. */
   stop(): Promise<void> {
     if (this.closed !== undefined) return this.closed;
