@@ -2,7 +2,7 @@
 # Debian packages the tests and benchmarks use. Installs what is missing when
 # run as root on a Debian-like system; elsewhere it only reports.
 set -e
-PKGS="python3-numpy python3-torch python3-grpcio python3-grpc-tools prometheus wrk nghttp2-client"
+PKGS="python3-numpy python3-torch python3-grpcio python3-grpc-tools prometheus wrk nghttp2-client unzip"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
