@@ -348,6 +348,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       }),
     );
     server.on('versionUnloaded', (v) => metrics.detach(v.stats));
+    metrics.addScrapeGauge('nereid_server_ready', 'Whether /v2/health/ready answers ready (1) or not (0); with --strict-readiness every model to be served is ready', () => (server.isReady() ? 1 : 0));
   }
   // One store of each setting, shared by both protocols, as in Triton.
   const logSettings = new LogSettings((state) => {

@@ -96,6 +96,19 @@ export class Metrics implements SeriesSource<ModelReporter> {
     if (stats.observer === reporter) stats.observer = undefined;
   }
 
+  /** A server-wide gauge whose value `read` gives at each scrape (e.g. readiness). */
+  addScrapeGauge(name: string, help: string, read: () => number): void {
+    if (!this.enabled) return;
+    new Gauge({
+      name,
+      help,
+      registers: [this.registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  }
+
   /** The Prometheus text exposition (version 0.0.4). */
   async render(): Promise<string> {
     if (!this.enabled) return '';

@@ -52,9 +52,11 @@ test('on SIGTERM readiness turns false at once while liveness stays true and the
   t.after(() => repo.cleanup());
   const s = startServe([`--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`, '--exit-timeout-secs=60', ...LOOPBACK_PORTS]);
   t.after(() => s.stop());
-  const { http } = await s.ports;
+  const { http, metrics } = await s.ports;
   const base = `http://127.0.0.1:${http}`;
+  const readyGauge = async () => /^nereid_server_ready (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metrics}/metrics`)).text())?.[1];
   assert.equal(await statusOf(`${base}/v2/health/ready`), 200);
+  assert.equal(await readyGauge(), '1');
 
   let slowDone = false;
   const slow = fetch(`${base}/v2/models/slow/infer`, { method: 'POST', body: inferBody(6) }).then(async (r) => {
@@ -67,6 +69,7 @@ test('on SIGTERM readiness turns false at once while liveness stays true and the
   await until('readiness to turn false', async () => (await statusOf(`${base}/v2/health/ready`)) === 400);
   assert.equal(slowDone, false, 'the drain is still running');
   assert.equal(await statusOf(`${base}/v2/health/live`), 200);
+  assert.equal(await readyGauge(), '0');
   const refused = await fetch(`${base}/v2/models/slow/infer`, { method: 'POST', body: inferBody(0) });
   assert.equal(refused.status, 503);
   assert.equal(refused.headers.get('connection'), 'close', 'draining responses end keep-alive');
