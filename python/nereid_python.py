@@ -5,6 +5,7 @@ import inspect
 import json
 import os
 import sys
+import threading
 
 import triton_python_backend_utils as pb
 from nereid_codec import decode_tensor, encode_tensors
@@ -30,12 +31,88 @@ def load_model_class(path):
     return cls
 
 
+_FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class ResponseSender:
+    """Sends the responses of one request of a decoupled model, from any thread.
+
+    A sender released (garbage collected) before it sent the final flag ends
+    its request with an error, so that the client is not left waiting.
+    """
+
+    def __init__(self, stub, key, request_id):
+        self._stub = stub
+        self._key = key
+        self._request_id = request_id
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        if flags != _FINAL and flags != 0:
+            raise pb.TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise pb.TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if response is not None and not isinstance(response, pb.InferenceResponse):
+            raise pb.TritonModelException(
+                "send() expects a pb_utils.InferenceResponse, got {}".format(type(response).__name__)
+            )
+        final = flags == _FINAL
+        with self._lock:
+            if self._closed:
+                raise pb.TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if final:
+                self._closed = True
+        header = {"t": "s", "k": self._key, "f": 1 if final else 0}
+        buffers = []
+        if response is not None:
+            header.update(PythonModelRunner._encode_response(response, buffers))
+        self._stub.send(header, buffers)
+        if final:
+            self._stub.cancels.forget(self._key)
+
+    def is_cancelled(self):
+        return self._stub.is_cancelled(self._key)
+
+    def _close(self):
+        """Closed without a message (the server already ends the request)."""
+        with self._lock:
+            was_open = not self._closed
+            self._closed = True
+        return was_open
+
+    def __del__(self):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._stub.send(
+                {
+                    "t": "s",
+                    "k": self._key,
+                    "f": 1,
+                    "e": {
+                        "m": "the model released the response sender of request '{}' without "
+                        "sending TRITONSERVER_RESPONSE_COMPLETE_FINAL".format(self._request_id),
+                        "c": "INTERNAL",
+                    },
+                }
+            )
+        except Exception:
+            pass
+
+
 class PythonModelRunner:
     def __init__(self, stub):
         self.stub = stub
         self.model = None
         self.model_name = ""
         self.model_version = -1
+        self.decoupled = False
 
     def _call(self, fn, *args):
         result = fn(*args)
@@ -46,6 +123,12 @@ class PythonModelRunner:
     def on_init(self, header, _buffers):
         args = header["args"]
         self.model_name = args.get("model_name", "")
+        try:
+            self.decoupled = pb.using_decoupled_model_transaction_policy(
+                json.loads(args.get("model_config", "{}"))
+            )
+        except ValueError:
+            self.decoupled = False
         try:
             self.model_version = int(args.get("model_version", "-1"))
         except ValueError:
@@ -102,6 +185,11 @@ class PythonModelRunner:
                         parameters=r.get("p") or "{}",
                     )
                 )
+            if self.decoupled:
+                for req, r in zip(requests, header["r"]):
+                    req._response_sender = ResponseSender(self.stub, r["k"], req.request_id())
+                self._execute_decoupled(requests)
+                return
             responses = self._call(self.model.execute, requests)
             self._check_responses(requests, responses)
         except BaseException as exc:
@@ -114,6 +202,32 @@ class PythonModelRunner:
         for resp in responses:
             out.append(self._encode_response(resp, buffers_out))
         self.stub.send({"t": "responses", "r": out}, buffers_out)
+
+    def _execute_decoupled(self, requests):
+        """Runs execute(); responses go through the senders, the reply only reports a failure."""
+        failure = None
+        try:
+            result = self._call(self.model.execute, requests)
+            if result is not None:
+                raise pb.TritonModelException(
+                    "Python model '{}' is using the decoupled mode and the execute function "
+                    "must return None.".format(self.model_name)
+                )
+        except Exception as exc:
+            failure = "Failed to process the request(s) for model '{}', message: {}".format(
+                self.model_name, error_line(exc)
+            )
+            tb = error_traceback(exc)
+            exc = None
+            self.stub.send({"t": "log", "l": 2, "m": failure + "\n" + tb})
+        out = []
+        for req in requests:
+            sender = req._response_sender
+            if failure is not None and sender._close():
+                out.append({"e": {"m": failure, "c": "INTERNAL"}})
+            else:
+                out.append({})
+        self.stub.send({"t": "responses", "r": out})
 
     @staticmethod
     def _check_responses(requests, responses):

@@ -4,6 +4,10 @@ One process serves one model instance. It talks to the server over two
 pipes: fd 3 carries commands in, fd 4 carries replies, BLS calls and log
 records out. stdout/stderr are left to the model (the server logs them).
 
+A third pipe, fd 5, carries only cancellation notices for requests of
+decoupled models; it is read without blocking whenever a model asks
+is_cancelled(), from whichever thread asks.
+
 Every message is a frame:
     u32 LE body length | body
     body = u32 LE header length | header (JSON) | pad to 8 | buffer | pad to 8 | ...
@@ -18,10 +22,12 @@ import json
 import os
 import struct
 import sys
+import threading
 import traceback
 
 FD_IN = 3
 FD_OUT = 4
+FD_CANCEL = 5
 _U32 = struct.Struct("<I")
 _U32X2 = struct.Struct("<II")
 _ZEROS = bytes(8)
@@ -50,6 +56,9 @@ class Pipe:
         self.wfd = wfd
         self.buf = bytearray()
         self.pos = 0
+        # Response senders write from the model's own threads too. Reentrant:
+        # a sender released by the garbage collector mid-write writes again.
+        self.write_lock = threading.RLock()
 
     def _available(self):
         return len(self.buf) - self.pos
@@ -108,6 +117,10 @@ class Pipe:
         return header, buffers
 
     def write_frame(self, header, buffers=()):
+        with self.write_lock:
+            self._write_frame(header, buffers)
+
+    def _write_frame(self, header, buffers):
         views = [memoryview(b).cast("B") if not isinstance(b, bytes) else b for b in buffers]
         header["b"] = [len(v) for v in views]
         hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
@@ -156,6 +169,67 @@ class Pipe:
                     written = 0
 
 
+class CancelNotices:
+    """Stream keys the server cancelled, read from fd 5 without blocking."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.buf = bytearray()
+        self.keys = set()
+        try:
+            os.set_blocking(fd, False)
+        except OSError:
+            self.fd = None
+
+    def is_cancelled(self, key):
+        with self.lock:
+            self._drain()
+            return key in self.keys
+
+    def forget(self, key):
+        with self.lock:
+            self.keys.discard(key)
+
+    def _drain(self):
+        if self.fd is None:
+            return
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 12)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.fd = None
+                break
+            if not chunk:
+                self.fd = None
+                break
+            self.buf += chunk
+        # Each notice is a frame whose header is {"t": "cancel", "k": key}.
+        while len(self.buf) >= 8:
+            (n,) = _U32.unpack_from(self.buf, 0)
+            if len(self.buf) < 4 + n:
+                break
+            (hlen,) = _U32.unpack_from(self.buf, 4)
+            header = json.loads(bytes(self.buf[8 : 8 + hlen]))
+            del self.buf[: 4 + n]
+            key = header.get("k")
+            if key is not None:
+                self.keys.add(key)
+
+
+class BlsStream:
+    """Responses of one BLS request on a decoupled model, as they arrive."""
+
+    __slots__ = ("items", "finished", "future")
+
+    def __init__(self):
+        self.items = []
+        self.finished = False
+        self.future = None
+
+
 class Stub:
     """The command loop; the mode-specific runner does the model work."""
 
@@ -164,8 +238,12 @@ class Stub:
         self.mode = mode
         self.runner = None
         self.next_bls_id = 1
-        self.pending = {}  # BLS id -> result slot (list) or asyncio future
+        self.pending = {}  # BLS id -> result slot (list, BlsStream) or asyncio future
         self.loop = None
+        self.cancels = CancelNotices(FD_CANCEL)
+
+    def is_cancelled(self, key):
+        return self.cancels.is_cancelled(key)
 
     # -- replies and logging
 
@@ -240,7 +318,17 @@ class Stub:
             )
 
     def _resolve_bls(self, header, buffers):
-        slot = self.pending.pop(header.get("id"), None)
+        bls_id = header.get("id")
+        slot = self.pending.get(bls_id)
+        if isinstance(slot, BlsStream):
+            slot.items.append((header, buffers))
+            if header.get("fin", True):
+                del self.pending[bls_id]
+                slot.finished = True
+                if slot.future is not None and not slot.future.done():
+                    slot.future.set_result(None)
+            return
+        slot = self.pending.pop(bls_id, None)
         if slot is None:
             return
         if isinstance(slot, list):
@@ -250,7 +338,7 @@ class Stub:
 
     # -- BLS (called through pb_utils)
 
-    def _send_bls(self, request):
+    def _send_bls(self, request, decoupled=False):
         import triton_python_backend_utils as pb
         from nereid_codec import encode_tensors
 
@@ -273,6 +361,7 @@ class Stub:
                 "p": request.parameters(),
                 "o": list(request.requested_output_names()),
                 "i": metas,
+                "dec": decoupled,
             },
             buffers,
         )
@@ -289,6 +378,22 @@ class Stub:
             self._dispatch_during_call(header, buffers)
         return decode_bls_response(*slot[0])
 
+    def bls_exec_decoupled(self, request):
+        """An iterator over the responses; it reads them from the pipe as it is advanced."""
+        bls_id = self._send_bls(request, True)
+        stream = BlsStream()
+        self.pending[bls_id] = stream
+        return BlsResponseIterator(self, stream)
+
+    async def bls_async_exec_decoupled(self, request):
+        """Waits for every response (up to the final flag), then iterates them."""
+        bls_id = self._send_bls(request, True)
+        stream = BlsStream()
+        stream.future = self.loop.create_future()
+        self.pending[bls_id] = stream
+        await stream.future
+        return BlsResponseIterator(self, stream)
+
     async def bls_async_exec(self, request):
         from nereid_codec import decode_bls_response
 
@@ -296,6 +401,29 @@ class Stub:
         future = self.loop.create_future()
         self.pending[bls_id] = future
         header, buffers = await future
+        return decode_bls_response(header, buffers)
+
+
+class BlsResponseIterator:
+    """Iterates a decoupled BLS request's responses; the last may hold no outputs."""
+
+    def __init__(self, stub, stream):
+        self._stub = stub
+        self._stream = stream
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        from nereid_codec import decode_bls_response
+
+        stream = self._stream
+        while not stream.items:
+            if stream.finished:
+                raise StopIteration
+            header, buffers = self._stub._read_during_call()
+            self._stub._dispatch_during_call(header, buffers)
+        header, buffers = stream.items.pop(0)
         return decode_bls_response(header, buffers)
 
 

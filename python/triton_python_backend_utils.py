@@ -307,6 +307,7 @@ class InferenceRequest:
         self._trace = trace or InferenceTrace()
         self._parameters = _parameters_json(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._response_sender = None  # set by the server for decoupled models
 
     def inputs(self):
         return self._inputs
@@ -342,28 +343,33 @@ class InferenceRequest:
         return self._requested_output_names
 
     def is_cancelled(self):
-        return False
+        """True once the client went away (requests of decoupled models)."""
+        sender = self._response_sender
+        return sender.is_cancelled() if sender is not None else False
 
     def set_release_flags(self, flags):
         self._release_flags = flags
 
     def get_response_sender(self):
-        raise TritonModelException(
-            "decoupled models (response senders) are not supported by this server"
-        )
+        sender = self._response_sender
+        if sender is None:
+            raise TritonModelException(
+                "get_response_sender() is only available to models with the decoupled "
+                "transaction policy (model_transaction_policy { decoupled: true })"
+            )
+        return sender
 
     def exec(self, decoupled=False):
-        """Runs the request on a model served by this server (BLS) and returns its response."""
+        """Runs the request on a model served by this server (BLS) and returns its response
+        (decoupled=True: an iterator over its responses)."""
         if decoupled:
-            raise TritonModelException("BLS exec(decoupled=True) is not supported by this server")
+            return _require_channel().bls_exec_decoupled(self)
         return _require_channel().bls_exec(self)
 
     async def async_exec(self, decoupled=False):
         """Awaitable form of exec(); several may run concurrently."""
         if decoupled:
-            raise TritonModelException(
-                "BLS async_exec(decoupled=True) is not supported by this server"
-            )
+            return await _require_channel().bls_async_exec_decoupled(self)
         return await _require_channel().bls_async_exec(self)
 
 

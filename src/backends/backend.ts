@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
+import type { CancellationSignal } from '../core/cancellation.js';
 
 export type ParameterValue = string | number | boolean | bigint;
 
@@ -24,6 +25,30 @@ export interface BackendRequest {
   readonly correlationId: bigint | string;
   /** Bit 1: sequence start, bit 2: sequence end. */
   readonly flags: number;
+  /**
+   * Decoupled models only (model_transaction_policy.decoupled): where the
+   * model sends this request's responses, any number of them, the last one
+   * marked final. Undefined for every other model.
+   */
+  readonly responseSender?: ResponseSender | undefined;
+  /** Aborted when the client went away; decoupled backends pass it on to the model. */
+  readonly signal?: CancellationSignal | undefined;
+}
+
+/**
+ * The streaming response path of decoupled models. The backend calls send()
+ * for each response as the model produces it, during or after execute();
+ * the call with `final` set ends the request (its response may be
+ * undefined: a final flag with no response). Calls after the final one are
+ * ignored.
+ *
+ * For a request with a sender, execute() resolves once the model has taken
+ * the request: the response at its position is ignored unless it is an
+ * error, which ends the stream (as a final error response) when the model
+ * had not sent its final response yet.
+ */
+export interface ResponseSender {
+  send(response: BackendResponse | undefined, final: boolean): void;
 }
 
 /** One response, in the order of the requests given to execute(). */
@@ -75,6 +100,8 @@ export interface BackendInstance {
 /** Something in-process the backend may call for BLS (business-logic scripting). */
 export interface InferenceCaller {
   infer(request: import('../core/types.js').InferRequest): Promise<import('../core/types.js').InferResponse>;
+  /** Every response of a request (decoupled models: zero or more, then the final flag). */
+  inferStream?(request: import('../core/types.js').InferRequest): AsyncIterable<import('../core/types.js').StreamResponse>;
 }
 
 export interface ModelContext {
@@ -125,6 +152,8 @@ export interface Backend {
    * when auto-complete is enabled.
    */
   autoCompleteConfig?(ctx: AutoCompleteContext): Promise<ModelConfig>;
+  /** Whether models with model_transaction_policy { decoupled: true } may load (they get a ResponseSender per request). */
+  readonly supportsDecoupled?: boolean;
   /** Default instance count for KIND_CPU groups without `count` (Triton: 2 for onnxruntime, else 1). */
   readonly defaultCpuInstanceCount?: number;
   /** Checks the model files against the configuration and loads what instances share. */

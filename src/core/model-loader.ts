@@ -196,6 +196,9 @@ async function loadVersion(
   try {
     v.signature = new ModelSignature(v.modelName, v.config);
     v.labels = labels;
+    if (v.decoupled && !backend.supportsDecoupled) {
+      throw new Error(`the ${backend.name} backend does not support models with the decoupled transaction policy (model_transaction_policy { decoupled: true })`);
+    }
     v.backendModel = await backend.loadModel(baseCtx);
     const planned = planInstances(v.config);
     const instances = await Promise.all(

@@ -22,6 +22,8 @@ export class ModelVersion {
   /** output name -> labels, for classification. */
   labels = new Map<string, string[]>();
   loadDurationSecs = 0;
+  /** model_transaction_policy.decoupled: responses go through a ResponseSender. */
+  readonly decoupled: boolean;
   /** Requests accepted by the core and not yet answered. */
   inflight = 0;
   private idleWaiters: Array<() => void> = [];
@@ -32,6 +34,7 @@ export class ModelVersion {
     readonly config: ModelConfig,
   ) {
     this.stats = new ModelVersionStatistics(modelName, String(version));
+    this.decoupled = config.modelTransactionPolicy?.decoupled === true;
   }
 
   get state(): ModelState {

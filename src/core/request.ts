@@ -4,7 +4,7 @@
  * and QA scripts match on them), prefixed with the request id.
  */
 import type { ModelConfig, ModelInput, ModelOutput } from '../gen/model_config_pb.js';
-import type { BackendRequest, ParameterValue } from '../backends/backend.js';
+import type { BackendRequest, ParameterValue, ResponseSender } from '../backends/backend.js';
 import { Errors, NereidError } from '../errors.js';
 import { datatypeFromConfigEnum, datatypeInfo, elementCount, shapeToString } from '../tensor/datatype.js';
 import { type Tensor, decodeBytesElements } from '../tensor/tensor.js';
@@ -86,8 +86,8 @@ function intParam(name: string, value: ParameterValue, id: string | undefined): 
   throw withPrefix(Errors.badParameter(`parameter '${name}' must be a non-negative integer, got ${JSON.stringify(String(value))}`), id);
 }
 
-/** Validates `request` for the model and builds the backend's view of it. */
-export function prepareRequest(sig: ModelSignature, request: InferRequest): PreparedRequest {
+/** Validates `request` for the model and builds the backend's view of it (`sender`: decoupled models). */
+export function prepareRequest(sig: ModelSignature, request: InferRequest, sender?: ResponseSender): PreparedRequest {
   const id = request.id;
   const model = sig.modelName;
   const inputs = request.inputs;
@@ -222,6 +222,8 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest): Prep
       batchSize: batching ? Math.max(batchSize, 0) : 1,
       correlationId,
       flags,
+      responseSender: sender,
+      signal: request.signal,
     },
     requestedOutputs: outs && outs.length > 0 ? outs : undefined,
     priority,

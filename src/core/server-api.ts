@@ -11,6 +11,7 @@ import type {
   ModelStatistics,
   RepositoryIndexEntry,
   ServerMetadata,
+  StreamResponse,
 } from './types.js';
 
 export interface LoadModelOptions {
@@ -40,6 +41,13 @@ export interface ServerApi {
    */
   modelReady(name: string, version?: string): Promise<boolean>;
   infer(request: InferRequest): Promise<InferResponse>;
+  /**
+   * Every response of a request, for decoupled models (zero or more, then the
+   * final flag) and for any other model (one final response). Never throws:
+   * errors arrive as final error items. Optional for test doubles: callers
+   * use `streamResponses()` (response-stream.ts), which falls back to infer().
+   */
+  inferStream?(request: InferRequest): AsyncIterableIterator<StreamResponse>;
   /** Statistics of READY versions; name omitted: every model. Throws INVALID_ARG as Triton does. */
   modelStatistics(name?: string, version?: string): ModelStatistics[];
   repositoryIndex(readyOnly?: boolean): Promise<RepositoryIndexEntry[]>;

@@ -15,6 +15,7 @@ import { classify } from './classification.js';
 import { ModelRepositoryManager, type VersionStateChange } from './model-repository-manager.js';
 import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
+import { ResponseStream } from './response-stream.js';
 import type { LoadModelOptions, ServerApi } from './server-api.js';
 import type {
   InferRequest,
@@ -25,6 +26,7 @@ import type {
   RepositoryIndexEntry,
   ServerMetadata,
   ServerOptions,
+  StreamResponse,
 } from './types.js';
 import { datatypeFromConfigEnum } from '../tensor/datatype.js';
 import type { Tensor } from '../tensor/tensor.js';
@@ -189,6 +191,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   async infer(request: InferRequest): Promise<InferResponse> {
     if (this.stopping) throw Errors.serverStopping();
     const v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
+    if (v.decoupled) return this.inferDecoupledOnce(request);
     const sig = v.signature!;
     const prepared = prepareRequest(sig, request);
     const scheduler = v.scheduler!;
@@ -219,12 +222,106 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
   }
 
+  /**
+   * Every response of a request. A decoupled model sends zero or more
+   * responses, then the final flag; any other model one final response.
+   * Errors (also a request refused up front) arrive as a final error item,
+   * so this never throws. Breaking out of the iteration drops what follows;
+   * aborting `request.signal` cancels the request in the backend too.
+   */
+  inferStream(request: InferRequest): AsyncIterableIterator<StreamResponse> {
+    let v: ModelVersion;
+    try {
+      if (this.stopping) throw Errors.serverStopping();
+      v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
+    } catch (err) {
+      const failed = new ResponseStream(undefined, undefined);
+      failed.fail(asNereidError(err));
+      return failed;
+    }
+    if (!v.decoupled) {
+      const single = new ResponseStream(undefined, undefined);
+      this.infer(request).then(
+        (r) => single.deliver(r),
+        (err: unknown) => single.fail(asNereidError(err)),
+      );
+      return single;
+    }
+    return this.startDecoupled(v, request);
+  }
+
+  private startDecoupled(v: ModelVersion, request: InferRequest): ResponseStream {
+    let prepared: ReturnType<typeof prepareRequest> | undefined;
+    let counted = false;
+    const stream = new ResponseStream(
+      (resp) => this.buildResponse(v, request, prepared!.requestedOutputs, prepared!.backendRequest.requestedOutputs, resp, true),
+      () => {
+        if (counted) v.requestDone();
+      },
+    );
+    try {
+      prepared = prepareRequest(v.signature!, request, stream);
+    } catch (err) {
+      stream.fail(asNereidError(err));
+      return stream;
+    }
+    v.inflight += 1;
+    counted = true;
+    const item = new ScheduledRequest(
+      prepared.backendRequest,
+      prepared.priority,
+      prepared.timeoutUs,
+      v.stats,
+      (_resp, err) => {
+        if (err) stream.fail(err);
+      },
+      request.signal,
+    );
+    const signal = request.signal;
+    if (signal) {
+      const cancelled = (): void => {
+        const e = Errors.cancelled('inference request');
+        item.fail(e, 'CANCELED');
+        stream.fail(e);
+      };
+      if (signal.aborted) {
+        cancelled();
+        return stream;
+      }
+      signal.addEventListener('abort', cancelled, { once: true });
+    }
+    v.scheduler!.enqueue(item);
+    return stream;
+  }
+
+  /** infer() on a decoupled model: fine when it sends exactly one response. */
+  private async inferDecoupledOnce(request: InferRequest): Promise<InferResponse> {
+    let only: InferResponse | undefined;
+    let count = 0;
+    for await (const item of this.inferStream(request)) {
+      if (item.error) throw item.error;
+      if (item.response) {
+        only = item.response;
+        count += 1;
+      }
+    }
+    if (count !== 1 || only === undefined) {
+      throw Errors.modelExecution(
+        request.model,
+        `the decoupled model sent ${count} responses where exactly one was expected; use a streaming API (gRPC ModelStreamInfer or generate_stream) for it`,
+      );
+    }
+    return only;
+  }
+
   private buildResponse(
     v: ModelVersion,
     request: InferRequest,
     requested: InferRequest['outputs'],
     names: readonly string[],
     response: BackendResponse,
+    /** Decoupled responses may carry only some of the requested outputs. */
+    partial = false,
   ): InferResponse {
     const produced = response.outputs!;
     const byName = new Map<string, Tensor>();
@@ -235,6 +332,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       const name = names[i]!;
       let t = byName.get(name);
       if (!t) {
+        if (partial) continue;
         throw Errors.modelExecution(v.modelName, `the backend did not produce requested output '${name}'`);
       }
       const spec = v.signature!.outputs.get(name);

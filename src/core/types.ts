@@ -37,6 +37,16 @@ export interface InferResponse {
   readonly outputs: readonly Tensor[];
 }
 
+/**
+ * One item of Server.inferStream(): a response, an error response, or (with
+ * neither) a bare final flag. The last item of every stream has `final` set.
+ */
+export interface StreamResponse {
+  readonly response: InferResponse | undefined;
+  readonly error: import('../errors.js').NereidError | undefined;
+  readonly final: boolean;
+}
+
 export interface TensorMetadata {
   name: string;
   datatype: Datatype;

@@ -3,7 +3,7 @@
  * arrives here as a frame and runs on any model this server serves.
  */
 import type { InferenceCaller, ParameterValue } from '../backend.js';
-import type { InferRequest, RequestedOutput } from '../../core/types.js';
+import type { InferRequest, InferResponse, RequestedOutput } from '../../core/types.js';
 import { NereidError } from '../../errors.js';
 import { isDatatype } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
@@ -33,37 +33,77 @@ function blsParameters(h: FrameHeader): Record<string, ParameterValue> {
   return params;
 }
 
+function blsRequest(h: FrameHeader, frame: Frame): InferRequest {
+  const inputs: Tensor[] = decodeWireTensors((h.i as WireTensor[]) ?? [], frame.buffers);
+  for (const t of inputs) {
+    if (!isDatatype(t.datatype)) throw new Error(`BLS input '${t.name}' has unknown data type '${t.datatype}'`);
+  }
+  const names = (h.o as string[] | undefined) ?? [];
+  const outputs: RequestedOutput[] | undefined = names.length ? names.map((name) => ({ name })) : undefined;
+  return {
+    model: String(h.model),
+    version: typeof h.version === 'string' && h.version !== '' ? h.version : undefined,
+    id: typeof h.rid === 'string' ? h.rid : undefined,
+    inputs,
+    outputs,
+    parameters: blsParameters(h),
+  };
+}
+
+function responseFrame(id: unknown, response: InferResponse): { header: FrameHeader; buffers: Uint8Array[] } {
+  const { metas, buffers } = encodeWireTensors(response.outputs);
+  const header: FrameHeader = { t: 'bls_result', id, o: metas };
+  if (response.parameters && Object.keys(response.parameters).length) {
+    header.p = JSON.stringify(response.parameters, (_k, v: unknown) => (typeof v === 'bigint' ? Number(v) : v));
+  }
+  return { header, buffers };
+}
+
+function errorHeader(id: unknown, err: unknown): FrameHeader {
+  const m = err instanceof Error ? err.message : String(err);
+  const c = err instanceof NereidError ? err.errorClass : 'INTERNAL';
+  return { t: 'bls_result', id, e: { m, c } };
+}
+
 export async function serveBls(
   server: InferenceCaller,
   frame: Frame,
 ): Promise<{ header: FrameHeader; buffers: Uint8Array[] }> {
-  const h = frame.header;
-  const id = h.id;
+  const id = frame.header.id;
   try {
-    const inputs: Tensor[] = decodeWireTensors((h.i as WireTensor[]) ?? [], frame.buffers);
-    for (const t of inputs) {
-      if (!isDatatype(t.datatype)) throw new Error(`BLS input '${t.name}' has unknown data type '${t.datatype}'`);
-    }
-    const names = (h.o as string[] | undefined) ?? [];
-    const outputs: RequestedOutput[] | undefined = names.length ? names.map((name) => ({ name })) : undefined;
-    const request: InferRequest = {
-      model: String(h.model),
-      version: typeof h.version === 'string' && h.version !== '' ? h.version : undefined,
-      id: typeof h.rid === 'string' ? h.rid : undefined,
-      inputs,
-      outputs,
-      parameters: blsParameters(h),
-    };
-    const response = await server.infer(request);
-    const { metas, buffers } = encodeWireTensors(response.outputs);
-    const header: FrameHeader = { t: 'bls_result', id, o: metas };
-    if (response.parameters && Object.keys(response.parameters).length) {
-      header.p = JSON.stringify(response.parameters, (_k, v: unknown) => (typeof v === 'bigint' ? Number(v) : v));
-    }
-    return { header, buffers };
+    return responseFrame(id, await server.infer(blsRequest(frame.header, frame)));
   } catch (err) {
-    const m = err instanceof Error ? err.message : String(err);
-    const c = err instanceof NereidError ? err.errorClass : 'INTERNAL';
-    return { header: { t: 'bls_result', id, e: { m, c } }, buffers: [] };
+    return { header: errorHeader(id, err), buffers: [] };
+  }
+}
+
+/** exec(decoupled=True): every response goes back as it comes, the last with `fin`. */
+export async function serveBlsStream(
+  server: InferenceCaller,
+  frame: Frame,
+  reply: (header: FrameHeader, buffers: Uint8Array[]) => void,
+): Promise<void> {
+  const id = frame.header.id;
+  let request: InferRequest;
+  try {
+    request = blsRequest(frame.header, frame);
+  } catch (err) {
+    reply({ ...errorHeader(id, err), fin: true }, []);
+    return;
+  }
+  if (server.inferStream === undefined) {
+    reply({ ...errorHeader(id, new Error('BLS on decoupled models is not available here')), fin: true }, []);
+    return;
+  }
+  for await (const item of server.inferStream(request)) {
+    if (item.error) {
+      reply({ ...errorHeader(id, item.error), fin: item.final }, []);
+    } else if (item.response) {
+      const r = responseFrame(id, item.response);
+      r.header.fin = item.final;
+      reply(r.header, r.buffers);
+    } else {
+      reply({ t: 'bls_result', id, fin: true }, []);
+    }
   }
 }

@@ -22,7 +22,8 @@ import type { Tensor } from '../../tensor/tensor.js';
 import type { FrameHeader, WireTensor } from './frame.js';
 import { modelConfigFromJsonString, modelConfigToJsonString } from './config-json.js';
 import { resolveInterpreter, stubScript } from './interpreter.js';
-import { StubProcess } from './stub-process.js';
+import { StubProcess, type StreamSink } from './stub-process.js';
+import type { Frame } from './frame.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
 import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
@@ -70,12 +71,78 @@ class WireRequest {
     readonly p: string,
     readonly o: readonly string[],
     readonly i: WireTensor[],
+    /** Decoupled models: the key the worker's response sender sends under. */
+    public k: number | undefined = undefined,
   ) {}
+}
+
+/** Passes one decoupled request's responses from the worker to its ResponseSender. */
+class DecoupledSink implements StreamSink {
+  key = 0;
+  constructor(
+    private readonly instance: PythonInstance,
+    private readonly request: BackendRequest,
+    private readonly proc: StubProcess,
+  ) {
+    request.signal?.addEventListener('abort', this);
+  }
+
+  /** The client went away: the model sees it through is_cancelled(). */
+  handleEvent(): void {
+    this.proc.cancelStream(this.key);
+  }
+
+  response(frame: Frame, final: boolean): void {
+    const h = frame.header;
+    const sender = this.request.responseSender!;
+    if (h.e === undefined && h.o === undefined) sender.send(undefined, final);
+    else sender.send(this.instance.toResponse(this.request, h as WireItem, frame.buffers), final);
+    if (final) this.detach();
+  }
+
+  failed(err: Error): void {
+    this.request.responseSender!.send({ error: Errors.modelExecution(this.instance.modelName, err.message) }, true);
+    this.detach();
+  }
+
+  detach(): void {
+    this.request.signal?.removeEventListener('abort', this);
+  }
+}
+
+type WireItem = { o?: WireTensor[]; e?: { m: string; c: string }; p?: string };
+
+/** What execute() gives back for a decoupled request that is answered through its sender. */
+const NO_RESPONSE: BackendResponse = { outputs: [] };
+
+/** The requests as the worker reads them, and the tensor buffers they index. */
+function wireRequests(requests: readonly BackendRequest[]): { wire: WireRequest[]; buffers: Uint8Array[] } {
+  const buffers: Uint8Array[] = [];
+  const wire = new Array<WireRequest>(requests.length);
+  for (let r = 0; r < requests.length; r++) {
+    const req = requests[r]!;
+    const metas = new Array<WireTensor>(req.inputs.length);
+    for (let k = 0; k < req.inputs.length; k++) {
+      const t = req.inputs[k]!;
+      metas[k] = { n: t.name, d: t.datatype, s: t.shape as number[], b: buffers.length };
+      buffers.push(t.data);
+    }
+    wire[r] = new WireRequest(
+      req.id,
+      correlationIdJson(req.correlationId),
+      req.flags,
+      parametersJson(req.parameters),
+      req.requestedOutputs,
+      metas,
+    );
+  }
+  return { wire, buffers };
 }
 
 export class PythonInstance implements BackendInstance {
   private readonly outputNames: Set<string>;
   private readonly configOutputs: readonly string[];
+  private readonly decoupled: boolean;
 
   constructor(
     private readonly ctx: InstanceContext,
@@ -83,6 +150,11 @@ export class PythonInstance implements BackendInstance {
   ) {
     this.configOutputs = ctx.config.output.map((o) => o.name);
     this.outputNames = new Set(this.configOutputs);
+    this.decoupled = ctx.config.modelTransactionPolicy?.decoupled === true;
+  }
+
+  get modelName(): string {
+    return this.ctx.modelName;
   }
 
   /** How many times the worker process was restarted after dying. */
@@ -96,29 +168,12 @@ export class PythonInstance implements BackendInstance {
   }
 
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
+    if (this.decoupled) return this.executeDecoupled(requests, timer);
     const model = this.ctx.modelName;
-    const buffers: Uint8Array[] = [];
-    const wire = new Array<WireRequest>(requests.length);
-    for (let r = 0; r < requests.length; r++) {
-      const req = requests[r]!;
-      const metas = new Array<WireTensor>(req.inputs.length);
-      for (let k = 0; k < req.inputs.length; k++) {
-        const t = req.inputs[k]!;
-        metas[k] = { n: t.name, d: t.datatype, s: t.shape as number[], b: buffers.length };
-        buffers.push(t.data);
-      }
-      wire[r] = new WireRequest(
-        req.id,
-        correlationIdJson(req.correlationId),
-        req.flags,
-        parametersJson(req.parameters),
-        req.requestedOutputs,
-        metas,
-      );
-    }
+    const { wire, buffers } = wireRequests(requests);
     const reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', r: wire }, buffers, timer, 'responses', 'execute()');
     const h = reply.header;
-    const items = h.r as Array<{ o?: WireTensor[]; e?: { m: string; c: string }; p?: string }>;
+    const items = h.r as WireItem[];
     if (!Array.isArray(items) || items.length !== requests.length) {
       throw Errors.modelExecution(model, 'the Python process returned a malformed reply');
     }
@@ -129,9 +184,68 @@ export class PythonInstance implements BackendInstance {
     return responses;
   }
 
-  private toResponse(
+  /**
+   * A decoupled model: each request is registered with the worker under a
+   * key its response sender uses; execute() returning only frees the
+   * instance, the responses arrive as 's' frames (StubProcess routes them).
+   */
+  private async executeDecoupled(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
+    const model = this.ctx.modelName;
+    let proc: StubProcess;
+    try {
+      proc = await this.supervisor.current();
+    } catch (err) {
+      throw Errors.modelExecution(model, `the Python process is not available: ${loadFailureReason(err)}`);
+    }
+    const { wire, buffers } = wireRequests(requests);
+    const sinks = new Array<DecoupledSink>(requests.length);
+    for (let r = 0; r < requests.length; r++) {
+      const sink = new DecoupledSink(this, requests[r]!, proc);
+      sink.key = proc.openStream(sink);
+      wire[r]!.k = sink.key;
+      sinks[r] = sink;
+    }
+    const forget = (): void => {
+      for (const sink of sinks) {
+        proc.closeStream(sink.key);
+        sink.detach();
+      }
+    };
+    const pending = proc.command({ t: 'execute', r: wire }, buffers);
+    timer.inputDone();
+    let reply: Frame;
+    try {
+      reply = await pending;
+    } catch (err) {
+      forget();
+      throw Errors.modelExecution(model, loadFailureReason(err));
+    }
+    timer.inferDone();
+    const h = reply.header;
+    const items = h.r as WireItem[] | undefined;
+    if (h.t !== 'responses' || !Array.isArray(items) || items.length !== requests.length) {
+      forget();
+      if (typeof h.tb === 'string') this.ctx.logger.error({ model, traceback: h.tb }, 'execute() failed');
+      throw Errors.modelExecution(model, String(h.m ?? 'the Python process returned a malformed reply'));
+    }
+    const responses = new Array<BackendResponse>(requests.length);
+    for (let r = 0; r < requests.length; r++) {
+      const e = items[r]!.e;
+      if (e !== undefined) {
+        proc.closeStream(sinks[r]!.key);
+        sinks[r]!.detach();
+        responses[r] = this.toResponse(requests[r]!, items[r]!, reply.buffers);
+      } else {
+        responses[r] = NO_RESPONSE;
+      }
+    }
+    return responses;
+  }
+
+  /** One worker reply item as a backend response (also used for decoupled response frames). */
+  toResponse(
     req: BackendRequest,
-    item: { o?: WireTensor[]; e?: { m: string; c: string }; p?: string },
+    item: WireItem,
     buffers: readonly Uint8Array[],
   ): BackendResponse {
     const model = this.ctx.modelName;
@@ -219,11 +333,9 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
 export function createPythonBackend(): Backend {
   return {
     name: 'python',
+    supportsDecoupled: true,
     autoCompleteConfig: autoComplete,
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
-      if (ctx.config.modelTransactionPolicy?.decoupled) {
-        throw Errors.loadFailed(ctx.modelName, 'decoupled python models (response senders) are not supported');
-      }
       const file = modelFile(ctx.versionDir, ctx.config);
       if (!existsSync(file)) {
         throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);

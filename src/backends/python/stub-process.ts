@@ -21,6 +21,16 @@ export interface StubOptions {
   readonly startTimeoutMs: number;
   /** Serves a BLS call from the worker; resolves with the reply frame to send back. */
   readonly onBls?: (frame: Frame) => Promise<{ header: FrameHeader; buffers: Uint8Array[] }>;
+  /** Serves a BLS call on a decoupled model: `reply` writes each response frame back. */
+  readonly onBlsStream?: (frame: Frame, reply: (header: FrameHeader, buffers: Uint8Array[]) => void) => Promise<void>;
+}
+
+/** Receives the responses a decoupled model sends for one request (frames of type 's'). */
+export interface StreamSink {
+  /** One response frame; `final` when its flag ends the request. */
+  response(frame: Frame, final: boolean): void;
+  /** The process died with the request still open. */
+  failed(err: Error): void;
 }
 
 export interface ExitInfo {
@@ -50,6 +60,10 @@ export class StubProcess {
 
   private readonly child: ChildProcess;
   private readonly toWorker: Socket;
+  /** Cancellation notices for decoupled requests (fd 5; the worker polls it). */
+  private readonly cancelPipe: Socket;
+  private readonly streams = new Map<number, StreamSink>();
+  private nextStreamKey = 1;
   private readonly queue: PendingCommand[] = [];
   private active: PendingCommand | null = null;
   private alive = true;
@@ -60,12 +74,14 @@ export class StubProcess {
 
   private constructor(private readonly opts: StubOptions) {
     this.child = spawn(opts.executable, [opts.script, ...opts.args], {
-      stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'],
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       env: opts.env,
     });
     this.pid = this.child.pid;
     this.toWorker = this.child.stdio[3] as Socket;
     const fromWorker = this.child.stdio[4] as Socket;
+    this.cancelPipe = (this.child.stdio as unknown as Socket[])[5]!;
+    this.cancelPipe.on('error', () => {});
     const decoder = new FrameDecoder((f) => this.onFrame(f));
     fromWorker.on('data', (chunk: Buffer) => {
       try {
@@ -165,6 +181,28 @@ export class StubProcess {
     }
   }
 
+  /** Registers a decoupled request; its key goes to the worker with the request. */
+  openStream(sink: StreamSink): number {
+    const key = this.nextStreamKey++;
+    this.streams.set(key, sink);
+    return key;
+  }
+
+  /** Forgets a request whose stream the server ended itself. */
+  closeStream(key: number): void {
+    this.streams.delete(key);
+  }
+
+  /** Requests still waiting for their final response. */
+  get openStreamCount(): number {
+    return this.streams.size;
+  }
+
+  /** Tells the worker that the client of an open request went away (is_cancelled()). */
+  cancelStream(key: number): void {
+    if (this.alive && this.streams.has(key)) writeFrame(this.cancelPipe, { t: 'cancel', k: key }, []);
+  }
+
   /** Asks the worker to finalize and exit; kills it if it does not within graceMs. */
   async close(graceMs: number): Promise<void> {
     if (!this.alive) return;
@@ -201,6 +239,18 @@ export class StubProcess {
       case 'log':
         this.onLogRecord(h);
         return;
+      case 's': {
+        const key = h.k as number;
+        const sink = this.streams.get(key);
+        const final = h.f === 1;
+        if (sink === undefined) {
+          this.opts.logger.warn({ key }, 'a response for a request that already ended was dropped');
+          return;
+        }
+        if (final) this.streams.delete(key);
+        sink.response(frame, final);
+        return;
+      }
       case 'bls':
         this.onBlsCall(frame);
         return;
@@ -234,6 +284,21 @@ export class StubProcess {
 
   private onBlsCall(frame: Frame): void {
     const id = frame.header.id;
+    if (frame.header.dec === true) {
+      const stream = this.opts.onBlsStream;
+      const write = (header: FrameHeader, buffers: Uint8Array[]): void => {
+        if (this.alive) writeFrame(this.toWorker, header, buffers);
+      };
+      if (!stream) {
+        write({ t: 'bls_result', id, fin: true, e: { m: 'BLS is not available here', c: 'UNSUPPORTED' } }, []);
+        return;
+      }
+      stream(frame, write).catch((err: unknown) => {
+        const m = err instanceof Error ? err.message : String(err);
+        write({ t: 'bls_result', id, fin: true, e: { m, c: 'INTERNAL' } }, []);
+      });
+      return;
+    }
     const serve = this.opts.onBls;
     if (!serve) {
       writeFrame(this.toWorker, { t: 'bls_result', id, e: { m: 'BLS is not available here', c: 'UNSUPPORTED' } }, []);
@@ -257,6 +322,11 @@ export class StubProcess {
     this.active = null;
     active?.reject(err);
     for (const cmd of this.queue.splice(0)) cmd.reject(err);
+    if (this.streams.size > 0) {
+      const sinks = [...this.streams.values()];
+      this.streams.clear();
+      for (const sink of sinks) sink.failed(err);
+    }
   }
 
   private pipeLines(stream: NodeJS.ReadableStream, name: 'stdout' | 'stderr'): void {

@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { BackendInstance, BackendModel, ExecutionTimer, InstanceContext } from '../backend.js';
 import type { Frame, FrameHeader } from './frame.js';
 import { Errors } from '../../errors.js';
-import { serveBls } from './bls.js';
+import { serveBls, serveBlsStream } from './bls.js';
 import { modelConfigToJsonString } from './config-json.js';
 import type { Interpreter } from './interpreter.js';
 import { resolveInterpreter, stubScript } from './interpreter.js';
@@ -68,6 +68,7 @@ export async function launchWorker(ctx: InstanceContext, spec: WorkerSpec, logge
     label,
     startTimeoutMs: stubTimeoutMs(ctx.backendConfig),
     onBls: spec.mode === 'python' ? (frame) => serveBls(server, frame) : undefined,
+    onBlsStream: spec.mode === 'python' ? (frame, reply) => serveBlsStream(server, frame, reply) : undefined,
   });
   let reply;
   try {

@@ -1,0 +1,185 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Server } from '../../src/core/server.js';
+import { Cancellation } from '../../src/core/cancellation.js';
+import type { StreamResponse } from '../../src/core/types.js';
+import { typedView } from '../../src/tensor/tensor.js';
+import { TempRepository } from '../helpers/repository.js';
+import { PYTHON, fixtureDir, missingPythonModule } from '../backends/python/helpers.js';
+
+const noNumpy = missingPythonModule('numpy');
+
+function int32s(name: string, values: number[]) {
+  return { name, datatype: 'INT32' as const, shape: [values.length], data: new Uint8Array(new Int32Array(values).buffer) };
+}
+
+export function decoupledRepository(): TempRepository {
+  const repo = new TempRepository();
+  for (const m of ['decoupled_repeat', 'bls_decoupled_caller']) {
+    repo.file(m, '1/model.py', readFileSync(path.join(fixtureDir(m), 'model.py')));
+    repo.config(m, readFileSync(path.join(fixtureDir(m), 'config.pbtxt'), 'utf8'));
+  }
+  return repo;
+}
+
+async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
+  const out: StreamResponse[] = [];
+  for await (const item of it) out.push(item);
+  return out;
+}
+
+function outValues(items: StreamResponse[]): number[] {
+  return items.filter((i) => i.response && i.response.outputs.length > 0).map((i) => Number(typedView(i.response!.outputs.find((o) => o.name === 'OUT')!)[0]));
+}
+
+test('decoupled python models stream zero, one and many responses, then the final flag', { skip: noNumpy }, async (t) => {
+  const repo = decoupledRepository();
+  const markers = mkdtempSync(path.join(tmpdir(), 'nereid-markers-'));
+  t.after(() => {
+    repo.cleanup();
+    rmSync(markers, { recursive: true, force: true });
+  });
+  const server = new Server({ modelRepositories: [repo.dir], backendConfig: { python: { 'python-executable': PYTHON } } });
+  await server.start();
+  t.after(() => server.stop());
+
+  await t.test('many responses, in order, each with triton-style final flag semantics', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', id: 'r1', inputs: [int32s('IN', [4, 5, 6])] }));
+    assert.deepEqual(outValues(items), [4, 5, 6]);
+    assert.deepEqual(items.map((i) => i.final), [false, false, false, true]);
+    const last = items.at(-1)!;
+    assert.equal(last.response, undefined, 'a bare final flag carries no response');
+    assert.equal(items[0]!.response!.id, 'r1');
+    assert.equal(items[0]!.response!.modelName, 'decoupled_repeat');
+  });
+
+  await t.test('zero responses: only the final flag', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [])] }));
+    assert.equal(items.length, 1);
+    assert.equal(items[0]!.final, true);
+    assert.equal(items[0]!.response, undefined);
+    assert.equal(items[0]!.error, undefined);
+  });
+
+  await t.test('one response carrying the final flag', async () => {
+    const items = await collect(
+      server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [9])], parameters: { mode: 'final_with_response' } }),
+    );
+    assert.equal(items.length, 1);
+    assert.equal(items[0]!.final, true);
+    assert.deepEqual(outValues(items), [9]);
+    // infer() accepts a decoupled model that answers exactly once
+    const single = await server.infer({ model: 'decoupled_repeat', inputs: [int32s('IN', [7])], parameters: { mode: 'final_with_response' } });
+    assert.equal(Number(typedView(single.outputs[0]!)[0]), 7);
+    await assert.rejects(server.infer({ model: 'decoupled_repeat', inputs: [int32s('IN', [1, 2])] }), /sent 2 responses/);
+  });
+
+  await t.test('delayed responses from a thread and from async def execute', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1, 2])], parameters: { delay_ms: 30 } }));
+    assert.deepEqual(outValues(items), [1, 2]);
+    const asyncItems = await collect(
+      server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [3, 4])], parameters: { mode: 'async', delay_ms: 5 } }),
+    );
+    assert.deepEqual(outValues(asyncItems), [3, 4]);
+    assert.equal(asyncItems.at(-1)!.final, true);
+  });
+
+  await t.test('an error response in the middle of the stream; the stream goes on', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1, 2, 3])], parameters: { mode: 'error_response' } }));
+    assert.deepEqual(outValues(items), [1, 3]);
+    assert.match(items[1]!.error!.message, /element 1 is refused/);
+    assert.equal(items[1]!.final, false);
+    assert.equal(items.at(-1)!.final, true);
+  });
+
+  await t.test('a sender released without the final flag ends the stream with an error', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', id: 'nf', inputs: [int32s('IN', [1, 2])], parameters: { mode: 'no_final' } }));
+    assert.deepEqual(outValues(items), [1, 2]);
+    const last = items.at(-1)!;
+    assert.equal(last.final, true);
+    assert.match(last.error!.message, /released the response sender of request 'nf' without sending TRITONSERVER_RESPONSE_COMPLETE_FINAL/);
+  });
+
+  await t.test('sending after the final flag raises in the model; the client saw a clean end', async () => {
+    const marker = path.join(markers, 'after_final');
+    const items = await collect(
+      server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1])], parameters: { mode: 'after_final', marker } }),
+    );
+    assert.deepEqual(outValues(items), [1]);
+    assert.equal(items.at(-1)!.error, undefined);
+    for (let i = 0; i < 100 && !existsSync(marker); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(readFileSync(marker, 'utf8'), 'Unable to send response. Response sender has been closed.');
+  });
+
+  await t.test('execute() raising ends every request with the error', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1])], parameters: { mode: 'raise' } }));
+    assert.equal(items.length, 1);
+    assert.equal(items[0]!.final, true);
+    assert.match(items[0]!.error!.message, /Failed to process the request\(s\) for model 'decoupled_repeat', message: .*execute refused the request/);
+  });
+
+  await t.test('cancellation reaches the model: is_cancelled() turns true and the model stops', async () => {
+    const marker = path.join(markers, 'cancelled');
+    const signal = new Cancellation();
+    const stream = server.inferStream({
+      model: 'decoupled_repeat',
+      inputs: [int32s('IN', [0])],
+      parameters: { mode: 'until_cancelled', marker, delay_ms: 5 },
+      signal,
+    });
+    let seen = 0;
+    let last: StreamResponse | undefined;
+    for await (const item of stream) {
+      last = item;
+      if (item.response) seen += 1;
+      if (seen === 3) signal.abort();
+    }
+    assert.equal(last!.final, true);
+    assert.match(last!.error!.message, /cancelled/i);
+    for (let i = 0; i < 200 && !existsSync(marker); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.match(readFileSync(marker, 'utf8'), /^cancelled after \d+$/);
+  });
+
+  await t.test('BLS exec(decoupled=True) iterates every response', async () => {
+    const r = await server.infer({ model: 'bls_decoupled_caller', inputs: [int32s('IN', [1, 2, 3, 4])] });
+    const byName = new Map(r.outputs.map((o) => [o.name, Number(typedView(o)[0])]));
+    assert.equal(byName.get('SUM'), 10);
+    assert.equal(byName.get('COUNT'), 5, 'four responses and the empty final one');
+  });
+
+  await t.test('a process that dies mid-stream ends the stream with an error, and the model serves again', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1, 2, 3])], parameters: { mode: 'crash' } }));
+    assert.deepEqual(outValues(items), [1]);
+    const last = items.at(-1)!;
+    assert.equal(last.final, true);
+    assert.match(last.error!.message, /exited with code 3/);
+    const again = await collect(server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [8])] }));
+    assert.deepEqual(outValues(again), [8]);
+  });
+
+  await t.test('statistics count decoupled requests', () => {
+    const [s] = server.modelStatistics('decoupled_repeat');
+    assert.ok(s!.inference_stats.success.count >= 8);
+    assert.ok(s!.inference_stats.fail.count >= 1);
+  });
+});
+
+test('onnxruntime models refuse the decoupled transaction policy at load', async (t) => {
+  const repo = new TempRepository().addSub('simple_dec', [1], `name: "simple_dec"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+`);
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false });
+  await server.start();
+  t.after(() => server.stop());
+  const [entry] = await server.repositoryIndex();
+  assert.equal(entry!.state, 'UNAVAILABLE');
+  assert.match(entry!.reason!, /onnxruntime backend does not support models with the decoupled transaction policy/);
+});
