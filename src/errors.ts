@@ -243,6 +243,15 @@ export const Errors = {
     () => "'repository_name' specification is not supported",
   ),
   decoupledNotSupported: make('NRD_DECOUPLED_NOT_SUPPORTED', 'UNSUPPORTED', (what: string) => what),
+  // generate / generate_stream (HTTP): the request JSON cannot become the model's inputs
+  generateMapping: make('NRD_GENERATE_MAPPING', 'INVALID_ARG', (msg: string) => msg),
+  generateResponseCount: make(
+    'NRD_GENERATE_RESPONSE_COUNT',
+    'INTERNAL',
+    () => 'generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses',
+  ),
+  // Response cache configuration (start-up)
+  cacheConfig: make('NRD_CACHE_CONFIG', 'INVALID_ARG', (msg: string) => msg),
   traceUnsupported: make('NRD_TRACE_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support trace'),
   loggingUnsupported: make('NRD_LOGGING_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support dynamic logging'),
   // Triton's exact queue-full text: the request id prefix appears only when the request has an id.

@@ -8,21 +8,13 @@ import { Cancellation } from '../../src/core/cancellation.js';
 import type { StreamResponse } from '../../src/core/types.js';
 import { typedView } from '../../src/tensor/tensor.js';
 import { TempRepository } from '../helpers/repository.js';
+import { decoupledRepository } from '../helpers/decoupled.js';
 import { PYTHON, fixtureDir, missingPythonModule } from '../backends/python/helpers.js';
 
 const noNumpy = missingPythonModule('numpy');
 
 function int32s(name: string, values: number[]) {
   return { name, datatype: 'INT32' as const, shape: [values.length], data: new Uint8Array(new Int32Array(values).buffer) };
-}
-
-export function decoupledRepository(): TempRepository {
-  const repo = new TempRepository();
-  for (const m of ['decoupled_repeat', 'bls_decoupled_caller']) {
-    repo.file(m, '1/model.py', readFileSync(path.join(fixtureDir(m), 'model.py')));
-    repo.config(m, readFileSync(path.join(fixtureDir(m), 'config.pbtxt'), 'utf8'));
-  }
-  return repo;
 }
 
 async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {

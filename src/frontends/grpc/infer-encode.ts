@@ -156,10 +156,14 @@ class EncodedParameter {
   }
 }
 
-function encodeParameters(params: Readonly<Record<string, ParameterValue>> | undefined, final: boolean): EncodedParameter[] {
+function encodeParameters(
+  params: Readonly<Record<string, ParameterValue>> | undefined,
+  stream: boolean,
+  final: boolean,
+): EncodedParameter[] {
   const out: EncodedParameter[] = [];
   if (params) for (const key in params) if (key !== 'triton_final_response') out.push(new EncodedParameter(key, params[key]!));
-  if (final) out.push(new EncodedParameter('triton_final_response', true));
+  if (stream) out.push(new EncodedParameter('triton_final_response', final));
   return out;
 }
 
@@ -169,13 +173,14 @@ function stringFieldSize(byteLen: number): number {
 
 /**
  * Encodes `res` as a ModelInferResponse, or (stream = true) as a
- * ModelStreamInferResponse holding it with `triton_final_response: true`.
+ * ModelStreamInferResponse holding it with `triton_final_response` set to
+ * `final` (false on all but the last response of a decoupled model).
  */
-export function encodeInferResponse(res: InferResponse, stream = false): Buffer {
+export function encodeInferResponse(res: InferResponse, stream = false, final = true): Buffer {
   const nameLen = Buffer.byteLength(res.modelName);
   const versionLen = Buffer.byteLength(res.modelVersion);
   const idLen = Buffer.byteLength(res.id);
-  const params = encodeParameters(res.parameters, stream);
+  const params = encodeParameters(res.parameters, stream, final);
   const outputs = res.outputs;
   const n = outputs.length;
   // Per output: [nameLen, datatypeLen, packedShapeLen, tensorLen]

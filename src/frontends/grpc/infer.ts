@@ -7,9 +7,10 @@ import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/g
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
-import type { InferResponse, ParameterValue } from '../../core/types.js';
+import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../../core/types.js';
+import { streamResponses } from '../../core/response-stream.js';
 import type { Logger } from '../../logger.js';
-import { decodeInferRequest } from './infer-decode.js';
+import { decodeInferRequest, wantsEmptyFinalResponse } from './infer-decode.js';
 import { encodeInferResponse } from './infer-encode.js';
 import { malformedError } from './handlers.js';
 import { forwardedHeaders } from './restrictions.js';
@@ -119,6 +120,8 @@ class StreamSlot {
 class StreamInferSession {
   private readonly slots: StreamSlot[] = [];
   private readonly abort = new AbortController();
+  /** Requests of decoupled models still streaming; each has its own cancellation. */
+  private readonly open = new Set<Cancellation>();
   private readonly strictErrors: boolean;
   private inputEnded = false;
   private closed = false;
@@ -157,6 +160,11 @@ class StreamInferSession {
       this.slots.length = 0;
       this.abort.abort();
     }
+    if (this.open.size > 0) {
+      const open = [...this.open];
+      this.open.clear();
+      for (const c of open) c.abort();
+    }
   }
 
   private onRequest(m: ModelInferRequest | MalformedMessage): void {
@@ -166,6 +174,10 @@ class StreamInferSession {
       slot.error = Errors.malformedBody(`failed to parse ${m.typeName}: ${m.reason}`);
       this.slots.push(slot);
       this.flush();
+      return;
+    }
+    if (isDecoupled(this.server, m.modelName, m.modelVersion)) {
+      this.startDecoupled(m);
       return;
     }
     const slot = new StreamSlot(this, m);
@@ -179,6 +191,60 @@ class StreamInferSession {
       return;
     }
     this.server.infer(request).then(slot.done.bind(slot), slot.failed.bind(slot));
+  }
+
+  /**
+   * A request on a decoupled model: each of its responses is written as it
+   * comes (not in request order), with triton_final_response false until
+   * the last; a bare final flag is written only when the request asked for
+   * it (triton_enable_empty_final_response).
+   */
+  private startDecoupled(m: ModelInferRequest): void {
+    const cancel = new Cancellation();
+    let request: InferRequest;
+    try {
+      if (this.headerError !== undefined) throw this.headerError;
+      request = decodeInferRequest(m, cancel, this.headers);
+    } catch (e) {
+      const slot = new StreamSlot(this, m);
+      this.slots.push(slot);
+      slot.failed(e);
+      return;
+    }
+    this.open.add(cancel);
+    void this.pump(m, streamResponses(this.server, request), cancel, wantsEmptyFinalResponse(m));
+  }
+
+  private async pump(m: ModelInferRequest, responses: AsyncIterable<StreamResponse>, cancel: Cancellation, emptyFinal: boolean): Promise<void> {
+    try {
+      for await (const item of responses) {
+        if (this.closed) break;
+        if (item.error !== undefined) {
+          if (this.strictErrors) {
+            this.closed = true;
+            this.close();
+            this.call.emit('error', toServiceError(item.error));
+            return;
+          }
+          this.call.write(errorResponse(m, item.error, item.final));
+        } else if (item.response !== undefined) {
+          let bytes: Uint8Array;
+          try {
+            bytes = encodeInferResponse(item.response, true, item.final);
+          } catch (e) {
+            bytes = errorResponse(m, asNereidError(e), item.final);
+          }
+          this.call.write(bytes);
+        } else if (emptyFinal) {
+          this.call.write(
+            encodeInferResponse({ modelName: m.modelName, modelVersion: m.modelVersion, id: m.id, outputs: [] }, true, true),
+          );
+        }
+      }
+    } finally {
+      this.open.delete(cancel);
+      this.flush();
+    }
   }
 
   /** Writes every settled response at the head of the queue. */
@@ -199,7 +265,7 @@ class StreamInferSession {
       }
       this.call.write(errorResponse(slot.msg, slot.error));
     }
-    if (this.inputEnded && slots.length === 0) {
+    if (this.inputEnded && slots.length === 0 && this.open.size === 0) {
       this.closed = true;
       this.call.end();
     }
@@ -212,8 +278,8 @@ class StreamInferSession {
  * core reported after running the request also name the model and carry
  * `triton_final_response`, as Triton's do.
  */
-function errorResponse(msg: ModelInferRequest | undefined, err: NereidError): Uint8Array {
-  const afterCore = AFTER_CORE.has(err.code) && msg !== undefined;
+function errorResponse(msg: ModelInferRequest | undefined, err: NereidError, decoupledFinal?: boolean): Uint8Array {
+  const afterCore = (decoupledFinal !== undefined || AFTER_CORE.has(err.code)) && msg !== undefined;
   return toBinary(
     ModelStreamInferResponseSchema,
     create(ModelStreamInferResponseSchema, {
@@ -223,7 +289,7 @@ function errorResponse(msg: ModelInferRequest | undefined, err: NereidError): Ui
             id: msg.id,
             modelName: msg.modelName,
             modelVersion: msg.modelVersion,
-            parameters: { triton_final_response: { parameterChoice: { case: 'boolParam', value: true } } },
+            parameters: { triton_final_response: { parameterChoice: { case: 'boolParam', value: decoupledFinal ?? true } } },
           }
         : { id: msg?.id ?? '' },
     }),

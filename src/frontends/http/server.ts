@@ -17,6 +17,8 @@ import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
 import { encodeInferResponse } from './infer-encode.js';
 import { parseJsonBytes } from './json-parse.js';
+import { generateResponseJson, mapGenerateRequest } from './generate.js';
+import { streamResponses } from '../../core/response-stream.js';
 import { Replier } from './reply.js';
 import { LogSettings, TraceSettings, stoi } from './settings.js';
 import {
@@ -210,10 +212,9 @@ export class HttpFrontend {
         case 'stats':
           return this.handleStats(req, res, model, version);
         case 'generate':
+          return this.handleGenerate(req, res, model, version, false);
         case 'generate_stream':
-          if (this.restricted(req, res, 'inference')) return;
-          if (req.method !== 'POST') return this.notAllowed(res);
-          throw Errors.unsupported(`the ${m[3]} extension is not supported`);
+          return this.handleGenerate(req, res, model, version, true);
         case 'trace/setting':
           if (version === undefined) return this.handleTrace(req, res, model);
           break;
@@ -446,6 +447,80 @@ export class HttpFrontend {
     });
     call.done();
     await this.sendInferResponse(req, res, response, decoded);
+  }
+
+  /**
+   * generate and generate_stream: JSON in (mapped onto the inputs), JSON out.
+   * The status is that of the first response; generate_stream writes each
+   * response as a Server-Sent Event (`data: {...}` and a blank line) as it
+   * comes, generate waits for exactly one. A client that goes away cancels
+   * the request in the backend.
+   */
+  private async handleGenerate(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+    streaming: boolean,
+  ): Promise<void> {
+    if (this.restricted(req, res, 'inference')) return;
+    if (req.method !== 'POST') return this.notAllowed(res);
+    const version = parseVersion(model, versionText);
+    const metadata = this.server.modelMetadata(model, version);
+    if (requestEncoding(req) !== 'identity') {
+      throw Errors.malformedBody("Unsupported content-encoding, only 'identity' is supported.");
+    }
+    const body = await readBody(req, this.maxInputSize);
+    const doc = body.byteLength === 0 ? {} : parseJsonBytes(body);
+    const mapped = mapGenerateRequest(doc, metadata.inputs, this.maxInputSize);
+    const parameters =
+      this.forwardPattern === undefined ? mapped.parameters : forwardHeaders(req, this.forwardPattern, mapped.parameters);
+    const call = new InferCall(res);
+    const responses = streamResponses(this.server, {
+      model,
+      version,
+      id: mapped.id,
+      inputs: mapped.inputs,
+      parameters,
+      signal: call.signal,
+    });
+    let started = false;
+    const bodies: string[] = [];
+    let status = 200;
+    for await (const item of responses) {
+      let text: string | undefined;
+      let error = item.error;
+      if (item.response !== undefined) {
+        try {
+          text = generateResponseJson(item.response);
+        } catch (err) {
+          error = err instanceof NereidError ? err : Errors.internal(String((err as Error).message ?? err));
+        }
+      }
+      if (error !== undefined) text = JSON.stringify({ error: error.message });
+      if (!started) {
+        started = true;
+        if (error !== undefined) status = error.httpStatus;
+        if (streaming) {
+          if (this.reply.closing) res.shouldKeepAlive = false;
+          res.writeHead(status, ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache']);
+        }
+      }
+      if (text === undefined) continue;
+      if (streaming) {
+        if (res.destroyed) break;
+        res.write(`data: ${text}\n\n`);
+      } else {
+        bodies.push(text);
+      }
+    }
+    call.done();
+    if (streaming) {
+      res.end();
+      return;
+    }
+    const out = bodies.length === 1 ? bodies[0]! : JSON.stringify({ error: Errors.generateResponseCount().message });
+    this.reply.json(res, status, out);
   }
 
   private async sendInferResponse(
