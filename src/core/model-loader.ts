@@ -113,6 +113,11 @@ export async function resolveModelConfig(
     gpuCount: options.gpuCount,
   });
   validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
+  if (config.modelTransactionPolicy?.decoupled && !backend.supportsDecoupled) {
+    throw Errors.config(
+      `model '${name}': the ${backend.name} backend does not support models with the decoupled transaction policy (model_transaction_policy { decoupled: true })`,
+    );
+  }
   return { config, backend, available };
 }
 
@@ -196,9 +201,6 @@ async function loadVersion(
   try {
     v.signature = new ModelSignature(v.modelName, v.config);
     v.labels = labels;
-    if (v.decoupled && !backend.supportsDecoupled) {
-      throw new Error(`the ${backend.name} backend does not support models with the decoupled transaction policy (model_transaction_policy { decoupled: true })`);
-    }
     v.backendModel = await backend.loadModel(baseCtx);
     const planned = planInstances(v.config);
     const instances = await Promise.all(

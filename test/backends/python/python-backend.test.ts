@@ -249,9 +249,6 @@ describe('python backend: broken models fail cleanly', { skip }, () => {
   test('initialize() raising fails the load with the exception line', async () => {
     await expectLoadFailure('init_raises', /ValueError: initialize exploded on purpose/);
   });
-  test('a decoupled configuration fails the load with a clear reason', async () => {
-    await expectLoadFailure('add_sub', /decoupled/, modelConfig({ name: 'add_sub', modelTransactionPolicy: { decoupled: true } }));
-  });
   test('a missing model.py fails the load', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nereid-py-'));
     try {
