@@ -8,7 +8,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { BackendResponse } from '../backends/backend.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
-import { Errors } from '../errors.js';
+import { Errors, asNereidError } from '../errors.js';
 import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { silentLogger } from '../logger.js';
 import { classify } from './classification.js';
