@@ -18,6 +18,7 @@
  * as "clients x streams" pairs, e.g. "1x1,4x8").
  */
 import { spawn } from 'node:child_process';
+import { SharedMemoryRegistry } from '../src/core/shared-memory.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -141,6 +142,7 @@ function instantServer(response: InferResponse): ServerApi {
   };
   return {
     controlMode: 'none',
+    sharedMemory: new SharedMemoryRegistry(false),
     start: async () => {},
     stop: async () => {},
     isLive: () => true,

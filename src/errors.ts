@@ -237,6 +237,26 @@ export const Errors = {
     'INVALID_ARG',
     (r: string) => `failed to register CUDA shared memory region: '${r}', GPUs not supported`,
   ),
+  shmAlreadyRegistered: make(
+    'NRD_SHM_ALREADY_REGISTERED',
+    'ALREADY_EXISTS',
+    (r: string) => `shared memory region '${r}' already in manager`,
+  ),
+  shmOpenFailed: make('NRD_SHM_OPEN_FAILED', 'INTERNAL', (key: string) => `Unable to open shared memory region: '${key}'`),
+  shmInvalidRegion: make('NRD_SHM_INVALID_REGION', 'INTERNAL', (key: string) => `Invalid shared memory region: '${key}'`),
+  shmRegisterInvalidArgs: make(
+    'NRD_SHM_REGISTER_INVALID_ARGS',
+    'INVALID_ARG',
+    (r: string) => `failed to register shared memory region '${r}': invalid args`,
+  ),
+  shmInvalidKey: make('NRD_SHM_INVALID_KEY', 'INVALID_ARG', (msg: string) => msg),
+  shmBounds: make('NRD_SHM_BOUNDS', 'INVALID_ARG', (msg: string) => msg),
+  shmOutputTooSmall: make(
+    'NRD_SHM_OUTPUT_TOO_SMALL',
+    'INTERNAL',
+    (output: string, have: number, need: number) =>
+      `shared memory size specified with the request for output '${output}' (${have} bytes) should be at least ${need} bytes to hold the results`,
+  ),
   repositoryNameUnsupported: make(
     'NRD_REPOSITORY_NAME_UNSUPPORTED',
     'UNSUPPORTED',

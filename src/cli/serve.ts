@@ -81,6 +81,7 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'grpc-server-key': S,
   'grpc-root-cert': S,
   help: B,
+  'allow-client-shm': B,
 };
 
 /** Accepted for compatibility; they change nothing here and are logged once. */
@@ -109,7 +110,6 @@ const IGNORED_FLAGS: Record<string, FlagSpec> = {
   'host-policy': SR,
   'model-load-gpu-limit': SR,
   'enable-peer-access': B,
-  'allow-client-shm': B,
 };
 
 /** The repository served when none is given: the bundled examples. */
@@ -223,6 +223,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       exitTimeoutSecs: f.int('exit-timeout-secs', 30),
       disableAutoCompleteConfig: disableAutoComplete || f.bool('strict-model-config', false),
       backendConfig: parseBackendConfig(f.all('backend-config')),
+      allowClientShm: f.bool('allow-client-shm', false),
     },
     http: {
       enabled: f.bool('allow-http', true),

@@ -13,6 +13,7 @@ import type {
   ServerMetadata,
   StreamResponse,
 } from './types.js';
+import type { SharedMemoryApi } from './shared-memory.js';
 
 export interface LoadModelOptions {
   /** ModelConfig as a JSON string; overrides config.pbtxt and forces a reload. */
@@ -23,6 +24,8 @@ export interface LoadModelOptions {
 
 export interface ServerApi {
   readonly controlMode: ModelControlMode;
+  /** Client shared-memory regions (system; CUDA answers that there is no GPU). */
+  readonly sharedMemory: SharedMemoryApi;
   /** Loads the repository (per control mode). Resolves when every model has settled (READY or UNAVAILABLE). */
   start(): Promise<void>;
   /** Stops taking requests, waits for in-flight ones (bounded by exitTimeoutSecs), unloads every model. */

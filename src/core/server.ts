@@ -16,6 +16,7 @@ import { ModelRepositoryManager, type VersionStateChange } from './model-reposit
 import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
 import { ResponseStream } from './response-stream.js';
+import { SharedMemoryRegistry } from './shared-memory.js';
 import type { LoadModelOptions, ServerApi } from './server-api.js';
 import type {
   InferRequest,
@@ -68,6 +69,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   readonly logger: Logger;
   /** The model lifecycle: loading, unloading, polling, dependencies, states. */
   readonly repository: ModelRepositoryManager;
+  readonly sharedMemory: SharedMemoryRegistry;
   private readonly options: ServerOptions;
   private live = false;
   private stopping = false;
@@ -80,6 +82,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     this.options = options;
     this.controlMode = options.modelControlMode ?? 'none';
     this.logger = options.logger ?? silentLogger;
+    this.sharedMemory = new SharedMemoryRegistry(options.allowClientShm ?? false);
     if (options.loadModels && options.loadModels.length > 0 && this.controlMode !== 'explicit') {
       throw Errors.config('--load-model requires --model-control-mode=explicit');
     }
@@ -120,6 +123,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     if (this.stopping) return;
     this.stopping = true;
     await this.repository.stop((this.options.exitTimeoutSecs ?? 30) * 1000);
+    this.sharedMemory.close();
     this.live = false;
   }
 

@@ -131,5 +131,7 @@ export interface ServerOptions {
   disableAutoCompleteConfig?: boolean;
   /** `--backend-config` settings: backend name ('' for global) -> key -> value. */
   backendConfig?: Record<string, Record<string, string>>;
+  /** Let clients register shared-memory regions (--allow-client-shm). Default false. */
+  allowClientShm?: boolean;
   logger?: import('pino').Logger;
 }

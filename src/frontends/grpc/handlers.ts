@@ -270,31 +270,38 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
       return create(RepositoryModelUnloadResponseSchema);
     }),
 
-    // Client shared memory is disabled (Triton's default), so no region is
-    // ever registered: status lists nothing, register/unregister refuse.
+    // Registering needs --allow-client-shm; status always answers.
     SystemSharedMemoryStatus: unary<SystemSharedMemoryStatusRequest, typeof SystemSharedMemoryStatusResponseSchema>((req) => {
-      if (req.name !== '') throw Errors.systemShmRegionNotFound(req.name);
-      return create(SystemSharedMemoryStatusResponseSchema);
+      const regions: Record<string, { name: string; key: string; offset: bigint; byteSize: bigint }> = {};
+      for (const r of server.sharedMemory.systemStatus(req.name)) {
+        regions[r.name] = { name: r.name, key: r.key, offset: BigInt(r.offset), byteSize: BigInt(r.byte_size) };
+      }
+      return create(SystemSharedMemoryStatusResponseSchema, { regions });
     }),
-    SystemSharedMemoryRegister: unary<SystemSharedMemoryRegisterRequest, typeof SystemSharedMemoryRegisterResponseSchema>(() => {
-      throw Errors.clientShmDisabled();
+    SystemSharedMemoryRegister: unary<SystemSharedMemoryRegisterRequest, typeof SystemSharedMemoryRegisterResponseSchema>((req) => {
+      if (!server.sharedMemory.allowed) throw Errors.clientShmDisabled();
+      server.sharedMemory.registerSystem(req.name, req.key, Number(req.offset), Number(req.byteSize));
+      return create(SystemSharedMemoryRegisterResponseSchema);
     }),
     SystemSharedMemoryUnregister: unary<SystemSharedMemoryUnregisterRequest, typeof SystemSharedMemoryUnregisterResponseSchema>(
-      () => {
-        throw Errors.clientShmDisabled();
+      (req) => {
+        server.sharedMemory.unregister('system', req.name);
+        return create(SystemSharedMemoryUnregisterResponseSchema);
       },
     ),
 
     // No GPU support: CUDA regions can never exist.
     CudaSharedMemoryStatus: unary<CudaSharedMemoryStatusRequest, typeof CudaSharedMemoryStatusResponseSchema>((req) => {
-      if (req.name !== '') throw Errors.cudaShmRegionNotFound(req.name);
+      server.sharedMemory.cudaStatus(req.name);
       return create(CudaSharedMemoryStatusResponseSchema);
     }),
     CudaSharedMemoryRegister: unary<CudaSharedMemoryRegisterRequest, typeof CudaSharedMemoryRegisterResponseSchema>((req) => {
+      // Triton's gRPC frontend built without CUDA answers this whatever --allow-client-shm says.
       throw Errors.cudaShmNoGpu(req.name);
     }),
-    CudaSharedMemoryUnregister: unary<CudaSharedMemoryUnregisterRequest, typeof CudaSharedMemoryUnregisterResponseSchema>(() => {
-      throw Errors.clientShmDisabled();
+    CudaSharedMemoryUnregister: unary<CudaSharedMemoryUnregisterRequest, typeof CudaSharedMemoryUnregisterResponseSchema>((req) => {
+      server.sharedMemory.unregister('cuda', req.name);
+      return create(CudaSharedMemoryUnregisterResponseSchema);
     }),
 
     TraceSetting: unary<TraceSettingRequest, typeof TraceSettingResponseSchema>(async (req) => {

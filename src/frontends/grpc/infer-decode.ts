@@ -18,6 +18,7 @@ import { Errors, NereidError } from '../../errors.js';
 import type { InferRequest, ParameterValue, RequestedOutput } from '../../core/types.js';
 import { isDatatype, type Datatype } from '../../tensor/datatype.js';
 import { encodeBytesElements, type Tensor } from '../../tensor/tensor.js';
+import type { SharedMemoryRef } from '../../core/shared-memory.js';
 
 /** The one `triton_*` request parameter a client may send. */
 export const ENABLE_EMPTY_FINAL_RESPONSE = 'triton_enable_empty_final_response';
@@ -79,11 +80,11 @@ function decodeRequestParameters(map: { [key: string]: InferParameter }): Record
   return out;
 }
 
-/** The shared-memory region a tensor names, after Triton's type and pairing checks. */
+/** The shared-memory window a tensor names, after Triton's type and pairing checks. */
 function sharedMemoryRegion(
   tensorName: string,
   params: { [key: string]: InferParameter },
-): string | undefined {
+): SharedMemoryRef | undefined {
   const region = params['shared_memory_region'];
   const offset = params['shared_memory_offset'];
   const size = params['shared_memory_byte_size'];
@@ -106,7 +107,8 @@ function sharedMemoryRegion(
   if (size === undefined) {
     throw bad(`'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '${tensorName}'`);
   }
-  return region!.parameterChoice.value as string;
+  const int = (p: InferParameter | undefined): number => (p === undefined ? 0 : Number(p.parameterChoice.value as bigint));
+  return { region: region!.parameterChoice.value as string, offset: int(offset), byteSize: int(size) };
 }
 
 /** Which typed field a datatype travels in. */
@@ -201,7 +203,7 @@ function decodeShape(dims: readonly bigint[]): number[] {
   return shape;
 }
 
-function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor): RequestedOutput {
+function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor, shm: ShmPlan): RequestedOutput {
   const params = o.parameters;
   let classification: number | undefined;
   let passThrough: Record<string, ParameterValue> | undefined;
@@ -220,22 +222,48 @@ function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor): Requeste
   }
   if (region !== undefined) {
     if (classification !== undefined) throw bad("output can't set both 'shared_memory_region' and 'classification'");
-    // No region can be registered while client shared memory is disabled.
-    throw Errors.shmRegionNotFound(region);
+    shm.outputs.set(o.name, region);
   }
   if (classification === undefined && passThrough === undefined) return { name: o.name };
   return { name: o.name, classification, parameters: passThrough };
 }
 
+/** Tensors of one request that live in client shared-memory regions. */
+export interface ShmPlan {
+  /** Inputs whose `data` is to be read from a region (index into the request's inputs). */
+  readonly inputs: Array<{ index: number; ref: SharedMemoryRef }>;
+  readonly outputs: Map<string, SharedMemoryRef>;
+}
+
+/** A decoded request; `shm` when some tensors are in shared memory. */
+export interface DecodedGrpcInfer {
+  readonly request: InferRequest;
+  /** The request's inputs (mutable, so shared-memory bytes can be put in place). */
+  readonly inputs: Tensor[];
+  readonly shm: ShmPlan | undefined;
+}
+
+const NO_BYTES = new Uint8Array(0);
+
 /**
- * Builds the core request. Throws NereidError (INVALID_ARG, or NOT_FOUND
- * for a shared-memory region) with Triton's wording.
+ * Builds the core request. Throws NereidError (INVALID_ARG) with Triton's
+ * wording; shared-memory regions are resolved by the caller (`shm`).
  */
 export function decodeInferRequest(
   msg: ModelInferRequest,
   signal?: CancellationSignal,
   forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
 ): InferRequest {
+  return decodeInfer(msg, signal, forwardedHeaders).request;
+}
+
+/** decodeInferRequest, and which tensors the request keeps in shared memory. */
+export function decodeInfer(
+  msg: ModelInferRequest,
+  signal?: CancellationSignal,
+  forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
+): DecodedGrpcInfer {
+  const shm: ShmPlan = { inputs: [], outputs: new Map() };
   const model = msg.modelName;
   const raw = msg.rawInputContents;
   const inputs = new Array<Tensor>(msg.inputs.length);
@@ -249,7 +277,12 @@ export function decodeInferRequest(
           `unexpected 'content' provided when using shared memory for input tensor '${io.name}' for model '${model}'`,
         );
       }
-      throw Errors.shmRegionNotFound(region);
+      if (!isDatatype(io.datatype)) {
+        throw Errors.invalidRequest(`invalid datatype '${io.datatype}' for input tensor '${io.name}' for model '${model}'`);
+      }
+      shm.inputs.push({ index: i, ref: region });
+      inputs[i] = { name: io.name, datatype: io.datatype, shape: decodeShape(io.shape), data: NO_BYTES };
+      continue;
     }
     const datatype = io.datatype;
     if (!isDatatype(datatype)) {
@@ -279,13 +312,13 @@ export function decodeInferRequest(
   let outputs: RequestedOutput[] | undefined;
   if (msg.outputs.length > 0) {
     outputs = new Array<RequestedOutput>(msg.outputs.length);
-    for (let i = 0; i < msg.outputs.length; i++) outputs[i] = decodeOutput(msg.outputs[i]!);
+    for (let i = 0; i < msg.outputs.length; i++) outputs[i] = decodeOutput(msg.outputs[i]!, shm);
   }
 
   let parameters = decodeRequestParameters(msg.parameters);
   if (forwardedHeaders !== undefined) parameters = Object.assign(parameters ?? {}, forwardedHeaders);
 
-  return {
+  const request: InferRequest = {
     model,
     version: msg.modelVersion,
     id: msg.id,
@@ -294,6 +327,7 @@ export function decodeInferRequest(
     parameters,
     signal,
   };
+  return { request, inputs, shm: shm.inputs.length > 0 || shm.outputs.size > 0 ? shm : undefined };
 }
 
 /** Whether the request asked for empty final responses (decoupled models, streaming only). */

@@ -11,6 +11,8 @@ import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from
 import { streamResponses } from '../../core/response-stream.js';
 import type { Logger } from '../../logger.js';
 import { decodeInferRequest, wantsEmptyFinalResponse } from './infer-decode.js';
+import { type DecodedGrpcInfer, decodeInfer } from './infer-decode.js';
+import { RequestSharedMemory } from '../../core/shared-memory.js';
 import { encodeInferResponse } from './infer-encode.js';
 import { malformedError } from './handlers.js';
 import { forwardedHeaders } from './restrictions.js';
@@ -67,10 +69,10 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
       return;
     }
     const abort = new Cancellation();
-    let request;
+    let decoded;
     try {
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
-      request = decodeInferRequest(msg, abort, headers);
+      decoded = decodeInfer(msg, abort, headers);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
     } catch (e) {
       callback(toServiceError(e), null);
@@ -78,8 +80,36 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
     }
     const pending = new UnaryInferCall(callback, abort);
     call.once('cancelled', pending.cancelled.bind(pending));
-    server.infer(request).then(pending.done.bind(pending), pending.failed.bind(pending));
+    const run = decoded.shm === undefined ? server.infer(decoded.request) : inferWithSharedMemory(server, decoded);
+    run.then(pending.done.bind(pending), pending.failed.bind(pending));
   };
+}
+
+const NO_BYTES = new Uint8Array(0);
+
+/**
+ * Reads the inputs held in client regions, runs the request, writes the
+ * outputs bound to regions and answers them with empty contents (as Triton).
+ */
+async function inferWithSharedMemory(server: ServerApi, decoded: DecodedGrpcInfer): Promise<InferResponse> {
+  const plan = decoded.shm!;
+  const shm = new RequestSharedMemory(server.sharedMemory);
+  try {
+    for (const { index, ref } of plan.inputs) {
+      const t = decoded.inputs[index]!;
+      decoded.inputs[index] = { name: t.name, datatype: t.datatype, shape: t.shape, data: await shm.readInput(ref) };
+    }
+    for (const [name, ref] of plan.outputs) shm.bindOutput(name, ref);
+    const response = await server.infer(decoded.request);
+    if (!shm.hasOutputs) return response;
+    await shm.writeOutputs(response.outputs);
+    return {
+      ...response,
+      outputs: response.outputs.map((t) => (shm.isOutput(t.name) ? { name: t.name, datatype: t.datatype, shape: t.shape, data: NO_BYTES } : t)),
+    };
+  } finally {
+    shm.release();
+  }
 }
 
 /** One request's place in the stream's response order. */
@@ -182,15 +212,16 @@ class StreamInferSession {
     }
     const slot = new StreamSlot(this, m);
     this.slots.push(slot);
-    let request;
+    let decoded;
     try {
       if (this.headerError !== undefined) throw this.headerError;
-      request = decodeInferRequest(m, this.abort.signal, this.headers);
+      decoded = decodeInfer(m, this.abort.signal, this.headers);
     } catch (e) {
       slot.failed(e);
       return;
     }
-    this.server.infer(request).then(slot.done.bind(slot), slot.failed.bind(slot));
+    const run = decoded.shm === undefined ? this.server.infer(decoded.request) : inferWithSharedMemory(this.server, decoded);
+    run.then(slot.done.bind(slot), slot.failed.bind(slot));
   }
 
   /**

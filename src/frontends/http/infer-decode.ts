@@ -10,6 +10,7 @@ import { type Datatype, isDatatype, datatypeInfo, datatypeFromConfigEnum } from 
 import type { Tensor } from '../../tensor/tensor.js';
 import { decodeJsonTensorData } from '../../tensor/json-codec.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
+import type { SharedMemoryRef } from '../../core/shared-memory.js';
 import { parseJsonBytes } from './json-parse.js';
 
 type JsonObject = Record<string, unknown>;
@@ -24,6 +25,10 @@ export class DecodedInfer {
   defaultBinary = false;
   /** For listed outputs: their own `binary_data` flag. */
   listedBinary: Map<string, boolean> | undefined = undefined;
+  /** Inputs whose bytes are in a shared-memory region (their `data` is filled in later). */
+  shmInputs: Array<{ index: number; ref: SharedMemoryRef }> | undefined = undefined;
+  /** Outputs to be written into a shared-memory region instead of the body. */
+  shmOutputs: Map<string, SharedMemoryRef> | undefined = undefined;
 
   isBinary(outputName: string): boolean {
     const listed = this.listedBinary?.get(outputName);
@@ -71,9 +76,7 @@ function asBool(v: unknown, context: string): boolean {
   return v;
 }
 
-function shmRegionNotFound(region: string): NereidError {
-  return Errors.notFound(`Unable to find shared memory region: '${region}'`);
-}
+const NO_BYTES = new Uint8Array(0);
 
 function requestPrefix(id: string): string {
   return `[request id: ${id === '' ? '<id_unknown>' : id}] `;
@@ -134,7 +137,8 @@ export function decodeInferBody(
       data = body.subarray(cursor, cursor + size);
       cursor += size;
     } else if (ioParams?.['shared_memory_region'] !== undefined) {
-      throw shmRegionNotFound(readShmRegion(ioParams));
+      (out.shmInputs ??= []).push({ index: out.inputs.length, ref: readShmRef(ioParams) });
+      data = NO_BYTES;
     } else {
       data = decodeJsonTensorData(name, datatype, shape, io['data'], maxInputSize);
     }
@@ -169,14 +173,16 @@ function validateInputContent(io: JsonObject, ioParams: JsonObject | undefined):
   throw Errors.malformedBody(text);
 }
 
-function readShmRegion(params: JsonObject): string {
+function readShmRef(params: JsonObject): SharedMemoryRef {
   const region = params['shared_memory_region'];
   if (typeof region !== 'string') throw Errors.jsonValue(`Unable to parse 'shared_memory_region': ${NON_STRING}`);
   const offset = params['shared_memory_offset'];
-  if (offset !== undefined) asUint(offset, "Unable to parse 'shared_memory_offset'");
   const size = params['shared_memory_byte_size'];
-  if (size !== undefined) asUint(size, "Unable to parse 'shared_memory_byte_size'");
-  return region;
+  return {
+    region,
+    offset: offset === undefined ? 0 : asUint(offset, "Unable to parse 'shared_memory_offset'"),
+    byteSize: size === undefined ? 0 : asUint(size, "Unable to parse 'shared_memory_byte_size'"),
+  };
 }
 
 function decodeRequestedOutputs(outputs: unknown[], out: DecodedInfer): void {
@@ -203,7 +209,7 @@ function decodeRequestedOutputs(outputs: unknown[], out: DecodedInfer): void {
     if (params?.['classification'] !== undefined) {
       classification = asUint(params['classification'], "Unable to set 'classification'");
     }
-    if (params?.['shared_memory_region'] !== undefined) throw shmRegionNotFound(readShmRegion(params));
+    if (params?.['shared_memory_region'] !== undefined) (out.shmOutputs ??= new Map()).set(name, readShmRef(params));
     let binary = false;
     if (params?.['binary_data'] !== undefined) binary = asBool(params['binary_data'], "Unable to parse 'binary_data'");
     listed.set(name, binary);

@@ -55,7 +55,9 @@ export function encodeInferResponse(response: InferResponse, plan: DecodedInfer)
     const t = outputs[i]!;
     if (i > 0) s += ',';
     s += '{"name":' + JSON.stringify(t.name) + ',"datatype":"' + t.datatype + '","shape":[' + t.shape.join(',') + ']';
-    if (plan.isBinary(t.name)) {
+    if (plan.shmOutputs?.has(t.name)) {
+      s += '}'; // written into the client's region
+    } else if (plan.isBinary(t.name)) {
       const size = t.data.byteLength;
       s += ',"parameters":{"binary_data_size":' + size + '}}';
       if (size > 0) {

@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { Errors, NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
+import { RequestSharedMemory } from '../../core/shared-memory.js';
 import { modelConfigToJson } from '../../config/index.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
@@ -53,8 +54,6 @@ const SYSTEM_SHM_RE = /^\/v2\/systemsharedmemory(?:\/region\/([^/]+))?\/(status|
 const CUDA_SHM_RE = /^\/v2\/cudasharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
 const REPOSITORY_RE = /^\/v2\/repository(?:\/([^/]+))?\/(index|models\/([^/]+)\/(load|unload))$/;
 
-const CLIENT_SHM_DISABLED =
-  "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 const INT64_MAX = 9223372036854775807n;
 
 const METHOD_NOT_ALLOWED = 405;
@@ -62,6 +61,12 @@ const NOT_FOUND = 404;
 const JSON_TYPE = 'application/json';
 
 type JsonObject = Record<string, unknown>;
+
+function jsonUint(v: unknown): number {
+  if (typeof v === 'number' && Number.isInteger(v) && v >= 0) return v;
+  if (typeof v === 'bigint' && v >= 0n) return Number(v);
+  throw Errors.jsonValue('attempt to access JSON non-unsigned-integer as unsigned-integer');
+}
 
 function isObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -368,21 +373,45 @@ export class HttpFrontend {
     this.reply.empty(res, 200, JSON_TYPE);
   }
 
-  // --- shared memory (client shared memory is disabled, as Triton's default) ----
+  // --- shared memory (registration needs --allow-client-shm; status always answers) ----
 
-  private handleSharedMemory(
+  private async handleSharedMemory(
     req: IncomingMessage,
     res: ServerResponse,
     kind: 'system' | 'cuda',
     region: string,
     action: string,
-  ): void {
+  ): Promise<void> {
     if (this.restricted(req, res, 'shared-memory')) return;
     const wanted = action === 'status' ? 'GET' : 'POST';
     if (req.method !== wanted) return this.notAllowed(res);
-    if (action !== 'status') throw Errors.unsupported(CLIENT_SHM_DISABLED);
-    if (region !== '') throw Errors.notFound(`Unable to find ${kind} shared memory region: '${region}'`);
-    this.reply.json(res, 200, '[]');
+    const shm = this.server.sharedMemory;
+    if (action === 'status') {
+      const status = kind === 'system' ? shm.systemStatus(region) : shm.cudaStatus(region);
+      this.reply.json(res, 200, JSON.stringify(status));
+      return;
+    }
+    if (action === 'unregister') {
+      shm.unregister(kind, region);
+      this.reply.empty(res, 200, JSON_TYPE);
+      return;
+    }
+    if (!shm.allowed) throw Errors.clientShmDisabled();
+    if (region === '') throw Errors.badParameter(`'region name' is necessary to register ${kind} shared memory region`);
+    if (kind === 'cuda') {
+      shm.registerCuda(region, 0, 0);
+      return;
+    }
+    const doc = await this.readJson(req, true);
+    const body: JsonObject = isObject(doc) ? doc : {};
+    if (body['key'] === undefined) throw Errors.badParameter("Shared memory register request has no 'key' field");
+    const key = body['key'];
+    if (typeof key !== 'string') throw Errors.jsonValue('attempt to access JSON non-string as string');
+    const offset = body['offset'] === undefined ? 0 : jsonUint(body['offset']);
+    if (body['byte_size'] === undefined) throw Errors.badParameter("Shared memory register request has no 'byte_size' field");
+    const byteSize = jsonUint(body['byte_size']);
+    shm.registerSystem(region, key, offset, byteSize);
+    this.reply.empty(res, 200, JSON_TYPE);
   }
 
   // --- trace and logging ---------------------------------------------------
@@ -435,6 +464,9 @@ export class HttpFrontend {
 
     const parameters =
       this.forwardPattern === undefined ? decoded.parameters : forwardHeaders(req, this.forwardPattern, decoded.parameters);
+    if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
+      return this.inferWithSharedMemory(req, res, model, version, decoded, parameters);
+    }
     const call = new InferCall(res);
     const response = await this.server.infer({
       model,
@@ -521,6 +553,40 @@ export class HttpFrontend {
     }
     const out = bodies.length === 1 ? bodies[0]! : JSON.stringify({ error: Errors.generateResponseCount().message });
     this.reply.json(res, status, out);
+  }
+
+  /** An infer whose inputs come from, or outputs go to, client shared-memory regions. */
+  private async inferWithSharedMemory(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    decoded: DecodedInfer,
+    parameters: DecodedInfer['parameters'],
+  ): Promise<void> {
+    const shm = new RequestSharedMemory(this.server.sharedMemory);
+    try {
+      for (const { index, ref } of decoded.shmInputs ?? []) {
+        const t = decoded.inputs[index]!;
+        decoded.inputs[index] = { name: t.name, datatype: t.datatype, shape: t.shape, data: await shm.readInput(ref) };
+      }
+      for (const [name, ref] of decoded.shmOutputs ?? []) shm.bindOutput(name, ref);
+      const call = new InferCall(res);
+      const response = await this.server.infer({
+        model,
+        version,
+        id: decoded.id,
+        inputs: decoded.inputs,
+        outputs: decoded.outputs,
+        parameters,
+        signal: call.signal,
+      });
+      call.done();
+      await shm.writeOutputs(response.outputs);
+      await this.sendInferResponse(req, res, response, decoded);
+    } finally {
+      shm.release();
+    }
   }
 
   private async sendInferResponse(

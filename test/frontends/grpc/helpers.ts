@@ -3,6 +3,7 @@
  * built from our own service definitions, and promise wrappers.
  */
 import { create } from '@bufbuild/protobuf';
+import { SharedMemoryRegistry } from '../../../src/core/shared-memory.js';
 import * as grpc from '@grpc/grpc-js';
 import { fileURLToPath } from 'node:url';
 import { ModelConfigSchema, type ModelConfig } from '../../../src/gen/model_config_pb.js';
@@ -38,6 +39,8 @@ const zeroStat = () => ({ count: 0, ns: 0 });
  */
 export class EchoServer implements ServerApi {
   readonly controlMode: ModelControlMode = 'explicit';
+  /** Client shared memory off, as by default; a test may swap in an enabled registry. */
+  sharedMemory = new SharedMemoryRegistry(false);
   ready = true;
   readonly requests: InferRequest[] = [];
   readonly loads: Array<{ name: string; options?: LoadModelOptions }> = [];

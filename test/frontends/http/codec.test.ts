@@ -197,11 +197,24 @@ test('requested outputs: binary_data, classification, duplicates', () => {
   rejects(() => decodeInferBody(dup, dup.byteLength, 'm', MAX), 400, "[request id: <id_unknown>] output 'A' already exists in request");
 });
 
-test('shared memory references fail with 404 since nothing can be registered', () => {
+test('shared-memory references are kept for the frontend to resolve (offset and size default to 0)', () => {
   const body = Buffer.from(
-    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4 } }] }),
+    JSON.stringify({
+      inputs: [
+        { name: 'A', datatype: 'INT32', shape: [1], data: [1] },
+        { name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4, shared_memory_offset: 8 } },
+      ],
+      outputs: [{ name: 'Y', parameters: { shared_memory_region: 'o' } }],
+    }),
   );
-  rejects(() => decodeInferBody(body, body.byteLength, 'm', MAX), 404, "Unable to find shared memory region: 'r'");
+  const d = decodeInferBody(body, body.byteLength, 'm', MAX);
+  assert.deepEqual(d.shmInputs, [{ index: 1, ref: { region: 'r', offset: 8, byteSize: 4 } }]);
+  assert.equal(d.inputs[1]!.data.byteLength, 0);
+  assert.deepEqual([...d.shmOutputs!], [['Y', { region: 'o', offset: 0, byteSize: 0 }]]);
+  const bad = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_offset: -1 } }] }),
+  );
+  rejects(() => decodeInferBody(bad, bad.byteLength, 'm', MAX), 500, /^Unable to parse 'shared_memory_offset'/);
 });
 
 test('a JSON header over the input limit is a 400', () => {

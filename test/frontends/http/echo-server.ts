@@ -3,6 +3,7 @@
  * inputs back as OUTPUT<i>. It records what the frontend handed to it.
  */
 import { create } from '@bufbuild/protobuf';
+import { SharedMemoryRegistry } from '../../../src/core/shared-memory.js';
 import { Errors } from '../../../src/errors.js';
 import type { LoadModelOptions, ServerApi } from '../../../src/core/server-api.js';
 import type {
@@ -27,6 +28,8 @@ const zero = { count: 0, ns: 0 };
 
 export class EchoServer implements ServerApi {
   readonly controlMode = 'explicit' as const;
+  /** Client shared memory off, as by default; a test may swap in an enabled registry. */
+  sharedMemory = new SharedMemoryRegistry(false);
   live = true;
   ready = true;
   lastRequest: InferRequest | undefined;
