@@ -192,6 +192,29 @@ export const Errors = {
   // Scheduling
   queueFull: make('NRD_QUEUE_FULL', 'UNAVAILABLE', (m: string) => `Exceeds maximum queue size for model '${m}'`),
   requestTimeout: make('NRD_REQUEST_TIMEOUT', 'UNAVAILABLE', () => 'Request timeout expired'),
+  // Sequence batcher (Triton's texts)
+  sequenceBatchSize: make(
+    'NRD_SEQUENCE_BATCH_SIZE',
+    'INVALID_ARG',
+    (m: string) => `inference request to model '${m}' must specify batch-size 1 due to requirements of sequence batcher`,
+  ),
+  sequenceNoCorrelationId: make(
+    'NRD_SEQUENCE_NO_CORRELATION_ID',
+    'INVALID_ARG',
+    (m: string) => `inference request to model '${m}' must specify a non-zero or non-empty correlation ID`,
+  ),
+  sequenceNotStarted: make(
+    'NRD_SEQUENCE_NOT_STARTED',
+    'INVALID_ARG',
+    (id: string, m: string) =>
+      `inference request for sequence ${id} to model '${m}' must specify the START flag on the first request of the sequence`,
+  ),
+  sequenceCorrelationIdType: make('NRD_SEQUENCE_CORRELATION_ID_TYPE', 'INVALID_ARG', (msg: string) => msg),
+  sequenceStateMissing: make(
+    'NRD_SEQUENCE_STATE_MISSING',
+    'INTERNAL',
+    (m: string, output: string) => `model '${m}' did not produce state output '${output}'`,
+  ),
   cancelled: make('NRD_CANCELLED', 'CANCELLED', (what: string) => `${what} was cancelled`),
 
   // Configuration and loading

@@ -22,6 +22,7 @@ import { listVersions, missingVersionMessage, selectVersionsDetailed } from '../
 import { Errors, NereidError } from '../errors.js';
 import { DefaultScheduler } from '../scheduler/default-scheduler.js';
 import { DynamicBatcher } from '../scheduler/dynamic-batcher.js';
+import { SequenceBatcher, type StateSpec, loadStateSpecs } from '../scheduler/sequence-batcher/index.js';
 import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
 import { ModelSignature } from './request.js';
 import { ModelVersion, type VersionStateListener } from './model-version.js';
@@ -71,10 +72,6 @@ export async function resolveModelConfig(
   const backendName = config.backend;
   if (config.platform === 'ensemble' || config.schedulingChoice.case === 'ensembleScheduling') {
     throw Errors.unsupported(`model '${name}': ensemble models are not supported by this version of Nereid`);
-  }
-  if (config.schedulingChoice.case === 'sequenceBatching') {
-    // Serving it unbatched would silently drop sequence semantics (slots, control tensors, state).
-    throw Errors.unsupported(`model '${name}': sequence_batching is not supported by this version of Nereid`);
   }
   if (!backendName) {
     throw Errors.config(
@@ -139,9 +136,12 @@ async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<st
   return labels;
 }
 
-function makeScheduler(v: ModelVersion, instances: ModelInstance[]): Scheduler {
+function makeScheduler(v: ModelVersion, instances: ModelInstance[], states: StateSpec[], logger: Logger): Scheduler {
   const active = instances.filter((i) => !i.passive);
   const choice = v.config.schedulingChoice;
+  if (choice.case === 'sequenceBatching') {
+    return new SequenceBatcher(v.modelName, active, v.stats, { maxBatchSize: v.config.maxBatchSize, batching: choice.value, states, logger });
+  }
   if (choice.case === 'dynamicBatching' && v.config.maxBatchSize > 0) {
     const ragged = new Set(v.config.input.filter((i) => i.allowRaggedBatch).map((i) => i.name));
     return new DynamicBatcher(v.modelName, active, v.stats, {
@@ -210,7 +210,7 @@ async function loadVersion(
       }),
     );
     v.instances = instances;
-    v.scheduler = makeScheduler(v, instances);
+    v.scheduler = makeScheduler(v, instances, await loadStateSpecs(v.config, modelDir), logger);
     v.loadDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
     v.setState('READY', '');
     logger.info({ instances: instances.length, seconds: v.loadDurationSecs }, 'model version ready');

@@ -30,7 +30,7 @@ import {
   type ValueInfoProto,
 } from '../gen/onnx_pb.js';
 import type { Datatype, TypedArray } from '../tensor/datatype.js';
-import { onnxElemTypeOf } from './datatypes.js';
+import { OnnxElemType, onnxElemTypeOf } from './datatypes.js';
 
 /** A dimension: a size, a symbolic name such as 'batch' (dynamic), or null (unknown). */
 export type Dim = number | string | null;
@@ -318,5 +318,45 @@ export function buildAddSubModel(datatype: Datatype, size: number, batchDim: str
   b.output('OUTPUT0', datatype, shape).output('OUTPUT1', datatype, shape);
   b.node('Add', ['INPUT0', 'INPUT1'], ['OUTPUT0']);
   b.node('Sub', ['INPUT0', 'INPUT1'], ['OUTPUT1']);
+  return b;
+}
+
+/**
+ * Triton's example "simple_sequence" (dyna = false) and "simple_dyna_sequence"
+ * (dyna = true), INT32 [batch, 1] throughout:
+ *   OUTPUT = (INPUT + START) * READY                       (simple_sequence)
+ *   OUTPUT = (INPUT + START + int32(CORRID) * END) * READY  (simple_dyna_sequence, CORRID UINT64)
+ * The sequence batcher feeds START / END / READY / CORRID; the model itself is stateless.
+ */
+export function buildSequenceControlModel(dyna: boolean): OnnxModelBuilder {
+  const shape: Dim[] = ['batch', 1];
+  const b = new OnnxModelBuilder({ name: dyna ? 'simple_dyna_sequence' : 'simple_sequence' });
+  b.input('INPUT', 'INT32', shape).input('START', 'INT32', shape).input('READY', 'INT32', shape);
+  if (dyna) b.input('END', 'INT32', shape).input('CORRID', 'UINT64', shape);
+  b.output('OUTPUT', 'INT32', shape);
+  b.node('Add', ['INPUT', 'START'], ['started']);
+  let value = 'started';
+  if (dyna) {
+    b.node('Cast', ['CORRID'], ['corrid32'], { to: { i: OnnxElemType.INT32 } });
+    b.node('Mul', ['corrid32', 'END'], ['at_end']);
+    b.node('Add', ['started', 'at_end'], ['with_corrid']);
+    value = 'with_corrid';
+  }
+  b.node('Mul', [value, 'READY'], ['OUTPUT']);
+  return b;
+}
+
+/**
+ * A stateful accumulator for implicit state: OUTPUT = STATE_OUT = STATE_IN + INPUT,
+ * `datatype` [batch, size]. With the sequence batcher's `state { input_name: "STATE_IN"
+ * output_name: "STATE_OUT" }` each sequence sums its inputs.
+ */
+export function buildAccumulatorModel(datatype: Datatype, size: number): OnnxModelBuilder {
+  const shape: Dim[] = ['batch', size];
+  const b = new OnnxModelBuilder({ name: 'accumulator' });
+  b.input('INPUT', datatype, shape).input('STATE_IN', datatype, shape);
+  b.output('OUTPUT', datatype, shape).output('STATE_OUT', datatype, shape);
+  b.node('Add', ['STATE_IN', 'INPUT'], ['OUTPUT']);
+  b.node('Identity', ['OUTPUT'], ['STATE_OUT']);
   return b;
 }

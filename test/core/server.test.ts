@@ -219,7 +219,7 @@ test('poll mode picks up a model added to the repository', async (t) => {
   assert.equal((await server.infer(addSubRequest('second'))).modelName, 'second');
 });
 
-test('ensemble and sequence-batching models are UNAVAILABLE with a reason saying they are not supported', async (t) => {
+test('a sequence-batching model loads and refuses a request without a correlation id', async (t) => {
   const io = `input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 `;
@@ -231,7 +231,11 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
   await server.start();
   t.after(() => server.stop());
   const seq = (await server.repositoryIndex()).find((e) => e.name === 'seq')!;
-  assert.equal(seq.state, 'UNAVAILABLE');
-  assert.match(seq.reason!, /sequence_batching is not supported/);
+  assert.equal(seq.state, 'READY');
+  await assert.rejects(server.infer(addSubRequest('seq')), (e: { code: string; message: string }) => {
+    assert.equal(e.code, 'NRD_SEQUENCE_NO_CORRELATION_ID');
+    assert.equal(e.message, "inference request to model 'seq' must specify a non-zero or non-empty correlation ID");
+    return true;
+  });
   assert.equal((await server.infer(addSubRequest('good'))).modelName, 'good');
 });

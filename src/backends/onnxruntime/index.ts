@@ -92,7 +92,7 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<Backe
   // Bad parameter values fail the load here rather than at the first instance.
   buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
-  return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers]), cudaProbe);
+  return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers], info.outputs), cudaProbe);
 }
 
 class OnnxRuntimeModel implements BackendModel {

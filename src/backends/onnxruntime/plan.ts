@@ -88,7 +88,7 @@ export class ModelPlan {
   readonly modelName: string;
   readonly maxBatchSize: number;
   readonly inputs: ReadonlyMap<string, TensorPlan>;
-  /** In configuration order. */
+  /** In configuration order, then the implicit-state outputs of a sequence model. */
   readonly outputs: readonly TensorPlan[];
   readonly outputsByName: ReadonlyMap<string, TensorPlan>;
   /**
@@ -97,11 +97,20 @@ export class ModelPlan {
    */
   private readonly extraInputs: Map<string, TensorPlan>;
 
-  constructor(modelName: string, config: ModelConfig, modelInputs: readonly OnnxTensorInfo[]) {
+  constructor(modelName: string, config: ModelConfig, modelInputs: readonly OnnxTensorInfo[], modelOutputs: readonly OnnxTensorInfo[] = []) {
     this.modelName = modelName;
     this.maxBatchSize = config.maxBatchSize;
     this.inputs = new Map(config.input.map((io) => [io.name, TensorPlan.fromConfig(io)]));
-    this.outputs = config.output.map((io) => TensorPlan.fromConfig(io));
+    const outputs = config.output.map((io) => TensorPlan.fromConfig(io));
+    // The sequence batcher asks for state outputs the configuration does not list.
+    const stateOutputs =
+      config.schedulingChoice.case === 'sequenceBatching' ? new Set(config.schedulingChoice.value.state.map((s) => s.outputName)) : new Set<string>();
+    for (const t of modelOutputs) {
+      if (stateOutputs.has(t.name) && !outputs.some((p) => p.name === t.name) && t.datatype !== undefined) {
+        outputs.push(new TensorPlan(t.name, t.datatype, t.dims.slice(config.maxBatchSize > 0 ? 1 : 0), undefined));
+      }
+    }
+    this.outputs = outputs;
     this.outputsByName = new Map(this.outputs.map((p) => [p.name, p]));
     this.extraInputs = new Map();
     for (const t of modelInputs) {

@@ -151,6 +151,9 @@ export class PythonInstance implements BackendInstance {
     this.configOutputs = ctx.config.output.map((o) => o.name);
     this.outputNames = new Set(this.configOutputs);
     this.decoupled = ctx.config.modelTransactionPolicy?.decoupled === true;
+    // Implicit-state outputs of a sequence model are outputs too (the sequence batcher keeps them).
+    const scheduling = ctx.config.schedulingChoice;
+    if (scheduling.case === 'sequenceBatching') for (const s of scheduling.value.state) this.outputNames.add(s.outputName);
   }
 
   get modelName(): string {

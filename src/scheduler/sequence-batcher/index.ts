@@ -1,0 +1,443 @@
+/**
+ * Triton's sequence batcher. Every request belongs to a sequence (its
+ * correlation id); a sequence is pinned to one slot of one instance from its
+ * START request until its END request has run, or until it has been idle
+ * for max_sequence_idle_microseconds. When every slot is taken, new
+ * sequences wait in a backlog, oldest first, for a slot to free up.
+ *
+ * Each instance runs one batch at a time, holding at most one request per
+ * sequence, so the requests of a sequence run in order and each sees the
+ * implicit state the one before it left.
+ *
+ * - direct: an instance has max(1, max_batch_size) slots; a batch takes the
+ *   next request of every slot that has one (waiting up to
+ *   max_queue_delay_microseconds for the other active slots).
+ * - oldest: an instance has max_candidate_sequences slots; a batch takes up
+ *   to max_batch_size sequences whose next request is oldest (waiting up to
+ *   max_queue_delay_microseconds for a full or preferred batch size).
+ *
+ * Unlike Triton's direct strategy, batches are not padded with not-READY
+ * requests to keep a slot at a fixed batch index: no backend here keeps
+ * state by batch index, so the padding would only cost compute.
+ */
+import type { BackendRequest, BackendResponse } from '../../backends/backend.js';
+import type { ModelSequenceBatching } from '../../gen/model_config_pb.js';
+import type { ModelVersionStatistics } from '../../core/statistics.js';
+import { Errors, type NereidError } from '../../errors.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import { ScheduledRequest } from '../scheduled-request.js';
+import { type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
+import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText } from './controls.js';
+
+export { loadStateSpecs, SequenceControls, type StateSpec } from './controls.js';
+
+const FLAG_START = 1;
+const FLAG_END = 2;
+
+export interface SequenceBatcherOptions {
+  readonly maxBatchSize: number;
+  readonly batching: ModelSequenceBatching;
+  readonly states: readonly StateSpec[];
+  readonly logger?: { warn(obj: object, msg: string): void };
+}
+
+class Sequence {
+  readonly queue: ScheduledRequest[] = [];
+  /** state input name -> the value the next request gets */
+  readonly state = new Map<string, Tensor>();
+  slot: Slot | undefined;
+  /** END was received: the id no longer maps to this sequence. */
+  ended = false;
+  /** A request of this sequence is executing. */
+  running = false;
+  lastActiveNs: bigint;
+  constructor(
+    readonly key: string,
+    readonly id: CorrelationId,
+  ) {
+    this.lastActiveNs = process.hrtime.bigint();
+  }
+
+  /** The next request that is still waiting (cancelled ones are dropped). */
+  head(): ScheduledRequest | undefined {
+    while (this.queue.length > 0 && this.queue[0]!.done) this.queue.shift();
+    return this.queue[0];
+  }
+}
+
+class Slot {
+  sequence: Sequence | undefined;
+  constructor(
+    readonly lane: Lane,
+    readonly index: number,
+  ) {}
+}
+
+/** One instance and its sequence slots. */
+class Lane {
+  readonly slots: Slot[] = [];
+  busy = false;
+  executing = 0;
+  timer: NodeJS.Timeout | undefined;
+  constructor(
+    readonly instance: ModelInstance,
+    slotCount: number,
+  ) {
+    for (let i = 0; i < slotCount; i++) this.slots.push(new Slot(this, i));
+  }
+}
+
+/**
+ * The request as the backend sees it (control and state inputs added, state
+ * outputs requested); completing it keeps the new state and completes the
+ * client's request with only the outputs it asked for.
+ */
+class SequenceStep extends ScheduledRequest {
+  constructor(
+    readonly original: ScheduledRequest,
+    request: BackendRequest,
+    private readonly sequence: Sequence,
+    private readonly batcher: SequenceBatcher,
+  ) {
+    super(request, original.priority, original.timeoutUs, original.stats, noop, undefined);
+    this.enqueueNs = original.enqueueNs;
+  }
+
+  override succeed(response: BackendResponse, queueNs: number, inputNs: number, inferNs: number, outputNs: number): void {
+    if (this.done) return;
+    this.done = true;
+    if (response.error) {
+      this.original.fail(response.error, 'BACKEND');
+      return;
+    }
+    const outputs = response.outputs;
+    const states = this.batcher.states;
+    if (states.length === 0) {
+      this.original.succeed(response, queueNs, inputNs, inferNs, outputNs);
+      return;
+    }
+    for (const s of states) {
+      const t = outputs.find((o) => o.name === s.outputName);
+      if (!t) {
+        this.original.fail(Errors.sequenceStateMissing(this.batcher.modelName, s.outputName), 'BACKEND');
+        return;
+      }
+      // A copy: the backend's output may be a view into a buffer it reuses.
+      this.sequence.state.set(s.inputName, { name: s.inputName, datatype: t.datatype, shape: t.shape, data: t.data.slice() });
+    }
+    const wanted = this.original.request.requestedOutputs;
+    const kept = outputs.filter((o) => wanted.includes(o.name));
+    this.original.succeed({ outputs: kept, parameters: response.parameters }, queueNs, inputNs, inferNs, outputNs);
+  }
+
+  override fail(error: NereidError, reason: Parameters<ScheduledRequest['fail']>[1]): void {
+    if (this.done) return;
+    this.done = true;
+    this.original.fail(error, reason);
+  }
+}
+
+const noop = (): void => {};
+
+function sequenceKey(id: CorrelationId): string {
+  return typeof id === 'bigint' ? `u${id}` : `s${id}`;
+}
+
+export class SequenceBatcher implements Scheduler {
+  readonly states: readonly StateSpec[];
+  private readonly controls: SequenceControls;
+  private readonly lanes: Lane[];
+  /** Correlation id -> its sequence, from START until END arrives. */
+  private readonly active = new Map<string, Sequence>();
+  /** Sequences waiting for a slot, oldest first. */
+  private readonly backlog: Sequence[] = [];
+  private readonly oldest: boolean;
+  private readonly maxBatch: number;
+  private readonly delayNs: bigint;
+  private readonly preferred: ReadonlySet<number>;
+  private readonly idleNs: bigint;
+  private readonly stateOutputs: readonly string[];
+  private pending = 0;
+  private executing = 0;
+  private soon: NodeJS.Immediate | undefined;
+  private reaper: NodeJS.Timeout | undefined;
+  private drainWaiters: Array<() => void> = [];
+
+  constructor(
+    readonly modelName: string,
+    instances: readonly ModelInstance[],
+    private readonly stats: ModelVersionStatistics,
+    private readonly options: SequenceBatcherOptions,
+  ) {
+    const seq = options.batching;
+    const batching = options.maxBatchSize > 0;
+    this.controls = new SequenceControls(seq, batching);
+    this.states = options.states;
+    this.stateOutputs = options.states.map((s) => s.outputName);
+    this.oldest = seq.strategyChoice.case === 'oldest';
+    this.maxBatch = Math.max(1, options.maxBatchSize);
+    let slots = this.maxBatch;
+    let delayUs = 0n;
+    let preferred: number[] = [];
+    if (seq.strategyChoice.case === 'oldest') {
+      const o = seq.strategyChoice.value;
+      if (o.maxCandidateSequences > 0) slots = o.maxCandidateSequences;
+      delayUs = o.maxQueueDelayMicroseconds;
+      preferred = o.preferredBatchSize;
+    } else if (seq.strategyChoice.case === 'direct') {
+      delayUs = seq.strategyChoice.value.maxQueueDelayMicroseconds;
+    }
+    this.delayNs = delayUs * 1000n;
+    this.preferred = new Set(preferred);
+    this.idleNs = (seq.maxSequenceIdleMicroseconds > 0n ? seq.maxSequenceIdleMicroseconds : 1_000_000n) * 1000n;
+    this.lanes = instances.map((i) => new Lane(i, slots));
+  }
+
+  get pendingCount(): number {
+    return this.pending;
+  }
+
+  get executingCount(): number {
+    return this.executing;
+  }
+
+  /** Sequences holding a slot or waiting for one. */
+  get sequenceCount(): number {
+    let n = this.backlog.length;
+    for (const lane of this.lanes) for (const s of lane.slots) if (s.sequence) n += 1;
+    return n;
+  }
+
+  /** Which instance and slot a correlation id occupies (for tests and logs). */
+  slotOf(id: CorrelationId): { instance: string; slot: number } | 'backlog' | undefined {
+    const seq = this.active.get(sequenceKey(id));
+    if (!seq) return undefined;
+    if (!seq.slot) return 'backlog';
+    return { instance: seq.slot.lane.instance.name, slot: seq.slot.index };
+  }
+
+  enqueue(item: ScheduledRequest): void {
+    item.enqueueNs = process.hrtime.bigint();
+    const r = item.request;
+    if (r.batchSize > 1) return item.fail(Errors.sequenceBatchSize(this.modelName), 'REJECTED');
+    const id = r.correlationId;
+    if (id === 0n || id === '') return item.fail(Errors.sequenceNoCorrelationId(this.modelName), 'REJECTED');
+    try {
+      this.controls.checkCorrelationId(id, this.modelName, r.id);
+    } catch (err) {
+      return item.fail(err as NereidError, 'REJECTED');
+    }
+    if (this.lanes.length === 0) return item.fail(Errors.internal(`model '${this.modelName}' has no instance to run sequences`), 'REJECTED');
+    const key = sequenceKey(id);
+    const start = (r.flags & FLAG_START) !== 0;
+    const end = (r.flags & FLAG_END) !== 0;
+    let seq = this.active.get(key);
+    if (!seq) {
+      if (!start) return item.fail(Errors.sequenceNotStarted(correlationIdText(id), this.modelName), 'REJECTED');
+      seq = new Sequence(key, id);
+      this.active.set(key, seq);
+      const slot = this.freeSlot();
+      if (slot) this.assign(slot, seq);
+      else this.backlog.push(seq);
+    } else if (start) {
+      this.options.logger?.warn(
+        { model: this.modelName, sequence: correlationIdText(id) },
+        'sequence started again before it ended; the new START continues in the same slot',
+      );
+    }
+    seq.queue.push(item);
+    seq.lastActiveNs = item.enqueueNs;
+    this.pending += 1;
+    if (end) {
+      // Later requests with this id start a new sequence.
+      this.active.delete(key);
+      seq.ended = true;
+    }
+    if (this.soon === undefined) this.soon = setImmediate(this.formSoon);
+  }
+
+  drain(): Promise<void> {
+    if (this.pending === 0 && this.executing === 0) return Promise.resolve();
+    return new Promise((resolve) => this.drainWaiters.push(resolve));
+  }
+
+  private readonly formSoon = (): void => {
+    this.soon = undefined;
+    for (const lane of this.lanes) this.form(lane);
+  };
+
+  /** The free slot with the lowest index, on the instance with the fewest sequences. */
+  private freeSlot(): Slot | undefined {
+    let best: Slot | undefined;
+    let bestLoad = 0;
+    for (const lane of this.lanes) {
+      let load = 0;
+      let free: Slot | undefined;
+      for (const s of lane.slots) {
+        if (s.sequence) load += 1;
+        else if (!free) free = s;
+      }
+      if (free && (!best || free.index < best.index || (free.index === best.index && load < bestLoad))) {
+        best = free;
+        bestLoad = load;
+      }
+    }
+    return best;
+  }
+
+  private assign(slot: Slot, seq: Sequence): void {
+    slot.sequence = seq;
+    seq.slot = slot;
+    this.armReaper();
+  }
+
+  /** Frees the slot of a sequence that is over, and gives it to the oldest backlogged sequence. */
+  private release(seq: Sequence): void {
+    const slot = seq.slot;
+    if (!slot) return;
+    slot.sequence = undefined;
+    seq.slot = undefined;
+    while (this.backlog.length > 0) {
+      const next = this.backlog.shift()!;
+      if (next.head() === undefined && next.ended) continue; // every request was cancelled
+      this.assign(slot, next);
+      break;
+    }
+  }
+
+  /** Forms and starts a batch on an idle lane, or waits for the queue delay. */
+  private form(lane: Lane): void {
+    if (lane.busy) return;
+    if (lane.timer) {
+      clearTimeout(lane.timer);
+      lane.timer = undefined;
+    }
+    const ready: Sequence[] = [];
+    let active = 0;
+    for (const slot of lane.slots) {
+      const seq = slot.sequence;
+      if (!seq) continue;
+      active += 1;
+      if (seq.head() !== undefined) ready.push(seq);
+      else if (seq.ended) this.release(seq); // its last requests were cancelled
+    }
+    if (ready.length === 0) return;
+    let batch = ready;
+    if (this.oldest) {
+      ready.sort((a, b) => (a.queue[0]!.enqueueNs < b.queue[0]!.enqueueNs ? -1 : 1));
+      batch = ready.slice(0, this.maxBatch);
+    } else if (ready.length > this.maxBatch) {
+      batch = ready.slice(0, this.maxBatch);
+    }
+    if (this.delayNs > 0n && batch.length < this.maxBatch) {
+      const full = this.oldest ? this.preferred.has(batch.length) : batch.length >= active;
+      if (!full) {
+        let oldestNs = batch[0]!.queue[0]!.enqueueNs;
+        for (const s of batch) if (s.queue[0]!.enqueueNs < oldestNs) oldestNs = s.queue[0]!.enqueueNs;
+        const waited = process.hrtime.bigint() - oldestNs;
+        if (waited < this.delayNs) {
+          lane.timer = setTimeout(() => {
+            lane.timer = undefined;
+            this.form(lane);
+          }, Math.max(1, Math.ceil(Number(this.delayNs - waited) / 1e6)));
+          return;
+        }
+      }
+    }
+    this.run(lane, batch);
+  }
+
+  private run(lane: Lane, batch: readonly Sequence[]): void {
+    const steps: SequenceStep[] = new Array(batch.length);
+    for (let i = 0; i < batch.length; i++) {
+      const seq = batch[i]!;
+      const item = seq.queue.shift()!;
+      seq.running = true;
+      steps[i] = new SequenceStep(item, this.backendRequest(item.request, seq), seq, this);
+    }
+    this.pending -= steps.length;
+    this.executing += steps.length;
+    lane.busy = true;
+    lane.instance.busy = true;
+    lane.instance.inFlight += 1;
+    void executeBatch(lane.instance, steps, steps.length, this.stats, this.modelName).then(() => this.finished(lane, batch, steps.length));
+  }
+
+  private backendRequest(r: BackendRequest, seq: Sequence): BackendRequest {
+    const controls = this.controls.tensors(r.flags, r.correlationId);
+    if (controls.length === 0 && this.states.length === 0) return r;
+    const inputs: Tensor[] = [...r.inputs, ...controls];
+    const start = (r.flags & FLAG_START) !== 0;
+    for (const s of this.states) inputs.push((!start && seq.state.get(s.inputName)) || s.initial);
+    let requestedOutputs = r.requestedOutputs;
+    if (this.stateOutputs.length > 0) {
+      const outs = [...r.requestedOutputs];
+      for (const name of this.stateOutputs) if (!outs.includes(name)) outs.push(name);
+      requestedOutputs = outs;
+    }
+    return {
+      id: r.id,
+      inputs,
+      requestedOutputs,
+      parameters: r.parameters,
+      batchSize: r.batchSize,
+      correlationId: r.correlationId,
+      flags: r.flags,
+    };
+  }
+
+  private finished(lane: Lane, batch: readonly Sequence[], count: number): void {
+    this.executing -= count;
+    lane.busy = false;
+    lane.instance.inFlight -= 1;
+    lane.instance.busy = lane.instance.inFlight > 0;
+    const now = process.hrtime.bigint();
+    for (const seq of batch) {
+      seq.running = false;
+      seq.lastActiveNs = now;
+      if (seq.ended && seq.head() === undefined) this.release(seq);
+    }
+    for (const l of this.lanes) this.form(l);
+    if (this.pending === 0 && this.executing === 0 && this.drainWaiters.length > 0) {
+      const waiters = this.drainWaiters;
+      this.drainWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+
+  private armReaper(): void {
+    if (this.reaper) return;
+    this.reaper = setTimeout(this.reap, Math.max(1, Number(this.idleNs / 1_000_000n)));
+    this.reaper.unref();
+  }
+
+  /** Frees the slots of sequences idle for longer than max_sequence_idle_microseconds. */
+  private readonly reap = (): void => {
+    this.reaper = undefined;
+    const now = process.hrtime.bigint();
+    let next: bigint | undefined;
+    let freed = false;
+    for (const lane of this.lanes) {
+      for (const slot of lane.slots) {
+        const seq = slot.sequence;
+        if (!seq || seq.running || seq.head() !== undefined) continue;
+        const idle = now - seq.lastActiveNs;
+        if (idle >= this.idleNs) {
+          if (this.active.get(seq.key) === seq) this.active.delete(seq.key);
+          seq.ended = true;
+          this.release(seq);
+          freed = true;
+        } else {
+          const left = this.idleNs - idle;
+          if (next === undefined || left < next) next = left;
+        }
+      }
+    }
+    if (freed) for (const l of this.lanes) this.form(l);
+    if (next !== undefined || this.sequenceCount > 0) {
+      const ms = next === undefined ? Number(this.idleNs / 1_000_000n) : Number(next / 1_000_000n) + 1;
+      this.reaper = setTimeout(this.reap, Math.max(1, ms));
+      this.reaper.unref();
+    }
+  };
+}

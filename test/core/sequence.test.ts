@@ -1,0 +1,323 @@
+/**
+ * Sequence models end to end on the real Server: equivalents of Triton's
+ * example simple_sequence and simple_dyna_sequence (ONNX with control
+ * inputs), an ONNX accumulator with implicit state, and a Python model that
+ * reports the correlation id and flags it sees; over HTTP (sequence_id /
+ * sequence_start / sequence_end) and gRPC ModelStreamInfer, following the
+ * flow of Triton's sequence client examples.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { create } from '@bufbuild/protobuf';
+import * as grpc from '@grpc/grpc-js';
+import { type ModelInferRequest, ModelInferRequestSchema, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
+import { Server } from '../../src/core/server.js';
+import { HttpFrontend } from '../../src/frontends/http/index.js';
+import { silentLogger } from '../../src/logger.js';
+import { buildAccumulatorModel, buildSequenceControlModel } from '../../src/onnx/builder.js';
+import { TempRepository } from '../helpers/repository.js';
+import { PYTHON, fixtureDir, missingPythonModule } from '../backends/python/helpers.js';
+import { startHarness, type Harness } from '../frontends/grpc/helpers.js';
+import { call, json } from '../frontends/http/helpers.js';
+
+const noNumpy = missingPythonModule('numpy');
+
+const CONTROL = (name: string, kind: string) => `{ name: "${name}" control [ { kind: ${kind} int32_false_true: [ 0, 1 ] } ] }`;
+const INT_IO = `input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
+
+const SIMPLE_SEQUENCE = `name: "simple_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  control_input [ ${CONTROL('START', 'CONTROL_SEQUENCE_START')}, ${CONTROL('READY', 'CONTROL_SEQUENCE_READY')} ]
+}
+${INT_IO}
+instance_group [ { kind: KIND_CPU } ]
+`;
+
+const SIMPLE_DYNA_SEQUENCE = `name: "simple_dyna_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }
+  control_input [
+    ${CONTROL('START', 'CONTROL_SEQUENCE_START')},
+    ${CONTROL('END', 'CONTROL_SEQUENCE_END')},
+    ${CONTROL('READY', 'CONTROL_SEQUENCE_READY')},
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+${INT_IO}
+parameters [ { key: "execute_delay_ms" value: { string_value: "3" } } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+`;
+
+const ACCUMULATOR = `name: "accumulator"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  oldest { max_candidate_sequences: 8 }
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ] initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
+}
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`;
+
+const PROBE = `name: "probe"
+backend: "python"
+max_batch_size: 4
+sequence_batching {
+  control_input [ ${CONTROL('START', 'CONTROL_SEQUENCE_START')} ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "CORRID" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "STARTED" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`;
+
+let repo: TempRepository;
+let server: Server;
+let http: HttpFrontend;
+let httpPort: number;
+let g: Harness;
+
+before(async () => {
+  repo = new TempRepository()
+    .config('simple_sequence', SIMPLE_SEQUENCE)
+    .file('simple_sequence', '1/model.onnx', buildSequenceControlModel(false).toBytes())
+    .config('simple_dyna_sequence', SIMPLE_DYNA_SEQUENCE)
+    .file('simple_dyna_sequence', '1/model.onnx', buildSequenceControlModel(true).toBytes())
+    .config('accumulator', ACCUMULATOR)
+    .file('accumulator', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes());
+  if (!noNumpy) repo.config('probe', PROBE).file('probe', '1/model.py', readFileSync(`${fixtureDir('sequence_probe')}/model.py`));
+  server = new Server({ modelRepositories: [repo.dir], logger: silentLogger, backendConfig: { python: { 'python-executable': PYTHON } } });
+  await server.start();
+  http = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
+  httpPort = (await http.start()).port;
+  g = await startHarness(server);
+});
+
+after(async () => {
+  await g?.close();
+  await http?.stop();
+  await server?.stop();
+  repo?.cleanup();
+});
+
+/** One HTTP request of a sequence: INPUT = [[value]], JSON in and out. */
+async function httpStep(model: string, sequenceId: number | string, value: number, flags: { start?: boolean; end?: boolean } = {}) {
+  const parameters: Record<string, unknown> = { sequence_id: sequenceId };
+  if (flags.start) parameters['sequence_start'] = true;
+  if (flags.end) parameters['sequence_end'] = true;
+  const r = await call(httpPort, 'POST', `/v2/models/${model}/infer`, {
+    body: JSON.stringify({ parameters, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [value] }] }),
+  });
+  return { status: r.status, doc: json(r) as { outputs?: Array<{ name: string; data: unknown[] }>; error?: string } };
+}
+
+const VALUES = [11, 7, 5, 3, 2, 0, 1];
+const neg = (v: number): number => (v === 0 ? 0 : -v);
+
+/** Triton's stream example: three sequences sent interleaved on one ModelStreamInfer, answers matched by request id. */
+async function streamExample(model: string, ids: [bigint, bigint, string]): Promise<Map<string, number[]>> {
+  const requests: ModelInferRequest[] = [];
+  const seqs: Array<[bigint | string, number[]]> = [
+    [ids[0], [0, ...VALUES]],
+    [ids[1], [100, ...VALUES.map(neg)]],
+    [ids[2], [20, ...VALUES.map(neg)]],
+  ];
+  const count = VALUES.length + 1;
+  for (let i = 0; i < count; i++) {
+    for (const [id, values] of seqs) {
+      requests.push(
+        create(ModelInferRequestSchema, {
+          modelName: model,
+          id: `${id}_${i}`,
+          parameters: {
+            sequence_id: { parameterChoice: typeof id === 'bigint' ? { case: 'int64Param', value: id } : { case: 'stringParam', value: id } },
+            sequence_start: { parameterChoice: { case: 'boolParam', value: i === 0 } },
+            sequence_end: { parameterChoice: { case: 'boolParam', value: i === count - 1 } },
+          },
+          inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1n, 1n] }],
+          rawInputContents: [new Uint8Array(new Int32Array([values[i]!]).buffer)],
+        }),
+      );
+    }
+  }
+  const messages = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
+    const got: ModelStreamInferResponse[] = [];
+    const s = (g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+    s.on('data', (m) => got.push(m));
+    s.on('error', reject);
+    s.on('end', () => resolve(got));
+    for (const r of requests) s.write(r);
+    s.end();
+  });
+  const results = new Map<string, number[]>();
+  for (const m of messages) {
+    assert.equal(m.errorMessage, '');
+    const res = m.inferResponse!;
+    const seq = res.id.slice(0, res.id.lastIndexOf('_'));
+    const raw = res.rawOutputContents[0]!;
+    const value = new DataView(raw.buffer, raw.byteOffset).getInt32(0, true);
+    results.set(seq, [...(results.get(seq) ?? []), value]);
+  }
+  return results;
+}
+
+describe('Triton example sequence models', () => {
+  test('simple_sequence over HTTP: OUTPUT is INPUT, plus 1 on the START request', async () => {
+    const got: number[] = [];
+    const values = [0, ...VALUES];
+    for (let i = 0; i < values.length; i++) {
+      const r = await httpStep('simple_sequence', 1000, values[i]!, { start: i === 0, end: i === values.length - 1 });
+      assert.equal(r.status, 200, JSON.stringify(r.doc));
+      got.push(r.doc.outputs![0]!.data[0] as number);
+    }
+    assert.deepEqual(got, [1, ...VALUES]);
+  });
+
+  test('simple_sequence over gRPC ModelStreamInfer, as simple_grpc_sequence_stream_infer_client.py', async () => {
+    const uuid = 'c5b1b7f2-1e0e-4f0e-9f57-0c7e3a1d2b44';
+    const results = await streamExample('simple_sequence', [1000n, 1001n, uuid]);
+    assert.deepEqual(results.get('1000'), [1, ...VALUES]);
+    assert.deepEqual(results.get('1001'), [101, ...VALUES.map(neg)]);
+    assert.deepEqual(results.get(uuid), [21, ...VALUES.map(neg)]);
+  });
+
+  test('simple_dyna_sequence: the CORRID control carries the id and the END request adds it (the --dyna example)', async () => {
+    // The example's third, string-id sequence needs simple_string_dyna_sequence (a string CORRID), which
+    // Triton's example repository does not hold; a string id for this UINT64 CORRID is refused (see below).
+    const ints = await streamIntsOnly('simple_dyna_sequence', 2002n, 2003n);
+    const expected0 = [1, ...VALUES];
+    const expected1 = [101, ...VALUES.map(neg)];
+    expected0[expected0.length - 1]! += 2002;
+    expected1[expected1.length - 1]! += 2003;
+    assert.deepEqual(ints.get('2002'), expected0);
+    assert.deepEqual(ints.get('2003'), expected1);
+  });
+
+  test('errors: no START, no sequence id, a sequence id of the wrong type, a string id for a UINT64 CORRID', async () => {
+    const noStart = await httpStep('simple_sequence', 424242, 1);
+    assert.equal(noStart.status, 400);
+    assert.equal(
+      noStart.doc.error,
+      "inference request for sequence 424242 to model 'simple_sequence' must specify the START flag on the first request of the sequence",
+    );
+    const noId = await call(httpPort, 'POST', '/v2/models/simple_sequence/infer', {
+      body: JSON.stringify({ inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }] }),
+    });
+    assert.equal(noId.status, 400);
+    assert.equal((json(noId) as { error: string }).error, "inference request to model 'simple_sequence' must specify a non-zero or non-empty correlation ID");
+    const wrongType = await call(httpPort, 'POST', '/v2/models/simple_sequence/infer', {
+      body: JSON.stringify({ parameters: { sequence_id: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }] }),
+    });
+    assert.equal(wrongType.status, 500);
+    assert.match((json(wrongType) as { error: string }).error, /^Unable to parse 'sequence_id'/);
+    const stringId = await httpStep('simple_dyna_sequence', 'abc', 1, { start: true });
+    assert.equal(stringId.status, 400);
+    assert.equal(
+      stringId.doc.error,
+      "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'",
+    );
+    // The server keeps serving.
+    assert.equal((await httpStep('simple_sequence', 5, 1, { start: true, end: true })).status, 200);
+  });
+});
+
+/** Two integer sequences of the stream example (no string sequence). */
+async function streamIntsOnly(model: string, id0: bigint, id1: bigint): Promise<Map<string, number[]>> {
+  const count = VALUES.length + 1;
+  const seqs: Array<[bigint, number[]]> = [
+    [id0, [0, ...VALUES]],
+    [id1, [100, ...VALUES.map(neg)]],
+  ];
+  const requests: ModelInferRequest[] = [];
+  for (let i = 0; i < count; i++) {
+    for (const [id, values] of seqs) {
+      requests.push(
+        create(ModelInferRequestSchema, {
+          modelName: model,
+          id: `${id}_${i}`,
+          parameters: {
+            sequence_id: { parameterChoice: { case: 'int64Param', value: id } },
+            sequence_start: { parameterChoice: { case: 'boolParam', value: i === 0 } },
+            sequence_end: { parameterChoice: { case: 'boolParam', value: i === count - 1 } },
+          },
+          inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1n, 1n] }],
+          rawInputContents: [new Uint8Array(new Int32Array([values[i]!]).buffer)],
+        }),
+      );
+    }
+  }
+  const messages = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
+    const got: ModelStreamInferResponse[] = [];
+    const s = (g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+    s.on('data', (m) => got.push(m));
+    s.on('error', reject);
+    s.on('end', () => resolve(got));
+    for (const r of requests) s.write(r);
+    s.end();
+  });
+  const results = new Map<string, number[]>();
+  for (const m of messages) {
+    assert.equal(m.errorMessage, '', m.errorMessage);
+    const res = m.inferResponse!;
+    const seq = res.id.slice(0, res.id.lastIndexOf('_'));
+    const raw = res.rawOutputContents[0]!;
+    results.set(seq, [...(results.get(seq) ?? []), new DataView(raw.buffer, raw.byteOffset).getInt32(0, true)]);
+  }
+  return results;
+}
+
+describe('implicit state', () => {
+  test('an ONNX accumulator keeps a state per sequence (uint64 and string ids) and starts from initial_state', async () => {
+    const step = async (id: number | string, values: number[], flags: { start?: boolean; end?: boolean } = {}) => {
+      const parameters: Record<string, unknown> = { sequence_id: id, sequence_start: flags.start ?? false, sequence_end: flags.end ?? false };
+      const r = await call(httpPort, 'POST', '/v2/models/accumulator/infer', {
+        body: JSON.stringify({ parameters, inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 4], data: values }] }),
+      });
+      const doc = json(r) as { outputs: Array<{ name: string; data: number[] }> };
+      assert.equal(r.status, 200, JSON.stringify(doc));
+      assert.deepEqual(
+        doc.outputs.map((o) => o.name),
+        ['OUTPUT'],
+        'the state output stays with the sequence',
+      );
+      return doc.outputs[0]!.data;
+    };
+    assert.deepEqual(await step(7, [1, 2, 3, 4], { start: true }), [1, 2, 3, 4]);
+    assert.deepEqual(await step('s-1', [10, 10, 10, 10], { start: true }), [10, 10, 10, 10]);
+    assert.deepEqual(await step(7, [1, 1, 1, 1]), [2, 3, 4, 5]);
+    assert.deepEqual(await step('s-1', [0.5, 0, 0, 0]), [10.5, 10, 10, 10]);
+    assert.deepEqual(await step(7, [1, 1, 1, 1], { end: true }), [3, 4, 5, 6]);
+    assert.deepEqual(await step(7, [5, 5, 5, 5], { start: true, end: true }), [5, 5, 5, 5], 'a new sequence starts from zeros');
+    const stats = server.modelStatistics('accumulator')[0]!;
+    assert.equal(stats.inference_count, 6);
+    assert.equal(stats.inference_stats.success.count, 6);
+  });
+
+  test('the Python backend sees the correlation id, the flags, the START control and its state', { skip: noNumpy }, async () => {
+    const step = async (id: number | string, value: number, parameters: Record<string, unknown>) => {
+      const r = await call(httpPort, 'POST', '/v2/models/probe/infer', {
+        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [value] }] }),
+      });
+      const doc = json(r) as { outputs: Array<{ name: string; data: unknown[] }> };
+      assert.equal(r.status, 200, JSON.stringify(doc));
+      return Object.fromEntries(doc.outputs.map((o) => [o.name, o.data[0]]));
+    };
+    assert.deepEqual(await step(31, 4, { sequence_start: true }), { OUTPUT: 4, FLAGS: 1, CORRID: '31', STARTED: 1 });
+    assert.deepEqual(await step(31, 5, {}), { OUTPUT: 9, FLAGS: 0, CORRID: '31', STARTED: 0 });
+    assert.deepEqual(await step(31, 6, { sequence_end: true }), { OUTPUT: 15, FLAGS: 2, CORRID: '31', STARTED: 0 });
+    assert.deepEqual(await step('order-9', 2, { sequence_start: true, sequence_end: true }), { OUTPUT: 2, FLAGS: 3, CORRID: 'order-9', STARTED: 1 });
+  });
+});
