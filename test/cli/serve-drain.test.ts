@@ -52,7 +52,7 @@ test('on SIGTERM readiness turns false at once while liveness stays true and the
   t.after(() => repo.cleanup());
   const s = startServe([`--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`, '--exit-timeout-secs=60', ...LOOPBACK_PORTS]);
   t.after(() => s.stop());
-  const { http, metrics } = await s.ports;
+  const { http, grpc, metrics } = await s.ports;
   const base = `http://127.0.0.1:${http}`;
   const readyGauge = async () => /^nereid_server_ready (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metrics}/metrics`)).text())?.[1];
   assert.equal(await statusOf(`${base}/v2/health/ready`), 200);
@@ -65,8 +65,19 @@ test('on SIGTERM readiness turns false at once while liveness stays true and the
   });
   await until('the slow request to start executing', () => existsSync(path.join(repo.dir, 'slow', '1', 'started')));
 
+  // A gRPC client connected before the signal is told to go elsewhere.
+  const session = http2.connect(`http://127.0.0.1:${grpc}`);
+  t.after(() => session.destroy());
+  session.on('error', () => {});
+  await new Promise<void>((resolve) => session.once('connect', () => resolve()));
+  const goaway = new Promise<boolean>((resolve) => {
+    session.once('goaway', () => resolve(true));
+    session.once('close', () => resolve(false));
+  });
+
   s.signal('SIGTERM');
   await until('readiness to turn false', async () => (await statusOf(`${base}/v2/health/ready`)) === 400);
+  assert.equal(await goaway, true, 'GOAWAY on SIGTERM');
   assert.equal(slowDone, false, 'the drain is still running');
   assert.equal(await statusOf(`${base}/v2/health/live`), 200);
   assert.equal(await readyGauge(), '0');

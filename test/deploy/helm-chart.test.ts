@@ -35,10 +35,15 @@ function flag(c: Container, name: string): string | undefined {
   return c.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
 }
 
-test('helm lint passes with the defaults and with the guide values file', () => {
-  for (const args of [[], ['-f', TRITON_VALUES]]) {
-    const r = helm(['lint', CHART, '--strict', ...args]);
-    assert.equal(r.status, 0, r.stdout + r.stderr);
+test('helm lint --strict passes with the defaults, the guide values file, and every optional object on', () => {
+  const everything = valuesFiles('serviceMonitor: { enabled: true }\nprometheusRule: { enabled: true }\ngrafanaDashboard: { enabled: true }\nprometheusAdapter: { configMap: { enabled: true } }\nkeda: { enabled: true }\n');
+  try {
+    for (const args of [[], ['-f', TRITON_VALUES], everything.args]) {
+      const r = helm(['lint', CHART, '--strict', ...args]);
+      assert.equal(r.status, 0, r.stdout + r.stderr);
+    }
+  } finally {
+    everything.cleanup();
   }
 });
 

@@ -4,10 +4,13 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { TempRepository } from '../helpers/repository.js';
 import { LOOPBACK_PORTS, startServe } from '../helpers/serve-process.js';
 import { ROOT } from './helm.js';
 
-test('the image layout script installs production dependencies only, and nereid serve from it serves the example repository', async (t) => {
+const PYTHON = process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
+
+test('the image layout script installs production dependencies only, and nereid serve from it serves the example repository and a Python model', async (t) => {
   const dest = mkdtempSync(path.join(tmpdir(), 'nereid-image-'));
   t.after(() => rmSync(dest, { recursive: true, force: true }));
   const built = spawnSync('sh', [path.join(ROOT, 'deploy', 'image-layout.sh'), dest], { encoding: 'utf8' });
@@ -30,7 +33,7 @@ test('the image layout script installs production dependencies only, and nereid 
   const s = startServe(['serve', ...LOOPBACK_PORTS], { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() });
   t.after(() => s.stop());
   const ports = await s.ports;
-  assert.match(s.stderr(), new RegExp(`"repositories":\\["${path.join(dest, 'examples', 'model_repository')}"\\]`));
+  assert.match(s.stderr(), new RegExp(`"repositories":\\["${path.join(dest, 'examples', 'model_repository')}"\\]`), 'the bundled examples by default');
   const r = await fetch(`http://127.0.0.1:${ports.http}/v2/models/fraud_detector/infer`, {
     method: 'POST',
     body: JSON.stringify({ inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] }] }),
@@ -43,6 +46,21 @@ test('the image layout script installs production dependencies only, and nereid 
   assert.ok(p > 0 && p < 1, `a sigmoid output, got ${p}`);
   s.signal('SIGTERM');
   assert.equal(await s.exit, 0);
+
+  // The Python backend's stubs ship too.
+  const repo = new TempRepository()
+    .config('py_identity', 'backend: "python"\nmax_batch_size: 0\ninput [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\noutput [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
+    .file('py_identity', '1/model.py', readFileSync(path.join(ROOT, 'test', 'fixtures', 'python_models', 'identity', 'model.py')));
+  t.after(() => repo.cleanup());
+  const py = startServe(['serve', `--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`, ...LOOPBACK_PORTS], { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() });
+  t.after(() => py.stop());
+  const pyPorts = await py.ports;
+  const echoed = await fetch(`http://127.0.0.1:${pyPorts.http}/v2/models/py_identity/infer`, {
+    method: 'POST',
+    body: JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [2], data: [1.5, -2] }] }),
+  });
+  assert.equal(echoed.status, 200);
+  assert.deepEqual(((await echoed.json()) as { outputs: Array<{ data: number[] }> }).outputs[0]!.data, [1.5, -2]);
 });
 
 /** The instructions of a Dockerfile's last stage. */
