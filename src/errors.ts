@@ -97,10 +97,11 @@ export const Errors = {
     'UNAVAILABLE',
     (m: string, v: string) => `Request for unknown model: '${m}' version ${v} is not at ready state`,
   ),
-  invalidModelVersion: make(
-    'NRD_INVALID_MODEL_VERSION',
-    'INVALID_ARG',
-    (m: string, v: string) => `failed to get model version from specified version string '${v}' for model '${m}'`,
+  // Triton's two texts (GetModelVersionFromString): a negative (or zero) number, or no integer at all.
+  invalidModelVersion: make('NRD_INVALID_MODEL_VERSION', 'INVALID_ARG', (v: string, why: 'non-positive' | 'not-integer') =>
+    why === 'non-positive'
+      ? `invalid model version specified '${v}' , version should be an integral value > 0`
+      : `failed to get model version from specified version string '${v}' (details: stol), version should be an integral value > 0`,
   ),
   statsModelNotAvailable: make(
     'NRD_STATS_MODEL_NOT_AVAILABLE',
@@ -187,6 +188,11 @@ export const Errors = {
   binarySize: make('NRD_BINARY_SIZE', 'INVALID_ARG', (msg: string) => msg),
   bytesEncoding: make('NRD_BYTES_ENCODING', 'INVALID_ARG', (msg: string) => msg),
   bodyTooLarge: make('NRD_BODY_TOO_LARGE', 'INVALID_ARG', (msg: string) => msg),
+  tooManyChunks: make(
+    'NRD_TOO_MANY_CHUNKS',
+    'INVALID_ARG',
+    (max: number) => `Chunked request body exceeds maximum of ${max} non-empty chunks. Send fewer or larger HTTP chunks.`,
+  ),
   unsupported: make('NRD_UNSUPPORTED', 'UNSUPPORTED', (msg: string) => msg),
 
   // Scheduling

@@ -185,7 +185,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       if (!best) throw Errors.modelNoAvailableVersions(name);
       return best;
     }
-    if (!/^\d+$/.test(version)) throw Errors.invalidModelVersion(name, version);
+    if (!/^\d+$/.test(version)) throw Errors.invalidModelVersion(version, /^-?\d+$/.test(version) ? 'non-positive' : 'not-integer');
     const v = entry.versions.get(Number(version));
     if (!v) throw Errors.modelVersionNotFound(name, version);
     if (v.state !== 'READY') throw Errors.modelVersionNotReady(name, version);

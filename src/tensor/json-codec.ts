@@ -83,7 +83,7 @@ export function decodeJsonTensorData(
   if (datatype === undefined) throw Errors.malformedBody(`invalid datatype for input ${inputName}`);
 
   const out = new Uint8Array(byteSize);
-  const target = makeTarget(datatype, out, elementCount);
+  const target = makeTarget(inputName, datatype, out, elementCount);
   const written = fillElements(target, data, 0, 0);
   if (written !== elementCount) throw Errors.jsonDataShape(TOO_FEW);
   return out;
@@ -92,6 +92,25 @@ export function decodeJsonTensorData(
 function jsonInputTooLarge(inputName: string, byteSize: number, max: number): NereidError {
   return Errors.bodyTooLarge(
     `JSON input '${inputName}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`,
+  );
+}
+
+/**
+ * A JSON number literal too large for a double (1e309, a 400-digit integer).
+ * The HTTP parser hands these over instead of an Infinity, so the codec can
+ * reject them for the input they belong to rather than store a wrong value.
+ */
+export class JsonNumberOverflow {
+  constructor(readonly literal: string) {}
+}
+
+const FLT_MAX = 3.4028234663852886e38;
+
+function overflowError(t: Target, v: unknown): NereidError {
+  const text = v instanceof JsonNumberOverflow ? v.literal : String(v);
+  const shown = text.length > 40 ? `${text.slice(0, 20)}...(${text.length} characters)` : text;
+  return Errors.malformedBody(
+    `unable to parse 'data' for input '${t.inputName}': the number ${shown} overflows the input's data type ${t.datatype}`,
   );
 }
 
@@ -111,6 +130,8 @@ const isNumber: ElementCheck = (v) => typeof v === 'number' || typeof v === 'big
 
 /** Where decoded elements go: a typed array over the output bytes plus its element check. */
 interface Target {
+  readonly inputName: string;
+  readonly datatype: Datatype;
   readonly array: TypedArray;
   readonly check: ElementCheck;
   readonly checkError: string;
@@ -119,27 +140,48 @@ interface Target {
   readonly expected: number;
 }
 
-function makeTarget(datatype: Datatype, out: Uint8Array, count: number): Target {
+function makeTarget(inputName: string, datatype: Datatype, out: Uint8Array, count: number): Target {
   const info = datatypeInfo(datatype);
   const array = new info.arrayType!(out.buffer, out.byteOffset, count);
+  const base = { inputName, datatype, array, expected: count };
   switch (datatype) {
     case 'BOOL':
-      return { array, check: isBool, checkError: NON_BOOL, bigint: false, float: false, expected: count };
+      return { ...base, check: isBool, checkError: NON_BOOL, bigint: false, float: false };
     case 'UINT8':
     case 'UINT16':
     case 'UINT32':
-      return { array, check: isUint, checkError: NON_UINT, bigint: false, float: false, expected: count };
+      return { ...base, check: isUint, checkError: NON_UINT, bigint: false, float: false };
     case 'UINT64':
-      return { array, check: isUint, checkError: NON_UINT, bigint: true, float: false, expected: count };
+      return { ...base, check: isUint, checkError: NON_UINT, bigint: true, float: false };
     case 'INT8':
     case 'INT16':
     case 'INT32':
-      return { array, check: isInt, checkError: NON_INT, bigint: false, float: false, expected: count };
+      return { ...base, check: isInt, checkError: NON_INT, bigint: false, float: false };
     case 'INT64':
-      return { array, check: isInt, checkError: NON_INT, bigint: true, float: false, expected: count };
+      return { ...base, check: isInt, checkError: NON_INT, bigint: true, float: false };
     default:
-      return { array, check: isNumber, checkError: NON_NUMBER, bigint: false, float: true, expected: count };
+      return { ...base, check: isNumber, checkError: NON_NUMBER, bigint: false, float: true };
   }
+}
+
+/** A finite literal too large for the float type (FP32 beyond its max, or a long integer beyond a double's). Infinity literals pass. */
+function overflowsFloat(datatype: Datatype, v: number | bigint): boolean {
+  if (typeof v === 'bigint') {
+    const x = Number(v);
+    return !Number.isFinite(x) || (datatype === 'FP32' && (x > FLT_MAX || x < -FLT_MAX));
+  }
+  return datatype === 'FP32' && (v > FLT_MAX || v < -FLT_MAX) && Number.isFinite(v);
+}
+
+/** Why `v` failed the target's check: an integer or literal beyond the type's range (400), or a wrong kind of value (Triton's 500). */
+function elementError(t: Target, v: unknown): NereidError {
+  if (v instanceof JsonNumberOverflow) return overflowError(t, v);
+  if (!t.float && t.datatype !== 'BOOL') {
+    const integral = typeof v === 'bigint' || (typeof v === 'number' && Number.isInteger(v));
+    const negativeForUnsigned = t.check === isUint && (typeof v === 'bigint' ? v < 0n : (v as number) < 0);
+    if (integral && !negativeForUnsigned) return overflowError(t, v);
+  }
+  return Errors.jsonValue(`Unable to parse 'data': ${t.checkError}`);
 }
 
 /** Writes the leaves of `value` from element `index` on; returns the next index. */
@@ -155,7 +197,8 @@ function fillElements(t: Target, value: readonly unknown[], index: number, depth
     }
     if (depth + 1 >= MAX_JSON_NESTING_DEPTH) throw Errors.malformedBody(`Unable to parse 'data': ${DEPTH}`);
     if (index >= t.expected) throw Errors.jsonDataShape(`Unable to parse 'data': ${TOO_MANY}`);
-    if (!t.check(v)) throw Errors.jsonValue(`Unable to parse 'data': ${t.checkError}`);
+    if (!t.check(v)) throw elementError(t, v);
+    if (t.float && overflowsFloat(t.datatype, v as number | bigint)) throw overflowError(t, v);
     if (t.bigint) {
       array[index] = typeof v === 'bigint' ? v : BigInt(v as number);
     } else if (typeof v === 'bigint') {

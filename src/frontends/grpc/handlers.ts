@@ -47,6 +47,7 @@ import {
 import { HealthCheckResponse_ServingStatus, HealthCheckResponseSchema, type HealthCheckRequest } from '../../gen/health_pb.js';
 import { Errors } from '../../errors.js';
 import type { LoadModelOptions, ServerApi } from '../../core/server-api.js';
+import { parseWireVersion } from '../../core/version-string.js';
 import type { ModelStatistics, StatDuration } from '../../core/types.js';
 import { MalformedMessage } from './service.js';
 import type { LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
@@ -79,8 +80,8 @@ function unary<Req, O extends DescMessage>(
   };
 }
 
-/** An empty version string means "let the server choose". */
-const versionArg = (v: string): string | undefined => (v === '' ? undefined : v);
+/** An empty version string means "let the server choose"; others must be integers > 0 (Triton's INVALID_ARGUMENT otherwise). */
+const versionArg = (v: string): string | undefined => parseWireVersion(v);
 
 function duration(d: StatDuration | undefined): MessageInitShape<typeof StatisticDurationSchema> {
   return { count: BigInt(d?.count ?? 0), ns: BigInt(d?.ns ?? 0) };

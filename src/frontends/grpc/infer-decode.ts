@@ -15,6 +15,7 @@ import type {
   ModelInferRequest_InferRequestedOutputTensor,
 } from '../../gen/grpc_service_pb.js';
 import { Errors, NereidError } from '../../errors.js';
+import { parseWireVersion } from '../../core/version-string.js';
 import type { InferRequest, ParameterValue, RequestedOutput } from '../../core/types.js';
 import { isDatatype, type Datatype } from '../../tensor/datatype.js';
 import { encodeBytesElements, type Tensor } from '../../tensor/tensor.js';
@@ -320,7 +321,7 @@ export function decodeInfer(
 
   const request: InferRequest = {
     model,
-    version: msg.modelVersion,
+    version: parseWireVersion(msg.modelVersion) ?? '',
     id: msg.id,
     inputs,
     outputs,

@@ -9,6 +9,9 @@ import { Errors, type NereidError } from '../../errors.js';
 
 const EMPTY = Buffer.alloc(0);
 
+/** Triton's bound on the non-empty chunks of one chunked request body. */
+export const MAX_BODY_CHUNKS = 65_536;
+
 function limitHint(max: number): string {
   return `${max} bytes. Use --http-max-input-size to increase the limit.`;
 }
@@ -46,13 +49,23 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     }
     const chunks: Buffer[] = [];
     let total = 0;
+    // The parser hands over each chunk of a chunked body as its own piece; a flood of tiny ones is refused (Triton's limit).
+    const chunked = declared === undefined && req.headers['transfer-encoding'] !== undefined;
+    let pieces = 0;
+    const stop = (err: NereidError): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.pause();
+      reject(err);
+    };
     const onData = (chunk: Buffer): void => {
       total += chunk.byteLength;
       if (total > limit) {
-        req.off('data', onData);
-        req.off('end', onEnd);
-        req.pause();
-        reject(bodyTooLarge(total, limit, inferHeader));
+        stop(bodyTooLarge(total, limit, inferHeader));
+        return;
+      }
+      if (chunked && ++pieces > MAX_BODY_CHUNKS) {
+        stop(Errors.tooManyChunks(MAX_BODY_CHUNKS));
         return;
       }
       chunks.push(chunk);

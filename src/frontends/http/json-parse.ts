@@ -10,6 +10,7 @@
  * "failed to parse the request JSON buffer: <reason> at <offset>".
  */
 import { Errors, type NereidError } from '../../errors.js';
+import { JsonNumberOverflow } from '../../tensor/json-codec.js';
 
 const enum Reason {
   Empty = 'The document is empty.',
@@ -44,6 +45,9 @@ class ScanError {
  */
 const LONG_INTEGER = /(?<![\d.eE+-])-?\d{16,}(?![\d.eE])/;
 
+/** A number that may be too large for a double: 309+ digits, or an exponent of 100 or more. */
+const HUGE_NUMBER = /\d{309}|[eE]\+?0*[1-9]\d{2}/;
+
 /**
  * Parses `text` as a JSON document; throws NereidError (INTERNAL, as Triton)
  * when it is not one. Integers beyond 2^53 come back as exact BigInts.
@@ -57,7 +61,9 @@ export function parseJsonText(text: string): unknown {
   }
   // Exactness matters only for 64-bit integer tensors and sequence ids; skip the scan otherwise.
   const mayNeedExact = text.includes('INT64') || text.includes('sequence_id');
-  return mayNeedExact && LONG_INTEGER.test(text) ? parseSlow(text, undefined) : doc;
+  if (mayNeedExact && LONG_INTEGER.test(text)) return parseSlow(text, undefined);
+  // JSON.parse turns 1e309 into Infinity; the careful path marks it so the input it belongs to is rejected.
+  return HUGE_NUMBER.test(text) ? parseSlow(text, undefined) : doc;
 }
 
 /** Parses bytes [start, end) of `body` as UTF-8 JSON. */
@@ -104,6 +110,7 @@ function reviveSpecial(_key: string, value: unknown): unknown {
     const literal = value.slice(SPECIAL_PREFIX.length);
     if (literal === 'NaN') return NaN;
     if (literal.endsWith('Inf') || literal.endsWith('Infinity')) return literal.startsWith('-') ? -Infinity : Infinity;
+    if (!/^-?\d+$/.test(literal)) return new JsonNumberOverflow(literal);
     return BigInt(literal);
   }
   return value;
@@ -221,6 +228,7 @@ function scanDocument(text: string, specials: number[]): void {
       while (isDigit(at(i))) i++;
     }
     if (integral && i - start >= 16 && !Number.isSafeInteger(Number(text.slice(start, i)))) specials.push(start, i);
+    else if (!integral && i - start > 3 && !Number.isFinite(Number(text.slice(start, i)))) specials.push(start, i);
     return i;
   };
   /** After an object's '{' or ',': a member name, a colon; returns where the value starts. */

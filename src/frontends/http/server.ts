@@ -12,8 +12,10 @@ import type { Logger } from 'pino';
 import { Errors, NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
 import { RequestSharedMemory } from '../../core/shared-memory.js';
+import { parseWireVersion } from '../../core/version-string.js';
 import { modelConfigToJson } from '../../config/index.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
+import { answerClientError } from './client-error.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
 import { encodeInferResponse } from './infer-encode.js';
@@ -48,13 +50,12 @@ export interface HttpFrontendOptions {
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
 
 const MODEL_RE =
-  /^\/v2\/models\/([^/]+)(?:\/versions\/([0-9]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|trace\/setting))?$/;
+  /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|trace\/setting))?$/;
 const HEALTH_RE = /^\/v2(?:\/health\/(live|ready))?$/;
 const SYSTEM_SHM_RE = /^\/v2\/systemsharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
 const CUDA_SHM_RE = /^\/v2\/cudasharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
 const REPOSITORY_RE = /^\/v2\/repository(?:\/([^/]+))?\/(index|models\/([^/]+)\/(load|unload))$/;
 
-const INT64_MAX = 9223372036854775807n;
 
 const METHOD_NOT_ALLOWED = 405;
 const NOT_FOUND = 404;
@@ -72,12 +73,9 @@ function isObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-/** Version from the URL (digits only by the route): '' = let the server choose; "007" means 7. */
-function parseVersion(model: string, text: string | undefined): string | undefined {
-  if (text === undefined || text === '') return undefined;
-  const v = BigInt(text);
-  if (v > INT64_MAX) throw Errors.invalidModelVersion(model, text);
-  return v.toString();
+/** Version from the URL: '' = let the server choose; "007" means 7; "-1", "0" or "x" are Triton's INVALID_ARG. */
+function parseVersion(_model: string, text: string | undefined): string | undefined {
+  return parseWireVersion(text);
 }
 
 /** Inference-Header-Content-Length, parsed like std::stoi and range-checked against the body. */
@@ -121,6 +119,7 @@ export class HttpFrontend {
         ? undefined
         : compileHeaderForwardPattern(options.headerForwardPattern);
     this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));
+    this.httpServer.on('clientError', answerClientError);
     // Outlive common load-balancer idle timeouts (60 s) so they close first.
     this.httpServer.keepAliveTimeout = 65_000;
     this.httpServer.headersTimeout = 66_000;
@@ -177,7 +176,7 @@ export class HttpFrontend {
   private fail(res: ServerResponse, err: unknown): void {
     if (err instanceof NereidError) {
       // A refused oversized body is left unread: do not keep reading it on this connection.
-      if (err.code === 'NRD_BODY_TOO_LARGE') res.shouldKeepAlive = false;
+      if (err.code === 'NRD_BODY_TOO_LARGE' || err.code === 'NRD_TOO_MANY_CHUNKS') res.shouldKeepAlive = false;
     } else if (res.destroyed) {
       this.logger.debug({ err }, 'HTTP client went away');
     } else {

@@ -368,6 +368,10 @@ test('integers beyond 2^53 stay exact (BigInt) for INT64/UINT64 data and paramet
   assert.equal(Buffer.from(d.inputs[3]!.data).subarray(4).toString(), '12345678901234567890');
   assert.deepEqual(d.parameters, { sequence_id: 18446744073709551615n, big: -9223372036854775808n });
   const tooBig = Buffer.from('{"inputs":[{"name":"A","datatype":"INT64","shape":[1],"data":[9223372036854775808]}]}');
-  rejects(() => decodeInferBody(tooBig, tooBig.byteLength, 'm', MAX), 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer");
+  rejects(
+    () => decodeInferBody(tooBig, tooBig.byteLength, 'm', MAX),
+    400,
+    "unable to parse 'data' for input 'A': the number 9223372036854775808 overflows the input's data type INT64",
+  );
   assert.equal(typeof (parseJsonText('[0.1234567890123456789]') as unknown[])[0], 'number', 'long fractions are not integers');
 });

@@ -117,10 +117,11 @@ describe('health and metadata', () => {
 });
 
 describe('routing', () => {
-  test('unmatched paths are 404 Not Found, including non-numeric versions', async () => {
-    for (const path of ['/', '/v1', '/v2/models', '/v2/models/echo/versions/abc', '/v2/models/echo/versions/1/trace/setting', '/v2/health/other']) {
+  test('unmatched paths are 404 Not Found; a version that is not an integer > 0 is a 400 saying so', async () => {
+    for (const path of ['/', '/v1', '/v2/models', '/v2/models/echo/versions/1/trace/setting', '/v2/health/other']) {
       assertError(await get(path), 404, 'Not Found');
     }
+    assertError(await get('/v2/models/echo/versions/abc'), 400, /^failed to get model version from specified version string 'abc'/);
   });
 
   test('the query string is ignored', async () => {
