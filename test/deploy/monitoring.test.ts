@@ -100,3 +100,70 @@ test('every metric the dashboard, rules, adapter rule and KEDA trigger name exis
     assert.ok(named.has(needed), `${needed} is used somewhere`);
   }
 });
+
+/** Runs `promtool test rules` on one generated test of `expr` over `series`, expecting `samples`. */
+function promqlTest(series: Array<[string, string]>, expr: string, evalTime: string, samples: Array<[string, number]>): { status: number | null; out: string } {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-promql-'));
+  try {
+    writeFileSync(path.join(dir, 'none.yaml'), 'groups: []\n');
+    const test = {
+      rule_files: ['none.yaml'],
+      evaluation_interval: '1m',
+      tests: [
+        {
+          interval: '1m',
+          input_series: series.map(([s, values]) => ({ series: s, values })),
+          promql_expr_test: [{ expr, eval_time: evalTime, exp_samples: samples.map(([labels, value]) => ({ labels, value })) }],
+        },
+      ],
+    };
+    writeFileSync(path.join(dir, 'test.yaml'), JSON.stringify(test));
+    const r = spawnSync('promtool', ['test', 'rules', 'test.yaml'], { encoding: 'utf8', cwd: dir });
+    if (r.error) throw new Error(`promtool is missing: ${r.error.message}`);
+    return { status: r.status, out: r.stdout + r.stderr };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// Pod a: model m queues 60 ms per request at 2 req/s and model n 0 ms at 2 req/s (30 ms on average);
+// pod b: 10 ms per request; pod c: no traffic.
+const QUEUE_SERIES: Array<[string, string]> = [
+  ['nv_inference_queue_duration_us{namespace="ml",pod="nereid-a",model="m",version="1"}', '0+7200000x10'],
+  ['nv_inference_request_success{namespace="ml",pod="nereid-a",model="m",version="1"}', '0+120x10'],
+  ['nv_inference_queue_duration_us{namespace="ml",pod="nereid-a",model="n",version="1"}', '0x10'],
+  ['nv_inference_request_success{namespace="ml",pod="nereid-a",model="n",version="1"}', '0+120x10'],
+  ['nv_inference_queue_duration_us{namespace="ml",pod="nereid-b",model="m",version="1"}', '0+600000x10'],
+  ['nv_inference_request_success{namespace="ml",pod="nereid-b",model="m",version="1"}', '0+60x10'],
+  ['nv_inference_queue_duration_us{namespace="ml",pod="nereid-c",model="m",version="1"}', '0x10'],
+  ['nv_inference_request_success{namespace="ml",pod="nereid-c",model="m",version="1"}', '0x10'],
+];
+
+test('the prometheus-adapter rule gives each pod its average queue microseconds per request (0 without traffic)', () => {
+  const adapter = parse(readFileSync(path.join(FILES, 'prometheus-adapter-values.yaml'), 'utf8')) as {
+    rules: { custom: Array<{ name: { as: string }; metricsQuery: string }> };
+  };
+  const rule = adapter.rules.custom[0]!;
+  assert.equal(rule.name.as, 'nv_inference_queue_duration_us', 'the name the HPA asks for');
+  // What the adapter substitutes when the HPA asks for the pods of namespace ml.
+  const query = rule.metricsQuery.replaceAll('<<.GroupBy>>', 'pod').replaceAll('<<.LabelMatchers>>', 'namespace="ml",pod=~"nereid-a|nereid-b|nereid-c"');
+  const r = promqlTest(QUEUE_SERIES, query, '8m', [
+    ['{pod="nereid-a"}', 30000],
+    ['{pod="nereid-b"}', 10000],
+    ['{pod="nereid-c"}', 0],
+  ]);
+  assert.equal(r.status, 0, r.out);
+});
+
+test('the KEDA trigger gives the average queue microseconds per request over all of the release\'s pods', () => {
+  const v = valuesFiles('keda: { enabled: true }');
+  let query: string;
+  try {
+    query = (only(render(v.args), 'ScaledObject').spec as { triggers: Array<{ metadata: { query: string } }> }).triggers[0]!.metadata.query;
+  } finally {
+    v.cleanup();
+  }
+  // 7.2e6 + 0 + 6e5 µs per minute over 120 + 120 + 60 requests per minute.
+  const r = promqlTest(QUEUE_SERIES, query, '8m', [['{}', 26000]]);
+  assert.equal(r.status, 0, r.out);
+});
