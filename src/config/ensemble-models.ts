@@ -73,12 +73,12 @@ export function validateEnsembleModels(
     ...new Set(
       steps
         .filter((_, i) => configs[i] === undefined)
-        .map((s) => (s.modelVersion >= 0n ? `${s.modelName} (version ${s.modelVersion})` : s.modelName)),
+        .map((s) => s.modelName),
     ),
   ];
   if (missing.length > 0) {
     const at = steps.findIndex((_, i) => configs[i] === undefined);
-    c.fail(`ensemble_scheduling.step[${at}].model_name`, `ensemble '${name}' uses models that are not available: ${missing.join(', ')}`);
+    c.fail(`ensemble_scheduling.step[${at}].model_name`, `ensemble ${name} contains models that are not available or ambiguous: ${missing.join(', ')}`);
   }
 
   const tensors = new Map<string, TensorInfo>();
@@ -95,17 +95,17 @@ export function validateEnsembleModels(
   }
 
   const consistent = (path: string, tensorName: string, known: TensorInfo, seen: TensorInfo) => {
-    const subject = `ensemble '${name}': tensor "${tensorName}"`;
+    const subject = `in ensemble ${name}, ensemble tensor ${tensorName}: `;
     if (known.dataType !== seen.dataType) {
       c.fail(
         path,
-        `${subject} has data type ${enumName(DataTypeSchema, known.dataType ?? 0)} in model '${known.model}' but ${enumName(DataTypeSchema, seen.dataType ?? 0)} in model '${seen.model}'`,
+        `${subject}inconsistent data type: ${enumName(DataTypeSchema, known.dataType ?? 0)} is inferred from model ${known.model} while ${enumName(DataTypeSchema, seen.dataType ?? 0)} is inferred from model ${seen.model}`,
       );
     }
     if (!sameDims(known.dims, seen.dims) && !sameDims(known.fullDims, seen.fullDims)) {
       c.fail(
         path,
-        `${subject} has shape ${showDims(known.fullDims)} in model '${known.model}' but ${showDims(seen.fullDims)} in model '${seen.model}'`,
+        `${subject}inconsistent shape: ${showDims(known.fullDims)} is inferred from model ${known.model} while ${showDims(seen.fullDims)} is inferred from model ${seen.model}`,
       );
     }
   };
@@ -117,21 +117,21 @@ export function validateEnsembleModels(
     if (model.maxBatchSize !== 0 && model.maxBatchSize < ensemble.maxBatchSize) {
       c.fail(
         `${path}.model_name`,
-        `ensemble '${name}' allows batches of up to ${ensemble.maxBatchSize}, but its step model '${stepName}' allows only ${model.maxBatchSize}`,
+        `ensemble ${name} allows maximum batch size ${ensemble.maxBatchSize}, but it contains model ${stepName} which only allows maximum batch size to be ${model.maxBatchSize}`,
       );
     }
     const stepBatching = model.maxBatchSize > 0;
     const inputNames = new Set(model.input.map((io) => io.name));
     for (const [stepTensor, ensembleTensor] of Object.entries(step.inputMap)) {
       if (!inputNames.has(stepTensor)) {
-        c.fail(`${path}.input_map[${stepTensor}]`, `ensemble '${name}': model '${stepName}' has no input "${stepTensor}" (mapped from "${ensembleTensor}")`);
+        c.fail(`${path}.input_map[${stepTensor}]`, `in ensemble ${name}, ensemble tensor ${ensembleTensor} is mapping to non-existing input ${stepTensor} in model ${stepName}`);
       }
     }
     for (const io of model.input) {
       const mapped = Object.entries(step.inputMap).filter(([stepTensor]) => stepTensor === io.name);
       if (mapped.length === 0) {
         if (io.optional) continue;
-        c.fail(`${path}.input_map`, `ensemble '${name}': input "${io.name}" of model '${stepName}' is not mapped from any ensemble tensor`);
+        c.fail(`${path}.input_map`, `in ensemble ${name}, input ${io.name} in model ${stepName} is not mapped to any ensemble tensors`);
       }
       const [, ensembleTensor] = mapped[0]!;
       const seen = TensorInfo.of(stepName, stepBatching, io.dataType, io.dims);
@@ -144,7 +144,7 @@ export function validateEnsembleModels(
     const sibling = TensorInfo.symbol(stepName);
     for (const [stepTensor, ensembleTensor] of Object.entries(step.outputMap)) {
       if (!outputNames.has(stepTensor)) {
-        c.fail(`${path}.output_map[${stepTensor}]`, `ensemble '${name}': model '${stepName}' has no output "${stepTensor}" (mapped to "${ensembleTensor}")`);
+        c.fail(`${path}.output_map[${stepTensor}]`, `in ensemble ${name}, ensemble tensor ${ensembleTensor} is mapped from non-existing output ${stepTensor} in model ${stepName}`);
       }
       const io = model.output.find((o) => o.name === stepTensor)!;
       const seen = TensorInfo.of(stepName, stepBatching, io.dataType, io.dims);
@@ -181,7 +181,7 @@ export function validateEnsembleModels(
       if (next.prev.some((p) => p.label !== first)) {
         c.fail(
           'ensemble_scheduling',
-          `ensemble '${name}': the step of model '${next.model}' takes inputs that come from different decoupled models`,
+          `in ensemble ${name}, step of model '${next.model}' receives inputs originated from different decoupled models`,
         );
       }
       if (next.sibling !== undefined) {

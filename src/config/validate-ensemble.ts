@@ -26,10 +26,10 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   if (config.platform !== Platform.ensemble) {
     c.fail('ensemble_scheduling', `ensemble scheduling cannot be set for model '${model}' whose platform is not ensemble (platform is "${config.platform}")`);
   }
-  if (config.instanceGroup.length !== 0) c.fail('instance_group', `ensemble '${model}' must not have instance_group`);
-  if (config.optimization !== undefined) c.fail('optimization', `ensemble '${model}' must not have optimization`);
-  if (config.modelWarmup.length !== 0) c.fail('model_warmup', `ensemble '${model}' must not have model_warmup`);
-  if (ens.step.length === 0) c.fail('ensemble_scheduling', `ensemble '${model}' must have at least one "step"`);
+  if (config.instanceGroup.length !== 0) c.fail('instance_group', `instance group should not be specified for ensemble '${model}'`);
+  if (config.optimization !== undefined) c.fail('optimization', `optimization should not be specified for ensemble '${model}'`);
+  if (config.modelWarmup.length !== 0) c.fail('model_warmup', `model_warmup can not be specified for ensemble '${model}'`);
+  if (ens.step.length === 0) c.fail('ensemble_scheduling', `must specify 'step' for ensemble '${model}'`);
 
   const tensors = new Map<string, TensorNode>();
   const node = (name: string, path: string): TensorNode => {
@@ -43,18 +43,18 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
 
   ens.step.forEach((step, i) => {
     const path = `ensemble_scheduling.step[${i}]`;
-    if (step.modelName === '') c.fail(path, `ensemble '${model}' step ${i}: "model_name" must be set`);
+    if (step.modelName === '') c.fail(path, `must specify 'model_name' in step ${i} of ensemble '${model}'`);
     const inputs = Object.entries(step.inputMap);
     const outputs = Object.entries(step.outputMap);
-    if (inputs.length === 0) c.fail(path, `ensemble '${model}' step ${i}: "input_map" must not be empty`);
-    if (outputs.length === 0) c.fail(path, `ensemble '${model}' step ${i}: "output_map" must not be empty`);
+    if (inputs.length === 0) c.fail(path, `must specify 'input_map' in step ${i} of ensemble '${model}'`);
+    if (outputs.length === 0) c.fail(path, `must specify 'output_map' in step ${i} of ensemble '${model}'`);
     const written: TensorNode[] = [];
     for (const [stepTensor, ensembleTensor] of outputs) {
       const existing = tensors.get(ensembleTensor);
       if (existing?.isOutput) {
         c.fail(
           `${path}.output_map[${stepTensor}]`,
-          `ensemble '${model}' step ${i}: ensemble tensor "${ensembleTensor}" is written by more than one step`,
+          `ensemble tensor '${ensembleTensor}' can appear in an output map only once for ensemble '${model}' step ${i}`,
         );
       }
       const n = node(ensembleTensor, `${path}.output_map[${stepTensor}]`);
@@ -74,7 +74,8 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   const queue: TensorNode[] = [];
   config.input.forEach((io, i) => {
     const n = tensors.get(io.name);
-    if (n === undefined) c.fail(`input[${i}]`, `ensemble '${model}': input "${io.name}" is not used by any step`);
+    // Triton's text, stray quote included: clients and QA scripts match on it.
+    if (n === undefined) c.fail(`input[${i}]`, `ensemble input '${io.name}' for ensemble ${model}' is not used`);
     n.ready = true;
     queue.push(n);
   });
@@ -91,18 +92,18 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   const outputs = new Set<string>();
   config.output.forEach((io, i) => {
     const n = tensors.get(io.name);
-    if (n === undefined) c.fail(`output[${i}]`, `ensemble '${model}': output "${io.name}" is not produced by any step`);
+    if (n === undefined) c.fail(`output[${i}]`, `ensemble output '${io.name}' for ensemble ${model}' is not used`);
     if (!n.ready) {
       const missing = firstUnreadySource(n);
-      const why = missing !== undefined && missing !== n ? `: it depends on "${missing.name}", which nothing provides` : '';
-      c.fail(`output[${i}]`, `ensemble '${model}': output "${io.name}" is never written${why}`);
+      const why = missing !== undefined && missing !== n ? `: at least one of its depending tensors, '${missing.name}', is not connected` : '';
+      c.fail(`output[${i}]`, `output '${io.name}' for ensemble '${model}' is not written${why}`);
     }
     outputs.add(io.name);
   });
   for (const n of tensors.values()) {
     if (outputs.has(n.name)) continue;
     if (!n.ready || n.to.length === 0) {
-      c.fail(n.path, `ensemble '${model}': tensor "${n.name}" is not used (it is not connected from the inputs to an output)`);
+      c.fail(n.path, `ensemble tensor '${n.name}' is unused in ensemble '${model}'`);
     }
   }
 }

@@ -76,32 +76,32 @@ describe('validateEnsembleModels', () => {
     assert.equal(parsed.config.modelTransactionPolicy?.decoupled, false);
   });
 
-  it('reports step models that are not available, with the version asked for', () => {
-    rejects(ensemble(TOKENIZE.replace('"tokenize", model_version: -1', '"tokenise", model_version: 3')), /uses models that are not available: tokenise \(version 3\)/, 8);
+  it('reports step models that are not available, in Triton\'s words', () => {
+    rejects(ensemble(TOKENIZE.replace('"tokenize", model_version: -1', '"tokenise", model_version: 3')), /ensemble pipeline contains models that are not available or ambiguous: tokenise$/, 8);
   });
 
   it('a map must name a real input or output of the step model', () => {
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "input_ids"', 'key: "ids_in"')}`), /model 'classify' has no input "ids_in"/, 9);
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "logits"', 'key: "probs"')}`), /model 'classify' has no output "probs"/, 9);
+    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "input_ids"', 'key: "ids_in"')}`), /in ensemble pipeline, ensemble tensor ids is mapping to non-existing input ids_in in model classify/, 9);
+    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "logits"', 'key: "probs"')}`), /in ensemble pipeline, ensemble tensor LOGITS is mapped from non-existing output probs in model classify/, 9);
   });
 
   it('every required input of a step must be fed', () => {
     const classifyTwoInputs = CLASSIFY.replace('key: "input_ids" value: "ids"', 'key: "mask" value: "ids"');
-    rejects(ensemble(`${TOKENIZE},\n${classifyTwoInputs}`), /input "input_ids" of model 'classify' is not mapped/);
+    rejects(ensemble(`${TOKENIZE},\n${classifyTwoInputs}`), /in ensemble pipeline, input input_ids in model classify is not mapped to any ensemble tensors/);
   });
 
   it('a tensor keeps one data type', () => {
     const io = 'input [ { name: "TEXT", data_type: TYPE_FP32, dims: [ 1 ] } ]\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 2 ] } ]';
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /tensor "TEXT" has data type TYPE_FP32 in model 'pipeline' but TYPE_STRING in model 'tokenize'/, 8);
+    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /in ensemble pipeline, ensemble tensor TEXT: inconsistent data type: TYPE_FP32 is inferred from model pipeline while TYPE_STRING is inferred from model tokenize/, 8);
   });
 
   it('a tensor keeps a compatible shape', () => {
     const io = 'input [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ]\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 3 ] } ]';
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /tensor "LOGITS" has shape \[-1,3\] in model 'pipeline' but \[-1,2\] in model 'classify'/, 9);
+    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /in ensemble pipeline, ensemble tensor LOGITS: inconsistent shape: \[-1,3\] is inferred from model pipeline while \[-1,2\] is inferred from model classify/, 9);
   });
 
   it('a step model must take batches as large as the ensemble', () => {
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('"classify"', '"small"')}`), /allows batches of up to 8, but its step model 'small' allows only 2/, 9);
+    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('"classify"', '"small"')}`), /ensemble pipeline allows maximum batch size 8, but it contains model small which only allows maximum batch size to be 2/, 9);
   });
 
   it('a decoupled step makes the ensemble decoupled', () => {
@@ -117,7 +117,7 @@ describe('validateEnsembleModels', () => {
       '    { model_name: "join", input_map [ { key: "A" value: "a" }, { key: "B" value: "b" } ], output_map { key: "OUT" value: "ids" } }',
       CLASSIFY,
     ].join(',\n');
-    rejects(ensemble(steps), /the step of model 'join' takes inputs that come from different decoupled models/);
+    rejects(ensemble(steps), /in ensemble pipeline, step of model 'join' receives inputs originated from different decoupled models/);
   });
 });
 

@@ -345,7 +345,7 @@ ensemble_scheduling {
   });
 
   it('an ensemble needs steps', () => {
-    rejects('ensemble_scheduling { }\n', /ensemble 'pipeline' must have at least one "step"/, [3, 1], { head: ENS_HEAD });
+    rejects('ensemble_scheduling { }\n', /must specify 'step' for ensemble 'pipeline'/, [3, 1], { head: ENS_HEAD });
   });
 
   it('platform ensemble needs ensemble_scheduling', () => {
@@ -354,11 +354,11 @@ ensemble_scheduling {
 
   it('an ensemble output nothing writes is reported with the broken link', () => {
     const broken = ensemble.replace('output_map { key: "out", value: "MID" }', 'output_map { key: "out", value: "OTHER" }');
-    rejects(broken, /output "OUT" is never written: it depends on "MID", which nothing provides/, undefined, { head: ENS_HEAD });
+    rejects(broken, /output 'OUT' for ensemble 'pipeline' is not written: at least one of its depending tensors, 'MID', is not connected/, undefined, { head: ENS_HEAD });
   });
 
   it('an unused ensemble input is reported', () => {
-    rejects(ensemble.replace('name: "RAW"', 'name: "RAW2"'), /input "RAW2" is not used by any step/, [4, 1], { head: ENS_HEAD });
+    rejects(ensemble.replace('name: "RAW"', 'name: "RAW2"'), /ensemble input 'RAW2' for ensemble pipeline' is not used/, [4, 1], { head: ENS_HEAD });
   });
 
   it('a tensor that leads nowhere is reported where it is mapped', () => {
@@ -366,11 +366,11 @@ ensemble_scheduling {
       'output_map { key: "out", value: "MID" } },',
       'output_map [ { key: "out", value: "MID" }, { key: "extra", value: "SPARE" } ] },',
     );
-    rejects(dangling, /tensor "SPARE" is not used/, [8, 127], { head: ENS_HEAD });
+    rejects(dangling, /ensemble tensor 'SPARE' is unused in ensemble 'pipeline'/, [8, 127], { head: ENS_HEAD });
   });
 
   it('an ensemble must not have instance groups', () => {
-    rejects(`${ensemble}instance_group { kind: KIND_CPU }\n`, /must not have instance_group/, undefined, { head: ENS_HEAD });
+    rejects(`${ensemble}instance_group { kind: KIND_CPU }\n`, /instance group should not be specified for ensemble 'pipeline'/, undefined, { head: ENS_HEAD });
   });
 
   it('decoupled models cannot use the response cache', () => {
