@@ -26,6 +26,7 @@ import { SequenceBatcher, type StateSpec, loadStateSpecs } from '../scheduler/se
 import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
 import { ModelSignature } from './request.js';
 import { ModelVersion, type VersionStateListener } from './model-version.js';
+import { createEnsembleVersion, isEnsembleConfig } from './ensembles.js';
 
 export interface LoaderOptions {
   autoComplete: boolean;
@@ -55,7 +56,7 @@ export async function resolveModelConfig(
   modelDir: string,
   options: LoaderOptions,
   configOverride?: string,
-): Promise<{ config: ModelConfig; backend: Backend; available: number[] }> {
+): Promise<{ config: ModelConfig; backend: Backend | undefined; available: number[] }> {
   let config: ModelConfig;
   let file: string | undefined;
   let positions: ConfigPositions | undefined;
@@ -70,8 +71,11 @@ export async function resolveModelConfig(
   const available = await listVersions(modelDir);
   await completeBackendFields(config, name, modelDir, available.map(String), { file, positions });
   const backendName = config.backend;
-  if (config.platform === 'ensemble' || config.schedulingChoice.case === 'ensembleScheduling') {
-    throw Errors.unsupported(`model '${name}': ensemble models are not supported by this version of Nereid`);
+  if (isEnsembleConfig(config)) {
+    // No backend: the step models do the work (checked against them once they serve).
+    normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: options.gpuCount });
+    validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
+    return { config, backend: undefined, available };
   }
   if (!backendName) {
     throw Errors.config(
@@ -250,7 +254,8 @@ export interface PreparedModel {
   name: string;
   modelDir: string;
   config: ModelConfig;
-  backend: Backend;
+  /** undefined for an ensemble. */
+  backend: Backend | undefined;
   /** Versions the policy selects, ascending. */
   selected: number[];
   /** Versions a `specific` policy names that have no folder. */
@@ -284,7 +289,8 @@ export async function loadPreparedVersions(prepared: PreparedModel, options: Loa
     return v;
   };
   for (const n of prepared.selected) versions.set(n, make(n));
-  await Promise.all([...versions.values()].map((v) => loadVersionWithRetries(v, backend, modelDir, labels, options)));
+  if (backend === undefined) for (const v of versions.values()) createEnsembleVersion(v, options.server);
+  else await Promise.all([...versions.values()].map((v) => loadVersionWithRetries(v, backend, modelDir, labels, options)));
   for (const n of prepared.missing) {
     const v = make(n);
     v.setState('UNAVAILABLE', missingVersionMessage(name, n));

@@ -20,6 +20,7 @@ import { fingerprintDir, isDuplicate, listModels, type RepositoryEntry } from '.
 import { Limiter } from './limiter.js';
 import { DependencyErrors, type DependencyResolver, type ModelDependency, ensembleDependencies } from './model-dependencies.js';
 import { ModelEntry } from './model-entry.js';
+import { checkEnsembleSteps } from './ensembles.js';
 import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
 import type { ModelVersion } from './model-version.js';
 import type { ModelControlMode, ModelState, RepositoryIndexEntry } from './types.js';
@@ -396,6 +397,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         prepared = await this.slots.run(() => prepareModel(entry.name, dir, this.loader, request.config));
         dependencies = this.dependenciesOf(prepared.config);
         await this.ensureDependencies(entry, dependencies, request.chain ?? []);
+        checkEnsembleSteps(prepared.config, this.models);
       } catch (err) {
         const reason = describeLoadError(err);
         this.logger.error({ model: entry.name, reason }, 'model failed to load');

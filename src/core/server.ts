@@ -211,6 +211,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
           (resp, err) => (err ? reject(err) : resolve(resp!)),
           request.signal,
         );
+        if (request.stepTimings) item.stepTimings = request.stepTimings;
         if (request.signal) {
           if (request.signal.aborted) {
             item.fail(Errors.cancelled('inference request'), 'CANCELED');

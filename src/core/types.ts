@@ -25,6 +25,13 @@ export interface InferRequest {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
   /** Aborting cancels the request while it waits in a queue. An AbortSignal or a core `Cancellation`. */
   readonly signal?: CancellationSignal;
+  /** Also told the request's durations when it succeeds (an ensemble sums its steps' this way). */
+  readonly stepTimings?: StepTimingsSink;
+}
+
+/** Receives the queue and compute durations (ns) of a request that succeeded. */
+export interface StepTimingsSink {
+  stepSucceeded(queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void;
 }
 
 export interface InferResponse {

@@ -6,6 +6,7 @@ import type { BackendRequest, BackendResponse } from '../backends/backend.js';
 import type { NereidError } from '../errors.js';
 import type { FailureReason, ModelVersionStatistics } from '../core/statistics.js';
 import type { CancellationSignal } from '../core/cancellation.js';
+import type { StepTimingsSink } from '../core/types.js';
 
 export class ScheduledRequest {
   /** hrtime (ns) when the core accepted the request. */
@@ -15,6 +16,8 @@ export class ScheduledRequest {
   /** hrtime (ns) after which it expires in the queue; 0n: never. */
   deadlineNs: bigint;
   done = false;
+  /** Told the durations on success (the ensemble step's parent), if any. */
+  stepTimings: StepTimingsSink | undefined = undefined;
 
   constructor(
     readonly request: BackendRequest,
@@ -37,6 +40,7 @@ export class ScheduledRequest {
     this.done = true;
     const requestNs = Number(process.hrtime.bigint() - this.receivedNs);
     this.stats.recordSuccess(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
+    this.stepTimings?.stepSucceeded(queueNs, computeInputNs, computeInferNs, computeOutputNs);
     this.onDone(response, undefined);
   }
 
