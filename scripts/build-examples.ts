@@ -10,7 +10,7 @@
  * polling server would take for an update).
  */
 import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { OnnxModelBuilder, buildAddSubModel, buildMlp, seededRandom } from '../src/onnx/builder.js';
@@ -48,7 +48,23 @@ function imageClassifier(): OnnxModelBuilder {
   return b;
 }
 
+/** Raw transaction features [batch, 10] -> (x - mean) / scale -> the standardized features fraud_detector takes. */
+function fraudPreprocess(): OnnxModelBuilder {
+  const mean = Float32Array.from([120, 14, 3, 0.5, 1, 40, 0.2, 5, 0.1, 2]);
+  const inverseScale = Float32Array.from([1 / 250, 1 / 10, 1 / 4, 1, 1, 1 / 30, 1, 1 / 8, 1, 1 / 3]);
+  const b = new OnnxModelBuilder({ name: 'fraud_preprocess' });
+  b.input('raw_features', 'FP32', ['batch', 10]).output('input_features', 'FP32', ['batch', 10]);
+  b.initializer('mean', 'FP32', [10], mean).initializer('inverse_scale', 'FP32', [10], inverseScale);
+  b.node('Sub', ['raw_features', 'mean'], ['centered']);
+  b.node('Mul', ['centered', 'inverse_scale'], ['input_features']);
+  return b;
+}
+
+/** Ensembles: a folder with a committed config.pbtxt and an empty version folder, made here (git keeps no empty folders). */
+export const EXAMPLE_ENSEMBLE_VERSION_DIRS: readonly string[] = ['fraud_pipeline/1'];
+
 export const EXAMPLE_MODELS: readonly ExampleModel[] = [
+  { file: 'fraud_preprocess/1/model.onnx', build: fraudPreprocess },
   {
     file: 'fraud_detector/1/model.onnx',
     build: () =>
@@ -69,6 +85,7 @@ export interface BuildResult {
 /** Writes every example model under `repositoryDir` that is missing or different. */
 export async function buildExampleModels(repositoryDir: string): Promise<BuildResult> {
   const result: BuildResult = { written: [], unchanged: [] };
+  for (const dir of EXAMPLE_ENSEMBLE_VERSION_DIRS) await mkdir(join(repositoryDir, dir), { recursive: true });
   for (const m of EXAMPLE_MODELS) {
     const path = join(repositoryDir, m.file);
     const builder = m.build();
