@@ -226,6 +226,7 @@ export const Errors = {
   // Configuration and loading
   config: make('NRD_CONFIG', 'INVALID_ARG', (msg: string) => msg),
   loadFailed: make('NRD_LOAD_FAILED', 'INVALID_ARG', (m: string, why: string) => `load failed for model '${m}': ${why}`),
+  warmupFailed: make('NRD_WARMUP_FAILED', 'INVALID_ARG', (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`),
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
   internal: make('NRD_INTERNAL', 'INTERNAL', (msg: string) => msg),

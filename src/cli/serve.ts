@@ -345,6 +345,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         pendingCount: () => v.scheduler?.pendingCount ?? 0,
         metricTags: Object.fromEntries(Object.entries(v.config.metricTags)),
         loadDurationSecs: v.loadDurationSecs,
+        warmupDurationSecs: v.warmupDurationSecs,
         restartCount: () => v.restartCount,
       }),
     );

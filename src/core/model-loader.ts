@@ -27,6 +27,7 @@ import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
 import { ModelSignature } from './request.js';
 import { ModelVersion, type VersionStateListener } from './model-version.js';
 import { createEnsembleVersion, isEnsembleConfig } from './ensembles.js';
+import { prepareWarmup, runWarmup } from './warmup.js';
 
 export interface LoaderOptions {
   autoComplete: boolean;
@@ -215,6 +216,7 @@ async function loadVersion(
     );
     v.instances = instances;
     v.scheduler = makeScheduler(v, instances, await loadStateSpecs(v.config, modelDir), logger);
+    await warmUp(v, modelDir, logger);
     v.loadDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
     v.setState('READY', '');
     logger.info({ instances: instances.length, seconds: v.loadDurationSecs }, 'model version ready');
@@ -228,6 +230,26 @@ async function loadVersion(
     v.setState('UNAVAILABLE', reason);
     logger.error({ reason }, 'model version failed to load');
   }
+}
+
+/** Runs the configured warm-up samples on every instance; the version is not READY before this ends. */
+async function warmUp(v: ModelVersion, modelDir: string, logger: Logger): Promise<void> {
+  if (v.config.modelWarmup.length === 0) return;
+  const samples = await prepareWarmup(v.modelName, modelDir, v.config);
+  if (samples.length === 0) return;
+  const started = process.hrtime.bigint();
+  // Warm-up executions count in the statistics (as Triton); metrics attach later and still see them.
+  v.stats.holdEvents();
+  try {
+    await runWarmup(v.modelName, v.config.maxBatchSize > 0, v.instances, samples, v.stats, logger);
+  } finally {
+    v.stats.releaseEvents();
+  }
+  v.warmupDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
+  logger.info(
+    { samples: samples.map((s) => s.name), instances: v.instances.length, seconds: v.warmupDurationSecs },
+    'model version warmed up',
+  );
 }
 
 /** Loads one version, trying again up to `retryCount` more times when it fails. */

@@ -51,6 +51,8 @@ export interface VersionStateChange {
   state: ModelState;
   previous: ModelState;
   reason: string;
+  /** The version itself (possibly not reachable by requests yet). */
+  source: ModelVersion;
 }
 
 export interface ModelRepositoryManagerEvents {
@@ -207,11 +209,15 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     return out;
   }
 
-  /** Strict readiness: every model that was asked to load serves every version (unloaded ones aside). */
+  /**
+   * Strict readiness: every model that was asked to load serves every version
+   * (unloaded ones aside); a model on its first load (or warm-up) is not ready yet.
+   */
   allReady(): boolean {
     for (const entry of this.models.values()) {
       if (!entry.everLoaded && !entry.busy) continue;
       if (entry.error) return false;
+      if (entry.busy && entry.versions.size === 0) return false;
       for (const v of entry.versions.values()) if (v.state !== 'READY' && v.reason !== UNLOADED) return false;
     }
     return true;
@@ -350,7 +356,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
 
   private versionStateChanged(v: ModelVersion, previous: ModelState): void {
     if (this.listenerCount('stateChange') === 0) return;
-    this.emit('stateChange', { model: v.modelName, version: v.version, state: v.state, previous, reason: v.reason });
+    this.emit('stateChange', { model: v.modelName, version: v.version, state: v.state, previous, reason: v.reason, source: v });
   }
 
   /** Why a model did not load, in Triton's words; undefined when it serves every version. */

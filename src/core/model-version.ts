@@ -24,6 +24,8 @@ export class ModelVersion {
   loadDurationSecs = 0;
   /** model_transaction_policy.decoupled: responses go through a ResponseSender. */
   readonly decoupled: boolean;
+  /** Time the warm-up samples took (0: none configured). */
+  warmupDurationSecs = 0;
   /** Requests accepted by the core and not yet answered. */
   inflight = 0;
   private idleWaiters: Array<() => void> = [];

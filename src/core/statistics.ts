@@ -49,12 +49,46 @@ export class ModelVersionStatistics {
   lastInference = 0;
   readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
   private readonly batches = new Map<number, BatchStats>();
-  observer: StatisticsObserver | undefined;
+  private currentObserver: StatisticsObserver | undefined;
+  /** Events kept for an observer attached later (warm-up runs before metrics attach). */
+  private held: Array<(o: StatisticsObserver) => void> | undefined;
+  private holding = false;
 
   constructor(
     readonly modelName: string,
     readonly version: string,
   ) {}
+
+  get observer(): StatisticsObserver | undefined {
+    return this.currentObserver;
+  }
+
+  /** Attaching an observer first hands it the events held for it. */
+  set observer(next: StatisticsObserver | undefined) {
+    this.currentObserver = next;
+    if (next && this.held) {
+      const held = this.held;
+      this.held = undefined;
+      for (const replay of held) replay(next);
+    }
+  }
+
+  /** Keeps the events recorded from now on until an observer attaches, or until releaseEvents(). */
+  holdEvents(): void {
+    this.holding = true;
+    this.held ??= [];
+  }
+
+  /** Stops keeping new events; those kept so far still go to the next observer. */
+  releaseEvents(): void {
+    this.holding = false;
+  }
+
+  private notify(event: (o: StatisticsObserver) => void): void {
+    const o = this.currentObserver;
+    if (o) event(o);
+    else if (this.holding) this.held!.push(event);
+  }
 
   /** One successful request: its end-to-end time, time queued and its batch's compute times. */
   recordSuccess(requestNs: number, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
@@ -63,13 +97,14 @@ export class ModelVersionStatistics {
     this.computeInput.add(computeInputNs);
     this.computeInfer.add(computeInferNs);
     this.computeOutput.add(computeOutputNs);
-    this.observer?.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
+    if (this.currentObserver) this.currentObserver.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
+    else if (this.holding) this.notify((o) => o.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs));
   }
 
   recordFailure(reason: FailureReason, requestNs: number): void {
     this.fail.add(requestNs);
     this.failures[reason] += 1;
-    this.observer?.requestFailed(reason, requestNs);
+    this.notify((o) => o.requestFailed(reason, requestNs));
   }
 
   /** One model execution of `batchSize` batch elements made of `requestCount` requests. */
@@ -85,7 +120,8 @@ export class ModelVersionStatistics {
     b.computeInput.add(computeInputNs);
     b.computeInfer.add(computeInferNs);
     b.computeOutput.add(computeOutputNs);
-    this.observer?.executed(batchSize, requestCount);
+    if (this.currentObserver) this.currentObserver.executed(batchSize, requestCount);
+    else if (this.holding) this.notify((o) => o.executed(batchSize, requestCount));
   }
 
   toJSON(): ModelStatistics {

@@ -171,6 +171,9 @@ export class Metrics implements SeriesSource<ModelReporter> {
     this.family('nv_model_load_duration_secs', 'How long loading this model version took, seconds', 'gauge', (r, out) => {
       out.push({ labels: r.labels, value: r.info.loadDurationSecs });
     });
+    this.family('nereid_model_warmup_duration_seconds', 'How long the model_warmup samples of this model version took before it became READY, seconds', 'gauge', (r, out) => {
+      out.push({ labels: r.labels, value: r.info.warmupDurationSecs ?? 0 });
+    });
     if (this.latency.histograms) {
       this.family('nv_inference_first_response_histogram_ms', 'Time from receiving a request to its first response, milliseconds', 'histogram', (r, out) => {
         r.firstResponseMs?.export('nv_inference_first_response_histogram_ms', r.labels, out);

@@ -13,6 +13,8 @@ export interface AttachInfo {
   /** config metric_tags: each becomes a `_<key>` label. */
   metricTags: Readonly<Record<string, string>>;
   loadDurationSecs: number;
+  /** Time the version's warm-up took, seconds (0: no warm-up configured). */
+  warmupDurationSecs?: number;
   /** Restarts of the version's instance processes so far, read at scrape (0 for in-process backends). */
   restartCount?: () => number;
 }
