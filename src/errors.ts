@@ -226,6 +226,14 @@ export const Errors = {
   // Configuration and loading
   config: make('NRD_CONFIG', 'INVALID_ARG', (msg: string) => msg),
   loadFailed: make('NRD_LOAD_FAILED', 'INVALID_ARG', (m: string, why: string) => `load failed for model '${m}': ${why}`),
+  // Triton reports a load whose model could not be read (missing, bad overrides) as INTERNAL with this text.
+  pollFailed: make(
+    'NRD_POLL_FAILED',
+    'INTERNAL',
+    (m: string, why: string) => `failed to load '${m}', failed to poll from model repository${why ? `: ${why}` : ''}`,
+  ),
+  unknownRepository: make('NRD_UNKNOWN_REPOSITORY', 'INVALID_ARG', (msg: string) => msg),
+  invalidModelName: make('NRD_INVALID_MODEL_NAME', 'INVALID_ARG', (msg: string) => msg),
   warmupFailed: make('NRD_WARMUP_FAILED', 'INVALID_ARG', (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`),
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),

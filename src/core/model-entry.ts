@@ -1,6 +1,7 @@
 /** What the model repository manager knows about one model name. */
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { ModelDependency } from './model-dependencies.js';
+import type { OverrideFolder } from './model-overrides.js';
 import type { ModelVersion } from './model-version.js';
 
 export class ModelEntry {
@@ -22,8 +23,13 @@ export class ModelEntry {
   dependencyLoss = '';
   /** Names of the models this one is waiting on while it loads (cycle detection). */
   waitingOn = new Set<string>();
+  /** The temporary folder of file overrides the versions were loaded from, if any. */
+  override: OverrideFolder | undefined;
   /** Set while a load or unload of this model is in progress. */
   busy: Promise<void> | undefined;
+
+  /** The repository (as configured) the folder is in. */
+  repository: string | undefined;
 
   constructor(
     readonly name: string,

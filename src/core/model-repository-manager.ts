@@ -22,11 +22,15 @@ import { DependencyErrors, type DependencyResolver, type ModelDependency, ensemb
 import { ModelEntry } from './model-entry.js';
 import { checkEnsembleSteps } from './ensembles.js';
 import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
+import { type OverrideFolder, checkConfigOverride, validateModelName, writeOverrideFolder } from './model-overrides.js';
 import type { ModelVersion } from './model-version.js';
 import type { ModelControlMode, ModelState, RepositoryIndexEntry } from './types.js';
 
 /** Reason of a version taken down by an explicit unload (Triton's word). */
 export const UNLOADED = 'unloaded';
+
+/** Fingerprint recorded after a load with overrides: never equal to a folder's. */
+const OVERRIDDEN = 'overridden';
 
 /** Triton's default for --model-load-thread-count. */
 export const DEFAULT_LOAD_THREAD_COUNT = 4;
@@ -65,12 +69,18 @@ export interface ModelRepositoryManagerEvents {
 }
 
 export interface LoadRequest {
+  /** The repository the model must come from (the repository-name form of the API). */
+  repository?: string;
   /** ModelConfig JSON replacing config.pbtxt; forces a reload. */
   config?: string;
-  /** A folder to load from instead of the model's own (file overrides); forces a reload. */
+  /** `file:<path>` contents making up the model folder (needs `config`); forces a reload. */
+  files?: Readonly<Record<string, Uint8Array>>;
+  /** A folder to load from instead of the model's own; forces a reload. */
   dir?: string;
   /** Set when the user (or none/poll mode) asked for this model, not only a dependent of it. */
   explicit?: boolean;
+  /** The temporary folder of file overrides (owned by the entry once loaded from). */
+  override?: OverrideFolder;
   /** Fingerprint already taken by the caller (poll mode). */
   fingerprint?: string;
   /** The models whose loads led here, for cycle detection. */
@@ -162,6 +172,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       this.logger.warn({ timeoutSecs: timeoutMs / 1000 }, 'exit timeout reached with requests still in flight');
     }
     await Promise.all(all.map((v) => this.closeVersion(v)));
+    await Promise.all([...this.models.values()].map((e) => e.override?.remove()));
   }
 
   // ---- reading the state -------------------------------------------------
@@ -228,11 +239,33 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     return [...this.models.values()].filter((e) => e.dependsOn(model));
   }
 
-  async index(readyOnly = false): Promise<RepositoryIndexEntry[]> {
+  /**
+   * The configured repository a repository name designates: the repository
+   * as given on the command line, or its last path component. Throws when
+   * none matches (or more than one does).
+   */
+  repositoryNamed(repository: string): string {
+    const matches = this.options.repositories.filter(
+      (r) => r === repository || r.replace(/[/\\]+$/, '').split(/[/\\]/).pop() === repository,
+    );
+    if (matches.length !== 1) {
+      const known = this.options.repositories.map((r) => r.replace(/[/\\]+$/, '').split(/[/\\]/).pop()).join(', ');
+      throw Errors.unknownRepository(
+        matches.length === 0
+          ? `no model repository named '${repository}' (the server's repositories: ${known})`
+          : `model repository name '${repository}' is ambiguous: ${matches.join(', ')}`,
+      );
+    }
+    return matches[0]!;
+  }
+
+  async index(readyOnly = false, repository?: string): Promise<RepositoryIndexEntry[]> {
+    const scope = repository === undefined || repository === '' ? undefined : this.repositoryNamed(repository);
     if (this.controlMode !== 'none') await this.refreshIndex();
     const out: RepositoryIndexEntry[] = [];
     for (const name of [...this.models.keys()].sort()) {
       const entry = this.models.get(name)!;
+      if (scope !== undefined && entry.repository !== scope) continue;
       const versions = [...entry.versions.values()].sort((a, b) => a.version - b.version);
       if (entry.error && versions.length === 0) {
         if (!readyOnly) out.push({ name, state: 'UNAVAILABLE', reason: entry.error });
@@ -265,15 +298,55 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   async load(name: string, request: LoadRequest = {}): Promise<void> {
     if (this.controlMode !== 'explicit') throw Errors.controlModeDisallows();
     if (this.stopping) throw Errors.serverStopping();
+    validateModelName(name);
+    const scope = request.repository ? this.repositoryNamed(request.repository) : undefined;
+    const files = request.files && Object.keys(request.files).length > 0 ? request.files : undefined;
+    if (files && request.config === undefined) {
+      throw Errors.pollFailed(name, "Load parameter 'config' must be specified for model file override");
+    }
+    if (request.config !== undefined) this.checkOverride(name, request.config);
     await this.refreshIndex();
-    const entry = this.models.get(name);
-    if (!entry || !entry.dir) {
-      if (entry?.error) throw Errors.loadFailed(name, entry.error);
+    let entry = this.models.get(name);
+    let override: OverrideFolder | undefined;
+    if (files) {
+      // The override folder is the whole model: the repository need not hold it.
+      override = await this.recordPollFailure(name, () => writeOverrideFolder(name, files));
+      if (!entry) {
+        entry = new ModelEntry(name, undefined);
+        this.models.set(name, entry);
+      }
+    } else if (!entry || !entry.dir || (scope !== undefined && entry.repository !== scope)) {
+      if (entry?.error && scope === undefined) throw Errors.loadFailed(name, entry.error);
       throw Errors.internal(`failed to load '${name}', failed to poll from model repository`);
     }
-    await this.loadEntry(entry, { ...request, explicit: true });
+    await this.loadEntry(entry, { config: request.config, dir: override?.dir, override, explicit: true });
     const failure = this.failureOf(entry);
     if (failure) throw Errors.loadFailed(name, failure);
+  }
+
+  /** A bad config override fails the request; a model not serving records the reason. */
+  private checkOverride(name: string, config: string): void {
+    try {
+      checkConfigOverride(name, config);
+    } catch (err) {
+      this.notePollFailure(name, err);
+      throw err;
+    }
+  }
+
+  private async recordPollFailure<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      this.notePollFailure(name, err);
+      throw err;
+    }
+  }
+
+  /** A model that is not serving shows why the last load request could not even start. */
+  private notePollFailure(name: string, err: unknown): void {
+    const entry = this.models.get(name);
+    if (entry && !entry.serving && !entry.busy) entry.error = describeLoadError(err);
   }
 
   /**
@@ -282,10 +355,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * it depends on that were loaded only for it (and serve nothing else) are
    * unloaded too.
    */
-  async unload(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
+  async unload(name: string, options: { unloadDependents?: boolean; repository?: string } = {}): Promise<void> {
     if (this.controlMode !== 'explicit') throw Errors.controlModeDisallows();
+    const scope = options.repository ? this.repositoryNamed(options.repository) : undefined;
     const entry = this.models.get(name);
-    if (!entry) return;
+    if (!entry || (scope !== undefined && entry.repository !== scope)) return;
     await this.unloadEntry(entry, UNLOADED);
     await this.dependencyGone(name, true);
     if (!options.unloadDependents) return;
@@ -293,7 +367,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       const d = this.models.get(dep.model);
       if (!d || d.explicit || !d.serving) continue;
       if (this.dependentsOf(dep.model).some((e) => e.serving)) continue;
-      await this.unload(dep.model, options);
+      await this.unload(dep.model, { unloadDependents: true });
     }
   }
 
@@ -385,6 +459,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * keeps the old versions serving; a failed first load records the reason.
    */
   private async loadEntry(entry: ModelEntry, request: LoadRequest): Promise<void> {
+    let adopted = false;
     await this.serialize(entry, async () => {
       const dir = request.dir ?? entry.dir;
       if (!dir) return;
@@ -396,6 +471,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       const serving = entry.serving;
       const forced = request.config !== undefined || request.dir !== undefined;
       if (!forced && serving && fingerprint === entry.fingerprint && !entry.error && !entry.dependencyLoss) return;
+      // After an override, the next plain load reloads from the repository (undoing it), as Triton.
+      const recorded = forced ? OVERRIDDEN : fingerprint;
       const old = [...entry.versions.values()];
       let prepared;
       let dependencies: ModelDependency[];
@@ -407,7 +484,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       } catch (err) {
         const reason = describeLoadError(err);
         this.logger.error({ model: entry.name, reason }, 'model failed to load');
-        entry.fingerprint = fingerprint;
+        entry.fingerprint = recorded;
         if (serving) throw Errors.loadFailed(entry.name, reason);
         entry.error = reason;
         return;
@@ -415,22 +492,32 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       const loaded = await this.slots.run(() => loadPreparedVersions(prepared, this.loader));
       const fresh = [...loaded.versions.values()];
       if (serving && !fresh.some((v) => v.state === 'READY')) {
-        entry.fingerprint = fingerprint;
+        entry.fingerprint = recorded;
         await Promise.all(fresh.map((v) => v.close()));
         throw Errors.loadFailed(entry.name, versionFailures(fresh));
       }
+      const oldOverride = entry.override;
+      // Failed versions hold nothing open: an override folder none of them serves from goes now.
+      entry.override = fresh.some((v) => v.state === 'READY') ? request.override : undefined;
+      adopted = entry.override !== undefined;
       entry.versions = loaded.versions;
       entry.config = loaded.config;
       entry.dependencies = dependencies;
       entry.error = '';
       entry.dependencyLoss = '';
-      entry.fingerprint = fingerprint;
+      entry.fingerprint = recorded;
       for (const v of fresh) if (v.state === 'READY') this.emit('versionReady', v);
       await Promise.all(old.map((v) => this.retireVersion(v)));
-    }).catch((err) => {
-      if (err instanceof NereidError) throw err;
-      throw asNereidError(err);
-    });
+      if (oldOverride) await oldOverride.remove();
+    })
+      .catch((err) => {
+        if (err instanceof NereidError) throw err;
+        throw asNereidError(err);
+      })
+      .finally(async () => {
+        // An override folder nothing was loaded from is not kept.
+        if (!adopted && request.override) await request.override.remove();
+      });
     if (entry.serving) await this.restoreDependents(entry.name);
   }
 
@@ -504,6 +591,9 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       for (const v of old) v.setState('UNAVAILABLE', reason);
       entry.fingerprint = '';
       entry.explicit = false;
+      const override = entry.override;
+      entry.override = undefined;
+      if (override) await override.remove();
     });
   }
 
@@ -569,9 +659,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       }
       if (isDuplicate(where)) {
         entry.dir = undefined;
+        entry.repository = undefined;
         entry.error = `model '${name}' appears in more than one model repository: ${where.duplicate.join(', ')}`;
       } else {
         entry.dir = where.dir;
+        entry.repository = where.repository;
         if (entry.error.includes('more than one model repository')) entry.error = '';
       }
     }

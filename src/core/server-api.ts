@@ -20,6 +20,15 @@ export interface LoadModelOptions {
   config?: string;
   /** "file:<version>/<path>" overrides (bytes). Require `config`. */
   files?: Record<string, Uint8Array>;
+  /** The repository name of `/v2/repository/{repository}/models/{m}/load`: the model must be in it. */
+  repository?: string;
+}
+
+export interface UnloadModelOptions {
+  /** Also unload the models it depends on that were loaded only for it. */
+  unloadDependents?: boolean;
+  /** The repository name of the repository-name form: only a model in it is unloaded. */
+  repository?: string;
 }
 
 export interface ServerApi {
@@ -53,8 +62,9 @@ export interface ServerApi {
   inferStream?(request: InferRequest): AsyncIterableIterator<StreamResponse>;
   /** Statistics of READY versions; name omitted: every model. Throws INVALID_ARG as Triton does. */
   modelStatistics(name?: string, version?: string): ModelStatistics[];
-  repositoryIndex(readyOnly?: boolean): Promise<RepositoryIndexEntry[]>;
+  /** `repository`: only the models of the repository of that name (throws INVALID_ARG for an unknown name). */
+  repositoryIndex(readyOnly?: boolean, repository?: string): Promise<RepositoryIndexEntry[]>;
   /** Explicit mode only (else UNAVAILABLE). */
   loadModel(name: string, options?: LoadModelOptions): Promise<void>;
-  unloadModel(name: string, options?: { unloadDependents?: boolean }): Promise<void>;
+  unloadModel(name: string, options?: UnloadModelOptions): Promise<void>;
 }

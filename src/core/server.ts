@@ -17,7 +17,7 @@ import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
 import { ResponseStream } from './response-stream.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
-import type { LoadModelOptions, ServerApi } from './server-api.js';
+import type { LoadModelOptions, ServerApi, UnloadModelOptions } from './server-api.js';
 import type {
   InferRequest,
   InferResponse,
@@ -387,23 +387,16 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     return this.repository.readyVersions();
   }
 
-  repositoryIndex(readyOnly = false): Promise<RepositoryIndexEntry[]> {
-    return this.repository.index(readyOnly);
+  repositoryIndex(readyOnly = false, repository?: string): Promise<RepositoryIndexEntry[]> {
+    return this.repository.index(readyOnly, repository);
   }
 
   async loadModel(name: string, options: LoadModelOptions = {}): Promise<void> {
-    if (this.controlMode !== 'explicit') throw Errors.controlModeDisallows();
     if (this.stopping) throw Errors.serverStopping();
-    if (options.files && Object.keys(options.files).length > 0 && options.config === undefined) {
-      throw Errors.invalidRequest(`failed to load '${name}': file overrides require a 'config' parameter`);
-    }
-    if (options.files && Object.keys(options.files).length > 0) {
-      throw Errors.unsupported(`failed to load '${name}': file overrides are not supported`);
-    }
-    await this.repository.load(name, { config: options.config });
+    await this.repository.load(name, { config: options.config, files: options.files, repository: options.repository });
   }
 
-  async unloadModel(name: string, options: { unloadDependents?: boolean } = {}): Promise<void> {
+  async unloadModel(name: string, options: UnloadModelOptions = {}): Promise<void> {
     await this.repository.unload(name, options);
   }
 

@@ -45,7 +45,10 @@ import {
   type TraceSettingRequest,
 } from '../../gen/grpc_service_pb.js';
 import { HealthCheckResponse_ServingStatus, HealthCheckResponseSchema, type HealthCheckRequest } from '../../gen/health_pb.js';
-import { Errors } from '../../errors.js';
+import { Errors, NereidError } from '../../errors.js';
+
+/** Errors meaning the model is known but has no version serving: ModelReady answers not-ready. */
+const NOT_SERVING = new Set(['NRD_MODEL_NO_VERSIONS', 'NRD_MODEL_VERSION_NOT_READY']);
 import type { LoadModelOptions, ServerApi } from '../../core/server-api.js';
 import { parseWireVersion } from '../../core/version-string.js';
 import type { ModelStatistics, StatDuration } from '../../core/types.js';
@@ -209,9 +212,17 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
 
     ServerReady: unary<unknown, typeof ServerReadyResponseSchema>(() => create(ServerReadyResponseSchema, { ready: server.isReady() })),
 
-    ModelReady: unary<ModelReadyRequest, typeof ModelReadyResponseSchema>(async (req) =>
-      create(ModelReadyResponseSchema, { ready: await server.modelReady(req.name, versionArg(req.version)) }),
-    ),
+    ModelReady: unary<ModelReadyRequest, typeof ModelReadyResponseSchema>(async (req) => {
+      let ready: boolean;
+      try {
+        ready = await server.modelReady(req.name, versionArg(req.version));
+      } catch (err) {
+        // A known model with no version serving (never loaded, unloaded, failed) is simply not ready.
+        if (!(err instanceof NereidError) || !NOT_SERVING.has(err.code)) throw err;
+        ready = false;
+      }
+      return create(ModelReadyResponseSchema, { ready });
+    }),
 
     ServerMetadata: unary<unknown, typeof ServerMetadataResponseSchema>(() => {
       const m = server.metadata();
@@ -244,21 +255,20 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
     }),
 
     RepositoryIndex: unary<RepositoryIndexRequest, typeof RepositoryIndexResponseSchema>(async (req) => {
-      if (req.repositoryName !== '') throw Errors.repositoryNameUnsupported();
-      const entries = await server.repositoryIndex(req.ready);
+      const entries = await server.repositoryIndex(req.ready, req.repositoryName === '' ? undefined : req.repositoryName);
       return create(RepositoryIndexResponseSchema, {
         models: entries.map((e) => ({ name: e.name, version: e.version ?? '', state: e.state ?? '', reason: e.reason ?? '' })),
       });
     }),
 
     RepositoryModelLoad: unary<RepositoryModelLoadRequest, typeof RepositoryModelLoadResponseSchema>(async (req) => {
-      if (req.repositoryName !== '') throw Errors.repositoryNameUnsupported();
-      await server.loadModel(req.modelName, loadOptions(req));
+      const options = loadOptions(req);
+      if (req.repositoryName !== '') options.repository = req.repositoryName;
+      await server.loadModel(req.modelName, options);
       return create(RepositoryModelLoadResponseSchema);
     }),
 
     RepositoryModelUnload: unary<RepositoryModelUnloadRequest, typeof RepositoryModelUnloadResponseSchema>(async (req) => {
-      if (req.repositoryName !== '') throw Errors.repositoryNameUnsupported();
       let unloadDependents = false;
       const p = req.parameters['unload_dependents'];
       if (p !== undefined) {
@@ -267,7 +277,7 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
         }
         unloadDependents = p.parameterChoice.value;
       }
-      await server.unloadModel(req.modelName, { unloadDependents });
+      await server.unloadModel(req.modelName, { unloadDependents, ...(req.repositoryName === '' ? {} : { repository: req.repositoryName }) });
       return create(RepositoryModelUnloadResponseSchema);
     }),
 

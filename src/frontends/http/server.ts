@@ -236,7 +236,7 @@ export class HttpFrontend {
     if (cuda !== null) return this.handleSharedMemory(req, res, 'cuda', cuda[1] ?? '', cuda[2]!);
     const repo = REPOSITORY_RE.exec(path);
     if (repo !== null) {
-      if (repo[2] === 'index') return this.handleRepositoryIndex(req, res);
+      if (repo[2] === 'index') return this.handleRepositoryIndex(req, res, repo[1] ?? '');
       return this.handleRepositoryControl(req, res, repo[1] ?? '', repo[3]!, repo[4]!);
     }
     if (path === '/v2/trace/setting') return this.handleTrace(req, res, '');
@@ -311,7 +311,7 @@ export class HttpFrontend {
     return parseJsonBytes(body);
   }
 
-  private async handleRepositoryIndex(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  private async handleRepositoryIndex(req: IncomingMessage, res: ServerResponse, repository: string): Promise<void> {
     if (this.restricted(req, res, 'model-repository')) return;
     if (req.method !== 'POST') return this.notAllowed(res);
     const doc = await this.readJson(req, false);
@@ -320,7 +320,7 @@ export class HttpFrontend {
       if (typeof doc['ready'] !== 'boolean') throw Errors.malformedBody("Invalid value for 'ready': expected a boolean");
       readyOnly = doc['ready'];
     }
-    const index = await this.server.repositoryIndex(readyOnly);
+    const index = await this.server.repositoryIndex(readyOnly, repository === '' ? undefined : repository);
     const entries = index.map((e) => {
       const entry: Record<string, string> = { name: e.name };
       if (e.version !== undefined) entry['version'] = e.version;
@@ -340,8 +340,8 @@ export class HttpFrontend {
   ): Promise<void> {
     if (this.restricted(req, res, 'model-repository')) return;
     if (req.method !== 'POST') return this.notAllowed(res);
-    if (repository !== '') throw Errors.unsupported("'repository_name' specification is not supported");
     const doc = await this.readJson(req, false);
+    const scope = repository === '' ? {} : { repository };
     if (action === 'load') {
       let config: string | undefined;
       let files: Record<string, Uint8Array> | undefined;
@@ -361,13 +361,13 @@ export class HttpFrontend {
           }
         }
       }
-      await this.server.loadModel(model, config === undefined && files === undefined ? undefined : { config, files });
+      await this.server.loadModel(model, config === undefined && files === undefined && repository === '' ? undefined : { config, files, ...scope });
     } else {
       let unloadDependents = false;
       const params = isObject(doc) ? doc['parameters'] : undefined;
       // Like Triton, a non-boolean value is ignored rather than reported.
       if (isObject(params) && params['unload_dependents'] === true) unloadDependents = true;
-      await this.server.unloadModel(model, { unloadDependents });
+      await this.server.unloadModel(model, { unloadDependents, ...scope });
     }
     this.reply.empty(res, 200, JSON_TYPE);
   }

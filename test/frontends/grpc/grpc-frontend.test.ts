@@ -160,11 +160,14 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     });
     assert.deepEqual(server.unloads.at(-1), { name: 'm1', unloadDependents: true });
 
+    // The repository-name form reaches the core, which knows its repositories.
     for (const method of ['RepositoryIndex', 'RepositoryModelLoad', 'RepositoryModelUnload']) {
       const err = await callError(unary(h.client, method, { repositoryName: 'r', modelName: 'm1' }));
-      assert.equal(err.code, S.UNIMPLEMENTED, method);
-      assert.match(err.details, /'repository_name' specification is not supported/);
+      assert.equal(err.code, S.INVALID_ARGUMENT, method);
+      assert.match(err.details, /no model repository named 'r'/);
+      await unary(h.client, method, { repositoryName: 'models', modelName: 'm1' });
     }
+    assert.equal(server.loads.at(-1)!.options!.repository, 'models');
   });
 
   test('shared-memory RPCs answer as Triton does with client shared memory disabled and no GPU', async () => {

@@ -120,15 +120,18 @@ export class EchoServer implements ServerApi {
       },
     ];
   }
-  async repositoryIndex(readyOnly?: boolean): Promise<RepositoryIndexEntry[]> {
+  async repositoryIndex(readyOnly?: boolean, repository?: string): Promise<RepositoryIndexEntry[]> {
+    checkRepository(repository);
     const all: RepositoryIndexEntry[] = [{ name: 'echo', version: '1', state: 'READY' }, { name: 'never_loaded' }];
     return readyOnly ? all.filter((e) => e.state === 'READY') : all;
   }
   async loadModel(name: string, options?: LoadModelOptions): Promise<void> {
+    checkRepository(options?.repository);
     this.loads.push({ name, options });
     if (name === 'broken') throw Errors.loadFailed(name, 'no such file');
   }
-  async unloadModel(name: string, options?: { unloadDependents?: boolean }): Promise<void> {
+  async unloadModel(name: string, options?: { unloadDependents?: boolean; repository?: string }): Promise<void> {
+    checkRepository(options?.repository);
     this.unloads.push({ name, unloadDependents: options?.unloadDependents });
   }
 }
@@ -186,3 +189,8 @@ export async function callError(p: Promise<unknown>): Promise<grpc.ServiceError>
   throw new Error('expected the call to fail');
 }
 
+
+/** The fake serves one repository, named 'models'. */
+function checkRepository(repository: string | undefined): void {
+  if (repository !== undefined && repository !== 'models') throw Errors.unknownRepository(`no model repository named '${repository}'`);
+}

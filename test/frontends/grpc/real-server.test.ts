@@ -170,8 +170,35 @@ describe('gRPC frontend with the real Server', () => {
     await unary(h.client, 'RepositoryModelLoad', { modelName: 'later' });
     assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'later' })).ready, true);
     await unary(h.client, 'RepositoryModelUnload', { modelName: 'later' });
-    const err = await callError(unary(h.client, 'ModelReady', { name: 'later' }));
-    assert.ok(err.code === S.NOT_FOUND || err.code === S.UNAVAILABLE, String(err.code));
+    // As Triton's simple_grpc_model_control expects: an unloaded model is not ready (not an error).
+    assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'later' })).ready, false);
+    const err = await callError(unary(h.client, 'ModelReady', { name: 'no_such_model' }));
+    assert.equal(err.code, S.NOT_FOUND);
+  });
+
+  test('the steps of simple_grpc_model_control: error codes and texts', async () => {
+    const invalid = await callError(
+      unary(h.client, 'RepositoryModelLoad', {
+        modelName: 'later',
+        parameters: { config: { parameterChoice: { case: 'stringParam', value: '"parameters": {"config": {{"max_batch_size": "16"}}}' } } },
+      }),
+    );
+    assert.equal(invalid.code, S.INTERNAL);
+    assert.match(invalid.details, /failed to load 'later'/);
+    const long = await callError(
+      unary(h.client, 'RepositoryModelLoad', {
+        modelName: 'simple',
+        parameters: {
+          config: { parameterChoice: { case: 'stringParam', value: '{}' } },
+          [`file:${'A'.repeat(256)}`]: { parameterChoice: { case: 'bytesParam', value: new Uint8Array([97]) } },
+        },
+      }),
+    );
+    assert.equal(long.code, S.INTERNAL);
+    assert.match(long.details, /failed to poll from model repository/);
+    const wrong = await callError(unary(h.client, 'RepositoryModelLoad', { modelName: 'wrong_model_name' }));
+    assert.match(wrong.details, /failed to load/);
+    assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'simple' })).ready, true, 'still serving');
   });
 
   test('ModelStreamInfer keeps order and reports a bad request in-stream', async () => {

@@ -159,17 +159,20 @@ export class EchoServer implements ServerApi {
     }));
   }
 
-  async repositoryIndex(readyOnly?: boolean): Promise<RepositoryIndexEntry[]> {
+  async repositoryIndex(readyOnly?: boolean, repository?: string): Promise<RepositoryIndexEntry[]> {
+    checkRepository(repository);
     const ready: RepositoryIndexEntry[] = [{ name: 'echo', version: '1', state: 'READY', reason: '' }];
     return readyOnly === true ? ready : [...ready, { name: 'never_loaded' }];
   }
 
   async loadModel(name: string, options?: LoadModelOptions): Promise<void> {
+    checkRepository(options?.repository);
     this.loads.push({ name, options });
     if (name === 'broken') throw Errors.loadFailed(name, 'no such backend');
   }
 
-  async unloadModel(name: string, options?: { unloadDependents?: boolean }): Promise<void> {
+  async unloadModel(name: string, options?: { unloadDependents?: boolean; repository?: string }): Promise<void> {
+    checkRepository(options?.repository);
     this.unloads.push({ name, unloadDependents: options?.unloadDependents });
   }
 }
@@ -187,4 +190,9 @@ function config(
     output: [create(ModelOutputSchema, { name: 'OUTPUT0', dataType: inputs[0]![1], dims: inputs[0]![2] })],
     modelTransactionPolicy: create(ModelTransactionPolicySchema, { decoupled }),
   });
+}
+
+/** The fake serves one repository, named 'models'. */
+function checkRepository(repository: string | undefined): void {
+  if (repository !== undefined && repository !== 'models') throw Errors.unknownRepository(`no model repository named '${repository}'`);
 }

@@ -171,7 +171,8 @@ describe('model repository', () => {
     assert.equal(ready.length, 1);
     assertError(await post('/v2/repository/index', '{"ready":"yes"}'), 400, "Invalid value for 'ready': expected a boolean");
     assertError(await post('/v2/repository/index', '{"ready":'), 500, /^failed to parse the request JSON buffer: /);
-    assert.equal((await post('/v2/repository/myrepo/index')).status, 200, 'the repository name is ignored by index');
+    assertError(await post('/v2/repository/myrepo/index'), 400, "no model repository named 'myrepo'");
+    assert.equal((await post('/v2/repository/models/index')).status, 200, 'a known repository name scopes the index');
   });
 
   test('load passes config and base64 file overrides; failures keep their status', async () => {
@@ -191,7 +192,9 @@ describe('model repository', () => {
     assertError(await post('/v2/repository/models/broken/load'), 400, "load failed for model 'broken': no such backend");
     assertError(await post('/v2/repository/models/echo/load', '{"parameters":{"config":{}}}'), 500, 'attempt to access JSON non-string as string');
     assertError(await post('/v2/repository/models/echo/load', '{"parameters":{"other":"x"}}'), 500, 'unexpected error on creating Triton parameter');
-    assertError(await post('/v2/repository/myrepo/models/echo/load'), 501, "'repository_name' specification is not supported");
+    assertError(await post('/v2/repository/myrepo/models/echo/load'), 400, "no model repository named 'myrepo'");
+    assert.equal((await post('/v2/repository/models/models/echo/load')).status, 200);
+    assert.equal(core.loads.at(-1)!.options?.repository, 'models');
   });
 
   test('unload passes unload_dependents', async () => {
