@@ -12,6 +12,7 @@ const loaders: Record<string, BackendLoader> = {
   onnxruntime: async () => (await import('./onnxruntime/index.js')).createOnnxRuntimeBackend(),
   python: async () => (await import('./python/index.js')).createPythonBackend(),
   pytorch: async () => (await import('./pytorch/index.js')).createPyTorchBackend(),
+  javascript: async () => (await import('./javascript/index.js')).createJavaScriptBackend(),
 };
 
 const cache = new Map<string, Promise<Backend>>();

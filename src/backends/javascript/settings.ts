@@ -1,0 +1,51 @@
+/**
+ * The javascript backend's settings: model parameters in config.pbtxt
+ * (`parameters { key: "execute_timeout_ms" value: { string_value: "5000" } }`),
+ * with `--backend-config=javascript,<key>=<value>` as the default for every
+ * model. A bad value fails the load with a message naming it.
+ */
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { Errors } from '../../errors.js';
+
+/** How long one execute() may take before its requests fail (ms). */
+export const DEFAULT_EXECUTE_TIMEOUT_MS = 60_000;
+/** How long import and initialize() may take before the load fails (ms). */
+export const DEFAULT_INITIALIZE_TIMEOUT_MS = 60_000;
+/** How long the worker busy-waits for the next batch under light load (µs); 0 turns it off. */
+export const DEFAULT_SPIN_WAIT_MICROS = 300;
+
+export interface JavaScriptSettings {
+  readonly executeTimeoutMs: number;
+  readonly initializeTimeoutMs: number;
+  readonly spinMicros: number;
+}
+
+function intSetting(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+  key: string,
+  fallback: number,
+  min: number,
+  max: number,
+): number {
+  const raw = config.parameters[key]?.stringValue ?? backendConfig[key];
+  if (raw === undefined) return fallback;
+  const value = Number(raw.trim());
+  if (raw.trim() === '' || !Number.isInteger(value) || value < min || value > max) {
+    throw Errors.loadFailed(modelName, `parameter '${key}' must be a whole number from ${min} to ${max}, got '${raw}'`);
+  }
+  return value;
+}
+
+export function readSettings(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+): JavaScriptSettings {
+  return {
+    executeTimeoutMs: intSetting(modelName, config, backendConfig, 'execute_timeout_ms', DEFAULT_EXECUTE_TIMEOUT_MS, 1, 86_400_000),
+    initializeTimeoutMs: intSetting(modelName, config, backendConfig, 'initialize_timeout_ms', DEFAULT_INITIALIZE_TIMEOUT_MS, 1, 86_400_000),
+    spinMicros: intSetting(modelName, config, backendConfig, 'spin_wait_microseconds', DEFAULT_SPIN_WAIT_MICROS, 0, 1_000_000),
+  };
+}

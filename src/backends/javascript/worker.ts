@@ -1,0 +1,384 @@
+/**
+ * The worker thread of one JavaScript model instance: imports the model
+ * file, runs initialize(), then execute() for each batch the main thread
+ * posts, one at a time and in order, and finalize() at unload. Model code
+ * runs only here, so a model that blocks or throws cannot stall the server's
+ * event loop or other models. In "auto-complete" mode it only calls the
+ * model class's static auto_complete_config().
+ */
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
+import type { ParameterValue } from '../backend.js';
+import { describeError, describeImportError } from './describe.js';
+import { OutputChecker } from './outputs.js';
+import {
+  type ExecuteMessage,
+  type FromWorker,
+  type InferResultMessage,
+  type ToWorker,
+  type WireResponse,
+  type WorkerInit,
+  nowNs,
+} from './protocol.js';
+import { type ModelTensor, type StagedTensor, TensorError, packStaged, stageTensor, toModelTensor } from './tensors.js';
+
+const init = workerData as WorkerInit;
+const port = parentPort!;
+
+/** A failure before the model serves: reported to the main thread as the load error. */
+class InitError extends Error {}
+
+/** The error infer() rejects with: the server's message, with its Triton error class. */
+class InferenceServerError extends Error {
+  override readonly name = 'InferenceServerError';
+  constructor(
+    message: string,
+    readonly code: string,
+    readonly errorClass: string,
+  ) {
+    super(message);
+  }
+}
+
+interface ModelObject {
+  initialize?(args: unknown): unknown;
+  execute(requests: unknown[]): unknown;
+  finalize?(): unknown;
+}
+
+function post(msg: FromWorker, transfer?: ArrayBuffer[]): void {
+  port.postMessage(msg, transfer);
+}
+
+function rel(file: string): string {
+  return path.relative(init.modelDir, file);
+}
+
+/** The default export of the model file: a class (or, accepted too, an object with execute()). */
+async function importModel(file: string): Promise<unknown> {
+  let mod: { default?: unknown };
+  try {
+    mod = (await import(pathToFileURL(file).href)) as { default?: unknown };
+  } catch (err) {
+    throw new InitError(describeImportError(err, file, init.modelDir));
+  }
+  let exported = mod.default;
+  // CommonJS compiled from TypeScript puts the class at exports.default.
+  if (exported !== null && typeof exported === 'object' && 'default' in exported) exported = (exported as { default: unknown }).default;
+  if (typeof exported !== 'function' && (exported === null || typeof exported !== 'object')) {
+    throw new InitError(`${rel(file)} has no default export; it must export a model class: export default class { async execute(requests) { ... } }`);
+  }
+  return exported;
+}
+
+// ---- serving ---------------------------------------------------------------------------------
+
+let model: ModelObject;
+let checker: OutputChecker;
+const queue: ExecuteMessage[] = [];
+let running = false;
+let closing = false;
+let finished = false;
+
+/** infer() calls waiting for the main thread. */
+const pendingInfers = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+let nextInferId = 1;
+
+/**
+ * Busy-waiting after a batch, as the onnxruntime session threads do: waking
+ * a sleeping thread costs tens of microseconds, more than a small model's
+ * execute(). The thread spins only under light load (the main thread had
+ * nothing else in flight) and only while most recent idle gaps were within
+ * the spin, since a spinning thread holds a core.
+ */
+let lastLight = false;
+let hitRate = 1;
+let idleSinceNs = 0;
+
+function noteArrival(msg: ExecuteMessage): void {
+  lastLight = msg.light;
+  if (idleSinceNs === 0) return;
+  const spinMicros = init.mode === 'serve' ? init.spinMicros : 0;
+  const hit = msg.at - idleSinceNs <= spinMicros * 1000 ? 1 : 0;
+  hitRate = hitRate * 0.9 + hit * 0.1;
+  idleSinceNs = 0;
+}
+
+function onMessage(msg: ToWorker): void {
+  switch (msg.t) {
+    case 'x':
+      noteArrival(msg);
+      queue.push(msg);
+      if (!running) void drain();
+      return;
+    case 'r':
+      settleInfer(msg);
+      return;
+    case 'close':
+      closing = true;
+      if (!running) void finish();
+      return;
+  }
+}
+
+/** Spins for the next message while that usually pays; true when a batch arrived. */
+function spin(): boolean {
+  if (init.mode !== 'serve' || init.spinMicros <= 0) return false;
+  if (lastLight) idleSinceNs = nowNs();
+  if (!lastLight || hitRate < 0.5 || pendingInfers.size > 0) return false;
+  const end = performance.now() + init.spinMicros / 1000;
+  do {
+    const got = receiveMessageOnPort(port);
+    if (got !== undefined) {
+      onMessage(got.message as ToWorker);
+      return queue.length > 0;
+    }
+  } while (performance.now() < end);
+  return false;
+}
+
+async function drain(): Promise<void> {
+  running = true;
+  for (;;) {
+    const msg = queue.shift();
+    if (msg !== undefined) {
+      await runExecute(msg);
+      continue;
+    }
+    if (closing || !spin()) break;
+  }
+  running = false;
+  if (closing) await finish();
+}
+
+class ExecuteTimeout extends Error {}
+
+function withTimeout(value: unknown, ms: number): Promise<unknown> {
+  if (value === null || typeof (value as { then?: unknown })?.then !== 'function') return Promise.resolve(value);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new ExecuteTimeout()), ms);
+    // Handlers on both paths: an execute() that settles after its timeout is ignored, never unhandled.
+    (value as Promise<unknown>).then(
+      (v) => {
+        clearTimeout(timer);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(timer);
+        reject(e);
+      },
+    );
+  });
+}
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? `a ${(v as object).constructor?.name ?? 'object'}` : `a ${typeof v}`;
+}
+
+async function runExecute(msg: ExecuteMessage): Promise<void> {
+  if (init.mode !== 'serve') return;
+  const picked = nowNs();
+  const wire = msg.requests;
+  const requests = new Array<unknown>(wire.length);
+  for (let i = 0; i < wire.length; i++) {
+    const r = wire[i]!;
+    const inputs = new Array<ModelTensor>(r.inputs.length);
+    for (let k = 0; k < r.inputs.length; k++) inputs[k] = toModelTensor(r.inputs[k]!);
+    requests[i] = { id: r.id, inputs, requestedOutputs: r.requestedOutputs, parameters: r.parameters, batchSize: r.batchSize };
+  }
+  const start = nowNs();
+  let result: unknown;
+  let failure: string | undefined;
+  try {
+    result = await withTimeout(model.execute(requests), init.executeTimeoutMs);
+  } catch (err) {
+    failure =
+      err instanceof ExecuteTimeout
+        ? `execute() did not finish within ${init.executeTimeoutMs} ms (model parameter execute_timeout_ms)`
+        : `execute() threw ${describeError(err, init.modelDir)}`;
+  }
+  const times = [picked, start, nowNs()];
+  if (failure === undefined) {
+    if (!Array.isArray(result)) failure = `execute() returned ${typeName(result)}, not an array with one response per request`;
+    else if (result.length !== wire.length) {
+      failure = `execute() returned ${result.length} response${result.length === 1 ? '' : 's'} for ${wire.length} request${wire.length === 1 ? '' : 's'}`;
+    }
+  }
+  if (failure !== undefined) {
+    post({ t: 'd', id: msg.id, times, error: failure });
+    return;
+  }
+  const list = result as unknown[];
+  const staged: (readonly StagedTensor[])[] = [];
+  const checked = list.map((resp, i) => {
+    const c = checker.check(i, wire[i]!, resp);
+    if (c.outputs) staged.push(c.outputs);
+    return c;
+  });
+  const { wire: packed, transfer } = packStaged(staged);
+  let g = 0;
+  const responses = checked.map((c): WireResponse => {
+    if (c.error !== undefined) return { error: c.error };
+    const outputs = packed[g++]!;
+    return c.parameters ? { outputs, parameters: c.parameters } : { outputs };
+  });
+  post({ t: 'd', id: msg.id, times, responses }, transfer);
+}
+
+async function finish(): Promise<void> {
+  if (finished) return;
+  finished = true;
+  try {
+    if (typeof model?.finalize === 'function') await model.finalize();
+  } catch (err) {
+    process.stderr.write(`finalize() failed: ${describeError(err, init.modelDir)}\n`);
+  }
+  post({ t: 'closed' });
+}
+
+// ---- infer() (BLS) ---------------------------------------------------------------------------
+
+interface InferArgument {
+  model?: unknown;
+  version?: unknown;
+  id?: unknown;
+  inputs?: unknown;
+  outputs?: unknown;
+  parameters?: unknown;
+}
+
+async function infer(request: InferArgument): Promise<unknown> {
+  if (request === null || typeof request !== 'object') throw new TypeError('infer() takes { model, inputs, version?, outputs?, parameters? }');
+  if (typeof request.model !== 'string' || request.model === '') throw new TypeError('infer(): model must be the name of a model');
+  if (!Array.isArray(request.inputs)) throw new TypeError(`infer() to '${request.model}': inputs must be an array of tensors`);
+  const staged: StagedTensor[] = [];
+  try {
+    for (let k = 0; k < request.inputs.length; k++) staged.push(stageTensor('input', k, request.inputs[k]));
+  } catch (err) {
+    if (err instanceof TensorError) throw new TypeError(`infer() to '${request.model}': ${err.message}`);
+    throw err;
+  }
+  let outputs: string[] | undefined;
+  if (request.outputs !== undefined) {
+    if (!Array.isArray(request.outputs) || !request.outputs.every((o) => typeof o === 'string')) {
+      throw new TypeError(`infer() to '${request.model}': outputs must be an array of output names`);
+    }
+    outputs = request.outputs as string[];
+  }
+  let version: string | undefined;
+  if (request.version !== undefined && request.version !== null) {
+    if (typeof request.version !== 'string' && typeof request.version !== 'number') {
+      throw new TypeError(`infer() to '${request.model}': version must be a number or a string`);
+    }
+    version = String(request.version);
+  }
+  let parameters: Record<string, ParameterValue> | undefined;
+  if (request.parameters !== undefined) {
+    if (request.parameters === null || typeof request.parameters !== 'object') {
+      throw new TypeError(`infer() to '${request.model}': parameters must be an object`);
+    }
+    parameters = request.parameters as Record<string, ParameterValue>;
+  }
+  const { wire, transfer } = packStaged([staged]);
+  const id = nextInferId++;
+  const promise = new Promise<unknown>((resolve, reject) => pendingInfers.set(id, { resolve, reject }));
+  post(
+    {
+      t: 'i',
+      id,
+      model: request.model,
+      version,
+      requestId: typeof request.id === 'string' ? request.id : undefined,
+      inputs: wire[0]!,
+      outputs,
+      parameters,
+    },
+    transfer,
+  );
+  return promise;
+}
+
+function settleInfer(msg: InferResultMessage): void {
+  const p = pendingInfers.get(msg.id);
+  if (!p) return;
+  pendingInfers.delete(msg.id);
+  if ('error' in msg) {
+    p.reject(new InferenceServerError(msg.error, msg.code, msg.errorClass));
+    return;
+  }
+  const result: { modelName: string; modelVersion: string; outputs: ModelTensor[]; parameters?: Readonly<Record<string, ParameterValue>> } = {
+    modelName: msg.modelName,
+    modelVersion: msg.modelVersion,
+    outputs: msg.outputs.map(toModelTensor),
+  };
+  if (msg.parameters) result.parameters = msg.parameters;
+  p.resolve(result);
+}
+
+// ---- start -----------------------------------------------------------------------------------
+
+function asModelObject(exported: unknown, file: string): ModelObject {
+  let obj: unknown;
+  if (typeof exported === 'function') {
+    try {
+      obj = new (exported as new () => unknown)();
+    } catch (err) {
+      throw new InitError(`the model class of ${rel(file)} could not be constructed: ${describeError(err, init.modelDir)}`);
+    }
+  } else {
+    obj = exported;
+  }
+  if (obj === null || typeof obj !== 'object' || typeof (obj as { execute?: unknown }).execute !== 'function') {
+    throw new InitError(`the model class of ${rel(file)} has no execute(requests) method`);
+  }
+  return obj as ModelObject;
+}
+
+async function serve(): Promise<void> {
+  if (init.mode !== 'serve') return;
+  const exported = await importModel(init.file);
+  model = asModelObject(exported, init.file);
+  checker = new OutputChecker(init.outputs, init.maxBatchSize);
+  if (typeof model.initialize === 'function') {
+    try {
+      await model.initialize({ ...init.args, infer });
+    } catch (err) {
+      throw new InitError(`initialize() failed: ${describeError(err, init.modelDir)}`);
+    }
+  }
+  port.on('message', onMessage);
+  post({ t: 'ready' });
+}
+
+async function autoComplete(): Promise<void> {
+  if (init.mode !== 'auto-complete') return;
+  const exported = await importModel(init.file);
+  const fn = typeof exported === 'function' ? (exported as { auto_complete_config?: unknown }).auto_complete_config : undefined;
+  if (typeof fn !== 'function') {
+    post({ t: 'config', config: null });
+    return;
+  }
+  let out: unknown;
+  try {
+    out = await (fn as (c: unknown) => unknown).call(exported, init.config);
+  } catch (err) {
+    throw new InitError(`auto_complete_config() failed: ${describeError(err, init.modelDir)}`);
+  }
+  if (out === undefined) out = init.config;
+  if (out === null || typeof out !== 'object' || Array.isArray(out)) {
+    throw new InitError(`auto_complete_config() must return the configuration object, not ${typeName(out)}`);
+  }
+  post({ t: 'config', config: out as Record<string, unknown> });
+}
+
+try {
+  if (init.mode === 'serve') await serve();
+  else await autoComplete();
+} catch (err) {
+  const message = err instanceof InitError ? err.message : `the model could not start: ${describeError(err, init.modelDir)}`;
+  post({ t: 'init-error', message });
+}
+
