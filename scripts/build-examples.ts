@@ -70,6 +70,11 @@ export const EXAMPLE_MODELS: readonly ExampleModel[] = [
     build: () =>
       buildMlp([10, 32, 16, 1], 42, { inputName: 'input_features', outputName: 'fraud_probability', outputActivation: 'sigmoid' }).builder,
   },
+  {
+    file: 'fraud_detector_large/1/model.onnx',
+    build: () =>
+      buildMlp([10, 64, 64, 1], 43, { inputName: 'input_features', outputName: 'fraud_probability', outputActivation: 'sigmoid' }).builder,
+  },
   { file: 'simple/1/model.onnx', build: () => buildAddSubModel('INT32', 16) },
   { file: 'simple_versioned/1/model.onnx', build: () => buildAddSubModel('FP32', 4) },
   { file: 'simple_versioned/2/model.onnx', build: mulSubModel },

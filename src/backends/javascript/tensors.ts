@@ -97,10 +97,12 @@ const ARRAY_NAMES: Record<Exclude<Datatype, 'BYTES'>, string> = {
 const FLOAT16 = (globalThis as { Float16Array?: typeof Uint16Array }).Float16Array;
 
 function typeName(v: unknown): string {
-  if (v === null) return 'null';
+  if (v === null || v === undefined) return String(v);
   if (Array.isArray(v)) return 'an array';
   if (ArrayBuffer.isView(v)) return `a ${v.constructor.name}`;
-  return typeof v === 'object' ? `a ${(v as object).constructor?.name ?? 'object'}` : `a ${typeof v}`;
+  if (typeof v !== 'object') return `a ${typeof v}`;
+  const ctor = (v as object).constructor?.name;
+  return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
 }
 
 function bytesOfView(v: ArrayBufferView): Uint8Array {

@@ -173,9 +173,11 @@ function withTimeout(value: unknown, ms: number): Promise<unknown> {
 }
 
 function typeName(v: unknown): string {
-  if (v === null) return 'null';
+  if (v === null || v === undefined) return String(v);
   if (Array.isArray(v)) return 'an array';
-  return typeof v === 'object' ? `a ${(v as object).constructor?.name ?? 'object'}` : `a ${typeof v}`;
+  if (typeof v !== 'object') return `a ${typeof v}`;
+  const ctor = (v as object).constructor?.name;
+  return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
 }
 
 async function runExecute(msg: ExecuteMessage): Promise<void> {

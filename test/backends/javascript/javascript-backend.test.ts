@@ -237,7 +237,7 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
       [Mode.unknownOutput, /output 'NOPE' is not an output in the model configuration \(outputs: 'OUT'\)/],
       [Mode.missingOutput, /requested output 'OUT' is missing/],
       [Mode.wrongSize, /output 'OUT' has 12 bytes of data, but shape \[1\] of INT32 needs 4/],
-      [Mode.notAnArray, /execute\(\) returned a Object, not an array with one response per request/],
+      [Mode.notAnArray, /execute\(\) returned an object, not an array with one response per request/],
     ];
     for (const [m, expected] of cases) {
       const err = await server.infer({ model: 'faulty', inputs: [mode(m)] }).then(
