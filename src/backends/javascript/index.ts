@@ -135,7 +135,7 @@ class JavaScriptModel implements BackendModel {
 
   async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
     const label = `model '${ctx.modelName}' instance '${ctx.instanceName}'`;
-    const logger = ctx.logger.child({ model: ctx.modelName, instance: ctx.instanceName });
+    const logger = ctx.logger.child({ instance: ctx.instanceName });
     const init: Extract<WorkerInit, { mode: 'serve' }> = {
       mode: 'serve',
       file: this.file,

@@ -84,6 +84,20 @@ function canShare(t: Tensor): boolean {
   return size === 0 || t.data.byteOffset % size === 0;
 }
 
+function pipeLines(stream: NodeJS.ReadableStream, log: (line: string) => void): void {
+  let partial = '';
+  stream.setEncoding('utf8');
+  stream.on('data', (text: string) => {
+    const lines = (partial + text).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) log(line);
+  });
+  stream.on('end', () => {
+    if (partial) log(partial);
+    partial = '';
+  });
+}
+
 export class ModelWorker implements SupervisedWorker {
   readonly startedAt = Date.now();
   onUnexpectedExit: ((info: ExitInfo, err: Error) => void) | undefined;
@@ -104,8 +118,11 @@ export class ModelWorker implements SupervisedWorker {
   private starting: { resolve: () => void; reject: (e: Error) => void } | undefined;
 
   private constructor(private readonly opts: ModelWorkerOptions) {
-    this.worker = new Worker(WORKER_URL, { workerData: opts.init });
+    // The model's console output goes to the server's log, line by line.
+    this.worker = new Worker(WORKER_URL, { workerData: opts.init, stdout: true, stderr: true });
     this.pid = this.worker.threadId;
+    pipeLines(this.worker.stdout, (line) => opts.logger.info({ stream: 'stdout' }, line));
+    pipeLines(this.worker.stderr, (line) => opts.logger.warn({ stream: 'stderr' }, line));
     this.exited = new Promise((resolve) => this.worker.once('exit', () => resolve()));
     this.worker.on('message', (msg: FromWorker) => this.onMessage(msg));
     this.worker.on('error', (err: unknown) => {
