@@ -209,6 +209,11 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
       assert.deepEqual(r.outputs[0]!.shape, [rows[i]!.length / 2, 2]);
       assert.deepEqual(values(r.outputs[1]!), new Array(rows[i]!.length / 2).fill(3), 'three requests in one execute()');
     });
+    const stats = server.modelStatistics('batcher')[0]!;
+    assert.equal(stats.execution_count, 1);
+    assert.equal(stats.inference_count, 4, 'a batch of 4: two requests of 1 and one of 2');
+    assert.deepEqual(stats.batch_stats.map((b) => [b.batch_size, b.compute_infer.count]), [[4, 1]]);
+    assert.equal(stats.inference_stats.success.count, 3);
   });
 
   test('args.infer calls an ONNX model of the same server (BLS) and its tensors come back in the same form', async () => {
