@@ -344,6 +344,8 @@ async function serve(): Promise<void> {
   const exported = await importModel(init.file);
   model = asModelObject(exported, init.file);
   checker = new OutputChecker(init.outputs, init.maxBatchSize);
+  // Listening before initialize(): it may call infer() too.
+  port.on('message', onMessage);
   if (typeof model.initialize === 'function') {
     try {
       await model.initialize({ ...init.args, infer });
@@ -351,7 +353,6 @@ async function serve(): Promise<void> {
       throw new InitError(`initialize() failed: ${describeError(err, init.modelDir)}`);
     }
   }
-  port.on('message', onMessage);
   post({ t: 'ready' });
 }
 

@@ -231,6 +231,29 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
     assert.match(missing.message, /BLS failed: Request for unknown model: 'no_such_model' is not found \[NRD_MODEL_NOT_FOUND\]/);
   });
 
+  test('initialize() may call args.infer too', async () => {
+    jsModel(
+      repo,
+      'warm',
+      `backend: "javascript"
+output [ { name: "WARM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+      `export default class {
+  async initialize(args) {
+    const ones = { datatype: 'INT32', shape: [1, 16], data: new Int32Array(16).fill(1) };
+    const { outputs } = await args.infer({ model: 'simple', inputs: [{ ...ones, name: 'INPUT0' }, { ...ones, name: 'INPUT1' }], outputs: ['OUTPUT0'] });
+    this.warm = outputs[0].data.slice();
+  }
+  execute(requests) { return requests.map(() => ({ outputs: [{ name: 'WARM', shape: [16], data: this.warm }] })); }
+}
+`,
+    );
+    await server.loadModel('warm');
+    const r = await server.infer({ model: 'warm', inputs: [{ ...int32Tensor('X', [0]), shape: [1] }] });
+    assert.deepEqual(values(r.outputs[0]!), new Array(16).fill(2));
+  });
+
   test('a model that misbehaves gets a clear error per request and keeps serving', async () => {
     const cases: [number, RegExp][] = [
       [Mode.throws, /model 'faulty' failed: execute\(\) threw TypeError: the model tripped \(at 1\/model\.mjs:7:\d+\)/],
