@@ -10,6 +10,7 @@ import type { Logger } from 'pino';
 import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../core/types.js';
 import { Errors } from '../errors.js';
+import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
 import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
@@ -71,6 +72,8 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'log-format': S,
   'log-file': S,
   'backend-config': SR,
+  'cache-config': SR,
+  'response-cache-byte-size': I,
   'http-header-forward-pattern': S,
   'grpc-header-forward-pattern': S,
   'http-restricted-api': SR,
@@ -97,9 +100,7 @@ const IGNORED_FLAGS: Record<string, FlagSpec> = {
   'trace-log-frequency': I,
   'backend-directory': S,
   'repoagent-directory': S,
-  'cache-config': SR,
   'cache-directory': S,
-  'response-cache-byte-size': I,
   'rate-limit': S,
   'rate-limit-resource': SR,
   'pinned-memory-pool-byte-size': I,
@@ -224,6 +225,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       disableAutoCompleteConfig: disableAutoComplete || f.bool('strict-model-config', false),
       backendConfig: parseBackendConfig(f.all('backend-config')),
       allowClientShm: f.bool('allow-client-shm', false),
+      cacheConfig: cacheSettings(f, warnings),
     },
     http: {
       enabled: f.bool('allow-http', true),
@@ -280,6 +282,28 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     throw Errors.config(`--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`);
   }
   return cfg;
+}
+
+/** --cache-config (and the deprecated --response-cache-byte-size) as tritonserver reads them; checked again when the cache is built. */
+function cacheSettings(f: FlagReader, warnings: string[]): Record<string, Record<string, string>> | undefined {
+  const configs = f.all('cache-config');
+  const sizeGiven = f.has('response-cache-byte-size');
+  if (sizeGiven && configs.length > 0) {
+    throw Errors.cacheConfig('Incompatible flags --response-cache-byte-size and --cache-config both provided. Please provide one or the other.');
+  }
+  if (sizeGiven) {
+    const size = String(f.int('response-cache-byte-size', 0));
+    warnings.push(
+      `Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache implementation with the provided byte size for its config. Please use '--cache-config' instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${size}'`,
+    );
+    const settings = { local: { size } };
+    createResponseCache(settings);
+    return settings;
+  }
+  if (configs.length === 0) return undefined;
+  const settings = parseCacheConfigFlags(configs);
+  createResponseCache(settings); // a bad size fails here, before anything starts
+  return settings;
 }
 
 /** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */
@@ -347,8 +371,10 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         loadDurationSecs: v.loadDurationSecs,
         warmupDurationSecs: v.warmupDurationSecs,
         restartCount: () => v.restartCount,
+        cacheEnabled: server.isCached(v),
       }),
     );
+    if (server.responseCache) for (const [name, help, read] of cacheGauges(server.responseCache)) metrics.addScrapeGauge(name, help, read);
     server.on('versionUnloaded', (v) => metrics.detach(v.stats));
     metrics.addScrapeGauge('nereid_server_ready', 'Whether /v2/health/ready answers ready (1) or not (0); with --strict-readiness every model to be served is ready', () => (server.isReady() ? 1 : 0));
   }

@@ -26,6 +26,8 @@ export class ModelVersion {
   readonly decoupled: boolean;
   /** Time the warm-up samples took (0: none configured). */
   warmupDurationSecs = 0;
+  /** response_cache.enable (decoupled models are never cached): used when the server has a cache. */
+  readonly cached: boolean;
   /** Requests accepted by the core and not yet answered. */
   inflight = 0;
   private idleWaiters: Array<() => void> = [];
@@ -37,6 +39,7 @@ export class ModelVersion {
   ) {
     this.stats = new ModelVersionStatistics(modelName, String(version));
     this.decoupled = config.modelTransactionPolicy?.decoupled === true;
+    this.cached = config.responseCache?.enable === true && !this.decoupled;
   }
 
   get state(): ModelState {

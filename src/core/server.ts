@@ -17,6 +17,7 @@ import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
 import { ResponseStream } from './response-stream.js';
 import { SharedMemoryRegistry } from './shared-memory.js';
+import { type ResponseCache, cacheKey, createResponseCache } from '../cache/response-cache.js';
 import type { LoadModelOptions, ServerApi, UnloadModelOptions } from './server-api.js';
 import type {
   InferRequest,
@@ -65,6 +66,8 @@ export interface ServerEvents {
 }
 
 export class Server extends EventEmitter<ServerEvents> implements ServerApi {
+  /** Triton's local response cache (--cache-config=local,size=...); undefined when not configured. */
+  readonly responseCache: ResponseCache | undefined;
   readonly controlMode: ModelControlMode;
   readonly logger: Logger;
   /** The model lifecycle: loading, unloading, polling, dependencies, states. */
@@ -102,8 +105,17 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
         retryCount: options.modelLoadRetryCount,
       },
     });
-    this.repository.on('versionReady', (v) => this.emit('versionReady', v));
-    this.repository.on('versionUnloaded', (v) => this.emit('versionUnloaded', v));
+    this.responseCache = createResponseCache(options.cacheConfig);
+    this.repository.on('versionReady', (v) => {
+      if (v.config.responseCache?.enable && !this.responseCache) {
+        this.logger.warn({ model: v.modelName }, 'response_cache is enabled for the model but the server has no cache (--cache-config=local,size=<bytes>); responses are not cached');
+      }
+      this.emit('versionReady', v);
+    });
+    this.repository.on('versionUnloaded', (v) => {
+      this.responseCache?.dropVersion(v.modelName, v.version);
+      this.emit('versionUnloaded', v);
+    });
     this.repository.on('stateChange', (c) => this.emit('stateChange', c));
   }
 
@@ -198,6 +210,50 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     if (v.decoupled) return this.inferDecoupledOnce(request);
     const sig = v.signature!;
     const prepared = prepareRequest(sig, request);
+    const cache = this.responseCache;
+    if (cache !== undefined && v.cached && !prepared.backendRequest.correlationId) {
+      return this.inferCached(v, request, prepared, cache);
+    }
+    const response = await this.schedule(v, request, prepared);
+    return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+  }
+
+  /** Whether the model's responses are cached (response_cache enabled and a server cache configured). */
+  isCached(v: ModelVersion): boolean {
+    return this.responseCache !== undefined && v.cached;
+  }
+
+  /**
+   * The response cache in the infer path: a hit is answered here without
+   * reaching the scheduler; a miss runs as usual and stores its response.
+   * Requests of a sequence bypass the cache.
+   */
+  private async inferCached(
+    v: ModelVersion,
+    request: InferRequest,
+    prepared: ReturnType<typeof prepareRequest>,
+    cache: ResponseCache,
+  ): Promise<InferResponse> {
+    const startNs = process.hrtime.bigint();
+    const br = prepared.backendRequest;
+    const key = cacheKey(v.modelName, v.version, br.inputs, br.requestedOutputs);
+    const hit = cache.lookup(key);
+    const lookupNs = Number(process.hrtime.bigint() - startNs);
+    cache.addLookupTime(lookupNs);
+    if (hit !== undefined) {
+      const out = this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, hit as BackendResponse);
+      v.stats.recordCacheHit(Number(process.hrtime.bigint() - startNs), 0, lookupNs);
+      return out;
+    }
+    const response = await this.schedule(v, request, prepared);
+    const insertStart = process.hrtime.bigint();
+    if (response.error === undefined) cache.insert(key, response, v.modelName, v.version);
+    v.stats.recordCacheMiss(lookupNs + Number(process.hrtime.bigint() - insertStart));
+    return this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, response);
+  }
+
+  /** Hands a prepared request to the version's scheduler; resolves with the backend's response. */
+  private async schedule(v: ModelVersion, request: InferRequest, prepared: ReturnType<typeof prepareRequest>): Promise<BackendResponse> {
     const scheduler = v.scheduler!;
     v.inflight += 1;
     let response: BackendResponse;
@@ -224,7 +280,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     } finally {
       v.requestDone();
     }
-    return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+    return response;
   }
 
   /**

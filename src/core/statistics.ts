@@ -32,6 +32,10 @@ export interface StatisticsObserver {
   requestSucceeded(requestNs: number, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void;
   requestFailed(reason: FailureReason, requestNs: number): void;
   executed(batchSize: number, requestCount: number): void;
+  /** A request answered from the response cache: success without execution. */
+  cacheHit?(requestNs: number, queueNs: number, lookupNs: number): void;
+  /** A cache miss's lookup and insertion time (the request itself is recorded by requestSucceeded). */
+  cacheMissed?(missNs: number): void;
 }
 
 export class ModelVersionStatistics {
@@ -99,6 +103,25 @@ export class ModelVersionStatistics {
     this.computeOutput.add(computeOutputNs);
     if (this.currentObserver) this.currentObserver.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
     else if (this.holding) this.notify((o) => o.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs));
+  }
+
+  /**
+   * A request answered from the response cache, as Triton counts it: a
+   * success with its duration and queue time (until the lookup) and a
+   * cache hit with the lookup time; no execution, no compute times.
+   */
+  recordCacheHit(requestNs: number, queueNs: number, lookupNs: number): void {
+    this.success.add(requestNs);
+    this.queue.add(queueNs);
+    this.cacheHit.add(lookupNs);
+    this.observer?.cacheHit?.(requestNs, queueNs, lookupNs);
+  }
+
+  /** A cache miss: lookup plus insertion time, which also lengthens the request's duration. */
+  recordCacheMiss(missNs: number): void {
+    this.cacheMiss.add(missNs);
+    this.success.ns += missNs;
+    this.observer?.cacheMissed?.(missNs);
   }
 
   recordFailure(reason: FailureReason, requestNs: number): void {

@@ -136,6 +136,8 @@ export interface ServerOptions {
   /** Seconds stop() waits for in-flight requests. Default 30. */
   exitTimeoutSecs?: number;
   disableAutoCompleteConfig?: boolean;
+  /** `--cache-config` settings: cache name ('local') -> key -> value, e.g. { local: { size: '1048576' } }. */
+  cacheConfig?: Record<string, Record<string, string>>;
   /** `--backend-config` settings: backend name ('' for global) -> key -> value. */
   backendConfig?: Record<string, Record<string, string>>;
   /** Let clients register shared-memory regions (--allow-client-shm). Default false. */

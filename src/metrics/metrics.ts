@@ -161,6 +161,18 @@ export class Metrics implements SeriesSource<ModelReporter> {
           out.push({ labels: r.labels, value: value(r) });
         });
       }
+      // Only models whose responses are cached have these series, as in Triton.
+      const cacheCounters: Array<[string, string, (r: ModelReporter) => number]> = [
+        ['nv_cache_num_hits_per_model', 'Requests of the model answered from the response cache', (r) => r.cacheHits],
+        ['nv_cache_hit_duration_per_model', 'Time spent in response cache lookups that hit, microseconds', (r) => r.cacheHitUs],
+        ['nv_cache_num_misses_per_model', 'Requests of the model the response cache could not answer', (r) => r.cacheMisses],
+        ['nv_cache_miss_duration_per_model', 'Time spent on response cache misses (lookup and insertion), microseconds', (r) => r.cacheMissUs],
+      ];
+      for (const [name, help, value] of cacheCounters) {
+        this.family(name, help, 'counter', (r, out) => {
+          if (r.info.cacheEnabled) out.push({ labels: r.labels, value: value(r) });
+        });
+      }
     }
     this.family('nv_inference_pending_request_count', 'Requests accepted and not yet executing, right now', 'gauge', (r, out) => {
       out.push({ labels: r.labels, value: r.info.pendingCount() });

@@ -17,6 +17,8 @@ export interface AttachInfo {
   warmupDurationSecs?: number;
   /** Restarts of the version's instance processes so far, read at scrape (0 for in-process backends). */
   restartCount?: () => number;
+  /** The model's responses are cached (response_cache enabled and a server cache): nv_cache_*_per_model series exist. */
+  cacheEnabled?: boolean;
 }
 
 /** Latency histogram bounds, seconds: 100 µs to 10 s. */
@@ -50,6 +52,10 @@ export class ModelReporter implements StatisticsObserver {
   computeInputUs = 0;
   computeInferUs = 0;
   computeOutputUs = 0;
+  cacheHits = 0;
+  cacheHitUs = 0;
+  cacheMisses = 0;
+  cacheMissUs = 0;
   readonly requestSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
   readonly queueSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
   readonly computeSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
@@ -108,6 +114,26 @@ export class ModelReporter implements StatisticsObserver {
       s[2]!.observe(computeInputNs / 1000);
       s[3]!.observe(computeInferNs / 1000);
       s[4]!.observe(computeOutputNs / 1000);
+    }
+  }
+
+  cacheHit(requestNs: number, queueNs: number, lookupNs: number): void {
+    this.success += 1;
+    this.cacheHits += 1;
+    if (this.latency.counters) {
+      this.requestUs += Math.floor(requestNs / 1000);
+      this.queueUs += Math.floor(queueNs / 1000);
+      this.cacheHitUs += Math.floor(lookupNs / 1000);
+    }
+    this.requestSeconds.observe(requestNs / 1e9);
+    this.queueSeconds.observe(queueNs / 1e9);
+  }
+
+  cacheMissed(missNs: number): void {
+    this.cacheMisses += 1;
+    if (this.latency.counters) {
+      this.requestUs += Math.floor(missNs / 1000);
+      this.cacheMissUs += Math.floor(missNs / 1000);
     }
   }
 

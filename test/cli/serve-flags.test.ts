@@ -59,3 +59,18 @@ test("--strict-model-config prints Triton's deprecation warnings", () => {
   assert.equal(both.server.disableAutoCompleteConfig, true);
   assert.deepEqual(buildServeConfig(['--disable-auto-complete-config']).warnings, []);
 });
+
+test('--cache-config and the deprecated --response-cache-byte-size configure the local cache; bad values stop the start', () => {
+  assert.deepEqual(buildServeConfig(['--cache-config=local,size=1048576']).server.cacheConfig, { local: { size: '1048576' } });
+  const deprecated = buildServeConfig(['--response-cache-byte-size=4096']);
+  assert.deepEqual(deprecated.server.cacheConfig, { local: { size: '4096' } });
+  assert.match(deprecated.warnings.join('\n'), /'--response-cache-byte-size' has been deprecated!.*'--cache-config=local,size=4096'/);
+  assert.equal(buildServeConfig([]).server.cacheConfig, undefined);
+  assert.throws(
+    () => buildServeConfig(['--cache-config=local,size=1000', '--response-cache-byte-size=1000']),
+    /Incompatible flags --response-cache-byte-size and --cache-config both provided/,
+  );
+  assert.throws(() => buildServeConfig(['--cache-config=local,size=big']), /size=big: the size must be a whole number of bytes/);
+  assert.throws(() => buildServeConfig(['--cache-config=local,size=8']), /could not hold a single response/);
+  assert.throws(() => buildServeConfig(['--response-cache-byte-size=8']), /could not hold a single response/);
+});

@@ -1,0 +1,170 @@
+/**
+ * The response cache inside a served repository: hits answered without
+ * reaching the scheduler, LRU eviction within --cache-config's size,
+ * sequence requests bypassing it, and the statistics (HTTP JSON, gRPC) and
+ * nv_cache_* metrics that report it.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
+import { silentLogger } from '../../src/logger.js';
+import { typedView } from '../../src/tensor/tensor.js';
+import { TempRepository, int32Tensor } from '../helpers/repository.js';
+import { call, json } from '../frontends/http/helpers.js';
+import { startHarness, unary, type Harness } from '../frontends/grpc/helpers.js';
+import { sample } from '../metrics/exposition.js';
+
+const CONFIG = (name: string, cache: boolean) => `name: "${name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+${cache ? 'response_cache { enable: true }' : ''}
+`;
+
+function body(a: number, id: string): string {
+  return JSON.stringify({
+    id,
+    inputs: [
+      { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: new Array(16).fill(a) },
+      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: new Array(16).fill(1) },
+    ],
+  });
+}
+
+interface Stats {
+  execution_count: number;
+  inference_count: number;
+  inference_stats: Record<string, { count: number; ns: number }>;
+}
+
+describe('the response cache in a served repository', () => {
+  let repo: TempRepository;
+  let running: RunningServer;
+  let grpc: Harness;
+  const infer = (model: string, a: number, id = 'r') => call(running.ports.http!, 'POST', `/v2/models/${model}/infer`, { body: body(a, id) });
+  const stats = async (model: string): Promise<Stats> =>
+    (json(await call(running.ports.http!, 'GET', `/v2/models/${model}/stats`)) as { model_stats: Stats[] }).model_stats[0]!;
+
+  before(async () => {
+    repo = new TempRepository().addSub('cached', [1], CONFIG('cached', true)).addSub('plain', [1], CONFIG('plain', false));
+    // Two entries of this model fit, a third evicts the least recently used.
+    const cfg = buildServeConfig([
+      `--model-repository=${repo.dir}`,
+      '--http-port=0',
+      '--grpc-port=0',
+      '--metrics-port=0',
+      '--allow-cpu-metrics=false',
+      '--allow-gpu-metrics=false',
+      '--cache-config=local,size=800',
+    ]);
+    running = await startServing(cfg, silentLogger);
+    grpc = await startHarness(running.server);
+  });
+  after(async () => {
+    await grpc.close();
+    await running.shutdown();
+    repo.cleanup();
+  });
+
+  test('a hit answers the request without running the model; statistics count hits and misses', async () => {
+    const first = await infer('cached', 5, 'one');
+    assert.equal(first.status, 200);
+    const hit = await infer('cached', 5, 'two');
+    assert.equal(hit.status, 200);
+    const doc = json(hit) as { id: string; outputs: Array<{ name: string; data: number[] }> };
+    assert.equal(doc.id, 'two', 'a hit carries its own request id');
+    assert.deepEqual(doc.outputs.find((o) => o.name === 'OUTPUT0')!.data, new Array(16).fill(6));
+    assert.deepEqual(doc.outputs.find((o) => o.name === 'OUTPUT1')!.data, new Array(16).fill(4));
+    const s = await stats('cached');
+    assert.equal(s.execution_count, 1, 'the hit never reached the scheduler');
+    assert.equal(s.inference_count, 1);
+    assert.equal(s.inference_stats['success']!.count, 2);
+    assert.equal(s.inference_stats['cache_hit']!.count, 1);
+    assert.ok(s.inference_stats['cache_hit']!.ns > 0);
+    assert.equal(s.inference_stats['cache_miss']!.count, 1);
+    assert.ok(s.inference_stats['cache_miss']!.ns > 0);
+    assert.equal(s.inference_stats['compute_infer']!.count, 1);
+
+    const g = await unary<{ modelStats: Array<{ inferenceStats: { cacheHit: { count: bigint }; cacheMiss: { count: bigint } } }> }>(
+      grpc.client,
+      'ModelStatistics',
+      { name: 'cached', version: '' },
+    );
+    assert.equal(Number(g.modelStats[0]!.inferenceStats.cacheHit.count), 1);
+    assert.equal(Number(g.modelStats[0]!.inferenceStats.cacheMiss.count), 1);
+  });
+
+  test('least recently used entries are evicted within the size', async () => {
+    const before = (await stats('cached')).execution_count;
+    await infer('cached', 7); // miss: {5, 7}
+    await infer('cached', 5); // hit, 5 is now the most recent
+    await infer('cached', 9); // miss: evicts 7 -> {5, 9}
+    await infer('cached', 5); // hit
+    await infer('cached', 7); // miss again
+    const s = await stats('cached');
+    assert.equal(s.execution_count - before, 3);
+    assert.equal(s.inference_stats['cache_hit']!.count, 3);
+    assert.equal(running.server.responseCache!.entryCount, 2);
+    assert.equal(running.server.responseCache!.counters.evictions, 2);
+  });
+
+  test('models without response_cache and requests of a sequence are never cached', async () => {
+    await infer('plain', 1);
+    await infer('plain', 1);
+    const p = await stats('plain');
+    assert.equal(p.execution_count, 2);
+    assert.equal(p.inference_stats['cache_hit']!.count, 0);
+    assert.equal(p.inference_stats['cache_miss']!.count, 0);
+
+    const before = await stats('cached');
+    const seq = { sequence_id: 42 };
+    for (let i = 0; i < 2; i++) {
+      await running.server.infer({
+        model: 'cached',
+        inputs: [int32Tensor('INPUT0', new Array(16).fill(5)), int32Tensor('INPUT1', new Array(16).fill(1))],
+        parameters: seq,
+      });
+    }
+    const after = await stats('cached');
+    assert.equal(after.execution_count - before.execution_count, 2);
+    assert.equal(after.inference_stats['cache_hit']!.count, before.inference_stats['cache_hit']!.count);
+  });
+
+  test('the in-process API hits the same cache; outputs are the cached bytes', async () => {
+    const r = await running.server.infer({
+      model: 'cached',
+      id: 'inproc',
+      inputs: [int32Tensor('INPUT0', new Array(16).fill(5)), int32Tensor('INPUT1', new Array(16).fill(1))],
+      outputs: [{ name: 'OUTPUT1' }],
+    });
+    assert.equal(r.outputs.length, 1);
+    assert.deepEqual([...typedView(r.outputs[0]!)], new Array(16).fill(4));
+  });
+
+  test('nv_cache_* metrics: per model for cached models only, and the cache-wide gauges', async () => {
+    const text = (await call(running.ports.metrics!, 'GET', '/metrics')).body.toString();
+    const labels = { model: 'cached', version: '1' };
+    const s = await stats('cached');
+    assert.equal(sample(text, 'nv_cache_num_hits_per_model', labels), s.inference_stats['cache_hit']!.count);
+    assert.equal(sample(text, 'nv_cache_num_misses_per_model', labels), s.inference_stats['cache_miss']!.count);
+    assert.ok(sample(text, 'nv_cache_hit_duration_per_model', labels)! >= 0);
+    assert.ok(sample(text, 'nv_cache_miss_duration_per_model', labels)! >= 0);
+    assert.throws(() => sample(text, 'nv_cache_num_hits_per_model', { model: 'plain', version: '1' }), /found 0/);
+    const c = running.server.responseCache!.counters;
+    assert.equal(sample(text, 'nv_cache_num_entries', {}), 2);
+    assert.equal(sample(text, 'nv_cache_num_evictions', {}), c.evictions);
+    assert.ok(c.evictions >= 2);
+    assert.equal(sample(text, 'nv_cache_num_hits', {}), c.hits);
+    assert.equal(sample(text, 'nv_cache_num_misses', {}), c.misses);
+    assert.equal(sample(text, 'nv_cache_num_lookups', {}), c.hits + c.misses);
+    const util = sample(text, 'nv_cache_util', {})!;
+    assert.ok(util > 0.5 && util <= 1, `utilization ${util}`);
+    assert.ok(sample(text, 'nv_cache_lookup_duration', {})! >= 0);
+    assert.ok(sample(text, 'nv_cache_insertion_duration', {})! >= 0);
+    // success counts hits, inference_count does not
+    assert.equal(sample(text, 'nv_inference_request_success', labels), s.inference_stats['success']!.count);
+    assert.equal(sample(text, 'nv_inference_count', labels), s.inference_count);
+  });
+});
