@@ -6,7 +6,8 @@
  * Sections: http (default scheduler vs naive), batching (dynamic batcher),
  * grpc (gRPC vs HTTP binary on the same server, and the h2load ceiling),
  * python (process boundary, TorchScript vs onnxruntime), loadtool (nereid perf's own ceiling),
- * javascript (a model.mjs identity against an ONNX identity, concurrency 1).
+ * javascript (a model.mjs identity against an ONNX identity, concurrency 1),
+ * stream (decoupled responses over gRPC and SSE), cache (response-cache hits vs the health endpoint).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -199,3 +200,5 @@ if (want('grpc')) await grpcVsHttpSection(models);
 if (want('python')) runScript('python.js');
 if (want('loadtool')) runScript('load-tool.js');
 if (want('javascript')) runScript('javascript.js');
+if (want('stream')) runScript('stream.js');
+if (want('cache')) runScript('cache.js');

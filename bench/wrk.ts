@@ -18,6 +18,8 @@ export interface WrkResult {
 export interface HttpBody {
   body: Buffer;
   headers: Record<string, string>;
+  /** Default POST. */
+  method?: string;
 }
 
 /** wrk's Lua strings take any bytes when written as decimal escapes. */
@@ -34,8 +36,8 @@ function script(req: HttpBody): string {
   const headers = Object.entries(req.headers)
     .map(([k, v]) => `wrk.headers[${JSON.stringify(k)}] = ${JSON.stringify(v)}`)
     .join('\n');
-  return `wrk.method = "POST"
-wrk.body = ${luaString(req.body)}
+  return `wrk.method = "${req.method ?? 'POST'}"
+wrk.body = ${req.body.byteLength > 0 ? luaString(req.body) : 'nil'}
 ${headers}
 function done(summary, latency, requests)
   local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
