@@ -5,10 +5,12 @@
  * `--cache-config local,size=<bytes>` (or the deprecated
  * `--response-cache-byte-size`).
  *
- * The key is a digest of what Triton hashes (model name, version, each
- * input by name with its bytes, inputs in name order) plus each input's
- * data type and shape and the requested outputs, so that two requests
- * whose bytes agree but whose tensors differ never share an entry.
+ * The key holds what Triton hashes (model name, version, each input by name
+ * with its bytes, inputs in name order) plus each input's data type and
+ * shape and the requested outputs, so that two requests whose bytes agree
+ * but whose tensors differ never share an entry. Small requests are keyed
+ * by those bytes themselves (no collisions at all), large ones by a
+ * SHA-256 digest (none in practice, unlike a 64-bit hash).
  */
 import { createHash } from 'node:crypto';
 import { Errors } from '../errors.js';
@@ -25,8 +27,8 @@ export interface CachedResponse {
 /** Bookkeeping bytes charged per entry and per tensor, beyond the tensor bytes and names. */
 const ENTRY_OVERHEAD_BYTES = 64;
 const TENSOR_OVERHEAD_BYTES = 32;
-/** A key is a base64 SHA-256 digest. */
-const KEY_BYTES = 44;
+/** The shortest key: a base64 SHA-256 digest or a short literal one. */
+const KEY_BYTES = 45;
 /** The smallest entry: one output of one byte with a one-letter name. */
 export const MIN_ENTRY_BYTES = ENTRY_OVERHEAD_BYTES + KEY_BYTES + TENSOR_OVERHEAD_BYTES + 1 + 4 + 8 + 1;
 
@@ -152,32 +154,45 @@ function copyResponse(response: CachedResponse): CachedResponse {
 }
 
 const SEPARATOR = Buffer.from([0]);
+/** Requests up to this many key bytes use the bytes themselves as the key; larger ones a SHA-256 digest. */
+const LITERAL_KEY_LIMIT = 1024;
 
-/** The cache key of a request: model, version, inputs in name order (name, type, shape, bytes), requested outputs. */
-export function cacheKey(
-  model: string,
-  version: number,
-  inputs: readonly Tensor[],
-  requestedOutputs: readonly string[],
-): string {
-  const h = createHash('sha256');
-  h.update(model);
-  h.update(SEPARATOR);
-  h.update(String(version));
-  h.update(SEPARATOR);
-  const ordered = inputs.length > 1 ? [...inputs].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) : inputs;
-  for (const t of ordered) {
-    h.update(t.name);
-    h.update(SEPARATOR);
-    h.update(t.datatype);
-    h.update(t.shape.join(','));
-    h.update(SEPARATOR);
-    h.update(String(t.data.byteLength));
-    h.update(SEPARATOR);
-    h.update(t.data);
+function byName(a: Tensor, b: Tensor): number {
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+}
+
+/**
+ * The cache key of a request: model, version, inputs in name order (name,
+ * type, shape, bytes), requested outputs. Small requests are keyed by those
+ * bytes verbatim (one copy, no hashing); larger ones by their SHA-256.
+ */
+export function cacheKey(model: string, version: number, inputs: readonly Tensor[], requestedOutputs: readonly string[]): string {
+  const ordered = inputs.length > 1 ? [...inputs].sort(byName) : inputs;
+  const head = `${model}\u0000${version}\u0000${requestedOutputs.join('\u0001')}\u0000`;
+  let size = Buffer.byteLength(head);
+  const meta = new Array<string>(ordered.length);
+  for (let i = 0; i < ordered.length; i++) {
+    const t = ordered[i]!;
+    meta[i] = `${t.name}\u0000${t.datatype}\u0000${t.shape.join(',')}\u0000${t.data.byteLength}\u0000`;
+    size += Buffer.byteLength(meta[i]!) + t.data.byteLength;
   }
-  h.update(requestedOutputs.join('\u0000'));
-  return h.digest('base64');
+  if (size <= LITERAL_KEY_LIMIT) {
+    const buf = Buffer.allocUnsafe(size);
+    let off = buf.write(head, 0);
+    for (let i = 0; i < ordered.length; i++) {
+      off += buf.write(meta[i]!, off);
+      buf.set(ordered[i]!.data, off);
+      off += ordered[i]!.data.byteLength;
+    }
+    return 'k' + buf.toString('latin1');
+  }
+  const h = createHash('sha256');
+  h.update(head);
+  for (let i = 0; i < ordered.length; i++) {
+    h.update(meta[i]!);
+    h.update(ordered[i]!.data);
+  }
+  return 'h' + h.digest('base64');
 }
 
 /**
