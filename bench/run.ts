@@ -7,7 +7,9 @@
  * grpc (gRPC vs HTTP binary on the same server, and the h2load ceiling),
  * python (process boundary, TorchScript vs onnxruntime), loadtool (nereid perf's own ceiling),
  * javascript (a model.mjs identity against an ONNX identity, concurrency 1),
- * stream (decoupled responses over gRPC and SSE), cache (response-cache hits vs the health endpoint).
+ * stream (decoupled responses over gRPC and SSE), cache (response-cache hits vs the health endpoint),
+ * shm (4 MiB input via system shared memory vs binary HTTP), sequence (64 live sequences of a
+ * stateful accumulator vs the same model under the dynamic batcher).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -202,3 +204,5 @@ if (want('loadtool')) runScript('load-tool.js');
 if (want('javascript')) runScript('javascript.js');
 if (want('stream')) runScript('stream.js');
 if (want('cache')) runScript('cache.js');
+if (want('shm')) runScript('shm.js');
+if (want('sequence')) runScript('sequence.js');

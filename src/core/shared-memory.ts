@@ -45,6 +45,9 @@ export interface SharedMemoryApi {
   unregister(kind: SharedMemoryKind, name?: string): void;
   /** Checks the bounds and holds the region until the lease is released. */
   acquire(name: string, offset: number, byteSize: number): SharedMemoryLease;
+  /** A buffer for an input of `size` bytes, and its return once the request no longer needs it. */
+  takeBuffer?(size: number): Buffer;
+  giveBuffer?(buffer: Buffer): void;
 }
 
 class Region {
@@ -78,10 +81,9 @@ export class SharedMemoryLease {
     return this.region.name;
   }
 
-  /** The window's bytes, copied out of the region. */
-  async read(): Promise<Buffer> {
+  /** The window's bytes, copied out of the region into `buffer` (byteSize long) or a new buffer. */
+  async read(buffer: Buffer = Buffer.allocUnsafe(this.byteSize)): Promise<Buffer> {
     const size = this.byteSize;
-    const buffer = Buffer.allocUnsafe(size);
     const position = this.region.offset + this.offset;
     let got: number;
     if (size <= SYNC_IO_LIMIT) {
@@ -151,8 +153,38 @@ export function shmObjectPath(key: string, root = '/dev/shm'): string | undefine
   return path.join(root, name);
 }
 
+/**
+ * Input buffers kept for reuse: a fresh multi-megabyte buffer costs more in
+ * page faults on first touch than the copy out of the region itself.
+ */
+class BufferPool {
+  private readonly free = new Map<number, Buffer[]>();
+  private bytes = 0;
+  constructor(private readonly maxBytes: number) {}
+
+  take(size: number): Buffer {
+    const list = this.free.get(size);
+    const b = list?.pop();
+    if (b) {
+      this.bytes -= size;
+      return b;
+    }
+    return Buffer.allocUnsafe(size);
+  }
+
+  give(b: Buffer): void {
+    if (b.byteLength < 4096 || this.bytes + b.byteLength > this.maxBytes) return;
+    let list = this.free.get(b.byteLength);
+    if (!list) this.free.set(b.byteLength, (list = []));
+    list.push(b);
+    this.bytes += b.byteLength;
+  }
+}
+
 export class SharedMemoryRegistry implements SharedMemoryApi {
   private readonly regions = new Map<string, Region>();
+  /** @internal Buffers for inputs read out of regions, returned when their request is done. */
+  readonly inputBuffers = new BufferPool(256 * 1024 * 1024);
 
   constructor(
     readonly allowed: boolean,
@@ -232,6 +264,14 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
     return new SharedMemoryLease(r, this, offset, byteSize);
   }
 
+  takeBuffer(size: number): Buffer {
+    return this.inputBuffers.take(size);
+  }
+
+  giveBuffer(buffer: Buffer): void {
+    this.inputBuffers.give(buffer);
+  }
+
   /** Unregisters everything (server shutdown). */
   close(): void {
     for (const r of [...this.regions.values()]) this.remove(r);
@@ -278,6 +318,7 @@ interface OutputTensor {
  */
 export class RequestSharedMemory {
   private readonly outputs = new Map<string, SharedMemoryLease>();
+  private readonly buffers: Buffer[] = [];
 
   constructor(private readonly api: SharedMemoryApi) {}
 
@@ -285,7 +326,9 @@ export class RequestSharedMemory {
   async readInput(ref: SharedMemoryRef): Promise<Buffer> {
     const lease = this.api.acquire(ref.region, ref.offset, ref.byteSize);
     try {
-      return await lease.read();
+      const buffer = this.api.takeBuffer?.(ref.byteSize);
+      if (buffer) this.buffers.push(buffer);
+      return await lease.read(buffer);
     } finally {
       lease.release();
     }
@@ -324,5 +367,8 @@ export class RequestSharedMemory {
   release(): void {
     for (const lease of this.outputs.values()) lease.release();
     this.outputs.clear();
+    // The request is answered: nothing reads its inputs any more.
+    for (const b of this.buffers) this.api.giveBuffer?.(b);
+    this.buffers.length = 0;
   }
 }

@@ -21,6 +21,7 @@ const f32 = (t: Tensor | undefined): number[] => (t ? [...new Float32Array(t.dat
 
 /** Runs a batch only when the test says so; OUTPUT = STATE_IN + INPUT, which is also the new state. */
 class SlowAccumulator implements BackendInstance {
+  constructor(readonly maxInFlight = 1) {}
   readonly batches: BackendRequest[][] = [];
   private readonly gates: Array<() => void> = [];
   private waiters: Array<() => void> = [];
@@ -85,8 +86,8 @@ class Harness {
   readonly outcomes: Outcome[] = [];
   private waiters: Array<() => void> = [];
 
-  constructor(seq: SeqInit, options: { instances?: number; maxBatchSize?: number; states?: StateSpec[] } = {}) {
-    this.backends = Array.from({ length: options.instances ?? 1 }, () => new SlowAccumulator());
+  constructor(seq: SeqInit, options: { instances?: number; maxBatchSize?: number; states?: StateSpec[]; maxInFlight?: number } = {}) {
+    this.backends = Array.from({ length: options.instances ?? 1 }, () => new SlowAccumulator(options.maxInFlight));
     const instances = this.backends.map((b, i) => new ModelInstance(`seq_${i}`, b));
     this.batcher = new SequenceBatcher('seq', instances, this.stats, {
       maxBatchSize: options.maxBatchSize ?? 2,
@@ -244,6 +245,24 @@ test('slots: sequences spread over instances and stay pinned to theirs', async (
   const seen = (backend: SlowAccumulator) => backend.batches.flat().map((r) => r.id);
   assert.deepEqual(seen(h.backends[0]!), ['a1', 'a2', 'a3']);
   assert.deepEqual(seen(h.backends[1]!), ['b1', 'b2']);
+});
+
+test('an instance that takes two executions gets a batch of other sequences behind the running one, never a second request of a running sequence', async () => {
+  const h = new Harness({ strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } }, { maxBatchSize: 2, maxInFlight: 2, states: [ACCUMULATOR_STATE] });
+  const b = h.backends[0]!;
+  h.send('a1', 1n, START, 1);
+  await b.untilBatches(1);
+  h.send('a2', 1n, 0, 10);
+  h.send('b1', 2n, START, 5);
+  await b.untilBatches(2);
+  assert.deepEqual(ids(b.batches[1]!), ['b1'], 'a2 waits for a1 (it needs the state a1 leaves)');
+  b.finishOne();
+  await b.untilBatches(3);
+  assert.deepEqual(ids(b.batches[2]!), ['a2']);
+  b.finishOne();
+  b.finishOne();
+  await h.untilOutcomes(3);
+  assert.equal(h.outcome('a2').output, 11);
 });
 
 test('oldest: a batch takes the sequences whose next request is oldest, up to max_batch_size', async () => {

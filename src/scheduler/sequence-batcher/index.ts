@@ -5,9 +5,11 @@
  * for max_sequence_idle_microseconds. When every slot is taken, new
  * sequences wait in a backlog, oldest first, for a slot to free up.
  *
- * Each instance runs one batch at a time, holding at most one request per
- * sequence, so the requests of a sequence run in order and each sees the
- * implicit state the one before it left.
+ * A batch holds at most one request per sequence, and a sequence's next
+ * request is not batched until the one before has finished, so the requests
+ * of a sequence run in order and each sees the implicit state the one
+ * before it left. An instance whose backend takes more than one execution
+ * gets a second batch (of other sequences) behind the running one.
  *
  * - direct: an instance has max(1, max_batch_size) slots; a batch takes the
  *   next request of every slot that has one (waiting up to
@@ -76,14 +78,17 @@ class Slot {
 /** One instance and its sequence slots. */
 class Lane {
   readonly slots: Slot[] = [];
-  busy = false;
-  executing = 0;
+  /** Batches handed to the instance and not finished. */
+  inFlight = 0;
+  /** One batch running and (when the backend takes more) one waiting behind it, as the dynamic batcher. */
+  readonly depth: number;
   timer: NodeJS.Timeout | undefined;
   constructor(
     readonly instance: ModelInstance,
     slotCount: number,
   ) {
     for (let i = 0; i < slotCount; i++) this.slots.push(new Slot(this, i));
+    this.depth = Math.min(2, instance.depth);
   }
 }
 
@@ -307,7 +312,7 @@ export class SequenceBatcher implements Scheduler {
 
   /** Forms and starts a batch on an idle lane, or waits for the queue delay. */
   private form(lane: Lane): void {
-    if (lane.busy) return;
+    if (lane.inFlight >= lane.depth) return;
     if (lane.timer) {
       clearTimeout(lane.timer);
       lane.timer = undefined;
@@ -318,6 +323,7 @@ export class SequenceBatcher implements Scheduler {
       const seq = slot.sequence;
       if (!seq) continue;
       active += 1;
+      if (seq.running) continue;
       if (seq.head() !== undefined) ready.push(seq);
       else if (seq.ended) this.release(seq); // its last requests were cancelled
     }
@@ -357,7 +363,7 @@ export class SequenceBatcher implements Scheduler {
     }
     this.pending -= steps.length;
     this.executing += steps.length;
-    lane.busy = true;
+    lane.inFlight += 1;
     lane.instance.busy = true;
     lane.instance.inFlight += 1;
     void executeBatch(lane.instance, steps, steps.length, this.stats, this.modelName).then(() => this.finished(lane, batch, steps.length));
@@ -388,7 +394,7 @@ export class SequenceBatcher implements Scheduler {
 
   private finished(lane: Lane, batch: readonly Sequence[], count: number): void {
     this.executing -= count;
-    lane.busy = false;
+    lane.inFlight -= 1;
     lane.instance.inFlight -= 1;
     lane.instance.busy = lane.instance.inFlight > 0;
     const now = process.hrtime.bigint();

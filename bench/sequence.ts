@@ -1,0 +1,140 @@
+/**
+ * `node dist/bench/sequence.js` (section `sequence` of bench/run.ts): a
+ * stateful accumulator (OUTPUT = STATE_OUT = STATE_IN + INPUT, FP32 [64])
+ * with 64 live sequences at concurrency 64 under the sequence batcher
+ * (oldest strategy, the state kept by the server), against the same ONNX
+ * model without sequences under the dynamic batcher (the client sends
+ * STATE_IN itself). One server, binary HTTP, alternating rounds.
+ *
+ * Environment: BENCH_SECONDS (per way, default 3).
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Pool } from 'undici';
+import { buildAccumulatorModel } from '../src/onnx/builder.js';
+import { startNereid } from './processes.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const SEQUENCES = 64;
+const SIZE = 64;
+const ROUNDS = 3;
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-seq-'));
+const onnx = buildAccumulatorModel('FP32', SIZE).toBytes();
+const io = `input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]`;
+const models: Record<string, string> = {
+  acc_sequence: `platform: "onnxruntime_onnx"
+max_batch_size: ${SEQUENCES}
+sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  oldest { max_candidate_sequences: ${SEQUENCES} }
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+}
+${io}
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+  acc_dynamic: `platform: "onnxruntime_onnx"
+max_batch_size: ${SEQUENCES}
+dynamic_batching { }
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] }, { name: "STATE_IN" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+};
+for (const [name, config] of Object.entries(models)) {
+  const dir = path.join(repo, name);
+  mkdirSync(path.join(dir, '1'), { recursive: true });
+  writeFileSync(path.join(dir, 'config.pbtxt'), config);
+  writeFileSync(path.join(dir, '1', 'model.onnx'), onnx);
+}
+
+const ones = Buffer.from(new Float32Array(SIZE).fill(1).buffer);
+const zeros = Buffer.alloc(SIZE * 4);
+
+function binaryRequest(header: object, ...tensors: Buffer[]): { body: Buffer; headers: Record<string, string> } {
+  const json = Buffer.from(JSON.stringify(header));
+  return {
+    body: Buffer.concat([json, ...tensors]),
+    headers: { 'Inference-Header-Content-Length': String(json.byteLength), 'Content-Type': 'application/octet-stream' },
+  };
+}
+
+const tensor = (name: string) => ({ name, datatype: 'FP32', shape: [1, SIZE], parameters: { binary_data_size: SIZE * 4 } });
+const outputs = [{ name: 'OUTPUT', parameters: { binary_data: true } }];
+const sequenceBody = (id: number, start: boolean, end = false) =>
+  binaryRequest({ parameters: { sequence_id: id, sequence_start: start, sequence_end: end }, inputs: [tensor('INPUT')], outputs }, ones);
+const dynamicBody = binaryRequest({ inputs: [tensor('INPUT'), tensor('STATE_IN')], outputs }, ones, zeros);
+
+const nereid = await startNereid(repo, []);
+const pool = new Pool(`http://127.0.0.1:${nereid.http}`, { connections: SEQUENCES });
+let errors = 0;
+try {
+  const post = async (model: string, r: { body: Buffer; headers: Record<string, string> }): Promise<Buffer> => {
+    const res = await pool.request({ method: 'POST', path: `/v2/models/${model}/infer`, body: r.body, headers: r.headers });
+    const chunks: Buffer[] = [];
+    for await (const c of res.body) chunks.push(c as Buffer);
+    if (res.statusCode !== 200) {
+      errors += 1;
+      if (errors === 1) process.stderr.write(`${model}: ${res.statusCode} ${Buffer.concat(chunks).toString()}\n`);
+    }
+    return Buffer.concat(chunks);
+  };
+
+  // The sequences accumulate: after a START and two more requests each element is 3.
+  for (const start of [true, false, false]) await post('acc_sequence', sequenceBody(1, start));
+  const check = await post('acc_sequence', sequenceBody(1, false, true));
+  if (check.readFloatLE(check.byteLength - 4) !== 4) throw new Error('the accumulator did not keep its state');
+
+  /** 64 workers, each its own sequence (START on its first request of the round, END after the time is up), for `seconds`. */
+  const round = async (sequences: boolean, seconds: number, base: number): Promise<number> => {
+    const end = Date.now() + seconds * 1000;
+    let done = 0;
+    await Promise.all(
+      Array.from({ length: SEQUENCES }, async (_, w) => {
+        const id = base + w;
+        const first = sequenceBody(id, true);
+        const next = sequenceBody(id, false);
+        let n = 0;
+        while (Date.now() < end) {
+          if (sequences) await post('acc_sequence', n === 0 ? first : next);
+          else await post('acc_dynamic', dynamicBody);
+          n += 1;
+        }
+        // Ending frees the slot for the next round's sequences.
+        if (sequences) {
+          await post('acc_sequence', sequenceBody(id, n === 0, true));
+          n += 1;
+        }
+        done += n;
+      }),
+    );
+    return done;
+  };
+
+  await round(true, 0.5, 1000);
+  await round(false, 0.5, 0);
+  const totals = { sequence: 0, dynamic: 0 };
+  for (let r = 0; r < ROUNDS; r++) {
+    totals.sequence += await round(true, SECONDS / ROUNDS, 10_000 * (r + 1));
+    totals.dynamic += await round(false, SECONDS / ROUNDS, 0);
+  }
+  const seqPerSec = totals.sequence / SECONDS;
+  const dynPerSec = totals.dynamic / SECONDS;
+  process.stdout.write(
+    `\nAccumulator FP32 [${SIZE}], ${SEQUENCES} live sequences at concurrency ${SEQUENCES}, binary HTTP, ${SECONDS}s per way (${ROUNDS} alternating rounds)\n`,
+  );
+  process.stdout.write(`${'scheduler'.padEnd(46)}  ${'infer/s'.padStart(10)}\n`);
+  process.stdout.write(`${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ${fmt(seqPerSec).padStart(10)}\n`);
+  process.stdout.write(`${'dynamic batcher (client sends the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}\n`);
+  process.stdout.write(`sequence / dynamic: ${fmt(seqPerSec / dynPerSec, 2)}x (bar: >= 0.8x); errors: ${errors}\n`);
+} finally {
+  await pool.close();
+  await nereid.proc.stop();
+  rmSync(repo, { recursive: true, force: true });
+}
