@@ -110,6 +110,10 @@ class TorchScriptRunner:
 
     def _map_inputs(self, config):
         inputs = [i["name"] for i in config.get("input", [])]
+        # A sequence model also takes its control inputs and implicit-state inputs, in that order.
+        seq = config.get("sequence_batching") or {}
+        inputs += [c["name"] for c in seq.get("control_input", []) if c.get("name")]
+        inputs += [s["input_name"] for s in seq.get("state", []) if s.get("input_name")]
         if not inputs:
             raise ValueError(
                 "model configuration must contain at least one input, none were specified."
@@ -145,7 +149,13 @@ class TorchScriptRunner:
         self.input_position = {n: i for i, n in enumerate(inputs)}
 
     def _map_outputs(self, config):
-        outputs = config.get("output", [])
+        outputs = list(config.get("output", []))
+        seq = config.get("sequence_batching") or {}
+        outputs += [
+            {"name": s["output_name"], "data_type": s.get("data_type", "")}
+            for s in seq.get("state", [])
+            if s.get("output_name")
+        ]
         names = [o["name"] for o in outputs]
         indexes = [_index_of(n) for n in names]
         if names and all(i is not None for i in indexes):

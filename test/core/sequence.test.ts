@@ -8,7 +8,9 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
 import { type ModelInferRequest, ModelInferRequestSchema, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
@@ -22,6 +24,29 @@ import { startHarness, type Harness } from '../frontends/grpc/helpers.js';
 import { call, json } from '../frontends/http/helpers.js';
 
 const noNumpy = missingPythonModule('numpy');
+const noTorch = missingPythonModule('torch');
+
+/** A scripted TorchScript accumulator whose forward() takes the control and state inputs by name. */
+const TORCH_ACCUMULATOR = `
+import sys, torch
+class Acc(torch.nn.Module):
+    def forward(self, INPUT, START, STATE_IN):
+        total = STATE_IN * (1.0 - START) + INPUT
+        return total, total
+torch.jit.script(Acc()).save(sys.argv[1])
+`;
+
+const TORCH_SEQUENCE = `name: "torch_acc"
+platform: "pytorch_libtorch"
+max_batch_size: 4
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] } ] } ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`;
 
 const CONTROL = (name: string, kind: string) => `{ name: "${name}" control [ { kind: ${kind} int32_false_true: [ 0, 1 ] } ] }`;
 const INT_IO = `input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -99,7 +124,20 @@ before(async () => {
     .config('accumulator', ACCUMULATOR)
     .file('accumulator', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes());
   if (!noNumpy) repo.config('probe', PROBE).file('probe', '1/model.py', readFileSync(`${fixtureDir('sequence_probe')}/model.py`));
-  server = new Server({ modelRepositories: [repo.dir], logger: silentLogger, backendConfig: { python: { 'python-executable': PYTHON } } });
+  if (!noTorch) {
+    repo.config('torch_acc', TORCH_SEQUENCE);
+    mkdirSync(path.join(repo.dir, 'torch_acc', '1'), { recursive: true });
+    // torch.jit.script reads the module's source, so the script runs from a file.
+    const script = path.join(repo.dir, 'make_torch_acc.py');
+    writeFileSync(script, TORCH_ACCUMULATOR);
+    execFileSync(PYTHON, [script, path.join(repo.dir, 'torch_acc', '1', 'model.pt')], { stdio: 'inherit' });
+    rmSync(script);
+  }
+  server = new Server({
+    modelRepositories: [repo.dir],
+    logger: silentLogger,
+    backendConfig: { python: { 'python-executable': PYTHON }, pytorch: { 'python-executable': PYTHON } },
+  });
   await server.start();
   http = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
   httpPort = (await http.start()).port;
@@ -319,5 +357,20 @@ describe('implicit state', () => {
     assert.deepEqual(await step(31, 5, {}), { OUTPUT: 9, FLAGS: 0, CORRID: '31', STARTED: 0 });
     assert.deepEqual(await step(31, 6, { sequence_end: true }), { OUTPUT: 15, FLAGS: 2, CORRID: '31', STARTED: 0 });
     assert.deepEqual(await step('order-9', 2, { sequence_start: true, sequence_end: true }), { OUTPUT: 2, FLAGS: 3, CORRID: 'order-9', STARTED: 1 });
+  });
+
+  test('a TorchScript model takes the START control and its state by argument name', { skip: noTorch }, async () => {
+    const step = async (id: number, values: number[], parameters: Record<string, unknown>) => {
+      const r = await call(httpPort, 'POST', '/v2/models/torch_acc/infer', {
+        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 2], data: values }] }),
+      });
+      const doc = json(r) as { outputs: Array<{ name: string; data: number[] }> };
+      assert.equal(r.status, 200, JSON.stringify(doc));
+      assert.deepEqual(doc.outputs.map((o) => o.name), ['OUTPUT']);
+      return doc.outputs[0]!.data;
+    };
+    assert.deepEqual(await step(3, [1, 2], { sequence_start: true }), [1, 2]);
+    assert.deepEqual(await step(3, [1, 2], {}), [2, 4]);
+    assert.deepEqual(await step(3, [0.5, 0.5], { sequence_end: true }), [2.5, 4.5]);
   });
 });

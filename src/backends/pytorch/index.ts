@@ -68,6 +68,8 @@ function joinInputs(model: string, requests: readonly BackendRequest[]): { metas
 
 export class PyTorchInstance implements BackendInstance {
   private readonly configOutputs: string[];
+  /** Config outputs, then the implicit-state outputs of a sequence model. */
+  private readonly knownOutputs: string[];
   private readonly batching: boolean;
 
   constructor(
@@ -75,6 +77,9 @@ export class PyTorchInstance implements BackendInstance {
     private readonly supervisor: StubSupervisor,
   ) {
     this.configOutputs = ctx.config.output.map((o) => o.name);
+    const scheduling = ctx.config.schedulingChoice;
+    this.knownOutputs =
+      scheduling.case === 'sequenceBatching' ? [...this.configOutputs, ...scheduling.value.state.map((s) => s.outputName)] : this.configOutputs;
     this.batching = ctx.config.maxBatchSize > 0;
   }
 
@@ -117,7 +122,7 @@ export class PyTorchInstance implements BackendInstance {
       if (r.requestedOutputs.length === 0) return this.configOutputs;
       for (const n of r.requestedOutputs) names.add(n);
     }
-    return this.configOutputs.filter((n) => names.has(n));
+    return this.knownOutputs.filter((n) => names.has(n));
   }
 
   private select(req: BackendRequest, outputs: Map<string, Tensor>): Tensor[] {
