@@ -331,3 +331,10 @@ test("Triton's errors: no START, no correlation id, batch size > 1, a correlatio
   assert.equal(h.stats.toJSON().inference_stats.fail.count, 5);
   assert.equal(h.backends[0]!.batches.length, 0, 'nothing reached the backend');
 });
+
+test('iterative_sequence is refused at load instead of being served as a plain sequence model', () => {
+  assert.throws(
+    () => new Harness({ iterativeSequence: true }),
+    (e: NereidError) => e.code === 'NRD_UNSUPPORTED' && /iterative_sequence is not supported/.test(e.message),
+  );
+});

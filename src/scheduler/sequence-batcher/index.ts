@@ -175,6 +175,15 @@ export class SequenceBatcher implements Scheduler {
     private readonly options: SequenceBatcherOptions,
   ) {
     const seq = options.batching;
+    if (seq.iterativeSequence) {
+      throw Errors.unsupported(`model '${modelName}': sequence_batching iterative_sequence is not supported by this version of Nereid`);
+    }
+    if (seq.strategyChoice.case === 'direct' && seq.strategyChoice.value.minimumSlotUtilization > 0) {
+      options.logger?.warn({ model: modelName }, 'sequence_batching direct.minimum_slot_utilization has no effect here: a batch waits only for max_queue_delay_microseconds');
+    }
+    if (seq.strategyChoice.case === 'oldest' && seq.strategyChoice.value.preserveOrdering) {
+      options.logger?.warn({ model: modelName }, 'sequence_batching oldest.preserve_ordering has no effect here: responses of different sequences complete as their batches do');
+    }
     const batching = options.maxBatchSize > 0;
     this.controls = new SequenceControls(seq, batching);
     this.states = options.states;
