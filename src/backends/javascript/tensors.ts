@@ -158,6 +158,25 @@ function encodeBytes(what: string, values: readonly unknown[]): Uint8Array {
 }
 
 /**
+ * BYTES elements that are still the consecutive, length-prefixed views of
+ * one shared buffer (a BYTES input passed on as it came): the region they
+ * span, which needs no encoding and no copy. Undefined otherwise.
+ */
+function sharedBytesRegion(elements: readonly unknown[]): Uint8Array | undefined {
+  const first = elements[0];
+  if (!(first instanceof Uint8Array) || !(first.buffer instanceof SharedArrayBuffer) || first.byteOffset < 4) return undefined;
+  const buffer = first.buffer;
+  const view = new DataView(buffer);
+  const start = first.byteOffset - 4;
+  let at = start;
+  for (const e of elements) {
+    if (!(e instanceof Uint8Array) || e.buffer !== buffer || e.byteOffset !== at + 4 || view.getUint32(at, true) !== e.byteLength) return undefined;
+    at += 4 + e.byteLength;
+  }
+  return new Uint8Array(buffer, start, at - start);
+}
+
+/**
  * Checks a tensor the model gave (an output or an infer() input) for
  * internal consistency: a known datatype, a shape of whole numbers, and data
  * of a fitting kind and size. `datatype` is the one expected when the tensor
@@ -185,6 +204,8 @@ export function stageTensor(kind: string, index: number, value: unknown, expecte
     if (data.length !== count) {
       throw new TensorError(`${label} has ${data.length} elements, but its shape ${shapeToString(shape)} holds ${count}`);
     }
+    const region = sharedBytesRegion(data);
+    if (region) return new StagedTensor(name, datatype, shape, region, 'shared');
     return new StagedTensor(name, datatype, shape, encodeBytes(label, data), 'owned');
   }
   let bytes: Uint8Array;

@@ -142,6 +142,7 @@ export default class Doubler {
 `;
     const tsConfig = (name: string) => `name: "${name}"
 backend: "javascript"
+${name === 'ts_esm' ? 'default_model_filename: "doubler.js"' : ''}
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
 output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
 `;
@@ -150,7 +151,7 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
       ['ts_cjs', ts.ModuleKind.CommonJS],
     ] as const) {
       const js = ts.transpileModule(tsSource, { compilerOptions: { module, target: ts.ScriptTarget.ES2022, strict: true } }).outputText;
-      jsModel(repo, name, tsConfig(name), js, 'model.js');
+      jsModel(repo, name, tsConfig(name), js, name === 'ts_esm' ? 'doubler.js' : 'model.js');
     }
     // auto_complete_config fills in what config.pbtxt leaves out.
     jsModel(
@@ -190,6 +191,8 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
         assert.equal(out.datatype, input.datatype);
         assert.deepEqual(out.shape, [3]);
         assert.deepEqual(Buffer.from(out.data), Buffer.from(input.data), `${model}: ${input.datatype} bytes`);
+        // Returned inputs cross back by reference to the batch's shared buffer; arrays the model made are copied.
+        assert.equal(out.data.buffer instanceof SharedArrayBuffer, model === 'all_types', `${model}: ${input.datatype} shared`);
       }
       const kinds = decodeBytesElements(byName.get('KINDS')!.data).map((e) => Buffer.from(e).toString());
       assert.deepEqual(
@@ -350,7 +353,7 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
     for (const e of index.filter((x) => ['all_types', 'batcher', 'bls', 'faulty', 'simple'].includes(x.name))) assert.equal(e.state, 'READY', e.name);
   });
 
-  test('compiled TypeScript in model.js serves, as an ES module and as CommonJS', async () => {
+  test('compiled TypeScript serves, as an ES module (named by default_model_filename) and as CommonJS in model.js', async () => {
     for (const model of ['ts_esm', 'ts_cjs']) {
       const r = await server.infer({ model, inputs: [{ ...int32Tensor('X', [4, -5]), shape: [2] }] });
       assert.deepEqual(values(r.outputs[0]!), [8, -10], model);

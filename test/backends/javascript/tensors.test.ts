@@ -29,6 +29,24 @@ test('stageTensor accepts typed arrays of the datatype, raw bytes, plain arrays 
   assert.equal(stageTensor('output', 0, { name: 'A', shape: [1], data: new Int32Array(1) }, 'INT32').datatype, 'INT32');
 });
 
+test('BYTES elements passed on as they came stay in their shared buffer; any other arrangement is encoded', () => {
+  const sab = new SharedArrayBuffer(32);
+  const bytes = new Uint8Array(sab);
+  bytes.set([2, 0, 0, 0, 104, 105, 0, 0, 0, 0, 1, 0, 0, 0, 33], 8);
+  const a = new Uint8Array(sab, 12, 2);
+  const empty = new Uint8Array(sab, 18, 0);
+  const b = new Uint8Array(sab, 22, 1);
+  const passed = stageTensor('output', 0, { name: 'S', datatype: 'BYTES', shape: [3], data: [a, empty, b] });
+  assert.equal(passed.kind, 'shared');
+  assert.equal(passed.bytes.buffer, sab);
+  assert.deepEqual([passed.bytes.byteOffset, passed.bytes.byteLength], [8, 15]);
+  // Reordered, or a view whose prefix is not its length: encoded afresh.
+  assert.equal(stageTensor('output', 0, { name: 'S', datatype: 'BYTES', shape: [2], data: [b, a] }).kind, 'owned');
+  const sub = stageTensor('output', 0, { name: 'S', datatype: 'BYTES', shape: [1], data: [a.subarray(1)] });
+  assert.equal(sub.kind, 'owned');
+  assert.deepEqual([...sub.bytes], [1, 0, 0, 0, 105]);
+});
+
 test('stageTensor names the tensor and what is wrong with it', () => {
   const cases: [unknown, RegExp][] = [
     [null, /^output 3 is null, not a \{ name, datatype, shape, data \} object$/],
