@@ -4,13 +4,16 @@
  * as model.mjs (javascript backend) and as an ONNX graph (onnxruntime), with
  * the same config; wrk drives each at concurrency 1 with the same binary
  * body, alternating between the two for BENCH_ROUNDS rounds. The bar: the
- * JavaScript model's p50 within 60 µs of the ONNX model's.
+ * JavaScript model's p50 within 60 µs of the ONNX model's. Then the same
+ * two models in-process (Server.infer() in a loop, no HTTP), which shows
+ * the backends' own round trip.
  *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
  * BENCH_CONCURRENCY (default 1).
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { Server } from '../src/core/server.js';
 import { buildIdentityModel } from '../src/onnx/builder.js';
 import { binaryBody } from './bodies.js';
 import { benchModelsDir } from './models.js';
@@ -120,3 +123,41 @@ table(
   rows,
 );
 process.stdout.write(`bar: JavaScript p50 within ${BAR_US} µs of ONNX: ${delta <= BAR_US ? 'met' : 'MISSED'} (median Δp50 ${fmt(delta)} µs)\n`);
+
+/** Sequential in-process calls for `seconds`: p50 and p99 in µs. */
+async function inProcess(server: Server, model: string, seconds: number): Promise<{ p50: number; p99: number; perSec: number }> {
+  const data = new Uint8Array(new Float32Array(SIZE).fill(0.5).buffer);
+  const request = { model, inputs: [{ name: 'INPUT0', datatype: 'FP32' as const, shape: [1, SIZE], data }] };
+  for (let i = 0; i < 200; i++) await server.infer(request);
+  const samples: number[] = [];
+  const end = performance.now() + seconds * 1000;
+  while (performance.now() < end) {
+    const t = performance.now();
+    await server.infer(request);
+    samples.push((performance.now() - t) * 1000);
+  }
+  samples.sort((a, b) => a - b);
+  const pct = (p: number) => samples[Math.min(samples.length - 1, Math.floor(p * samples.length))]!;
+  return { p50: pct(0.5), p99: pct(0.99), perSec: samples.length / seconds };
+}
+
+const server = new Server({ modelRepositories: [repository] });
+await server.start();
+const inRows: string[][] = [];
+try {
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = round % 2 === 0 ? ['identity_onnx', 'identity_js'] : ['identity_js', 'identity_onnx'];
+    const got = new Map<string, { p50: number; p99: number; perSec: number }>();
+    for (const m of order) got.set(m, await inProcess(server, m, Math.min(SECONDS, 2)));
+    const o = got.get('identity_onnx')!;
+    const j = got.get('identity_js')!;
+    inRows.push([String(round + 1), fmt(o.perSec), fmt(o.p50, 1), fmt(o.p99, 1), fmt(j.perSec), fmt(j.p50, 1), fmt(j.p99, 1), fmt(j.p50 - o.p50, 1)]);
+  }
+} finally {
+  await server.stop();
+}
+table(
+  `the same models in-process: Server.infer() one call at a time, ${Math.min(SECONDS, 2)}s per point`,
+  ['round', 'onnx/s', 'p50us', 'p99us', 'js/s', 'p50us', 'p99us', 'Δp50us'],
+  inRows,
+);
