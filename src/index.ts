@@ -6,3 +6,13 @@ export type { Tensor } from './tensor/tensor.js';
 export { makeTensor, typedView, bytesOf, encodeBytesElements, decodeBytesElements } from './tensor/tensor.js';
 export type { Datatype } from './tensor/datatype.js';
 export { NereidError, Errors } from './errors.js';
+export type {
+  JavaScriptModel,
+  JavaScriptModelArgs,
+  JavaScriptRequest,
+  JavaScriptResponse,
+  JavaScriptTensor,
+  JavaScriptOutputTensor,
+  JavaScriptInferCall,
+  JavaScriptInferResult,
+} from './backends/javascript/model-api.js';

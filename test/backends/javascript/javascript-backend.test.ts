@@ -4,7 +4,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
@@ -146,13 +146,11 @@ ${name === 'ts_esm' ? 'default_model_filename: "doubler.js"' : ''}
 input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
 output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
 `;
-    for (const [name, module] of [
-      ['ts_esm', ts.ModuleKind.ESNext],
-      ['ts_cjs', ts.ModuleKind.CommonJS],
-    ] as const) {
-      const js = ts.transpileModule(tsSource, { compilerOptions: { module, target: ts.ScriptTarget.ES2022, strict: true } }).outputText;
-      jsModel(repo, name, tsConfig(name), js, name === 'ts_esm' ? 'doubler.js' : 'model.js');
-    }
+    // Compiled with the project (typed against Nereid's model types), as an ES module.
+    jsModel(repo, 'ts_esm', tsConfig('ts_esm'), readFileSync(new URL('./ts-model/doubler.js', import.meta.url), 'utf8'), 'doubler.js');
+    // Compiled to CommonJS (exports.default).
+    const cjs = ts.transpileModule(tsSource, { compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, strict: true } }).outputText;
+    jsModel(repo, 'ts_cjs', tsConfig('ts_cjs'), cjs, 'model.js');
     // auto_complete_config fills in what config.pbtxt leaves out.
     jsModel(
       repo,
@@ -376,7 +374,6 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
     await server.unloadModel('finalizer');
     const marker = path.join(markerDir, 'finalized');
     assert.ok(existsSync(marker));
-    const { readFileSync } = await import('node:fs');
     assert.equal(readFileSync(marker, 'utf8'), 'finalizer 1 finalizer_0');
   });
 });
