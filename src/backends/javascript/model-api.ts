@@ -27,6 +27,10 @@ export interface JavaScriptRequest {
   readonly parameters: Readonly<Record<string, ParameterValue>>;
   /** First dimension of the inputs when the model batches, otherwise 1. */
   readonly batchSize: number;
+  /** The sequence's correlation id (0n or '' outside a sequence). */
+  readonly correlationId: bigint | string;
+  /** Bit 1: the sequence starts with this request, bit 2: it ends with it. */
+  readonly flags: number;
 }
 
 export type JavaScriptResponse =

@@ -198,7 +198,15 @@ export class ModelWorker implements SupervisedWorker {
         inputs[k] = { n: t.name, d: t.datatype, s: t.shape, b: sab, o: at, l: t.data.byteLength };
         at += align8(t.data.byteLength);
       }
-      out[i] = { id: r.id, inputs, requestedOutputs: r.requestedOutputs, parameters: r.parameters, batchSize: r.batchSize };
+      out[i] = {
+        id: r.id,
+        inputs,
+        requestedOutputs: r.requestedOutputs,
+        parameters: r.parameters,
+        batchSize: r.batchSize,
+        correlationId: r.correlationId,
+        flags: r.flags,
+      };
     }
     return out;
   }

@@ -68,6 +68,8 @@ export interface WireRequest {
   readonly requestedOutputs: readonly string[];
   readonly parameters: Readonly<Record<string, ParameterValue>>;
   readonly batchSize: number;
+  readonly correlationId: bigint | string;
+  readonly flags: number;
 }
 
 /** main -> worker: run execute() on a batch. */

@@ -189,7 +189,15 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
     const r = wire[i]!;
     const inputs = new Array<ModelTensor>(r.inputs.length);
     for (let k = 0; k < r.inputs.length; k++) inputs[k] = toModelTensor(r.inputs[k]!);
-    requests[i] = { id: r.id, inputs, requestedOutputs: r.requestedOutputs, parameters: r.parameters, batchSize: r.batchSize };
+    requests[i] = {
+      id: r.id,
+      inputs,
+      requestedOutputs: r.requestedOutputs,
+      parameters: r.parameters,
+      batchSize: r.batchSize,
+      correlationId: r.correlationId,
+      flags: r.flags,
+    };
   }
   const start = nowNs();
   let result: unknown;

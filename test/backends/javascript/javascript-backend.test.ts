@@ -168,6 +168,36 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
 }
 `,
     );
+    // A sequence model: a running sum per correlation id, reset by the START control input.
+    jsModel(
+      repo,
+      'running_sum',
+      `name: "running_sum"
+backend: "javascript"
+max_batch_size: 4
+sequence_batching {
+  control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`,
+      `export default class {
+  sums = new Map();
+  execute(requests) {
+    return requests.map((r) => {
+      const value = r.inputs.find((t) => t.name === 'INPUT').data[0];
+      const start = r.inputs.find((t) => t.name === 'START').data[0] === 1;
+      if (start !== ((r.flags & 1) === 1)) return { error: 'START and flags disagree' };
+      const key = String(r.correlationId);
+      const sum = (start ? 0 : this.sums.get(key) ?? 0) + value;
+      if (r.flags & 2) this.sums.delete(key);
+      else this.sums.set(key, sum);
+      return { outputs: [{ name: 'OUTPUT', shape: [1, 1], data: [sum] }] };
+    });
+  }
+}
+`,
+    );
     server = new Server({ modelRepositories: [repo.dir], modelControlMode: 'explicit', loadModels: ['*'], exitOnError: false });
     await server.start();
   });
@@ -230,6 +260,22 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
     const missing = await server.infer({ model: 'bls_missing', inputs: [int32Tensor('A', a), int32Tensor('B', b)] }).catch((e: unknown) => e);
     assert.ok(missing instanceof NereidError);
     assert.match(missing.message, /BLS failed: Request for unknown model: 'no_such_model' is not found \[NRD_MODEL_NOT_FOUND\]/);
+  });
+
+  test('a sequence model sees each request\'s correlation id, flags and control inputs', async () => {
+    const step = async (id: number | string, value: number, start = false, end = false) => {
+      const parameters: Record<string, string | number | boolean> = { sequence_id: id };
+      if (start) parameters.sequence_start = true;
+      if (end) parameters.sequence_end = true;
+      const r = await server.infer({ model: 'running_sum', inputs: [int32Tensor('INPUT', [value])], parameters });
+      return values(r.outputs[0]!)[0];
+    };
+    assert.equal(await step(7, 1, true), 1);
+    assert.equal(await step('abc', 10, true), 10);
+    assert.equal(await step(7, 2), 3);
+    assert.equal(await step('abc', 20), 30);
+    assert.equal(await step(7, 3, false, true), 6);
+    assert.equal(await step(7, 5, true), 5, 'a new sequence under the same id starts from zero');
   });
 
   test('initialize() may call args.infer too', async () => {

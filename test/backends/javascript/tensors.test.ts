@@ -8,7 +8,7 @@ import { OutputChecker } from '../../../src/backends/javascript/outputs.js';
 import type { WireRequest } from '../../../src/backends/javascript/protocol.js';
 import { TensorError, packStaged, stageTensor, toModelTensor } from '../../../src/backends/javascript/tensors.js';
 
-const request = (batchSize: number, requestedOutputs: string[]): WireRequest => ({ id: 'r', inputs: [], requestedOutputs, parameters: {}, batchSize });
+const request = (batchSize: number, requestedOutputs: string[]): WireRequest => ({ id: 'r', inputs: [], requestedOutputs, parameters: {}, batchSize, correlationId: 0n, flags: 0 });
 
 test('stageTensor accepts typed arrays of the datatype, raw bytes, plain arrays and BYTES elements', () => {
   const f = stageTensor('output', 0, { name: 'A', datatype: 'FP32', shape: [2], data: new Float32Array([1, 2]) });
