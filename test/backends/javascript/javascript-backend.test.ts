@@ -4,7 +4,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import ts from 'typescript';
@@ -168,6 +168,42 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
 }
 `,
     );
+    // An ensemble whose first step is a JavaScript model and whose second is the ONNX "simple".
+    jsModel(
+      repo,
+      'doubler16',
+      `name: "doubler16"
+backend: "javascript"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 16 ] } ]
+dynamic_batching { }
+`,
+      `export default class {
+  execute(requests) { return requests.map((r) => ({ outputs: [{ name: 'Y', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => 2 * v) }] })); }
+}
+`,
+    );
+    repo.config(
+      'triple',
+      `name: "triple"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "TRIPLED" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "doubler16" model_version: -1 input_map { key: "X" value: "A" } output_map { key: "Y" value: "doubled" } },
+    {
+      model_name: "simple" model_version: -1
+      input_map { key: "INPUT0" value: "doubled" } input_map { key: "INPUT1" value: "A" }
+      output_map { key: "OUTPUT0" value: "TRIPLED" }
+    }
+  ]
+}
+`,
+    );
+    mkdirSync(path.join(repo.dir, 'triple', '1'), { recursive: true });
     // A sequence model: a running sum per correlation id, reset by the START control input.
     jsModel(
       repo,
@@ -276,6 +312,13 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
     assert.equal(await step('abc', 20), 30);
     assert.equal(await step(7, 3, false, true), 6);
     assert.equal(await step(7, 5, true), 5, 'a new sequence under the same id starts from zero');
+  });
+
+  test('a JavaScript model serves as an ensemble step next to an ONNX one', async () => {
+    const a = Array.from({ length: 16 }, (_, i) => i - 4);
+    const r = await server.infer({ model: 'triple', inputs: [int32Tensor('A', a)] });
+    assert.deepEqual(r.outputs.map((o) => o.name), ['TRIPLED']);
+    assert.deepEqual(values(r.outputs[0]!), a.map((x) => 3 * x));
   });
 
   test('initialize() may call args.infer too', async () => {
