@@ -4,6 +4,7 @@
  * stack names ("at 1/model.mjs:12:5", relative to the model folder).
  */
 import { spawnSync } from 'node:child_process';
+import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -50,15 +51,58 @@ export function describeError(err: unknown, modelDir: string): string {
   return where ? `${head} (at ${where})` : head;
 }
 
-/**
- * Node does not put the location of a syntax error in an ES module into the
- * error it throws from import(); its syntax check prints it. Runs only after
- * an import failed. Returns "1/model.mjs:5" or undefined.
- */
-export function syntaxErrorLocation(file: string, modelDir: string): string | undefined {
+/** Most files of the model folder checked for the syntax error of a failed import. */
+const MAX_FILES_CHECKED = 50;
+
+/** A syntax error's location as Node's syntax check prints it, or undefined when the file parses. */
+function checkSyntax(file: string, modelDir: string): string | undefined {
   const r = spawnSync(process.execPath, ['--check', file], { encoding: 'utf8', timeout: 10_000 });
   if (r.status === 0 || typeof r.stderr !== 'string') return undefined;
   return locationIn(r.stderr, modelDir);
+}
+
+/** Script files under `dir` (not in node_modules), the model file's own folder first. */
+function scriptFiles(dir: string, limit: number): string[] {
+  const out: string[] = [];
+  const walk = (d: string): void => {
+    let entries;
+    try {
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return;
+    }
+    for (const e of entries) {
+      if (out.length >= limit) return;
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) {
+        if (e.name !== 'node_modules' && !e.name.startsWith('.')) walk(p);
+      } else if (/\.(m|c)?js$/.test(e.name)) out.push(p);
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+/**
+ * Node does not put the location of a syntax error in an ES module into the
+ * error it throws from import() (nor the file, when it is a module the model
+ * imports); its syntax check prints both. Runs only after an import failed:
+ * the model file first, then the other script files of the model folder.
+ * Returns "1/model.mjs:5" or undefined.
+ */
+export function syntaxErrorLocation(file: string, modelDir: string): string | undefined {
+  const own = checkSyntax(file, modelDir);
+  if (own) return own;
+  const others = [...scriptFiles(path.dirname(file), MAX_FILES_CHECKED), ...scriptFiles(modelDir, MAX_FILES_CHECKED)];
+  const seen = new Set([file]);
+  for (const f of others) {
+    if (seen.has(f)) continue;
+    seen.add(f);
+    if (seen.size > MAX_FILES_CHECKED) break;
+    const where = checkSyntax(f, modelDir);
+    if (where) return where;
+  }
+  return undefined;
 }
 
 /** Why a model file could not be imported: the module error and where it is. */

@@ -83,6 +83,8 @@ describe('javascript backend in a real server', () => {
     jsModel(repo, 'faulty', FAULTY_CONFIG, FAULTY_MODEL);
     // Broken ones: the server serves everything else.
     jsModel(repo, 'syntax_error', 'backend: "javascript"\n', 'export default class {\n  async execute(r) {\n    return r }\n  }\n}\n');
+    jsModel(repo, 'helper_syntax_error', 'backend: "javascript"\n', 'import { helper } from "./lib/helper.mjs";\nexport default class { execute() { return helper(); } }\n');
+    repo.file('helper_syntax_error', '1/lib/helper.mjs', 'export function helper() {\n  return [;\n}\n');
     jsModel(repo, 'top_level_throw', 'backend: "javascript"\n', 'const weights = null;\nthrow new Error(`weights missing: ${weights}`);\n');
     jsModel(repo, 'init_throws', 'backend: "javascript"\n', 'export default class {\n  async initialize() {\n    throw new Error("no weights");\n  }\n  execute() { return []; }\n}\n');
     jsModel(repo, 'no_default', 'backend: "javascript"\n', 'export const x = 1;\n');
@@ -431,6 +433,7 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
       return e?.reason ?? '';
     };
     assert.match(reason('syntax_error'), /cannot import 1\/model\.mjs: SyntaxError: Unexpected token '}' \(at 1\/model\.mjs:5\)/);
+    assert.match(reason('helper_syntax_error'), /cannot import 1\/model\.mjs: SyntaxError: Unexpected token ';' \(at 1\/lib\/helper\.mjs:2\)/);
     assert.match(reason('top_level_throw'), /cannot import 1\/model\.mjs: Error: weights missing: null \(at 1\/model\.mjs:2:7\)/);
     assert.match(reason('init_throws'), /initialize\(\) failed: Error: no weights \(at 1\/model\.mjs:3:11\)/);
     assert.match(reason('no_default'), /1\/model\.mjs has no default export/);
