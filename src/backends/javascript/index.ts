@@ -155,7 +155,15 @@ class JavaScriptModel implements BackendModel {
       spinMicros: this.settings.spinMicros,
     };
     const supervisor = new Supervisor<ModelWorker>(
-      () => ModelWorker.start({ init, label, server: ctx.server, logger, initializeTimeoutMs: this.settings.initializeTimeoutMs }),
+      () =>
+        ModelWorker.start({
+          init,
+          label,
+          server: ctx.server,
+          logger,
+          initializeTimeoutMs: this.settings.initializeTimeoutMs,
+          maxHeapMb: this.settings.maxHeapMb,
+        }),
       logger,
       label,
       'worker thread',

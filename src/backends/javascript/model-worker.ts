@@ -38,6 +38,8 @@ export interface ModelWorkerOptions {
   readonly server: InferenceCaller;
   readonly logger: Logger;
   readonly initializeTimeoutMs: number;
+  /** The thread's heap limit (MB); 0: Node's default. */
+  readonly maxHeapMb: number;
 }
 
 export interface ExitInfo {
@@ -119,7 +121,12 @@ export class ModelWorker implements SupervisedWorker {
 
   private constructor(private readonly opts: ModelWorkerOptions) {
     // The model's console output goes to the server's log, line by line.
-    this.worker = new Worker(WORKER_URL, { workerData: opts.init, stdout: true, stderr: true });
+    this.worker = new Worker(WORKER_URL, {
+      workerData: opts.init,
+      stdout: true,
+      stderr: true,
+      resourceLimits: opts.maxHeapMb > 0 ? { maxOldGenerationSizeMb: opts.maxHeapMb } : undefined,
+    });
     this.pid = this.worker.threadId;
     pipeLines(this.worker.stdout, (line) => opts.logger.info({ stream: 'stdout' }, line));
     pipeLines(this.worker.stderr, (line) => opts.logger.warn({ stream: 'stderr' }, line));

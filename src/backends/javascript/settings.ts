@@ -18,6 +18,8 @@ export interface JavaScriptSettings {
   readonly executeTimeoutMs: number;
   readonly initializeTimeoutMs: number;
   readonly spinMicros: number;
+  /** Heap limit of each worker thread (MB); 0: Node's default. A thread that runs out of it dies and is restarted. */
+  readonly maxHeapMb: number;
 }
 
 function intSetting(
@@ -47,5 +49,6 @@ export function readSettings(
     executeTimeoutMs: intSetting(modelName, config, backendConfig, 'execute_timeout_ms', DEFAULT_EXECUTE_TIMEOUT_MS, 1, 86_400_000),
     initializeTimeoutMs: intSetting(modelName, config, backendConfig, 'initialize_timeout_ms', DEFAULT_INITIALIZE_TIMEOUT_MS, 1, 86_400_000),
     spinMicros: intSetting(modelName, config, backendConfig, 'spin_wait_microseconds', DEFAULT_SPIN_WAIT_MICROS, 0, 1_000_000),
+    maxHeapMb: intSetting(modelName, config, backendConfig, 'max_heap_mb', 0, 0, 1_048_576),
   };
 }

@@ -127,6 +127,7 @@ max_batch_size: 0
 input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 parameters: { key: "execute_timeout_ms" value: { string_value: "300" } }
+parameters: { key: "max_heap_mb" value: { string_value: "48" } }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
@@ -146,6 +147,7 @@ export const Mode = {
   throwsInTimer: 12,
   notAnArray: 13,
   slowOk: 14,
+  outOfMemory: 15,
 } as const;
 
 // Line numbers matter: the tests look for "1/model.mjs:<line>" of the throws.
@@ -169,6 +171,7 @@ export const FAULTY_MODEL = `export default class {
       case 12: setTimeout(() => { throw new RangeError('timer went off'); }, 20); return new Promise(() => {});
       case 13: return { outputs: [] };
       case 14: await new Promise((r) => setTimeout(r, 50)); return ok;
+      case 15: { const hoard = []; for (;;) hoard.push(new Array(1 << 16).fill(mode)); }
     }
   }
 }

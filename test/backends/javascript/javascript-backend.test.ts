@@ -375,12 +375,13 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
     assert.equal(stats.inference_stats.fail.count, cases.length);
   });
 
-  test('a worker that exits or throws from a timer fails the requests it held, restarts, and the model serves again', async () => {
+  test('a worker that exits, throws from a timer or runs out of memory fails the requests it held, restarts, and the model serves again', async () => {
     const restartsBefore = () => server.readyVersions().find((v) => v.modelName === 'faulty')!.restartCount;
     const start = restartsBefore();
     for (const [m, expected] of [
       [Mode.exits, /the worker thread exited with code 3/],
       [Mode.throwsInTimer, /the worker thread failed: RangeError: timer went off \(at 1\/model\.mjs:18:\d+\)/],
+      [Mode.outOfMemory, /the worker thread failed: .*JS heap out of memory/],
     ] as const) {
       // The second request waits inside the worker behind the first: it is in flight too.
       const crashing = server.infer({ model: 'faulty', inputs: [mode(m)] });
@@ -397,7 +398,7 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
       const after = await server.infer({ model: 'faulty', inputs: [mode(Mode.ok)] });
       assert.deepEqual(values(after.outputs[0]!), [42]);
     }
-    assert.equal(restartsBefore() - start, 2);
+    assert.equal(restartsBefore() - start, 3);
     const entry = (await server.repositoryIndex()).find((e) => e.name === 'faulty');
     assert.equal(entry?.state, 'READY');
     assert.match(entry?.reason ?? '', /restarted \d+ times?/);
