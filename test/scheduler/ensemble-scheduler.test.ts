@@ -390,3 +390,93 @@ ensemble_scheduling {
   assert.equal(stats(server, 'gate').execution_count, 3);
   assert.equal(stats(server, 'gated').inference_stats.success.count, 1);
 });
+
+test('optional ensemble inputs reach the steps only when given', { skip: noNumpy }, async (t) => {
+  const repo = new TempRepository();
+  repo.file('echo', '1/model.py', readFileSync(path.join(fixtureDir('identity'), 'model.py')));
+  repo.config(
+    'echo',
+    `name: "echo"
+backend: "python"
+max_batch_size: 8
+input [ ${INT16('INPUT0')}, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]
+output [ ${INT16('OUTPUT0')}, ${INT16('OUTPUT1')} ]
+`,
+  );
+  ensemble(
+    repo,
+    'maybe',
+    `name: "maybe"
+platform: "ensemble"
+max_batch_size: 8
+input [ ${INT16('A')}, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]
+output [ ${INT16('OUT')} ]
+ensemble_scheduling {
+  step [
+    { model_name: "echo" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ] output_map { key: "OUTPUT0" value: "OUT" } }
+  ]
+}
+`,
+  );
+  ensemble(
+    repo,
+    'both',
+    `name: "both"
+platform: "ensemble"
+max_batch_size: 8
+input [ ${INT16('A')}, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] optional: true } ]
+output [ ${INT16('OUT_A')}, ${INT16('OUT_B')} ]
+ensemble_scheduling {
+  step [
+    { model_name: "echo" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ]
+      output_map [ { key: "OUTPUT0" value: "OUT_A" }, { key: "OUTPUT1" value: "OUT_B" } ] }
+  ]
+}
+`,
+  );
+  t.after(() => repo.cleanup());
+  const server = await startServer(repo);
+  t.after(() => server.stop());
+  const given = await server.infer({ model: 'both', inputs: [int32Tensor('A', A), int32Tensor('B', B)] });
+  assert.deepEqual(given.outputs.map(ints), [A, B], 'B reached the step');
+  const without = await server.infer({ model: 'maybe', inputs: [int32Tensor('A', A)] });
+  assert.deepEqual(ints(without.outputs[0]!), A);
+  const withB = await server.infer({ model: 'maybe', inputs: [int32Tensor('A', A), int32Tensor('B', B)] });
+  assert.deepEqual(ints(withB.outputs[0]!), A);
+  await assert.rejects(
+    server.infer({ model: 'maybe', inputs: [int32Tensor('B', B)] }),
+    (err: unknown) => err instanceof NereidError && /missing required input\(s\) \['A'\]/.test(err.message) && /'maybe'/.test(err.message),
+  );
+});
+
+test("an ensemble's own max_batch_size and dims: a non-batching ensemble over a batching step, and the batch limit", async (t) => {
+  const repo = new TempRepository().addSub('simple');
+  ensemble(
+    repo,
+    'flat',
+    `name: "flat"
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ -1, 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ] output_map { key: "OUTPUT0" value: "SUM" } }
+  ]
+}
+`,
+  );
+  ensemble(repo, 'chain', CHAIN);
+  t.after(() => repo.cleanup());
+  const server = await startServer(repo);
+  t.after(() => server.stop());
+  assert.deepEqual(server.modelMetadata('flat').inputs[0]!.shape, [-1, 16]);
+  const r = await server.infer({ model: 'flat', inputs: [int32Tensor('A', [...A, ...A], 2), int32Tensor('B', [...B, ...B], 2)] });
+  assert.deepEqual(r.outputs[0]!.shape, [2, 16]);
+  assert.deepEqual(ints(r.outputs[0]!), [...A, ...A].map((x) => x + 3));
+  const nine = (name: string) => int32Tensor(name, Array(9).fill(A).flat(), 9);
+  await assert.rejects(
+    server.infer({ model: 'chain', inputs: [nine('A'), nine('B')] }),
+    (err: unknown) => err instanceof NereidError && /batch-size must be <= 8 for 'chain'/.test(err.message),
+  );
+});
