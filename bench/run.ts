@@ -9,7 +9,8 @@
  * javascript (a model.mjs identity against an ONNX identity, concurrency 1),
  * stream (decoupled responses over gRPC and SSE), cache (response-cache hits vs the health endpoint),
  * shm (4 MiB input via system shared memory vs binary HTTP), sequence (64 live sequences of a
- * stateful accumulator vs the same model under the dynamic batcher).
+ * stateful accumulator vs the same model under the dynamic batcher),
+ * ensemble (an ensemble of two ONNX steps against its slowest step alone; added latency).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -206,3 +207,4 @@ if (want('stream')) runScript('stream.js');
 if (want('cache')) runScript('cache.js');
 if (want('shm')) runScript('shm.js');
 if (want('sequence')) runScript('sequence.js');
+if (want('ensemble')) runScript('ensemble.js');
