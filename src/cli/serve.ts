@@ -14,7 +14,7 @@ import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cach
 import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
-import { createLogger } from '../logger.js';
+import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
 import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
 
 const S: FlagSpec = { type: 'string' };
@@ -42,12 +42,9 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'http-port': I,
   'http-address': S,
   'http-max-input-size': I,
-  'http-thread-count': I,
   'allow-grpc': B,
   'grpc-port': I,
   'grpc-address': S,
-  'grpc-infer-allocation-pool-size': I,
-  'grpc-max-response-pool-size': I,
   'grpc-infer-response-compression-level': S,
   'grpc-keepalive-time': I,
   'grpc-keepalive-timeout': I,
@@ -57,7 +54,6 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'grpc-http2-max-ping-strikes': I,
   'grpc-max-connection-age': I,
   'grpc-max-connection-age-grace': I,
-  'grpc-infer-thread-count': I,
   'allow-metrics': B,
   'allow-gpu-metrics': B,
   'allow-cpu-metrics': B,
@@ -87,8 +83,17 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'allow-client-shm': B,
 };
 
-/** Accepted for compatibility; they change nothing here and are logged once. */
-const IGNORED_FLAGS: Record<string, FlagSpec> = {
+/**
+ * Accepted for compatibility; they change nothing here, and a start that
+ * names any of them says so once ("accepted for compatibility, has no effect").
+ */
+export const IGNORED_FLAGS: Record<string, FlagSpec> = {
+  // Node serves every connection on one event loop: there are no HTTP or gRPC thread pools to size.
+  'http-thread-count': I,
+  'grpc-infer-thread-count': I,
+  // gRPC messages are not pooled.
+  'grpc-infer-allocation-pool-size': I,
+  'grpc-max-response-pool-size': I,
   'model-namespacing': B,
   'reuse-http-port': B,
   'reuse-grpc-port': B,
@@ -161,7 +166,6 @@ export interface ServeConfig {
     maxConnectionAgeMs: number | undefined;
     maxConnectionAgeGraceMs: number | undefined;
     compressionLevel: string;
-    inferAllocationPoolSize: number | undefined;
     restrictedProtocols: string[];
     headerForwardPattern: string | undefined;
     ssl: { serverCert: string; serverKey: string; rootCert?: string; mutual: boolean } | undefined;
@@ -176,6 +180,7 @@ export interface ServeConfig {
     config: string[];
   };
   ignored: string[];
+  log: { switches: LogSwitches; format: LogFormat | undefined; file: string | undefined };
   /** Lines printed to stderr before the server starts (Triton's start-up warnings). */
   warnings: string[];
   logLevel: string;
@@ -208,7 +213,17 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     warnings.push("Warning: Overriding deprecated '--strict-model-config' from False to True in favor of '--disable-auto-complete-config'!");
   }
   const verbose = f.int('log-verbose', 0);
-  const logLevel = verbose > 0 ? 'debug' : !f.bool('log-info', true) ? (f.bool('log-warning', true) ? 'warn' : 'error') : 'info';
+  const switches: LogSwitches = {
+    error: f.bool('log-error', true),
+    warning: f.bool('log-warning', true),
+    info: f.bool('log-info', true),
+    verbose,
+  };
+  const logFormat = f.string('log-format');
+  if (logFormat !== undefined && !(LOG_FORMATS as readonly string[]).includes(logFormat)) {
+    throw Errors.config(`invalid argument for --log-format, got: ${logFormat} (use default, ISO8601 or json)`);
+  }
+  const logLevel = verbose > 0 ? 'debug' : switches.info ? 'info' : switches.warning ? 'warn' : switches.error ? 'error' : 'silent';
   const cfg: ServeConfig = {
     server: {
       modelRepositories: repos.length > 0 ? repos : [defaultModelRepository()],
@@ -248,7 +263,6 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       maxConnectionAgeMs: connectionAgeMs(f, 'grpc-max-connection-age'),
       maxConnectionAgeGraceMs: connectionAgeMs(f, 'grpc-max-connection-age-grace'),
       compressionLevel: f.string('grpc-infer-response-compression-level', 'none').toLowerCase(),
-      inferAllocationPoolSize: f.has('grpc-infer-allocation-pool-size') ? f.int('grpc-infer-allocation-pool-size', 8) : undefined,
       restrictedProtocols: f.all('grpc-restricted-protocol'),
       headerForwardPattern: f.string('grpc-header-forward-pattern'),
       ssl: grpcSsl(f),
@@ -263,6 +277,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       config: f.all('metrics-config'),
     },
     ignored: [...values.keys()].filter((k) => k in IGNORED_FLAGS),
+    log: { switches, format: logFormat as LogFormat | undefined, file: f.string('log-file') || undefined },
     warnings,
     logLevel,
   };
@@ -349,9 +364,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   for (const repo of cfg.server.modelRepositories) {
     if (!existsSync(repo)) throw Errors.config(`model repository '${repo}' does not exist`);
   }
-  for (const flag of cfg.ignored) logger.warn({ flag: `--${flag}` }, 'flag accepted for compatibility; it has no effect in Nereid');
-  if (cfg.grpc.inferAllocationPoolSize !== undefined) {
-    logger.info('--grpc-infer-allocation-pool-size is accepted and ignored: gRPC responses are not pooled');
+  if (cfg.ignored.length > 0) {
+    logger.warn(`accepted for compatibility, has no effect: ${cfg.ignored.map((flag) => `--${flag}`).join(', ')}`);
   }
   const server = new Server({ ...cfg.server, logger });
   const metrics = cfg.metrics.enabled
@@ -379,9 +393,22 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     metrics.addScrapeGauge('nereid_server_ready', 'Whether /v2/health/ready answers ready (1) or not (0); with --strict-readiness every model to be served is ready', () => (server.isReady() ? 1 : 0));
   }
   // One store of each setting, shared by both protocols, as in Triton.
-  const logSettings = new LogSettings((state) => {
-    logger.level = state.log_verbose_level > 0 ? 'debug' : state.log_info ? 'info' : state.log_warning ? 'warn' : state.log_error ? 'error' : 'silent';
-  });
+  // /v2/logging starts from the command line's settings and changes the logger in place.
+  const logSettings = new LogSettings(
+    (state) =>
+      reconfigureLogger(logger, {
+        switches: { error: state.log_error, warning: state.log_warning, info: state.log_info, verbose: state.log_verbose_level },
+        format: (LOG_FORMATS as readonly string[]).includes(state.log_format) ? (state.log_format as LogFormat) : undefined,
+      }),
+    {
+      log_file: cfg.log.file ?? '',
+      log_error: cfg.log.switches.error,
+      log_warning: cfg.log.switches.warning,
+      log_info: cfg.log.switches.info,
+      log_verbose_level: cfg.log.switches.verbose,
+      log_format: cfg.log.format ?? 'default',
+    },
+  );
   const traceSettings = new TraceSettings();
   const http = cfg.http.enabled
     ? new HttpFrontend(server, {
@@ -433,7 +460,12 @@ export async function runServe(argv: readonly string[]): Promise<number> {
     return 2;
   }
   for (const line of cfg.warnings) process.stderr.write(`${line}\n`);
-  const logger = createLogger({ level: process.env.NEREID_LOG_LEVEL ?? cfg.logLevel });
+  const logger = createLogger({
+    level: process.env.NEREID_LOG_LEVEL || undefined,
+    switches: cfg.log.switches,
+    format: cfg.log.format,
+    destination: cfg.log.file ?? 2,
+  });
   let running: RunningServer;
   try {
     running = await startServing(cfg, logger);

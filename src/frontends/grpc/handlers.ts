@@ -188,7 +188,7 @@ function logChanges(req: LogSettingsRequest): LogSettingsChange {
   if (format !== undefined) {
     if (format.parameterChoice.case !== 'stringParam') throw Errors.badParameter("expect string for 'log_format'");
     const f = format.parameterChoice.value;
-    if (f !== 'default' && f !== 'ISO8601') throw Errors.badParameter(`invalid argument for log_format, got: ${f}`);
+    if (f !== 'default' && f !== 'ISO8601' && f !== 'json') throw Errors.badParameter(`invalid argument for log_format, got: ${f}`);
     changes.log_format = f;
   }
   return changes;

@@ -12,7 +12,7 @@ const NON_UINT = 'attempt to access JSON non-unsigned-integer as unsigned-intege
 const NON_STRING = 'attempt to access JSON non-string as string';
 const NON_ARRAY = 'attempt to access JSON non-array as array';
 
-export type LogFormat = 'default' | 'ISO8601';
+export type LogFormat = 'default' | 'ISO8601' | 'json';
 
 export interface LogSettingsState {
   log_file: string;
@@ -34,7 +34,12 @@ export class LogSettings {
     log_format: 'default',
   };
 
-  constructor(private readonly onChange?: (state: Readonly<LogSettingsState>) => void) {}
+  constructor(
+    private readonly onChange?: (state: Readonly<LogSettingsState>) => void,
+    initial?: Partial<LogSettingsState>,
+  ) {
+    if (initial) this.state = { ...this.state, ...initial };
+  }
 
   get(): Readonly<LogSettingsState> {
     return this.state;
@@ -71,7 +76,7 @@ export class LogSettings {
       const format = req['log_format'];
       if (format !== undefined && format !== null) {
         if (typeof format !== 'string') throw Errors.jsonValue(NON_STRING);
-        if (format !== 'default' && format !== 'ISO8601') {
+        if (format !== 'default' && format !== 'ISO8601' && format !== 'json') {
           throw Errors.invalidLogFormat(format);
         }
         next.log_format = format;
