@@ -462,9 +462,10 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     let adopted = false;
     await this.serialize(entry, async () => {
       const dir = request.dir ?? entry.dir;
-      if (!dir) return;
+      // Asked for even without a folder (a name in two repositories): readiness counts it as not loaded.
       entry.everLoaded = true;
       if (request.explicit) entry.explicit = true;
+      if (!dir) return;
       // Only poll and explicit modes ever compare fingerprints; none mode loads once.
       const fingerprint =
         request.fingerprint ?? (this.controlMode === 'none' || !entry.dir ? '' : await fingerprintDir(entry.dir));
