@@ -1,6 +1,8 @@
-// Runs every compiled test file under dist/test with Node's test runner.
-import { readdirSync, statSync } from 'node:fs';
+// Runs the compiled test files under dist/test (or the files named) with Node's test runner.
+// With CI=true a skipped test fails the run: a missing dependency must not shrink the suite.
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 function find(dir) {
@@ -13,8 +15,11 @@ function find(dir) {
   return out;
 }
 
-const filter = process.argv.slice(2);
-let files = find('dist/test').sort();
+const args = process.argv.slice(2);
+// Arguments naming test files are run as they are; the others filter dist/test by substring.
+const named = args.filter((a) => a.endsWith('.js') && existsSync(a));
+const filter = args.filter((a) => !named.includes(a));
+let files = named.length > 0 && filter.length === 0 ? named : find('dist/test').sort();
 if (filter.length > 0) files = files.filter((f) => filter.some((x) => f.includes(x)));
 if (files.length === 0) {
   console.error('no test files found');
@@ -22,5 +27,42 @@ if (files.length === 0) {
 }
 const env = { ...process.env, NEREID_LOG_LEVEL: process.env.NEREID_LOG_LEVEL ?? 'silent' };
 env.NEREID_TEST_PYTHON ??= '/usr/bin/python3';
-const r = spawnSync(process.execPath, ['--test', '--test-concurrency=2', '--test-timeout=300000', ...files], { stdio: 'inherit', env });
-process.exit(r.status ?? 1);
+
+// The console gets the usual report; a TAP copy goes to a file for the totals.
+const scratch = mkdtempSync(path.join(tmpdir(), 'nereid-tests-'));
+const tap = path.join(scratch, 'report.tap');
+const r = spawnSync(
+  process.execPath,
+  [
+    '--test',
+    '--test-concurrency=2',
+    '--test-timeout=300000',
+    `--test-reporter=${process.stdout.isTTY ? 'spec' : 'tap'}`,
+    '--test-reporter-destination=stdout',
+    '--test-reporter=tap',
+    `--test-reporter-destination=${tap}`,
+    ...files,
+  ],
+  { stdio: 'inherit', env },
+);
+const report = existsSync(tap) ? readFileSync(tap, 'utf8') : '';
+rmSync(scratch, { recursive: true, force: true });
+
+/** The runner's final "# name N" totals. */
+function total(name) {
+  const all = [...report.matchAll(new RegExp(`^# ${name} (\\d+)$`, 'gm'))];
+  return all.length === 0 ? 0 : Number(all[all.length - 1][1]);
+}
+
+let status = r.status ?? 1;
+const skipped = total('skipped') + total('todo');
+if (skipped > 0) {
+  const names = [...report.matchAll(/^\s*ok \d+ - (.*) # (?:SKIP|TODO)(.*)$/gm)].map((m) => `  ${m[1]}${m[2] ? ` (${m[2].trim()})` : ''}`);
+  if (process.env.CI === 'true') {
+    console.error(`\nCI=true: ${skipped} test(s) skipped; in CI a skipped test is a failure:\n${names.join('\n')}`);
+    if (status === 0) status = 1;
+  } else {
+    console.error(`\nnote: ${skipped} test(s) skipped (with CI=true this fails the run):\n${names.join('\n')}`);
+  }
+}
+process.exit(status);
