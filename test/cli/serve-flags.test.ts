@@ -74,3 +74,14 @@ test('--cache-config and the deprecated --response-cache-byte-size configure the
   assert.throws(() => buildServeConfig(['--cache-config=local,size=8']), /could not hold a single response/);
   assert.throws(() => buildServeConfig(['--response-cache-byte-size=8']), /could not hold a single response/);
 });
+
+test('model control flags reach the server: poll period, load threads, load retries (Triton defaults 15, 4, 0)', () => {
+  const d = buildServeConfig(['--model-control-mode=poll']);
+  assert.equal(d.server.repositoryPollSecs, 15);
+  assert.equal(d.server.modelLoadThreadCount, 4);
+  assert.equal(d.server.modelLoadRetryCount, 0);
+  const c = buildServeConfig(['--model-control-mode=poll', '--repository-poll-secs=2', '--model-load-thread-count=8', '--model-load-retry-count=3']);
+  assert.equal(c.server.repositoryPollSecs, 2);
+  assert.equal(c.server.modelLoadThreadCount, 8);
+  assert.equal(c.server.modelLoadRetryCount, 3);
+});

@@ -287,3 +287,65 @@ test('poll mode swaps a changed model under a steady load of requests without a 
   assert.deepEqual(failures, []);
   assert.ok(versionsSeen.has('1') && versionsSeen.has('2'), `served ${[...versionsSeen].join(',')}`);
 });
+
+test('--model-load-retry-count: a version that fails once loads on the retry, and without retries stays UNAVAILABLE', async (t) => {
+  const { PYTHON } = await import('../backends/python/helpers.js');
+  const { mkdtempSync, readFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const counters = mkdtempSync(path.join(tmpdir(), 'nereid-attempts-'));
+  t.after(() => rmSync(counters, { recursive: true, force: true }));
+  // Fails its first initialize, then succeeds; every attempt is counted in a file.
+  const modelPy = (counter: string) => `import os
+COUNTER = ${JSON.stringify(counter)}
+
+class TritonPythonModel:
+    def initialize(self, args):
+        n = int(open(COUNTER).read()) if os.path.exists(COUNTER) else 0
+        open(COUNTER, "w").write(str(n + 1))
+        if n == 0:
+            raise RuntimeError("first attempt fails on purpose")
+
+    def execute(self, requests):
+        return []
+`;
+  const cfg = (name: string) => `name: "${name}"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`;
+  for (const [retries, expected, attempts] of [
+    [1, '1:READY', '2'],
+    [0, '1:UNAVAILABLE', '1'],
+  ] as const) {
+    const counter = path.join(counters, `attempts_${retries}`);
+    const repo = new TempRepository().config('flaky', cfg('flaky')).file('flaky', '1/model.py', modelPy(counter));
+    t.after(() => repo.cleanup());
+    const m = new ModelRepositoryManager({
+      repositories: [repo.dir],
+      controlMode: 'none',
+      logger: silentLogger,
+      loader: {
+        autoComplete: true,
+        modelConfigName: undefined,
+        backendConfig: { python: { 'python-executable': PYTHON } },
+        gpuCount: 0,
+        logger: silentLogger,
+        server: { infer: () => Promise.reject(new Error('not used')) } as never,
+        retryCount: retries,
+      },
+    });
+    await m.start();
+    t.after(() => m.stop(1000));
+    assert.equal(states(m, 'flaky')[0]!.split('(')[0], expected, `retry count ${retries}`);
+    assert.equal(readFileSync(counter, 'utf8'), attempts);
+  }
+  const empty = new TempRepository();
+  t.after(() => empty.cleanup());
+  const base = manager(empty, 'none');
+  assert.throws(
+    () => manager(empty, 'none', { loader: { ...base['loader'], retryCount: -1 } }),
+    /--model-load-retry-count must be 0 or more, got -1/,
+  );
+});
