@@ -26,7 +26,7 @@ import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
 import { datatypeFromConfigEnum } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
-import { ModelWorker } from './model-worker.js';
+import { ModelWorker, fromWireResponse } from './model-worker.js';
 import type { FromWorker, OutputSpec, WireTensor, WorkerInit } from './protocol.js';
 import { type JavaScriptSettings, readSettings } from './settings.js';
 
@@ -59,9 +59,8 @@ function outputSpecs(config: ModelConfig): OutputSpec[] {
   }));
 }
 
-function toTensor(w: WireTensor): Tensor {
-  return { name: w.n, datatype: w.d, shape: w.s, data: new Uint8Array(w.b, w.o, w.l) };
-}
+/** What execute() gives back for a decoupled request that is answered through its sender. */
+const NO_RESPONSE: BackendResponse = { outputs: [] };
 
 export class JavaScriptInstance implements BackendInstance {
   readonly maxInFlight = JS_MAX_IN_FLIGHT;
@@ -69,6 +68,7 @@ export class JavaScriptInstance implements BackendInstance {
   constructor(
     private readonly modelName: string,
     private readonly supervisor: Supervisor<ModelWorker>,
+    private readonly decoupled = false,
   ) {}
 
   /** How many times the worker thread was restarted after dying. */
@@ -103,18 +103,11 @@ export class JavaScriptInstance implements BackendInstance {
     timer.inputDone(BigInt(Math.round(start)));
     timer.inferDone(BigInt(Math.round(end)));
     if ('error' in reply) throw Errors.modelExecution(model, reply.error);
+    // Decoupled: the responses went (and go) through each request's sender.
+    if (this.decoupled) return requests.map(() => NO_RESPONSE);
     const wire = reply.responses;
     const responses = new Array<BackendResponse>(wire.length);
-    for (let i = 0; i < wire.length; i++) {
-      const r = wire[i]!;
-      if ('error' in r) {
-        responses[i] = { error: Errors.modelExecution(model, r.error) };
-        continue;
-      }
-      const outputs = new Array<Tensor>(r.outputs.length);
-      for (let k = 0; k < r.outputs.length; k++) outputs[k] = toTensor(r.outputs[k]!);
-      responses[i] = r.parameters ? { outputs, parameters: r.parameters } : { outputs };
-    }
+    for (let i = 0; i < wire.length; i++) responses[i] = fromWireResponse(model, wire[i]!);
     return responses;
   }
 
@@ -153,6 +146,7 @@ class JavaScriptModel implements BackendModel {
       maxBatchSize: ctx.config.maxBatchSize,
       executeTimeoutMs: this.settings.executeTimeoutMs,
       spinMicros: this.settings.spinMicros,
+      decoupled: ctx.config.modelTransactionPolicy?.decoupled === true,
     };
     const supervisor = new Supervisor<ModelWorker>(
       () =>
@@ -173,7 +167,7 @@ class JavaScriptModel implements BackendModel {
     } catch (err) {
       throw Errors.loadFailed(ctx.modelName, (err as Error).message);
     }
-    return new JavaScriptInstance(ctx.modelName, supervisor);
+    return new JavaScriptInstance(ctx.modelName, supervisor, init.decoupled);
   }
 
   async close(): Promise<void> {}
@@ -229,9 +223,6 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
 }
 
 async function loadModel(ctx: ModelContext): Promise<BackendModel> {
-  if (ctx.config.modelTransactionPolicy?.decoupled) {
-    throw Errors.loadFailed(ctx.modelName, 'decoupled javascript models are not supported');
-  }
   const found = findModelFile(ctx.versionDir, ctx.config);
   if (!('file' in found)) {
     const looked = found.missing.map((f) => `'${path.relative(ctx.modelDir, f)}'`).join(' or ');
@@ -241,5 +232,5 @@ async function loadModel(ctx: ModelContext): Promise<BackendModel> {
 }
 
 export function createJavaScriptBackend(): Backend {
-  return { name: 'javascript', autoCompleteConfig: autoComplete, loadModel };
+  return { name: 'javascript', supportsDecoupled: true, autoCompleteConfig: autoComplete, loadModel };
 }

@@ -7,9 +7,9 @@
  */
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
-import type { BackendRequest, InferenceCaller } from '../backend.js';
+import type { BackendRequest, BackendResponse, InferenceCaller } from '../backend.js';
 import type { SupervisedWorker } from '../supervisor.js';
-import { NereidError } from '../../errors.js';
+import { Errors, NereidError } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { datatypeInfo } from '../../tensor/datatype.js';
 import { describeError } from './describe.js';
@@ -18,7 +18,9 @@ import {
   type ExecuteMessage,
   type FromWorker,
   type InferCallMessage,
+  type StreamResponseMessage,
   type ToWorker,
+  type WireResponse,
   type WireRequest,
   type WireTensor,
   type WorkerInit,
@@ -51,7 +53,37 @@ class PendingExecute {
     readonly id: number,
     readonly resolve: (msg: ExecuteDoneMessage) => void,
     readonly reject: (err: Error) => void,
+    /** Stream keys of its decoupled requests. */
+    readonly keys: readonly number[],
   ) {}
+}
+
+/** A decoupled request whose final response has not come yet. */
+class OpenStream {
+  constructor(
+    readonly key: number,
+    readonly request: BackendRequest,
+    readonly worker: ModelWorker,
+  ) {
+    request.signal?.addEventListener('abort', this);
+  }
+  handleEvent(): void {
+    this.worker.cancelStream(this.key);
+  }
+  detach(): void {
+    this.request.signal?.removeEventListener('abort', this);
+  }
+}
+
+/** A response as the worker sends it, as the server's backend response. */
+export function fromWireResponse(model: string, r: WireResponse): BackendResponse {
+  if ('error' in r) return { error: Errors.modelExecution(model, r.error) };
+  const outputs = new Array<Tensor>(r.outputs.length);
+  for (let k = 0; k < r.outputs.length; k++) {
+    const w = r.outputs[k]!;
+    outputs[k] = { name: w.n, datatype: w.d, shape: w.s, data: new Uint8Array(w.b, w.o, w.l) };
+  }
+  return r.parameters ? { outputs, parameters: r.parameters } : { outputs };
 }
 
 function isShared(data: Uint8Array): boolean {
@@ -111,6 +143,9 @@ export class ModelWorker implements SupervisedWorker {
   /** Executions posted and not yet answered, in the order the worker runs them. */
   private readonly inFlight: PendingExecute[] = [];
   private nextId = 1;
+  /** Decoupled requests by stream key, until their final response. */
+  private readonly streams = new Map<number, OpenStream>();
+  private nextStreamKey = 1;
   private watchdog: NodeJS.Timeout | undefined;
   private watchedId = 0;
   /** Why the thread ended, when we know better than its exit code. */
@@ -170,10 +205,11 @@ export class ModelWorker implements SupervisedWorker {
   /** Posts a batch; resolves with the worker's answer, rejects if the thread ends first. */
   execute(requests: readonly BackendRequest[]): { posted: number; done: Promise<ExecuteDoneMessage> } {
     if (!this.alive) return { posted: nowNs(), done: Promise.reject(new Error(`${this.opts.label}: the worker thread is not running`)) };
-    const wire = this.packRequests(requests);
+    const keys: number[] = [];
+    const wire = this.packRequests(requests, keys);
     const id = this.nextId++;
     const light = this.inFlight.length === 0;
-    const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject)));
+    const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject, keys)));
     if (light) {
       this.worker.ref();
       this.watch(id);
@@ -185,7 +221,7 @@ export class ModelWorker implements SupervisedWorker {
   }
 
   /** One SharedArrayBuffer for the batch's inputs (inputs already in shared memory stay where they are). */
-  private packRequests(requests: readonly BackendRequest[]): WireRequest[] {
+  private packRequests(requests: readonly BackendRequest[], keys: number[]): WireRequest[] {
     let total = 0;
     for (const r of requests) for (const t of r.inputs) if (!canShare(t)) total += align8(t.data.byteLength);
     const sab = new SharedArrayBuffer(total);
@@ -205,6 +241,12 @@ export class ModelWorker implements SupervisedWorker {
         inputs[k] = { n: t.name, d: t.datatype, s: t.shape, b: sab, o: at, l: t.data.byteLength };
         at += align8(t.data.byteLength);
       }
+      let k: number | undefined;
+      if (r.responseSender) {
+        k = this.nextStreamKey++;
+        this.streams.set(k, new OpenStream(k, r, this));
+        keys.push(k);
+      }
       out[i] = {
         id: r.id,
         inputs,
@@ -213,9 +255,39 @@ export class ModelWorker implements SupervisedWorker {
         batchSize: r.batchSize,
         correlationId: r.correlationId,
         flags: r.flags,
+        k,
       };
     }
     return out;
+  }
+
+  /** Tells the worker that a decoupled request's client went away. */
+  cancelStream(key: number): void {
+    if (this.alive && this.streams.has(key)) this.worker.postMessage({ t: 'c', k: key } satisfies ToWorker);
+  }
+
+  /** Forgets streams the server ends itself (their execute() failed). */
+  private dropStreams(keys: readonly number[]): void {
+    for (const k of keys) {
+      const open = this.streams.get(k);
+      if (!open) continue;
+      this.streams.delete(k);
+      open.detach();
+    }
+  }
+
+  private onStreamResponse(msg: StreamResponseMessage): void {
+    const open = this.streams.get(msg.k);
+    if (!open) {
+      this.opts.logger.warn({ key: msg.k }, 'a response for a request that already ended was dropped');
+      return;
+    }
+    if (msg.final) {
+      this.streams.delete(msg.k);
+      open.detach();
+    }
+    const sender = open.request.responseSender!;
+    sender.send(msg.r === undefined ? undefined : fromWireResponse(this.opts.init.args.modelName, msg.r), msg.final);
   }
 
   /**
@@ -243,10 +315,14 @@ export class ModelWorker implements SupervisedWorker {
 
   private onMessage(msg: FromWorker): void {
     switch (msg.t) {
+      case 's':
+        this.onStreamResponse(msg);
+        return;
       case 'd': {
         const head = this.inFlight[0];
         if (!head || head.id !== msg.id) return;
         this.inFlight.shift();
+        if ('error' in msg) this.dropStreams(head.keys);
         const next = this.inFlight[0];
         if (next) this.watch(next.id);
         else {
@@ -319,7 +395,17 @@ export class ModelWorker implements SupervisedWorker {
     const err = new Error(`${this.opts.label}: ${reason}`);
     this.starting?.reject(new Error(reason));
     this.starting = undefined;
-    for (const p of this.inFlight.splice(0)) p.reject(err);
+    for (const p of this.inFlight.splice(0)) {
+      this.dropStreams(p.keys);
+      p.reject(err);
+    }
+    // Requests whose execute() had returned, still streaming.
+    const open = [...this.streams.values()];
+    this.streams.clear();
+    for (const o of open) {
+      o.detach();
+      o.request.responseSender!.send({ error: Errors.modelExecution(this.opts.init.args.modelName, err.message) }, true);
+    }
     this.onClosed?.();
     if (!this.closing) this.onUnexpectedExit?.({ code }, err);
   }

@@ -54,6 +54,8 @@ export type WorkerInit =
       readonly maxBatchSize: number;
       readonly executeTimeoutMs: number;
       readonly spinMicros: number;
+      /** model_transaction_policy.decoupled: requests carry a response sender. */
+      readonly decoupled: boolean;
     }
   | {
       readonly mode: 'auto-complete';
@@ -70,6 +72,8 @@ export interface WireRequest {
   readonly batchSize: number;
   readonly correlationId: bigint | string;
   readonly flags: number;
+  /** Decoupled models: the key the request's responses are sent under. */
+  readonly k?: number;
 }
 
 /** main -> worker: run execute() on a batch. */
@@ -95,7 +99,13 @@ export type InferResultMessage =
     }
   | { readonly t: 'r'; readonly id: number; readonly error: string; readonly code: string; readonly errorClass: string };
 
-export type ToWorker = ExecuteMessage | InferResultMessage | { readonly t: 'close' };
+/** main -> worker: the client of a decoupled request went away (request.isCancelled()). */
+export interface CancelMessage {
+  readonly t: 'c';
+  readonly k: number;
+}
+
+export type ToWorker = ExecuteMessage | InferResultMessage | CancelMessage | { readonly t: 'close' };
 
 export type WireResponse =
   | { readonly outputs: readonly WireTensor[]; readonly parameters?: Readonly<Record<string, ParameterValue>> }
@@ -118,7 +128,16 @@ export interface InferCallMessage {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
 }
 
+/** worker -> main: one response of a decoupled request (`r` undefined: a bare final flag). */
+export interface StreamResponseMessage {
+  readonly t: 's';
+  readonly k: number;
+  readonly final: boolean;
+  readonly r?: WireResponse;
+}
+
 export type FromWorker =
+  | StreamResponseMessage
   | { readonly t: 'ready' }
   | { readonly t: 'init-error'; readonly message: string }
   | { readonly t: 'config'; readonly config: Record<string, unknown> | null }

@@ -17,6 +17,7 @@ import {
   type FromWorker,
   type InferResultMessage,
   type ToWorker,
+  type WireRequest,
   type WireResponse,
   type WorkerInit,
   nowNs,
@@ -115,6 +116,9 @@ function onMessage(msg: ToWorker): void {
     case 'r':
       settleInfer(msg);
       return;
+    case 'c':
+      cancelledStreams.add(msg.k);
+      return;
     case 'close':
       closing = true;
       if (!running) void finish();
@@ -180,6 +184,73 @@ function typeName(v: unknown): string {
   return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
 }
 
+// ---- decoupled models: a response sender per request -------------------------------------------
+
+/** Stream keys whose client went away. */
+const cancelledStreams = new Set<number>();
+/** Stream keys whose final response has not been sent. */
+const openStreams = new Set<number>();
+
+/** A sender that is garbage collected before its final response ends its request with an error. */
+const abandoned = new FinalizationRegistry<{ key: number; id: string }>(({ key, id }) => {
+  if (!openStreams.delete(key)) return;
+  cancelledStreams.delete(key);
+  const error = `the model released the response sender of request '${id}' without sending the final response`;
+  post({ t: 's', k: key, final: true, r: { error } });
+});
+
+/** What a decoupled model's request.responseSender is. */
+class ResponseSender {
+  constructor(
+    private readonly key: number,
+    private readonly index: number,
+    private readonly request: WireRequest,
+  ) {
+    openStreams.add(key);
+    abandoned.register(this, { key, id: request.id }, this);
+  }
+
+  /** Sends one response; `{ final: true }` ends the request (the response may then be left out). */
+  send(response?: unknown, options?: { final?: boolean }): void {
+    const final = options?.final === true;
+    if (!openStreams.has(this.key)) throw new Error('Unable to send response. Response sender has been closed.');
+    if ((response === undefined || response === null) && !final) {
+      throw new TypeError('send() needs a response unless it ends the request: send(undefined, { final: true })');
+    }
+    if (final) {
+      openStreams.delete(this.key);
+      cancelledStreams.delete(this.key);
+      abandoned.unregister(this);
+    }
+    if (response === undefined || response === null) {
+      post({ t: 's', k: this.key, final });
+      return;
+    }
+    const c = checker.check(this.index, this.request, response);
+    if (c.error !== undefined) {
+      post({ t: 's', k: this.key, final, r: { error: c.error } });
+      return;
+    }
+    const { wire, transfer } = packStaged([c.outputs!]);
+    const r: WireResponse = c.parameters ? { outputs: wire[0]!, parameters: c.parameters } : { outputs: wire[0]! };
+    post({ t: 's', k: this.key, final, r }, transfer);
+  }
+
+  /** True once the client went away. */
+  isCancelled(): boolean {
+    return cancelledStreams.has(this.key);
+  }
+}
+
+/** Ends the open requests of a failed decoupled execute() (the server reports the failure). */
+function closeStreams(wire: readonly WireRequest[]): void {
+  for (const r of wire) {
+    if (r.k === undefined) continue;
+    openStreams.delete(r.k);
+    cancelledStreams.delete(r.k);
+  }
+}
+
 async function runExecute(msg: ExecuteMessage): Promise<void> {
   if (init.mode !== 'serve') return;
   const picked = nowNs();
@@ -189,15 +260,30 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
     const r = wire[i]!;
     const inputs = new Array<ModelTensor>(r.inputs.length);
     for (let k = 0; k < r.inputs.length; k++) inputs[k] = toModelTensor(r.inputs[k]!);
-    requests[i] = {
-      id: r.id,
-      inputs,
-      requestedOutputs: r.requestedOutputs,
-      parameters: r.parameters,
-      batchSize: r.batchSize,
-      correlationId: r.correlationId,
-      flags: r.flags,
-    };
+    if (r.k !== undefined) {
+      const sender = new ResponseSender(r.k, i, r);
+      requests[i] = {
+        id: r.id,
+        inputs,
+        requestedOutputs: r.requestedOutputs,
+        parameters: r.parameters,
+        batchSize: r.batchSize,
+        correlationId: r.correlationId,
+        flags: r.flags,
+        responseSender: sender,
+        isCancelled: () => sender.isCancelled(),
+      };
+    } else {
+      requests[i] = {
+        id: r.id,
+        inputs,
+        requestedOutputs: r.requestedOutputs,
+        parameters: r.parameters,
+        batchSize: r.batchSize,
+        correlationId: r.correlationId,
+        flags: r.flags,
+      };
+    }
   }
   const start = nowNs();
   let result: unknown;
@@ -211,6 +297,18 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
         : `execute() threw ${describeError(err, init.modelDir)}`;
   }
   const times = [picked, start, nowNs()];
+  if (init.decoupled) {
+    if (failure === undefined && result !== undefined && result !== null) {
+      failure = `execute() of a decoupled model returned ${typeName(result)}; it must return nothing, its responses go through request.responseSender`;
+    }
+    if (failure !== undefined) {
+      closeStreams(wire);
+      post({ t: 'd', id: msg.id, times, error: failure });
+    } else {
+      post({ t: 'd', id: msg.id, times, responses: [] });
+    }
+    return;
+  }
   if (failure === undefined) {
     if (!Array.isArray(result)) failure = `execute() returned ${typeName(result)}, not an array with one response per request`;
     else if (result.length !== wire.length) {
