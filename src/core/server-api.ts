@@ -39,8 +39,9 @@ export interface ServerApi {
   start(): Promise<void>;
   /** Stops taking requests, waits for in-flight ones (bounded by exitTimeoutSecs), unloads every model. */
   stop(): Promise<void>;
+  /** True from start() until stop() has finished draining, so liveness holds during the drain. */
   isLive(): boolean;
-  /** With strict readiness: live and every model READY. Otherwise: live. */
+  /** With strict readiness: live and every model READY. Otherwise: live. False once stop() has begun. */
   isReady(): boolean;
   metadata(): ServerMetadata;
   /** Throws NereidError NOT_FOUND / UNAVAILABLE as Triton does. */
