@@ -16,6 +16,8 @@ import { NereidError } from '../../src/errors.js';
 import { HttpFrontend } from '../../src/frontends/http/index.js';
 import { ModelInferRequestSchema, type ModelInferResponse } from '../../src/gen/grpc_service_pb.js';
 import { silentLogger } from '../../src/logger.js';
+import { Metrics } from '../../src/metrics/index.js';
+import { sample } from '../metrics/exposition.js';
 import { typedView, type Tensor } from '../../src/tensor/tensor.js';
 import type { ModelStatistics } from '../../src/core/types.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
@@ -315,6 +317,8 @@ ensemble_scheduling {
   t.after(() => repo.cleanup());
   const server = await startServer(repo);
   t.after(() => server.stop());
+  const metrics = new Metrics({ allowCpuMetrics: false, allowGpuMetrics: false });
+  for (const v of server.readyVersions()) metrics.attach(v.stats, { pendingCount: () => 0, metricTags: {}, loadDurationSecs: 0 });
   const h = await startHarness(server);
   t.after(() => h.close());
 
@@ -337,6 +341,13 @@ ensemble_scheduling {
   assert.equal(stats(server, 'pipeline').execution_count, 0);
   assert.equal(stats(server, 'refuses').inference_stats.fail.count, 1);
   assert.equal(stats(server, 'simple').inference_stats.success.count, 1);
+  // Prometheus reads the same numbers: one failure for the ensemble (Triton's OTHER) and one for the step's model.
+  const text = await metrics.render();
+  assert.equal(sample(text, 'nv_inference_request_failure', { model: 'pipeline', version: '1', reason: 'OTHER' }), 1);
+  assert.equal(sample(text, 'nv_inference_request_failure', { model: 'pipeline', version: '1', reason: 'BACKEND' }), 0);
+  assert.equal(sample(text, 'nv_inference_request_failure', { model: 'refuses', version: '1', reason: 'BACKEND' }), 1);
+  assert.equal(sample(text, 'nv_inference_request_success', { model: 'pipeline', version: '1' }), 0);
+  assert.equal(sample(text, 'nv_inference_request_success', { model: 'simple', version: '1' }), 1);
   // The server keeps serving.
   const ok = await server.infer({ model: 'simple', inputs: [int32Tensor('INPUT0', A), int32Tensor('INPUT1', B)] });
   assert.equal(ok.outputs.length, 2);
