@@ -205,7 +205,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   // ---- inference -------------------------------------------------------
 
   async infer(request: InferRequest): Promise<InferResponse> {
-    if (this.stopping) throw Errors.serverStopping();
+    // A step of an ensemble request accepted before stop() is part of the drain, not a new request.
+    if (this.stopping && request.stepTimings === undefined) throw Errors.serverStopping();
     const v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
     if (v.decoupled) return this.inferDecoupledOnce(request);
     const sig = v.signature!;

@@ -25,7 +25,7 @@ export interface InferRequest {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
   /** Aborting cancels the request while it waits in a queue. An AbortSignal or a core `Cancellation`. */
   readonly signal?: CancellationSignal;
-  /** Also told the request's durations when it succeeds (an ensemble sums its steps' this way). */
+  /** Also told the request's durations when it succeeds (an ensemble sums its steps' this way). Set on ensemble steps, which a stopping server still runs. */
   readonly stepTimings?: StepTimingsSink;
 }
 

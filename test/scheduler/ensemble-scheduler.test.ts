@@ -491,3 +491,16 @@ ensemble_scheduling {
     (err: unknown) => err instanceof NereidError && /batch-size must be <= 8 for 'chain'/.test(err.message),
   );
 });
+
+test('an ensemble request in flight when the server stops finishes its remaining steps', async (t) => {
+  const repo = new TempRepository().addSub('simple');
+  ensemble(repo, 'chain', CHAIN);
+  t.after(() => repo.cleanup());
+  const server = await startServer(repo);
+  const pending = server.infer({ model: 'chain', inputs: [int32Tensor('A', A), int32Tensor('B', B)] });
+  const stopped = server.stop(); // the second step starts only after this
+  const r = await pending;
+  assert.deepEqual(ints(r.outputs[0]!), A.map((x) => 2 * x));
+  await stopped;
+  await assert.rejects(server.infer({ model: 'chain', inputs: [int32Tensor('A', A), int32Tensor('B', B)] }), NereidError);
+});
