@@ -258,6 +258,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const scheduler = v.scheduler!;
     v.inflight += 1;
     let response: BackendResponse;
+    let onAbort: (() => void) | undefined;
     try {
       response = await new Promise<BackendResponse>((resolve, reject) => {
         const item = new ScheduledRequest(
@@ -274,11 +275,14 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
             item.fail(Errors.cancelled('inference request'), 'CANCELED');
             return;
           }
-          request.signal.addEventListener('abort', () => item.fail(Errors.cancelled('inference request'), 'CANCELED'), { once: true });
+          onAbort = () => item.fail(Errors.cancelled('inference request'), 'CANCELED');
+          request.signal.addEventListener('abort', onAbort, { once: true });
         }
         scheduler.enqueue(item);
       });
     } finally {
+      // A signal shared by many requests (one gRPC stream) must not keep a listener per finished request.
+      if (onAbort) request.signal!.removeEventListener('abort', onAbort);
       v.requestDone();
     }
     return response;

@@ -239,3 +239,19 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
   });
   assert.equal((await server.infer(addSubRequest('good'))).modelName, 'good');
 });
+
+test('a signal shared by many requests (one gRPC stream) holds no listener once they are answered', async (t) => {
+  const repo = new TempRepository().addSub('simple');
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir] });
+  await server.start();
+  t.after(() => server.stop());
+  let listeners = 0;
+  const signal = {
+    aborted: false,
+    addEventListener: () => void (listeners += 1),
+    removeEventListener: () => void (listeners -= 1),
+  };
+  await Promise.all(Array.from({ length: 20 }, () => server.infer({ ...addSubRequest('simple'), signal })));
+  assert.equal(listeners, 0);
+});

@@ -149,7 +149,8 @@ class StreamSlot {
  */
 class StreamInferSession {
   private readonly slots: StreamSlot[] = [];
-  private readonly abort = new AbortController();
+  /** Aborts every request of the stream; a Cancellation has no listener limit (a stream may hold many requests). */
+  private readonly abort = new Cancellation();
   /** Requests of decoupled models still streaming; each has its own cancellation. */
   private readonly open = new Set<Cancellation>();
   private readonly strictErrors: boolean;
@@ -215,7 +216,7 @@ class StreamInferSession {
     let decoded;
     try {
       if (this.headerError !== undefined) throw this.headerError;
-      decoded = decodeInfer(m, this.abort.signal, this.headers);
+      decoded = decodeInfer(m, this.abort, this.headers);
     } catch (e) {
       slot.failed(e);
       return;
