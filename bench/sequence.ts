@@ -3,8 +3,9 @@
  * stateful accumulator (OUTPUT = STATE_OUT = STATE_IN + INPUT, FP32 [64])
  * with 64 live sequences at concurrency 64 under the sequence batcher
  * (oldest strategy, the state kept by the server), against the same ONNX
- * model without sequences under the dynamic batcher (the client sends
- * STATE_IN itself). One server, binary HTTP, alternating rounds.
+ * model without sequences under the dynamic batcher, where each client
+ * carries its own state: it asks for STATE_OUT and sends it back as the next
+ * STATE_IN. One server, binary HTTP, alternating rounds.
  *
  * Environment: BENCH_SECONDS (per way, default 3).
  */
@@ -43,7 +44,7 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 max_batch_size: ${SEQUENCES}
 dynamic_batching { }
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] }, { name: "STATE_IN" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] }, { name: "STATE_OUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
 };
@@ -69,7 +70,8 @@ const tensor = (name: string) => ({ name, datatype: 'FP32', shape: [1, SIZE], pa
 const outputs = [{ name: 'OUTPUT', parameters: { binary_data: true } }];
 const sequenceBody = (id: number, start: boolean, end = false) =>
   binaryRequest({ parameters: { sequence_id: id, sequence_start: start, sequence_end: end }, inputs: [tensor('INPUT')], outputs }, ones);
-const dynamicBody = binaryRequest({ inputs: [tensor('INPUT'), tensor('STATE_IN')], outputs }, ones, zeros);
+const dynamicHeader = { inputs: [tensor('INPUT'), tensor('STATE_IN')], outputs: [...outputs, { name: 'STATE_OUT', parameters: { binary_data: true } }] };
+const dynamicBody = (state: Buffer) => binaryRequest(dynamicHeader, ones, state);
 
 const nereid = await startNereid(repo, []);
 const pool = new Pool(`http://127.0.0.1:${nereid.http}`, { connections: SEQUENCES });
@@ -100,10 +102,16 @@ try {
         const id = base + w;
         const first = sequenceBody(id, true);
         const next = sequenceBody(id, false);
+        let state: Buffer = zeros;
         let n = 0;
         while (Date.now() < end) {
-          if (sequences) await post('acc_sequence', n === 0 ? first : next);
-          else await post('acc_dynamic', dynamicBody);
+          if (sequences) {
+            await post('acc_sequence', n === 0 ? first : next);
+          } else {
+            // The state comes back last (STATE_OUT) and goes out again as STATE_IN.
+            const reply = await post('acc_dynamic', dynamicBody(state));
+            state = reply.subarray(reply.byteLength - SIZE * 4);
+          }
           n += 1;
         }
         // Ending frees the slot for the next round's sequences.
@@ -131,7 +139,7 @@ try {
   );
   process.stdout.write(`${'scheduler'.padEnd(46)}  ${'infer/s'.padStart(10)}\n`);
   process.stdout.write(`${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ${fmt(seqPerSec).padStart(10)}\n`);
-  process.stdout.write(`${'dynamic batcher (client sends the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}\n`);
+  process.stdout.write(`${'dynamic batcher (client carries the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}\n`);
   process.stdout.write(`sequence / dynamic: ${fmt(seqPerSec / dynPerSec, 2)}x (bar: >= 0.8x); errors: ${errors}\n`);
 } finally {
   await pool.close();

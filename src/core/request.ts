@@ -194,8 +194,12 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
     if (params.timeout !== undefined) timeoutUs = intParam('timeout', params.timeout, id);
     const seq = params.sequence_id;
     if (seq !== undefined) {
-      if (typeof seq === 'string' && !NON_NEGATIVE_INT.test(seq)) correlationId = seq;
-      else correlationId = BigInt(intParam('sequence_id', seq, id));
+      // A string id stays a string, digits or not (Triton: its CORRID control must then be TYPE_STRING).
+      if (typeof seq === 'string') correlationId = seq;
+      else if (typeof seq === 'bigint') {
+        intParam('sequence_id', seq, id); // rejects a negative id
+        correlationId = seq; // exact beyond 2^53
+      } else correlationId = BigInt(intParam('sequence_id', seq, id));
     }
     for (const [key, bit] of [
       ['sequence_start', 1],

@@ -267,8 +267,22 @@ describe('Triton example sequence models', () => {
       stringId.doc.error,
       "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'",
     );
+    // A string of digits is still a string id (Triton), so a UINT64 CORRID refuses it too.
+    const digits = await httpStep('simple_dyna_sequence', '1002', 1, { start: true });
+    assert.equal(digits.status, 400);
+    assert.match(digits.doc.error!, /data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'/);
     // The server keeps serving.
     assert.equal((await httpStep('simple_sequence', 5, 1, { start: true, end: true })).status, 200);
+  });
+
+  test('a uint64 sequence id beyond 2^53 reaches the CORRID control exactly', async () => {
+    // OUTPUT = 1 + START + int32(CORRID) * END: int32 keeps the low 32 bits of 2^60 + 5, i.e. 5.
+    const r = await call(httpPort, 'POST', '/v2/models/simple_dyna_sequence/infer', {
+      body: `{"parameters":{"sequence_id":1152921504606846981,"sequence_start":true,"sequence_end":true},"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[1]}]}`,
+    });
+    const doc = json(r) as { outputs: Array<{ data: number[] }> };
+    assert.equal(r.status, 200, JSON.stringify(doc));
+    assert.deepEqual(doc.outputs[0]!.data, [7]);
   });
 });
 

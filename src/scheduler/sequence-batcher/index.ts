@@ -53,10 +53,7 @@ class Sequence {
   /** A request of this sequence is executing. */
   running = false;
   lastActiveNs: bigint;
-  constructor(
-    readonly key: string,
-    readonly id: CorrelationId,
-  ) {
+  constructor(readonly id: CorrelationId) {
     this.lastActiveNs = process.hrtime.bigint();
   }
 
@@ -144,16 +141,13 @@ class SequenceStep extends ScheduledRequest {
 
 const noop = (): void => {};
 
-function sequenceKey(id: CorrelationId): string {
-  return typeof id === 'bigint' ? `u${id}` : `s${id}`;
-}
 
 export class SequenceBatcher implements Scheduler {
   readonly states: readonly StateSpec[];
   private readonly controls: SequenceControls;
   private readonly lanes: Lane[];
-  /** Correlation id -> its sequence, from START until END arrives. */
-  private readonly active = new Map<string, Sequence>();
+  /** Correlation id -> its sequence, from START until END arrives (a bigint and a string never collide as keys). */
+  private readonly active = new Map<CorrelationId, Sequence>();
   /** Sequences waiting for a slot, oldest first. */
   private readonly backlog: Sequence[] = [];
   private readonly oldest: boolean;
@@ -224,7 +218,7 @@ export class SequenceBatcher implements Scheduler {
 
   /** Which instance and slot a correlation id occupies (for tests and logs). */
   slotOf(id: CorrelationId): { instance: string; slot: number } | 'backlog' | undefined {
-    const seq = this.active.get(sequenceKey(id));
+    const seq = this.active.get(id);
     if (!seq) return undefined;
     if (!seq.slot) return 'backlog';
     return { instance: seq.slot.lane.instance.name, slot: seq.slot.index };
@@ -242,14 +236,13 @@ export class SequenceBatcher implements Scheduler {
       return item.fail(err as NereidError, 'REJECTED');
     }
     if (this.lanes.length === 0) return item.fail(Errors.internal(`model '${this.modelName}' has no instance to run sequences`), 'REJECTED');
-    const key = sequenceKey(id);
     const start = (r.flags & FLAG_START) !== 0;
     const end = (r.flags & FLAG_END) !== 0;
-    let seq = this.active.get(key);
+    let seq = this.active.get(id);
     if (!seq) {
       if (!start) return item.fail(Errors.sequenceNotStarted(correlationIdText(id), this.modelName), 'REJECTED');
-      seq = new Sequence(key, id);
-      this.active.set(key, seq);
+      seq = new Sequence(id);
+      this.active.set(id, seq);
       const slot = this.freeSlot();
       if (slot) this.assign(slot, seq);
       else this.backlog.push(seq);
@@ -264,7 +257,7 @@ export class SequenceBatcher implements Scheduler {
     this.pending += 1;
     if (end) {
       // Later requests with this id start a new sequence.
-      this.active.delete(key);
+      this.active.delete(id);
       seq.ended = true;
     }
     if (this.soon === undefined) this.soon = setImmediate(this.formSoon);
@@ -438,7 +431,7 @@ export class SequenceBatcher implements Scheduler {
         if (!seq || seq.running || seq.head() !== undefined) continue;
         const idle = now - seq.lastActiveNs;
         if (idle >= this.idleNs) {
-          if (this.active.get(seq.key) === seq) this.active.delete(seq.key);
+          if (this.active.get(seq.id) === seq) this.active.delete(seq.id);
           seq.ended = true;
           this.release(seq);
           freed = true;
