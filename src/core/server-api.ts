@@ -55,6 +55,13 @@ export interface ServerApi {
   modelReady(name: string, version?: string): Promise<boolean>;
   infer(request: InferRequest): Promise<InferResponse>;
   /**
+   * Throws UNAVAILABLE "Exceeds maximum queue size" when the model's bounded
+   * queue is full now, before the caller reads or decodes the request.
+   * `requestId`, when known, prefixes the message as the scheduler's would.
+   * Optional for test doubles.
+   */
+  checkAdmission?(model: string, version?: string, requestId?: string): void;
+  /**
    * Every response of a request, for decoupled models (zero or more, then the
    * final flag) and for any other model (one final response). Never throws:
    * errors arrive as final error items. Optional for test doubles: callers

@@ -204,6 +204,25 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
 
   // ---- inference -------------------------------------------------------
 
+  /**
+   * Throws the queue-full error (and counts the rejection as the scheduler
+   * would) when the version's bounded queue would refuse any new request now.
+   * Frontends call it before reading or decoding a request, so shedding load
+   * costs no more than this look-up. Unknown models are left to infer().
+   */
+  checkAdmission(model: string, version?: string, requestId = ''): void {
+    let v: ModelVersion;
+    try {
+      v = this.resolveVersion(model, version);
+    } catch {
+      return;
+    }
+    if (v.scheduler?.full === true) {
+      v.stats.recordFailure('REJECTED', 0);
+      throw Errors.maxQueueSizeExceeded(requestId);
+    }
+  }
+
   async infer(request: InferRequest): Promise<InferResponse> {
     // A step of an ensemble request accepted before stop() is part of the drain, not a new request.
     if (this.stopping && request.stepTimings === undefined) throw Errors.serverStopping();

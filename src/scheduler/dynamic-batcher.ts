@@ -293,6 +293,11 @@ export class DynamicBatcher implements Scheduler {
     return this.queue.size;
   }
 
+  /** A new request would be refused now (bounded queue full for every priority). */
+  get full(): boolean {
+    return this.queue.isFull();
+  }
+
   get executingCount(): number {
     return this.executing;
   }

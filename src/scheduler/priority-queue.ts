@@ -135,6 +135,27 @@ export class PriorityQueue {
     return priority === 0 || priority > this.maxLevel ? this.defaultLevel : priority;
   }
 
+  /**
+   * true when a request would be refused whatever its priority: every level it
+   * could map to is bounded and full. Frontends ask this before reading a
+   * request's body, so shedding costs no decode. With many priority levels it
+   * answers false (the request is then refused by push() as usual).
+   */
+  isFull(): boolean {
+    if (this.maxLevel === 0) return this.levelFull(0, this.defaultPolicy);
+    if (this.maxLevel > 16) return false;
+    for (let l = 1; l <= this.maxLevel; l++) {
+      if (!this.levelFull(l, this.levelPolicies.get(l) ?? this.defaultPolicy)) return false;
+    }
+    return true;
+  }
+
+  private levelFull(level: number, policy: QueuePolicy): boolean {
+    if (policy.maxQueueSize === 0) return false;
+    for (const q of this.levels) if (q.level === level) return q.live >= policy.maxQueueSize;
+    return false;
+  }
+
   /** Queues `item`, or returns the error to fail it with when its level is full. */
   push(item: ScheduledRequest, nowNs: bigint): NereidError | undefined {
     const level = this.levelFor(this.levelOf(item.priority));

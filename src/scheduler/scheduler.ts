@@ -12,6 +12,8 @@ export interface Scheduler {
   enqueue(item: ScheduledRequest): void;
   /** Requests accepted but not yet executing. */
   readonly pendingCount: number;
+  /** true when a new request would be refused for a full queue (schedulers with bounded queues). */
+  readonly full?: boolean;
   /** Requests executing now. */
   readonly executingCount: number;
   /** Resolves when nothing is queued or executing. New requests may still arrive unless the core stops them. */

@@ -432,3 +432,35 @@ test('an instance that takes two executions gets a second batch while it runs th
   assert.equal(h.outcomes.length, 18);
   assert.equal(h.stats.toJSON().execution_count, 5);
 });
+
+test('full: true only when every level a request could map to is bounded and full', async () => {
+  const single = new Harness({ defaultQueuePolicy: policy({ maxQueueSize: 1 }) }, { maxBatchSize: 1 });
+  assert.equal(single.batcher.full, false);
+  single.submit(request('busy'));
+  await single.instances[0]!.untilBatches(1);
+  assert.equal(single.batcher.full, false, 'the running request is not queued');
+  single.submit(request('queued'));
+  assert.equal(single.batcher.full, true);
+  single.instances[0]!.finishOne();
+  await single.instances[0]!.untilBatches(2);
+  assert.equal(single.batcher.full, false);
+  single.instances[0]!.finishOne();
+  await single.batcher.drain();
+
+  const two = new Harness(
+    { priorityLevels: 2n, defaultPriorityLevel: 2n, priorityQueuePolicy: { '1': policy({ maxQueueSize: 1 }), '2': policy({ maxQueueSize: 1 }) } },
+    { maxBatchSize: 1 },
+  );
+  two.submit(request('busy'));
+  await two.instances[0]!.untilBatches(1);
+  two.submit(request('a'), { priority: 1 });
+  assert.equal(two.batcher.full, false, 'level 2 still has room');
+  two.submit(request('b'), { priority: 2 });
+  assert.equal(two.batcher.full, true);
+  for (let n = 2; n <= 3; n++) {
+    two.instances[0]!.finishOne();
+    await two.instances[0]!.untilBatches(n);
+  }
+  two.instances[0]!.finishOne();
+  await two.batcher.drain();
+});

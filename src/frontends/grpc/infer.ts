@@ -71,6 +71,8 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
     const abort = new Cancellation();
     let decoded;
     try {
+      // A full queue answers before the inputs are unpacked.
+      server.checkAdmission?.(msg.modelName, msg.modelVersion === '' ? undefined : msg.modelVersion, msg.id);
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
       decoded = decodeInfer(msg, abort, headers);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);

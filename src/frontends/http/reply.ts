@@ -3,6 +3,8 @@ import type { ServerResponse } from 'node:http';
 import { asNereidError } from '../../errors.js';
 
 const JSON_TYPE = 'application/json';
+/** Seconds a client refused for a full queue should wait before retrying. */
+const RETRY_AFTER: readonly string[] = ['Retry-After', '1'];
 
 export class Replier {
   /** Set while the frontend stops: replies then close their connection. */
@@ -34,6 +36,8 @@ export class Replier {
       return;
     }
     const e = asNereidError(err);
+    // A full queue tells the client when to come back (beyond Triton, which sends no Retry-After).
+    if (e.code === 'NRD_QUEUE_FULL') extraHeaders = extraHeaders === undefined ? RETRY_AFTER : [...extraHeaders, ...RETRY_AFTER];
     this.errorText(res, e.httpStatus, e.message, extraHeaders);
   }
 

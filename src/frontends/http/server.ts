@@ -449,6 +449,8 @@ export class HttpFrontend {
     if (config.modelTransactionPolicy?.decoupled === true) {
       throw Errors.unsupported("HTTP end point doesn't support models with decoupled transaction policy");
     }
+    // A full queue answers before the body is read: shedding costs no copy or decode.
+    this.server.checkAdmission?.(model, version);
     const encoding = requestEncoding(req);
     if (encoding === 'unknown') {
       this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
