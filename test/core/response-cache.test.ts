@@ -6,6 +6,8 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { Server } from '../../src/core/server.js';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { silentLogger } from '../../src/logger.js';
 import { typedView } from '../../src/tensor/tensor.js';
@@ -167,4 +169,41 @@ describe('the response cache in a served repository', () => {
     assert.equal(sample(text, 'nv_inference_request_success', labels), s.inference_stats['success']!.count);
     assert.equal(sample(text, 'nv_inference_count', labels), s.inference_count);
   });
+});
+
+test('an ensemble and its steps may cache: a repeated ensemble request is a hit at the ensemble, a repeated step input a hit at the step', async (t) => {
+  const repo = new TempRepository().addSub('step', [1], CONFIG('step', true));
+  const io = (n: string) => `{ name: "${n}" data_type: TYPE_INT32 dims: [ 16 ] }`;
+  repo.config(
+    'pipeline',
+    `name: "pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ ${io('A')}, ${io('B')} ]
+output [ ${io('SUM')}, ${io('DIFF')} ]
+ensemble_scheduling { step [ { model_name: "step" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "SUM" } output_map { key: "OUTPUT1" value: "DIFF" } } ] }
+response_cache { enable: true }
+`,
+  );
+  mkdirSync(`${repo.dir}/pipeline/1`, { recursive: true });
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir], cacheConfig: { local: { size: String(1 << 20) } } });
+  await server.start();
+  t.after(() => server.stop());
+  const a = new Array(16).fill(3);
+  const b = new Array(16).fill(1);
+  const viaEnsemble = () => server.infer({ model: 'pipeline', inputs: [int32Tensor('A', a), int32Tensor('B', b)] });
+  const first = await viaEnsemble();
+  assert.deepEqual([...typedView(first.outputs.find((o) => o.name === 'SUM')!)], new Array(16).fill(4));
+  const again = await viaEnsemble();
+  assert.deepEqual([...typedView(again.outputs.find((o) => o.name === 'DIFF')!)], new Array(16).fill(2));
+  const [ens] = server.modelStatistics('pipeline');
+  assert.equal(ens!.inference_stats.cache_hit.count, 1);
+  assert.equal(ens!.inference_stats.cache_miss.count, 1);
+  // The step saw one request (the ensemble's hit never reached it), then a direct call with the same inputs hits the step's cache.
+  await server.infer({ model: 'step', inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', b)] });
+  const [step] = server.modelStatistics('step');
+  assert.equal(step!.execution_count, 1);
+  assert.equal(step!.inference_stats.cache_miss.count, 1);
+  assert.equal(step!.inference_stats.cache_hit.count, 1);
 });
