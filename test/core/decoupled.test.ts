@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Server } from '../../src/core/server.js';
 import { Cancellation } from '../../src/core/cancellation.js';
+import { Metrics } from '../../src/metrics/index.js';
+import { sample } from '../metrics/exposition.js';
 import type { StreamResponse } from '../../src/core/types.js';
 import { typedView } from '../../src/tensor/tensor.js';
 import { TempRepository } from '../helpers/repository.js';
@@ -35,6 +37,10 @@ test('decoupled python models stream zero, one and many responses, then the fina
     rmSync(markers, { recursive: true, force: true });
   });
   const server = new Server({ modelRepositories: [repo.dir], backendConfig: { python: { 'python-executable': PYTHON } } });
+  const metrics = new Metrics({ allowCpuMetrics: false, allowGpuMetrics: false });
+  server.on('versionReady', (v) =>
+    metrics.attach(v.stats, { pendingCount: () => 0, metricTags: {}, loadDurationSecs: v.loadDurationSecs }),
+  );
   await server.start();
   t.after(() => server.stop());
 
@@ -152,10 +158,17 @@ test('decoupled python models stream zero, one and many responses, then the fina
     assert.deepEqual(outValues(again), [8]);
   });
 
-  await t.test('statistics count decoupled requests', () => {
+  await t.test('statistics and metrics count decoupled requests alike', async () => {
     const [s] = server.modelStatistics('decoupled_repeat');
     assert.ok(s!.inference_stats.success.count >= 8);
     assert.ok(s!.inference_stats.fail.count >= 1);
+    assert.ok(s!.execution_count >= s!.inference_stats.success.count);
+    const text = await metrics.render();
+    const labels = { model: 'decoupled_repeat', version: '1' };
+    assert.equal(sample(text, 'nv_inference_request_success', labels), s!.inference_stats.success.count);
+    assert.equal(sample(text, 'nv_inference_exec_count', labels), s!.execution_count);
+    const failures = ['REJECTED', 'CANCELED', 'BACKEND', 'OTHER'].reduce((n, reason) => n + sample(text, 'nv_inference_request_failure', { ...labels, reason }), 0);
+    assert.equal(failures, s!.inference_stats.fail.count);
   });
 });
 
