@@ -32,6 +32,10 @@ import {
   type WireTensor,
 } from './worker-protocol.js';
 
+// Node 24 has Float16Array, and onnxruntime-common then wraps float16 data in one, which the native
+// binding (1.30) reads as zero bytes. Without it in this thread's realm, float16 stays raw 16-bit words.
+if ('Float16Array' in globalThis) delete (globalThis as { Float16Array?: unknown }).Float16Array;
+
 const port = parentPort!;
 const init = workerData as SessionWorkerInit;
 
