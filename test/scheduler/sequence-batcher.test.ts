@@ -338,3 +338,31 @@ test('iterative_sequence is refused at load instead of being served as a plain s
     (e: NereidError) => e.code === 'NRD_UNSUPPORTED' && /iterative_sequence is not supported/.test(e.message),
   );
 });
+
+test('oldest with a long max_queue_delay: a preferred batch size or a full batch starts at once', async () => {
+  const h = new Harness(
+    { strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 8, preferredBatchSize: [2], maxQueueDelayMicroseconds: 600_000_000n } } },
+    { maxBatchSize: 3 },
+  );
+  const b = h.backends[0]!;
+  b.auto = true;
+  h.send('a1', 1n, START);
+  h.send('b1', 2n, START);
+  await h.untilOutcomes(2); // would wait ten minutes if the preferred size did not count
+  assert.deepEqual(ids(b.batches[0]!), ['a1', 'b1']);
+  h.send('a2', 1n);
+  h.send('b2', 2n);
+  h.send('c1', 3n, START);
+  await h.untilOutcomes(5); // a full batch (max_batch_size 3)
+  assert.deepEqual(ids(b.batches[1]!), ['a2', 'b2', 'c1']);
+});
+
+test('direct with a long max_queue_delay: the batch starts once every active slot has a request', async () => {
+  const h = new Harness({ strategyChoice: { case: 'direct', value: { maxQueueDelayMicroseconds: 600_000_000n } } }, { maxBatchSize: 4 });
+  const b = h.backends[0]!;
+  b.auto = true;
+  h.send('a1', 1n, START);
+  h.send('b1', 2n, START);
+  await h.untilOutcomes(2);
+  assert.deepEqual(ids(b.batches[0]!), ['a1', 'b1']);
+});
