@@ -7,7 +7,7 @@
  * carries its own state: it asks for STATE_OUT and sends it back as the next
  * STATE_IN. One server, binary HTTP, alternating rounds.
  *
- * Environment: BENCH_SECONDS (per way, default 3).
+ * Environment: BENCH_SECONDS (per way, default 3), BENCH_ROUNDS (alternating slices, default 3).
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +19,7 @@ import { startNereid } from './processes.js';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const SEQUENCES = 64;
 const SIZE = 64;
-const ROUNDS = 3;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });

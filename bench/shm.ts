@@ -6,7 +6,7 @@
  * server, same run. Prints requests/s, p50 latency and the ratio. The model
  * is cheap on purpose: what differs between the two is moving the input.
  *
- * Environment: BENCH_SECONDS (per point, default 3).
+ * Environment: BENCH_SECONDS (per way, default 3), BENCH_ROUNDS (alternating slices, default 3).
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,7 +33,7 @@ interface Point {
  * each (a shared machine's load then falls on both alike), and reports the
  * rate and median latency of each.
  */
-const ROUNDS = 3;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 async function compare(ways: Array<() => Promise<void>>): Promise<Point[]> {
   for (const once of ways) for (let i = 0; i < 3; i++) await once();
   const lat = ways.map(() => [] as number[]);
