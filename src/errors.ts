@@ -238,6 +238,16 @@ export const Errors = {
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
   internal: make('NRD_INTERNAL', 'INTERNAL', (msg: string) => msg),
+  repositoryUrl: make(
+    'NRD_REPOSITORY_URL',
+    'INVALID_ARG',
+    (url: string, why: string) => `malformed model repository URL '${url}': ${why}`,
+  ),
+  repositoryUnavailable: make(
+    'NRD_REPOSITORY_UNAVAILABLE',
+    'INTERNAL',
+    (url: string, why: string) => `model repository '${url}' is not available: ${why}`,
+  ),
   controlModeDisallows: make(
     'NRD_CONTROL_MODE',
     'UNAVAILABLE',

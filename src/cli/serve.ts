@@ -15,6 +15,7 @@ import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/inde
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
 import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
+import { isRemoteRepository } from '../repository/index.js';
 import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
 
 const S: FlagSpec = { type: 'string' };
@@ -26,6 +27,7 @@ const B: FlagSpec = { type: 'bool' };
 export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'model-repository': SR,
   'model-store': SR,
+  'model-cache-dir': S,
   'model-control-mode': S,
   'load-model': SR,
   'repository-poll-secs': I,
@@ -227,6 +229,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   const cfg: ServeConfig = {
     server: {
       modelRepositories: repos.length > 0 ? repos : [defaultModelRepository()],
+      modelCacheDir: f.string('model-cache-dir'),
       id: f.string('id', 'triton'),
       modelControlMode: mode as ModelControlMode,
       loadModels,
@@ -362,7 +365,7 @@ export interface RunningServer {
 /** Starts everything `nereid serve` starts. Throws on startup failure (after cleaning up). */
 export async function startServing(cfg: ServeConfig, logger: Logger): Promise<RunningServer> {
   for (const repo of cfg.server.modelRepositories) {
-    if (!existsSync(repo)) throw Errors.config(`model repository '${repo}' does not exist`);
+    if (!isRemoteRepository(repo) && !existsSync(repo)) throw Errors.config(`model repository '${repo}' does not exist`);
   }
   if (cfg.ignored.length > 0) {
     logger.warn(`accepted for compatibility, has no effect: ${cfg.ignored.map((flag) => `--${flag}`).join(', ')}`);

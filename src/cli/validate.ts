@@ -4,7 +4,7 @@
  * Exit code 1 when any model is invalid: usable as a CI step.
  */
 import { resolveModelConfig } from '../core/model-loader.js';
-import { listModels } from '../repository/index.js';
+import { ModelSources, listModels } from '../repository/index.js';
 import { silentLogger } from '../logger.js';
 import { defaultModelRepository, parseBackendConfig } from './serve.js';
 import { FlagReader, parseFlags } from './flags.js';
@@ -31,8 +31,11 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const repos = f.all('model-repository');
-  const models = await listModels(repos.length > 0 ? repos : [defaultModelRepository()]);
-  let bad = 0;
+  const sources = new ModelSources();
+  const models = await listModels(repos.length > 0 ? repos : [defaultModelRepository()], sources);
+  await sources.close();
+  let bad = models.failures.length;
+  for (const failure of models.failures) process.stdout.write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
   for (const [name, where] of [...models].sort(([a], [b]) => (a < b ? -1 : 1))) {
     if ('duplicate' in where) {
       bad++;

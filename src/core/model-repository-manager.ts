@@ -16,7 +16,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { Errors, NereidError, asNereidError } from '../errors.js';
-import { fingerprintDir, isDuplicate, listModels, type RepositoryEntry } from '../repository/index.js';
+import { ModelSources, fingerprintDir, isDuplicate, listModels, type RepositoryEntry } from '../repository/index.js';
 import { Limiter } from './limiter.js';
 import { DependencyErrors, type DependencyResolver, type ModelDependency, ensembleDependencies } from './model-dependencies.js';
 import { ModelEntry } from './model-entry.js';
@@ -37,6 +37,8 @@ export const DEFAULT_LOAD_THREAD_COUNT = 4;
 
 export interface ModelRepositoryManagerOptions {
   repositories: readonly string[];
+  /** Folder for local copies of s3://, gs:// and as:// models (`--model-cache-dir`). */
+  modelCacheDir?: string;
   controlMode: ModelControlMode;
   loader: LoaderOptions;
   logger: Logger;
@@ -103,12 +105,15 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private stopping = false;
   private pollTimer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | undefined;
+  /** The repositories' sources, kept across polls (clients, last good listings). */
+  private readonly sources: ModelSources;
 
   constructor(options: ModelRepositoryManagerOptions) {
     super();
     this.options = options;
     this.controlMode = options.controlMode;
     this.logger = options.logger;
+    this.sources = new ModelSources({ cacheDir: options.modelCacheDir, logger: options.logger });
     const threads = options.loadThreadCount ?? DEFAULT_LOAD_THREAD_COUNT;
     if (!Number.isInteger(threads) || threads < 1) {
       throw Errors.config(`--model-load-thread-count must be at least 1, got ${threads}`);
@@ -130,12 +135,12 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * Resolves with the failure reasons (empty when everything loaded).
    */
   async start(startupModels: readonly string[] = []): Promise<string[]> {
-    const found = await listModels(this.options.repositories);
+    const found = await listModels(this.options.repositories, this.sources);
     let toLoad: string[];
     if (this.controlMode === 'explicit') toLoad = startupModels.includes('*') ? [...found.keys()] : [...startupModels];
     else toLoad = [...found.keys()];
     this.applyListing(found);
-    const failures: string[] = [];
+    const failures: string[] = found.failures.map((f) => f.message);
     await Promise.all(
       toLoad.map(async (name) => {
         const entry = this.models.get(name);
@@ -173,6 +178,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     }
     await Promise.all(all.map((v) => this.closeVersion(v)));
     await Promise.all([...this.models.values()].map((e) => e.override?.remove()));
+    await this.sources.close();
   }
 
   // ---- reading the state -------------------------------------------------
@@ -394,7 +400,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    */
   private async pollRepository(): Promise<void> {
     try {
-      const found = await listModels(this.options.repositories);
+      const found = await listModels(this.options.repositories, this.sources);
       this.applyListing(found);
       for (const [name, entry] of [...this.models]) {
         if (this.stopping) return;
@@ -648,7 +654,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
 
   /** Picks up models added to or removed from the repositories (explicit and poll modes). */
   private async refreshIndex(): Promise<void> {
-    this.applyListing(await listModels(this.options.repositories));
+    this.applyListing(await listModels(this.options.repositories, this.sources));
   }
 
   private applyListing(found: Map<string, RepositoryEntry>): void {

@@ -91,6 +91,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     }
     this.repository = new ModelRepositoryManager({
       repositories: options.modelRepositories,
+      modelCacheDir: options.modelCacheDir,
       controlMode: this.controlMode,
       logger: this.logger,
       loadThreadCount: options.modelLoadThreadCount,

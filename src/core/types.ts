@@ -120,6 +120,8 @@ export type ModelControlMode = 'none' | 'poll' | 'explicit';
 export interface ServerOptions {
   /** Model repository folders (at least one). */
   modelRepositories: string[];
+  /** Folder for local copies of s3://, gs:// and as:// models (`--model-cache-dir`). */
+  modelCacheDir?: string;
   /** Server name reported by metadata (Triton's --id). Default "triton". */
   id?: string;
   modelControlMode?: ModelControlMode;

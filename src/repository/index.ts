@@ -1,6 +1,16 @@
-export { LocalModelSource, createModelSource, type ModelSource, type LocalModelDir } from './model-source.js';
+export {
+  LocalModelSource,
+  createModelSource,
+  isRemoteRepository,
+  type ModelSource,
+  type ModelSourceOptions,
+  type LocalModelDir,
+} from './model-source.js';
 export {
   listModels,
+  ModelSources,
+  RepositoryListing,
+  type RepositoryFailure,
   listVersions,
   listSubfolders,
   isDuplicate,

@@ -1,12 +1,16 @@
 /**
  * Where model folders come from. A source lists the models of one
- * repository and makes a model's folder available on local disk; the local
- * source simply points at it. Cloud sources (s3://, gs://, as://) would copy
- * the folder down and clean up on release.
+ * repository, tells cheaply whether a model's files changed, and makes a
+ * model's folder available on local disk. The local source points at the
+ * folder; the cloud sources (s3://, gs://, as://) copy it into a cache.
  */
 import { readdir, stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import type { Logger } from 'pino';
 import { Errors } from '../errors.js';
+import { fingerprintDir } from './change-detection.js';
+import { silentLogger } from '../logger.js';
+import { remoteScheme, createRemoteModelSource } from './remote-source.js';
 
 export interface LocalModelDir {
   /** Absolute path of the model folder on this machine. */
@@ -20,8 +24,28 @@ export interface ModelSource {
   readonly location: string;
   /** Names of the model folders in the repository, sorted. */
   listModelNames(): Promise<string[]>;
+  /**
+   * A value that changes whenever a file of the model is added, removed or
+   * rewritten. Cheap: it reads listings and file metadata, never contents,
+   * and downloads nothing.
+   */
+  fingerprint(modelName: string): Promise<string>;
   /** Makes the model's folder available locally. */
   materialize(modelName: string): Promise<LocalModelDir>;
+  /** Releases clients and connections. */
+  close(): Promise<void>;
+}
+
+export interface ModelSourceOptions {
+  /**
+   * Folder for local copies of cloud models (`--model-cache-dir`). Defaults to
+   * NEREID_MODEL_CACHE_DIR, then the scheme's TRITON_*_MOUNT_DIRECTORY, then
+   * `nereid-model-cache` under the OS temp folder.
+   */
+  cacheDir?: string;
+  logger?: Logger;
+  /** Environment to read credentials and endpoints from (default process.env). */
+  env?: NodeJS.ProcessEnv;
 }
 
 export class LocalModelSource implements ModelSource {
@@ -49,6 +73,10 @@ export class LocalModelSource implements ModelSource {
     return names.sort();
   }
 
+  async fingerprint(modelName: string): Promise<string> {
+    return fingerprintDir(join(this.root, modelName));
+  }
+
   async materialize(modelName: string): Promise<LocalModelDir> {
     const dir = join(this.root, modelName);
     if (!(await isDirectory(dir))) {
@@ -56,15 +84,26 @@ export class LocalModelSource implements ModelSource {
     }
     return { dir, release: async () => {} };
   }
+
+  async close(): Promise<void> {}
 }
 
-const REMOTE_SCHEMES = ['s3://', 'gs://', 'as://'];
+/** True for `s3://`, `gs://` and `as://` locations. */
+export function isRemoteRepository(repository: string): boolean {
+  return remoteScheme(repository) !== undefined;
+}
 
-/** The source for a `--model-repository` value. */
-export function createModelSource(repository: string): ModelSource {
-  const remote = REMOTE_SCHEMES.find((scheme) => repository.startsWith(scheme));
-  if (remote !== undefined) {
-    throw Errors.unsupported(`model repositories at ${remote} are not supported yet: '${repository}'`);
+/**
+ * The source for a `--model-repository` value. A malformed cloud URL throws
+ * NRD_REPOSITORY_URL here; an unreachable store fails on first use.
+ */
+export function createModelSource(repository: string, options: ModelSourceOptions = {}): ModelSource {
+  if (isRemoteRepository(repository)) {
+    return createRemoteModelSource(repository, {
+      cacheDir: options.cacheDir,
+      logger: options.logger ?? silentLogger,
+      env: options.env ?? process.env,
+    });
   }
   return new LocalModelSource(repository);
 }

@@ -1,13 +1,18 @@
 /** Listing models across repositories and version folders within a model. */
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createModelSource, isDirectory } from './model-source.js';
+import type { Logger } from 'pino';
+import { asNereidError } from '../errors.js';
+import { silentLogger } from '../logger.js';
+import { createModelSource, isDirectory, type ModelSource, type ModelSourceOptions } from './model-source.js';
 
 export interface FoundModel {
   /** The repository it was found in, as given. */
   repository: string;
-  /** Absolute path of the model folder. */
+  /** Absolute path of the model folder (for cloud repositories, its copy in the download cache). */
   dir: string;
+  /** The source it came from: `fingerprint(name)` tells whether it changed. */
+  source: ModelSource;
 }
 
 export interface DuplicateModel {
@@ -17,6 +22,22 @@ export interface DuplicateModel {
 
 export type RepositoryEntry = FoundModel | DuplicateModel;
 
+/** A repository (or one model of it) that could not be listed or copied. */
+export interface RepositoryFailure {
+  repository: string;
+  model?: string;
+  message: string;
+}
+
+/**
+ * The models of all repositories by name. `failures` names the repositories
+ * that could not be read this time; a repository that was read before keeps
+ * its previous models (a store that is briefly unreachable unloads nothing).
+ */
+export class RepositoryListing extends Map<string, RepositoryEntry> {
+  readonly failures: RepositoryFailure[] = [];
+}
+
 /** Triton's reason text for a name found in more than one repository. */
 export const DUPLICATE_MODEL_REASON = 'model appears in two or more repositories';
 
@@ -24,27 +45,121 @@ export function isDuplicate(entry: RepositoryEntry): entry is DuplicateModel {
   return 'duplicate' in entry;
 }
 
+/** Models copied from the stores at once. */
+const MATERIALIZE_CONCURRENCY = 8;
+
+/**
+ * The sources of a server's repositories, kept across polls so that clients,
+ * connections and the last good listing of each are reused.
+ */
+export class ModelSources {
+  private readonly sources = new Map<string, ModelSource>();
+  private readonly lastGood = new Map<string, Map<string, string>>();
+  readonly logger: Logger;
+
+  constructor(private readonly options: ModelSourceOptions = {}) {
+    this.logger = options.logger ?? silentLogger;
+  }
+
+  /** The source of a repository; a malformed URL throws NRD_REPOSITORY_URL. */
+  get(repository: string): ModelSource {
+    let source = this.sources.get(repository);
+    if (!source) {
+      source = createModelSource(repository, this.options);
+      this.sources.set(repository, source);
+    }
+    return source;
+  }
+
+  /** @internal the folders last listed for a repository. */
+  previous(repository: string): Map<string, string> | undefined {
+    return this.lastGood.get(repository);
+  }
+
+  /** @internal */
+  remember(repository: string, dirs: Map<string, string>): void {
+    this.lastGood.set(repository, dirs);
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.sources.values()];
+    this.sources.clear();
+    await Promise.all(all.map((s) => s.close().catch(() => undefined)));
+  }
+}
+
 /** One entry per model folder name across all repositories, sorted by name. */
-export async function listModels(repositories: readonly string[]): Promise<Map<string, RepositoryEntry>> {
-  const seen = new Map<string, { first: FoundModel; repositories: string[] }>();
+export async function listModels(repositories: readonly string[], sources: ModelSources = new ModelSources()): Promise<RepositoryListing> {
+  const listing = new RepositoryListing();
+  const names = new Map<string, string[]>();
+  const perRepository = new Map<string, { source: ModelSource; names: string[] } | { stale: Map<string, string>; source: ModelSource }>();
   for (const repository of repositories) {
-    const source = createModelSource(repository);
-    for (const name of await source.listModelNames()) {
-      const existing = seen.get(name);
-      if (existing !== undefined) {
-        existing.repositories.push(repository);
-      } else {
-        const { dir } = await source.materialize(name);
-        seen.set(name, { first: { repository, dir }, repositories: [repository] });
+    let source: ModelSource;
+    try {
+      source = sources.get(repository);
+      const found = await source.listModelNames();
+      perRepository.set(repository, { source, names: found });
+      for (const name of found) names.set(name, [...(names.get(name) ?? []), repository]);
+    } catch (err) {
+      const message = asNereidError(err).message;
+      listing.failures.push({ repository, message });
+      const stale = sources.previous(repository);
+      sources.logger.error({ repository, reason: message }, stale ? 'model repository not readable; its models stay as they were' : 'model repository not readable');
+      if (stale) {
+        perRepository.set(repository, { stale, source: sources.get(repository) });
+        for (const name of stale.keys()) names.set(name, [...(names.get(name) ?? []), repository]);
       }
     }
   }
-  const models = new Map<string, RepositoryEntry>();
-  for (const name of [...seen.keys()].sort()) {
-    const found = seen.get(name)!;
-    models.set(name, found.repositories.length > 1 ? { duplicate: found.repositories } : found.first);
+  const jobs: Array<{ name: string; repository: string; source: ModelSource; stale?: string }> = [];
+  for (const [name, where] of names) {
+    if (where.length > 1) continue;
+    const repository = where[0]!;
+    const r = perRepository.get(repository)!;
+    jobs.push({ name, repository, source: r.source, stale: 'stale' in r ? r.stale.get(name) : undefined });
   }
-  return models;
+  const dirs = new Map<string, string>();
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < jobs.length) {
+      const job = jobs[next++]!;
+      if (job.stale !== undefined) {
+        dirs.set(job.name, job.stale);
+        continue;
+      }
+      try {
+        dirs.set(job.name, (await job.source.materialize(job.name)).dir);
+      } catch (err) {
+        const message = asNereidError(err).message;
+        const before = sources.previous(job.repository)?.get(job.name);
+        listing.failures.push({ repository: job.repository, model: job.name, message });
+        sources.logger.error({ repository: job.repository, model: job.name, reason: message }, 'model could not be copied from its repository');
+        if (before !== undefined) dirs.set(job.name, before);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(MATERIALIZE_CONCURRENCY, jobs.length) }, worker));
+  const byRepository = new Map<string, Map<string, string>>();
+  for (const job of jobs) {
+    const dir = dirs.get(job.name);
+    if (dir === undefined) continue;
+    let m = byRepository.get(job.repository);
+    if (!m) byRepository.set(job.repository, (m = new Map()));
+    m.set(job.name, dir);
+  }
+  for (const [repository, r] of perRepository) {
+    if (!('stale' in r)) sources.remember(repository, byRepository.get(repository) ?? new Map());
+  }
+  for (const name of [...names.keys()].sort()) {
+    const where = names.get(name)!;
+    if (where.length > 1) {
+      listing.set(name, { duplicate: where });
+      continue;
+    }
+    const dir = dirs.get(name);
+    if (dir !== undefined) listing.set(name, { repository: where[0]!, dir, source: perRepository.get(where[0]!)!.source });
+  }
+  return listing;
 }
 
 /** Folders that hold other things than versions. */

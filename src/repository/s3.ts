@@ -1,0 +1,194 @@
+/**
+ * s3:// repositories, with Triton's three URL forms:
+ *   s3://bucket/path                      AWS S3
+ *   s3://host:port/bucket/path            an S3-compatible store over HTTP
+ *   s3://https://host:port/bucket/path    the same over HTTPS
+ * Stores named by host:port are addressed path-style. Credentials come from
+ * the AWS SDK's default chain (environment, shared config and profiles,
+ * container and instance roles) unless Triton's credential file has an entry.
+ */
+import { createWriteStream } from 'node:fs';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3';
+import { Errors } from '../errors.js';
+import { credentialFor } from './cloud-credentials.js';
+import { errorText, networkCause, type ObjectStore, type RemoteLocation, type StoredObject } from './object-store.js';
+
+export interface S3Url {
+  bucket: string;
+  /** Key prefix of the repository root, without leading or trailing '/'. */
+  prefix: string;
+  /** `http://host:port` or `https://host:port` for S3-compatible stores. */
+  endpoint?: string;
+}
+
+/** Triton's pattern for the host:port forms; anything else is `bucket/path`. */
+const ENDPOINT_FORM = /^s3:\/\/(http:\/\/|https:\/\/|)([0-9a-zA-Z\-.]+):([0-9]+)\/([0-9a-z.-]+)((?:\/[0-9a-zA-Z.\-_]+)*)$/;
+
+export function parseS3UrlParts(url: string): S3Url {
+  let rest = url.slice('s3://'.length);
+  let protocol = '';
+  for (const p of ['https://', 'http://']) {
+    if (rest.startsWith(p)) {
+      protocol = p;
+      rest = rest.slice(p.length);
+      break;
+    }
+  }
+  // Leading, trailing and doubled slashes are dropped, as Triton does.
+  const trimmed = rest.replace(/\/{2,}/g, '/').replace(/^\/+|\/+$/g, '');
+  if (trimmed === '') throw Errors.repositoryUrl(url, 'no bucket name');
+  const clean = `s3://${protocol}${trimmed}`;
+  const m = ENDPOINT_FORM.exec(clean);
+  if (m) {
+    const [, proto, host, port, bucket, path] = m;
+    return {
+      bucket: bucket!,
+      prefix: path!.replace(/^\//, ''),
+      endpoint: `${proto === 'https://' ? 'https' : 'http'}://${host}:${port}`,
+    };
+  }
+  if (protocol !== '') {
+    throw Errors.repositoryUrl(
+      url,
+      `after ${protocol} comes host:port/bucket[/path] (bucket in lower case; path of letters, digits, '.', '-', '_')`,
+    );
+  }
+  const slash = trimmed.indexOf('/');
+  const bucket = slash < 0 ? trimmed : trimmed.slice(0, slash);
+  const prefix = slash < 0 ? '' : trimmed.slice(slash + 1);
+  if (bucket.includes(':')) {
+    throw Errors.repositoryUrl(
+      url,
+      `'${bucket}' is neither a bucket name nor host:port followed by /bucket[/path] (bucket in lower case; path of letters, digits, '.', '-', '_')`,
+    );
+  }
+  return { bucket, prefix };
+}
+
+export function parseS3Url(url: string, env: NodeJS.ProcessEnv): RemoteLocation {
+  const parts = parseS3UrlParts(url);
+  return { scheme: 's3', url, open: () => openS3(url, parts, env) };
+}
+
+async function openS3(url: string, parts: S3Url, env: NodeJS.ProcessEnv): Promise<ObjectStore> {
+  const sdk = await import('@aws-sdk/client-s3');
+  const cred = credentialFor('s3', url, env);
+  const config: S3ClientConfig = {
+    maxAttempts: 3,
+    requestHandler: { connectionTimeout: 5000, requestTimeout: 120_000 },
+    // S3-compatible stores do not all know the newer flexible checksums.
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+  };
+  // Triton's order: keys, then a profile, then the SDK's default chain
+  // (shared config, SSO, container and instance roles).
+  const keyId = cred ? cred.key_id : env.AWS_ACCESS_KEY_ID;
+  const secret = cred ? cred.secret_key : env.AWS_SECRET_ACCESS_KEY;
+  const profile = cred ? cred.profile : env.AWS_PROFILE;
+  if (keyId && secret) {
+    const sessionToken = (cred ? cred.session_token : env.AWS_SESSION_TOKEN) || undefined;
+    config.credentials = { accessKeyId: keyId, secretAccessKey: secret, sessionToken };
+  } else if (profile) {
+    config.profile = profile;
+  }
+  const region = cred?.region || env.AWS_REGION || env.AWS_DEFAULT_REGION;
+  if (region) config.region = region;
+  if (parts.endpoint) {
+    config.endpoint = parts.endpoint;
+    config.forcePathStyle = true;
+  } else {
+    config.followRegionRedirects = true;
+  }
+  let client = new sdk.S3Client(config);
+  if (!region) {
+    // No region in the environment or shared config: S3 answers any region's
+    // bucket listing from us-east-1 with a redirect the client follows.
+    try {
+      await client.config.region();
+    } catch {
+      client.destroy();
+      client = new sdk.S3Client({ ...config, region: 'us-east-1' });
+    }
+  }
+  return new S3Store(client, sdk, parts);
+}
+
+type Sdk = typeof import('@aws-sdk/client-s3');
+
+class S3Store implements ObjectStore {
+  private readonly root: string;
+  private readonly where: string;
+
+  constructor(
+    private readonly client: S3Client,
+    private readonly sdk: Sdk,
+    private readonly parts: S3Url,
+  ) {
+    this.root = parts.prefix === '' ? '' : `${parts.prefix}/`;
+    this.where = parts.endpoint ?? 'S3';
+  }
+
+  async list(prefix: string): Promise<StoredObject[]> {
+    const objects: StoredObject[] = [];
+    const pages = this.sdk.paginateListObjectsV2({ client: this.client }, { Bucket: this.parts.bucket, Prefix: this.root + prefix });
+    for await (const page of pages) {
+      for (const o of page.Contents ?? []) {
+        if (!o.Key || o.Key.length <= this.root.length) continue;
+        objects.push({ path: o.Key.slice(this.root.length), size: o.Size ?? 0, version: unquote(o.ETag ?? '') });
+      }
+    }
+    return objects;
+  }
+
+  async download(object: StoredObject, file: string): Promise<void> {
+    const out = await this.client.send(
+      new this.sdk.GetObjectCommand({
+        Bucket: this.parts.bucket,
+        Key: this.root + object.path,
+        IfMatch: object.version ? `"${object.version}"` : undefined,
+      }),
+    );
+    if (!out.Body) throw new Error(`object '${object.path}' has no body`);
+    await pipeline(out.Body as Readable, createWriteStream(file));
+  }
+
+  describeError(err: unknown): string {
+    const net = networkCause(err, this.where);
+    if (net) return net;
+    const e = err as { name?: string; Code?: string; message?: string; $metadata?: { httpStatusCode?: number } };
+    const code = e.Code ?? e.name ?? 'Error';
+    const status = e.$metadata?.httpStatusCode;
+    const detail = e.message && e.message !== 'UnknownError' && e.message !== code ? `: ${e.message}` : '';
+    const bucket = this.parts.bucket;
+    switch (code) {
+      case 'NoSuchBucket':
+        return `bucket '${bucket}' does not exist (NoSuchBucket)`;
+      case 'InvalidAccessKeyId':
+      case 'SignatureDoesNotMatch':
+      case 'InvalidToken':
+      case 'ExpiredToken':
+        return `the credentials were rejected (${code})${detail}`;
+      case 'AccessDenied':
+      case 'AllAccessDisabled':
+        return `access to bucket '${bucket}' is denied (${code})${detail}`;
+      case 'PreconditionFailed':
+        return `an object changed while it was being downloaded (${code}); the next poll retries`;
+      case 'CredentialsProviderError':
+        return `no AWS credentials found${detail}`;
+      default:
+        if (status === 403) return `access to bucket '${bucket}' is denied (${code}, HTTP 403)${detail}`;
+        if (status === 404) return `bucket '${bucket}' or its objects were not found (${code}, HTTP 404)${detail}`;
+        return status ? `${code} (HTTP ${status})${detail}` : errorText(err);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.client.destroy();
+  }
+}
+
+function unquote(etag: string): string {
+  return etag.replace(/^"|"$/g, '');
+}

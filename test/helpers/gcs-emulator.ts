@@ -1,0 +1,72 @@
+/**
+ * Google's Cloud Storage emulator from firebase-tools (a pinned npm
+ * devDependency), run in this process on 127.0.0.1 and a free port. Only its
+ * GCS JSON API is used, so the Firebase security-rules runtime (a Java
+ * download) is replaced by a no-op. This reaches into the package's internals:
+ * keep firebase-tools pinned.
+ */
+import { createRequire } from 'node:module';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Storage } from '@google-cloud/storage';
+import { freePort } from './processes.js';
+import { walk, joinKey } from './ceph.js';
+
+export interface GcsEmulator {
+  /** `127.0.0.1:PORT`, the value for STORAGE_EMULATOR_HOST. */
+  readonly host: string;
+  readonly storage: Storage;
+  createBucket(name: string): Promise<void>;
+  uploadDir(localDir: string, bucket: string, prefix: string): Promise<number>;
+  put(bucket: string, key: string, body: Uint8Array | string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+interface EmulatorInstance {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startGcsEmulator(): Promise<GcsEmulator> {
+  const require = createRequire(import.meta.url);
+  const { StorageEmulator } = require('firebase-tools/lib/emulator/storage/index.js') as {
+    StorageEmulator: new (args: Record<string, unknown>) => EmulatorInstance;
+  };
+  const blobs = mkdtempSync(path.join(tmpdir(), 'nereid-gcs-'));
+  const noRules = { start: async () => [], stop: async () => {}, getRuleset: () => undefined };
+  class TestStorageEmulator extends StorageEmulator {
+    getPersistenceTmpDir(): string {
+      return blobs;
+    }
+    createRulesManager(): unknown {
+      return noRules;
+    }
+  }
+  const port = await freePort();
+  const emulator = new TestStorageEmulator({ projectId: 'nereid-test', host: '127.0.0.1', port, auto_download: false });
+  (emulator as unknown as { _rulesRuntime: unknown })._rulesRuntime = { start: async () => {}, stop: async () => {} };
+  await emulator.start();
+  const host = `127.0.0.1:${port}`;
+  const storage = new Storage({ apiEndpoint: `http://${host}`, useAuthWithCustomEndpoint: false, projectId: 'nereid-test' });
+  const put = async (bucket: string, key: string, body: Uint8Array | string): Promise<void> => {
+    await storage.bucket(bucket).file(key).save(typeof body === 'string' ? Buffer.from(body) : Buffer.from(body), { resumable: false });
+  };
+  return {
+    host,
+    storage,
+    createBucket: async (name) => {
+      await storage.createBucket(name);
+    },
+    uploadDir: async (localDir, bucket, prefix) => {
+      const files = walk(localDir);
+      await Promise.all(files.map((f) => put(bucket, joinKey(prefix, f), readFileSync(path.join(localDir, f)))));
+      return files.length;
+    },
+    put,
+    stop: async () => {
+      await emulator.stop();
+      rmSync(blobs, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,132 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseS3UrlParts } from '../../src/repository/s3.js';
+import { createModelSource } from '../../src/repository/index.js';
+import { radosGatewayUnavailable, startRadosGateway, type RadosGateway } from '../helpers/ceph.js';
+import { freePort } from '../helpers/processes.js';
+import {
+  failingRepositoryLeavesOthersServing,
+  pollSeesChangedObjects,
+  serveInferAndRestartFromCache,
+  sourceError,
+  type CloudStore,
+} from './cloud-scenarios.js';
+
+test('s3 URLs parse as Triton parses them', () => {
+  assert.deepEqual(parseS3UrlParts('s3://bucket/path/to/repo'), { bucket: 'bucket', prefix: 'path/to/repo' });
+  assert.deepEqual(parseS3UrlParts('s3://bucket'), { bucket: 'bucket', prefix: '' });
+  assert.deepEqual(parseS3UrlParts('s3://bucket//a///b/'), { bucket: 'bucket', prefix: 'a/b' });
+  assert.deepEqual(parseS3UrlParts('s3://localhost:9000/models/repo'), {
+    bucket: 'models',
+    prefix: 'repo',
+    endpoint: 'http://localhost:9000',
+  });
+  assert.deepEqual(parseS3UrlParts('s3://10.0.0.5:443/bucket'), { bucket: 'bucket', prefix: '', endpoint: 'http://10.0.0.5:443' });
+  assert.deepEqual(parseS3UrlParts('s3://https://minio.example.com:9000/b-1/x_y/z.v'), {
+    bucket: 'b-1',
+    prefix: 'x_y/z.v',
+    endpoint: 'https://minio.example.com:9000',
+  });
+  assert.deepEqual(parseS3UrlParts('s3://http://h:1/bk'), { bucket: 'bk', prefix: '', endpoint: 'http://h:1' });
+});
+
+test('malformed s3 URLs are refused with the URL and what is wrong', () => {
+  for (const [url, why] of [
+    ['s3://', /no bucket name/],
+    ['s3:////', /no bucket name/],
+    ['s3://https://host/bucket', /host:port/],
+    ['s3://host:9000/Bucket/path', /neither a bucket name nor host:port/],
+    ['s3://host:9000/bucket/with space', /neither a bucket name nor host:port/],
+  ] as const) {
+    assert.throws(
+      () => createModelSource(url),
+      (err: { code?: string; message: string }) => {
+        assert.equal(err.code, 'NRD_REPOSITORY_URL');
+        assert.ok(err.message.includes(`'${url}'`), err.message);
+        assert.match(err.message, why);
+        return true;
+      },
+    );
+  }
+});
+
+describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
+  let rgw: RadosGateway;
+  let store: CloudStore;
+  const bucket = 'nereid-models';
+
+  before(async () => {
+    rgw = await startRadosGateway();
+    await rgw.createBucket(bucket);
+    store = {
+      url: (prefix) => `s3://${rgw.hostPort}/${bucket}/${prefix}`,
+      uploadDir: async (dir, prefix) => {
+        await rgw.uploadDir(dir, bucket, prefix);
+      },
+      put: (key, body) => rgw.put(bucket, key, body),
+      env: { AWS_ACCESS_KEY_ID: rgw.accessKey, AWS_SECRET_ACCESS_KEY: rgw.secretKey, AWS_REGION: 'us-east-1' },
+    };
+  });
+  after(async () => {
+    await rgw?.stop();
+  });
+
+  test('a server on s3://host:port/bucket/path answers an inference, and a restart with a warm cache downloads nothing', async () => {
+    await serveInferAndRestartFromCache(store, 'serve');
+  });
+
+  test('poll mode loads a version added to the bucket, downloading only the new object', async () => {
+    await pollSeesChangedObjects(store, 'poll');
+  });
+
+  test('a missing bucket is one clear error and the local repository keeps serving', async () => {
+    const url = `s3://${rgw.hostPort}/no-such-bucket/models`;
+    await failingRepositoryLeavesOthersServing(store, url, /bucket 'no-such-bucket' does not exist/);
+    const err = await sourceError(url, store.env);
+    assert.equal(err.code, 'NRD_REPOSITORY_UNAVAILABLE');
+  });
+
+  test('wrong credentials are named as such', async () => {
+    const wrongSecret = await sourceError(store.url('serve'), { ...store.env, AWS_SECRET_ACCESS_KEY: 'wrong' });
+    assert.equal(wrongSecret.code, 'NRD_REPOSITORY_UNAVAILABLE');
+    assert.match(wrongSecret.message, /credentials were rejected \(SignatureDoesNotMatch\)/);
+    const unknownKey = await sourceError(store.url('serve'), { ...store.env, AWS_ACCESS_KEY_ID: 'NOSUCHKEY' });
+    assert.match(unknownKey.message, /credentials were rejected \(InvalidAccessKeyId\)/);
+  });
+
+  test("Triton's credential file (TRITON_CLOUD_CREDENTIAL_PATH) picks the longest matching prefix", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'nereid-cred-'));
+    const file = path.join(dir, 'cloud_credential.json');
+    const url = store.url('serve');
+    writeFileSync(
+      file,
+      JSON.stringify({
+        s3: {
+          '': { key_id: 'NOSUCHKEY', secret_key: 'wrong' },
+          [`s3://${rgw.hostPort}/${bucket}`]: { key_id: rgw.accessKey, secret_key: rgw.secretKey, region: 'us-east-1' },
+        },
+      }),
+    );
+    const env = { TRITON_CLOUD_CREDENTIAL_PATH: file, AWS_ACCESS_KEY_ID: 'NOSUCHKEY', AWS_SECRET_ACCESS_KEY: 'wrong' };
+    await rgw.put(bucket, 'creds/m/config.pbtxt', 'name: "m"');
+    const source = createModelSource(url.replace('/serve', '/creds'), { env, cacheDir: dir });
+    assert.deepEqual(await source.listModelNames(), ['m']);
+    await source.close();
+    const fallback = await sourceError(`s3://${rgw.hostPort}/other-bucket/x`, env);
+    assert.match(fallback.message, /credentials were rejected/);
+    writeFileSync(file, '{ not json');
+    const broken = await sourceError(url, env);
+    assert.match(broken.message, /cannot read the credential file TRITON_CLOUD_CREDENTIAL_PATH/);
+  });
+
+  test('an unreachable endpoint is named with the cause', async () => {
+    const port = await freePort();
+    const err = await sourceError(`s3://127.0.0.1:${port}/${bucket}/serve`, store.env);
+    assert.equal(err.code, 'NRD_REPOSITORY_UNAVAILABLE');
+    assert.ok(err.message.includes(`s3://127.0.0.1:${port}/${bucket}/serve`), err.message);
+    assert.match(err.message, new RegExp(`cannot connect to http://127.0.0.1:${port} \\(connection refused\\)`));
+  });
+});
