@@ -11,7 +11,8 @@
  * shm (4 MiB input via system shared memory vs binary HTTP), sequence (64 live sequences of a
  * stateful accumulator vs the same model under the dynamic batcher),
  * ensemble (an ensemble of two ONNX steps against its slowest step alone; added latency),
- * lifecycle (cold start of 100 models, a swap under load).
+ * lifecycle (cold start of 100 models, a swap under load),
+ * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -210,3 +211,4 @@ if (want('shm')) runScript('shm.js');
 if (want('sequence')) runScript('sequence.js');
 if (want('ensemble')) runScript('ensemble.js');
 if (want('lifecycle')) runScript('lifecycle.js');
+if (want('cloud')) runScript('cloud.js');

@@ -39,7 +39,11 @@ async function openGcs(url: string, parts: GcsUrl, env: NodeJS.ProcessEnv): Prom
   if (keyFile) options.keyFilename = keyFile;
   const emulator = env.STORAGE_EMULATOR_HOST;
   if (emulator) {
-    options.apiEndpoint = /^https?:\/\//.test(emulator) ? emulator : `http://${emulator}`;
+    // The SDK reads the variable itself and fails on a bare host:port.
+    if (!/^https?:\/\//.test(emulator)) {
+      throw Errors.repositoryUnavailable(url, `STORAGE_EMULATOR_HOST='${emulator}' must start with http:// or https://`);
+    }
+    options.apiEndpoint = emulator;
     options.useAuthWithCustomEndpoint = false;
   }
   const storage = new Storage(options);
@@ -71,7 +75,19 @@ class GcsStore implements ObjectStore {
         version: String(md.generation ?? md.etag ?? ''),
       });
     }
+    if (files.length === 0 && prefix === '') await this.checkBucket();
     return objects;
+  }
+
+  /** An empty listing of a missing bucket is an error, not an empty repository. */
+  private async checkBucket(): Promise<void> {
+    let exists: boolean;
+    try {
+      [exists] = await this.bucket.exists();
+    } catch {
+      return; // no permission to read bucket metadata: the listing stands
+    }
+    if (!exists) throw Object.assign(new Error('The specified bucket does not exist.'), { code: 404 });
   }
 
   async download(object: StoredObject, file: string): Promise<void> {

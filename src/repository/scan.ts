@@ -9,10 +9,12 @@ import { createModelSource, isDirectory, type ModelSource, type ModelSourceOptio
 export interface FoundModel {
   /** The repository it was found in, as given. */
   repository: string;
-  /** Absolute path of the model folder (for cloud repositories, its copy in the download cache). */
+  /**
+   * Absolute path of the model folder (for cloud repositories, its copy in
+   * the download cache). `ModelSources.get(repository).fingerprint(name)`
+   * tells cheaply whether the model changed since.
+   */
   dir: string;
-  /** The source it came from: `fingerprint(name)` tells whether it changed. */
-  source: ModelSource;
 }
 
 export interface DuplicateModel {
@@ -157,7 +159,7 @@ export async function listModels(repositories: readonly string[], sources: Model
       continue;
     }
     const dir = dirs.get(name);
-    if (dir !== undefined) listing.set(name, { repository: where[0]!, dir, source: perRepository.get(where[0]!)!.source });
+    if (dir !== undefined) listing.set(name, { repository: where[0]!, dir });
   }
   return listing;
 }

@@ -38,8 +38,7 @@ export async function startAzurite(): Promise<AzuriteServer> {
     '--inMemoryPersistence',
     '--disableTelemetry',
     '--silent',
-    '--location', location,
-  ]);
+  ], { cwd: location });
   const blobEndpoint = `http://127.0.0.1:${port}/${AZURITE_ACCOUNT}`;
   const connectionStringWithKey = (key: string): string =>
     `DefaultEndpointsProtocol=http;AccountName=${AZURITE_ACCOUNT};AccountKey=${key};BlobEndpoint=${blobEndpoint};`;

@@ -14,9 +14,10 @@ import { freePort } from './processes.js';
 import { walk, joinKey } from './ceph.js';
 
 export interface GcsEmulator {
-  /** `127.0.0.1:PORT`, the value for STORAGE_EMULATOR_HOST. */
+  /** `http://127.0.0.1:PORT`, the value for STORAGE_EMULATOR_HOST. */
   readonly host: string;
   readonly storage: Storage;
+  /** The emulator has no bucket-create call: a bucket exists once an object is written to it. */
   createBucket(name: string): Promise<void>;
   uploadDir(localDir: string, bucket: string, prefix: string): Promise<number>;
   put(bucket: string, key: string, body: Uint8Array | string): Promise<void>;
@@ -46,9 +47,14 @@ export async function startGcsEmulator(): Promise<GcsEmulator> {
   const port = await freePort();
   const emulator = new TestStorageEmulator({ projectId: 'nereid-test', host: '127.0.0.1', port, auto_download: false });
   (emulator as unknown as { _rulesRuntime: unknown })._rulesRuntime = { start: async () => {}, stop: async () => {} };
+  // Object metadata builds its URLs from the registry's entry for the emulator.
+  const { EmulatorRegistry } = require('firebase-tools/lib/emulator/registry.js') as {
+    EmulatorRegistry: { set(name: string, instance: unknown): void; clear(name: string): void };
+  };
+  EmulatorRegistry.set('storage', emulator);
   await emulator.start();
-  const host = `127.0.0.1:${port}`;
-  const storage = new Storage({ apiEndpoint: `http://${host}`, useAuthWithCustomEndpoint: false, projectId: 'nereid-test' });
+  const host = `http://127.0.0.1:${port}`;
+  const storage = new Storage({ apiEndpoint: host, useAuthWithCustomEndpoint: false, projectId: 'nereid-test' });
   const put = async (bucket: string, key: string, body: Uint8Array | string): Promise<void> => {
     await storage.bucket(bucket).file(key).save(typeof body === 'string' ? Buffer.from(body) : Buffer.from(body), { resumable: false });
   };
@@ -56,7 +62,7 @@ export async function startGcsEmulator(): Promise<GcsEmulator> {
     host,
     storage,
     createBucket: async (name) => {
-      await storage.createBucket(name);
+      await put(name, '.nereid-bucket', '');
     },
     uploadDir: async (localDir, bucket, prefix) => {
       const files = walk(localDir);
@@ -66,6 +72,7 @@ export async function startGcsEmulator(): Promise<GcsEmulator> {
     put,
     stop: async () => {
       await emulator.stop();
+      EmulatorRegistry.clear('storage');
       rmSync(blobs, { recursive: true, force: true });
     },
   };

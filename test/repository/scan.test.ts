@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import {
   LocalModelSource,
+  ModelSources,
   createModelSource,
   isDuplicate,
   listModels,
@@ -89,13 +90,33 @@ describe('listModels', () => {
     assert.ok([...models.values()].every((m) => !isDuplicate(m)));
   });
 
-  it('fails clearly for a repository that does not exist', async () => {
-    await assert.rejects(listModels([join(root, 'missing')]), /failed to read model repository/);
+  it('reports a repository that does not exist and still lists the others', async () => {
+    const missing = join(root, 'missing');
+    const models = await listModels([missing, b]);
+    assert.ok(models.size > 0);
+    assert.equal(models.failures.length, 1);
+    assert.equal(models.failures[0]!.repository, missing);
+    assert.match(models.failures[0]!.message, /failed to read model repository/);
+  });
+
+  it('a repository that becomes unreadable keeps its earlier models', async () => {
+    const base = await mkdtemp(join(tmpdir(), 'nereid-stale-'));
+    try {
+      await dirs(base, ['kept']);
+      const sources = new ModelSources();
+      assert.deepEqual([...(await listModels([base], sources)).keys()], ['kept']);
+      await rm(base, { recursive: true, force: true });
+      const again = await listModels([base], sources);
+      assert.deepEqual([...again.keys()], ['kept']);
+      assert.equal(again.failures.length, 1);
+    } finally {
+      await rm(base, { recursive: true, force: true });
+    }
   });
 });
 
 describe('ModelSource', () => {
-  it('a local path materialises in place and cloud schemes are refused for now', async () => {
+  it('a local path materialises in place; its fingerprint follows its files', async () => {
     const base = await mkdtemp(join(tmpdir(), 'nereid-source-'));
     try {
       await dirs(base, ['m']);
@@ -105,7 +126,11 @@ describe('ModelSource', () => {
       assert.equal(local.dir, join(base, 'm'));
       await local.release();
       await assert.rejects(source.materialize('absent'), /not in repository/);
-      assert.throws(() => createModelSource('s3://bucket/models'), (err: unknown) => (err as { code: string }).code === 'NRD_UNSUPPORTED');
+      const before = await source.fingerprint('m');
+      assert.equal(await source.fingerprint('m'), before);
+      await writeFile(join(base, 'm', 'config.pbtxt'), 'name: "m"');
+      assert.notEqual(await source.fingerprint('m'), before);
+      assert.ok(!(createModelSource('s3://bucket/models') instanceof LocalModelSource));
     } finally {
       await rm(base, { recursive: true, force: true });
     }
