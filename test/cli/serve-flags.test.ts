@@ -73,6 +73,8 @@ test('--cache-config and the deprecated --response-cache-byte-size configure the
   assert.throws(() => buildServeConfig(['--cache-config=local,size=big']), /size=big: the size must be a whole number of bytes/);
   assert.throws(() => buildServeConfig(['--cache-config=local,size=8']), /could not hold a single response/);
   assert.throws(() => buildServeConfig(['--response-cache-byte-size=8']), /could not hold a single response/);
+});
+
 test('cloud repository URLs and --model-cache-dir reach the server options', () => {
   const c = buildServeConfig(['--model-repository=s3://bucket/models', '--model-repository=/local', '--model-cache-dir=/var/cache/nereid']);
   assert.deepEqual(c.server.modelRepositories, ['s3://bucket/models', '/local']);
