@@ -36,10 +36,27 @@ export function radosGatewayUnavailable(): string | undefined {
   return missingTools(CEPH_TOOLS);
 }
 
-export async function startRadosGateway(): Promise<RadosGateway> {
+/**
+ * Starts the cluster. A start that stalls (on a loaded machine the OSD now
+ * and then never comes up) is torn down and tried again with fresh ports.
+ */
+export async function startRadosGateway(attempts = 3): Promise<RadosGateway> {
+  for (let i = 1; ; i++) {
+    try {
+      return await startOnce();
+    } catch (err) {
+      if (i >= attempts) throw err;
+      process.stderr.write(`radosgw start ${i} of ${attempts} failed, retrying: ${(err as Error).message.split('\n')[0]}\n`);
+    }
+  }
+}
+
+async function startOnce(): Promise<RadosGateway> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-ceph-'));
   for (const d of ['run', 'log', 'mon', 'osd/0', 'rgw']) mkdirSync(path.join(dir, d), { recursive: true });
-  const [monPort, rgwPort] = [await freePort(), await freePort()];
+  const monPort = await freePort();
+  let rgwPort = await freePort();
+  while (rgwPort === monPort) rgwPort = await freePort();
   const fsid = randomUUID();
   const conf = path.join(dir, 'ceph.conf');
   writeFileSync(
@@ -97,14 +114,22 @@ rgw data = ${dir}/rgw
     await run('ceph', ['-c', conf, '--connect-timeout', '30', 'osd', 'new', osdUuid]);
     await run('ceph-osd', ['-c', conf, '-i', '0', '--mkfs', '--osd-uuid', osdUuid]);
     children.push(spawnGroup('ceph-osd', ['-c', conf, '-i', '0', '-f']));
-    children.push(spawnGroup('radosgw', ['-c', conf, '-n', 'client.rgw.a', '-f']));
+    // Pools can only be created once the OSD is up and in.
+    await waitFor('the OSD to come up', async () => {
+      const stat = JSON.parse(await run('ceph', ['-c', conf, '--connect-timeout', '10', 'osd', 'stat', '--format', 'json'])) as {
+        num_up_osds?: number;
+        num_in_osds?: number;
+      };
+      return stat.num_up_osds === 1 && stat.num_in_osds === 1;
+    }, 30_000);
     const accessKey = 'NEREIDTESTACCESSKEY';
     const secretKey = 'nereid-test-secret-key';
     await run(
       'radosgw-admin',
       ['-c', conf, 'user', 'create', '--uid=test', '--display-name=test', `--access-key=${accessKey}`, `--secret=${secretKey}`],
-      120_000,
+      60_000,
     );
+    children.push(spawnGroup('radosgw', ['-c', conf, '-n', 'client.rgw.a', '-f']));
     const endpoint = `http://127.0.0.1:${rgwPort}`;
     await waitFor('radosgw to answer', async () => (await fetch(endpoint)).ok, 60_000);
     const client = new S3Client({
@@ -142,8 +167,20 @@ rgw data = ${dir}/rgw
       },
     };
   } catch (err) {
+    const logs = logTails(path.join(dir, 'log'));
     await stopAll();
-    throw err;
+    throw new Error(`${(err as Error).message}\n${logs}`);
+  }
+}
+
+/** The last lines of each daemon log, for a start that failed. */
+function logTails(logDir: string): string {
+  try {
+    return readdirSync(logDir)
+      .map((f) => `--- ${f}\n${readFileSync(path.join(logDir, f), 'utf8').split('\n').slice(-15).join('\n')}`)
+      .join('\n');
+  } catch {
+    return '';
   }
 }
 
