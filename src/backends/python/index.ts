@@ -310,7 +310,7 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
     proc = await StubProcess.start({
       executable: interpreter.executable,
       script: stubScript(),
-      args: ['--mode', 'python'],
+      args: ['--mode', 'python', '--model', ctx.modelName, '--instance', 'auto-complete'],
       env: interpreter.env,
       logger: ctx.logger.child({ model: ctx.modelName, stage: 'auto-complete' }),
       label: `model '${ctx.modelName}' auto-complete`,

@@ -13,6 +13,57 @@ import { fileURLToPath } from 'node:url';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 
 export const DEFAULT_PYTHON = 'python3';
+
+/** Where to look when the configured interpreter (or python3 on PATH) lacks a module the model needs. */
+export const FALLBACK_PYTHONS: readonly string[] = ['python3', '/usr/bin/python3', '/usr/local/bin/python3', 'python'];
+
+/** The Python modules each kind of worker imports before anything else. */
+export const REQUIRED_MODULES: Readonly<Record<'python' | 'torch', readonly string[]>> = {
+  python: ['numpy'],
+  torch: ['numpy', 'torch'],
+};
+
+const probeCache = new Map<string, string[] | 'missing'>();
+
+/** The modules of `modules` that `executable` cannot find ('missing' when it does not run at all). Cached per process. */
+export function missingModules(executable: string, modules: readonly string[], env: NodeJS.ProcessEnv = process.env): string[] | 'missing' {
+  const key = `${executable}\0${modules.join(',')}`;
+  const cached = probeCache.get(key);
+  if (cached !== undefined) return cached;
+  let result: string[] | 'missing';
+  try {
+    // find_spec looks a module up without importing it (importing torch takes seconds).
+    const out = execFileSync(
+      executable,
+      ['-c', 'import importlib.util, sys\nprint(",".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))', ...modules],
+      { encoding: 'utf8', env, stdio: ['ignore', 'pipe', 'ignore'], timeout: 30_000 },
+    ).trim();
+    result = out === '' ? [] : out.split(',');
+  } catch {
+    result = 'missing';
+  }
+  probeCache.set(key, result);
+  return result;
+}
+
+/**
+ * The first interpreter, from the configured one (or python3 on PATH) and then
+ * the usual places, that has every module of `modules`. Throws naming each
+ * interpreter tried and what it lacked.
+ */
+export function findInterpreter(configured: string | undefined, modules: readonly string[], env: NodeJS.ProcessEnv): string {
+  const candidates = [...new Set([configured || DEFAULT_PYTHON, ...FALLBACK_PYTHONS])];
+  const tried: string[] = [];
+  for (const candidate of candidates) {
+    const missing = missingModules(candidate, modules, env);
+    if (missing !== 'missing' && missing.length === 0) return candidate;
+    tried.push(missing === 'missing' ? `${candidate} (not found or does not run)` : `${candidate} (lacks ${missing.join(', ')})`);
+  }
+  throw new Error(
+    `no Python interpreter with ${modules.join(' and ')} was found; tried ${tried.join('; ')}. ` +
+      `Install ${modules.join(' and ')} (Debian: ${modules.map((m) => `python3-${m}`).join(' ')}), or point --backend-config=python,python-executable=... at one that has them`,
+  );
+}
 const MODEL_DIR_VAR = '$$TRITON_MODEL_DIRECTORY';
 
 export interface Interpreter {
@@ -86,6 +137,7 @@ export function resolveInterpreter(
   config: ModelConfig,
   modelDir: string,
   backendConfig: Readonly<Record<string, string>>,
+  mode: 'python' | 'torch' = 'python',
 ): Interpreter {
   const baseEnv: NodeJS.ProcessEnv = {
     ...process.env,
@@ -94,7 +146,7 @@ export function resolveInterpreter(
   };
   const rawEnvPath = parameter(config, 'EXECUTION_ENV_PATH');
   if (!rawEnvPath) {
-    return { executable: backendConfig['python-executable'] || DEFAULT_PYTHON, env: baseEnv };
+    return { executable: findInterpreter(backendConfig['python-executable'], REQUIRED_MODULES[mode], baseEnv), env: baseEnv };
   }
   const expanded = rawEnvPath.split(MODEL_DIR_VAR).join(modelDir);
   const envPathGiven = resolve(modelDir, expanded);

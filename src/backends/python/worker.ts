@@ -62,7 +62,8 @@ export async function launchWorker(ctx: InstanceContext, spec: WorkerSpec, logge
   const proc = await StubProcess.start({
     executable: spec.interpreter.executable,
     script: stubScript(),
-    args: ['--mode', spec.mode],
+    // Named on the command line, as Triton's stub is, so `ps` shows which process serves what.
+    args: ['--mode', spec.mode, '--model', ctx.modelName, '--instance', ctx.instanceName],
     env: spec.interpreter.env,
     logger,
     label,
@@ -158,7 +159,7 @@ export class ProcessModel implements BackendModel {
   async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
     let supervisor: StubSupervisor;
     try {
-      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig);
+      const interpreter = resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig, this.mode);
       supervisor = await superviseWorker(ctx, { mode: this.mode, file: this.file, interpreter });
     } catch (err) {
       throw Errors.loadFailed(this.modelName, loadFailureReason(err));
