@@ -19,6 +19,8 @@ import * as grpc from '@grpc/grpc-js';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { ModelInferRequestSchema, ModelStreamInferResponseSchema } from '../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../src/frontends/grpc/index.js';
+import { spawnSync } from 'node:child_process';
+import { grpcFrame } from './grpc.js';
 import { startNereid } from './processes.js';
 
 const PYTHON = process.env.NEREID_PYTHON ?? process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
@@ -117,6 +119,34 @@ function sseStream(port: number): Promise<{ responses: number; ms: number }> {
   });
 }
 
+/**
+ * The same stream driven by h2load (a C HTTP/2 client, so the client's own
+ * cost hardly counts): one framed request per ModelStreamInfer call,
+ * half-closed at once; the server ends the call after the final flag.
+ * Returns responses per second over `calls` calls, one at a time.
+ */
+function h2loadStreams(port: number, calls: number): number | undefined {
+  const request = create(ModelInferRequestSchema, {
+    modelName: 'stream_counter',
+    inputs: [{ name: 'COUNT', datatype: 'INT32', shape: [1n] }],
+    rawInputContents: [new Uint8Array(new Int32Array([N]).buffer)],
+  });
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-h2load-stream-'));
+  const file = path.join(dir, 'body.bin');
+  writeFileSync(file, grpcFrame(toBinary(ModelInferRequestSchema, request)));
+  const r = spawnSync(
+    'h2load',
+    ['-t1', '-c1', '-m1', `-n${calls}`, `-d${file}`, '-H', 'content-type: application/grpc', '-H', 'te: trailers', `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelStreamInfer`],
+    { encoding: 'utf8' },
+  );
+  rmSync(dir, { recursive: true, force: true });
+  const done = /requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded/.exec(r.stdout ?? '');
+  const took = /finished in ([\d.]+)(ms|s),/.exec(r.stdout ?? '');
+  if (!done || !took || Number(done[2]) !== calls) return undefined;
+  const seconds = Number(took[1]) / (took[2] === 'ms' ? 1000 : 1);
+  return (calls * N) / seconds;
+}
+
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)]!;
@@ -147,6 +177,8 @@ try {
     }
     rows.push([label, rates, count]);
   }
+  h2loadStreams(nereid.grpc, 2); // warm-up
+  const viaH2load = h2loadStreams(nereid.grpc, RUNS);
   process.stdout.write(`\nDecoupled Python model, ${N} responses per request (one INT32 each), ${RUNS} streams per transport, one at a time\n`);
   process.stdout.write(`${'transport'.padEnd(30)}${'median resp/s'.padStart(15)}${'min'.padStart(10)}${'max'.padStart(10)}${'bar'.padStart(10)}\n`);
   for (const [label, rates] of rows) {
@@ -155,6 +187,11 @@ try {
       `${label.padEnd(30)}${med.toFixed(0).padStart(15)}${Math.min(...rates).toFixed(0).padStart(10)}${Math.max(...rates).toFixed(0).padStart(10)}${(med >= 20000 ? 'met' : 'NOT met').padStart(10)}\n`,
     );
   }
+  process.stdout.write(
+    viaH2load === undefined
+      ? 'gRPC ModelStreamInfer, h2load client: no result (is h2load installed?)\n'
+      : `gRPC ModelStreamInfer, h2load client (${RUNS} calls in a row, mean): ${viaH2load.toFixed(0)} resp/s (bar: ${viaH2load >= 20000 ? 'met' : 'NOT met'})\n`,
+  );
 } finally {
   client.close();
   await nereid.proc.stop();
