@@ -166,6 +166,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     this.stopping = true;
     if (this.pollTimer) clearInterval(this.pollTimer);
     if (this.polling) await this.polling;
+    // A load still building would swap its versions in after this closed everything: let it finish first.
+    for (const e of this.models.values()) while (e.busy) await e.busy.catch(() => undefined);
     const all = [...this.models.values()].flatMap((e) => [...e.versions.values()]);
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<'timeout'>((resolve) => {

@@ -349,3 +349,21 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
     /--model-load-retry-count must be 0 or more, got -1/,
   );
 });
+
+test('stop() during a load lets it finish, then closes what it built', async (t) => {
+  const repo = new TempRepository().addSub('m');
+  t.after(() => repo.cleanup());
+  const m = manager(repo, 'explicit');
+  await m.start([]);
+  const built: import('../../src/core/model-version.js').ModelVersion[] = [];
+  m.on('stateChange', (c) => {
+    if (c.state === 'READY') built.push(c.source);
+  });
+  const loading = m.load('m');
+  for (let i = 0; i < 1000 && !m.entry('m')?.busy; i++) await new Promise((r) => setImmediate(r));
+  assert.ok(m.entry('m')!.busy, 'the load is under way');
+  await m.stop(1000);
+  await loading;
+  assert.equal(built.length, 1);
+  assert.equal(built[0]!.instances.length, 0, 'the version built during stop() is closed');
+});
