@@ -71,19 +71,25 @@ async function main(): Promise<void> {
     await rgw.uploadDir(repo.dir, 'bench', 'repo');
     const env = { AWS_ACCESS_KEY_ID: rgw.accessKey, AWS_SECRET_ACCESS_KEY: rgw.secretKey, AWS_REGION: 'us-east-1' };
     const url = `s3://${rgw.hostPort}/bench/repo`;
-    const local = startIn(repo.dir, cacheDir, {});
+    // Local runs first and last: the first start of the run pays for cold file caches.
+    const localFirst = startIn(repo.dir, cacheDir, {});
     const cold = startIn(url, cacheDir, env);
     const warm = startIn(url, cacheDir, env);
+    const localLast = startIn(repo.dir, cacheDir, {});
+    const local = localFirst.ms <= localLast.ms ? localFirst : localLast;
     const row = (name: string, r: StartResult) =>
       `${name.padEnd(22)}${(r.ms / 1000).toFixed(2).padStart(8)} s${String(r.models).padStart(8)}${String(r.downloadedFiles).padStart(12)}${(r.ms / local.ms).toFixed(2).padStart(10)}`;
     process.stdout.write(`\nCold start of ${count} small ONNX models (every model READY), one fresh process each\n`);
     process.stdout.write(`${'repository'.padEnd(22)}${'time'.padStart(10)}${'ready'.padStart(8)}${'downloads'.padStart(12)}${'x local'.padStart(10)}\n`);
-    process.stdout.write(`${row('local folder', local)}\n${row('S3 (radosgw), cold', cold)}\n${row('S3, warm cache', warm)}\n`);
+    process.stdout.write(
+      `${row('local folder (first)', localFirst)}\n${row('S3 (radosgw), cold', cold)}\n${row('S3, warm cache', warm)}\n${row('local folder (last)', localLast)}\n`,
+    );
+    process.stdout.write(`  x local: against the faster local run (${(local.ms / 1000).toFixed(2)} s)\n`);
     const bars = [
       [`local <= 3 s`, local.ms <= 3000],
       [`S3 cold <= 2x local`, cold.ms <= 2 * local.ms],
       [`warm restart downloads nothing`, warm.downloadedFiles === 0],
-      [`all ${count} models READY each time`, [local, cold, warm].every((r) => r.models === count)],
+      [`all ${count} models READY each time`, [localFirst, cold, warm, localLast].every((r) => r.models === count)],
     ] as const;
     for (const [what, ok] of bars) process.stdout.write(`  ${ok ? 'PASS' : 'FAIL'}  ${what}\n`);
   } finally {
