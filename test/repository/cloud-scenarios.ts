@@ -181,13 +181,15 @@ export async function failingRepositoryLeavesOthersServing(store: CloudStore, ba
 
 /** The error a source gives for a repository it cannot read. */
 export async function sourceError(url: string, env: NodeJS.ProcessEnv): Promise<{ code: string; message: string }> {
-  const source = createModelSource(url, { env, cacheDir: mkdtempSync(path.join(tmpdir(), 'nereid-cache-')) });
+  const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-cache-'));
+  const source = createModelSource(url, { env, cacheDir });
   try {
     await source.listModelNames();
   } catch (err) {
     return err as { code: string; message: string };
   } finally {
     await source.close();
+    rmSync(cacheDir, { recursive: true, force: true });
   }
   assert.fail(`listing ${url} succeeded`);
 }

@@ -1,6 +1,6 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseS3UrlParts } from '../../src/repository/s3.js';
@@ -120,6 +120,7 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
     writeFileSync(file, '{ not json');
     const broken = await sourceError(url, env);
     assert.match(broken.message, /cannot read the credential file TRITON_CLOUD_CREDENTIAL_PATH/);
+    rmSync(dir, { recursive: true, force: true });
   });
 
   test('an unreachable endpoint is named with the cause', async () => {
