@@ -12,7 +12,8 @@
  * stateful accumulator vs the same model under the dynamic batcher),
  * ensemble (an ensemble of two ONNX steps against its slowest step alone; added latency),
  * lifecycle (cold start of 100 models, a swap under load),
- * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart).
+ * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart),
+ * overload (a bounded queue at 2x capacity: goodput and accepted p99).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -212,3 +213,4 @@ if (want('sequence')) runScript('sequence.js');
 if (want('ensemble')) runScript('ensemble.js');
 if (want('lifecycle')) runScript('lifecycle.js');
 if (want('cloud')) runScript('cloud.js');
+if (want('overload')) runScript('overload.js');
