@@ -13,7 +13,8 @@
  * ensemble (an ensemble of two ONNX steps against its slowest step alone; added latency),
  * lifecycle (cold start of 100 models, a swap under load),
  * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart),
- * overload (a bounded queue at 2x capacity: goodput and accepted p99).
+ * overload (a bounded queue at 2x capacity: goodput and accepted p99),
+ * json (JSON tensor decode/encode in process, previous vs current code).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -214,3 +215,4 @@ if (want('ensemble')) runScript('ensemble.js');
 if (want('lifecycle')) runScript('lifecycle.js');
 if (want('cloud')) runScript('cloud.js');
 if (want('overload')) runScript('overload.js');
+if (want('json')) runScript('json.js');

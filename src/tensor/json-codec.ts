@@ -286,13 +286,19 @@ const INTEGRAL_TOKEN = /([[,]-?\d+)(?=[,\]])/g;
 
 function formatDoublesBulk(a: Float32Array | Float64Array, count: number): string | undefined {
   const view = a.length === count ? a : a.subarray(0, count);
+  let integral = false;
   for (let i = 0; i < count; i++) {
     const v = view[i]!;
     // NaN/Infinity (stringify would write null) and -0 (written as 0) take the exact path.
     if (v - v !== 0 || (v === 0 && 1 / v < 0)) return undefined;
+    if (v === Math.floor(v)) integral = true;
   }
-  const s = JSON.stringify(Array.from(view)).replace(INTEGRAL_TOKEN, '$1.0');
-  return s.includes('e+') ? s.replaceAll('e+', 'e') : s;
+  const s = JSON.stringify(Array.from(view));
+  // Only integral values need the ".0" (and only those of 1e21 or more print an "e+"): most outputs have none,
+  // and skipping the two text passes then saves a good part of the encoding.
+  if (!integral) return s;
+  const r = s.replace(INTEGRAL_TOKEN, '$1.0');
+  return r.includes('e+') ? r.replaceAll('e+', 'e') : r;
 }
 
 function formatDoubles(a: Float32Array | Float64Array, count: number): string {

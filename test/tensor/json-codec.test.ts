@@ -234,3 +234,38 @@ test('large arrays (bulk path) print exactly like element-by-element formatting'
   const i64 = BigInt64Array.from({ length: n }, (_, i) => BigInt(i) * 10000000000n);
   assert.equal(encodeJsonTensorData('o', 'INT64', bytesOf(i64), n), '[' + i64.join(',') + ']');
 });
+
+test('FP32/FP64 JSON text equals the element-by-element formatting on many values (NaN, Inf, -0, denormals, large integers)', () => {
+  // The reference: every element through formatJsonDouble, Triton's number formatting.
+  const reference = (a: Float32Array | Float64Array) => '[' + Array.from(a, formatJsonDouble).join(',') + ']';
+  const special = [
+    0, -0, 1, -1, 0.5, 0.1, 1e21, -1e21, 1e20, 123456789012345680000, 2 ** 53, 2 ** 53 + 2, 2 ** 63, 2 ** 64, -(2 ** 63),
+    Number.MAX_VALUE, -Number.MAX_VALUE, Number.MIN_VALUE, 5e-324, 2.2250738585072014e-308, 1e-7, 1.5e-10, 3.4028234663852886e38,
+    1.401298464324817e-45, 1.1754943508222875e-38, 12345678901234567891, NaN, Infinity, -Infinity,
+  ];
+  let seed = 7;
+  const rand = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+  const cases: number[][] = [];
+  for (let k = 0; k < 200; k++) {
+    const n = [1, 255, 256, 257, 768, 1000][k % 6]!;
+    const values: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const r = rand();
+      if (k % 5 === 0 && r < 0.05) values.push(special[Math.floor(rand() * special.length)]!);
+      else if (k % 3 === 0) values.push(Math.round((rand() - 0.5) * 1e6));
+      else values.push((rand() - 0.5) * 10 ** Math.floor(rand() * 60 - 30));
+    }
+    cases.push(values);
+  }
+  cases.push(special.filter((v) => Number.isFinite(v) && !Object.is(v, -0)), Array(300).fill(-0), Array(300).fill(NaN), Array(300).fill(1e-310));
+  for (const values of cases) {
+    for (const [datatype, Ctor] of [['FP32', Float32Array], ['FP64', Float64Array]] as const) {
+      const a = new Ctor(values);
+      const text = encodeJsonTensorData('o', datatype, new Uint8Array(a.buffer), a.length);
+      assert.equal(text, reference(a), `${datatype} ${a.length} values`);
+    }
+  }
+});

@@ -39,14 +39,64 @@ class ScanError {
   ) {}
 }
 
-/**
- * An integer literal of 16 or more digits (not the digits of a fraction or an
- * exponent): it may be beyond 2^53, where JSON.parse would round it.
- */
-const LONG_INTEGER = /(?<![\d.eE+-])-?\d{16,}(?![\d.eE])/;
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+const DOT = 0x2e;
+const MINUS = 0x2d;
+const PLUS = 0x2b;
+const LOWER_E = 0x65;
+const UPPER_E = 0x45;
 
-/** A number that may be too large for a double: 309+ digits, or an exponent of 100 or more. */
-const HUGE_NUMBER = /\d{309}|[eE]\+?0*[1-9]\d{2}/;
+/** Characters that make a digit run part of a fraction, an exponent or a longer number. */
+const isNumberJoin = (c: number): boolean => isDigit(c) || c === DOT || c === LOWER_E || c === UPPER_E || c === PLUS || c === MINUS;
+
+/**
+ * One pass over the text (a few ns a character; the engine's regular
+ * expressions for the same two questions cost several times JSON.parse) that
+ * tells whether JSON.parse may have lost something the careful path keeps:
+ * - an integer literal of 16 or more digits (not the digits of a fraction or
+ *   of an exponent), which may be beyond 2^53 where a double rounds it;
+ * - a number that may be too large for a double: a run of 309 or more digits,
+ *   or an exponent of 100 or more.
+ * Digits inside strings count too: a false alarm only costs the careful path.
+ */
+export function needsCarefulParse(text: string): boolean {
+  const n = text.length;
+  let i = 0;
+  while (i < n) {
+    const c = text.charCodeAt(i);
+    if (c >= DIGIT_0 && c <= DIGIT_9) {
+      let j = i + 1;
+      while (j < n && isDigit(text.charCodeAt(j))) j++;
+      const run = j - i;
+      if (run >= 309) return true;
+      if (run >= 16) {
+        const after = j < n ? text.charCodeAt(j) : 0;
+        if (after !== DOT && after !== LOWER_E && after !== UPPER_E) {
+          // The integer may carry a minus sign; what precedes the literal must not join it to another number.
+          let k = i - 1;
+          if (k >= 0 && text.charCodeAt(k) === MINUS) k--;
+          const before = k >= 0 ? text.charCodeAt(k) : 0;
+          if (!isNumberJoin(before)) return true;
+        }
+      }
+      i = j;
+      continue;
+    }
+    if (c === LOWER_E || c === UPPER_E) {
+      // An exponent of 100 or more: e, an optional +, leading zeros, then [1-9] and two more digits.
+      let k = i + 1;
+      if (k < n && text.charCodeAt(k) === PLUS) k++;
+      while (k < n && text.charCodeAt(k) === DIGIT_0) k++;
+      if (k + 2 < n) {
+        const d = text.charCodeAt(k);
+        if (d > DIGIT_0 && d <= DIGIT_9 && isDigit(text.charCodeAt(k + 1)) && isDigit(text.charCodeAt(k + 2))) return true;
+      }
+    }
+    i++;
+  }
+  return false;
+}
 
 /**
  * Parses `text` as a JSON document; throws NereidError (INTERNAL, as Triton)
@@ -59,11 +109,9 @@ export function parseJsonText(text: string): unknown {
   } catch (err) {
     return parseSlow(text, err);
   }
-  // Exactness matters only for 64-bit integer tensors and sequence ids; skip the scan otherwise.
-  const mayNeedExact = text.includes('INT64') || text.includes('sequence_id');
-  if (mayNeedExact && LONG_INTEGER.test(text)) return parseSlow(text, undefined);
-  // JSON.parse turns 1e309 into Infinity; the careful path marks it so the input it belongs to is rejected.
-  return HUGE_NUMBER.test(text) ? parseSlow(text, undefined) : doc;
+  // Any integer JSON.parse may have rounded (a parameter, a 64-bit tensor, a sequence id) is re-read exactly,
+  // and JSON.parse turns 1e309 into Infinity: the careful path marks it so the input it belongs to is rejected.
+  return needsCarefulParse(text) ? parseSlow(text, undefined) : doc;
 }
 
 /** Parses bytes [start, end) of `body` as UTF-8 JSON. */

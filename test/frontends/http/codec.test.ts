@@ -4,9 +4,9 @@ import { create } from '@bufbuild/protobuf';
 import { NereidError } from '../../../src/errors.js';
 import { ModelConfigSchema, ModelInputSchema, DataType } from '../../../src/gen/model_config_pb.js';
 import { decodeInferBody, decodeRawInfer } from '../../../src/frontends/http/infer-decode.js';
-import { encodeInferResponse } from '../../../src/frontends/http/infer-encode.js';
+import { encodeInferResponse, parametersJson } from '../../../src/frontends/http/infer-encode.js';
 import { inferHeaderLength } from '../../../src/frontends/http/server.js';
-import { parseJsonText } from '../../../src/frontends/http/json-parse.js';
+import { needsCarefulParse, parseJsonText } from '../../../src/frontends/http/json-parse.js';
 import { negotiateResponseEncoding } from '../../../src/frontends/http/compression.js';
 import { stoi } from '../../../src/frontends/http/settings.js';
 
@@ -374,4 +374,42 @@ test('integers beyond 2^53 stay exact (BigInt) for INT64/UINT64 data and paramet
     "unable to parse 'data' for input 'A': the number 9223372036854775808 overflows the input's data type INT64",
   );
   assert.equal(typeof (parseJsonText('[0.1234567890123456789]') as unknown[])[0], 'number', 'long fractions are not integers');
+});
+
+test('a long integer parameter stays exact in any request, and comes back exact in the response parameters', () => {
+  const text =
+    '{"id":"q","parameters":{"p":12345678901234567891,"n":-12345678901234567},"inputs":[' +
+    '{"name":"F","datatype":"FP32","shape":[2],"data":[1.5,12345678901234567891]}]}';
+  const body = Buffer.from(text);
+  const d = decodeInferBody(body, body.byteLength, 'm', MAX);
+  assert.deepEqual(d.parameters, { p: 12345678901234567891n, n: -12345678901234567n });
+  const f = new Float32Array(new Uint8Array(d.inputs[0]!.data).buffer);
+  assert.deepEqual([...f], [1.5, Math.fround(12345678901234567891)]);
+  assert.equal(parametersJson(d.parameters), '{"p":12345678901234567891,"n":-12345678901234567}');
+});
+
+test('needsCarefulParse answers as the two regular expressions it replaced, on generated texts', () => {
+  // The previous checks, kept here as the reference.
+  const LONG_INTEGER = /(?<![\d.eE+-])-?\d{16,}(?![\d.eE])/;
+  const HUGE_NUMBER = /\d{309}|[eE]\+?0*[1-9]\d{2}/;
+  const reference = (t: string) => LONG_INTEGER.test(t) || HUGE_NUMBER.test(t);
+  let seed = 12345;
+  const rand = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % n;
+  };
+  const pieces = ['0', '1', '9', '5', '.', 'e', 'E', '+', '-', ',', '[', ']', '"', ' ', 'a', '00', '123456789', '1234567'];
+  let positives = 0;
+  for (let k = 0; k < 20000; k++) {
+    let t = '';
+    const len = 1 + rand(30);
+    for (let i = 0; i < len; i++) t += pieces[rand(pieces.length)];
+    const expected = reference(t);
+    if (expected) positives++;
+    assert.equal(needsCarefulParse(t), expected, JSON.stringify(t));
+  }
+  assert.ok(positives > 500, `the generator reaches both answers (${positives} positives)`);
+  for (const t of ['1'.repeat(309), `[${'1'.repeat(400)}.5]`, '[1e100]', '[1E+0100]', '[1e099]', '[-1234567890123456]', '[1.1234567890123456]', '[1e-1234567890123456]', '12345678901234567']) {
+    assert.equal(needsCarefulParse(t), reference(t), t);
+  }
 });
