@@ -4,6 +4,7 @@
  * with `--backend-config=javascript,<key>=<value>` as the default for every
  * model. A bad value fails the load with a message naming it.
  */
+import { defaultSpinMicros } from '../cpu-budget.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
 
@@ -48,7 +49,7 @@ export function readSettings(
   return {
     executeTimeoutMs: intSetting(modelName, config, backendConfig, 'execute_timeout_ms', DEFAULT_EXECUTE_TIMEOUT_MS, 1, 86_400_000),
     initializeTimeoutMs: intSetting(modelName, config, backendConfig, 'initialize_timeout_ms', DEFAULT_INITIALIZE_TIMEOUT_MS, 1, 86_400_000),
-    spinMicros: intSetting(modelName, config, backendConfig, 'spin_wait_microseconds', DEFAULT_SPIN_WAIT_MICROS, 0, 1_000_000),
+    spinMicros: intSetting(modelName, config, backendConfig, 'spin_wait_microseconds', defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS), 0, 1_000_000),
     maxHeapMb: intSetting(modelName, config, backendConfig, 'max_heap_mb', 0, 0, 1_048_576),
   };
 }

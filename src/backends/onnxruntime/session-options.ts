@@ -4,6 +4,7 @@
  * inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern,
  * session.* config entries) and `optimization { graph { level } }`.
  */
+import { defaultSpinMicros } from '../cpu-budget.js';
 import type { InferenceSession } from 'onnxruntime-node';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
@@ -38,12 +39,13 @@ const SPINNING_KEY = 'session.intra_op.allow_spinning';
  * that short (see session-worker.ts). Nereid's own parameter
  * (`spin_wait_microseconds`, or for every model
  * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
+ * With less than two cores to the process (cores or cgroup quota) the default is 0.
  */
 export const DEFAULT_SPIN_WAIT_MICROS = 300;
 
 /** The session thread's busy-wait (see DEFAULT_SPIN_WAIT_MICROS). Throws a config error for a bad value. */
 export function spinWaitMicros(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): number {
-  const v = intParameter(modelName, config, 'spin_wait_microseconds', backendConfig['spin_wait_microseconds']) ?? DEFAULT_SPIN_WAIT_MICROS;
+  const v = intParameter(modelName, config, 'spin_wait_microseconds', backendConfig['spin_wait_microseconds']) ?? defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS);
   if (v < 0 || v > 1_000_000) {
     throw Errors.config(`model '${modelName}': parameter 'spin_wait_microseconds' must be between 0 and 1000000, got ${v}`);
   }
