@@ -101,8 +101,28 @@ export function requestEncoding(req: IncomingMessage): RequestEncoding {
 }
 
 /** Inflates a gzip or zlib body off the event loop, bounded by `limit` output bytes. */
-export function inflateBody(body: Buffer, limit: number): Promise<Buffer> {
-  if (body.byteLength === 0) return Promise.reject(Errors.malformedBody('nothing to be decompressed'));
+/**
+ * At most this many bodies inflate at once: each may grow to the input limit
+ * (64 MiB by default), and many at once (a storm of gzip bombs) would push the
+ * process's memory up by their sum, which the allocator then keeps.
+ */
+const MAX_CONCURRENT_INFLATES = 2;
+let inflating = 0;
+const inflateQueue: Array<() => void> = [];
+
+export async function inflateBody(body: Buffer, limit: number): Promise<Buffer> {
+  if (body.byteLength === 0) throw Errors.malformedBody('nothing to be decompressed');
+  if (inflating >= MAX_CONCURRENT_INFLATES) await new Promise<void>((resolve) => inflateQueue.push(resolve));
+  inflating++;
+  try {
+    return await inflateNow(body, limit);
+  } finally {
+    inflating--;
+    inflateQueue.shift()?.();
+  }
+}
+
+function inflateNow(body: Buffer, limit: number): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
     unzip(body, { maxOutputLength: limit }, (err, out) => {
       if (err === null) {
