@@ -12,6 +12,10 @@ import { silentLogger } from '../../../src/logger.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { jsModel } from '../../backends/javascript/fixtures.js';
 import { call, json } from './helpers.js';
+import { create } from '@bufbuild/protobuf';
+import * as grpc from '@grpc/grpc-js';
+import { ModelInferRequestSchema } from '../../../src/gen/grpc_service_pb.js';
+import { startHarness, unary, type Harness } from '../grpc/helpers.js';
 
 const CONFIG = `name: "slow"
 backend: "javascript"
@@ -36,6 +40,7 @@ let repo: TempRepository;
 let server: Server;
 let frontend: HttpFrontend;
 let port: number;
+let h: Harness;
 
 before(async () => {
   repo = new TempRepository();
@@ -44,9 +49,11 @@ before(async () => {
   await server.start();
   frontend = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
   ({ port } = await frontend.start());
+  h = await startHarness(server);
 });
 
 after(async () => {
+  await h?.close();
   await frontend?.stop();
   await server?.stop();
   repo?.cleanup();
@@ -81,4 +88,30 @@ test('a full queue answers 503 with Retry-After and Triton\'s text, before readi
   const again = await call(port, 'POST', '/v2/models/slow/infer', { body: body('again', 7) });
   assert.equal(again.status, 200);
   assert.deepEqual((json(again) as { outputs: { data: number[] }[] }).outputs[0]!.data, [7]);
+});
+
+test('gRPC: a full queue answers UNAVAILABLE with Triton\'s text (and the request id), accepted calls complete', async () => {
+  const calls = Array.from({ length: 12 }, (_, i) =>
+    unary(
+      h.client,
+      'ModelInfer',
+      create(ModelInferRequestSchema, {
+        modelName: 'slow',
+        id: `g${i}`,
+        inputs: [{ name: 'IN', datatype: 'INT32', shape: [1n, 1n] }],
+        rawInputContents: [new Uint8Array(new Int32Array([i]).buffer)],
+      }),
+    ).then(
+      () => ({ ok: true as const }),
+      (e: grpc.ServiceError) => ({ ok: false as const, code: e.code, details: e.details }),
+    ),
+  );
+  const all = await Promise.all(calls);
+  const refused = all.filter((r) => !r.ok);
+  assert.ok(all.some((r) => r.ok), 'some calls are accepted');
+  assert.ok(refused.length >= 1, 'some calls are refused');
+  for (const r of refused) {
+    assert.equal(r.code, grpc.status.UNAVAILABLE);
+    assert.match(r.details!, /^\[request id: g\d+\] Exceeds maximum queue size$/);
+  }
 });
