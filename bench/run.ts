@@ -216,3 +216,4 @@ if (want('lifecycle')) runScript('lifecycle.js');
 if (want('cloud')) runScript('cloud.js');
 if (want('overload')) runScript('overload.js');
 if (want('json')) runScript('json.js');
+if (want('hostile')) runScript('hostile.js');
