@@ -31,7 +31,10 @@ if (node === undefined) {
   writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ private: true, allowScripts: { node: true } }, null, 2) + '\n');
   writeFileSync(path.join(dir, '.npmrc'), 'ignore-scripts=false\nfund=false\naudit=false\n');
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
-  const r = spawnSync(npm, ['install', '--no-save', `node@${MAJOR}`], { cwd: dir, stdio: 'inherit' });
+  // Under `npm test` the parent npm exports its own settings (ignore-scripts among them) as
+  // npm_config_* variables, which would override the .npmrc above: drop them, and say it on the command line too.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.toLowerCase().startsWith('npm_config_')));
+  const r = spawnSync(npm, ['install', '--no-save', '--ignore-scripts=false', `node@${MAJOR}`], { cwd: dir, stdio: 'inherit', env });
   if (r.status !== 0) {
     console.error(`could not install node@${MAJOR} from the npm registry into ${dir}`);
     process.exit(1);
