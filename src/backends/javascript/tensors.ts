@@ -3,21 +3,10 @@
  * with `data` a typed array (BYTES: an array of Uint8Array), and their wire
  * form (protocol.ts). Runs on the worker thread.
  */
-import { type Datatype, datatypeInfo, isDatatype, shapeToString } from '../../tensor/datatype.js';
+import { type Datatype, type TypedArray, datatypeInfo, isDatatype, shapeToString } from '../../tensor/datatype.js';
 import { align8, type WireTensor } from './protocol.js';
 
-export type TensorData =
-  | Uint8Array
-  | Int8Array
-  | Uint16Array
-  | Int16Array
-  | Uint32Array
-  | Int32Array
-  | BigUint64Array
-  | BigInt64Array
-  | Float32Array
-  | Float64Array
-  | Uint8Array[];
+export type TensorData = TypedArray | Uint8Array[];
 
 export interface ModelTensor {
   name: string;
