@@ -468,17 +468,7 @@ export class HttpFrontend {
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       return this.inferWithSharedMemory(req, res, model, version, decoded, parameters);
     }
-    const call = new InferCall(res);
-    const response = await this.server.infer({
-      model,
-      version,
-      id: decoded.id,
-      inputs: decoded.inputs,
-      outputs: decoded.outputs,
-      parameters,
-      signal: call.signal,
-    });
-    call.done();
+    const response = await this.callInfer(res, model, version, decoded, parameters);
     await this.sendInferResponse(req, res, response, decoded);
   }
 
@@ -556,6 +546,28 @@ export class HttpFrontend {
     this.reply.json(res, status, out);
   }
 
+  /** Runs the decoded request through the server, cancelled if the client goes away first. */
+  private async callInfer(
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    decoded: DecodedInfer,
+    parameters: DecodedInfer['parameters'],
+  ): Promise<Parameters<typeof encodeInferResponse>[0]> {
+    const call = new InferCall(res);
+    const response = await this.server.infer({
+      model,
+      version,
+      id: decoded.id,
+      inputs: decoded.inputs,
+      outputs: decoded.outputs,
+      parameters,
+      signal: call.signal,
+    });
+    call.done();
+    return response;
+  }
+
   /** An infer whose inputs come from, or outputs go to, client shared-memory regions. */
   private async inferWithSharedMemory(
     req: IncomingMessage,
@@ -572,17 +584,7 @@ export class HttpFrontend {
         decoded.inputs[index] = { name: t.name, datatype: t.datatype, shape: t.shape, data: await shm.readInput(ref) };
       }
       for (const [name, ref] of decoded.shmOutputs ?? []) shm.bindOutput(name, ref);
-      const call = new InferCall(res);
-      const response = await this.server.infer({
-        model,
-        version,
-        id: decoded.id,
-        inputs: decoded.inputs,
-        outputs: decoded.outputs,
-        parameters,
-        signal: call.signal,
-      });
-      call.done();
+      const response = await this.callInfer(res, model, version, decoded, parameters);
       await shm.writeOutputs(response.outputs);
       await this.sendInferResponse(req, res, response, decoded);
     } finally {
