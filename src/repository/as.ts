@@ -122,7 +122,7 @@ class AzureStore implements ObjectStore {
     if (net) return net;
     const e = err as { name?: string; code?: unknown; statusCode?: number; details?: { errorCode?: string } };
     const code = e.details?.errorCode ?? (typeof e.code === 'string' ? e.code : undefined);
-    const message = errorText(err).split('\n')[0];
+    const message = errorText(err).split('\n')[0] ?? '';
     const container = this.parts.container;
     if (e.name === 'CredentialUnavailableError' || e.name === 'AuthenticationError' || e.name === 'AggregateAuthenticationError') {
       return `no usable Azure credential (set AZURE_STORAGE_KEY, AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_AUTH_TYPE): ${message}`;
