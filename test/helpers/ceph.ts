@@ -85,6 +85,8 @@ osd pool default pg num = 8
 osd pool default pgp num = 8
 osd pool default pg autoscale mode = off
 osd crush chooseleaf type = 0
+osd class update on start = false
+osd crush update on start = false
 osd objectstore = memstore
 memstore device bytes = 1073741824
 run dir = ${dir}/run
@@ -112,6 +114,11 @@ rgw data = ${dir}/rgw
     children.push(spawnGroup('ceph-mon', ['-c', conf, '-i', 'a', '-f']));
     const osdUuid = randomUUID();
     await run('ceph', ['-c', conf, '--connect-timeout', '30', 'osd', 'new', osdUuid]);
+    // The OSD is placed in the CRUSH map here rather than by itself at start:
+    // Ceph 16's OSD sends that update before it has the monitor map, now and
+    // then with a zero cluster fsid, and the monitor's 'wrong fsid' refusal
+    // leaves it never coming up.
+    await run('ceph', ['-c', conf, '--connect-timeout', '30', 'osd', 'crush', 'add', 'osd.0', '1.0', 'root=default']);
     await run('ceph-osd', ['-c', conf, '-i', '0', '--mkfs', '--osd-uuid', osdUuid]);
     children.push(spawnGroup('ceph-osd', ['-c', conf, '-i', '0', '-f']));
     // Pools can only be created once the OSD is up and in.
