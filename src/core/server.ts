@@ -339,10 +339,14 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   private startDecoupled(v: ModelVersion, request: InferRequest): ResponseStream {
     let prepared: ReturnType<typeof prepareRequest> | undefined;
     let counted = false;
+    let onAbort: (() => void) | undefined;
+    const signal = request.signal;
     const stream = new ResponseStream(
       (resp) => this.buildResponse(v, request, prepared!.requestedOutputs, prepared!.backendRequest.requestedOutputs, resp, true),
       () => {
         if (counted) v.requestDone();
+        // A signal shared by many requests (one gRPC stream) must not keep a listener per finished request.
+        if (onAbort) signal!.removeEventListener('abort', onAbort);
       },
     );
     try {
@@ -363,17 +367,22 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       },
       request.signal,
     );
-    const signal = request.signal;
+    if (request.stepTimings) item.stepTimings = request.stepTimings;
     if (signal) {
       const cancelled = (): void => {
         const e = Errors.cancelled('inference request');
-        item.fail(e, 'CANCELED');
+        // Cancelled while queued: a CANCELED failure. Once the backend has
+        // it, the request counts as execute() reports it (Triton's python
+        // backend records success when execute returns); the model sees the
+        // cancellation through is_cancelled().
+        if (!item.executing) item.fail(e, 'CANCELED');
         stream.fail(e);
       };
       if (signal.aborted) {
         cancelled();
         return stream;
       }
+      onAbort = cancelled;
       signal.addEventListener('abort', cancelled, { once: true });
     }
     v.scheduler!.enqueue(item);

@@ -16,6 +16,13 @@ export class ScheduledRequest {
   /** hrtime (ns) after which it expires in the queue; 0n: never. */
   deadlineNs: bigint;
   done = false;
+  /**
+   * Handed to a backend's execute(). From then on the backend owns the
+   * request and its statistics are recorded from what execute() reports,
+   * even if the client goes away (Triton counts such a request as the
+   * backend reports it, not as cancelled).
+   */
+  executing = false;
   /** Told the durations on success (the ensemble step's parent), if any. */
   stepTimings: StepTimingsSink | undefined = undefined;
 

@@ -65,7 +65,11 @@ export async function executeBatch(
 ): Promise<void> {
   const startNs = process.hrtime.bigint();
   const requests: BackendRequest[] = new Array(items.length);
-  for (let i = 0; i < items.length; i++) requests[i] = items[i]!.request;
+  for (let i = 0; i < items.length; i++) {
+    const item = items[i]!;
+    item.executing = true;
+    requests[i] = item.request;
+  }
   const timer = new StageTimer();
   let responses: BackendResponse[] | undefined;
   let failure: NereidError | undefined;
