@@ -207,7 +207,12 @@ class PythonModelRunner:
         """Runs execute(); responses go through the senders, the reply only reports a failure."""
         failure = None
         try:
-            result = self._call(self.model.execute, requests)
+            result = self.model.execute(requests)
+            if inspect.iscoroutine(result):
+                # Triton runs it in the background: execute returns now and the
+                # instance takes the next request while this one still streams.
+                self.stub.run_coroutine_background(result, lambda exc: self._background_failed(requests, exc))
+                result = None
             if result is not None:
                 raise pb.TritonModelException(
                     "Python model '{}' is using the decoupled mode and the execute function "
@@ -228,6 +233,19 @@ class PythonModelRunner:
             else:
                 out.append({})
         self.stub.send({"t": "responses", "r": out})
+
+    def _background_failed(self, requests, exc):
+        """An `async def execute` of a decoupled model raised after execute returned."""
+        failure = "Failed to process the request(s) for model '{}', message: {}".format(
+            self.model_name, error_line(exc)
+        )
+        self.stub.send({"t": "log", "l": 2, "m": failure + "\n" + error_traceback(exc)})
+        # Requests it left open end with the error instead of waiting forever.
+        for req in requests:
+            sender = req._response_sender
+            if sender._close():
+                self.stub.send({"t": "s", "k": sender._key, "f": 1, "e": {"m": failure, "c": "INTERNAL"}})
+                self.stub.cancels.forget(sender._key)
 
     @staticmethod
     def _check_responses(requests, responses):

@@ -20,6 +20,7 @@ Usage: nereid_stub.py --mode python|torch
 
 import json
 import os
+import select
 import struct
 import sys
 import threading
@@ -239,7 +240,13 @@ class Stub:
         self.runner = None
         self.next_bls_id = 1
         self.pending = {}  # BLS id -> result slot (list, BlsStream) or asyncio future
+        # Only the main thread reads the command pipe; other threads waiting
+        # for a BLS result sleep on this condition until it has read theirs.
+        self.main_thread = threading.current_thread()
+        self.results = threading.Condition()
         self.loop = None
+        self._wake = None  # pipe the event loop thread writes to when a coroutine ends
+        self.background = set()  # futures of coroutines running without a waiter
         self.cancels = CancelNotices(FD_CANCEL)
 
     def is_cancelled(self, key):
@@ -282,18 +289,64 @@ class Stub:
                 return
 
     # -- asyncio support for `async def execute` and BLS async_exec
+    #
+    # As in Triton's stub, coroutines run on one event loop that a daemon
+    # thread runs forever. A decoupled model's execute() coroutine runs in
+    # the background (execute returns at once, so the next request's
+    # coroutine runs alongside it); any other coroutine is waited for, the
+    # main thread serving BLS results meanwhile.
 
-    def run_coroutine(self, coro):
+    def event_loop(self):
         import asyncio
 
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
             asyncio.set_event_loop(self.loop)
-        self.loop.add_reader(self.pipe.rfd, self._pump)
-        try:
-            return self.loop.run_until_complete(coro)
-        finally:
-            self.loop.remove_reader(self.pipe.rfd)
+            r, w = os.pipe()
+            os.set_blocking(r, False)
+            self._wake = (r, w)
+            threading.Thread(target=self.loop.run_forever, name="asyncio", daemon=True).start()
+        return self.loop
+
+    def run_coroutine(self, coro):
+        """Runs `coro` on the event loop and returns its result (raises what it raised)."""
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coro, self.event_loop())
+        if threading.current_thread() is not self.main_thread:
+            return future.result()
+        wake_r, wake_w = self._wake
+        future.add_done_callback(lambda _f: os.write(wake_w, b"."))
+        while not future.done():
+            if self.pipe.has_frame():
+                self._dispatch_during_call(*self._read_during_call())
+                continue
+            ready, _, _ = select.select([self.pipe.rfd, wake_r], [], [])
+            if wake_r in ready:
+                try:
+                    os.read(wake_r, 64)
+                except BlockingIOError:
+                    pass
+            if self.pipe.rfd in ready:
+                self._dispatch_during_call(*self._read_during_call())
+        return future.result()
+
+    def run_coroutine_background(self, coro, on_error):
+        """Starts `coro` on the event loop without waiting; `on_error(exc)` runs if it raises."""
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coro, self.event_loop())
+        self.background.add(future)
+
+        def done(f):
+            self.background.discard(f)
+            if f.cancelled():
+                return
+            exc = f.exception()
+            if exc is not None:
+                on_error(exc)
+
+        future.add_done_callback(done)
 
     def _read_during_call(self):
         try:
@@ -301,13 +354,6 @@ class Stub:
         except EOFError:
             # the server is gone: nobody is waiting for this request any more
             os._exit(0)
-
-    def _pump(self):
-        while True:
-            header, buffers = self._read_during_call()
-            self._dispatch_during_call(header, buffers)
-            if not self.pipe.has_frame():
-                return
 
     def _dispatch_during_call(self, header, buffers):
         if header.get("t") == "bls_result":
@@ -319,35 +365,51 @@ class Stub:
 
     def _resolve_bls(self, header, buffers):
         bls_id = header.get("id")
-        slot = self.pending.get(bls_id)
-        if isinstance(slot, BlsStream):
-            slot.items.append((header, buffers))
-            if header.get("fin", True):
-                del self.pending[bls_id]
-                slot.finished = True
-                if slot.future is not None and not slot.future.done():
-                    slot.future.set_result(None)
+        with self.results:
+            slot = self.pending.get(bls_id)
+            if isinstance(slot, BlsStream):
+                slot.items.append((header, buffers))
+                if header.get("fin", True):
+                    del self.pending[bls_id]
+                    slot.finished = True
+                    if slot.future is not None:
+                        slot.future.get_loop().call_soon_threadsafe(_settle, slot.future, None)
+                self.results.notify_all()
+                return
+            slot = self.pending.pop(bls_id, None)
+            if slot is None:
+                return
+            if isinstance(slot, list):
+                slot.append((header, buffers))
+                self.results.notify_all()
+            else:
+                slot.get_loop().call_soon_threadsafe(_settle, slot, (header, buffers))
+
+    def _wait_for(self, ready):
+        """Until ready() holds: the main thread reads the pipe, other threads wait for it to."""
+        if threading.current_thread() is self.main_thread:
+            while not ready():
+                self._dispatch_during_call(*self._read_during_call())
             return
-        slot = self.pending.pop(bls_id, None)
-        if slot is None:
-            return
-        if isinstance(slot, list):
-            slot.append((header, buffers))
-        elif not slot.done():
-            slot.set_result((header, buffers))
+        with self.results:
+            while not ready():
+                self.results.wait()
 
     # -- BLS (called through pb_utils)
 
-    def _send_bls(self, request, decoupled=False):
+    def _send_bls(self, request, slot, decoupled=False):
+        """Sends a BLS request; its result goes to `slot` (list, BlsStream or future)."""
         import triton_python_backend_utils as pb
         from nereid_codec import encode_tensors
 
         if not request.model_name():
             raise pb.TritonModelException("BLS request needs a model_name")
-        bls_id = self.next_bls_id
-        self.next_bls_id += 1
         metas, buffers = encode_tensors(request.inputs())
         version = request.model_version()
+        with self.results:
+            bls_id = self.next_bls_id
+            self.next_bls_id += 1
+            self.pending[bls_id] = slot
         self.send(
             {
                 "t": "bls",
@@ -370,38 +432,40 @@ class Stub:
     def bls_exec(self, request):
         from nereid_codec import decode_bls_response
 
-        bls_id = self._send_bls(request)
         slot = []
-        self.pending[bls_id] = slot
-        while not slot:
-            header, buffers = self._read_during_call()
-            self._dispatch_during_call(header, buffers)
+        self._send_bls(request, slot)
+        self._wait_for(lambda: slot)
         return decode_bls_response(*slot[0])
 
     def bls_exec_decoupled(self, request):
-        """An iterator over the responses; it reads them from the pipe as it is advanced."""
-        bls_id = self._send_bls(request, True)
+        """An iterator over the responses; it waits for each as it is advanced."""
         stream = BlsStream()
-        self.pending[bls_id] = stream
+        self._send_bls(request, stream, True)
         return BlsResponseIterator(self, stream)
 
     async def bls_async_exec_decoupled(self, request):
         """Waits for every response (up to the final flag), then iterates them."""
-        bls_id = self._send_bls(request, True)
+        import asyncio
+
         stream = BlsStream()
-        stream.future = self.loop.create_future()
-        self.pending[bls_id] = stream
+        stream.future = asyncio.get_running_loop().create_future()
+        self._send_bls(request, stream, True)
         await stream.future
         return BlsResponseIterator(self, stream)
 
     async def bls_async_exec(self, request):
+        import asyncio
         from nereid_codec import decode_bls_response
 
-        bls_id = self._send_bls(request)
-        future = self.loop.create_future()
-        self.pending[bls_id] = future
+        future = asyncio.get_running_loop().create_future()
+        self._send_bls(request, future)
         header, buffers = await future
         return decode_bls_response(header, buffers)
+
+
+def _settle(future, value):
+    if not future.done():
+        future.set_result(value)
 
 
 class BlsResponseIterator:
@@ -418,12 +482,11 @@ class BlsResponseIterator:
         from nereid_codec import decode_bls_response
 
         stream = self._stream
-        while not stream.items:
-            if stream.finished:
+        self._stub._wait_for(lambda: stream.items or stream.finished)
+        with self._stub.results:
+            if not stream.items:
                 raise StopIteration
-            header, buffers = self._stub._read_during_call()
-            self._stub._dispatch_during_call(header, buffers)
-        header, buffers = stream.items.pop(0)
+            header, buffers = stream.items.pop(0)
         return decode_bls_response(header, buffers)
 
 

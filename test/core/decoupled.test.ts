@@ -30,7 +30,7 @@ function outValues(items: StreamResponse[]): number[] {
 }
 
 test('decoupled python models stream zero, one and many responses, then the final flag', { skip: noNumpy }, async (t) => {
-  const repo = decoupledRepository();
+  const repo = decoupledRepository(['decoupled_async']);
   const markers = mkdtempSync(path.join(tmpdir(), 'nereid-markers-'));
   t.after(() => {
     repo.cleanup();
@@ -139,6 +139,79 @@ test('decoupled python models stream zero, one and many responses, then the fina
     assert.match(last!.error!.message, /cancelled/i);
     for (let i = 0; i < 200 && !existsSync(marker); i++) await new Promise((r) => setTimeout(r, 20));
     assert.match(readFileSync(marker, 'utf8'), /^cancelled after \d+$/);
+  });
+
+  await t.test('a request cancelled once execute() has it counts as the backend reports it; one cancelled while queued counts as CANCELED', async () => {
+    const labels = { model: 'decoupled_repeat', version: '1' };
+    const before = server.modelStatistics('decoupled_repeat')[0]!;
+    const canceledBefore = sample(await metrics.render(), 'nv_inference_request_failure', { ...labels, reason: 'CANCELED' });
+    const marker = path.join(markers, 'inline-cancelled');
+    // A: execute() itself streams until it sees the cancellation, so the only instance stays busy.
+    const signalA = new Cancellation();
+    const a = server.inferStream({
+      model: 'decoupled_repeat',
+      inputs: [int32s('IN', [0])],
+      parameters: { mode: 'inline_until_cancelled', marker, delay_ms: 5 },
+      signal: signalA,
+    });
+    const first = await a.next();
+    assert.equal(first.done, false);
+    assert.ok(first.value.response, 'A is executing');
+    // B waits in the queue behind A and is cancelled there.
+    const signalB = new Cancellation();
+    const b = server.inferStream({ model: 'decoupled_repeat', inputs: [int32s('IN', [1])], signal: signalB });
+    const bItem = b.next();
+    signalB.abort();
+    const bFirst = await bItem;
+    assert.equal(bFirst.done, false);
+    assert.equal(bFirst.value.final, true);
+    assert.match(bFirst.value.error!.message, /cancelled/i);
+    signalA.abort();
+    const aItems = await collect(a);
+    assert.equal(aItems.at(-1)!.final, true);
+    assert.match(aItems.at(-1)!.error!.message, /cancelled/i);
+    for (let i = 0; i < 200 && !existsSync(marker); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.match(readFileSync(marker, 'utf8'), /^cancelled after \d+$/, 'the model saw is_cancelled() inside execute()');
+    // execute() returns after the marker: A is recorded then, as a success.
+    let after = server.modelStatistics('decoupled_repeat')[0]!;
+    for (let i = 0; i < 200 && after.inference_stats.success.count === before.inference_stats.success.count; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      after = server.modelStatistics('decoupled_repeat')[0]!;
+    }
+    assert.equal(after.inference_stats.success.count - before.inference_stats.success.count, 1, 'A: a success');
+    assert.equal(after.inference_stats.fail.count - before.inference_stats.fail.count, 1, 'B: a failure');
+    assert.equal(after.execution_count - before.execution_count, 1, 'only A executed');
+    const canceledAfter = sample(await metrics.render(), 'nv_inference_request_failure', { ...labels, reason: 'CANCELED' });
+    assert.equal(canceledAfter - canceledBefore, 1, 'B counts as CANCELED');
+  });
+
+  await t.test('async def execute: coroutines of one instance run at the same time, as on Triton\'s stub event loop', async () => {
+    const waiting = server.inferStream({ model: 'decoupled_async', inputs: [int32s('IN', [])], parameters: { role: 'wait' } });
+    const first = waiting.next();
+    // Only the second request can release the first: with one instance, they overlap or the first times out.
+    const release = await collect(server.inferStream({ model: 'decoupled_async', inputs: [int32s('IN', [])], parameters: { role: 'release' } }));
+    assert.deepEqual(outValues(release), [2]);
+    const released = await first;
+    assert.equal(released.done, false);
+    assert.equal(released.value.error, undefined, released.value.error?.message);
+    assert.deepEqual(outValues([released.value]), [1]);
+    assert.equal(released.value.final, true);
+  });
+
+  await t.test('async def execute: BLS from the coroutine, awaited and blocking, streams back', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_async', inputs: [int32s('IN', [5, 6, 7])], parameters: { role: 'bls' } }));
+    assert.equal(items.at(-1)!.error, undefined, items.at(-1)!.error?.message);
+    assert.deepEqual(outValues(items), [5, 6, 7, 5, 6, 7]);
+  });
+
+  await t.test('async def execute raising after execute returned ends the request with the error', async () => {
+    const items = await collect(server.inferStream({ model: 'decoupled_async', inputs: [int32s('IN', [])], parameters: { role: 'raise' } }));
+    assert.equal(items.length, 1);
+    assert.equal(items[0]!.final, true);
+    assert.match(items[0]!.error!.message, /Failed to process the request\(s\) for model 'decoupled_async', message: .*the coroutine gave up/);
+    // and the instance serves on
+    const again = await collect(server.inferStream({ model: 'decoupled_async', inputs: [int32s('IN', [])], parameters: { role: 'release' } }));
+    assert.deepEqual(outValues(again), [2]);
   });
 
   await t.test('BLS exec(decoupled=True) iterates every response', async () => {
