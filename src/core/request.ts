@@ -7,7 +7,7 @@ import type { ModelConfig, ModelInput, ModelOutput } from '../gen/model_config_p
 import type { BackendRequest, ParameterValue, ResponseSender } from '../backends/backend.js';
 import { Errors, NereidError } from '../errors.js';
 import { datatypeFromConfigEnum, datatypeInfo, elementCount, shapeToString } from '../tensor/datatype.js';
-import { type Tensor, decodeBytesElements } from '../tensor/tensor.js';
+import { type Tensor, decodeBytesElements, retagTensor, tensorByteLength } from '../tensor/tensor.js';
 import type { InferRequest, RequestedOutput } from './types.js';
 
 /** The per-model facts the hot path needs, computed once at load. */
@@ -128,8 +128,9 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
     const count = elementCount(shape);
     const size = datatypeInfo(t.datatype).byteSize;
     if (size > 0) {
-      if (t.data.byteLength !== count * size) {
-        throw withPrefix(Errors.inputByteSize(t.name, model, count * size, t.data.byteLength), id);
+      const bytes = tensorByteLength(t);
+      if (bytes !== count * size) {
+        throw withPrefix(Errors.inputByteSize(t.name, model, count * size, bytes), id);
       }
     } else {
       let elements: number;
@@ -143,7 +144,7 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
     if (spec.reshape) {
       const item = reshapeTo(spec.reshape, elementCount(itemShape));
       shape = batching ? [shape[0]!, ...item] : item;
-      backendInputs[i] = { name: t.name, datatype: t.datatype, shape, data: t.data };
+      backendInputs[i] = retagTensor(t, t.name, shape);
     } else {
       backendInputs[i] = t;
     }

@@ -6,15 +6,24 @@
  *
  * Node has no mmap, so a region is an open file descriptor on its
  * /dev/shm object, read and written with positional I/O: one copy between
- * the shared pages and our buffer, bounded by the registered size.
+ * the shared pages and our buffer, bounded by the registered size. An input
+ * is not read when the request is decoded: its tensor carries the window
+ * (Tensor.file), so a backend that reads files on its own thread (the
+ * onnxruntime session thread) copies the bytes straight into the buffer it
+ * runs on, and anything else reading `data` reads them then. The request
+ * holds the region until it is answered, and a reader on another thread
+ * holds it while it reads: a region unregistered meanwhile is closed only
+ * once nobody uses it.
  */
-import { closeSync, fstatSync, openSync, read, readSync, write, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, write, writeSync } from 'node:fs';
 import path from 'node:path';
 import { Errors, NereidError } from '../errors.js';
+import type { Datatype } from '../tensor/datatype.js';
+import type { FileWindow, Tensor } from '../tensor/tensor.js';
 
 /** Keys Triton keeps for its Python backend's own regions. */
 const RESERVED_KEY_PREFIX = 'triton_python_backend_shm_region_';
-/** Above this size reads and writes go to the thread pool instead of blocking the event loop. */
+/** Above this size writes go to the thread pool instead of blocking the event loop. */
 const SYNC_IO_LIMIT = 64 * 1024;
 
 export type SharedMemoryKind = 'system' | 'cuda';
@@ -81,23 +90,6 @@ export class SharedMemoryLease {
     return this.region.name;
   }
 
-  /** The window's bytes, copied out of the region into `buffer` (byteSize long) or a new buffer. */
-  async read(buffer: Buffer = Buffer.allocUnsafe(this.byteSize)): Promise<Buffer> {
-    const size = this.byteSize;
-    const position = this.region.offset + this.offset;
-    let got: number;
-    if (size <= SYNC_IO_LIMIT) {
-      got = size === 0 ? 0 : readSync(this.region.fd, buffer, 0, size, position);
-    } else {
-      got = await readFully(this.region.fd, buffer, position);
-    }
-    if (got !== size) {
-      // The object shrank after it was registered.
-      throw Errors.shmBounds(`Invalid offset + byte size for shared memory region: '${this.region.name}'`);
-    }
-    return buffer;
-  }
-
   /** Writes `data` at the start of the window; the caller has checked it fits. */
   async write(data: Uint8Array): Promise<void> {
     if (data.byteLength > this.byteSize) throw Errors.internal('write beyond a shared memory window');
@@ -109,6 +101,40 @@ export class SharedMemoryLease {
     await writeFully(this.region.fd, data, position);
   }
 
+  /** The same bytes read now, on this thread (`buffer`: byteSize long, or a new one). */
+  readNow(buffer: Buffer = Buffer.allocUnsafe(this.byteSize)): Buffer {
+    if (this.released) throw Errors.internal(`shared memory region '${this.region.name}' was read after its request let go of it`);
+    const size = this.byteSize;
+    const position = this.region.offset + this.offset;
+    let done = 0;
+    while (done < size) {
+      const n = readSync(this.region.fd, buffer, done, size - done, position + done);
+      if (n === 0) break;
+      done += n;
+    }
+    if (done !== size) throw Errors.shmBounds(`Invalid offset + byte size for shared memory region: '${this.region.name}'`);
+    return buffer;
+  }
+
+  /** Where the window lies in the region's file; hold() keeps the file open for a reader elsewhere. */
+  window(): FileWindow {
+    return new LeaseWindow(this, this.region.fd, this.region.offset + this.offset, this.byteSize);
+  }
+
+  /** @internal One more user of the region until the returned function is called. */
+  hold(): () => void {
+    if (this.released) throw Errors.internal(`shared memory region '${this.region.name}' was used after its request let go of it`);
+    const region = this.region;
+    const owner = this.owner;
+    region.users += 1;
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      owner.releaseRegion(region);
+    };
+  }
+
   release(): void {
     if (this.released) return;
     this.released = true;
@@ -116,19 +142,17 @@ export class SharedMemoryLease {
   }
 }
 
-function readFully(fd: number, buffer: Buffer, position: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    let done = 0;
-    const step = (): void => {
-      read(fd, buffer, done, buffer.byteLength - done, position + done, (err, n) => {
-        if (err) return reject(err);
-        done += n;
-        if (n === 0 || done === buffer.byteLength) resolve(done);
-        else step();
-      });
-    };
-    step();
-  });
+class LeaseWindow implements FileWindow {
+  constructor(
+    private readonly lease: SharedMemoryLease,
+    readonly fd: number,
+    readonly position: number,
+    readonly byteLength: number,
+  ) {}
+
+  hold(): () => void {
+    return this.lease.hold();
+  }
 }
 
 function writeFully(fd: number, data: Uint8Array, position: number): Promise<void> {
@@ -312,26 +336,39 @@ interface OutputTensor {
 
 /**
  * The regions one request reads and writes. Frontends create it while
- * decoding: inputs are read (copied) before the request goes to the core;
- * output windows are checked and held until the response has been written
- * into them.
+ * decoding: input and output windows are checked then, and held until the
+ * response has been written into the output regions; input bytes are read
+ * when first needed (see the top of this file).
  */
 export class RequestSharedMemory {
   private readonly outputs = new Map<string, SharedMemoryLease>();
+  private readonly inputs: SharedMemoryLease[] = [];
   private readonly buffers: Buffer[] = [];
 
   constructor(private readonly api: SharedMemoryApi) {}
 
-  /** The bytes of an input tensor held in a region. */
-  async readInput(ref: SharedMemoryRef): Promise<Buffer> {
+  /** An input tensor whose bytes are in a region: `data` reads them on first use, `file` says where they are. */
+  inputTensor(name: string, datatype: Datatype, shape: readonly number[], ref: SharedMemoryRef): Tensor {
     const lease = this.api.acquire(ref.region, ref.offset, ref.byteSize);
-    try {
+    this.inputs.push(lease);
+    const file = lease.window();
+    let bytes: Buffer | undefined;
+    const read = (): Buffer => {
+      if (bytes !== undefined) return bytes;
       const buffer = this.api.takeBuffer?.(ref.byteSize);
+      bytes = lease.readNow(buffer);
       if (buffer) this.buffers.push(buffer);
-      return await lease.read(buffer);
-    } finally {
-      lease.release();
-    }
+      return bytes;
+    };
+    return {
+      name,
+      datatype,
+      shape,
+      file,
+      get data(): Uint8Array {
+        return read();
+      },
+    };
   }
 
   /** Checks an output window now, so a bad one fails the request before it runs. */
@@ -367,6 +404,8 @@ export class RequestSharedMemory {
   release(): void {
     for (const lease of this.outputs.values()) lease.release();
     this.outputs.clear();
+    for (const lease of this.inputs) lease.release();
+    this.inputs.length = 0;
     // The request is answered: nothing reads its inputs any more.
     for (const b of this.buffers) this.api.giveBuffer?.(b);
     this.buffers.length = 0;

@@ -13,7 +13,7 @@ import type { ModelVersionStatistics } from '../core/statistics.js';
 import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink } from '../core/types.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
-import type { Tensor } from '../tensor/tensor.js';
+import { type Tensor, retagTensor } from '../tensor/tensor.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 import type { Scheduler } from './scheduler.js';
 
@@ -73,7 +73,7 @@ class EnsemblePlan {
 }
 
 function renamed(t: Tensor, name: string): Tensor {
-  return t.name === name ? t : { name, datatype: t.datatype, shape: t.shape, data: t.data };
+  return t.name === name ? t : retagTensor(t, name, t.shape);
 }
 
 /** One ensemble request on its way through the graph. */

@@ -13,6 +13,45 @@ export interface Tensor {
   readonly datatype: Datatype;
   readonly shape: readonly number[];
   readonly data: Uint8Array;
+  /**
+   * Set when the bytes still lie in a file (a client's shared-memory object)
+   * and `data` reads them only when first used: a reader on another thread
+   * may read the file itself instead, and nothing is copied on this one.
+   */
+  readonly file?: FileWindow | undefined;
+}
+
+/**
+ * Where a tensor's bytes lie in an open file. The descriptor stays valid
+ * while the request that carries the tensor is under way; a reader that
+ * outlives that (another thread, say) holds it open with hold().
+ */
+export interface FileWindow {
+  readonly fd: number;
+  /** Byte position of the tensor in the file. */
+  readonly position: number;
+  readonly byteLength: number;
+  /** Keeps the descriptor open until the returned function is called; throws once the window is no longer valid. */
+  hold(): () => void;
+}
+
+/** The tensor's size in bytes, without reading bytes that still lie in a file. */
+export function tensorByteLength(t: Tensor): number {
+  return t.file !== undefined ? t.file.byteLength : t.data.byteLength;
+}
+
+/** The same bytes under another name or shape (bytes in a file stay there until read). */
+export function retagTensor(t: Tensor, name: string, shape: readonly number[]): Tensor {
+  if (t.file === undefined) return { name, datatype: t.datatype, shape, data: t.data };
+  return {
+    name,
+    datatype: t.datatype,
+    shape,
+    file: t.file,
+    get data(): Uint8Array {
+      return t.data;
+    },
+  };
 }
 
 export function makeTensor(name: string, datatype: Datatype, shape: readonly number[], data: Uint8Array): Tensor {

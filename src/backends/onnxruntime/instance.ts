@@ -3,7 +3,9 @@
  * and hands each request its slice of the outputs.
  *
  * Inputs: the session client copies each numeric input of every request
- * straight into its shared arena (all requests of the batch back to back).
+ * straight into its shared arena (all requests of the batch back to back);
+ * inputs whose bytes still lie in a file (client shared memory) are read by
+ * the session thread itself.
  * Outputs come back in buffers of their own, and each request's outputs are
  * views into them.
  */
@@ -13,7 +15,7 @@ import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
-import { RunFeed, type WireTensor } from './worker-protocol.js';
+import { RunFeed, type RunPart, type WireTensor } from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -188,12 +190,14 @@ function gatherInput(modelName: string, requests: readonly BackendRequest[], p: 
     return new RunFeed(p.name, p.ortType, dims, [], 0, strings);
   }
   const info = datatypeInfo(p.datatype);
-  const parts = new Array<Uint8Array>(requests.length);
+  const parts = new Array<RunPart>(requests.length);
   let bytes = 0;
   for (let i = 0; i < requests.length; i++) {
-    const data = findTensor(requests[i]!.inputs, p.name)!.data;
-    parts[i] = data;
-    bytes += data.byteLength;
+    const t = findTensor(requests[i]!.inputs, p.name)!;
+    // Bytes still in a file are read by the session thread, straight into the buffer it runs on.
+    const part = t.file ?? t.data;
+    parts[i] = part;
+    bytes += part.byteLength;
   }
   if (bytes % info.byteSize !== 0) {
     throw Errors.invalidRequest(`input '${p.name}' for model '${modelName}' has ${bytes} bytes, not a whole number of ${p.datatype} elements`);

@@ -8,7 +8,9 @@
  * more room than it has. Every run is an entry in the control ring, started
  * by the worker in the order appended.
  */
+import { readSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
+import type { FileWindow } from '../../tensor/tensor.js';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
@@ -23,6 +25,7 @@ import {
   RING_PORT_RUN,
   RING_SIZE,
   C_LIGHT,
+  FILE_PART_WORDS,
   STATE_AWAKE,
   STATE_DOZING,
   STATE_SLEEPING,
@@ -34,6 +37,7 @@ import {
   alignUp,
   arenaTypeCode,
   nowNs,
+  positionWords,
   type FromWorker,
   type RunFeed,
   type SessionWorkerInit,
@@ -97,6 +101,8 @@ class Arena {
   reject: Reject | undefined;
   /** Data bytes the last run's outputs needed, so the next run leaves room for them. */
   outputBytes = 0;
+  /** Files the worker reads for the run in flight, kept open until it ends. */
+  readonly holds: Array<() => void> = [];
   /** Made once: takes the promise's callbacks without a closure per run. */
   readonly executor = (resolve: Resolve, reject: Reject): void => {
     this.resolve = resolve;
@@ -118,7 +124,14 @@ class Arena {
     this.workerTimes = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
+  letGoOfFiles(): void {
+    const holds = this.holds;
+    for (let i = 0; i < holds.length; i++) holds[i]!();
+    holds.length = 0;
+  }
+
   settle(outputs: readonly WireTensor[] | undefined, err: Error | undefined): void {
+    if (this.holds.length > 0) this.letGoOfFiles();
     const resolve = this.resolve;
     const reject = this.reject;
     this.resolve = undefined;
@@ -212,7 +225,13 @@ export class SessionClient {
     const words = this.headerWords(feeds, fetches);
     if (words < 0) return this.runCloned(feeds, fetches, times);
     const arena = this.takeArena(feeds);
-    this.writeRun(arena, feeds, fetches);
+    try {
+      this.writeRun(arena, feeds, fetches);
+    } catch (err) {
+      arena.letGoOfFiles();
+      this.freeArenas.push(arena);
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
     arena.times = times;
     const promise = new Promise<readonly WireTensor[]>(arena.executor);
     if (this.inFlight++ === 0) this.worker.ref();
@@ -292,14 +311,14 @@ export class SessionClient {
     let words = 2 + fetches.length;
     for (const f of feeds) {
       if (f.strings !== undefined || arenaTypeCode(f.type) < 0) return -1;
-      words += 5 + f.dims.length;
+      words += 6 + f.dims.length + FILE_PART_WORDS * f.fileParts;
     }
     return words > USABLE_HEADER_WORDS ? -1 : words;
   }
 
   private takeArena(feeds: readonly RunFeed[]): Arena {
     let data = 0;
-    for (const f of feeds) data += alignUp(f.byteLength);
+    for (const f of feeds) data += alignUp(f.memoryBytes);
     let arena = this.freeArenas.pop();
     if (arena === undefined) {
       arena = new Arena(this.arenas.length, this.newBuffer(data, 0));
@@ -346,12 +365,28 @@ export class SessionClient {
       p += 5;
       for (let d = 0; d < dims.length; d++) h[p + d] = dims[d]!;
       p += dims.length;
+      h[p++] = f.fileParts;
       let at = off;
+      let inFeed = 0;
       for (const part of f.parts) {
-        bytes.set(part, at);
-        at += part.byteLength;
+        if (part instanceof Uint8Array) {
+          bytes.set(part, at);
+          at += part.byteLength;
+          inFeed += part.byteLength;
+          continue;
+        }
+        // The worker reads it; the file stays open until the run ends.
+        arena.holds.push(part.hold());
+        const [low, high] = positionWords(part.position);
+        h[p] = inFeed;
+        h[p + 1] = part.byteLength;
+        h[p + 2] = part.fd;
+        h[p + 3] = low;
+        h[p + 4] = high;
+        p += FILE_PART_WORDS;
+        inFeed += part.byteLength;
       }
-      off += alignUp(f.byteLength);
+      off += alignUp(f.memoryBytes);
     }
     h[p++] = fetches.length;
     for (let i = 0; i < fetches.length; i++) h[p + i] = this.nameId(fetches[i]!);
@@ -400,7 +435,8 @@ export class SessionClient {
       const target = new Uint8Array(buffer);
       let at = 0;
       for (const part of f.parts) {
-        target.set(part, at);
+        if (part instanceof Uint8Array) target.set(part, at);
+        else readWindow(part, target, at, f.name);
         at += part.byteLength;
       }
       const Ctor = ARENA_ARRAYS[arenaTypeCode(f.type)]!;
@@ -473,6 +509,17 @@ export class SessionClient {
     this.backlog.length = 0;
     this.onDrained?.();
   }
+}
+
+/** Reads a file part into `target` at `at` (the cloned path reads on this thread). */
+function readWindow(w: FileWindow, target: Uint8Array, at: number, input: string): void {
+  let done = 0;
+  while (done < w.byteLength) {
+    const n = readSync(w.fd, target, at + done, w.byteLength - done, w.position + done);
+    if (n === 0) break;
+    done += n;
+  }
+  if (done !== w.byteLength) throw new SessionWorkerError(`input '${input}': the file holding it ended after ${done} of its ${w.byteLength} bytes`);
 }
 
 /** Data bytes an arena needs to hold these outputs (strings count as none). */

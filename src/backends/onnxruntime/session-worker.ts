@@ -3,6 +3,7 @@
  * for its instance. See worker-protocol.ts for why this is a thread and how
  * arenas carry runs.
  */
+import { readSync } from 'node:fs';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import {
@@ -12,6 +13,7 @@ import {
   C_STATE,
   C_LIGHT,
   C_TAIL,
+  FILE_PART_WORDS,
   HEADER_BYTES,
   HEADER_WORDS,
   RING_BASE,
@@ -26,6 +28,7 @@ import {
   alignUp,
   arenaTypeCode,
   nowNs,
+  positionFromWords,
   type FromWorker,
   type SessionWorkerInit,
   type ToWorker,
@@ -251,8 +254,26 @@ async function runArena(session: ort.InferenceSession, arena: Arena, pickNs: num
       const dims = new Array<number>(nd);
       for (let d = 0; d < nd; d++) dims[d] = h[p + d]!;
       p += nd;
+      const files = h[p++]!;
       const scratch = arena.scratchFor(i, len);
-      new Uint8Array(scratch, 0, len).set(arena.bytes.subarray(off, off + len));
+      const target = new Uint8Array(scratch, 0, len);
+      if (files === 0) target.set(arena.bytes.subarray(off, off + len));
+      else {
+        // Parts in memory come from the arena, in order; parts in files are read from them.
+        let from = off;
+        let at = 0;
+        for (let f = 0; f < files; f++, p += FILE_PART_WORDS) {
+          const partAt = h[p]!;
+          const partLen = h[p + 1]!;
+          if (partAt > at) {
+            target.set(arena.bytes.subarray(from, from + partAt - at), at);
+            from += partAt - at;
+          }
+          readFilePart(name, h[p + 2]!, positionFromWords(h[p + 3]!, h[p + 4]!), target.subarray(partAt, partAt + partLen));
+          at = partAt + partLen;
+        }
+        if (at < len) target.set(arena.bytes.subarray(from, from + len - at), at);
+      }
       const Ctor = ARENA_ARRAYS[code]!;
       inputs[name] = new ort.Tensor(ARENA_TYPES[code]!, new Ctor(scratch, 0, len / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType, dims);
     }
@@ -268,6 +289,17 @@ async function runArena(session: ort.InferenceSession, arena: Arena, pickNs: num
   }
   if (!writeOutputs(arena, fetches, results)) sendCloned(-1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!]);
   else post(arena.index);
+}
+
+/** Fills `target` from the file `fd` at `position`; throws when the file ends first. */
+function readFilePart(input: string, fd: number, position: number, target: Uint8Array): void {
+  let done = 0;
+  while (done < target.byteLength) {
+    const n = readSync(fd, target, done, target.byteLength - done, position + done);
+    if (n === 0) break;
+    done += n;
+  }
+  if (done !== target.byteLength) throw new Error(`input '${input}': the file holding it ended after ${done} of its ${target.byteLength} bytes`);
 }
 
 /** Puts the outputs in the arena; false when they do not fit or are strings. */

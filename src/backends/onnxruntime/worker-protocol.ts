@@ -20,6 +20,7 @@
  */
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
 import type { TypedArray } from '../../tensor/datatype.js';
+import type { FileWindow } from '../../tensor/tensor.js';
 
 export type OrtTensorType = OrtTensor.Type;
 
@@ -71,22 +72,52 @@ export interface WireTensor {
   readonly data: TypedArray | readonly string[];
 }
 
+/** One request's bytes of an input: in memory, or still in a file (read by the session thread). */
+export type RunPart = Uint8Array | FileWindow;
+
 /**
  * An input of a run as the instance hands it over: numeric data as the byte
  * parts to place back to back (one per request of the batch), strings as is.
  */
 export class RunFeed {
+  /** Bytes of the parts in memory (the rest lie in files). */
+  readonly memoryBytes: number;
+  /** How many parts lie in files. */
+  readonly fileParts: number;
+
   constructor(
     readonly name: string,
     readonly type: OrtTensorType,
     readonly dims: readonly number[],
     /** Numeric inputs: the parts, back to back; empty for strings. */
-    readonly parts: readonly Uint8Array[],
+    readonly parts: readonly RunPart[],
     /** Numeric inputs: total bytes of the parts. */
     readonly byteLength: number,
     /** String inputs: the elements; undefined for numeric inputs. */
     readonly strings: readonly string[] | undefined,
-  ) {}
+  ) {
+    let memory = 0;
+    let files = 0;
+    for (const part of parts) {
+      if (part instanceof Uint8Array) memory += part.byteLength;
+      else files += 1;
+    }
+    this.memoryBytes = memory;
+    this.fileParts = files;
+  }
+}
+
+/** Header words of one file part (see the arena layout). */
+export const FILE_PART_WORDS = 5;
+const TWO_32 = 4294967296;
+
+/** A file position as the two int32 words the header holds (low, high). */
+export function positionWords(position: number): [number, number] {
+  return [position % TWO_32 | 0, Math.floor(position / TWO_32)];
+}
+
+export function positionFromWords(low: number, high: number): number {
+  return high * TWO_32 + (low >>> 0);
 }
 
 /** Numeric element types an arena can carry, by code (the index). */
@@ -133,7 +164,12 @@ export function arenaTypeCode(type: string): number {
 /**
  * Arena layout: a header of HEADER_WORDS int32s, then data from HEADER_BYTES.
  * Run header (main -> worker): nFeeds, then per feed nameId, typeCode,
- * byteOffset, byteLength, ndims, dims...; then nFetches, nameId per fetch.
+ * byteOffset, byteLength, ndims, dims..., nFileParts, and per file part
+ * (FILE_PART_WORDS) its offset in the feed, its length, the descriptor and
+ * the file position (low and high words); then nFetches, nameId per fetch.
+ * A feed's parts in memory lie back to back in the data area from
+ * byteOffset; its file parts are not in the arena: the worker reads them
+ * from their files straight into the buffer the session runs on.
  * Result header (worker -> main): nOutputs (in fetch order), then per output
  * typeCode, byteOffset, byteLength, ndims, dims... Outputs are written from
  * HEADER_BYTES on, over the inputs, which the run no longer needs.

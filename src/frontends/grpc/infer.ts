@@ -99,7 +99,7 @@ async function inferWithSharedMemory(server: ServerApi, decoded: DecodedGrpcInfe
   try {
     for (const { index, ref } of plan.inputs) {
       const t = decoded.inputs[index]!;
-      decoded.inputs[index] = { name: t.name, datatype: t.datatype, shape: t.shape, data: await shm.readInput(ref) };
+      decoded.inputs[index] = shm.inputTensor(t.name, t.datatype, t.shape, ref);
     }
     for (const [name, ref] of plan.outputs) shm.bindOutput(name, ref);
     const response = await server.infer(decoded.request);

@@ -581,7 +581,7 @@ export class HttpFrontend {
     try {
       for (const { index, ref } of decoded.shmInputs ?? []) {
         const t = decoded.inputs[index]!;
-        decoded.inputs[index] = { name: t.name, datatype: t.datatype, shape: t.shape, data: await shm.readInput(ref) };
+        decoded.inputs[index] = shm.inputTensor(t.name, t.datatype, t.shape, ref);
       }
       for (const [name, ref] of decoded.shmOutputs ?? []) shm.bindOutput(name, ref);
       const response = await this.callInfer(res, model, version, decoded, parameters);
