@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ServerApi } from '../src/core/server-api.js';
-import type { InferResponse } from '../src/core/types.js';
+import type { InferResponse } from '../src/types/api.js';
 import { HttpFrontend } from '../src/frontends/http/server.js';
 import { ModelConfigSchema } from '../src/gen/model_config_pb.js';
 import { silentLogger } from '../src/logger.js';

@@ -30,7 +30,7 @@ import { GrpcFrontend, inferenceServiceDefinition } from '../src/frontends/grpc/
 import { encodeInferResponse } from '../src/frontends/grpc/infer-encode.js';
 import type { ServerApi } from '../src/core/server-api.js';
 import { ModelConfigSchema } from '../src/gen/model_config_pb.js';
-import type { InferRequest, InferResponse } from '../src/core/types.js';
+import type { InferRequest, InferResponse } from '../src/types/api.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { startNereid } from './processes.js';
 

@@ -7,9 +7,10 @@ import type { Logger } from 'pino';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
-import type { CancellationSignal } from '../core/cancellation.js';
+import type { CancellationSignal } from '../types/cancellation.js';
+import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../types/api.js';
 
-export type ParameterValue = string | number | boolean | bigint;
+export type { ParameterValue } from '../types/api.js';
 
 /** One request as a backend receives it: validated against the model's configuration. */
 export interface BackendRequest {
@@ -99,9 +100,9 @@ export interface BackendInstance {
 
 /** Something in-process the backend may call for BLS (business-logic scripting). */
 export interface InferenceCaller {
-  infer(request: import('../core/types.js').InferRequest): Promise<import('../core/types.js').InferResponse>;
+  infer(request: InferRequest): Promise<InferResponse>;
   /** Every response of a request (decoupled models: zero or more, then the final flag). */
-  inferStream?(request: import('../core/types.js').InferRequest): AsyncIterable<import('../core/types.js').StreamResponse>;
+  inferStream?(request: InferRequest): AsyncIterable<StreamResponse>;
 }
 
 export interface ModelContext {

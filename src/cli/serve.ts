@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 import { Server } from '../core/server.js';
-import type { ModelControlMode } from '../core/types.js';
+import type { ModelControlMode } from '../types/api.js';
 import { Errors } from '../errors.js';
 import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
 import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';

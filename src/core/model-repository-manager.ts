@@ -24,7 +24,7 @@ import { checkEnsembleSteps } from './ensembles.js';
 import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
 import { type OverrideFolder, checkConfigOverride, validateModelName, writeOverrideFolder } from './model-overrides.js';
 import type { ModelVersion } from './model-version.js';
-import type { ModelControlMode, ModelState, RepositoryIndexEntry } from './types.js';
+import type { ModelControlMode, ModelState, RepositoryIndexEntry } from '../types/api.js';
 
 /** Reason of a version taken down by an explicit unload (Triton's word). */
 export const UNLOADED = 'unloaded';

@@ -3,8 +3,8 @@ import type { BackendModel } from '../backends/backend.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { ModelInstance, Scheduler } from '../scheduler/scheduler.js';
 import type { ModelSignature } from './request.js';
-import { ModelVersionStatistics } from './statistics.js';
-import type { ModelState } from './types.js';
+import { ModelVersionStatistics } from '../types/statistics.js';
+import type { ModelState } from '../types/api.js';
 
 /** Called after a version's state or reason changed. */
 export type VersionStateListener = (v: ModelVersion, previous: ModelState) => void;

@@ -8,7 +8,7 @@ import type { BackendRequest, ParameterValue, ResponseSender } from '../backends
 import { Errors, NereidError } from '../errors.js';
 import { datatypeFromConfigEnum, datatypeInfo, elementCount, shapeToString } from '../tensor/datatype.js';
 import { type Tensor, decodeBytesElements, retagTensor, tensorByteLength } from '../tensor/tensor.js';
-import type { InferRequest, RequestedOutput } from './types.js';
+import type { InferRequest, RequestedOutput } from '../types/api.js';
 
 /** The per-model facts the hot path needs, computed once at load. */
 export class ModelSignature {

@@ -6,7 +6,7 @@
  */
 import type { BackendResponse, ResponseSender } from '../backends/backend.js';
 import { type NereidError, asNereidError } from '../errors.js';
-import type { InferRequest, InferResponse, StreamResponse } from './types.js';
+import type { InferRequest, InferResponse, StreamResponse } from '../types/api.js';
 
 const DONE: IteratorReturnResult<undefined> = { done: true, value: undefined };
 

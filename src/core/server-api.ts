@@ -12,7 +12,7 @@ import type {
   RepositoryIndexEntry,
   ServerMetadata,
   StreamResponse,
-} from './types.js';
+} from '../types/api.js';
 import type { SharedMemoryApi } from './shared-memory.js';
 
 export interface LoadModelOptions {

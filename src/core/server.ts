@@ -29,7 +29,7 @@ import type {
   ServerMetadata,
   ServerOptions,
   StreamResponse,
-} from './types.js';
+} from '../types/api.js';
 import { datatypeFromConfigEnum } from '../tensor/datatype.js';
 import type { Tensor } from '../tensor/tensor.js';
 

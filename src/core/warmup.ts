@@ -18,7 +18,7 @@ import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { type ModelInstance, executeBatch } from '../scheduler/scheduler.js';
 import { datatypeFromConfigEnum, datatypeInfo } from '../tensor/datatype.js';
 import type { Tensor } from '../tensor/tensor.js';
-import type { ModelVersionStatistics } from './statistics.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
 
 /** The folder under a model's folder holding warm-up data files (Triton's name). */
 export const WARMUP_FOLDER = 'warmup';

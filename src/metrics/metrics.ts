@@ -6,7 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { Counter, Gauge, type Metric, Registry } from 'prom-client';
-import type { ModelVersionStatistics } from '../core/statistics.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
 import { type LatencySettings, type MetricsOptions, parseMetricsConfig } from './config.js';
 import { Family, type SeriesReader, type SeriesSource } from './family.js';
 import { type AttachInfo, FAILURE_REASONS, ModelReporter, SUMMARY_NAMES } from './model-reporter.js';

@@ -3,7 +3,7 @@
  * events into plain running totals, read by the metric families at scrape.
  */
 import { Summary } from 'prom-client';
-import type { FailureReason, StatisticsObserver } from '../core/statistics.js';
+import type { FailureReason, StatisticsObserver } from '../types/statistics.js';
 import type { LatencySettings } from './config.js';
 import { FixedHistogram, type Labels, type SeriesValue } from './family.js';
 

@@ -8,7 +8,7 @@
  * starts as soon as the instance is free instead of after a round trip
  * through the event loop. Requests still start in arrival order, each alone.
  */
-import type { ModelVersionStatistics } from '../core/statistics.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
 import { Fifo } from './fifo.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 import { type ModelInstance, type Scheduler, executeBatch } from './scheduler.js';

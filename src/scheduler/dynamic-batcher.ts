@@ -12,7 +12,7 @@
  */
 import type { BackendRequest, BackendResponse } from '../backends/backend.js';
 import type { ModelDynamicBatching } from '../gen/model_config_pb.js';
-import type { FailureReason, ModelVersionStatistics } from '../core/statistics.js';
+import type { FailureReason, ModelVersionStatistics } from '../types/statistics.js';
 import { Errors, type NereidError } from '../errors.js';
 import { Fifo } from './fifo.js';
 import { type CandidateSink, PriorityQueue } from './priority-queue.js';

@@ -8,9 +8,9 @@
  * step by reference: only the name changes, never the bytes.
  */
 import type { InferenceCaller } from '../backends/backend.js';
-import { Cancellation } from '../core/cancellation.js';
-import type { ModelVersionStatistics } from '../core/statistics.js';
-import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink } from '../core/types.js';
+import { Cancellation } from '../types/cancellation.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
+import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink } from '../types/api.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { type Tensor, retagTensor } from '../tensor/tensor.js';

@@ -4,9 +4,9 @@
  */
 import type { BackendRequest, BackendResponse } from '../backends/backend.js';
 import type { NereidError } from '../errors.js';
-import type { FailureReason, ModelVersionStatistics } from '../core/statistics.js';
-import type { CancellationSignal } from '../core/cancellation.js';
-import type { StepTimingsSink } from '../core/types.js';
+import type { FailureReason, ModelVersionStatistics } from '../types/statistics.js';
+import type { CancellationSignal } from '../types/cancellation.js';
+import type { StepTimingsSink } from '../types/api.js';
 
 export class ScheduledRequest {
   /** hrtime (ns) when the core accepted the request. */

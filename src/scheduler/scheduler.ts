@@ -4,7 +4,7 @@
  */
 import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../backends/backend.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
-import type { ModelVersionStatistics } from '../core/statistics.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 
 export interface Scheduler {

@@ -8,7 +8,7 @@ import type { ModelConfig } from '../../src/gen/model_config_pb.js';
 import { NereidError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
 import { Server } from '../../src/core/server.js';
-import type { ModelControlMode } from '../../src/core/types.js';
+import type { ModelControlMode } from '../../src/types/api.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
 
 const a = Array.from({ length: 16 }, (_, i) => i);

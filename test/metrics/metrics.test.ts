@@ -5,7 +5,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request as httpRequest } from 'node:http';
-import { ModelVersionStatistics } from '../../src/core/statistics.js';
+import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import { Metrics, MetricsFrontend, parseMetricsConfig } from '../../src/metrics/index.js';
 import { Harness, request } from '../scheduler/batching-fixtures.js';
 import { names, parseExposition, sample } from './exposition.js';

@@ -1,7 +1,7 @@
 /** Test doubles for the dynamic batcher: an instance that records batches and finishes them on command. */
 import { type MessageInitShape, create } from '@bufbuild/protobuf';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
-import { ModelVersionStatistics } from '../../src/core/statistics.js';
+import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import type { NereidError } from '../../src/errors.js';
 import {
   type ModelDynamicBatching,

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
-import { ModelVersionStatistics } from '../../src/core/statistics.js';
+import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import { DefaultScheduler } from '../../src/scheduler/default-scheduler.js';
 import { ScheduledRequest } from '../../src/scheduler/scheduled-request.js';
 import { ModelInstance } from '../../src/scheduler/scheduler.js';

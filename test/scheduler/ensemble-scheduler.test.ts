@@ -19,7 +19,7 @@ import { silentLogger } from '../../src/logger.js';
 import { Metrics } from '../../src/metrics/index.js';
 import { sample } from '../metrics/exposition.js';
 import { typedView, type Tensor } from '../../src/tensor/tensor.js';
-import type { ModelStatistics } from '../../src/core/types.js';
+import type { ModelStatistics } from '../../src/types/api.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
 import { binaryRequest, call, int32Bytes, int32Values, json, splitBinaryReply } from '../frontends/http/helpers.js';
 import { callError, startHarness, unary } from '../frontends/grpc/helpers.js';

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type MessageInitShape, create } from '@bufbuild/protobuf';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
-import { ModelVersionStatistics } from '../../src/core/statistics.js';
+import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import type { NereidError } from '../../src/errors.js';
 import { DataType, ModelSequenceBatchingSchema, ModelSequenceBatching_Control_Kind as Kind } from '../../src/gen/model_config_pb.js';
 import { ScheduledRequest } from '../../src/scheduler/scheduled-request.js';

@@ -3,7 +3,7 @@
  * arrives here as a frame and runs on any model this server serves.
  */
 import type { InferenceCaller, ParameterValue } from '../backend.js';
-import type { InferRequest, InferResponse, RequestedOutput } from '../../core/types.js';
+import type { InferRequest, InferResponse, RequestedOutput } from '../../types/api.js';
 import { NereidError } from '../../errors.js';
 import { isDatatype } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';

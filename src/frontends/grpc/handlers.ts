@@ -51,7 +51,7 @@ import { Errors, NereidError } from '../../errors.js';
 const NOT_SERVING = new Set(['NRD_MODEL_NO_VERSIONS', 'NRD_MODEL_VERSION_NOT_READY']);
 import type { LoadModelOptions, ServerApi } from '../../core/server-api.js';
 import { parseWireVersion } from '../../core/version-string.js';
-import type { ModelStatistics, StatDuration } from '../../core/types.js';
+import type { ModelStatistics, StatDuration } from '../../types/api.js';
 import { MalformedMessage } from './service.js';
 import type { LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
 import { toServiceError } from './status.js';

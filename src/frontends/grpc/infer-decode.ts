@@ -6,7 +6,7 @@
  * Typed `contents` are packed into little-endian bytes (one pass each).
  * Parameter checks follow Triton's gRPC frontend, with its messages.
  */
-import type { CancellationSignal } from '../../core/cancellation.js';
+import type { CancellationSignal } from '../../types/cancellation.js';
 import type {
   InferParameter,
   InferTensorContents,
@@ -16,7 +16,7 @@ import type {
 } from '../../gen/grpc_service_pb.js';
 import { Errors, NereidError } from '../../errors.js';
 import { parseWireVersion } from '../../core/version-string.js';
-import type { InferRequest, ParameterValue, RequestedOutput } from '../../core/types.js';
+import type { InferRequest, ParameterValue, RequestedOutput } from '../../types/api.js';
 import { isDatatype, type Datatype } from '../../tensor/datatype.js';
 import { encodeBytesElements, type Tensor } from '../../tensor/tensor.js';
 import type { SharedMemoryRef } from '../../core/shared-memory.js';

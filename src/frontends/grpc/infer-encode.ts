@@ -7,7 +7,7 @@
  * proto/grpc_service.proto; the round-trip tests decode the result with the
  * generated code to keep the two in step.
  */
-import type { InferResponse, ParameterValue } from '../../core/types.js';
+import type { InferResponse, ParameterValue } from '../../types/api.js';
 
 const VARINT = 0;
 const I64 = 1;

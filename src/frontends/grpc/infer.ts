@@ -1,13 +1,13 @@
 /**
  * ModelInfer and ModelStreamInfer: decode → ServerApi.infer → encode.
  */
-import { Cancellation } from '../../core/cancellation.js';
+import { Cancellation } from '../../types/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
 import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
-import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../../core/types.js';
+import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../../types/api.js';
 import { streamResponses } from '../../core/response-stream.js';
 import type { Logger } from '../../logger.js';
 import { decodeInferRequest, wantsEmptyFinalResponse } from './infer-decode.js';

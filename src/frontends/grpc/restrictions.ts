@@ -5,7 +5,7 @@
  */
 import { Metadata, ServerInterceptingCall, ServerListenerBuilder, ResponderBuilder, status, type ServerInterceptor } from '@grpc/grpc-js';
 import { Errors } from '../../errors.js';
-import type { ParameterValue } from '../../core/types.js';
+import type { ParameterValue } from '../../types/api.js';
 
 /** Triton prefixes the configured key with this to form the metadata key. */
 export const RESTRICTED_HEADER_PREFIX = 'triton-grpc-protocol-';

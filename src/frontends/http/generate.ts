@@ -11,7 +11,7 @@
  *   holds one element, else a flat array), keys in byte order.
  */
 import { Errors } from '../../errors.js';
-import type { InferResponse, ParameterValue, TensorMetadata } from '../../core/types.js';
+import type { InferResponse, ParameterValue, TensorMetadata } from '../../types/api.js';
 import { type Datatype, datatypeInfo } from '../../tensor/datatype.js';
 import { decodeJsonTensorData, encodeJsonTensorData } from '../../tensor/json-codec.js';
 import type { Tensor } from '../../tensor/tensor.js';

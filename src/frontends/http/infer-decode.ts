@@ -5,7 +5,7 @@
  * memory) and requested outputs. Binary tensors are views into the body.
  */
 import { Errors, NereidError } from '../../errors.js';
-import type { ParameterValue, RequestedOutput } from '../../core/types.js';
+import type { ParameterValue, RequestedOutput } from '../../types/api.js';
 import { type Datatype, isDatatype, datatypeInfo, datatypeFromConfigEnum } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { decodeJsonTensorData } from '../../tensor/json-codec.js';

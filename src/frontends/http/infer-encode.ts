@@ -3,7 +3,7 @@
  * the bytes of binary outputs in output order. Binary outputs are not copied:
  * the caller writes the returned views after the JSON.
  */
-import type { InferResponse, ParameterValue } from '../../core/types.js';
+import type { InferResponse, ParameterValue } from '../../types/api.js';
 import { elementCount } from '../../tensor/datatype.js';
 import { encodeJsonTensorData, formatJsonDouble } from '../../tensor/json-codec.js';
 import type { DecodedInfer } from './infer-decode.js';

@@ -5,7 +5,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { Errors } from '../../errors.js';
-import type { ParameterValue } from '../../core/types.js';
+import type { ParameterValue } from '../../types/api.js';
 
 export type HttpApiCategory =
   | 'health'

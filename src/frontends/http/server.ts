@@ -5,7 +5,7 @@
  * fixed order, no percent-decoding, 404 "Not Found" for anything else and
  * 405 "Method Not Allowed" for a known path with the wrong method.
  */
-import { Cancellation } from '../../core/cancellation.js';
+import { Cancellation } from '../../types/cancellation.js';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';

@@ -24,7 +24,7 @@
  */
 import type { BackendRequest, BackendResponse } from '../../backends/backend.js';
 import type { ModelSequenceBatching } from '../../gen/model_config_pb.js';
-import type { ModelVersionStatistics } from '../../core/statistics.js';
+import type { ModelVersionStatistics } from '../../types/statistics.js';
 import { Errors, type NereidError } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { ScheduledRequest } from '../scheduled-request.js';

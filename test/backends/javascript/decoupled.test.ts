@@ -5,8 +5,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Server } from '../../../src/core/server.js';
-import { Cancellation } from '../../../src/core/cancellation.js';
-import type { StreamResponse } from '../../../src/core/types.js';
+import { Cancellation } from '../../../src/types/cancellation.js';
+import type { StreamResponse } from '../../../src/types/api.js';
 import { typedView } from '../../../src/tensor/tensor.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { jsModel } from './fixtures.js';

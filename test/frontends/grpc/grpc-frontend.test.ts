@@ -1,4 +1,4 @@
-import { Cancellation } from '../../../src/core/cancellation.js';
+import { Cancellation } from '../../../src/types/cancellation.js';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http2 from 'node:http2';

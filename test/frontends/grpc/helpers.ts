@@ -17,7 +17,7 @@ import type {
   ModelStatistics,
   RepositoryIndexEntry,
   ServerMetadata,
-} from '../../../src/core/types.js';
+} from '../../../src/types/api.js';
 import {
   GrpcFrontend,
   healthServiceDefinition,

@@ -10,7 +10,7 @@ import {
 import { decodeInferRequest } from '../../../src/frontends/grpc/infer-decode.js';
 import { encodeInferResponse } from '../../../src/frontends/grpc/infer-encode.js';
 import { bindAddress, channelOptionsFor, MAX_MESSAGE_BYTES, parseCompressionLevel } from '../../../src/frontends/grpc/options.js';
-import type { InferResponse } from '../../../src/core/types.js';
+import type { InferResponse } from '../../../src/types/api.js';
 import { NereidError } from '../../../src/errors.js';
 
 function wire(init: Parameters<typeof create<typeof ModelInferRequestSchema>>[1]): ModelInferRequest {

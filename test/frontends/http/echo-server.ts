@@ -13,7 +13,7 @@ import type {
   ModelStatistics,
   RepositoryIndexEntry,
   ServerMetadata,
-} from '../../../src/core/types.js';
+} from '../../../src/types/api.js';
 import {
   DataType,
   type ModelConfig,

@@ -1,5 +1,5 @@
 /** The HTTP frontend over real HTTP, against an echoing ServerApi double. */
-import { Cancellation } from '../../../src/core/cancellation.js';
+import { Cancellation } from '../../../src/types/cancellation.js';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';

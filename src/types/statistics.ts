@@ -3,7 +3,7 @@
  * extension serialises these numbers and the Prometheus metrics read the very
  * same ones (through `observer`), so the two never disagree.
  */
-import type { ModelStatistics, StatDuration } from './types.js';
+import type { ModelStatistics, StatDuration } from './api.js';
 
 /** Why a request failed, as Prometheus' `reason` label spells it. */
 export type FailureReason = 'REJECTED' | 'CANCELED' | 'BACKEND' | 'OTHER';

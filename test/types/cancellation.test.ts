@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Cancellation } from '../../src/core/cancellation.js';
+import { Cancellation } from '../../src/types/cancellation.js';
 
 test('abort runs function and handleEvent listeners once; removed and late listeners are not called', () => {
   const c = new Cancellation();

@@ -1,10 +1,14 @@
-/** The types of the in-process API: what `Server` takes and returns. */
-import type { ParameterValue } from '../backends/backend.js';
+/**
+ * The types of the in-process API: what `Server` takes and returns. A leaf
+ * module: backends, schedulers, the core and the frontends all share these,
+ * so it imports none of them.
+ */
 import type { Tensor } from '../tensor/tensor.js';
 import type { Datatype } from '../tensor/datatype.js';
 import type { CancellationSignal } from './cancellation.js';
 
-export type { ParameterValue } from '../backends/backend.js';
+/** A request, response or output parameter's value. */
+export type ParameterValue = string | number | boolean | bigint;
 
 export interface RequestedOutput {
   readonly name: string;
