@@ -8,7 +8,6 @@
 import type { InferenceCaller } from '../backends/backend.js';
 import { validateEnsembleModels } from '../config/index.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
-import { Errors } from '../errors.js';
 import { EnsembleScheduler } from '../scheduler/ensemble-scheduler.js';
 import { ModelVersion } from './model-version.js';
 import { ModelSignature } from './request.js';
@@ -35,13 +34,11 @@ export function createEnsembleVersion(v: ModelVersion, server: InferenceCaller):
  */
 export function checkEnsembleSteps(config: ModelConfig, models: ReadonlyMap<string, ServingModel>): void {
   if (config.schedulingChoice.case !== 'ensembleScheduling') return;
-  const { decoupled } = validateEnsembleModels(config, (model, version) => {
+  // Marks the ensemble decoupled when a step is: its scheduler then streams.
+  validateEnsembleModels(config, (model, version) => {
     const ready = [...(models.get(model)?.versions.values() ?? [])].filter((v) => v.state === 'READY');
     if (ready.length === 0) return undefined;
     if (version >= 0n) return ready.find((v) => BigInt(v.version) === version)?.config;
     return ready.reduce((a, b) => (b.version > a.version ? b : a)).config;
   });
-  if (decoupled) {
-    throw Errors.unsupported(`ensemble '${config.name}': steps of decoupled models are not supported by this version of Nereid`);
-  }
 }

@@ -10,7 +10,7 @@
 import type { InferenceCaller } from '../backends/backend.js';
 import { Cancellation } from '../types/cancellation.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
-import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink } from '../types/api.js';
+import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink, StreamResponse } from '../types/api.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { type Tensor, retagTensor } from '../tensor/tensor.js';
@@ -33,6 +33,8 @@ interface StepPlan {
 
 /** The graph of an ensemble, computed once at load. */
 class EnsemblePlan {
+  /** Some step is decoupled (the load-time check marked the ensemble so): responses stream. */
+  readonly decoupled: boolean;
   readonly steps: StepPlan[] = [];
   readonly slotOf = new Map<string, number>();
   /** Slot -> steps that read it. */
@@ -44,6 +46,7 @@ class EnsemblePlan {
   constructor(config: ModelConfig) {
     const scheduling = config.schedulingChoice;
     if (scheduling.case !== 'ensembleScheduling') throw Errors.internal(`model '${config.name}' is not an ensemble`);
+    this.decoupled = config.modelTransactionPolicy?.decoupled === true;
     const slot = (name: string): number => {
       let s = this.slotOf.get(name);
       if (s === undefined) {
@@ -143,6 +146,11 @@ export class EnsembleScheduler implements Scheduler {
   enqueue(item: ScheduledRequest): void {
     item.enqueueNs = process.hrtime.bigint();
     if (item.done) return;
+    if (this.plan.decoupled) {
+      this.running += 1;
+      new EnsembleStreamRun(this.modelName, this.plan, item, this.server, this.stats, () => this.settled()).start();
+      return;
+    }
     const run = new EnsembleRun(this, item, this.plan);
     this.running += 1;
     item.signal?.addEventListener('abort', run);
@@ -281,11 +289,267 @@ export class EnsembleScheduler implements Scheduler {
     if (run.settled || !run.finished || run.inFlight > 0 || run.pendingSteps > 0) return;
     run.settled = true;
     run.item.signal?.removeEventListener('abort', run);
+    this.settled();
+  }
+
+  private settled(): void {
     this.running -= 1;
     if (this.running === 0 && this.drainWaiters.length > 0) {
       const waiters = this.drainWaiters;
       this.drainWaiters = [];
       for (const w of waiters) w();
+    }
+  }
+}
+
+// ---- ensembles with decoupled steps
+//
+// An ensemble with decoupled steps, run the way Triton's ensemble scheduler
+// runs one: every response of a step is one more set of values for the
+// step's output tensors, and each set flows on to the steps that read it.
+//
+// Values are told apart by an iteration number. The ensemble's inputs are
+// iteration 0; the first response of a step launched for iteration i
+// carries i on, every later response of it starts a new iteration. A step
+// runs once per iteration for which all its inputs exist (the load-time
+// check makes sure a step never mixes tensors of two decoupled origins), and
+// the ensemble sends a response each time all requested outputs exist for
+// one iteration. The final flag goes out when no step is running any more,
+// on the last response or alone, and zero responses are fine, as for any
+// decoupled model.
+
+/** null: an optional input left out, or an output a response did not carry. */
+type Value = Tensor | null;
+
+/** One iteration's value of one tensor, and how many readers (steps, the response) have yet to take it. */
+class Entry {
+  constructor(
+    readonly value: Value,
+    public uses: number,
+  ) {}
+}
+
+export class EnsembleStreamRun implements StepTimingsSink {
+  /** Slot -> iteration -> value. */
+  private readonly values: Array<Map<number, Entry>>;
+  /** Slots of the requested outputs, in the order the response lists them (-1: not an ensemble tensor). */
+  private readonly outputSlots: number[];
+  private readonly isOutput: boolean[];
+  private nextIteration = 1;
+  /** Step launches whose final response has not come yet. */
+  private running = 0;
+  private failed = false;
+  private ended = false;
+  private readonly cancellation = new Cancellation();
+  private computeInputNs = 0;
+  private computeInferNs = 0;
+  private computeOutputNs = 0;
+  private readonly startNs = process.hrtime.bigint();
+
+  constructor(
+    private readonly ensembleName: string,
+    private readonly plan: EnsemblePlan,
+    private readonly item: ScheduledRequest,
+    private readonly server: InferenceCaller,
+    private readonly stats: ModelVersionStatistics,
+    /** Called once, when nothing of the run is left in flight. */
+    private readonly onSettled: () => void,
+  ) {
+    this.values = Array.from({ length: plan.slotOf.size }, () => new Map<number, Entry>());
+    this.outputSlots = item.request.requestedOutputs.map((n) => plan.slotOf.get(n) ?? -1);
+    this.isOutput = new Array<boolean>(plan.slotOf.size).fill(false);
+    for (const s of this.outputSlots) if (s >= 0) this.isOutput[s] = true;
+  }
+
+  stepSucceeded(_queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+    this.computeInputNs += computeInputNs;
+    this.computeInferNs += computeInferNs;
+    this.computeOutputNs += computeOutputNs;
+  }
+
+  /** The client went away: the steps see it (a decoupled step's model through is_cancelled()). */
+  handleEvent(): void {
+    this.cancellation.abort();
+  }
+
+  start(): void {
+    // The core leaves the outcome of a request it handed over to the run.
+    this.item.executing = true;
+    this.item.signal?.addEventListener('abort', this);
+    if (this.item.signal?.aborted) this.cancellation.abort();
+    const given = this.item.request.inputs;
+    for (const slot of this.plan.inputSlots) this.set(slot, 0, null);
+    for (let i = 0; i < given.length; i++) {
+      const t = given[i]!;
+      this.set(this.plan.slotOf.get(t.name)!, 0, t);
+    }
+    this.launchReady(this.plan.inputSlots, 0);
+    this.afterEvent(undefined);
+  }
+
+  private set(slot: number, it: number, value: Value): void {
+    const uses = this.plan.readers[slot]!.length + (this.isOutput[slot] ? 1 : 0);
+    // A tensor no step reads and the client did not ask for is not kept.
+    if (uses > 0) this.values[slot]!.set(it, new Entry(value, uses));
+  }
+
+  /** Takes one use of a value; the last use drops it. */
+  private take(slot: number, it: number): Value | undefined {
+    const m = this.values[slot]!;
+    const e = m.get(it);
+    if (e === undefined) return undefined;
+    if (--e.uses === 0) m.delete(it);
+    return e.value;
+  }
+
+  /** Launches, once each, the steps reading `slots` whose inputs all exist for iteration `it`. */
+  private launchReady(slots: readonly number[], it: number): void {
+    const ready = new Set<number>();
+    for (const slot of slots) {
+      for (const s of this.plan.readers[slot]!) {
+        if (ready.has(s)) continue;
+        let all = true;
+        for (const input of this.plan.steps[s]!.inputs) {
+          if (!this.values[input.slot]!.has(it)) {
+            all = false;
+            break;
+          }
+        }
+        if (all) ready.add(s);
+      }
+    }
+    for (const s of ready) this.launch(s, it);
+  }
+
+  private launch(index: number, it: number): void {
+    const step = this.plan.steps[index]!;
+    const inputs: Tensor[] = [];
+    const taken = new Set<number>();
+    for (const input of step.inputs) {
+      const t = this.values[input.slot]!.get(it)?.value;
+      if (t) inputs.push(renamed(t, input.name));
+      taken.add(input.slot);
+    }
+    for (const slot of taken) this.take(slot, it);
+    const request = this.item.request;
+    const stepRequest: InferRequest = {
+      model: step.modelName,
+      version: step.version,
+      id: request.id,
+      inputs,
+      outputs: step.requested,
+      parameters: request.parameters,
+      signal: this.cancellation,
+      stepTimings: this,
+    };
+    this.running += 1;
+    void this.consume(index, it, stepRequest);
+  }
+
+  /** Reads one step launch's responses as they come. */
+  private async consume(index: number, iteration: number, stepRequest: InferRequest): Promise<void> {
+    let first = true;
+    let open = true;
+    try {
+      const responses = this.server.inferStream !== undefined ? this.server.inferStream(stepRequest) : this.single(stepRequest);
+      for await (const r of responses) {
+        if (r.final) {
+          open = false;
+          this.running -= 1;
+        }
+        let outputs: Tensor[] | undefined;
+        if (r.error !== undefined) this.fail(index, r.error);
+        else if (r.response !== undefined && !this.failed) {
+          const it = first ? iteration : this.nextIteration++;
+          first = false;
+          outputs = this.store(index, it, r.response.outputs);
+        }
+        this.afterEvent(outputs);
+        if (r.final) return;
+      }
+      throw Errors.internal('the step ended without its final response');
+    } catch (err) {
+      if (open) this.running -= 1;
+      this.fail(index, err);
+      this.afterEvent(undefined);
+    }
+  }
+
+  private async *single(request: InferRequest): AsyncIterable<StreamResponse> {
+    const response = await this.server.infer(request);
+    yield { response, error: undefined, final: true };
+  }
+
+  /**
+   * One response's outputs become iteration `it` of the step's tensors and
+   * the steps this makes ready are launched. Returns the ensemble response
+   * it completes, if any.
+   */
+  private store(index: number, it: number, outputs: readonly Tensor[]): Tensor[] | undefined {
+    const step = this.plan.steps[index]!;
+    const slots: number[] = [];
+    let touchesOutput = false;
+    for (const out of step.outputs) {
+      let value: Value = null;
+      for (const t of outputs) {
+        if (t.name === out.name) {
+          value = t;
+          break;
+        }
+      }
+      this.set(out.slot, it, value);
+      slots.push(out.slot);
+      if (this.isOutput[out.slot]) touchesOutput = true;
+    }
+    const response = touchesOutput ? this.collectOutputs(it) : undefined;
+    this.launchReady(slots, it);
+    return response;
+  }
+
+  /** The requested outputs of iteration `it`, if all exist (each is then taken). */
+  private collectOutputs(it: number): Tensor[] | undefined {
+    for (const slot of this.outputSlots) if (slot < 0 || !this.values[slot]!.has(it)) return undefined;
+    const names = this.item.request.requestedOutputs;
+    const outputs: Tensor[] = [];
+    for (let i = 0; i < this.outputSlots.length; i++) {
+      const t = this.take(this.outputSlots[i]!, it);
+      if (t) outputs.push(renamed(t, names[i]!));
+    }
+    return outputs;
+  }
+
+  private fail(index: number, err: unknown): void {
+    if (this.failed || this.ended) return;
+    this.failed = true;
+    const step = this.plan.steps[index]!;
+    const e = asNereidError(err);
+    const error = e.message.includes(`'${step.modelName}'`)
+      ? e
+      : new NereidError(e.code, e.errorClass, `in ensemble '${this.ensembleName}', step model '${step.modelName}' failed: ${e.message}`);
+    // The steps still streaming stop: nobody reads them any more.
+    this.cancellation.abort();
+    this.item.fail(error, this.item.signal?.aborted ? 'CANCELED' : 'OTHER');
+  }
+
+  /** After each step event: sends what became complete, and ends the run once no step runs. */
+  private afterEvent(outputs: Tensor[] | undefined): void {
+    if (this.ended) return;
+    const last = this.running === 0;
+    if (!this.failed) {
+      const sender = this.item.request.responseSender!;
+      if (outputs !== undefined) sender.send({ outputs }, last);
+      else if (last) sender.send(undefined, true);
+      if (last) {
+        const item = this.item;
+        const queueNs = Number(this.startNs - item.enqueueNs);
+        this.stats.recordExecution(item.request.batchSize, 1, this.computeInputNs, this.computeInferNs, this.computeOutputNs);
+        item.succeed({ outputs: [] }, queueNs, this.computeInputNs, this.computeInferNs, this.computeOutputNs);
+      }
+    }
+    if (last) {
+      this.ended = true;
+      this.item.signal?.removeEventListener('abort', this);
+      this.onSettled();
     }
   }
 }
