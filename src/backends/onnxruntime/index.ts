@@ -1,6 +1,7 @@
 /**
  * The onnxruntime backend (platform "onnxruntime_onnx"): runs .onnx models
- * with onnxruntime-node, one session per instance, each on its own thread.
+ * with onnxruntime-node, one session per instance, on session threads (small
+ * models share a pool of them; see session-pool.ts).
  */
 import { relative } from 'node:path';
 import type {
@@ -20,8 +21,9 @@ import { probeCuda, type CudaProbe } from './cuda.js';
 import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
-import { SessionClient } from './session-client.js';
-import { buildSessionOptions, spinWaitMicros } from './session-options.js';
+import type { SessionClient } from './session-client.js';
+import { buildSessionOptions, sessionPoolSettings, sessionThreadChoice, spinWaitMicros } from './session-options.js';
+import { SessionThreadPool } from './session-pool.js';
 import { validateConfigAgainstModel } from './validate.js';
 
 export interface OnnxRuntimeBackendOptions {
@@ -29,13 +31,32 @@ export interface OnnxRuntimeBackendOptions {
   readonly cudaProbe?: CudaProbe;
 }
 
+/**
+ * Models whose file is at most this big may share a pool thread: creating
+ * their session, which holds up the other sessions on the thread, takes a
+ * few milliseconds.
+ */
+export const SHARED_THREAD_MAX_MODEL_BYTES = 16 * 1024 * 1024;
+
 export function createOnnxRuntimeBackend(options: OnnxRuntimeBackendOptions = {}): Backend {
   const cudaProbe = options.cudaProbe ?? probeCuda;
+  // One pool per set of settings (a process normally has one: they come from the server's backend config).
+  const pools = new Map<string, SessionThreadPool>();
+  const poolFor = (ctx: ModelContext): SessionThreadPool => {
+    const settings = sessionPoolSettings(ctx.backendConfig);
+    const key = `${settings.threads}/${settings.stallMs}`;
+    let pool = pools.get(key);
+    if (pool === undefined) {
+      pool = new SessionThreadPool(settings);
+      pools.set(key, pool);
+    }
+    return pool;
+  };
   return {
     name: 'onnxruntime',
     defaultCpuInstanceCount: 2,
     autoCompleteConfig: (ctx) => autoComplete(ctx),
-    loadModel: (ctx) => loadModel(ctx, cudaProbe),
+    loadModel: (ctx) => loadModel(ctx, cudaProbe, poolFor(ctx)),
   };
 }
 
@@ -57,13 +78,13 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   return completed;
 }
 
-async function readModel(modelName: string, modelDir: string, versionDir: string, config: ModelConfig): Promise<OnnxModelInfo & { path: string }> {
+async function readModel(modelName: string, modelDir: string, versionDir: string, config: ModelConfig): Promise<OnnxModelInfo & { path: string; bytes: number }> {
   const file = await resolveModelFile(versionDir, config);
   if ('missing' in file) {
     throw Errors.loadFailed(modelName, `model file '${relative(modelDir, file.missing)}' not found`);
   }
   try {
-    return { ...(await readOnnxModelInfo(file.path)), path: file.path };
+    return { ...(await readOnnxModelInfo(file.path)), path: file.path, bytes: file.bytes };
   } catch (err) {
     if (err instanceof OnnxParseError) {
       throw Errors.loadFailed(modelName, err.message.replace(file.path, `model file '${relative(modelDir, file.path)}'`));
@@ -76,7 +97,9 @@ function cudaError(modelName: string, where: string, reason: string): Error {
   return Errors.loadFailed(modelName, `${where}: KIND_GPU requested but the CUDA execution provider is not available: ${reason}`);
 }
 
-async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<BackendModel> {
+let nextModelId = 1;
+
+async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionThreadPool): Promise<BackendModel> {
   for (const g of ctx.config.instanceGroup) {
     if (g.kind === ModelInstanceGroup_Kind.GPU) {
       const cuda = cudaProbe();
@@ -92,16 +115,28 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe): Promise<Backe
   // Bad parameter values fail the load here rather than at the first instance.
   buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
-  return new OnnxRuntimeModel(info.path, new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers], info.outputs), cudaProbe);
+  const choice = sessionThreadChoice(ctx.modelName, ctx.config);
+  return new OnnxRuntimeModel(
+    info.path,
+    new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers], info.outputs),
+    cudaProbe,
+    pool,
+    choice === 'shared' || (choice === 'auto' && info.bytes <= SHARED_THREAD_MAX_MODEL_BYTES),
+  );
 }
 
 class OnnxRuntimeModel implements BackendModel {
   private readonly instances = new Set<OnnxRuntimeInstance>();
+  /** Keeps this version's instances on different threads. */
+  private readonly affinityKey = `onnx-model-${nextModelId++}`;
 
   constructor(
     private readonly modelPath: string,
     private readonly plan: ModelPlan,
     private readonly cudaProbe: CudaProbe,
+    private readonly pool: SessionThreadPool,
+    /** Small enough (or configured) to share a pool thread. */
+    private readonly mayShare: boolean,
   ) {}
 
   async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
@@ -111,15 +146,25 @@ class OnnxRuntimeModel implements BackendModel {
       if (!cuda.available) throw cudaError(ctx.modelName, `instance '${ctx.instanceName}'`, cuda.reason);
     }
     const options = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind, deviceId: ctx.deviceId });
+    // A session with intra-op threads of its own, or in parallel mode, keeps its thread busy for longer: it gets a thread of its own.
+    const shared = this.mayShare && kind === 'CPU' && options.intraOpNumThreads === 1 && (options.interOpNumThreads ?? 1) <= 1 && options.executionMode !== 'parallel';
     let client: SessionClient;
     try {
-      client = await SessionClient.start(this.modelPath, options, spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig));
+      client = await this.pool.open({
+        modelPath: this.modelPath,
+        options,
+        spinMicros: spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig),
+        label: `model '${ctx.modelName}' instance '${ctx.instanceName}'`,
+        affinityKey: this.affinityKey,
+        shared,
+        logger: ctx.logger,
+      });
     } catch (err) {
       throw Errors.loadFailed(ctx.modelName, `instance '${ctx.instanceName}': onnxruntime could not create a session: ${(err as Error).message}`);
     }
     const instance = new OnnxRuntimeInstance(client, this.plan);
     this.instances.add(instance);
-    ctx.logger.info({ model: ctx.modelName, instance: ctx.instanceName, kind, device: ctx.deviceId }, 'onnxruntime session created');
+    ctx.logger.info({ model: ctx.modelName, instance: ctx.instanceName, kind, device: ctx.deviceId, thread: client.currentThread?.number, sharedThread: shared }, 'onnxruntime session created');
     return instance;
   }
 

@@ -1,5 +1,6 @@
 /**
- * The main-thread side of a session worker: starts it, sends batches, and
+ * The main-thread side of one onnxruntime session (one instance): sends
+ * batches to the session thread that holds it (see session-thread.ts) and
  * matches results to the runs waiting for them.
  *
  * Numeric runs use arenas (see worker-protocol.ts), one per run in flight
@@ -9,46 +10,32 @@
  * by the worker in the order appended.
  */
 import { readSync } from 'node:fs';
-import { Worker } from 'node:worker_threads';
+import type { InferenceSession } from 'onnxruntime-node';
 import type { FileWindow } from '../../tensor/tensor.js';
+import { SessionThread, SessionWorkerError } from './session-thread.js';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
-  CONTROL_WORDS,
-  C_SENT,
-  C_STATE,
-  C_TAIL,
+  FILE_PART_WORDS,
   HEADER_BYTES,
   HEADER_WORDS,
-  RING_BASE,
-  RING_MASK,
-  RING_PORT_RUN,
-  RING_SIZE,
-  C_LIGHT,
-  FILE_PART_WORDS,
-  STATE_AWAKE,
-  STATE_DOZING,
-  STATE_SLEEPING,
+  MAX_ARENAS,
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
   TIME_APPENDED,
   USABLE_HEADER_WORDS,
-  WAKE,
   alignUp,
   arenaTypeCode,
   nowNs,
   positionWords,
+  ringEntry,
   type FromWorker,
   type RunFeed,
-  type SessionWorkerInit,
   type ToWorker,
   type WireTensor,
 } from './worker-protocol.js';
 
-const WORKER_URL = new URL('./session-worker.js', import.meta.url);
-
-/** How long close() waits for the worker to release its session before terminating it. */
-const CLOSE_GRACE_MS = 5000;
+export { SessionWorkerError } from './session-thread.js';
 
 /** Smallest data area of an arena. */
 const MIN_ARENA_DATA = 64 * 1024;
@@ -83,10 +70,6 @@ class PendingRun {
     readonly reject: Reject,
     readonly times: RunTimes | undefined,
   ) {}
-}
-
-export class SessionWorkerError extends Error {
-  override readonly name = 'SessionWorkerError';
 }
 
 /** An arena and the run using it (at most one). */
@@ -144,74 +127,65 @@ class Arena {
 }
 
 export class SessionClient {
-  private readonly worker: Worker;
-  private readonly control: Int32Array;
-  /** Ring entries appended so far. */
-  private tail = 0;
-  /** Counted messages sent so far (see C_SENT). */
-  private sent = 0;
-  private notifyQueued = false;
-  /** Ring entries whose runs have not finished (at most RING_SIZE). */
-  private ringed = 0;
-  /** Entries waiting for a free ring slot, in order. */
-  private readonly backlog: number[] = [];
+  private thread: SessionThread | undefined;
+  /** This session's slot on its thread. */
+  private slot = -1;
   private readonly pending = new Map<number, PendingRun>();
-  private readonly arenas: Arena[] = [];
-  private readonly freeArenas: Arena[] = [];
-  private readonly nameIds = new Map<string, number>();
+  private arenas: Arena[] = [];
+  private freeArenas: Arena[] = [];
+  private nameIds = new Map<string, number>();
   private inFlight = 0;
   private nextId = 1;
-  private dead: Error | undefined;
+  private dead: Error | undefined = new SessionWorkerError('onnxruntime session is not open yet');
+  private closed = false;
   private onDrained: (() => void) | undefined;
-  private readonly exited: Promise<void>;
+  /** Sessions with the same key (the instances of one model version) are kept on different threads. */
+  affinityKey = '';
 
-  private constructor(worker: Worker, control: SharedArrayBuffer) {
-    this.worker = worker;
-    this.control = new Int32Array(control);
-    this.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
-    worker.on('message', (msg: FromWorker) => this.onMessage(msg));
-    worker.on('error', (err) => this.fail(new SessionWorkerError(`onnxruntime session thread failed: ${err.message}`)));
-    worker.on('exit', (code) => this.fail(new SessionWorkerError(`onnxruntime session thread exited (code ${code})`)));
-    // Idle workers do not keep the process alive; a run in flight does.
-    worker.unref();
+  /** `label` names the session in log records and errors ("model 'm' instance 'm_0'"). */
+  constructor(
+    readonly modelPath: string,
+    readonly options: InferenceSession.SessionOptions,
+    readonly label: string,
+  ) {}
+
+  /** Starts a thread of its own and creates the session on it. Rejects with onnxruntime's message when the session cannot be created. */
+  static async start(modelPath: string, options: InferenceSession.SessionOptions, spinMicros: number, label = modelPath): Promise<SessionClient> {
+    const thread = new SessionThread(spinMicros);
+    const client = new SessionClient(modelPath, options, label);
+    try {
+      await client.openOn(thread);
+    } catch (err) {
+      void thread.exit();
+      throw err;
+    }
+    client.ownsThread = true;
+    return client;
   }
 
-  /** Starts a worker and creates its session. Rejects with onnxruntime's message when the session cannot be created. */
-  static start(modelPath: string, options: SessionWorkerInit['options'], spinMicros: number): Promise<SessionClient> {
-    const control = new SharedArrayBuffer(CONTROL_WORDS * 4);
-    const init: SessionWorkerInit = { modelPath, options, control, spinMicros };
-    const worker = new Worker(WORKER_URL, { workerData: init });
-    return new Promise((resolve, reject) => {
-      const onMessage = (msg: FromWorker): void => {
-        cleanup();
-        if (typeof msg !== 'number' && msg.kind === 'ready') resolve(new SessionClient(worker, control));
-        else {
-          const text = typeof msg !== 'number' && msg.kind === 'init-error' ? msg.message : `unexpected message from session thread`;
-          reject(new SessionWorkerError(text));
-          void worker.terminate();
-        }
-      };
-      const onError = (err: Error): void => {
-        cleanup();
-        reject(new SessionWorkerError(`onnxruntime session thread failed to start: ${err.message}`));
-      };
-      const onExit = (code: number): void => {
-        cleanup();
-        reject(new SessionWorkerError(`onnxruntime session thread exited during start (code ${code})`));
-      };
-      const cleanup = (): void => {
-        worker.off('message', onMessage);
-        worker.off('error', onError);
-        worker.off('exit', onExit);
-      };
-      worker.on('message', onMessage);
-      worker.on('error', onError);
-      worker.on('exit', onExit);
-    });
+  /** The thread ends when this session is closed (a thread started for it alone). */
+  ownsThread = false;
+
+  /** Creates the session on `thread` and binds this client to it (also after its previous thread died). */
+  async openOn(thread: SessionThread): Promise<void> {
+    if (this.closed) throw new SessionWorkerError('onnxruntime session is closed');
+    const slot = await thread.open(this, this.modelPath, this.options);
+    this.thread = thread;
+    this.slot = slot;
+    // A new thread knows none of the names and arenas of an earlier one.
+    this.arenas = [];
+    this.freeArenas = [];
+    this.nameIds = new Map();
+    this.dead = undefined;
   }
 
   get alive(): boolean {
     return this.dead === undefined;
+  }
+
+  /** The thread holding the session (undefined before it is open). */
+  get currentThread(): SessionThread | undefined {
+    return this.thread;
   }
 
   /**
@@ -222,11 +196,12 @@ export class SessionClient {
    */
   run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
+    const thread = this.thread!;
     const words = this.headerWords(feeds, fetches);
-    if (words < 0) return this.runCloned(feeds, fetches, times);
-    const arena = this.takeArena(feeds);
+    if (words < 0 || (this.freeArenas.length === 0 && this.arenas.length >= MAX_ARENAS)) return this.runCloned(thread, feeds, fetches, times);
+    const arena = this.takeArena(thread, feeds);
     try {
-      this.writeRun(arena, feeds, fetches);
+      this.writeRun(thread, arena, feeds, fetches);
     } catch (err) {
       arena.letGoOfFiles();
       this.freeArenas.push(arena);
@@ -234,76 +209,38 @@ export class SessionClient {
     }
     arena.times = times;
     const promise = new Promise<readonly WireTensor[]>(arena.executor);
-    if (this.inFlight++ === 0) this.worker.ref();
+    this.inFlight++;
+    thread.beginWork();
     const at = nowNs();
     arena.workerTimes[TIME_APPENDED] = at;
     if (times) times.postedNs = at;
-    this.append(arena.index);
+    thread.append(ringEntry(this.slot, arena.index));
     return promise;
   }
 
-  /**
-   * Appends a ring entry and wakes the worker if it dozes or sleeps (a busy
-   * or busy-waiting worker needs nothing). C_LIGHT tells the worker whether
-   * it may busy-wait after this run: only under light load (nothing else in
-   * flight here), where the run's latency is what counts and the cores have
-   * room; under load, busy-waiting takes a core the event loop needs.
-   */
-  private append(entry: number): void {
-    if (this.ringed >= RING_SIZE) {
-      // Every slot holds a run not yet finished: wait for one to finish.
-      this.backlog.push(entry);
-      return;
-    }
-    this.ringed++;
-    const c = this.control;
-    const light = this.inFlight <= 1;
-    c[RING_BASE + (this.tail & RING_MASK)] = entry;
-    this.tail = (this.tail + 1) | 0;
-    c[C_LIGHT] = light ? 1 : 0;
-    Atomics.store(c, C_TAIL, this.tail);
-    const state = Atomics.load(c, C_STATE);
-    if (state === STATE_DOZING) {
-      // One notification at the end of this event-loop turn covers every run
-      // appended in it: a worker faster than the event loop would otherwise
-      // doze and be notified again for each.
-      if (!this.notifyQueued) {
-        this.notifyQueued = true;
-        setImmediate(this.notifyDozing);
-      }
-    } else if (state === STATE_SLEEPING) this.wakeSleeping();
-  }
-
-  private wakeSleeping(): void {
-    if (Atomics.compareExchange(this.control, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING) this.worker.postMessage(WAKE);
-  }
-
-  /** Made once: notifies a worker that dozes (or wakes one that fell asleep meanwhile). */
-  private readonly notifyDozing = (): void => {
-    this.notifyQueued = false;
-    const state = Atomics.load(this.control, C_STATE);
-    if (state === STATE_DOZING) Atomics.notify(this.control, C_TAIL, 1);
-    else if (state === STATE_SLEEPING) this.wakeSleeping();
-  };
-
-  /** Posts a message the worker must receive before the next ring entry. */
-  private postCounted(msg: ToWorker, transfer?: ArrayBuffer[]): void {
-    this.worker.postMessage(msg, transfer);
-    this.sent = (this.sent + 1) | 0;
-    Atomics.store(this.control, C_SENT, this.sent);
-  }
-
+  /** Waits for the runs handed over, then releases the session (and ends its thread when it has one of its own). */
   async close(): Promise<void> {
-    if (this.dead) return;
+    if (this.closed) return;
+    this.closed = true;
+    const wasOpen = this.dead === undefined;
     this.dead = new SessionWorkerError('onnxruntime session is closed');
-    // Let runs already handed to the worker finish before the session goes.
+    // Let runs already handed to the thread finish before the session goes.
     if (this.inFlight > 0) await new Promise<void>((resolve) => (this.onDrained = resolve));
-    this.worker.ref();
-    this.worker.postMessage({ kind: 'close' } satisfies ToWorker);
-    // (A busy-waiting worker reads it once its wait runs out and it sleeps.)
-    const timer = setTimeout(() => void this.worker.terminate(), CLOSE_GRACE_MS);
-    await this.exited;
-    clearTimeout(timer);
+    const thread = this.thread;
+    if (thread === undefined) return;
+    if (wasOpen && thread.alive) await thread.release(this.slot);
+    if (this.ownsThread) await thread.exit();
+  }
+
+  /** Called by the thread: it died; runs in flight fail with `err`. */
+  threadDied(thread: SessionThread, err: Error): void {
+    if (thread !== this.thread) return;
+    if (!this.dead) this.dead = err;
+    for (const p of this.pending.values()) p.reject(err);
+    this.pending.clear();
+    for (const a of this.arenas) if (a.resolve) a.settle(undefined, err);
+    this.inFlight = 0;
+    this.onDrained?.();
   }
 
   /** Header words an arena run needs; -1 when the run must be cloned (strings, or too big a header). */
@@ -316,19 +253,19 @@ export class SessionClient {
     return words > USABLE_HEADER_WORDS ? -1 : words;
   }
 
-  private takeArena(feeds: readonly RunFeed[]): Arena {
+  private takeArena(thread: SessionThread, feeds: readonly RunFeed[]): Arena {
     let data = 0;
     for (const f of feeds) data += alignUp(f.memoryBytes);
     let arena = this.freeArenas.pop();
     if (arena === undefined) {
       arena = new Arena(this.arenas.length, this.newBuffer(data, 0));
       this.arenas.push(arena);
-      this.postCounted({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
+      thread.postCounted({ kind: 'arena', session: this.slot, arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
     }
     const need = HEADER_BYTES + Math.max(data, arena.outputBytes);
     if (arena.bytes.byteLength < need) {
       arena.setBuffer(this.newBuffer(Math.max(data, arena.outputBytes), arena.bytes.byteLength));
-      this.postCounted({ kind: 'arena', arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
+      thread.postCounted({ kind: 'arena', session: this.slot, arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
     }
     return arena;
   }
@@ -339,24 +276,24 @@ export class SessionClient {
     return new SharedArrayBuffer(size);
   }
 
-  private nameId(name: string): number {
+  private nameId(thread: SessionThread, name: string): number {
     let id = this.nameIds.get(name);
     if (id === undefined) {
       id = this.nameIds.size;
       this.nameIds.set(name, id);
-      this.postCounted({ kind: 'name', name });
+      thread.postCounted({ kind: 'name', session: this.slot, name });
     }
     return id;
   }
 
-  private writeRun(arena: Arena, feeds: readonly RunFeed[], fetches: readonly string[]): void {
+  private writeRun(thread: SessionThread, arena: Arena, feeds: readonly RunFeed[], fetches: readonly string[]): void {
     const h = arena.header;
     const bytes = arena.bytes;
     h[0] = feeds.length;
     let p = 1;
     let off = HEADER_BYTES;
     for (const f of feeds) {
-      h[p] = this.nameId(f.name);
+      h[p] = this.nameId(thread, f.name);
       h[p + 1] = arenaTypeCode(f.type);
       h[p + 2] = off;
       h[p + 3] = f.byteLength;
@@ -389,7 +326,7 @@ export class SessionClient {
       off += alignUp(f.memoryBytes);
     }
     h[p++] = fetches.length;
-    for (let i = 0; i < fetches.length; i++) h[p + i] = this.nameId(fetches[i]!);
+    for (let i = 0; i < fetches.length; i++) h[p + i] = this.nameId(thread, fetches[i]!);
     arena.fetches = fetches;
   }
 
@@ -421,7 +358,7 @@ export class SessionClient {
     return outputs;
   }
 
-  private runCloned(feeds: readonly RunFeed[], fetches: readonly string[], times: RunTimes | undefined): Promise<readonly WireTensor[]> {
+  private runCloned(thread: SessionThread, feeds: readonly RunFeed[], fetches: readonly string[], times: RunTimes | undefined): Promise<readonly WireTensor[]> {
     const id = this.nextId++;
     const wire = new Array<WireTensor>(feeds.length);
     const transfer: ArrayBuffer[] = [];
@@ -443,28 +380,30 @@ export class SessionClient {
       wire[i] = { name: f.name, type: f.type, dims: f.dims, data: new Ctor(buffer, 0, f.byteLength / Ctor.BYTES_PER_ELEMENT) };
       transfer.push(buffer);
     }
-    const msg: ToWorker = { kind: 'run', id, feeds: wire, fetches };
+    const msg: ToWorker = { kind: 'run', session: this.slot, id, feeds: wire, fetches };
     return new Promise((resolve, reject) => {
       this.pending.set(id, new PendingRun(resolve, reject, times));
-      if (this.inFlight++ === 0) this.worker.ref();
-      this.postCounted(msg, transfer);
+      this.inFlight++;
+      thread.beginWork();
+      thread.postCounted(msg, transfer);
       if (times) times.postedNs = nowNs();
-      this.append(RING_PORT_RUN);
+      thread.append(ringEntry(this.slot, -1));
     });
   }
 
-  private onMessage(msg: FromWorker): void {
-    if (typeof msg === 'number') {
-      const arena = this.arenas[msg];
-      if (!arena || !arena.resolve) return;
-      arena.times?.setWorkerTimes(arena.workerTimes);
-      const outputs = this.readOutputs(arena);
-      this.finish();
-      this.freeArenas.push(arena);
-      arena.settle(outputs, undefined);
-      return;
-    }
-    if (msg.kind !== 'result' && msg.kind !== 'run-error') return;
+  /** Called by the thread: the arena run in `index` is done, its outputs in the arena. */
+  arenaDone(index: number): void {
+    const arena = this.arenas[index];
+    if (!arena || !arena.resolve) return;
+    arena.times?.setWorkerTimes(arena.workerTimes);
+    const outputs = this.readOutputs(arena);
+    this.finish();
+    this.freeArenas.push(arena);
+    arena.settle(outputs, undefined);
+  }
+
+  /** Called by the thread: the answer to a cloned run, or to an arena run that could not use its arena. */
+  resultArrived(msg: Extract<FromWorker, { kind: 'result' | 'run-error' }>): void {
     if (msg.id < 0) {
       const arena = this.arenas[-1 - msg.id];
       if (!arena || !arena.resolve) return;
@@ -485,29 +424,12 @@ export class SessionClient {
     if (msg.kind === 'result') {
       p.times?.setWorkerTimes(msg.times);
       p.resolve(msg.outputs);
-    }
-    else p.reject(new SessionWorkerError(msg.message));
+    } else p.reject(new SessionWorkerError(msg.message));
   }
 
   private finish(): void {
-    this.ringed--;
-    const next = this.backlog.shift();
-    if (next !== undefined) this.append(next);
-    if (--this.inFlight === 0) {
-      this.worker.unref();
-      this.onDrained?.();
-    }
-  }
-
-  private fail(err: Error): void {
-    if (!this.dead) this.dead = err;
-    for (const p of this.pending.values()) p.reject(err);
-    this.pending.clear();
-    for (const a of this.arenas) if (a.resolve) a.settle(undefined, err);
-    this.inFlight = 0;
-    this.ringed = 0;
-    this.backlog.length = 0;
-    this.onDrained?.();
+    this.thread!.finish();
+    if (--this.inFlight === 0) this.onDrained?.();
   }
 }
 

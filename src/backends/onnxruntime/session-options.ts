@@ -4,7 +4,8 @@
  * inter_op_thread_count, execution_mode, enable_mem_arena, enable_mem_pattern,
  * session.* config entries) and `optimization { graph { level } }`.
  */
-import { defaultSpinMicros } from '../cpu-budget.js';
+import { defaultSpinMicros, processCpuBudget } from '../cpu-budget.js';
+import type { SessionPoolSettings } from './session-pool.js';
 import type { InferenceSession } from 'onnxruntime-node';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
@@ -50,6 +51,42 @@ export function spinWaitMicros(modelName: string, config: ModelConfig, backendCo
     throw Errors.config(`model '${modelName}': parameter 'spin_wait_microseconds' must be between 0 and 1000000, got ${v}`);
   }
   return v;
+}
+
+/**
+ * Whether a model's sessions may share a pool thread (model parameter
+ * `session_thread`): "shared", "own", or unset ("auto": shared when the
+ * model is small and its sessions run with one intra-op thread).
+ */
+export function sessionThreadChoice(modelName: string, config: ModelConfig): 'auto' | 'shared' | 'own' {
+  const raw = configParameter(config, 'session_thread');
+  if (raw === undefined) return 'auto';
+  const v = raw.trim();
+  if (v === 'shared' || v === 'own') return v;
+  throw Errors.config(`model '${modelName}': parameter 'session_thread' must be 'shared' or 'own', got '${raw}'`);
+}
+
+/** Default stall limit of a shared session thread (see SessionPoolSettings.stallMs). */
+export const DEFAULT_SESSION_THREAD_STALL_MS = 10_000;
+
+/**
+ * The session thread pool from `--backend-config=onnxruntime,session_threads=N`
+ * (default: the cores the process may use; 0: a thread per session) and
+ * `session_thread_stall_ms`. Throws a config error for a bad value.
+ */
+export function sessionPoolSettings(backendConfig: Readonly<Record<string, string>>): SessionPoolSettings {
+  const threads = backendInt('session_threads', backendConfig['session_threads'], 0, 1024) ?? Math.max(1, Math.ceil(processCpuBudget()));
+  const stallMs = backendInt('session_thread_stall_ms', backendConfig['session_thread_stall_ms'], 1, 86_400_000) ?? DEFAULT_SESSION_THREAD_STALL_MS;
+  return { threads, stallMs };
+}
+
+function backendInt(key: string, raw: string | undefined, min: number, max: number): number | undefined {
+  if (raw === undefined) return undefined;
+  const value = Number(raw.trim());
+  if (raw.trim() === '' || !Number.isInteger(value) || value < min || value > max) {
+    throw Errors.config(`--backend-config=onnxruntime,${key}: must be an integer from ${min} to ${max}, got '${raw}'`);
+  }
+  return value;
 }
 
 export interface PlacementOptions {

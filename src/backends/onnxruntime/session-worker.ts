@@ -1,7 +1,7 @@
 /**
- * Worker-thread entry: holds one onnxruntime InferenceSession and runs it
- * for its instance. See worker-protocol.ts for why this is a thread and how
- * arenas carry runs.
+ * Worker-thread entry: holds the onnxruntime InferenceSessions of one or more
+ * instances and runs them, one entry of the ring at a time. See
+ * worker-protocol.ts for why this is a thread and how arenas carry runs.
  */
 import { readSync } from 'node:fs';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
@@ -9,6 +9,9 @@ import * as ort from 'onnxruntime-node';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
+  C_ABANDONED,
+  C_DONE,
+  C_RUNNING,
   C_SENT,
   C_STATE,
   C_LIGHT,
@@ -17,6 +20,7 @@ import {
   HEADER_BYTES,
   HEADER_WORDS,
   RING_BASE,
+  RING_CONTROL,
   RING_MASK,
   STATE_AWAKE,
   STATE_DOZING,
@@ -27,8 +31,11 @@ import {
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
+  entryArena,
+  entrySession,
   nowNs,
   positionFromWords,
+  ringEntry,
   type FromWorker,
   type SessionWorkerInit,
   type ToWorker,
@@ -78,31 +85,54 @@ class Arena {
   }
 }
 
-const names: string[] = [];
-const arenas: Arena[] = [];
-/** Cloned runs received and not yet started, in order. */
-const portRuns: Array<Extract<ToWorker, { kind: 'run' }>> = [];
+/** One session of this thread and what its instance has sent it. */
+class HostedSession {
+  readonly names: string[] = [];
+  readonly arenas: Arena[] = [];
+  /** Cloned runs received and not yet started, in order. */
+  readonly portRuns: Array<Extract<ToWorker, { kind: 'run' }>> = [];
+  session: ort.InferenceSession | undefined;
+
+  constructor(readonly slot: number) {}
+}
+
+type ControlMessage = Extract<ToWorker, { kind: 'open' | 'release' | 'exit' }>;
+
+const sessions = new Map<number, HostedSession>();
+/** Control messages received and not yet taken up by their RING_CONTROL entry, in order. */
+const controls: ControlMessage[] = [];
 const control = new Int32Array(init.control);
 /** Counted messages received so far (see C_SENT). */
 let received = 0;
-let closing = false;
+let exiting = false;
 let wakeUp: (() => void) | undefined;
+
+function hosted(slot: number): HostedSession {
+  let s = sessions.get(slot);
+  if (s === undefined) {
+    s = new HostedSession(slot);
+    sessions.set(slot, s);
+  }
+  return s;
+}
 
 function apply(msg: ToWorker): void {
   if (typeof msg === 'number') return; // WAKE
   switch (msg.kind) {
     case 'name':
-      names.push(msg.name);
+      hosted(msg.session).names.push(msg.name);
       break;
     case 'arena':
-      arenas[msg.arena] = new Arena(msg.arena, msg.buffer);
+      hosted(msg.session).arenas[msg.arena] = new Arena(msg.arena, msg.buffer);
       break;
     case 'run':
-      portRuns.push(msg);
+      hosted(msg.session).portRuns.push(msg);
       break;
-    case 'close':
-      closing = true;
-      return;
+    case 'open':
+    case 'release':
+    case 'exit':
+      controls.push(msg);
+      break;
   }
   received++;
 }
@@ -179,26 +209,77 @@ function awaitEntry(head: number): boolean {
   return got || Atomics.load(control, C_TAIL) !== head;
 }
 
-async function serve(session: ort.InferenceSession): Promise<void> {
+/** Takes up the oldest control message (open, release or exit). */
+async function runControl(msg: ControlMessage): Promise<void> {
+  if (msg.kind === 'exit') {
+    exiting = true;
+    return;
+  }
+  const s = hosted(msg.session);
+  Atomics.store(control, C_RUNNING, msg.session + 1);
+  if (msg.kind === 'open') {
+    try {
+      s.session = await ort.InferenceSession.create(msg.modelPath, msg.options);
+    } catch (err) {
+      sessions.delete(msg.session);
+      post({ kind: 'open-error', session: msg.session, message: message(err) });
+      return;
+    }
+    post({ kind: 'opened', session: msg.session });
+    return;
+  }
+  sessions.delete(msg.session);
+  try {
+    await s.session?.release();
+  } finally {
+    post({ kind: 'released', session: msg.session });
+  }
+}
+
+async function runEntry(entry: number, pickNs: number): Promise<void> {
+  const slot = entrySession(entry);
+  const s = sessions.get(slot);
+  const arenaIndex = entryArena(entry);
+  Atomics.store(control, C_RUNNING, slot + 1);
+  if (arenaIndex >= 0) {
+    const arena = s?.arenas[arenaIndex];
+    if (s?.session === undefined || arena === undefined) {
+      post({ kind: 'run-error', session: slot, id: -1 - arenaIndex, message: `no session in slot ${slot}` });
+      return;
+    }
+    noteGap(arena.times[TIME_APPENDED]!);
+    await runArena(s.session, slot, s.names, arena, pickNs);
+    return;
+  }
+  idleSinceNs = 0;
+  const msg = s?.portRuns.shift();
+  if (msg === undefined) return;
+  if (s?.session === undefined) {
+    post({ kind: 'run-error', session: slot, id: msg.id, message: `no session in slot ${slot}` });
+    return;
+  }
+  await run(s.session, slot, msg.id, msg.feeds, msg.fetches, pickNs);
+}
+
+async function serve(): Promise<void> {
   let head = 0;
   for (;;) {
+    if (Atomics.load(control, C_ABANDONED) === 1) break;
     if (Atomics.load(control, C_TAIL) !== head) {
       const entry = control[RING_BASE + (head & RING_MASK)]!;
       head = (head + 1) | 0;
       catchUp();
-      const pickNs = nowNs();
-      if (entry >= 0) {
-        const arena = arenas[entry]!;
-        noteGap(arena.times[TIME_APPENDED]!);
-        await runArena(session, arena, pickNs);
+      if (entry === RING_CONTROL) {
+        const msg = controls.shift();
+        if (msg !== undefined) await runControl(msg);
       } else {
-        idleSinceNs = 0;
-        const msg = portRuns.shift()!;
-        await run(session, msg.id, msg.feeds, msg.fetches, pickNs);
+        await runEntry(entry, nowNs());
       }
+      Atomics.store(control, C_RUNNING, 0);
+      Atomics.add(control, C_DONE, 1);
+      if (exiting) break;
       continue;
     }
-    if (closing) break;
     if (awaitEntry(head)) continue;
     Atomics.store(control, C_STATE, STATE_SLEEPING);
     if (Atomics.load(control, C_TAIL) !== head) {
@@ -209,32 +290,18 @@ async function serve(session: ort.InferenceSession): Promise<void> {
     await new Promise<void>((resolve) => (wakeUp = resolve));
     Atomics.store(control, C_STATE, STATE_AWAKE);
   }
-  await session.release();
+  for (const s of sessions.values()) await s.session?.release();
   port.close();
 }
 
-async function main(): Promise<void> {
-  let session: ort.InferenceSession;
-  try {
-    session = await ort.InferenceSession.create(init.modelPath, init.options);
-  } catch (err) {
-    // Stay alive until the instance has read this and terminates the thread:
-    // a thread that exits right after posting may lose the message.
-    port.on('message', () => port.close());
-    post({ kind: 'init-error', message: message(err) });
-    return;
-  }
-  port.on('message', (msg: ToWorker) => {
-    apply(msg);
-    const w = wakeUp;
-    wakeUp = undefined;
-    w?.();
-  });
-  post({ kind: 'ready' });
-  await serve(session);
-}
+port.on('message', (msg: ToWorker) => {
+  apply(msg);
+  const w = wakeUp;
+  wakeUp = undefined;
+  w?.();
+});
 
-async function runArena(session: ort.InferenceSession, arena: Arena, pickNs: number): Promise<void> {
+async function runArena(session: ort.InferenceSession, slot: number, names: readonly string[], arena: Arena, pickNs: number): Promise<void> {
   const h = arena.header;
   const times = arena.times;
   times[0] = pickNs;
@@ -284,11 +351,11 @@ async function runArena(session: ort.InferenceSession, arena: Arena, pickNs: num
     results = await session.run(inputs, fetches);
     times[2] = nowNs();
   } catch (err) {
-    post({ kind: 'run-error', id: -1 - arena.index, message: message(err) });
+    post({ kind: 'run-error', session: slot, id: -1 - arena.index, message: message(err) });
     return;
   }
-  if (!writeOutputs(arena, fetches, results)) sendCloned(-1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!]);
-  else post(arena.index);
+  if (!writeOutputs(arena, fetches, results)) sendCloned(slot, -1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!]);
+  else post(ringEntry(slot, arena.index));
 }
 
 /** Fills `target` from the file `fd` at `position`; throws when the file ends first. */
@@ -335,7 +402,7 @@ function writeOutputs(arena: Arena, fetches: readonly string[], results: ort.Inf
   return true;
 }
 
-function sendCloned(id: number, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, times: readonly number[]): void {
+function sendCloned(session: number, id: number, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, times: readonly number[]): void {
   const outputs: WireTensor[] = [];
   const transfer: ArrayBuffer[] = [];
   for (const name of fetches) {
@@ -347,10 +414,10 @@ function sendCloned(id: number, fetches: readonly string[], results: ort.Inferen
       if (buf instanceof ArrayBuffer && !transfer.includes(buf)) transfer.push(buf);
     }
   }
-  post({ kind: 'result', id, outputs, times }, transfer);
+  post({ kind: 'result', session, id, outputs, times }, transfer);
 }
 
-async function run(session: ort.InferenceSession, id: number, feeds: readonly WireTensor[], fetches: readonly string[], pickNs: number): Promise<void> {
+async function run(session: ort.InferenceSession, slot: number, id: number, feeds: readonly WireTensor[], fetches: readonly string[], pickNs: number): Promise<void> {
   let results: ort.InferenceSession.OnnxValueMapType;
   let startNs: number;
   try {
@@ -361,10 +428,10 @@ async function run(session: ort.InferenceSession, id: number, feeds: readonly Wi
     startNs = nowNs();
     results = await session.run(inputs, fetches as string[]);
   } catch (err) {
-    post({ kind: 'run-error', id, message: message(err) });
+    post({ kind: 'run-error', session: slot, id, message: message(err) });
     return;
   }
-  sendCloned(id, fetches, results, [pickNs, startNs, nowNs()]);
+  sendCloned(slot, id, fetches, results, [pickNs, startNs, nowNs()]);
 }
 
-void main();
+void serve();

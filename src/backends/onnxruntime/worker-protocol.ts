@@ -1,7 +1,9 @@
 /**
- * Messages between an instance (main thread) and its session worker.
+ * Messages between instances (main thread) and a session thread.
  * onnxruntime-node runs a session synchronously on the calling thread, so
- * each instance owns a worker thread that holds its InferenceSession.
+ * sessions live on worker threads. A thread may hold several sessions (the
+ * small models of a repository share a few threads; see session-pool.ts):
+ * every message and ring entry names the session it is for.
  *
  * Numeric runs go through a shared arena: the main thread writes the input
  * bytes and a small header (names, types, dims) into a SharedArrayBuffer and
@@ -24,10 +26,8 @@ import type { FileWindow } from '../../tensor/tensor.js';
 
 export type OrtTensorType = OrtTensor.Type;
 
-/** workerData of a session worker. */
+/** workerData of a session thread. */
 export interface SessionWorkerInit {
-  readonly modelPath: string;
-  readonly options: InferenceSession.SessionOptions;
   /** The control block (see CONTROL_WORDS). */
   readonly control: SharedArrayBuffer;
   /** How long an idle worker busy-waits for the next run before it sleeps, µs (0: never). */
@@ -41,8 +41,11 @@ export interface SessionWorkerInit {
  * busy or busy-waiting picks the next run up without being woken; only a
  * sleeping worker needs a message (WAKE).
  *
- * An entry >= 0 is an arena holding a run; RING_PORT_RUN means "the next
- * 'run' message on the port". Messages other than WAKE are counted in
+ * An entry >= 0 names a session and what to run for it (see ringEntry): an
+ * arena holding a run, or the session's next 'run' message from the port.
+ * RING_CONTROL means "the next control message (open, release, exit) from
+ * the port", so that control work takes its turn between runs and reaches a
+ * worker in any state the way runs do. Messages other than WAKE are counted in
  * C_SENT, and the worker receives every counted message before it starts an
  * entry, so names, arenas and cloned runs sent before an entry are known by
  * the time it runs.
@@ -52,6 +55,16 @@ export const C_TAIL = 1;
 export const C_SENT = 2;
 /** 1 when the last entry found the instance with nothing in flight (light load: the worker may busy-wait). */
 export const C_LIGHT = 3;
+/** Entries the worker has finished, counting up (a watchdog reads it to tell a stalled thread). */
+export const C_DONE = 4;
+/** 1 + the session slot whose entry the worker is running; 0 between entries. */
+export const C_RUNNING = 5;
+/**
+ * Set to 1 when the main thread gives the thread up (its sessions have moved
+ * elsewhere): the worker ends after the entry it is running. Stopping a
+ * thread from outside while onnxruntime runs in it would abort the process.
+ */
+export const C_ABANDONED = 6;
 export const RING_BASE = 8;
 export const RING_SIZE = 1024;
 export const RING_MASK = RING_SIZE - 1;
@@ -60,7 +73,25 @@ export const STATE_AWAKE = 0;
 export const STATE_SLEEPING = 1;
 /** In short timed waits on C_TAIL: picks an entry up by itself within a step, or at once when notified. */
 export const STATE_DOZING = 2;
-export const RING_PORT_RUN = -1;
+export const RING_CONTROL = -1;
+/** Sessions a thread may hold at once (slots 0 .. MAX_SESSIONS - 1). */
+export const MAX_SESSIONS = 0x7fff;
+/** Arenas a session may have (indexes 0 .. MAX_ARENAS - 1). */
+export const MAX_ARENAS = 0xfffe;
+
+/** A ring entry: `session`'s arena `arena`, or its next cloned run when `arena` is -1. */
+export function ringEntry(session: number, arena: number): number {
+  return (session << 16) | (arena + 1);
+}
+
+export function entrySession(entry: number): number {
+  return entry >>> 16;
+}
+
+/** The arena of an entry, or -1 for a cloned run. */
+export function entryArena(entry: number): number {
+  return (entry & 0xffff) - 1;
+}
 /** The message that wakes a sleeping worker. */
 export const WAKE = -1;
 
@@ -201,26 +232,33 @@ export function alignUp(n: number): number {
 
 /**
  * Main -> worker. WAKE wakes a sleeping worker to read the ring. 'name' gives
- * the next name id (ids count up from 0, in the order the names are sent);
- * 'arena' gives an arena (new, or grown in place of an older one); 'run' is a
- * run with strings, started by a RING_PORT_RUN entry.
+ * a session's next name id (ids count up from 0 per session, in the order the
+ * names are sent); 'arena' gives a session an arena (new, or grown in place
+ * of an older one); 'run' is a run with strings, started by its session's
+ * cloned-run entry. 'open' creates a session in a free slot, 'release'
+ * releases one, 'exit' ends the thread; each is taken up by a RING_CONTROL
+ * entry, in order.
  */
 export type ToWorker =
   | typeof WAKE
-  | { readonly kind: 'name'; readonly name: string }
-  | { readonly kind: 'arena'; readonly arena: number; readonly buffer: SharedArrayBuffer }
-  | { readonly kind: 'run'; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[] }
-  | { readonly kind: 'close' };
+  | { readonly kind: 'name'; readonly session: number; readonly name: string }
+  | { readonly kind: 'arena'; readonly session: number; readonly arena: number; readonly buffer: SharedArrayBuffer }
+  | { readonly kind: 'run'; readonly session: number; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[] }
+  | { readonly kind: 'open'; readonly session: number; readonly modelPath: string; readonly options: InferenceSession.SessionOptions }
+  | { readonly kind: 'release'; readonly session: number }
+  | { readonly kind: 'exit' };
 
 /**
- * Worker -> main. A plain number: the run in that arena is done and its
- * outputs are in the arena. 'result' / 'run-error' answer a cloned run by its
- * id (>= 1), or an arena run by -1 - arena (outputs that could not be put in
- * the arena come back cloned).
+ * Worker -> main. A plain number: the ring entry of an arena run that is
+ * done, its outputs in the arena. 'result' / 'run-error' answer a cloned run
+ * by its id (>= 1), or an arena run by -1 - arena (outputs that could not be
+ * put in the arena come back cloned). 'opened' / 'open-error' / 'released'
+ * answer the control messages.
  */
 export type FromWorker =
   | number
-  | { readonly kind: 'ready' }
-  | { readonly kind: 'init-error'; readonly message: string }
-  | { readonly kind: 'result'; readonly id: number; readonly outputs: readonly WireTensor[]; readonly times: readonly number[] }
-  | { readonly kind: 'run-error'; readonly id: number; readonly message: string };
+  | { readonly kind: 'opened'; readonly session: number }
+  | { readonly kind: 'open-error'; readonly session: number; readonly message: string }
+  | { readonly kind: 'released'; readonly session: number }
+  | { readonly kind: 'result'; readonly session: number; readonly id: number; readonly outputs: readonly WireTensor[]; readonly times: readonly number[] }
+  | { readonly kind: 'run-error'; readonly session: number; readonly id: number; readonly message: string };
