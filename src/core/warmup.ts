@@ -6,6 +6,13 @@
  * batching model) executed together on the instance, `count` times, and the
  * executions are recorded in the version's statistics like any other. A
  * failing sample fails the version's load with the reason.
+ *
+ * Warm-up requests go straight to the instance, past the scheduler, so for a
+ * model with sequence_batching no sequence batcher fills in the control
+ * inputs (START, END, READY, CORRID) or the implicit state: as in Triton, a
+ * sample names them among its inputs like any other (Triton adds them as
+ * override inputs), with the values it wants the model to see, and they take
+ * a batch dim of 1 on a batching model like the model's own inputs.
  */
 import { randomFillSync } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -16,7 +23,8 @@ import type { ModelConfig } from '../gen/model_config_pb.js';
 import { Errors, type NereidError } from '../errors.js';
 import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { type ModelInstance, executeBatch } from '../scheduler/scheduler.js';
-import { datatypeFromConfigEnum, datatypeInfo } from '../tensor/datatype.js';
+import { SequenceControls } from '../scheduler/sequence-batcher/index.js';
+import { type Datatype, datatypeFromConfigEnum, datatypeInfo } from '../tensor/datatype.js';
 import type { Tensor } from '../tensor/tensor.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
 
@@ -39,7 +47,9 @@ export async function prepareWarmup(modelName: string, modelDir: string, config:
   const samples: WarmupSample[] = [];
   const batching = config.maxBatchSize > 0;
   const outputs = config.output.map((o) => o.name);
-  const known = new Set(config.input.map((i) => i.name));
+  const expected = warmupInputTypes(config);
+  const known = new Set(expected.keys());
+  const sequence = config.schedulingChoice.case === 'sequenceBatching';
   for (const setting of config.modelWarmup) {
     if (setting.batchSize === 0) continue; // Triton skips batch 0 samples
     const where = `model '${modelName}' model_warmup '${setting.name}'`;
@@ -47,10 +57,14 @@ export async function prepareWarmup(modelName: string, modelDir: string, config:
     for (const inputName of Object.keys(setting.inputs).sort()) {
       const spec = setting.inputs[inputName]!;
       if (!known.has(inputName)) {
-        throw Errors.config(`${where}: '${inputName}' is not an input of the model (inputs: ${[...known].join(', ')})`);
+        throw Errors.config(`${where}: '${inputName}' is not an input of the model (inputs${sequence ? ', sequence control and state inputs' : ''}: ${[...known].join(', ')})`);
       }
       const datatype = datatypeFromConfigEnum(spec.dataType);
       if (!datatype) throw Errors.config(`${where}: input '${inputName}' has no valid data_type`);
+      const want = expected.get(inputName);
+      if (want !== undefined && datatype !== want) {
+        throw Errors.config(`${where}: input '${inputName}' has data_type TYPE_${configTypeName(datatype)}, but the model expects TYPE_${configTypeName(want)}`);
+      }
       const dims = spec.dims.map(Number);
       if (dims.some((d) => d < 0)) {
         throw Errors.config(`${where}: warmup setting expects all variable-size dimensions are specified for input '${inputName}'`);
@@ -110,6 +124,27 @@ export async function prepareWarmup(modelName: string, modelDir: string, config:
     samples.push({ name: setting.name, count: Math.max(1, setting.count), requests });
   }
   return samples;
+}
+
+/**
+ * The inputs a warm-up sample may give, with their datatypes: the model's
+ * inputs, and for a sequence model the control inputs and implicit state
+ * inputs the sequence batcher would otherwise provide.
+ */
+function warmupInputTypes(config: ModelConfig): Map<string, Datatype | undefined> {
+  const types = new Map<string, Datatype | undefined>();
+  for (const i of config.input) types.set(i.name, datatypeFromConfigEnum(i.dataType));
+  if (config.schedulingChoice.case !== 'sequenceBatching') return types;
+  const seq = config.schedulingChoice.value;
+  const controls = new SequenceControls(seq, config.maxBatchSize > 0);
+  for (const c of [controls.start, controls.end, controls.ready, controls.corrid]) if (c) types.set(c.name, c.datatype);
+  for (const st of seq.state) types.set(st.inputName, datatypeFromConfigEnum(st.dataType));
+  return types;
+}
+
+/** A datatype as config.pbtxt spells it after TYPE_ (BYTES is STRING there). */
+function configTypeName(datatype: Datatype): string {
+  return datatype === 'BYTES' ? 'STRING' : datatype;
 }
 
 /** Runs one execution of `requests` on `instance`; resolves with the error texts of failed requests. */

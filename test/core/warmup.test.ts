@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { Server } from '../../src/core/server.js';
 import type { VersionStateChange } from '../../src/core/model-repository-manager.js';
 import { Metrics } from '../../src/metrics/index.js';
+import { buildAccumulatorModel, buildSequenceControlModel } from '../../src/onnx/builder.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
 import { sample } from '../metrics/exposition.js';
 
@@ -124,4 +125,80 @@ test('bad warm-up settings and data make the version UNAVAILABLE with a reason n
   assert.equal(index.get('good')!.state, 'READY');
   const r = await server.infer({ model: 'good', inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', a)] });
   assert.equal(r.modelName, 'good');
+});
+
+const SEQUENCE_CONTROLS = `sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}`;
+
+function sequenceConfig(name: string, warmup: string): string {
+  return `name: "${name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+${SEQUENCE_CONTROLS}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU count: 2 } ]
+${warmup}`;
+}
+
+const int32Input = (name: string, data: string, type = 'TYPE_INT32') => `inputs { key: "${name}" value: { data_type: ${type} dims: [ 1 ] ${data} } }`;
+
+test('warm-up of a sequence model: the sample gives the control inputs and the state itself, as Triton\'s warm-up bypasses the sequence batcher', async (t) => {
+  const accumulator = `name: "acc"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ] initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
+}
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+model_warmup [ { name: "step" batch_size: 2 count: 2
+  inputs { key: "INPUT" value: { data_type: TYPE_FP32 dims: [ 4 ] random_data: true } }
+  inputs { key: "STATE_IN" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]
+`;
+  const repo = new TempRepository()
+    .config('seq', sequenceConfig('seq', `model_warmup [ { name: "one_step" batch_size: 1 count: 3 ${int32Input('INPUT', 'random_data: true')} ${int32Input('START', 'input_data_file: "one.bin"')} ${int32Input('READY', 'input_data_file: "one.bin"')} } ]`))
+    .file('seq', '1/model.onnx', buildSequenceControlModel(false).toBytes())
+    .file('seq', 'warmup/one.bin', int32File([1]))
+    .config('acc', accumulator)
+    .file('acc', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes())
+    // The sample leaves the control inputs out: the model runs without them and fails, as in Triton.
+    .config('no_controls', sequenceConfig('no_controls', `model_warmup [ { name: "bare" batch_size: 1 ${int32Input('INPUT', 'zero_data: true')} } ]`))
+    .file('no_controls', '1/model.onnx', buildSequenceControlModel(false).toBytes())
+    // A control input of another type than its control's is refused, naming both.
+    .config('wrong_type', sequenceConfig('wrong_type', `model_warmup [ { name: "typed" batch_size: 1 ${int32Input('INPUT', 'zero_data: true')} ${int32Input('START', 'zero_data: true', 'TYPE_FP32')} ${int32Input('READY', 'zero_data: true')} } ]`))
+    .file('wrong_type', '1/model.onnx', buildSequenceControlModel(false).toBytes());
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false });
+  await server.start();
+  t.after(() => server.stop());
+  const index = new Map((await server.repositoryIndex()).map((e) => [e.name, e]));
+
+  assert.equal(index.get('seq')!.state, 'READY', index.get('seq')!.reason);
+  // Three executions on each of the two instances.
+  assert.equal(server.modelStatistics('seq')[0]!.execution_count, 6);
+  assert.equal(index.get('acc')!.state, 'READY', index.get('acc')!.reason);
+  assert.equal(server.modelStatistics('acc')[0]!.inference_count, 4);
+
+  assert.equal(index.get('no_controls')!.state, 'UNAVAILABLE');
+  assert.match(index.get('no_controls')!.reason!, /^failed to run warmup sample 'bare': .*START/);
+  assert.equal(index.get('wrong_type')!.state, 'UNAVAILABLE');
+  assert.match(index.get('wrong_type')!.reason!, /model 'wrong_type' model_warmup 'typed': input 'START' has data_type TYPE_FP32, but the model expects TYPE_INT32/);
+
+  // Warm-up took no sequence slot: a sequence runs from its start as usual.
+  const step = async (value: number, start: boolean, end: boolean) => {
+    const r = await server.infer({
+      model: 'seq',
+      inputs: [int32Tensor('INPUT', [value])],
+      parameters: { sequence_id: 42, sequence_start: start, sequence_end: end },
+    });
+    return [...new Int32Array(r.outputs[0]!.data.slice().buffer)];
+  };
+  assert.deepEqual(await step(10, true, false), [11]);
+  assert.deepEqual(await step(20, false, true), [20]);
 });
