@@ -170,6 +170,11 @@ export class SessionClient {
   async openOn(thread: SessionThread): Promise<void> {
     if (this.closed) throw new SessionWorkerError('onnxruntime session is closed');
     const slot = await thread.open(this, this.modelPath, this.options);
+    if (this.closed) {
+      // Closed while the session was being created (a restart after its thread died).
+      await thread.release(slot);
+      throw new SessionWorkerError('onnxruntime session is closed');
+    }
     this.thread = thread;
     this.slot = slot;
     // A new thread knows none of the names and arenas of an earlier one.
