@@ -14,7 +14,8 @@
  * lifecycle (cold start of 100 models, a swap under load),
  * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart),
  * overload (a bounded queue at 2x capacity: goodput and accepted p99),
- * json (JSON tensor decode/encode in process, previous vs current code).
+ * json (JSON tensor decode/encode in process, previous vs current code),
+ * cost (main-thread CPU per request against the naive wrapper, and by stage).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -217,3 +218,4 @@ if (want('cloud')) runScript('cloud.js');
 if (want('overload')) runScript('overload.js');
 if (want('json')) runScript('json.js');
 if (want('hostile')) runScript('hostile.js');
+if (want('cost')) runScript('request-cost.js');

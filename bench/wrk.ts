@@ -13,6 +13,9 @@ export interface WrkResult {
   p99us: number;
   errors: number;
   non2xx: number;
+  /** Requests completed, and the run's length in seconds. */
+  requests: number;
+  seconds: number;
 }
 
 export interface HttpBody {
@@ -41,8 +44,9 @@ wrk.body = ${req.body.byteLength > 0 ? luaString(req.body) : 'nil'}
 ${headers}
 function done(summary, latency, requests)
   local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("NEREID_RESULT %f %f %f %d %d\\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs, summary.errors.status))
+  io.write(string.format("NEREID_RESULT %f %f %f %d %d %d %f\\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs, summary.errors.status,
+    summary.requests, summary.duration / 1e6))
 end
 `;
 }
@@ -59,7 +63,15 @@ export async function runWrk(url: string, req: HttpBody, connections: number, se
     p.on('error', reject);
     p.on('close', () => resolve(text));
   });
-  const m = /NEREID_RESULT (\S+) (\S+) (\S+) (\d+) (\d+)/.exec(out);
+  const m = /NEREID_RESULT (\S+) (\S+) (\S+) (\d+) (\d+) (\d+) (\S+)/.exec(out);
   if (!m) throw new Error(`wrk produced no result:\n${out}`);
-  return { requestsPerSec: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]), non2xx: Number(m[5]) };
+  return {
+    requestsPerSec: Number(m[1]),
+    p50us: Number(m[2]),
+    p99us: Number(m[3]),
+    errors: Number(m[4]),
+    non2xx: Number(m[5]),
+    requests: Number(m[6]),
+    seconds: Number(m[7]),
+  };
 }
