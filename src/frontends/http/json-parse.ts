@@ -2,7 +2,7 @@
  * JSON body parsing with Triton's behaviour at the edges.
  *
  * The fast path is the engine's JSON.parse. Only when that fails, or when the
- * text holds an integer long enough to lose precision in a double, does a
+ * parsed document holds a number a double may have rounded or overflowed, does a
  * small scanner walk the text to (a) accept the NaN / Infinity / -Infinity /
  * Inf literals Triton's parser accepts (Python's json module writes them),
  * (b) keep integers beyond 2^53 exact (as BigInt, for INT64/UINT64 data and
@@ -39,63 +39,47 @@ class ScanError {
   ) {}
 }
 
-const DIGIT_0 = 0x30;
-const DIGIT_9 = 0x39;
-const DOT = 0x2e;
-const MINUS = 0x2d;
-const PLUS = 0x2b;
-const LOWER_E = 0x65;
-const UPPER_E = 0x45;
-
-/** Characters that make a digit run part of a fraction, an exponent or a longer number. */
-const isNumberJoin = (c: number): boolean => isDigit(c) || c === DOT || c === LOWER_E || c === UPPER_E || c === PLUS || c === MINUS;
-
 /**
- * One pass over the text (a few ns a character; the engine's regular
- * expressions for the same two questions cost several times JSON.parse) that
- * tells whether JSON.parse may have lost something the careful path keeps:
- * - an integer literal of 16 or more digits (not the digits of a fraction or
- *   of an exponent), which may be beyond 2^53 where a double rounds it;
- * - a number that may be too large for a double: a run of 309 or more digits,
- *   or an exponent of 100 or more.
- * Digits inside strings count too: a false alarm only costs the careful path.
+ * Whether JSON.parse may have lost something the careful path keeps: an
+ * integer beyond 2^53, which a double rounds (any integer literal there
+ * parses to an integral double that is not a safe integer), or a number too
+ * large for a double (JSON.parse makes it Infinity). Walks the parsed values
+ * rather than the text: a request's few numbers, or a tensor's array of them,
+ * cost far less to check than every character of the text (digits inside
+ * strings never count). Iterative, so the nesting depth does not meet the
+ * call stack. A false alarm (e.g. the literal 1e20) only costs the careful path.
  */
-export function needsCarefulParse(text: string): boolean {
-  const n = text.length;
-  let i = 0;
-  while (i < n) {
-    const c = text.charCodeAt(i);
-    if (c >= DIGIT_0 && c <= DIGIT_9) {
-      let j = i + 1;
-      while (j < n && isDigit(text.charCodeAt(j))) j++;
-      const run = j - i;
-      if (run >= 309) return true;
-      if (run >= 16) {
-        const after = j < n ? text.charCodeAt(j) : 0;
-        if (after !== DOT && after !== LOWER_E && after !== UPPER_E) {
-          // The integer may carry a minus sign; what precedes the literal must not join it to another number.
-          let k = i - 1;
-          if (k >= 0 && text.charCodeAt(k) === MINUS) k--;
-          const before = k >= 0 ? text.charCodeAt(k) : 0;
-          if (!isNumberJoin(before)) return true;
+export function mayHaveLostPrecision(doc: unknown): boolean {
+  if (typeof doc !== 'object' || doc === null) return typeof doc === 'number' && isLossy(doc);
+  const pending: object[] = [doc];
+  while (pending.length > 0) {
+    const node = pending.pop()!;
+    if (Array.isArray(node)) {
+      for (let i = 0; i < node.length; i++) {
+        const v: unknown = node[i];
+        if (typeof v === 'number') {
+          if (isLossy(v)) return true;
+        } else if (typeof v === 'object' && v !== null) {
+          pending.push(v);
         }
       }
-      i = j;
-      continue;
-    }
-    if (c === LOWER_E || c === UPPER_E) {
-      // An exponent of 100 or more: e, an optional +, leading zeros, then [1-9] and two more digits.
-      let k = i + 1;
-      if (k < n && text.charCodeAt(k) === PLUS) k++;
-      while (k < n && text.charCodeAt(k) === DIGIT_0) k++;
-      if (k + 2 < n) {
-        const d = text.charCodeAt(k);
-        if (d > DIGIT_0 && d <= DIGIT_9 && isDigit(text.charCodeAt(k + 1)) && isDigit(text.charCodeAt(k + 2))) return true;
+    } else {
+      for (const key in node) {
+        const v: unknown = (node as Record<string, unknown>)[key];
+        if (typeof v === 'number') {
+          if (isLossy(v)) return true;
+        } else if (typeof v === 'object' && v !== null) {
+          pending.push(v);
+        }
       }
     }
-    i++;
   }
   return false;
+}
+
+function isLossy(v: number): boolean {
+  // Integral and not safe, or infinite (v - v is NaN exactly for ±Infinity here: JSON has no NaN).
+  return v - v !== 0 || (Number.isInteger(v) && !Number.isSafeInteger(v));
 }
 
 /**
@@ -111,7 +95,7 @@ export function parseJsonText(text: string): unknown {
   }
   // Any integer JSON.parse may have rounded (a parameter, a 64-bit tensor, a sequence id) is re-read exactly,
   // and JSON.parse turns 1e309 into Infinity: the careful path marks it so the input it belongs to is rejected.
-  return needsCarefulParse(text) ? parseSlow(text, undefined) : doc;
+  return mayHaveLostPrecision(doc) ? parseSlow(text, undefined) : doc;
 }
 
 /** Parses bytes [start, end) of `body` as UTF-8 JSON. */
@@ -121,6 +105,11 @@ export function parseJsonBytes(body: Buffer, start = 0, end = body.byteLength): 
 
 function parseFailure(reason: string, offset: number): NereidError {
   return Errors.jsonParse(`failed to parse the request JSON buffer: ${reason} at ${offset}`);
+}
+
+/** The careful path for any text, valid or not: what parseJsonText answers when JSON.parse may have lost something. */
+export function parseJsonCarefully(text: string): unknown {
+  return parseSlow(text, undefined);
 }
 
 /**
