@@ -157,6 +157,11 @@ const SEPARATOR = Buffer.from([0]);
 /** Requests up to this many key bytes use the bytes themselves as the key; larger ones a SHA-256 digest. */
 const LITERAL_KEY_LIMIT = 1024;
 
+function latin1(data: Uint8Array): string {
+  const buf = Buffer.isBuffer(data) ? data : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  return buf.toString('latin1', 0, buf.byteLength);
+}
+
 function byName(a: Tensor, b: Tensor): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }
@@ -177,14 +182,10 @@ export function cacheKey(model: string, version: number, inputs: readonly Tensor
     size += Buffer.byteLength(meta[i]!) + t.data.byteLength;
   }
   if (size <= LITERAL_KEY_LIMIT) {
-    const buf = Buffer.allocUnsafe(size);
-    let off = buf.write(head, 0);
-    for (let i = 0; i < ordered.length; i++) {
-      off += buf.write(meta[i]!, off);
-      buf.set(ordered[i]!.data, off);
-      off += ordered[i]!.data.byteLength;
-    }
-    return 'k' + buf.toString('latin1');
+    // The bytes as a one-byte string each, joined: no buffer to fill and read back.
+    let key = 'k' + head;
+    for (let i = 0; i < ordered.length; i++) key += meta[i]! + latin1(ordered[i]!.data);
+    return key;
   }
   const h = createHash('sha256');
   h.update(head);

@@ -59,6 +59,14 @@ function countGpus(): number {
   }
 }
 
+/** The output called `name`; backends mostly produce them in the requested order, so position `hint` is tried first. */
+function outputNamed(produced: readonly Tensor[], name: string, hint: number): Tensor | undefined {
+  const at = produced[hint];
+  if (at !== undefined && at.name === name) return at;
+  for (let i = 0; i < produced.length; i++) if (produced[i]!.name === name) return produced[i];
+  return undefined;
+}
+
 export interface ServerEvents {
   versionReady: [ModelVersion];
   versionUnloaded: [ModelVersion];
@@ -249,12 +257,12 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
    * reaching the scheduler; a miss runs as usual and stores its response.
    * Requests of a sequence bypass the cache.
    */
-  private async inferCached(
+  private inferCached(
     v: ModelVersion,
     request: InferRequest,
     prepared: ReturnType<typeof prepareRequest>,
     cache: ResponseCache,
-  ): Promise<InferResponse> {
+  ): InferResponse | Promise<InferResponse> {
     const startNs = process.hrtime.bigint();
     const br = prepared.backendRequest;
     const key = cacheKey(v.modelName, v.version, br.inputs, br.requestedOutputs);
@@ -262,10 +270,24 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const lookupNs = Number(process.hrtime.bigint() - startNs);
     cache.addLookupTime(lookupNs);
     if (hit !== undefined) {
+      // Answered synchronously: a hit pays no extra promise.
       const out = this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, hit as BackendResponse);
       v.stats.recordCacheHit(Number(process.hrtime.bigint() - startNs), 0, lookupNs);
       return out;
     }
+    return this.inferMissed(v, request, prepared, cache, key, lookupNs);
+  }
+
+  /** A cache miss: runs the request and stores its response. */
+  private async inferMissed(
+    v: ModelVersion,
+    request: InferRequest,
+    prepared: ReturnType<typeof prepareRequest>,
+    cache: ResponseCache,
+    key: string,
+    lookupNs: number,
+  ): Promise<InferResponse> {
+    const br = prepared.backendRequest;
     const response = await this.schedule(v, request, prepared);
     const insertStart = process.hrtime.bigint();
     if (response.error === undefined) cache.insert(key, response, v.modelName, v.version);
@@ -419,13 +441,11 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     partial = false,
   ): InferResponse {
     const produced = response.outputs!;
-    const byName = new Map<string, Tensor>();
-    for (const t of produced) byName.set(t.name, t);
     const batching = v.config.maxBatchSize > 0;
     const outputs: Tensor[] = [];
     for (let i = 0; i < names.length; i++) {
       const name = names[i]!;
-      let t = byName.get(name);
+      let t = outputNamed(produced, name, i);
       if (!t) {
         if (partial) continue;
         throw Errors.modelExecution(v.modelName, `the backend did not produce requested output '${name}'`);

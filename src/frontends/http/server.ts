@@ -468,8 +468,19 @@ export class HttpFrontend {
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       return this.inferWithSharedMemory(req, res, model, version, decoded, parameters);
     }
-    const response = await this.callInfer(res, model, version, decoded, parameters);
-    await this.sendInferResponse(req, res, response, decoded);
+    const call = new InferCall(res);
+    const response = await this.server.infer({
+      model,
+      version,
+      id: decoded.id,
+      inputs: decoded.inputs,
+      outputs: decoded.outputs,
+      parameters,
+      signal: call.signal,
+    });
+    call.done();
+    const compressing = this.sendInferResponse(req, res, response, decoded);
+    if (compressing !== undefined) await compressing;
   }
 
   /**
@@ -586,18 +597,20 @@ export class HttpFrontend {
       for (const [name, ref] of decoded.shmOutputs ?? []) shm.bindOutput(name, ref);
       const response = await this.callInfer(res, model, version, decoded, parameters);
       await shm.writeOutputs(response.outputs);
-      await this.sendInferResponse(req, res, response, decoded);
+      const compressing = this.sendInferResponse(req, res, response, decoded);
+      if (compressing !== undefined) await compressing;
     } finally {
       shm.release();
     }
   }
 
-  private async sendInferResponse(
+  /** Writes the reply; returns a promise only when the body is compressed first (off the event loop). */
+  private sendInferResponse(
     req: IncomingMessage,
     res: ServerResponse,
     response: Parameters<typeof encodeInferResponse>[0],
     decoded: DecodedInfer,
-  ): Promise<void> {
+  ): Promise<void> | undefined {
     const encoded = encodeInferResponse(response, decoded);
     const hasBinary = encoded.binaryByteLength > 0;
     const headers = hasBinary
@@ -606,22 +619,27 @@ export class HttpFrontend {
     const encoding = negotiateResponseEncoding(headerValue(req, 'accept-encoding'));
     if (encoding === 'identity') {
       this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
-      return;
+      return undefined;
     }
     const whole = hasBinary ? Buffer.concat([encoded.json, ...encoded.binary]) : encoded.json;
-    const compressed = await compressBody(encoding, whole);
-    headers.push('Content-Encoding', encoding);
-    this.reply.parts(res, 200, headers, compressed, [], compressed.byteLength);
+    return compressBody(encoding, whole).then((compressed) => {
+      headers.push('Content-Encoding', encoding);
+      this.reply.parts(res, 200, headers, compressed, [], compressed.byteLength);
+    });
   }
 }
 
-/** Cancels the core request when the client goes away before the reply. */
+/**
+ * Cancels the core request when the client goes away before the reply. The
+ * listener stays on the response (one per request, which emits 'close' once)
+ * rather than being removed when the call is done: removing it cost more.
+ */
 class InferCall {
   readonly signal = new Cancellation();
   private pending = true;
 
   constructor(private readonly res: ServerResponse) {
-    res.once('close', this.onClose);
+    res.on('close', this.onClose);
   }
 
   private readonly onClose = (): void => {
@@ -630,6 +648,5 @@ class InferCall {
 
   done(): void {
     this.pending = false;
-    this.res.off('close', this.onClose);
   }
 }
