@@ -10,8 +10,8 @@
  *    process's CPU per request beside it (session threads included).
  * 2. Nereid's main-thread CPU split by stage for the infer and the cache hit,
  *    from a V8 CPU profile taken during the same load (sampled every 250 µs;
- *    each sample goes to the innermost stage on its stack; the split is
- *    scaled to the thread's CPU measured over the same interval): HTTP parse
+ *    each sample goes to the innermost stage on its stack; the shares are
+ *    applied to the thread's CPU measured without the profiler): HTTP parse
  *    (node's parser and the request stream), routing, decode, validate,
  *    schedule, backend hand-off, statistics and metrics, response shaping,
  *    encode, write (headers, the socket write), GC, and the event loop's own
@@ -326,9 +326,11 @@ async function profileStages(target: 'infer' | 'cache hit'): Promise<{ stages: M
       .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
     if (files.length === 0) return undefined;
     const raw = attribute(JSON.parse(readFileSync(path.join(profDir, files[0]!), 'utf8')) as Profile, fromUs, toUs, selfTimes);
+    // Shares of the profile, of the CPU measured without the profiler (which costs the thread CPU of its own).
     let sampled = 0;
     for (const v of raw.values()) sampled += v;
-    const scale = sampled === 0 ? 0 : (point.mainUs * point.wrk.requests) / sampled;
+    const unprofiled = median(points.get(target === 'infer' ? 'nereid infer' : 'nereid cache hit')!.map((p) => p.mainUs));
+    const scale = sampled === 0 ? 0 : (unprofiled * point.wrk.requests) / sampled;
     return { stages: new Map([...raw].map(([k, v]) => [k, v * scale])), requests: point.wrk.requests };
   } finally {
     rmSync(profDir, { recursive: true, force: true });
@@ -362,7 +364,7 @@ process.stdout.write(
 const withStages = Object.entries(profiles).filter((e): e is [string, NonNullable<(typeof e)[1]>] => e[1] !== undefined);
 if (withStages.length > 0) {
   process.stdout.write(
-    '\nNereid main thread by stage, µs per request (a CPU profile sampled every 250 µs, scaled to the thread\'s measured CPU;\n' +
+    '\nNereid main thread by stage, µs per request (a CPU profile sampled every 250 µs, scaled to the thread\'s CPU measured above;\n' +
       'a thread preempted in a system call is sampled there, so "write" also holds the waits for the core after the socket write)\n',
   );
   process.stdout.write(`${'stage'.padEnd(22)}${withStages.map(([k]) => k.padStart(11)).join('')}\n`);
