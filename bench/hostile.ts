@@ -8,21 +8,86 @@
  */
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
-import { gzipSync } from 'node:zlib';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { deflateSync, gzipSync } from 'node:zlib';
 import { buildAddSubModel } from '../src/onnx/builder.js';
 import { TempRepositoryForBench } from './hostile-repo.js';
-import { startNereid } from './processes.js';
+import { DIST, startNereid } from './processes.js';
 
 const REQUESTS = Number(process.env.HOSTILE_REQUESTS ?? 20000);
 const CONCURRENCY = Number(process.env.HOSTILE_CONCURRENCY ?? 16);
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 30);
-const SOAK_RPS = Number(process.env.SOAK_RPS ?? 200);
+/** Requests per second in the soak; unset: 80 % of the rate measured closed-loop just before it. */
+const SOAK_RPS = process.env.SOAK_RPS === undefined ? undefined : Number(process.env.SOAK_RPS);
+/** Comma-separated kinds to send (default all), to tell which kind leaves memory behind. */
+const KINDS = process.env.HOSTILE_KINDS?.split(',').map((k) => k.trim());
+/** Extra node options for the server, e.g. --heapsnapshot-signal=SIGUSR2 or --expose-gc. */
+const SERVER_NODE_ARGS = (process.env.HOSTILE_NODE_ARGS ?? '').split(' ').filter((a) => a !== '');
+/** The storm's bar: RSS settled after it, within this fraction of the start. */
+const STORM_BAR = 0.1;
+/** The soak's bar: RSS growth from its start to its end under this fraction. */
+const SOAK_BAR = 0.05;
 
-function rssMiB(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
-  return kb / 1024;
+interface MemorySample {
+  readonly rss: number;
+  readonly anon: number;
+  readonly file: number;
+  /** From the probe inside the server (MiB), when it has written one. */
+  readonly heapUsed?: number;
+  readonly heapTotal?: number;
+  readonly external?: number;
+  readonly arrayBuffers?: number;
 }
+
+const MiB = 1024 * 1024;
+
+function statusKiB(status: string, field: string): number {
+  return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
+}
+
+function memory(pid: number, probeFile: string): MemorySample {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const sample = { rss: statusKiB(status, 'VmRSS') / 1024, anon: statusKiB(status, 'RssAnon') / 1024, file: statusKiB(status, 'RssFile') / 1024 };
+  try {
+    const probe = JSON.parse(readFileSync(probeFile, 'utf8')) as { heapUsed: number; heapTotal: number; external: number; arrayBuffers: number };
+    return { ...sample, heapUsed: probe.heapUsed / MiB, heapTotal: probe.heapTotal / MiB, external: probe.external / MiB, arrayBuffers: probe.arrayBuffers / MiB };
+  } catch {
+    return sample;
+  }
+}
+
+function describe(label: string, m: MemorySample, base?: MemorySample): string {
+  const delta = base === undefined ? '' : ` (${signed(m.rss - base.rss)} MiB, ${signed(((m.rss - base.rss) / base.rss) * 100)} %)`;
+  const js = m.heapUsed === undefined ? '' : `  heap ${m.heapUsed.toFixed(1)}/${m.heapTotal!.toFixed(1)} external ${m.external!.toFixed(1)} arrayBuffers ${m.arrayBuffers!.toFixed(1)}`;
+  return `${label.padEnd(22)}RSS ${m.rss.toFixed(1)} MiB${delta}  [anon ${m.anon.toFixed(1)} file ${m.file.toFixed(1)}]${js}`;
+}
+
+/** The mappings holding the most resident memory (HOSTILE_SMAPS=1): tells the brk heap from thread arenas and V8's pages. */
+function topMappings(pid: number, n = 8): string {
+  const rows: Array<{ name: string; size: number; rss: number }> = [];
+  let current: { name: string; size: number; rss: number } | undefined;
+  for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head !== null) {
+      current = { name: head[3] || '[anon]', size: (parseInt(head[2]!, 16) - parseInt(head[1]!, 16)) / MiB, rss: 0 };
+      rows.push(current);
+    } else if (current !== undefined && line.startsWith('Rss:')) {
+      current.rss = Number(/(\d+)/.exec(line)?.[1] ?? 0) / 1024;
+    }
+  }
+  rows.sort((a, b) => b.rss - a.rss);
+  return rows
+    .slice(0, n)
+    .map((r) => `    ${r.rss.toFixed(1).padStart(7)} MiB of ${r.size.toFixed(1).padStart(7)} MiB  ${r.name}`)
+    .join('\n');
+}
+
+function signed(v: number): string {
+  return (v >= 0 ? '+' : '') + v.toFixed(1);
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 interface Hostile {
   readonly kind: string;
@@ -33,7 +98,12 @@ interface Hostile {
 
 function hostileRequests(): Hostile[] {
   const infer = '/v2/models/simple/infer';
-  const bomb = gzipSync(Buffer.alloc(96 * 1024 * 1024, 0x20)); // ~96 KiB that inflates past the 64 MiB limit
+  const spaces = Buffer.alloc(96 * 1024 * 1024, 0x20);
+  const bomb = gzipSync(spaces); // ~96 KiB that inflates past the 64 MiB limit
+  // The same bomb with a trailer that claims 1,000 bytes, and a zlib one (no trailer): both must be inflated to the limit to be refused.
+  const liar = Buffer.from(bomb);
+  liar.writeUInt32LE(1000, liar.byteLength - 4);
+  const deflateBomb = deflateSync(spaces);
   const deep = Buffer.from(`{"inputs":${'['.repeat(200_000)}${']'.repeat(200_000)}}`);
   const bigHeader = 'x'.repeat(60 * 1024);
   const manyInputs = Buffer.from(
@@ -41,6 +111,8 @@ function hostileRequests(): Hostile[] {
   );
   return [
     { kind: 'gzip bomb', path: infer, headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' }, body: bomb },
+    { kind: 'lying bomb', path: infer, headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' }, body: liar },
+    { kind: 'deflate bomb', path: infer, headers: { 'content-encoding': 'deflate', 'content-type': 'application/json' }, body: deflateBomb },
     { kind: 'deep JSON', path: infer, headers: { 'content-type': 'application/json' }, body: deep },
     { kind: 'huge header', path: infer, headers: { 'x-filler': bigHeader }, body: Buffer.from('{}') },
     { kind: 'broken JSON', path: infer, headers: {}, body: Buffer.from('{"inputs":[{"name":"INPUT0",'.repeat(2000)) },
@@ -75,21 +147,48 @@ const validBody = Buffer.from(
   }),
 );
 
+/** Closed loop at `concurrency` for `seconds`: the rate the server sustains for valid requests. */
+async function capacity(port: number, agent: http.Agent, valid: Parameters<typeof send>[2], seconds: number): Promise<number> {
+  const end = Date.now() + seconds * 1000;
+  let done = 0;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (Date.now() < end) {
+        await send(port, agent, valid);
+        done++;
+      }
+    }),
+  );
+  return done / seconds;
+}
+
 async function main(): Promise<void> {
   const repo = new TempRepositoryForBench();
   repo.model('simple', buildAddSubModel('INT32', 16).toBytes());
-  const server = await startNereid(repo.dir);
+  const probeFile = path.join(repo.dir, 'memory.json');
+  const server = await startNereid(repo.dir, [], {
+    env: { NEREID_BENCH_MEMORY_FILE: probeFile },
+    nodeArgs: ['--import', pathToFileURL(path.join(DIST, 'bench', 'memory-probe.js')).href, ...SERVER_NODE_ARGS],
+  });
   const pid = server.proc.child.pid!;
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+  const snapshot = (): void => {
+    if (SERVER_NODE_ARGS.some((a) => a.startsWith('--heapsnapshot-signal'))) process.kill(pid, 'SIGUSR2');
+  };
   try {
     const valid = { path: '/v2/models/simple/infer', headers: { 'content-type': 'application/json' }, body: validBody };
     for (let i = 0; i < 200; i++) await send(server.http, agent, valid);
-    await new Promise((r) => setTimeout(r, 2000));
-    const start = rssMiB(pid);
+    await sleep(2000);
+    const start = memory(pid, probeFile);
+    console.log(describe('start', start));
+    snapshot();
 
-    const kinds = hostileRequests();
+    const all = hostileRequests();
+    const kinds = KINDS === undefined ? all : all.filter((k) => KINDS.includes(k.kind));
     const statuses = new Map<string, Map<number, number>>();
     let next = 0;
+    let peak = start.rss;
+    const peakTimer = setInterval(() => (peak = Math.max(peak, memory(pid, probeFile).rss)), 200);
     const t0 = Date.now();
     await Promise.all(
       Array.from({ length: CONCURRENCY }, async () => {
@@ -101,46 +200,75 @@ async function main(): Promise<void> {
           const m = statuses.get(h.kind) ?? new Map<number, number>();
           m.set(code, (m.get(code) ?? 0) + 1);
           statuses.set(h.kind, m);
+          if ((i + 1) % 2000 === 0) console.log(describe(`  after ${i + 1}`, memory(pid, probeFile), start));
         }
       }),
     );
+    clearInterval(peakTimer);
     const stormSecs = (Date.now() - t0) / 1000;
-    const afterStorm = rssMiB(pid);
-    await new Promise((r) => setTimeout(r, 10_000));
-    const settled = rssMiB(pid);
+    console.log(`hostile storm: ${REQUESTS} requests (${kinds.map((k) => k.kind).join(', ')}), concurrency ${CONCURRENCY}, ${stormSecs.toFixed(1)} s`);
+    for (const [kind, m] of statuses) console.log(`  ${kind.padEnd(12)} ${[...m].map(([c, n]) => `${c}x${n}`).join(' ')}`);
+    const afterStorm = memory(pid, probeFile);
+    console.log(describe('after storm', afterStorm, start));
+    console.log(`peak during storm      RSS ${peak.toFixed(1)} MiB`);
+    await sleep(10_000);
+    const settled = memory(pid, probeFile);
+    console.log(describe('10 s later', settled, start));
+    if (process.env.HOSTILE_SMAPS === '1') console.log(topMappings(pid));
+    snapshot();
     const stillServes = await send(server.http, agent, valid);
+    console.log(`valid request after    ${stillServes}`);
 
-    // Soak: valid requests at a steady rate.
-    const soakStart = rssMiB(pid);
+    // Soak: valid requests at a steady rate, open loop (a tick's requests go out whether or not the last tick's came back).
+    const measured = SOAK_RPS === undefined ? await capacity(server.http, agent, valid, 5) : undefined;
+    const rps = SOAK_RPS ?? Math.max(10, Math.round(0.8 * measured!));
+    if (measured !== undefined) console.log(`capacity (closed loop, concurrency ${CONCURRENCY}) ${measured.toFixed(0)} req/s; soak at 80 %`);
+    await sleep(2000);
+    const soakStart = memory(pid, probeFile);
+    console.log(describe('soak start', soakStart, start));
     const soakEnd = Date.now() + SOAK_SECONDS * 1000;
     let sent = 0;
     let failed = 0;
-    const samples: number[] = [soakStart];
+    const inFlight = new Set<Promise<void>>();
+    const samples: number[] = [soakStart.rss];
     let lastSample = Date.now();
+    const perTick = rps / 10;
+    let owed = 0;
     while (Date.now() < soakEnd) {
       const tick = Date.now();
-      const batch = Math.max(1, Math.round(SOAK_RPS / 10));
-      const codes = await Promise.all(Array.from({ length: batch }, () => send(server.http, agent, valid)));
-      sent += batch;
-      failed += codes.filter((c) => c !== 200).length;
-      if (Date.now() - lastSample > 5000) {
-        samples.push(rssMiB(pid));
+      owed += perTick;
+      for (; owed >= 1; owed--) {
+        sent++;
+        const p = send(server.http, agent, valid).then((c) => {
+          if (c !== 200) failed++;
+          inFlight.delete(p);
+        });
+        inFlight.add(p);
+      }
+      if (Date.now() - lastSample >= 30_000) {
+        const m = memory(pid, probeFile);
+        samples.push(m.rss);
+        console.log(describe(`  soak ${Math.round((Date.now() - (soakEnd - SOAK_SECONDS * 1000)) / 1000)} s`, m, soakStart));
         lastSample = Date.now();
       }
       const wait = 100 - (Date.now() - tick);
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      if (wait > 0) await sleep(wait);
     }
-    const soakFinal = rssMiB(pid);
+    await Promise.all(inFlight);
+    const soakFinal = memory(pid, probeFile);
+    samples.push(soakFinal.rss);
 
-    console.log(`hostile storm: ${REQUESTS} requests, concurrency ${CONCURRENCY}, ${stormSecs.toFixed(1)} s`);
-    for (const [kind, m] of statuses) console.log(`  ${kind.padEnd(12)} ${[...m].map(([c, n]) => `${c}x${n}`).join(' ')}`);
-    console.log(`RSS before storm      ${start.toFixed(1)} MiB`);
-    console.log(`RSS after storm       ${afterStorm.toFixed(1)} MiB (${(afterStorm - start >= 0 ? '+' : '') + (afterStorm - start).toFixed(1)} MiB)`);
-    console.log(`RSS 10 s later        ${settled.toFixed(1)} MiB (${(((settled - start) / start) * 100).toFixed(1)} % above the start)`);
-    console.log(`valid request after   ${stillServes}`);
-    console.log(`soak: ${SOAK_SECONDS} s at ~${SOAK_RPS} req/s, ${sent} sent, ${failed} not 200`);
-    console.log(`RSS soak start/end    ${soakStart.toFixed(1)} -> ${soakFinal.toFixed(1)} MiB (${(((soakFinal - soakStart) / soakStart) * 100).toFixed(1)} % growth)`);
-    console.log(`RSS soak samples      ${samples.map((s) => s.toFixed(0)).join(' ')}`);
+    console.log(`soak: ${SOAK_SECONDS} s at ${rps} req/s, ${sent} sent, ${failed} not 200`);
+    console.log(describe('soak end', soakFinal, soakStart));
+    console.log(`RSS samples (MiB)      ${samples.map((s) => s.toFixed(0)).join(' ')}`);
+    const stormRatio = (settled.rss - start.rss) / start.rss;
+    const soakRatio = (soakFinal.rss - soakStart.rss) / soakStart.rss;
+    console.log(
+      `bar: storm  ${start.rss.toFixed(1)} -> ${settled.rss.toFixed(1)} MiB settled, ${signed(stormRatio * 100)} % (bar < ${STORM_BAR * 100} %): ${stormRatio < STORM_BAR ? 'met' : 'NOT met'}`,
+    );
+    console.log(
+      `bar: soak   ${soakStart.rss.toFixed(1)} -> ${soakFinal.rss.toFixed(1)} MiB over ${SOAK_SECONDS} s, ${signed(soakRatio * 100)} % (bar < ${SOAK_BAR * 100} %): ${soakRatio < SOAK_BAR ? 'met' : 'NOT met'}`,
+    );
   } finally {
     agent.destroy();
     await server.proc.stop();

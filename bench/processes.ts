@@ -45,15 +45,24 @@ export class Proc {
   }
 }
 
-export function startNode(script: string, args: string[], env: Record<string, string> = {}): Proc {
-  const child = spawn(process.execPath, [script, ...args], {
+export function startNode(script: string, args: string[], env: Record<string, string> = {}, nodeArgs: readonly string[] = []): Proc {
+  const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
     stdio: ['ignore', 'ignore', 'inherit'],
     env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
   });
   return new Proc(child);
 }
 
-export async function startNereid(repo: string, extra: string[] = []): Promise<{ proc: Proc; http: number; grpc: number; metrics: number }> {
+export interface NodeLaunch {
+  readonly env?: Record<string, string>;
+  readonly nodeArgs?: readonly string[];
+}
+
+export async function startNereid(
+  repo: string,
+  extra: string[] = [],
+  launch: NodeLaunch = {},
+): Promise<{ proc: Proc; http: number; grpc: number; metrics: number }> {
   const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
   const proc = startNode(path.join(DIST, 'src', 'cli', 'main.js'), [
     'serve',
@@ -64,7 +73,7 @@ export async function startNereid(repo: string, extra: string[] = []): Promise<{
     '--http-address=127.0.0.1',
     '--grpc-address=127.0.0.1',
     ...extra,
-  ]);
+  ], launch.env, launch.nodeArgs);
   await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`);
   return { proc, http, grpc, metrics };
 }
