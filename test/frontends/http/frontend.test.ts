@@ -401,6 +401,13 @@ describe('infer', () => {
   });
 });
 
+/** A gzip body whose trailer claims 100 bytes: only inflating it shows its size. */
+function lyingGzip(body: Buffer): Buffer {
+  const packed = gzipSync(body);
+  packed.writeUInt32LE(100, packed.byteLength - 4);
+  return packed;
+}
+
 describe('bad requests leave the server healthy', () => {
   const cases: Array<{ name: string; send: () => Promise<HttpReply>; status: number; message: string | RegExp }> = [
     { name: 'malformed JSON', send: () => post('/v2/models/echo/infer', '{"inputs":[}'), status: 500, message: 'failed to parse the request JSON buffer: Invalid value. at 11' },
@@ -441,6 +448,8 @@ describe('bad requests leave the server healthy', () => {
     { name: 'oversized body with Content-Length', send: () => post('/v2/models/echo/infer', Buffer.alloc(MAX_INPUT + 1, 0x20)), status: 400, message: `request JSON size of ${MAX_INPUT + 1} bytes exceeds the maximum allowed input size of ${MAX_INPUT} bytes. Use --http-max-input-size to increase the limit.` },
     { name: 'oversized chunked body', send: () => call(port, 'POST', '/v2/models/echo/infer', { body: Buffer.alloc(MAX_INPUT * 2, 0x20), chunkSize: 8192 }), status: 400, message: /^request JSON size of \d+ bytes exceeds the maximum allowed input size of 65536 bytes/ },
     { name: 'oversized after inflating', send: () => post('/v2/models/echo/infer', gzipSync(Buffer.alloc(MAX_INPUT * 4, 0x20)), { 'Content-Encoding': 'gzip' }), status: 400, message: `Decompressed data size exceeds the maximum allowed value of ${MAX_INPUT} bytes. Use --http-max-input-size to increase the limit.` },
+    { name: 'oversized after inflating, gzip trailer understating', send: () => post('/v2/models/echo/infer', lyingGzip(Buffer.alloc(MAX_INPUT * 4, 0x20)), { 'Content-Encoding': 'gzip' }), status: 400, message: `Decompressed data size exceeds the maximum allowed value of ${MAX_INPUT} bytes. Use --http-max-input-size to increase the limit.` },
+    { name: 'oversized after inflating, deflate', send: () => post('/v2/models/echo/infer', deflateSync(Buffer.alloc(MAX_INPUT * 4, 0x20)), { 'Content-Encoding': 'deflate' }), status: 400, message: `Decompressed data size exceeds the maximum allowed value of ${MAX_INPUT} bytes. Use --http-max-input-size to increase the limit.` },
   ];
   for (const c of cases) {
     test(c.name, async () => {
