@@ -6,6 +6,7 @@
 import type { IncomingMessage } from 'node:http';
 import { createUnzip } from 'node:zlib';
 import { Errors, type NereidError } from '../../errors.js';
+import { processReclaimer } from '../memory-reclaim.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -53,6 +54,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     const chunked = declared === undefined && req.headers['transfer-encoding'] !== undefined;
     let pieces = 0;
     const stop = (err: NereidError): void => {
+      processReclaimer.note(total);
       req.off('data', onData);
       req.off('end', onEnd);
       req.pause();
@@ -72,6 +74,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     };
     const onEnd = (): void => {
       req.off('error', onError);
+      processReclaimer.note(total);
       if (chunks.length === 0) resolve(EMPTY);
       else if (chunks.length === 1) resolve(chunks[0]!);
       else resolve(Buffer.concat(chunks, total));
@@ -150,6 +153,7 @@ export async function inflateBody(body: Buffer, limit: number, progress: Inflate
   if (declared !== undefined && declared > limit) throw decompressedTooLarge(limit);
   if (inflating >= MAX_CONCURRENT_INFLATES) await new Promise<void>((resolve) => inflateQueue.push(resolve));
   inflating++;
+  const producedBefore = progress.produced;
   try {
     const first = Math.min(limit, Math.max(MIN_CHUNK, declared ?? FIRST_GUESS_RATIO * body.byteLength));
     const out = await inflateUpTo(body, first, progress);
@@ -162,6 +166,7 @@ export async function inflateBody(body: Buffer, limit: number, progress: Inflate
   } finally {
     inflating--;
     inflateQueue.shift()?.();
+    processReclaimer.note(progress.produced - producedBefore);
   }
 }
 

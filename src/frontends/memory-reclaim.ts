@@ -1,0 +1,108 @@
+/**
+ * Gives memory back after a burst of large request bodies.
+ *
+ * A refused gzip bomb or a megabyte of deeply nested JSON leaves its buffers
+ * as garbage, and V8 collects garbage when the program allocates, not when it
+ * idles: a server that goes quiet after a storm of hostile requests can keep
+ * hundreds of MiB resident for as long as it stays quiet. The frontends note
+ * the bytes of each body they read or inflate; once enough have passed since
+ * the last collection and no new body has come for a moment, one full
+ * collection runs. Under steady traffic the quiet moment never comes and V8's
+ * own schedule applies; the collection only ever runs on an idle server.
+ */
+import v8 from 'node:v8';
+import vm from 'node:vm';
+
+export type Collect = () => void;
+
+const MiB = 1024 * 1024;
+
+let collector: Collect | null | undefined;
+
+/**
+ * A full garbage collection: the process's own `gc` when Node runs with
+ * --expose-gc, else V8's, exposed just long enough to take a reference to it
+ * (so that worker threads started later, running model code, do not see it).
+ * Undefined when the engine offers none.
+ */
+export function fullCollection(): Collect | undefined {
+  if (collector === undefined) {
+    const own = (globalThis as { gc?: unknown }).gc;
+    if (typeof own === 'function') {
+      collector = own as Collect;
+    } else {
+      try {
+        v8.setFlagsFromString('--expose-gc');
+        const gc = vm.runInNewContext('gc') as unknown;
+        collector = typeof gc === 'function' ? (gc as Collect) : null;
+      } catch {
+        collector = null;
+      } finally {
+        v8.setFlagsFromString('--no-expose-gc');
+      }
+    }
+  }
+  return collector ?? undefined;
+}
+
+export interface MemoryReclaimerOptions {
+  /** Body bytes since the last collection that make the next quiet moment collect (default 16 MiB). */
+  readonly thresholdBytes?: number;
+  /** How long no body may arrive before the collection runs (default 1 s). */
+  readonly quietMs?: number;
+  /** The collection itself (default: V8's full collection, looked up when first needed). */
+  readonly collect?: Collect;
+}
+
+export class MemoryReclaimer {
+  private readonly thresholdBytes: number;
+  private readonly quietMs: number;
+  private readonly collect: Collect | undefined;
+  private pending = 0;
+  private lastNote = 0;
+  private timer: NodeJS.Timeout | undefined;
+  /** Collections run so far. */
+  collections = 0;
+
+  constructor(options: MemoryReclaimerOptions = {}) {
+    this.thresholdBytes = options.thresholdBytes ?? 16 * MiB;
+    this.quietMs = options.quietMs ?? 1000;
+    this.collect = options.collect;
+  }
+
+  /** Notes `bytes` of body buffers (read, inflated or refused part way) that are garbage once the request ends. */
+  note(bytes: number): void {
+    if (bytes <= 0) return;
+    this.pending += bytes;
+    this.lastNote = Date.now();
+    if (this.pending >= this.thresholdBytes && this.timer === undefined) this.arm(this.quietMs);
+  }
+
+  /** Cancels a collection that is waiting. */
+  stop(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    this.pending = 0;
+  }
+
+  private arm(ms: number): void {
+    this.timer = setTimeout(() => this.run(), ms);
+    this.timer.unref();
+  }
+
+  private run(): void {
+    this.timer = undefined;
+    // A body came during the wait: the burst is not over, wait for the quiet again.
+    const sinceLast = Date.now() - this.lastNote;
+    if (sinceLast < this.quietMs) {
+      this.arm(this.quietMs - sinceLast);
+      return;
+    }
+    this.pending = 0;
+    this.collections++;
+    (this.collect ?? fullCollection())?.();
+  }
+}
+
+/** The process's one reclaimer: garbage collection is process-wide, so every frontend notes into it. */
+export const processReclaimer = new MemoryReclaimer();

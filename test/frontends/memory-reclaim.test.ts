@@ -1,0 +1,59 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import vm from 'node:vm';
+import { MemoryReclaimer, fullCollection } from '../../src/frontends/memory-reclaim.js';
+
+const MiB = 1024 * 1024;
+
+function reclaimer(): { r: MemoryReclaimer; runs: () => number } {
+  let n = 0;
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, collect: () => n++ });
+  return { r, runs: () => n };
+}
+
+test('bodies under the threshold never cause a collection', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  const { r, runs } = reclaimer();
+  r.note(9 * MiB);
+  t.mock.timers.tick(60_000);
+  assert.equal(runs(), 0);
+});
+
+test('a burst over the threshold is followed by one collection, once no body has come for the quiet time', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  const { r, runs } = reclaimer();
+  for (let i = 0; i < 20; i++) {
+    r.note(MiB);
+    t.mock.timers.tick(500); // bodies keep coming: the collection waits
+  }
+  assert.equal(runs(), 0);
+  t.mock.timers.tick(1000);
+  assert.equal(runs(), 1);
+  t.mock.timers.tick(60_000);
+  assert.equal(runs(), 1, 'one collection per burst');
+  r.note(11 * MiB);
+  t.mock.timers.tick(1000);
+  assert.equal(runs(), 2, 'the count starts again after a collection');
+});
+
+test('stop cancels a waiting collection', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  const { r, runs } = reclaimer();
+  r.note(20 * MiB);
+  r.stop();
+  t.mock.timers.tick(10_000);
+  assert.equal(runs(), 0);
+});
+
+test('the full collection frees unreachable buffers and leaves gc unexposed to new contexts', () => {
+  const collect = fullCollection();
+  assert.equal(typeof collect, 'function');
+  let garbage: Buffer | undefined = Buffer.alloc(64 * MiB, 1);
+  const before = process.memoryUsage().arrayBuffers;
+  assert.ok(garbage.byteLength > 0 && before >= 64 * MiB);
+  garbage = undefined;
+  collect!();
+  const after = process.memoryUsage().arrayBuffers;
+  assert.ok(before - after >= 60 * MiB, `arrayBuffers ${before} -> ${after}`);
+  assert.equal(vm.runInNewContext('typeof gc'), 'undefined');
+});
