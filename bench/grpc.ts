@@ -150,6 +150,7 @@ function instantServer(response: InferResponse): ServerApi {
     metadata: () => ({ name: 'triton', version: 'bench', extensions: [] }),
     modelMetadata: fail,
     modelConfig: () => create(ModelConfigSchema, { name: response.modelName }),
+    modelConfigJson: fail,
     modelReady: async () => true,
     infer: (_r: InferRequest) => Promise.resolve(response),
     modelStatistics: () => [],

@@ -1,103 +1,75 @@
 /**
- * The JSON form of a ModelConfig that Triton serves from
- * `GET /v2/models/{m}/config` (core ModelConfigToJson): proto field names,
- * every field printed including defaults (empty lists as [], empty maps as
- * {}), enums by name, oneof members and unset messages only when set, and
- * 64-bit integers as JSON numbers rather than protobuf's strings.
+ * The JSON form of a ModelConfig, as Triton serves it from
+ * `GET /v2/models/{m}/config` and hands it to Python models
+ * (`args['model_config']`), one converter for every use: proto field names
+ * in declaration order, every field printed including defaults (empty lists
+ * as [], empty maps as {}), enums by name, oneof members and unset messages
+ * only when set, 64-bit integers as JSON numbers rather than protobuf's
+ * strings, and 32-bit floats in their shortest form (0.1, not
+ * 0.10000000149011612).
+ *
+ * protobuf-es `toJson` does the conversion; `tritonForm` then walks the
+ * schema once to put the fields in declaration order (toJson writes them by
+ * field number) and to rewrite the 64-bit integers and floats.
  */
-import { ScalarType, fromJson, type DescField, type DescMessage, type JsonValue } from '@bufbuild/protobuf';
+import { ScalarType, fromJson, toJson, type DescField, type DescMessage, type JsonObject, type JsonValue } from '@bufbuild/protobuf';
 import { ModelConfigSchema, type ModelConfig } from '../gen/model_config_pb.js';
 import { ConfigError } from './errors.js';
 
-export function modelConfigToJson(config: ModelConfig): Record<string, unknown> {
-  return messageToJson(ModelConfigSchema, config as unknown as Record<string, unknown>);
+export function modelConfigToJson(config: ModelConfig): JsonObject {
+  const json = toJson(ModelConfigSchema, config, { useProtoFieldName: true, alwaysEmitImplicit: true }) as JsonObject;
+  return tritonForm(ModelConfigSchema, json);
 }
 
-function messageToJson(desc: DescMessage, msg: Record<string, unknown>): Record<string, unknown> {
-  const out: Record<string, unknown> = {};
+function tritonForm(desc: DescMessage, json: JsonObject): JsonObject {
+  const out: JsonObject = {};
   for (const field of desc.fields) {
-    let value: unknown;
-    if (field.oneof !== undefined) {
-      const selected = msg[field.oneof.localName] as { case: string | undefined; value?: unknown };
-      if (selected.case !== field.localName) continue;
-      value = selected.value;
-    } else {
-      value = msg[field.localName];
-    }
-    if (field.fieldKind === 'message' && value === undefined) continue;
-    out[field.name] = fieldToJson(field, value);
+    const value = json[field.name];
+    if (value !== undefined) out[field.name] = fieldForm(field, value);
   }
   return out;
 }
 
-function fieldToJson(field: DescField, value: unknown): unknown {
+function fieldForm(field: DescField, value: JsonValue): JsonValue {
   switch (field.fieldKind) {
     case 'scalar':
-      return scalarToJson(field.scalar, value);
-    case 'enum':
-      return enumToJson(field.enum.values, value as number);
+      return scalarForm(field.scalar, value);
     case 'message':
-      return messageToJson(field.message, value as Record<string, unknown>);
+      return tritonForm(field.message, value as JsonObject);
     case 'list':
-      return (value as unknown[]).map((item) => {
-        switch (field.listKind) {
-          case 'scalar':
-            return scalarToJson(field.scalar, item);
-          case 'enum':
-            return enumToJson(field.enum.values, item as number);
-          case 'message':
-            return messageToJson(field.message, item as Record<string, unknown>);
-        }
-      });
+      if (field.listKind === 'message') return (value as JsonObject[]).map((item) => tritonForm(field.message, item));
+      if (field.listKind === 'scalar') return (value as JsonValue[]).map((item) => scalarForm(field.scalar, item));
+      return value;
     case 'map': {
-      const out: Record<string, unknown> = {};
-      for (const [key, item] of Object.entries(value as Record<string, unknown>)) {
-        switch (field.mapKind) {
-          case 'scalar':
-            out[key] = scalarToJson(field.scalar, item);
-            break;
-          case 'enum':
-            out[key] = enumToJson(field.enum.values, item as number);
-            break;
-          case 'message':
-            out[key] = messageToJson(field.message, item as Record<string, unknown>);
-            break;
-        }
+      if (field.mapKind === 'enum') return value;
+      const out: JsonObject = {};
+      for (const [key, item] of Object.entries(value as JsonObject)) {
+        out[key] = field.mapKind === 'message' ? tritonForm(field.message, item as JsonObject) : scalarForm(field.scalar, item);
       }
       return out;
     }
+    default:
+      return value;
   }
 }
 
-function enumToJson(values: readonly { name: string; number: number }[], value: number): string | number {
-  return values.find((v) => v.number === value)?.name ?? value;
-}
-
-function scalarToJson(type: ScalarType, value: unknown): unknown {
+function scalarForm(type: ScalarType, value: JsonValue): JsonValue {
   switch (type) {
     case ScalarType.INT64:
     case ScalarType.UINT64:
     case ScalarType.SINT64:
     case ScalarType.FIXED64:
     case ScalarType.SFIXED64:
-      return Number(value as bigint | string);
+      return typeof value === 'string' ? Number(value) : value;
     case ScalarType.FLOAT:
-      return floatToJson(value as number, true);
-    case ScalarType.DOUBLE:
-      return floatToJson(value as number, false);
-    case ScalarType.BYTES:
-      return Buffer.from(value as Uint8Array).toString('base64');
+      return typeof value === 'number' ? shortestFloat32(value) : value;
     default:
       return value;
   }
 }
 
-function floatToJson(value: number, single: boolean): number | string {
-  if (Number.isNaN(value)) return 'NaN';
-  if (value === Infinity) return 'Infinity';
-  if (value === -Infinity) return '-Infinity';
-  if (!single) return value;
-  // The shortest decimal that reads back as the same 32-bit float (0.1, not 0.10000000149011612).
+/** The shortest decimal that reads back as the same 32-bit float. */
+function shortestFloat32(value: number): number {
   for (let digits = 1; digits <= 9; digits++) {
     const shorter = Number(value.toPrecision(digits));
     if (Math.fround(shorter) === value) return shorter;

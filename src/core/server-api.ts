@@ -48,6 +48,8 @@ export interface ServerApi {
   modelMetadata(name: string, version?: string): ModelMetadata;
   /** The completed configuration. Throws like modelMetadata. */
   modelConfig(name: string, version?: string): ModelConfig;
+  /** The completed configuration in Triton's JSON form (what `GET /v2/models/{m}/config` serves). Throws like modelMetadata. */
+  modelConfigJson(name: string, version?: string): Record<string, unknown>;
   /**
    * true: ready. false: lifecycle READY but an instance's readiness check said no.
    * Throws NOT_FOUND (unknown model / no ready version) or UNAVAILABLE (that version not ready).

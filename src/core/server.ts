@@ -8,6 +8,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { BackendResponse } from '../backends/backend.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
+import { modelConfigToJson } from '../config/index.js';
 import { Errors, asNereidError } from '../errors.js';
 import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { silentLogger } from '../logger.js';
@@ -190,6 +191,10 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
 
   modelConfig(name: string, version?: string): ModelConfig {
     return this.resolveVersion(name, version).config;
+  }
+
+  modelConfigJson(name: string, version?: string): Record<string, unknown> {
+    return modelConfigToJson(this.modelConfig(name, version));
   }
 
   async modelReady(name: string, version?: string): Promise<boolean> {

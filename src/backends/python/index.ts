@@ -20,7 +20,8 @@ import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors, NereidError, type TritonErrorClass } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import type { FrameHeader, WireTensor } from './frame.js';
-import { modelConfigFromJsonString, modelConfigToJsonString } from './config-json.js';
+import { modelConfigToJson } from '../../config/index.js';
+import { modelConfigFromJsonString } from './config-json.js';
 import { resolveInterpreter, stubScript } from './interpreter.js';
 import { StubProcess, type StreamSink } from './stub-process.js';
 import type { Frame } from './frame.js';
@@ -318,7 +319,7 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
     });
     const timeout = stubTimeoutMs(ctx.backendConfig);
     const reply = await proc.commandWithTimeout(
-      { t: 'auto_complete', file, config: modelConfigToJsonString(ctx.config) },
+      { t: 'auto_complete', file, config: JSON.stringify(modelConfigToJson(ctx.config)) },
       timeout,
       'auto_complete_config()',
     );

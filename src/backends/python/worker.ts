@@ -7,7 +7,7 @@ import type { BackendInstance, BackendModel, ExecutionTimer, InstanceContext } f
 import type { Frame, FrameHeader } from './frame.js';
 import { Errors } from '../../errors.js';
 import { serveBls, serveBlsStream } from './bls.js';
-import { modelConfigToJsonString } from './config-json.js';
+import { modelConfigToJson } from '../../config/index.js';
 import type { Interpreter } from './interpreter.js';
 import { resolveInterpreter, stubScript } from './interpreter.js';
 import { StubProcess } from './stub-process.js';
@@ -27,7 +27,7 @@ export function stubTimeoutMs(backendConfig: Readonly<Record<string, string>>): 
 /** The dict model.py's initialize(args) receives, with Triton's keys. */
 export function initializeArgs(ctx: InstanceContext): Record<string, string> {
   return {
-    model_config: modelConfigToJsonString(ctx.config),
+    model_config: JSON.stringify(modelConfigToJson(ctx.config)),
     model_instance_kind: ctx.kind,
     model_instance_name: ctx.instanceName,
     model_instance_device_id: String(ctx.deviceId),

@@ -20,7 +20,7 @@ import {
   ServerMetadataRequestSchema,
   ServerMetadataResponseSchema,
 } from '../../gen/grpc_service_pb.js';
-import { ModelConfigSchema } from '../../gen/model_config_pb.js';
+import { modelConfigToJson } from '../../config/index.js';
 import { PerfError } from './errors.js';
 import type { PerfOptions } from './options.js';
 import type { ModelInfo } from './model.js';
@@ -105,7 +105,7 @@ export class GrpcControlClient implements ControlClient {
       create(ModelConfigRequestSchema, { name, version }),
       'failed to get model config',
     );
-    return r.config ? toJson(ModelConfigSchema, r.config, { useProtoFieldName: true }) : {};
+    return r.config ? modelConfigToJson(r.config) : {};
   }
 
   async statistics(name?: string, version?: string): Promise<StatsSnapshot> {

@@ -13,7 +13,6 @@ import { Errors, NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
 import { RequestSharedMemory } from '../../core/shared-memory.js';
 import { parseWireVersion } from '../../core/version-string.js';
-import { modelConfigToJson } from '../../config/index.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
 import { answerClientError } from './client-error.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
@@ -290,8 +289,7 @@ export class HttpFrontend {
   private handleModelConfig(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
     if (this.restricted(req, res, 'model-config')) return;
     if (req.method !== 'GET') return this.notAllowed(res);
-    const config = this.server.modelConfig(model, parseVersion(model, versionText));
-    this.reply.json(res, 200, JSON.stringify(modelConfigToJson(config)));
+    this.reply.json(res, 200, JSON.stringify(this.server.modelConfigJson(model, parseVersion(model, versionText))));
   }
 
   private handleStats(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {

@@ -7,6 +7,7 @@ import { createPythonBackend, type PythonInstance } from '../../../src/backends/
 import type { BackendInstance, BackendModel, InferenceCaller } from '../../../src/backends/backend.js';
 import { NereidError } from '../../../src/errors.js';
 import { DataType } from '../../../src/gen/model_config_pb.js';
+import { modelConfigToJson } from '../../../src/config/index.js';
 import { decodeBytesElements, encodeBytesElements, type Tensor } from '../../../src/tensor/tensor.js';
 import type { Datatype } from '../../../src/tensor/datatype.js';
 import {
@@ -225,7 +226,10 @@ describe('python backend: initialize args, request metadata, logging', { skip },
     assert.equal(info.args.model_instance_device_id, '0');
     assert.equal(info.args.model_version, '1');
     assert.equal(info.args.model_repository, fixtureDir('init_args'));
+    // The same JSON the model configuration endpoint serves: Triton's field order, 64-bit integers as numbers.
+    assert.equal(info.args.model_config, JSON.stringify(modelConfigToJson(config)));
     const cfg = JSON.parse(info.args.model_config);
+    assert.deepEqual(Object.keys(cfg).slice(0, 5), ['name', 'platform', 'backend', 'runtime', 'max_batch_size']);
     assert.equal(cfg.name, 'init_args');
     assert.equal(cfg.max_batch_size, 0);
     assert.equal(cfg.input[0].data_type, 'TYPE_FP32');

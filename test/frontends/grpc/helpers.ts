@@ -24,6 +24,7 @@ import {
   inferenceServiceDefinition,
   type GrpcFrontendOptions,
 } from '../../../src/frontends/grpc/index.js';
+import { modelConfigToJson } from '../../../src/config/index.js';
 
 /** The repository root (tests run from dist/test/...). */
 export const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -80,6 +81,10 @@ export class EchoServer implements ServerApi {
       modelTransactionPolicy: { decoupled: name === 'decoupled' },
     });
   }
+  modelConfigJson(name: string, version?: string): Record<string, unknown> {
+    return modelConfigToJson(this.modelConfig(name, version));
+  }
+
   async modelReady(name: string, version?: string): Promise<boolean> {
     this.check(name, version);
     return true;

@@ -23,6 +23,7 @@ import {
   ModelTransactionPolicySchema,
 } from '../../../src/gen/model_config_pb.js';
 import type { Tensor } from '../../../src/tensor/tensor.js';
+import { modelConfigToJson } from '../../../src/config/index.js';
 
 const zero = { count: 0, ns: 0 };
 
@@ -92,6 +93,10 @@ export class EchoServer implements ServerApi {
   modelConfig(name: string, version?: string): ModelConfig {
     return this.resolve(name, version);
   }
+  modelConfigJson(name: string, version?: string): Record<string, unknown> {
+    return modelConfigToJson(this.modelConfig(name, version));
+  }
+
 
   async modelReady(name: string, version?: string): Promise<boolean> {
     this.resolve(name, version);
