@@ -1,5 +1,11 @@
-/** Parsing of tritonserver-style flags: `--name=value` or `--name value`, booleans as true/false, on/off, 1/0. */
+/**
+ * tritonserver-style flags on the shared tokenizer (args.ts): `--name=value`
+ * or `--name value`, repeated flags, booleans as true/false, on/off, 1/0
+ * (`--flag` alone is true; `--flag false` takes the next word when it is one
+ * of those).
+ */
 import { Errors } from '../errors.js';
+import { type OptionSpec, tokenize } from './args.js';
 
 export interface FlagSpec {
   /** 'bool' flags may be given bare (`--flag` = true). */
@@ -10,21 +16,28 @@ export interface FlagSpec {
 export type FlagValues = Map<string, string[]>;
 
 export function parseFlags(argv: readonly string[], specs: Readonly<Record<string, FlagSpec>>): FlagValues {
+  const known = new Map<string, FlagSpec>(Object.entries(specs));
+  const options = new Map<string, OptionSpec>();
+  for (const [name, spec] of known) options.set(name, { takesValue: spec.type !== 'bool' });
+  const tokens = tokenize(argv, options);
   const out: FlagValues = new Map();
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (!arg.startsWith('--')) throw Errors.config(`unexpected argument '${arg}' (flags look like --name=value)`);
-    const eq = arg.indexOf('=');
-    const name = eq === -1 ? arg.slice(2) : arg.slice(2, eq);
-    const spec = specs[name];
+  for (let t = 0; t < tokens.length; t++) {
+    const token = tokens[t]!;
+    if (token.kind !== 'long') throw Errors.config(`unexpected argument '${token.arg}' (flags look like --name=value)`);
+    const name = token.name;
+    const spec = known.get(name);
     if (!spec) throw Errors.config(`unrecognized flag '--${name}'; run 'nereid serve --help' for the list`);
-    let value: string;
-    if (eq !== -1) value = arg.slice(eq + 1);
-    else if (spec.type === 'bool' && (i + 1 >= argv.length || argv[i + 1]!.startsWith('--') || parseBoolOrUndefined(argv[i + 1]!) === undefined)) value = 'true';
-    else {
-      if (i + 1 >= argv.length) throw Errors.config(`flag '--${name}' needs a value`);
-      value = argv[++i]!;
+    let value = token.value;
+    if (value === undefined && spec.type === 'bool') {
+      const next = tokens[t + 1];
+      if (next?.kind === 'positional' && parseBoolOrUndefined(next.value) !== undefined) {
+        value = next.value;
+        t++;
+      } else {
+        value = 'true';
+      }
     }
+    if (value === undefined) throw Errors.config(`flag '--${name}' needs a value`);
     if (spec.type === 'bool' && parseBoolOrUndefined(value) === undefined) {
       throw Errors.config(`flag '--${name}' takes true/false, on/off or 1/0, got '${value}'`);
     }

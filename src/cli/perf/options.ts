@@ -3,6 +3,7 @@
  * validation rules, plus `--throughput-threshold` (ours) for CI gates.
  */
 import { existsSync, statSync } from 'node:fs';
+import { type OptionSpec, tokenize } from '../args.js';
 
 export type Protocol = 'http' | 'grpc';
 export type TensorFormat = 'binary' | 'json';
@@ -127,11 +128,9 @@ export function defaultOptions(): PerfOptions {
   };
 }
 
-interface OptionSpec {
+interface PerfOptionSpec extends OptionSpec {
   /** Long name without the dashes. */
   readonly long: string;
-  readonly short?: string;
-  readonly takesValue: boolean;
   readonly apply: (o: ParseState, value: string) => void;
 }
 
@@ -185,7 +184,7 @@ function unsupported(flag: string) {
   };
 }
 
-const SPECS: readonly OptionSpec[] = [
+const SPECS: readonly PerfOptionSpec[] = [
   { long: 'model-name', short: 'm', takesValue: true, apply: (s, v) => (s.opts.modelName = v) },
   { long: 'model-version', short: 'x', takesValue: true, apply: (s, v) => (s.opts.modelVersion = v) },
   {
@@ -469,45 +468,24 @@ const SPECS: readonly OptionSpec[] = [
 ];
 
 const BY_LONG = new Map(SPECS.map((s) => [s.long, s]));
-const BY_SHORT = new Map(SPECS.filter((s) => s.short).map((s) => [s.short!, s]));
 
 /** Parses argv (without the program and subcommand names) into validated options. Throws UsageError. */
 export function parseArgs(argv: readonly string[]): PerfOptions {
   const state: ParseState = { opts: defaultOptions(), urlSpecified: false, loadModeSet: 'none', zeroInput: false };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg.startsWith('--')) {
-      const eq = arg.indexOf('=');
-      const name = eq >= 0 ? arg.slice(2, eq) : arg.slice(2);
-      const spec = BY_LONG.get(name);
-      if (!spec) throw new UsageError(`Error: Invalid long option '${arg}'`);
-      let value = '';
-      if (spec.takesValue) {
-        if (eq >= 0) value = arg.slice(eq + 1);
-        else if (i + 1 < argv.length) value = argv[++i]!;
-        else throw new UsageError(`Error: Missing value for option '${arg}'`);
-      } else if (eq >= 0) {
-        throw new UsageError(`Error: Option '--${name}' takes no value`);
-      }
-      spec.apply(state, value);
-    } else if (arg.startsWith('-') && arg.length > 1) {
-      // getopt-style: -v, -m name, -mname, bundled flags -va
-      for (let j = 1; j < arg.length; j++) {
-        const spec = BY_SHORT.get(arg[j]!);
-        if (!spec) throw new UsageError(`Error: Invalid short option '-${arg[j]}'`);
-        if (!spec.takesValue) {
-          spec.apply(state, '');
-          continue;
-        }
-        let value: string;
-        if (j + 1 < arg.length) value = arg.slice(j + 1);
-        else if (i + 1 < argv.length) value = argv[++i]!;
-        else throw new UsageError(`Error: Missing value for option '-${arg[j]}'`);
-        spec.apply(state, value);
-        break;
-      }
+  // getopt_long's texts, as perf_analyzer prints them.
+  for (const token of tokenize(argv, BY_LONG)) {
+    if (token.kind === 'positional') throw new UsageError(`Error: Unexpected argument '${token.arg}'`);
+    if (token.kind === 'long') {
+      const spec = BY_LONG.get(token.name);
+      if (!spec) throw new UsageError(`Error: Invalid long option '${token.arg}'`);
+      if (spec.takesValue && token.value === undefined) throw new UsageError(`Error: Missing value for option '${token.arg}'`);
+      if (!spec.takesValue && token.inline) throw new UsageError(`Error: Option '--${token.name}' takes no value`);
+      spec.apply(state, token.value ?? '');
     } else {
-      throw new UsageError(`Error: Unexpected argument '${arg}'`);
+      const spec = token.name === undefined ? undefined : BY_LONG.get(token.name);
+      if (!spec) throw new UsageError(`Error: Invalid short option '-${token.letter}'`);
+      if (spec.takesValue && token.value === undefined) throw new UsageError(`Error: Missing value for option '-${token.letter}'`);
+      spec.apply(state, token.value ?? '');
     }
   }
   const o = state.opts;
