@@ -42,6 +42,7 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
       process.stdout.write(`FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})\n`);
       continue;
     }
+    if (!('dir' in where)) continue; // (every model is copied by this listing)
     try {
       const { config } = await resolveModelConfig(name, where.dir, {
         autoComplete: !f.bool('disable-auto-complete-config', false),

@@ -30,6 +30,13 @@ export class ModelEntry {
 
   /** The repository (as configured) the folder is in. */
   repository: string | undefined;
+  /** Listed in a cloud repository but not copied yet (explicit mode copies a model when it loads). */
+  notCopied = false;
+
+  /** Whether a repository holds the model (copied or not). */
+  get inRepository(): boolean {
+    return this.dir !== undefined || this.notCopied;
+  }
 
   constructor(
     readonly name: string,

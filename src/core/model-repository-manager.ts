@@ -16,7 +16,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { Errors, NereidError, asNereidError } from '../errors.js';
-import { ModelSources, fingerprintDir, isDuplicate, listModels, type RepositoryEntry } from '../repository/index.js';
+import { ModelSources, fingerprintDir, isDuplicate, isNotCopied, listModels, type RepositoryEntry, type RepositoryListing } from '../repository/index.js';
 import { Limiter } from './limiter.js';
 import { DependencyErrors, type DependencyResolver, type ModelDependency, ensembleDependencies } from './model-dependencies.js';
 import { ModelEntry } from './model-entry.js';
@@ -100,6 +100,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private readonly logger: Logger;
   private readonly models = new Map<string, ModelEntry>();
   private readonly slots: Limiter;
+  /** Cloud models copied at once when they load (explicit mode). */
+  private readonly copies = new Limiter(8);
   private readonly dependenciesOf: DependencyResolver;
   private readonly loader: LoaderOptions;
   private stopping = false;
@@ -135,7 +137,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * Resolves with the failure reasons (empty when everything loaded).
    */
   async start(startupModels: readonly string[] = []): Promise<string[]> {
-    const found = await listModels(this.options.repositories, this.sources);
+    const found = await this.listRepositories();
     let toLoad: string[];
     if (this.controlMode === 'explicit') toLoad = startupModels.includes('*') ? [...found.keys()] : [...startupModels];
     else toLoad = [...found.keys()];
@@ -323,7 +325,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         entry = new ModelEntry(name, undefined);
         this.models.set(name, entry);
       }
-    } else if (!entry || !entry.dir || (scope !== undefined && entry.repository !== scope)) {
+    } else if (!entry || !entry.inRepository || (scope !== undefined && entry.repository !== scope)) {
       if (entry?.error && scope === undefined) throw Errors.loadFailed(name, entry.error);
       throw Errors.internal(`failed to load '${name}', failed to poll from model repository`);
     }
@@ -402,7 +404,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    */
   private async pollRepository(): Promise<void> {
     try {
-      const found = await listModels(this.options.repositories, this.sources);
+      const found = await this.listRepositories();
       this.applyListing(found);
       for (const [name, entry] of [...this.models]) {
         if (this.stopping) return;
@@ -469,10 +471,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private async loadEntry(entry: ModelEntry, request: LoadRequest): Promise<void> {
     let adopted = false;
     await this.serialize(entry, async () => {
-      const dir = request.dir ?? entry.dir;
+      let dir = request.dir ?? entry.dir;
       // Asked for even without a folder (a name in two repositories): readiness counts it as not loaded.
       entry.everLoaded = true;
       if (request.explicit) entry.explicit = true;
+      if (!dir && entry.notCopied) dir = await this.copyModel(entry, entry.serving);
       if (!dir) return;
       // Only poll and explicit modes ever compare fingerprints; none mode loads once.
       const fingerprint =
@@ -537,7 +540,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private async ensureDependencies(entry: ModelEntry, deps: readonly ModelDependency[], chain: readonly string[]): Promise<void> {
     if (deps.length === 0) return;
     await this.refreshIndex();
-    const missing = [...new Set(deps.map((d) => d.model))].filter((m) => !this.models.get(m)?.dir);
+    const missing = [...new Set(deps.map((d) => d.model))].filter((m) => !this.models.get(m)?.inRepository);
     if (missing.length > 0) throw Errors.config(DependencyErrors.missing(entry.name, missing));
     const path = [...chain, entry.name];
     for (const d of deps) {
@@ -656,7 +659,31 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
 
   /** Picks up models added to or removed from the repositories (explicit and poll modes). */
   private async refreshIndex(): Promise<void> {
-    this.applyListing(await listModels(this.options.repositories, this.sources));
+    this.applyListing(await this.listRepositories());
+  }
+
+  /**
+   * Lists the repositories. In explicit mode cloud models are only listed
+   * (object listings, nothing downloaded): a model is copied when it loads.
+   */
+  private listRepositories(): Promise<RepositoryListing> {
+    return listModels(this.options.repositories, this.sources, { copy: this.controlMode !== 'explicit' });
+  }
+
+  /** Copies a listed cloud model into the download cache; undefined (with the reason recorded) when it cannot. */
+  private async copyModel(entry: ModelEntry, serving: boolean): Promise<string | undefined> {
+    const repository = entry.repository!;
+    try {
+      const local = await this.copies.run(() => this.sources.get(repository).materialize(entry.name));
+      entry.dir = local.dir;
+      return local.dir;
+    } catch (err) {
+      const reason = asNereidError(err).message;
+      this.logger.error({ repository, model: entry.name, reason }, 'model could not be copied from its repository');
+      if (serving) throw Errors.loadFailed(entry.name, reason);
+      entry.error = reason;
+      return undefined;
+    }
   }
 
   private applyListing(found: Map<string, RepositoryEntry>): void {
@@ -666,12 +693,19 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         entry = new ModelEntry(name, undefined);
         this.models.set(name, entry);
       }
+      entry.notCopied = false;
       if (isDuplicate(where)) {
         entry.dir = undefined;
         entry.repository = undefined;
         entry.error = `model '${name}' appears in more than one model repository: ${where.duplicate.join(', ')}`;
       } else {
-        entry.dir = where.dir;
+        if (isNotCopied(where)) {
+          // Copied again when it next loads (the download cache keeps what did not change).
+          entry.dir = undefined;
+          entry.notCopied = true;
+        } else {
+          entry.dir = where.dir;
+        }
         entry.repository = where.repository;
         if (entry.error.includes('more than one model repository')) entry.error = '';
       }

@@ -14,8 +14,11 @@ export {
   listVersions,
   listSubfolders,
   isDuplicate,
+  isNotCopied,
   DUPLICATE_MODEL_REASON,
   type FoundModel,
+  type ListedModel,
+  type ListOptions,
   type DuplicateModel,
   type RepositoryEntry,
 } from './scan.js';

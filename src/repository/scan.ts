@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { asNereidError } from '../errors.js';
 import { silentLogger } from '../logger.js';
-import { createModelSource, isDirectory, type ModelSource, type ModelSourceOptions } from './model-source.js';
+import { LocalModelSource, createModelSource, isDirectory, type ModelSource, type ModelSourceOptions } from './model-source.js';
 
 export interface FoundModel {
   /** The repository it was found in, as given. */
@@ -22,7 +22,31 @@ export interface DuplicateModel {
   duplicate: string[];
 }
 
-export type RepositoryEntry = FoundModel | DuplicateModel;
+/**
+ * A model of a cloud repository that was listed but not copied (a listing
+ * with `copy: false`): `ModelSources.get(repository).materialize(name)`
+ * copies it when it is loaded.
+ */
+export interface ListedModel {
+  repository: string;
+  notCopied: true;
+}
+
+export type RepositoryEntry = FoundModel | DuplicateModel | ListedModel;
+
+export function isNotCopied(entry: RepositoryEntry): entry is ListedModel {
+  return 'notCopied' in entry;
+}
+
+export interface ListOptions {
+  /**
+   * Copy every model of a cloud repository into the download cache (the
+   * default). Without, cloud models are only listed, from object listings
+   * alone (explicit mode copies a model when it is loaded); local folders
+   * are always found in place.
+   */
+  copy?: boolean;
+}
 
 /** A repository (or one model of it) that could not be listed or copied. */
 export interface RepositoryFailure {
@@ -91,7 +115,8 @@ export class ModelSources {
 }
 
 /** One entry per model folder name across all repositories, sorted by name. */
-export async function listModels(repositories: readonly string[], sources: ModelSources = new ModelSources()): Promise<RepositoryListing> {
+export async function listModels(repositories: readonly string[], sources: ModelSources = new ModelSources(), options: ListOptions = {}): Promise<RepositoryListing> {
+  const copy = options.copy ?? true;
   const listing = new RepositoryListing();
   const names = new Map<string, string[]>();
   const perRepository = new Map<string, { source: ModelSource; names: string[] } | { stale: Map<string, string>; source: ModelSource }>();
@@ -114,10 +139,15 @@ export async function listModels(repositories: readonly string[], sources: Model
     }
   }
   const jobs: Array<{ name: string; repository: string; source: ModelSource; stale?: string }> = [];
+  const notCopied = new Map<string, string>();
   for (const [name, where] of names) {
     if (where.length > 1) continue;
     const repository = where[0]!;
     const r = perRepository.get(repository)!;
+    if (!copy && !(r.source instanceof LocalModelSource)) {
+      notCopied.set(name, repository);
+      continue;
+    }
     jobs.push({ name, repository, source: r.source, stale: 'stale' in r ? r.stale.get(name) : undefined });
   }
   const dirs = new Map<string, string>();
@@ -150,7 +180,8 @@ export async function listModels(repositories: readonly string[], sources: Model
     m.set(job.name, dir);
   }
   for (const [repository, r] of perRepository) {
-    if (!('stale' in r)) sources.remember(repository, byRepository.get(repository) ?? new Map());
+    // A listing that copied nothing of a cloud repository leaves its last good copies as they were.
+    if (!('stale' in r) && (copy || r.source instanceof LocalModelSource)) sources.remember(repository, byRepository.get(repository) ?? new Map());
   }
   for (const name of [...names.keys()].sort()) {
     const where = names.get(name)!;
@@ -160,6 +191,7 @@ export async function listModels(repositories: readonly string[], sources: Model
     }
     const dir = dirs.get(name);
     if (dir !== undefined) listing.set(name, { repository: where[0]!, dir });
+    else if (notCopied.has(name)) listing.set(name, { repository: where[0]!, notCopied: true });
   }
   return listing;
 }

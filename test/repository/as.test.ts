@@ -6,6 +6,7 @@ import { AZURITE_KEY, startAzurite, type AzuriteServer } from '../helpers/azurit
 import { freePort } from '../helpers/processes.js';
 import {
   failingRepositoryLeavesOthersServing,
+  explicitModeDownloadsOnlyLoadedModels,
   pollSeesChangedObjects,
   serveInferAndRestartFromCache,
   sourceError,
@@ -53,6 +54,10 @@ describe('against Azurite', () => {
 
   test('poll mode loads a version added to the container, downloading only the new blob', async () => {
     await pollSeesChangedObjects(store, 'poll');
+  });
+
+  test('explicit mode lists the store without downloading, and downloads a model when it is loaded', async () => {
+    await explicitModeDownloadsOnlyLoadedModels(store, 'explicit');
   });
 
   test('a missing container is one clear error and the local repository keeps serving', async () => {

@@ -1,8 +1,9 @@
 /**
  * The behaviours every cloud scheme must show, run against its real server:
  * a full serve answering an inference, reuse of the download cache across a
- * restart, change detection in poll mode, and a failing repository that
- * leaves the other repositories serving.
+ * restart, change detection in poll mode, explicit mode downloading only the
+ * models it loads, and a failing repository that leaves the other
+ * repositories serving.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -100,6 +101,53 @@ export async function serveInferAndRestartFromCache(store: CloudStore, prefix: s
       }
       assert.deepEqual(downloads(second.records), [], 'a restart with a warm cache downloads nothing');
       assert.ok(second.records.some((r) => r.msg === 'model found in the download cache'));
+    });
+  } finally {
+    repo.cleanup();
+    rmSync(cacheDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Explicit mode lists the store without downloading: only the start-up model
+ * and the one loaded later are copied; the index still names every model.
+ */
+export async function explicitModeDownloadsOnlyLoadedModels(store: CloudStore, prefix: string): Promise<void> {
+  const repo = new TempRepository().addSub('first').addSub('second').addSub('never', [1, 2]);
+  const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-cache-'));
+  try {
+    await store.uploadDir(repo.dir, prefix);
+    await withEnv(store.env, async () => {
+      const log = recordingLogger();
+      const server = new Server({
+        modelRepositories: [store.url(prefix)],
+        modelCacheDir: cacheDir,
+        modelControlMode: 'explicit',
+        loadModels: ['first'],
+        logger: log.logger,
+      });
+      await server.start();
+      try {
+        assert.deepEqual(downloads(log.records).map((r) => r.model), ['first'], 'only the start-up model is downloaded');
+        const index = new Map((await server.repositoryIndex()).map((e) => [e.name, e.state]));
+        assert.deepEqual([...index.keys()].sort(), ['first', 'never', 'second'], 'the index lists every model of the store');
+        assert.equal(index.get('first'), 'READY');
+        assert.notEqual(index.get('second'), 'READY');
+        assert.equal((await server.infer(addSubRequest('first'))).outputs.length, 2);
+
+        await server.loadModel('second');
+        assert.deepEqual(downloads(log.records).map((r) => r.model), ['first', 'second'], 'a load downloads that model alone');
+        const r = await server.infer(addSubRequest('second'));
+        assert.deepEqual(Array.from(typedView(r.outputs[0]!) as Int32Array), a.map((x) => x + 3));
+
+        // A reload of an unchanged model downloads nothing new; a model not in the store is Triton's error.
+        await server.loadModel('first');
+        assert.equal(downloads(log.records).filter((d) => d.model === 'first').length, 1);
+        await assert.rejects(server.loadModel('absent'), /failed to load 'absent', failed to poll from model repository/);
+        assert.ok(!downloads(log.records).some((d) => d.model === 'never'), "'never' is never downloaded");
+      } finally {
+        await server.stop();
+      }
     });
   } finally {
     repo.cleanup();

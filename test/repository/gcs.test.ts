@@ -6,6 +6,7 @@ import { startGcsEmulator, type GcsEmulator } from '../helpers/gcs-emulator.js';
 import { freePort } from '../helpers/processes.js';
 import {
   failingRepositoryLeavesOthersServing,
+  explicitModeDownloadsOnlyLoadedModels,
   pollSeesChangedObjects,
   serveInferAndRestartFromCache,
   sourceError,
@@ -57,6 +58,10 @@ describe("against Google's storage emulator", () => {
 
   test('poll mode loads a version added to the bucket, downloading only the new object', async () => {
     await pollSeesChangedObjects(store, 'poll');
+  });
+
+  test('explicit mode lists the store without downloading, and downloads a model when it is loaded', async () => {
+    await explicitModeDownloadsOnlyLoadedModels(store, 'explicit');
   });
 
   test('a missing bucket is one clear error and the local repository keeps serving', async () => {

@@ -9,6 +9,7 @@ import { radosGatewayUnavailable, startRadosGateway, type RadosGateway } from '.
 import { freePort } from '../helpers/processes.js';
 import {
   failingRepositoryLeavesOthersServing,
+  explicitModeDownloadsOnlyLoadedModels,
   pollSeesChangedObjects,
   serveInferAndRestartFromCache,
   sourceError,
@@ -80,6 +81,10 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
 
   test('poll mode loads a version added to the bucket, downloading only the new object', async () => {
     await pollSeesChangedObjects(store, 'poll');
+  });
+
+  test('explicit mode lists the store without downloading, and downloads a model when it is loaded', async () => {
+    await explicitModeDownloadsOnlyLoadedModels(store, 'explicit');
   });
 
   test('a missing bucket is one clear error and the local repository keeps serving', async () => {
