@@ -18,6 +18,7 @@ import { Errors } from '../../errors.js';
 import { OnnxParseError, readOnnxModelInfo, type OnnxModelInfo } from '../../onnx/model-info.js';
 import { autoCompleteFromModel, needsAutoComplete } from './auto-complete.js';
 import { probeCuda, type CudaProbe } from './cuda.js';
+import { INLINE_MAX_MODEL_BYTES, InlinePolicy, InlineSession, inlineMode, type InlineMode } from './inline.js';
 import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
@@ -113,8 +114,9 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionT
   const info = await readModel(ctx.modelName, ctx.modelDir, ctx.versionDir, ctx.config);
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
   // Bad parameter values fail the load here rather than at the first instance.
-  buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
+  const cpuOptions = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
+  const inline = inlinePolicy(ctx, inlineMode(ctx.modelName, ctx.config, ctx.backendConfig), info, cpuOptions);
   const choice = sessionThreadChoice(ctx.modelName, ctx.config);
   return new OnnxRuntimeModel(
     info.path,
@@ -122,7 +124,56 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionT
     cudaProbe,
     pool,
     choice === 'shared' || (choice === 'auto' && info.bytes <= SHARED_THREAD_MAX_MODEL_BYTES),
+    inline,
   );
+}
+
+/**
+ * The model's inline execution (see inline.ts), or undefined when its runs
+ * always go to the session threads. Mode 'on' creates the main-thread
+ * session now, and fails the load where it cannot apply.
+ */
+function inlinePolicy(
+  ctx: ModelContext,
+  mode: InlineMode,
+  info: OnnxModelInfo & { path: string; bytes: number },
+  options: ReturnType<typeof buildSessionOptions>,
+): InlinePolicy | undefined {
+  if (mode === 'off') return undefined;
+  const refuse = (why: string): undefined => {
+    if (mode === 'on') throw Errors.config(`model '${ctx.modelName}': parameter 'inline_execution' is 'on', but ${why}`);
+    return undefined;
+  };
+  for (const g of ctx.config.instanceGroup) {
+    if (g.kind === ModelInstanceGroup_Kind.GPU) return refuse(`instance group '${g.name || ctx.modelName}' is KIND_GPU (inline runs use the CPU)`);
+  }
+  // Node 24's Float16Array makes onnxruntime-node read float16 data as empty (see session-worker.ts);
+  // the session threads hide it, the main thread cannot.
+  if ('Float16Array' in globalThis) {
+    for (const t of [...info.inputs, ...info.overridableInitializers, ...info.outputs]) {
+      if (t.datatype === 'FP16') return refuse(`'${t.name}' is FP16, which onnxruntime-node cannot take on the main thread under this Node.js`);
+    }
+  }
+  if (mode === 'auto' && info.bytes > INLINE_MAX_MODEL_BYTES) return undefined;
+  const log = ctx.logger;
+  const policy = new InlinePolicy(
+    mode,
+    () => new InlineSession(info.path, options),
+    (session, predictedNs) =>
+      log.info(
+        { model: ctx.modelName },
+        `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(policy.thresholdNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
+      ),
+    (err) => log.warn({ model: ctx.modelName }, `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`),
+  );
+  if (mode === 'on') {
+    try {
+      policy.createNow();
+    } catch (err) {
+      throw Errors.loadFailed(ctx.modelName, `onnxruntime could not create the main-thread session (inline_execution 'on'): ${(err as Error).message}`);
+    }
+  }
+  return policy;
 }
 
 class OnnxRuntimeModel implements BackendModel {
@@ -137,6 +188,8 @@ class OnnxRuntimeModel implements BackendModel {
     private readonly pool: SessionThreadPool,
     /** Small enough (or configured) to share a pool thread. */
     private readonly mayShare: boolean,
+    /** Where each run of a CPU instance goes (see inline.ts); undefined: always its thread. */
+    private readonly inline: InlinePolicy | undefined,
   ) {}
 
   async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
@@ -162,7 +215,8 @@ class OnnxRuntimeModel implements BackendModel {
     } catch (err) {
       throw Errors.loadFailed(ctx.modelName, `instance '${ctx.instanceName}': onnxruntime could not create a session: ${(err as Error).message}`);
     }
-    const instance = new OnnxRuntimeInstance(client, this.plan);
+    // Inline runs use the CPU; a GPU instance's runs always go to its thread.
+    const instance = new OnnxRuntimeInstance(client, this.plan, kind === 'CPU' ? this.inline : undefined);
     this.instances.add(instance);
     ctx.logger.info({ model: ctx.modelName, instance: ctx.instanceName, kind, device: ctx.deviceId, thread: client.currentThread?.number, sharedThread: shared }, 'onnxruntime session created');
     return instance;
@@ -172,5 +226,6 @@ class OnnxRuntimeModel implements BackendModel {
     // Instances are closed by their owner; this only catches any left over.
     await Promise.all([...this.instances].map((i) => i.close()));
     this.instances.clear();
+    this.inline?.close();
   }
 }

@@ -13,9 +13,11 @@ import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer }
 import { Errors, NereidError, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
+import type { Tensor as OrtTensor } from 'onnxruntime-node';
+import type { InlinePolicy, InlineSession } from './inline.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
-import { RunFeed, type RunPart, type WireTensor } from './worker-protocol.js';
+import { ARENA_ARRAYS, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -59,10 +61,17 @@ export class OnnxRuntimeInstance implements BackendInstance {
   readonly maxInFlight = ORT_MAX_IN_FLIGHT;
   private readonly client: SessionClient;
   private readonly plan: ModelPlan;
+  /** Where each run goes (see inline.ts); undefined: always the session thread. */
+  private readonly inline: InlinePolicy | undefined;
+  /** Inline runs: input bytes that are not aligned views, by input position. */
+  private readonly scratch: ArrayBuffer[] = [];
+  /** Runs made on the event loop so far. */
+  inlineRuns = 0;
 
-  constructor(client: SessionClient, plan: ModelPlan) {
+  constructor(client: SessionClient, plan: ModelPlan, inline?: InlinePolicy) {
     this.client = client;
     this.plan = plan;
+    this.inline = inline;
   }
 
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
@@ -96,6 +105,61 @@ export class OnnxRuntimeInstance implements BackendInstance {
 
   close(): Promise<void> {
     return this.client.close();
+  }
+
+  /** One run on the event loop (see inline.ts); times it for the policy and the timer. */
+  private runInline(session: InlineSession, feeds: readonly RunFeed[], fetches: readonly string[], items: number, timer: ExecutionTimer | undefined): WireTensor[] {
+    const Tensor = session.Tensor;
+    const inputs: Record<string, OrtTensor> = {};
+    for (let i = 0; i < feeds.length; i++) {
+      const f = feeds[i]!;
+      if (f.strings !== undefined) {
+        inputs[f.name] = new Tensor('string', f.strings as string[], f.dims);
+        continue;
+      }
+      const Ctor = ARENA_ARRAYS[arenaTypeCode(f.type)]!;
+      const size = Ctor.BYTES_PER_ELEMENT;
+      const parts = f.parts as readonly Uint8Array[]; // (no file parts: see inFiles)
+      const only = parts.length === 1 ? parts[0]! : undefined;
+      let data: ArrayBufferView;
+      if (only !== undefined && only.byteOffset % size === 0) {
+        // One request's bytes, aligned: onnxruntime reads them where they are.
+        data = new Ctor(only.buffer, only.byteOffset, f.byteLength / size);
+      } else {
+        let s = this.scratch[i];
+        if (s === undefined || s.byteLength < f.byteLength) {
+          s = new ArrayBuffer(Math.max(64, f.byteLength));
+          this.scratch[i] = s;
+        }
+        const target = new Uint8Array(s, 0, f.byteLength);
+        let at = 0;
+        for (const part of parts) {
+          target.set(part, at);
+          at += part.byteLength;
+        }
+        data = new Ctor(s, 0, f.byteLength / size);
+      }
+      inputs[f.name] = new Tensor(f.type as 'float32', data as Float32Array, f.dims);
+    }
+    timer?.inputDone();
+    this.inlineRuns++;
+    const start = nowNs();
+    let results: Record<string, OrtTensor>;
+    try {
+      results = session.run(inputs, fetches);
+    } catch (err) {
+      throw Errors.modelExecution(this.plan.modelName, err instanceof Error ? err.message : String(err));
+    } finally {
+      this.inline!.recordRun(items, nowNs() - start);
+    }
+    timer?.inferDone();
+    const outputs = new Array<WireTensor>(fetches.length);
+    for (let i = 0; i < fetches.length; i++) {
+      const name = fetches[i]!;
+      const t = results[name]!;
+      outputs[i] = { name, type: t.type, dims: t.dims, data: t.data as WireTensor['data'] };
+    }
+    return outputs;
   }
 
   /** Same inputs with the same datatypes and non-batch dims in every request. */
@@ -148,18 +212,34 @@ export class OnnxRuntimeInstance implements BackendInstance {
       }
     }
 
-    const times = timer ? new RunTimes() : undefined;
     let outputs: readonly WireTensor[];
-    try {
-      outputs = await this.client.run(feeds, fetches, times);
-    } catch (err) {
-      throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
-    }
-    if (timer && times) {
-      // The session thread's own timestamps: waiting for it to take the run up is queue time.
-      timer.waited(times.pickedNs - times.postedNs);
-      timer.inputDone(BigInt(Math.round(times.startNs)));
-      timer.inferDone(BigInt(Math.round(times.endNs)));
+    const policy = this.inline;
+    const threadIdle = this.client.idle;
+    // A shared thread busy with other sessions' runs would count their time as crossing.
+    const threadEmpty = this.client.currentThread?.idle === true;
+    // Bytes still in a file (client shared memory) are for the thread to read, never the event loop.
+    const session = policy !== undefined && !inFiles(feeds) ? policy.choose(total, threadIdle) : undefined;
+    if (session) {
+      outputs = this.runInline(session, feeds, fetches, total, timer);
+    } else {
+      const times = new RunTimes();
+      try {
+        outputs = await this.client.run(feeds, fetches, times);
+      } catch (err) {
+        throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
+      }
+      if (timer) {
+        // The session thread's own timestamps: waiting for it to take the run up is queue time.
+        timer.waited(times.pickedNs - times.postedNs);
+        timer.inputDone(BigInt(Math.round(times.startNs)));
+        timer.inferDone(BigInt(Math.round(times.endNs)));
+      }
+      if (policy) {
+        const runNs = times.endNs - times.startNs;
+        policy.recordRun(total, runNs);
+        // With nothing before it on the thread, all but the run itself is the crossing.
+        if (threadEmpty) policy.recordCrossing(nowNs() - times.postedNs - runNs);
+      }
     }
 
     const responses = new Array<BackendResponse>(n);
@@ -177,6 +257,11 @@ export class OnnxRuntimeInstance implements BackendInstance {
     }
     return responses;
   }
+}
+
+function inFiles(feeds: readonly RunFeed[]): boolean {
+  for (const f of feeds) if (f.fileParts > 0) return true;
+  return false;
 }
 
 /** One input of every request: the parts to place back to back (strings for BYTES). */

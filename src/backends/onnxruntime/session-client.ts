@@ -188,6 +188,11 @@ export class SessionClient {
     return this.dead === undefined;
   }
 
+  /** Nothing this session handed to its thread is unfinished. */
+  get idle(): boolean {
+    return this.inFlight === 0;
+  }
+
   /** The thread holding the session (undefined before it is open). */
   get currentThread(): SessionThread | undefined {
     return this.thread;

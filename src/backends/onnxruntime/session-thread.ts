@@ -98,6 +98,11 @@ export class SessionThread {
     this.worker.unref();
   }
 
+  /** Nothing handed to the thread, by any of its sessions, is unfinished. */
+  get idle(): boolean {
+    return this.inFlight === 0;
+  }
+
   get alive(): boolean {
     return this.dead === undefined && !this.exiting;
   }

@@ -193,3 +193,57 @@ test('a bad ORT parameter value fails the load', async () => {
   const cfg = mlpConfig({ parameters: { execution_mode: { stringValue: '3' } } });
   await assert.rejects(backend.loadModel(modelContext(mlpDir, cfg)), (e: unknown) => e instanceof NereidError && /execution_mode are 0 or 1 but got 3/.test(e.message));
 });
+
+test('inline_execution takes auto, on or off (any case); anything else fails the load naming the parameter', async () => {
+  for (const v of ['auto', 'on', 'OFF']) {
+    const model = await backend.loadModel(modelContext(mlpDir, mlpConfig({ parameters: { inline_execution: { stringValue: v } } })));
+    await model.close();
+  }
+  await assert.rejects(
+    backend.loadModel(modelContext(mlpDir, mlpConfig({ parameters: { inline_execution: { stringValue: 'sometimes' } } }))),
+    (e: unknown) => e instanceof NereidError && /model 'mlp': parameter 'inline_execution' must be 'auto', 'on' or 'off', got 'sometimes'/.test(e.message),
+  );
+  // The backend config sets it for every model.
+  await assert.rejects(
+    backend.loadModel(modelContext(mlpDir, mlpConfig(), { backendConfig: { inline_execution: 'yes' } })),
+    (e: unknown) => e instanceof NereidError && /'inline_execution' must be/.test(e.message),
+  );
+});
+
+test('inline_execution on is refused for a KIND_GPU group (inline runs use the CPU)', async () => {
+  const gpuBackend = createOnnxRuntimeBackend({ cudaProbe: () => ({ available: true, reason: '' }) });
+  const cfg = mlpConfig({
+    parameters: { inline_execution: { stringValue: 'on' } },
+    instanceGroup: [{ name: 'mlp_gpu', kind: ModelInstanceGroup_Kind.GPU, count: 1, gpus: [0] }],
+  });
+  await assert.rejects(
+    gpuBackend.loadModel(modelContext(mlpDir, cfg)),
+    (e: unknown) => e instanceof NereidError && /parameter 'inline_execution' is 'on', but instance group 'mlp_gpu' is KIND_GPU/.test(e.message),
+  );
+});
+
+test('inline_execution on with FP16 tensors: refused where Node.js has Float16Array, else the runs are exact', async () => {
+  const b = new OnnxModelBuilder();
+  b.input('h', 'FP16', ['batch', 2]).output('o', 'FP16', ['batch', 2]);
+  b.node('Identity', ['h'], ['o']);
+  const dir = await writeModel(tmp.path, 'half', b);
+  const cfg = config({
+    name: 'half',
+    maxBatchSize: 2,
+    input: [{ name: 'h', dataType: DataType.TYPE_FP16, dims: [2n] }],
+    output: [{ name: 'o', dataType: DataType.TYPE_FP16, dims: [2n] }],
+    parameters: { inline_execution: { stringValue: 'on' } },
+  });
+  const ctx = modelContext(dir, cfg);
+  if ('Float16Array' in globalThis) {
+    await assert.rejects(backend.loadModel(ctx), (e: unknown) => e instanceof NereidError && /'h' is FP16/.test(e.message));
+    return;
+  }
+  const model = await backend.loadModel(ctx);
+  const inst = await model.createInstance(instanceContext(ctx));
+  const half = bytesOf(Uint16Array.from([0x3c00, 0xc000]));
+  const [r] = await inst.execute([request('h', [makeTensor('h', 'FP16', [1, 2], half)], ['o'])], new RecordingTimer());
+  assert.deepEqual(Buffer.from(r!.outputs![0]!.data), Buffer.from(half));
+  await inst.close();
+  await model.close();
+});

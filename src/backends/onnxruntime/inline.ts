@@ -1,0 +1,266 @@
+/**
+ * Inline execution: runs of a model that are shorter than the crossing to
+ * its session thread run on the event loop instead, in a session the model
+ * keeps on the main thread.
+ *
+ * onnxruntime-node's InferenceSession.run is a synchronous native call on
+ * the calling thread (its promise only defers the call with setImmediate), so
+ * a run on the main thread blocks the event loop for exactly its duration,
+ * while onnxruntime's own intra-op threads (if any) help it. For a small
+ * model (tens of microseconds) that is less than handing the run to the
+ * session thread and being told it finished: the arena copy, the ring, the
+ * wake-up of the thread and the message back through the event loop.
+ *
+ * The choice is the server's, per run, from measured run times:
+ * - Every run is timed, on the session thread or inline. The times are kept
+ *   per batch-size class (1, 2-3, 4-7, ... items), the last RUN_SAMPLES of
+ *   each, and a run is predicted to take their 90th percentile (a bigger
+ *   class's figure bounds a smaller batch; a smaller class's figure, scaled
+ *   by the items, bounds a bigger one).
+ * - The crossing is timed on runs handed to an idle session thread: from
+ *   handing the run over to holding its outputs, less the run itself.
+ * - A run goes inline when its prediction is within the crossing (at least
+ *   MIN_INLINE_NS, at most MAX_INLINE_NS, whatever the crossing measures)
+ *   and the session thread has nothing in flight (runs stay in order). A
+ *   run that turns out long moves the figure, and the next runs of that
+ *   size go to the thread: no prediction exceeds MAX_INLINE_NS inline.
+ * - The main-thread session is created the first time a run would go inline
+ *   (creating it blocks the event loop for as long, about a millisecond for a
+ *   small model), and only for models of at most INLINE_MAX_MODEL_BYTES.
+ *
+ * `inline_execution` (a model parameter, or for every model
+ * `--backend-config=onnxruntime,inline_execution=...`): `auto` (default) as
+ * above, `on` runs every run of the model's KIND_CPU instances inline (the
+ * session is created at load), `off` never.
+ */
+import { createRequire } from 'node:module';
+import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { Errors } from '../../errors.js';
+import { configParameter } from './session-options.js';
+import { nowNs } from './worker-protocol.js';
+
+export type InlineMode = 'auto' | 'on' | 'off';
+
+const MODES: readonly InlineMode[] = ['auto', 'on', 'off'];
+
+/** The model's inline_execution setting. Throws a config error for a bad value. */
+export function inlineMode(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): InlineMode {
+  const raw = configParameter(config, 'inline_execution') ?? backendConfig['inline_execution'];
+  if (raw === undefined) return 'auto';
+  const v = raw.trim().toLowerCase();
+  if (!(MODES as readonly string[]).includes(v)) {
+    throw Errors.config(`model '${modelName}': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '${raw}'`);
+  }
+  return v as InlineMode;
+}
+
+/** Runs predicted within this always qualify (a crossing never costs less). */
+export const MIN_INLINE_NS = 20_000;
+/** No run predicted longer than this goes inline, however slow the crossing. */
+export const MAX_INLINE_NS = 500_000;
+/** Until a crossing is measured. */
+export const DEFAULT_CROSSING_NS = 60_000;
+/** auto considers only model files up to this size (bigger ones take longer to create a session for, and to run). */
+export const INLINE_MAX_MODEL_BYTES = 16 * 1024 * 1024;
+/** Run times kept per batch-size class. */
+export const RUN_SAMPLES = 32;
+/** Runs timed in a class before its figure is trusted. */
+export const MIN_SAMPLES = 8;
+const CLASSES = 12;
+
+function classOf(items: number): number {
+  const c = 31 - Math.clz32(Math.max(1, items));
+  return c < CLASSES ? c : CLASSES - 1;
+}
+
+/** The recent run times of one batch-size class. */
+class RunClass {
+  readonly samples = new Float64Array(RUN_SAMPLES);
+  count = 0;
+  /** Items of the largest batch timed in this class. */
+  maxItems = 0;
+  /** The 90th percentile of the samples; 0 until MIN_SAMPLES. */
+  p90 = 0;
+  private readonly sorted = new Float64Array(RUN_SAMPLES);
+
+  add(ns: number, items: number): void {
+    this.samples[this.count % RUN_SAMPLES] = ns;
+    this.count++;
+    if (items > this.maxItems) this.maxItems = items;
+    const n = Math.min(this.count, RUN_SAMPLES);
+    // Re-sorted while filling, then every 4th run, or at once when a run is longer than the figure.
+    if (n < MIN_SAMPLES) return;
+    if (n === RUN_SAMPLES && this.count % 4 !== 0 && ns <= this.p90) return;
+    const s = this.sorted.subarray(0, n);
+    s.set(this.samples.subarray(0, n));
+    s.sort();
+    this.p90 = s[Math.min(n - 1, Math.floor(n * 0.9))]!;
+  }
+}
+
+/** Predicts a run's time from the runs timed so far. */
+export class RunEstimates {
+  private readonly classes = Array.from({ length: CLASSES }, () => new RunClass());
+
+  record(items: number, ns: number): void {
+    this.classes[classOf(items)]!.add(ns, items);
+  }
+
+  /** Predicted ns of a run of `items`, or undefined when too few runs were timed. */
+  predict(items: number): number | undefined {
+    const c = classOf(items);
+    const own = this.classes[c]!;
+    if (own.p90 > 0 && items <= own.maxItems) return own.p90;
+    // A bigger batch takes at least as long.
+    for (let k = c + (own.p90 > 0 ? 1 : 0); k < CLASSES; k++) {
+      const up = this.classes[k]!;
+      if (up.p90 > 0 && up.maxItems >= items) return up.p90;
+    }
+    // A smaller batch's time per item, scaled up: more than the batch will take.
+    for (let k = c; k >= 0; k--) {
+      const down = this.classes[k]!;
+      if (down.p90 > 0) return (down.p90 / down.maxItems) * items;
+    }
+    return undefined;
+  }
+}
+
+type NativeSession = {
+  loadModel(modelPath: string, options: InferenceSession.SessionOptions): void;
+  run(feeds: Record<string, OrtTensor>, fetches: Record<string, null>, options: object): Record<string, OrtTensor>;
+  dispose(): void;
+};
+
+interface OrtModules {
+  readonly Tensor: typeof OrtTensor;
+  readonly createSession: () => NativeSession;
+}
+
+let ortModules: OrtModules | undefined;
+
+/**
+ * onnxruntime-node on the main thread, loaded on first use. The session is
+ * its native binding's own object: InferenceSession.run would defer each run
+ * to a later event-loop turn (setImmediate), the turn inline execution saves.
+ */
+function loadOrt(): OrtModules {
+  if (ortModules) return ortModules;
+  const require = createRequire(import.meta.url);
+  const ort = require('onnxruntime-node') as typeof import('onnxruntime-node');
+  const b = require('onnxruntime-node/dist/binding.js') as {
+    binding: { InferenceSession: new () => NativeSession };
+    initOrt: () => void;
+  };
+  if (typeof b.initOrt !== 'function' || typeof b.binding?.InferenceSession !== 'function') {
+    throw new Error('this onnxruntime-node has no synchronous session binding');
+  }
+  b.initOrt();
+  ortModules = { Tensor: ort.Tensor, createSession: () => new b.binding.InferenceSession() };
+  return ortModules;
+}
+
+/** A session on the main thread. run() blocks for the whole run. */
+export class InlineSession {
+  private readonly native: NativeSession;
+  private readonly fetchMaps = new Map<string, Record<string, null>>();
+  readonly Tensor: typeof OrtTensor;
+  /** How long creating it took, ms. */
+  readonly createMs: number;
+
+  constructor(modelPath: string, options: InferenceSession.SessionOptions) {
+    const start = nowNs();
+    const ort = loadOrt();
+    this.Tensor = ort.Tensor;
+    this.native = ort.createSession();
+    this.native.loadModel(modelPath, options);
+    this.createMs = (nowNs() - start) / 1e6;
+  }
+
+  run(feeds: Record<string, OrtTensor>, fetches: readonly string[]): Record<string, OrtTensor> {
+    const key = fetches.join('\0');
+    let map = this.fetchMaps.get(key);
+    if (map === undefined) {
+      map = {};
+      for (const f of fetches) map[f] = null;
+      this.fetchMaps.set(key, map);
+    }
+    return this.native.run(feeds, map, {});
+  }
+
+  release(): void {
+    this.native.dispose();
+  }
+}
+
+type SessionState = 'none' | 'ready' | 'failed' | 'closed';
+
+/** What a model's instances share to decide where each run goes. */
+export class InlinePolicy {
+  readonly times = new RunEstimates();
+  /** Moving mean of the measured crossing, ns. */
+  crossingNs = DEFAULT_CROSSING_NS;
+  private crossings = 0;
+  private session: InlineSession | undefined;
+  private state: SessionState = 'none';
+
+  constructor(
+    readonly mode: InlineMode,
+    private readonly createSession: () => InlineSession,
+    private readonly onCreated: (session: InlineSession, predictedNs: number) => void = () => {},
+    private readonly onFailed: (err: Error) => void = () => {},
+  ) {}
+
+  /** mode 'on': the session now (a load error when it cannot be created). */
+  createNow(): void {
+    this.session = this.createSession();
+    this.state = 'ready';
+  }
+
+  /** The threshold a predicted run must be within, ns. */
+  get thresholdNs(): number {
+    return Math.min(MAX_INLINE_NS, Math.max(MIN_INLINE_NS, this.crossingNs));
+  }
+
+  /**
+   * The session to run `items` inline with, or undefined for the thread.
+   * `threadIdle`: the instance's session thread has nothing in flight.
+   */
+  choose(items: number, threadIdle: boolean): InlineSession | undefined {
+    if (this.mode === 'off' || !threadIdle || this.state === 'failed' || this.state === 'closed') return undefined;
+    if (this.mode === 'on') return this.session;
+    const predicted = this.times.predict(items);
+    if (predicted === undefined || predicted > this.thresholdNs) return undefined;
+    if (this.state === 'none') {
+      try {
+        this.session = this.createSession();
+        this.state = 'ready';
+        this.onCreated(this.session, predicted);
+      } catch (err) {
+        this.state = 'failed';
+        this.onFailed(err as Error);
+        return undefined;
+      }
+    }
+    return this.session;
+  }
+
+  recordRun(items: number, ns: number): void {
+    this.times.record(items, ns);
+  }
+
+  recordCrossing(ns: number): void {
+    if (!(ns > 0)) return;
+    // The first few set the figure; then a moving mean.
+    this.crossings++;
+    const w = this.crossings < 8 ? 1 / this.crossings : 1 / 16;
+    this.crossingNs = this.crossings === 1 ? ns : this.crossingNs + (ns - this.crossingNs) * w;
+  }
+
+  close(): void {
+    this.state = 'closed';
+    const s = this.session;
+    this.session = undefined;
+    s?.release();
+  }
+}

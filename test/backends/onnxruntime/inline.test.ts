@@ -1,0 +1,131 @@
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import {
+  DEFAULT_CROSSING_NS,
+  InlinePolicy,
+  InlineSession,
+  MAX_INLINE_NS,
+  MIN_INLINE_NS,
+  MIN_SAMPLES,
+  RunEstimates,
+  inlineMode,
+} from '../../../src/backends/onnxruntime/inline.js';
+import { NereidError } from '../../../src/errors.js';
+import { buildAddSubModel } from '../../../src/onnx/builder.js';
+import { TempDir, config } from './fixtures.js';
+
+let tmp: TempDir;
+let modelFile: string;
+
+before(async () => {
+  tmp = await TempDir.create();
+  modelFile = join(tmp.path, 'addsub.onnx');
+  await buildAddSubModel('FP32', 4).save(modelFile);
+});
+
+after(async () => {
+  await tmp.remove();
+});
+
+const cpuOptions = { executionProviders: ['cpu'], intraOpNumThreads: 1, logSeverityLevel: 4 as const };
+
+test('inlineMode: auto by default; the model parameter wins over the backend config; a bad value names the model', () => {
+  assert.equal(inlineMode('m', config({}), {}), 'auto');
+  assert.equal(inlineMode('m', config({}), { inline_execution: 'off' }), 'off');
+  assert.equal(inlineMode('m', config({ parameters: { inline_execution: { stringValue: ' On ' } } }), { inline_execution: 'off' }), 'on');
+  assert.throws(
+    () => inlineMode('m', config({ parameters: { inline_execution: { stringValue: '1' } } }), {}),
+    (e: unknown) => e instanceof NereidError && e.message === "model 'm': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '1'",
+  );
+});
+
+test('RunEstimates: no prediction before enough runs, then the 90th percentile of the class', () => {
+  const r = new RunEstimates();
+  for (let i = 0; i < MIN_SAMPLES - 1; i++) r.record(1, 10_000);
+  assert.equal(r.predict(1), undefined);
+  r.record(1, 10_000);
+  assert.equal(r.predict(1), 10_000);
+  // One slow run in 32 does not move the 90th percentile; many do.
+  for (let i = 0; i < 31; i++) r.record(1, 10_000);
+  r.record(1, 900_000);
+  assert.equal(r.predict(1), 10_000);
+  for (let i = 0; i < 8; i++) r.record(1, 900_000);
+  assert.equal(r.predict(1), 900_000);
+});
+
+test('RunEstimates: a batch size not timed yet is bounded by a bigger class, or scaled up from a smaller one', () => {
+  const r = new RunEstimates();
+  for (let i = 0; i < MIN_SAMPLES; i++) r.record(2, 20_000);
+  // 32 items, never timed: 20 µs for 2 items scaled to 32.
+  assert.equal(r.predict(32), 320_000);
+  for (let i = 0; i < MIN_SAMPLES; i++) r.record(40, 50_000);
+  // 32 items: at most what 40 took.
+  assert.equal(r.predict(32), 50_000);
+  // 1 item: at most what 2 took.
+  assert.equal(r.predict(1), 20_000);
+});
+
+test('InlinePolicy: the threshold is the measured crossing, within its bounds', () => {
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions));
+  assert.equal(p.thresholdNs, DEFAULT_CROSSING_NS);
+  p.recordCrossing(1_000);
+  assert.equal(p.thresholdNs, MIN_INLINE_NS);
+  for (let i = 0; i < 100; i++) p.recordCrossing(50_000_000);
+  assert.equal(p.thresholdNs, MAX_INLINE_NS);
+  p.close();
+});
+
+test('InlinePolicy auto: inline only for runs predicted within the threshold, with the thread idle; the session comes on first use', () => {
+  let created = 0;
+  const p = new InlinePolicy('auto', () => {
+    created++;
+    return new InlineSession(modelFile, cpuOptions);
+  });
+  assert.equal(p.choose(1, true), undefined, 'nothing timed yet');
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
+  assert.equal(created, 0);
+  assert.equal(p.choose(1, false), undefined, 'the thread is busy: the run waits behind its runs');
+  const s = p.choose(1, true);
+  assert.ok(s instanceof InlineSession);
+  assert.equal(created, 1);
+  assert.equal(p.choose(1, true), s);
+  // 64 items scaled from 5 µs each: 320 µs, more than the 60 µs default crossing.
+  assert.equal(p.choose(64, true), undefined);
+  // Runs that get long move the model back to the thread.
+  for (let i = 0; i < 32; i++) p.recordRun(1, 2_000_000);
+  assert.equal(p.choose(1, true), undefined);
+  p.close();
+  for (let i = 0; i < 32; i++) p.recordRun(1, 1_000);
+  assert.equal(p.choose(1, true), undefined, 'closed');
+  assert.equal(created, 1);
+});
+
+test('InlinePolicy: a session that cannot be created leaves the runs on the thread and says why', () => {
+  const failures: string[] = [];
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(join(tmp.path, 'missing.onnx'), cpuOptions),
+    undefined,
+    (err) => failures.push(err.message),
+  );
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 1_000);
+  assert.equal(p.choose(1, true), undefined);
+  assert.equal(p.choose(1, true), undefined);
+  assert.equal(failures.length, 1);
+  assert.match(failures[0]!, /missing\.onnx|No such file|Load model/i);
+});
+
+test('InlineSession: runs synchronously and returns onnxruntime tensors', () => {
+  const s = new InlineSession(modelFile, cpuOptions);
+  const T = s.Tensor;
+  const out = s.run(
+    { INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]), INPUT1: new T('float32', Float32Array.from([1, 1, 1, 1]), [1, 4]) },
+    ['OUTPUT1'],
+  );
+  assert.deepEqual([...(out['OUTPUT1']!.data as Float32Array)], [0, 1, 2, 3]);
+  assert.deepEqual(out['OUTPUT1']!.dims, [1, 4]);
+  assert.equal(out['OUTPUT0'], undefined);
+  assert.ok(s.createMs >= 0);
+  s.release();
+});
