@@ -5,11 +5,19 @@
  * (oldest strategy, the state kept by the server), against the same ONNX
  * model without sequences under the dynamic batcher, where each client
  * carries its own state: it asks for STATE_OUT and sends it back as the next
- * STATE_IN. One server, binary HTTP, alternating rounds.
+ * STATE_IN. One server, binary HTTP, alternating rounds (each pair of rounds
+ * in turn sequence-first and dynamic-first).
  *
- * Environment: BENCH_SECONDS (per way, default 3), BENCH_ROUNDS (alternating slices, default 3).
+ * The machine is shared and its speed swings by several times within
+ * seconds, so a total over a few long rounds says more about when the load
+ * came than about the schedulers. The figure judged is the median, over the
+ * pairs, of the ratio between two adjacent short rounds; beside it, the
+ * server's CPU time per request in each way (from /proc, all its threads),
+ * which the load moves far less.
+ *
+ * Environment: BENCH_SECONDS (per way, default 3), BENCH_ROUNDS (alternating pairs, default 10).
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
@@ -19,10 +27,22 @@ import { startNereid } from './processes.js';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const SEQUENCES = 64;
 const SIZE = 64;
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 10);
 
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+/** CPU time (user + system, all threads) a process has used, in ms (Linux; clock ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-seq-'));
@@ -127,20 +147,50 @@ try {
 
   await round(true, 0.5, 1000);
   await round(false, 0.5, 0);
-  const totals = { sequence: 0, dynamic: 0 };
+  const pid = nereid.proc.child.pid!;
+  const totals = { sequence: { n: 0, s: 0, cpu: 0 }, dynamic: { n: 0, s: 0, cpu: 0 } };
+  const ratios: number[] = [];
+  const timed = async (sequences: boolean, base: number): Promise<number> => {
+    const cpu0 = cpuMs(pid);
+    const t0 = process.hrtime.bigint();
+    const n = await round(sequences, SECONDS / ROUNDS, base);
+    const s = Number(process.hrtime.bigint() - t0) / 1e9;
+    const t = sequences ? totals.sequence : totals.dynamic;
+    t.n += n;
+    t.s += s;
+    t.cpu += cpuMs(pid) - cpu0;
+    return n / s;
+  };
   for (let r = 0; r < ROUNDS; r++) {
-    totals.sequence += await round(true, SECONDS / ROUNDS, 10_000 * (r + 1));
-    totals.dynamic += await round(false, SECONDS / ROUNDS, 0);
+    let seq: number;
+    let dyn: number;
+    if (r % 2 === 0) {
+      seq = await timed(true, 10_000 * (r + 1));
+      dyn = await timed(false, 0);
+    } else {
+      dyn = await timed(false, 0);
+      seq = await timed(true, 10_000 * (r + 1));
+    }
+    ratios.push(seq / dyn);
   }
-  const seqPerSec = totals.sequence / SECONDS;
-  const dynPerSec = totals.dynamic / SECONDS;
+  const seqPerSec = totals.sequence.n / totals.sequence.s;
+  const dynPerSec = totals.dynamic.n / totals.dynamic.s;
+  const cpuPerReq = (t: { n: number; cpu: number }) => (t.cpu * 1000) / t.n;
   process.stdout.write(
-    `\nAccumulator FP32 [${SIZE}], ${SEQUENCES} live sequences at concurrency ${SEQUENCES}, binary HTTP, ${SECONDS}s per way (${ROUNDS} alternating rounds)\n`,
+    `\nAccumulator FP32 [${SIZE}], ${SEQUENCES} live sequences at concurrency ${SEQUENCES}, binary HTTP, ${SECONDS}s per way (${ROUNDS} alternating pairs of rounds)\n`,
   );
-  process.stdout.write(`${'scheduler'.padEnd(46)}  ${'infer/s'.padStart(10)}\n`);
-  process.stdout.write(`${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ${fmt(seqPerSec).padStart(10)}\n`);
-  process.stdout.write(`${'dynamic batcher (client carries the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}\n`);
-  process.stdout.write(`sequence / dynamic: ${fmt(seqPerSec / dynPerSec, 2)}x (bar: >= 0.8x); errors: ${errors}\n`);
+  process.stdout.write(`${'scheduler'.padEnd(46)}  ${'infer/s'.padStart(10)}  ${'server CPU us/infer'.padStart(20)}\n`);
+  process.stdout.write(
+    `${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ${fmt(seqPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.sequence), 1).padStart(20)}\n`,
+  );
+  process.stdout.write(
+    `${'dynamic batcher (client carries the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.dynamic), 1).padStart(20)}\n`,
+  );
+  process.stdout.write(`per pair sequence / dynamic: ${ratios.map((x) => fmt(x, 2)).join(' ')}\n`);
+  process.stdout.write(
+    `sequence / dynamic: ${fmt(median(ratios), 2)}x median of pairs (bar: >= 0.8x), ${fmt(seqPerSec / dynPerSec, 2)}x of totals; ` +
+      `CPU per infer ${fmt(cpuPerReq(totals.dynamic) / cpuPerReq(totals.sequence), 2)}x; errors: ${errors}\n`,
+  );
 } finally {
   await pool.close();
   await nereid.proc.stop();

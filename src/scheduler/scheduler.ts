@@ -52,13 +52,16 @@ class StageTimer implements ExecutionTimer {
   }
 }
 
+/** What executeBatch needs of each request of a batch (a ScheduledRequest, or a stand-in for one). */
+export type BatchItem = Pick<ScheduledRequest, 'request' | 'enqueueNs' | 'executing' | 'succeed' | 'fail'>;
+
 /**
  * Executes `items` as one batch on `instance`, records the execution and
  * completes every request. Never rejects.
  */
 export async function executeBatch(
   instance: ModelInstance,
-  items: readonly ScheduledRequest[],
+  items: readonly BatchItem[],
   batchSize: number,
   stats: ModelVersionStatistics,
   modelName: string,

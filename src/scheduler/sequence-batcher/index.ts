@@ -27,8 +27,8 @@ import type { ModelSequenceBatching } from '../../gen/model_config_pb.js';
 import type { ModelVersionStatistics } from '../../types/statistics.js';
 import { Errors, type NereidError } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
-import { ScheduledRequest } from '../scheduled-request.js';
-import { type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
+import type { ScheduledRequest } from '../scheduled-request.js';
+import { type BatchItem, type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
 import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText } from './controls.js';
 
 export { loadStateSpecs, SequenceControls, type StateSpec } from './controls.js';
@@ -92,54 +92,98 @@ class Lane {
 /**
  * The request as the backend sees it (control and state inputs added, state
  * outputs requested); completing it keeps the new state and completes the
- * client's request with only the outputs it asked for.
+ * client's request with only the outputs it asked for. A light stand-in for
+ * the client's request in the batch (not a ScheduledRequest of its own).
  */
-class SequenceStep extends ScheduledRequest {
+class SequenceStep implements BatchItem {
+  readonly enqueueNs: bigint;
+  private done = false;
+
   constructor(
     readonly original: ScheduledRequest,
-    request: BackendRequest,
+    readonly request: BackendRequest,
     private readonly sequence: Sequence,
     private readonly batcher: SequenceBatcher,
   ) {
-    super(request, original.priority, original.timeoutUs, original.stats, noop, undefined);
     this.enqueueNs = original.enqueueNs;
   }
 
-  override succeed(response: BackendResponse, queueNs: number, inputNs: number, inferNs: number, outputNs: number): void {
+  /** Handed to the backend: the client's request is then past cancelling, as any other. */
+  get executing(): boolean {
+    return this.original.executing;
+  }
+
+  set executing(value: boolean) {
+    this.original.executing = value;
+  }
+
+  succeed(response: BackendResponse, queueNs: number, inputNs: number, inferNs: number, outputNs: number): void {
     if (this.done) return;
     this.done = true;
     if (response.error) {
       this.original.fail(response.error, 'BACKEND');
       return;
     }
-    const outputs = response.outputs;
     const states = this.batcher.states;
     if (states.length === 0) {
       this.original.succeed(response, queueNs, inputNs, inferNs, outputNs);
       return;
     }
-    for (const s of states) {
-      const t = outputs.find((o) => o.name === s.outputName);
+    const outputs = response.outputs;
+    const state = this.sequence.state;
+    for (let i = 0; i < states.length; i++) {
+      const s = states[i]!;
+      const t = findByName(outputs, s.outputName);
       if (!t) {
         this.original.fail(Errors.sequenceStateMissing(this.batcher.modelName, s.outputName), 'BACKEND');
         return;
       }
       // A copy: the backend's output may be a view into a buffer it reuses.
-      this.sequence.state.set(s.inputName, { name: s.inputName, datatype: t.datatype, shape: t.shape, data: t.data.slice() });
+      state.set(s.inputName, { name: s.inputName, datatype: t.datatype, shape: t.shape, data: copyBytes(t.data) });
     }
     const wanted = this.original.request.requestedOutputs;
-    const kept = outputs.filter((o) => wanted.includes(o.name));
-    this.original.succeed({ outputs: kept, parameters: response.parameters }, queueNs, inputNs, inferNs, outputNs);
+    let kept = outputs;
+    if (outputs.length !== wanted.length) {
+      const some: Tensor[] = [];
+      for (let i = 0; i < outputs.length; i++) if (wanted.includes(outputs[i]!.name)) some.push(outputs[i]!);
+      kept = some;
+    }
+    this.original.succeed(kept === outputs ? response : { outputs: kept, parameters: response.parameters }, queueNs, inputNs, inferNs, outputNs);
   }
 
-  override fail(error: NereidError, reason: Parameters<ScheduledRequest['fail']>[1]): void {
+  fail(error: NereidError, reason: Parameters<ScheduledRequest['fail']>[1]): void {
     if (this.done) return;
     this.done = true;
     this.original.fail(error, reason);
   }
 }
 
-const noop = (): void => {};
+function byOldestHead(a: Sequence, b: Sequence): number {
+  return a.queue[0]!.enqueueNs < b.queue[0]!.enqueueNs ? -1 : 1;
+}
+
+/**
+ * A copy of `data`. Small copies come from Node's shared buffer pool (a
+ * slice of a few kilobytes): a fresh ArrayBuffer per state, per request,
+ * cost more than the rest of the step.
+ */
+function copyBytes(data: Uint8Array): Uint8Array {
+  const pooled = Buffer.allocUnsafe(data.byteLength);
+  pooled.set(data);
+  // A plain Uint8Array view, so slice() copies as it does for any tensor's data.
+  return new Uint8Array(pooled.buffer, pooled.byteOffset, pooled.byteLength);
+}
+
+function sameNames(a: readonly string[], b: readonly string[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function findByName(tensors: readonly Tensor[], name: string): Tensor | undefined {
+  for (let i = 0; i < tensors.length; i++) if (tensors[i]!.name === name) return tensors[i];
+  return undefined;
+}
 
 
 export class SequenceBatcher implements Scheduler {
@@ -156,6 +200,8 @@ export class SequenceBatcher implements Scheduler {
   private readonly preferred: ReadonlySet<number>;
   private readonly idleNs: bigint;
   private readonly stateOutputs: readonly string[];
+  private lastWanted: readonly string[] | undefined;
+  private lastWithStates: readonly string[] = [];
   private pending = 0;
   private executing = 0;
   private soon: NodeJS.Immediate | undefined;
@@ -330,13 +376,9 @@ export class SequenceBatcher implements Scheduler {
       else if (seq.ended) this.release(seq); // its last requests were cancelled
     }
     if (ready.length === 0) return;
-    let batch = ready;
-    if (this.oldest) {
-      ready.sort((a, b) => (a.queue[0]!.enqueueNs < b.queue[0]!.enqueueNs ? -1 : 1));
-      batch = ready.slice(0, this.maxBatch);
-    } else if (ready.length > this.maxBatch) {
-      batch = ready.slice(0, this.maxBatch);
-    }
+    // oldest: the sequences whose next requests waited longest, oldest first.
+    if (this.oldest && ready.length > 1) ready.sort(byOldestHead);
+    const batch = ready.length > this.maxBatch ? ready.slice(0, this.maxBatch) : ready;
     if (this.delayNs > 0n && batch.length < this.maxBatch) {
       const full = this.oldest ? this.preferred.has(batch.length) : batch.length >= active;
       if (!full) {
@@ -373,16 +415,19 @@ export class SequenceBatcher implements Scheduler {
 
   private backendRequest(r: BackendRequest, seq: Sequence): BackendRequest {
     const controls = this.controls.tensors(r.flags, r.correlationId);
-    if (controls.length === 0 && this.states.length === 0) return r;
-    const inputs: Tensor[] = [...r.inputs, ...controls];
+    const states = this.states;
+    if (controls.length === 0 && states.length === 0) return r;
+    const own = r.inputs;
+    const inputs = new Array<Tensor>(own.length + controls.length + states.length);
+    let n = 0;
+    for (let i = 0; i < own.length; i++) inputs[n++] = own[i]!;
+    for (let i = 0; i < controls.length; i++) inputs[n++] = controls[i]!;
     const start = (r.flags & FLAG_START) !== 0;
-    for (const s of this.states) inputs.push((!start && seq.state.get(s.inputName)) || s.initial);
-    let requestedOutputs = r.requestedOutputs;
-    if (this.stateOutputs.length > 0) {
-      const outs = [...r.requestedOutputs];
-      for (const name of this.stateOutputs) if (!outs.includes(name)) outs.push(name);
-      requestedOutputs = outs;
+    for (let i = 0; i < states.length; i++) {
+      const s = states[i]!;
+      inputs[n++] = (!start && seq.state.get(s.inputName)) || s.initial;
     }
+    const requestedOutputs = this.stateOutputs.length > 0 ? this.withStateOutputs(r.requestedOutputs) : r.requestedOutputs;
     return {
       id: r.id,
       inputs,
@@ -392,6 +437,20 @@ export class SequenceBatcher implements Scheduler {
       correlationId: r.correlationId,
       flags: r.flags,
     };
+  }
+
+  /**
+   * The client's outputs and the state outputs. Clients of a sequence ask for
+   * the same outputs request after request, so the last answer is kept.
+   */
+  private withStateOutputs(wanted: readonly string[]): readonly string[] {
+    const last = this.lastWanted;
+    if (last !== undefined && (last === wanted || sameNames(last, wanted))) return this.lastWithStates;
+    const outs = [...wanted];
+    for (const name of this.stateOutputs) if (!outs.includes(name)) outs.push(name);
+    this.lastWanted = wanted;
+    this.lastWithStates = outs;
+    return outs;
   }
 
   private finished(lane: Lane, batch: readonly Sequence[], count: number): void {
