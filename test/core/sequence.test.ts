@@ -109,6 +109,28 @@ output [
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
+/** Ensembles whose one step is a sequence model: the request's correlation id and flags reach the step. */
+const ACC_ENSEMBLE = `name: "acc_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "accumulator" model_version: -1 input_map { key: "INPUT" value: "IN" } output_map { key: "OUTPUT" value: "OUT" } } ] }
+`;
+
+const PROBE_ENSEMBLE = `name: "probe_ensemble"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [
+  { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEEN_FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "SEEN_CORRID" data_type: TYPE_STRING dims: [ 1 ] }
+]
+ensemble_scheduling { step [ { model_name: "probe" model_version: -1 input_map { key: "INPUT" value: "IN" }
+  output_map { key: "OUTPUT" value: "SUM" } output_map { key: "FLAGS" value: "SEEN_FLAGS" } output_map { key: "CORRID" value: "SEEN_CORRID" } } ] }
+`;
+
 let repo: TempRepository;
 let server: Server;
 let http: HttpFrontend;
@@ -122,8 +144,14 @@ before(async () => {
     .config('simple_dyna_sequence', SIMPLE_DYNA_SEQUENCE)
     .file('simple_dyna_sequence', '1/model.onnx', buildSequenceControlModel(true).toBytes())
     .config('accumulator', ACCUMULATOR)
-    .file('accumulator', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes());
-  if (!noNumpy) repo.config('probe', PROBE).file('probe', '1/model.py', readFileSync(`${fixtureDir('sequence_probe')}/model.py`));
+    .file('accumulator', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes())
+    .config('acc_ensemble', ACC_ENSEMBLE);
+  mkdirSync(path.join(repo.dir, 'acc_ensemble', '1'), { recursive: true });
+  if (!noNumpy) {
+    repo.config('probe', PROBE).file('probe', '1/model.py', readFileSync(`${fixtureDir('sequence_probe')}/model.py`));
+    repo.config('probe_ensemble', PROBE_ENSEMBLE);
+    mkdirSync(path.join(repo.dir, 'probe_ensemble', '1'), { recursive: true });
+  }
   if (!noTorch) {
     repo.config('torch_acc', TORCH_SEQUENCE);
     mkdirSync(path.join(repo.dir, 'torch_acc', '1'), { recursive: true });
@@ -371,6 +399,40 @@ describe('implicit state', () => {
     assert.deepEqual(await step(31, 5, {}), { OUTPUT: 9, FLAGS: 0, CORRID: '31', STARTED: 0 });
     assert.deepEqual(await step(31, 6, { sequence_end: true }), { OUTPUT: 15, FLAGS: 2, CORRID: '31', STARTED: 0 });
     assert.deepEqual(await step('order-9', 2, { sequence_start: true, sequence_end: true }), { OUTPUT: 2, FLAGS: 3, CORRID: 'order-9', STARTED: 1 });
+  });
+
+  test("through an ensemble: the step gets the request's correlation id and flags, and its state follows the sequence", async () => {
+    const step = async (model: string, id: number | string, input: { datatype: string; data: unknown[] }, parameters: Record<string, unknown>) => {
+      const shape = [1, input.data.length];
+      const r = await call(httpPort, 'POST', `/v2/models/${model}/infer`, {
+        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'IN', shape, ...input }] }),
+      });
+      const doc = json(r) as { outputs: Array<{ name: string; data: unknown[] }> };
+      assert.equal(r.status, 200, JSON.stringify(doc));
+      return Object.fromEntries(doc.outputs.map((o) => [o.name, o.data]));
+    };
+    const fp32 = (data: number[]) => ({ datatype: 'FP32', data });
+    assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 2, 3, 4]), { sequence_start: true }), { OUT: [1, 2, 3, 4] });
+    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([9, 9, 9, 9]), { sequence_start: true }), { OUT: [9, 9, 9, 9] });
+    assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 1, 1, 1]), {}), { OUT: [2, 3, 4, 5] });
+    assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 1, 1, 1]), { sequence_end: true }), { OUT: [3, 4, 5, 6] });
+    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([1, 0, 0, 0]), { sequence_end: true }), { OUT: [10, 9, 9, 9] });
+    // Without START the step's sequence batcher refuses the id, as it would a direct request.
+    const r = await call(httpPort, 'POST', '/v2/models/acc_ensemble/infer', {
+      body: JSON.stringify({ parameters: { sequence_id: 70 }, inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 4], data: [0, 0, 0, 0] }] }),
+    });
+    assert.equal(r.status, 400);
+    assert.match((json(r) as { error: string }).error, /must specify the START flag on the first request of the sequence/);
+    if (noNumpy) return;
+    const int32 = (v: number) => ({ datatype: 'INT32', data: [v] });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(4), { sequence_start: true }), { SUM: [4], SEEN_FLAGS: [1], SEEN_CORRID: ['41'] });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(5), {}), { SUM: [9], SEEN_FLAGS: [0], SEEN_CORRID: ['41'] });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(6), { sequence_end: true }), { SUM: [15], SEEN_FLAGS: [2], SEEN_CORRID: ['41'] });
+    assert.deepEqual(await step('probe_ensemble', 'ens-9', int32(2), { sequence_start: true, sequence_end: true }), {
+      SUM: [2],
+      SEEN_FLAGS: [3],
+      SEEN_CORRID: ['ens-9'],
+    });
   });
 
   test('a TorchScript model takes the START control and its state by argument name', { skip: noTorch }, async () => {
