@@ -6,10 +6,11 @@
  * idles: a server that goes quiet after a storm of hostile requests can keep
  * hundreds of MiB resident for as long as it stays quiet. The frontends note
  * the bytes of each body they read or inflate; once enough have passed since
- * the last collection and no new body has come for a moment, one full
- * collection runs. Under steady traffic the quiet moment never comes and V8's
+ * the last collection, no new body has come for a moment and the event loop
+ * has been mostly idle meanwhile, one full collection runs. Under steady traffic the quiet moment never comes and V8's
  * own schedule applies; the collection only ever runs on an idle server.
  */
+import { type EventLoopUtilization, performance } from 'node:perf_hooks';
 import v8 from 'node:v8';
 import vm from 'node:vm';
 
@@ -52,13 +53,26 @@ export interface MemoryReclaimerOptions {
   readonly quietMs?: number;
   /** The collection itself (default: V8's full collection, looked up when first needed). */
   readonly collect?: Collect;
+  /**
+   * Whether the event loop was busy during the quiet time (default: its utilisation
+   * over that time above a tenth): bodies read just before may still be parsing.
+   */
+  readonly busy?: (since: EventLoopUtilization) => boolean;
+}
+
+const BUSY_UTILIZATION = 0.1;
+
+function loopWasBusy(since: EventLoopUtilization): boolean {
+  return performance.eventLoopUtilization(since).utilization > BUSY_UTILIZATION;
 }
 
 export class MemoryReclaimer {
   private readonly thresholdBytes: number;
   private readonly quietMs: number;
   private readonly collect: Collect | undefined;
+  private readonly busy: (since: EventLoopUtilization) => boolean;
   private pending = 0;
+  private armedAt: EventLoopUtilization | undefined;
   private lastNote = 0;
   private timer: NodeJS.Timeout | undefined;
   /** Collections run so far. */
@@ -68,6 +82,7 @@ export class MemoryReclaimer {
     this.thresholdBytes = options.thresholdBytes ?? 16 * MiB;
     this.quietMs = options.quietMs ?? 1000;
     this.collect = options.collect;
+    this.busy = options.busy ?? loopWasBusy;
   }
 
   /** Notes `bytes` of body buffers (read, inflated or refused part way) that are garbage once the request ends. */
@@ -86,6 +101,7 @@ export class MemoryReclaimer {
   }
 
   private arm(ms: number): void {
+    this.armedAt = performance.eventLoopUtilization();
     this.timer = setTimeout(() => this.run(), ms);
     this.timer.unref();
   }
@@ -96,6 +112,11 @@ export class MemoryReclaimer {
     const sinceLast = Date.now() - this.lastNote;
     if (sinceLast < this.quietMs) {
       this.arm(this.quietMs - sinceLast);
+      return;
+    }
+    // Quiet, but still working through what came: its garbage is not all made yet.
+    if (this.armedAt !== undefined && this.busy(this.armedAt)) {
+      this.arm(this.quietMs);
       return;
     }
     this.pending = 0;

@@ -5,9 +5,9 @@ import { MemoryReclaimer, fullCollection } from '../../src/frontends/memory-recl
 
 const MiB = 1024 * 1024;
 
-function reclaimer(): { r: MemoryReclaimer; runs: () => number } {
+function reclaimer(busy: () => boolean = () => false): { r: MemoryReclaimer; runs: () => number } {
   let n = 0;
-  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, collect: () => n++ });
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, collect: () => n++, busy });
   return { r, runs: () => n };
 }
 
@@ -34,6 +34,18 @@ test('a burst over the threshold is followed by one collection, once no body has
   r.note(11 * MiB);
   t.mock.timers.tick(1000);
   assert.equal(runs(), 2, 'the count starts again after a collection');
+});
+
+test('a quiet time during which the event loop was busy (parsing what came) does not count', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  let busy = true;
+  const { r, runs } = reclaimer(() => busy);
+  r.note(20 * MiB);
+  t.mock.timers.tick(5000);
+  assert.equal(runs(), 0);
+  busy = false;
+  t.mock.timers.tick(1000);
+  assert.equal(runs(), 1);
 });
 
 test('stop cancels a waiting collection', (t) => {
