@@ -63,24 +63,42 @@ function describe(label: string, m: MemorySample, base?: MemorySample): string {
   return `${label.padEnd(22)}RSS ${m.rss.toFixed(1)} MiB${delta}  [anon ${m.anon.toFixed(1)} file ${m.file.toFixed(1)}]${js}`;
 }
 
-/** The mappings holding the most resident memory (HOSTILE_SMAPS=1): tells the brk heap from thread arenas and V8's pages. */
-function topMappings(pid: number, n = 8): string {
-  const rows: Array<{ name: string; size: number; rss: number }> = [];
-  let current: { name: string; size: number; rss: number } | undefined;
+interface Mapping {
+  readonly range: string;
+  readonly name: string;
+  readonly size: number;
+  rss: number;
+}
+
+function mappings(pid: number): Mapping[] {
+  const rows: Mapping[] = [];
+  let current: Mapping | undefined;
   for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
     const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (head !== null) {
-      current = { name: head[3] || '[anon]', size: (parseInt(head[2]!, 16) - parseInt(head[1]!, 16)) / MiB, rss: 0 };
+      current = { range: `${head[1]}-${head[2]}`, name: head[3] || '[anon]', size: (parseInt(head[2]!, 16) - parseInt(head[1]!, 16)) / MiB, rss: 0 };
       rows.push(current);
     } else if (current !== undefined && line.startsWith('Rss:')) {
       current.rss = Number(/(\d+)/.exec(line)?.[1] ?? 0) / 1024;
     }
   }
-  rows.sort((a, b) => b.rss - a.rss);
-  return rows
-    .slice(0, n)
-    .map((r) => `    ${r.rss.toFixed(1).padStart(7)} MiB of ${r.size.toFixed(1).padStart(7)} MiB  ${r.name}`)
-    .join('\n');
+  return rows;
+}
+
+/**
+ * Where resident memory grew between two readings of /proc/PID/smaps
+ * (HOSTILE_SMAPS=1): the brk heap, thread arenas (64 MiB anonymous
+ * mappings), V8's pages, the libraries. Mappings are matched by address.
+ */
+function mappingGrowth(before: readonly Mapping[], after: readonly Mapping[], n = 10): string {
+  const key = (m: Mapping): string => (m.name === '[heap]' ? m.name : m.range);
+  const old = new Map(before.map((m) => [key(m), m.rss]));
+  const rows = after.map((m) => ({ ...m, growth: m.rss - (old.get(key(m)) ?? 0) })).sort((a, b) => b.growth - a.growth);
+  const anonCount = (list: readonly Mapping[]): number => list.filter((m) => m.name === '[anon]').length;
+  return [
+    `  mappings ${before.length} -> ${after.length} (anonymous ${anonCount(before)} -> ${anonCount(after)}); most grown:`,
+    ...rows.slice(0, n).map((r) => `    ${signed(r.growth).padStart(7)} MiB to ${r.rss.toFixed(1).padStart(6)} of ${r.size.toFixed(1).padStart(7)} MiB  ${r.name}${old.has(key(r)) ? '' : ' (new)'}`),
+  ].join('\n');
 }
 
 function signed(v: number): string {
@@ -180,6 +198,7 @@ async function main(): Promise<void> {
     for (let i = 0; i < 200; i++) await send(server.http, agent, valid);
     await sleep(2000);
     const start = memory(pid, probeFile);
+    const startMappings = process.env.HOSTILE_SMAPS === '1' ? mappings(pid) : [];
     console.log(describe('start', start));
     snapshot();
 
@@ -214,7 +233,7 @@ async function main(): Promise<void> {
     await sleep(10_000);
     const settled = memory(pid, probeFile);
     console.log(describe('10 s later', settled, start));
-    if (process.env.HOSTILE_SMAPS === '1') console.log(topMappings(pid));
+    if (process.env.HOSTILE_SMAPS === '1') console.log(mappingGrowth(startMappings, mappings(pid)));
     snapshot();
     const stillServes = await send(server.http, agent, valid);
     console.log(`valid request after    ${stillServes}`);
