@@ -15,7 +15,8 @@
  * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart),
  * overload (a bounded queue at 2x capacity: goodput and accepted p99),
  * json (JSON tensor decode/encode in process, previous vs current code),
- * cost (main-thread CPU per request against the naive wrapper, and by stage).
+ * cost (main-thread CPU per request against the naive wrapper, and by stage),
+ * inline (inline execution vs the session thread vs naive, with server CPU).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
  */
@@ -219,3 +220,4 @@ if (want('overload')) runScript('overload.js');
 if (want('json')) runScript('json.js');
 if (want('hostile')) runScript('hostile.js');
 if (want('cost')) runScript('request-cost.js');
+if (want('inline')) runScript('inline.js');

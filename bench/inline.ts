@@ -1,0 +1,107 @@
+/**
+ * Inline execution against the session thread and the naive wrapper, over
+ * HTTP binary: the same server binary started twice (inline_execution auto,
+ * and off: every run on the session thread), and the naive node:http +
+ * onnxruntime-node wrapper, driven in turns (every point of a round on each
+ * server before the next round), so a busy machine slows all three alike.
+ * Prints the median of the rounds: requests/s, p50, and the server's CPU
+ * (user + system time over wall time, in % of one core).
+ *
+ * Usage: node dist/bench/inline.js
+ * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
+ * BENCH_MODELS (e.g. "tiny").
+ */
+import { readFileSync } from 'node:fs';
+import { binaryBody } from './bodies.js';
+import { buildBenchModels } from './models.js';
+import { type Proc, startNaive, startNereid } from './processes.js';
+import { runWrk } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const onlyModels = process.env.BENCH_MODELS?.split(',');
+
+/** The points measured per model: which variant, at which concurrency. */
+const POINTS: ReadonlyArray<{ batched: boolean; c: number }> = [
+  { batched: false, c: 1 },
+  { batched: false, c: 8 },
+  { batched: true, c: 8 },
+  { batched: true, c: 32 },
+];
+
+/** CPU seconds (user + system) a process used so far, from /proc. */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const fmt = (n: number, d = 0): string => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+
+interface Sample {
+  rps: number[];
+  p50: number[];
+  cpu: number[];
+}
+
+for (const model of (await buildBenchModels()).filter((m) => !onlyModels || onlyModels.some((o) => m.plainName.includes(o)))) {
+  const auto = await startNereid(model.repository, []);
+  const off = await startNereid(model.repository, ['--backend-config=onnxruntime,inline_execution=off']);
+  const naive = await startNaive(model.onnxFile);
+  const servers: Array<{ label: string; proc: Proc; url: (batched: boolean) => string }> = [
+    { label: 'inline auto', proc: auto.proc, url: (b) => `http://127.0.0.1:${auto.http}/v2/models/${b ? model.batchedName : model.plainName}/infer` },
+    { label: 'thread (off)', proc: off.proc, url: (b) => `http://127.0.0.1:${off.http}/v2/models/${b ? model.batchedName : model.plainName}/infer` },
+    { label: 'naive', proc: naive.proc, url: () => `http://127.0.0.1:${naive.port}/` },
+  ];
+  const body = binaryBody(model.inputName, model.outputName, model.inputSize);
+  const samples = new Map<string, Sample>();
+  let errors = 0;
+  try {
+    // Warm-up: the first runs are timed on the threads before any goes inline.
+    for (const s of servers) for (const b of [false, true]) await runWrk(s.url(b), body, 4, 1);
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const p of POINTS) {
+        for (const s of servers) {
+          const pid = s.proc.child.pid!;
+          const cpu0 = cpuSeconds(pid);
+          const t0 = performance.now();
+          const w = await runWrk(s.url(p.batched), body, p.c, SECONDS);
+          const cpu = ((cpuSeconds(pid) - cpu0) / ((performance.now() - t0) / 1000)) * 100;
+          errors += w.errors + w.non2xx;
+          const key = `${p.batched}|${p.c}|${s.label}`;
+          const x = samples.get(key) ?? { rps: [], p50: [], cpu: [] };
+          x.rps.push(w.requestsPerSec);
+          x.p50.push(w.p50us);
+          x.cpu.push(cpu);
+          samples.set(key, x);
+        }
+      }
+    }
+  } finally {
+    for (const s of servers) await s.proc.stop();
+  }
+  const header = ['model', 'conc', 'server', 'req/s', 'p50us', 'cpu%', 'x naive', 'Δp50us', 'rounds req/s'];
+  const rows: string[][] = [];
+  for (const p of POINTS) {
+    const nv = samples.get(`${p.batched}|${p.c}|naive`)!;
+    for (const s of servers) {
+      const x = samples.get(`${p.batched}|${p.c}|${s.label}`)!;
+      rows.push([
+        s.label === 'naive' ? 'naive' : p.batched ? model.batchedName : model.plainName,
+        String(p.c),
+        s.label,
+        fmt(median(x.rps)),
+        fmt(median(x.p50)),
+        fmt(median(x.cpu)),
+        fmt(median(x.rps) / median(nv.rps), 2),
+        fmt(median(x.p50) - median(nv.p50)),
+        x.rps.map((v) => fmt(v)).join(' / '),
+      ]);
+    }
+  }
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]): string => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+  process.stdout.write(`\n${model.label}: inline execution vs the session thread vs naive, HTTP binary, wrk -t1, median of ${ROUNDS} rounds of ${SECONDS}s, errors ${errors}\n`);
+  process.stdout.write(`${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+}
