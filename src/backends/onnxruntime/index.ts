@@ -23,7 +23,7 @@ import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
 import type { SessionClient } from './session-client.js';
-import { buildSessionOptions, sessionPoolSettings, sessionThreadChoice, spinWaitMicros } from './session-options.js';
+import { DEFAULT_INTRA_OP_THREADS, buildSessionOptions, machineIntraOpThreads, sessionPoolSettings, sessionThreadChoice, spinWaitMicros } from './session-options.js';
 import { SessionThreadPool } from './session-pool.js';
 import { validateConfigAgainstModel } from './validate.js';
 
@@ -113,18 +113,22 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionT
   }
   const info = await readModel(ctx.modelName, ctx.modelDir, ctx.versionDir, ctx.config);
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
+  const choice = sessionThreadChoice(ctx.modelName, ctx.config);
+  const mayShare = choice === 'shared' || (choice === 'auto' && info.bytes <= SHARED_THREAD_MAX_MODEL_BYTES);
+  // Sessions on threads of their own share out the machine's CPU; pooled ones keep one intra-op thread.
+  const defaultIntra = mayShare ? DEFAULT_INTRA_OP_THREADS : machineIntraOpThreads(ctx.config);
   // Bad parameter values fail the load here rather than at the first instance.
-  const cpuOptions = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 });
+  const cpuOptions = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 }, defaultIntra);
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
   const inline = inlinePolicy(ctx, inlineMode(ctx.modelName, ctx.config, ctx.backendConfig), info, cpuOptions);
-  const choice = sessionThreadChoice(ctx.modelName, ctx.config);
   return new OnnxRuntimeModel(
     info.path,
     new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers], info.outputs),
     cudaProbe,
     pool,
-    choice === 'shared' || (choice === 'auto' && info.bytes <= SHARED_THREAD_MAX_MODEL_BYTES),
+    mayShare,
     inline,
+    defaultIntra,
   );
 }
 
@@ -190,6 +194,8 @@ class OnnxRuntimeModel implements BackendModel {
     private readonly mayShare: boolean,
     /** Where each run of a CPU instance goes (see inline.ts); undefined: always its thread. */
     private readonly inline: InlinePolicy | undefined,
+    /** Intra-op threads unless configured. */
+    private readonly defaultIntra: number,
   ) {}
 
   async createInstance(ctx: InstanceContext): Promise<BackendInstance> {
@@ -198,7 +204,7 @@ class OnnxRuntimeModel implements BackendModel {
       const cuda = this.cudaProbe();
       if (!cuda.available) throw cudaError(ctx.modelName, `instance '${ctx.instanceName}'`, cuda.reason);
     }
-    const options = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind, deviceId: ctx.deviceId });
+    const options = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind, deviceId: ctx.deviceId }, this.defaultIntra);
     // A session with intra-op threads of its own, or in parallel mode, keeps its thread busy for longer: it gets a thread of its own.
     const shared = this.mayShare && kind === 'CPU' && options.intraOpNumThreads === 1 && (options.interOpNumThreads ?? 1) <= 1 && options.executionMode !== 'parallel';
     let client: SessionClient;

@@ -7,7 +7,7 @@
 import { defaultSpinMicros, processCpuBudget } from '../cpu-budget.js';
 import type { SessionPoolSettings } from './session-pool.js';
 import type { InferenceSession } from 'onnxruntime-node';
-import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { ModelInstanceGroup_Kind, type ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
 
 /**
@@ -22,6 +22,21 @@ import { Errors } from '../../errors.js';
  * default) or `--backend-config=onnxruntime,intra_op_thread_count=N`.
  */
 export const DEFAULT_INTRA_OP_THREADS = 1;
+
+/**
+ * The intra-op default of a model with session threads of its own (a big
+ * model, or session_thread 'own'): the CPU the process may use (cores, capped
+ * by a cgroup quota) shared out among the model's KIND_CPU instances, at
+ * least one each. One instance of a big model on an 8-core machine gets 8, two
+ * get 4 each. Models small enough to share the pool's threads keep
+ * DEFAULT_INTRA_OP_THREADS: a session with a pool of its own would need a
+ * thread of its own, and a small model's run gains little from one.
+ */
+export function machineIntraOpThreads(config: ModelConfig, budget = processCpuBudget()): number {
+  let instances = 0;
+  for (const g of config.instanceGroup) if (g.kind === ModelInstanceGroup_Kind.CPU && !g.passive) instances += Math.max(1, g.count);
+  return Math.max(1, Math.floor(budget / Math.max(1, instances)));
+}
 
 /**
  * Spinning keeps idle intra-op threads busy-waiting for work: a little lower
@@ -120,6 +135,8 @@ export function buildSessionOptions(
   config: ModelConfig,
   backendConfig: Readonly<Record<string, string>>,
   placement: PlacementOptions,
+  /** Intra-op threads when neither the model nor the backend config names a count (see machineIntraOpThreads). */
+  defaultIntra = DEFAULT_INTRA_OP_THREADS,
 ): InferenceSession.SessionOptions {
   const levelValue = config.optimization?.graph?.level ?? 0;
   const graphOptimizationLevel = levelValue === -1 ? 'basic' : levelValue === 1 ? 'extended' : levelValue === 2 ? 'disabled' : 'all';
@@ -132,7 +149,7 @@ export function buildSessionOptions(
   }
 
   // Model parameters win; `--backend-config=onnxruntime,intra_op_thread_count=N` sets the default for every model.
-  const intra = intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) ?? DEFAULT_INTRA_OP_THREADS;
+  const intra = intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) ?? defaultIntra;
   const inter = intParameter(modelName, config, 'inter_op_thread_count', backendConfig['inter_op_thread_count']);
   if (intra < 0) throw Errors.config(`model '${modelName}': parameter 'intra_op_thread_count' must be >= 0, got ${intra}`);
   if (inter !== undefined && inter < 0) {

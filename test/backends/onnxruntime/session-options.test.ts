@@ -1,7 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NereidError } from '../../../src/errors.js';
-import { DEFAULT_SPIN_WAIT_MICROS, buildSessionOptions, spinWaitMicros } from '../../../src/backends/onnxruntime/session-options.js';
+import { DEFAULT_SPIN_WAIT_MICROS, buildSessionOptions, machineIntraOpThreads, spinWaitMicros } from '../../../src/backends/onnxruntime/session-options.js';
+import { ModelInstanceGroup_Kind } from '../../../src/gen/model_config_pb.js';
 import { config } from './fixtures.js';
 
 const cpu = { kind: 'CPU' as const, deviceId: 0 };
@@ -79,4 +80,23 @@ test('spin_wait_microseconds: the model parameter wins over the backend config, 
       (err: unknown) => err instanceof NereidError && err.message.includes("'spin_wait_microseconds'") && err.message.includes("model 'm'"),
     );
   }
+});
+
+test('machineIntraOpThreads shares the CPU budget out among the KIND_CPU instances, at least one each', () => {
+  const groups = (...gs: Array<{ kind: ModelInstanceGroup_Kind; count: number; passive?: boolean }>) => config({ instanceGroup: gs });
+  const CPU = ModelInstanceGroup_Kind.CPU;
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 1 }), 8), 8);
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 2 }), 8), 4);
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 2 }, { kind: CPU, count: 1 }), 8), 2);
+  // Passive instances take no requests; GPU instances run elsewhere.
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 1 }, { kind: CPU, count: 3, passive: true }, { kind: ModelInstanceGroup_Kind.GPU, count: 1 }), 8), 8);
+  // A 1.5-core cgroup quota and two instances: one each.
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 2 }), 1.5), 1);
+  assert.equal(machineIntraOpThreads(groups({ kind: CPU, count: 1 }), 2.5), 2);
+});
+
+test('buildSessionOptions: the default intra-op count applies only where neither the model nor the backend config names one', () => {
+  assert.equal(buildSessionOptions('m', config({}), {}, cpu, 6).intraOpNumThreads, 6);
+  assert.equal(buildSessionOptions('m', config({}), { intra_op_thread_count: '2' }, cpu, 6).intraOpNumThreads, 2);
+  assert.equal(buildSessionOptions('m', config({ parameters: params({ intra_op_thread_count: '3' }) }), {}, cpu, 6).intraOpNumThreads, 3);
 });
