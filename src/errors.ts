@@ -216,6 +216,7 @@ export const Errors = {
       `inference request for sequence ${id} to model '${m}' must specify the START flag on the first request of the sequence`,
   ),
   sequenceCorrelationIdType: make('NRD_SEQUENCE_CORRELATION_ID_TYPE', 'INVALID_ARG', (msg: string) => msg),
+  sequenceBacklogTimeout: make('NRD_SEQUENCE_BACKLOG_TIMEOUT', 'UNAVAILABLE', () => 'timeout of the corresponding sequence has been expired'),
   sequenceStateMissing: make(
     'NRD_SEQUENCE_STATE_MISSING',
     'INTERNAL',

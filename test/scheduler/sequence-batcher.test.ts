@@ -96,7 +96,7 @@ class Harness {
     });
   }
 
-  send(id: string, correlationId: bigint | string, flags = 0, value = 1, batch = 1): void {
+  send(id: string, correlationId: bigint | string, flags = 0, value = 1, batch = 1, timeoutUs = 0): void {
     const request: BackendRequest = {
       id,
       inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [batch, 1], data: new Uint8Array(new Int32Array(Array(batch).fill(value)).buffer) }],
@@ -109,7 +109,7 @@ class Harness {
     const item = new ScheduledRequest(
       request,
       0,
-      0,
+      timeoutUs,
       this.stats,
       (response, error) => {
         this.outcomes.push(
@@ -365,4 +365,43 @@ test('direct with a long max_queue_delay: the batch starts once every active slo
   h.send('b1', 2n, START);
   await h.untilOutcomes(2);
   assert.deepEqual(ids(b.batches[0]!), ['a1', 'b1']);
+});
+
+test('a sequence waiting in the backlog past its request timeout is refused (UNAVAILABLE, rejected); one in a slot is not', async (t) => {
+  const h = new Harness({ strategyChoice: { case: 'direct', value: {} } }, { maxBatchSize: 1 });
+  const b = h.backends[0]!;
+  // The timers do not hold the process open (a server's sockets do); this test's does.
+  const keepAlive = setInterval(() => {}, 1000);
+  t.after(() => clearInterval(keepAlive));
+  // a holds the one slot (its request runs until the test lets it); it has a timeout too, which a slot ignores.
+  h.send('a1', 1n, START, 1, 1, 1000);
+  await b.untilBatches(1);
+  h.send('b1', 2n, START, 1, 1, 2000); // backlogged, times out
+  h.send('b2', 2n, 0, 1, 1, 0); // same sequence: refused with it
+  h.send('c1', 3n, START); // backlogged, no timeout: waits
+  await h.untilOutcomes(2);
+  for (const id of ['b1', 'b2']) {
+    const e = h.outcome(id).error;
+    assert.equal(e?.code, 'NRD_SEQUENCE_BACKLOG_TIMEOUT');
+    assert.equal(e?.errorClass, 'UNAVAILABLE');
+    assert.equal(e?.message, 'timeout of the corresponding sequence has been expired');
+  }
+  assert.equal(h.batcher.slotOf(2n), undefined, 'the expired sequence is gone');
+  assert.equal(h.batcher.slotOf(3n), 'backlog');
+  assert.equal(h.stats.toJSON().inference_stats.fail.count, 2);
+  // The expired id needs START again.
+  h.send('b3', 2n);
+  await h.untilOutcomes(3);
+  assert.equal(h.outcome('b3').error?.code, 'NRD_SEQUENCE_NOT_STARTED');
+  // a ends; c takes the slot and runs.
+  h.send('a2', 1n, END);
+  b.finishOne();
+  await b.untilBatches(2);
+  b.finishOne();
+  await b.untilBatches(3);
+  assert.deepEqual(ids(b.batches[2]!), ['c1']);
+  b.finishOne();
+  await h.untilOutcomes(6);
+  assert.equal(h.outcome('a1').error, undefined);
+  assert.equal(h.outcome('c1').error, undefined);
 });

@@ -3,7 +3,11 @@
  * correlation id); a sequence is pinned to one slot of one instance from its
  * START request until its END request has run, or until it has been idle
  * for max_sequence_idle_microseconds. When every slot is taken, new
- * sequences wait in a backlog, oldest first, for a slot to free up.
+ * sequences wait in a backlog, oldest first, for a slot to free up; a
+ * backlogged sequence expires at the earliest timeout of its requests (the
+ * request `timeout` parameter), and its requests are then refused, as
+ * Triton's reaper does. Once in a slot, a sequence's timeouts no longer
+ * apply.
  *
  * A batch holds at most one request per sequence, and a sequence's next
  * request is not batched until the one before has finished, so the requests
@@ -53,6 +57,8 @@ class Sequence {
   /** A request of this sequence is executing. */
   running = false;
   lastActiveNs: bigint;
+  /** In the backlog: when its requests are refused for waiting too long (the earliest request timeout); 0n: never. */
+  expiresNs = 0n;
   constructor(readonly id: CorrelationId) {
     this.lastActiveNs = process.hrtime.bigint();
   }
@@ -206,6 +212,8 @@ export class SequenceBatcher implements Scheduler {
   private executing = 0;
   private soon: NodeJS.Immediate | undefined;
   private reaper: NodeJS.Timeout | undefined;
+  private backlogTimer: NodeJS.Timeout | undefined;
+  private backlogTimerAt = 0n;
   private drainWaiters: Array<() => void> = [];
 
   constructor(
@@ -301,6 +309,12 @@ export class SequenceBatcher implements Scheduler {
     seq.queue.push(item);
     seq.lastActiveNs = item.enqueueNs;
     this.pending += 1;
+    if (!seq.slot && item.timeoutUs > 0) {
+      // Triton: a sequence waiting for a slot expires at the earliest timeout of its requests.
+      const at = item.enqueueNs + BigInt(item.timeoutUs) * 1000n;
+      if (seq.expiresNs === 0n || at < seq.expiresNs) seq.expiresNs = at;
+      this.armBacklogTimer();
+    }
     if (end) {
       // Later requests with this id start a new sequence.
       this.active.delete(id);
@@ -341,6 +355,7 @@ export class SequenceBatcher implements Scheduler {
   private assign(slot: Slot, seq: Sequence): void {
     slot.sequence = seq;
     seq.slot = slot;
+    seq.expiresNs = 0n; // in a slot the backlog timeout no longer applies
     this.armReaper();
   }
 
@@ -465,6 +480,59 @@ export class SequenceBatcher implements Scheduler {
       if (seq.ended && seq.head() === undefined) this.release(seq);
     }
     for (const l of this.lanes) this.form(l);
+    if (this.pending === 0 && this.executing === 0 && this.drainWaiters.length > 0) {
+      const waiters = this.drainWaiters;
+      this.drainWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+
+  /** Arms the timer for the earliest backlog expiry (if any and none is armed sooner). */
+  private armBacklogTimer(): void {
+    let next = 0n;
+    for (const seq of this.backlog) if (seq.expiresNs !== 0n && (next === 0n || seq.expiresNs < next)) next = seq.expiresNs;
+    if (next === 0n) {
+      if (this.backlogTimer) clearTimeout(this.backlogTimer);
+      this.backlogTimer = undefined;
+      this.backlogTimerAt = 0n;
+      return;
+    }
+    if (this.backlogTimer && this.backlogTimerAt !== 0n && this.backlogTimerAt <= next) return;
+    if (this.backlogTimer) clearTimeout(this.backlogTimer);
+    const ms = Math.max(1, Math.ceil(Number(next - process.hrtime.bigint()) / 1e6));
+    this.backlogTimerAt = next;
+    this.backlogTimer = setTimeout(this.expireBacklog, ms);
+  }
+
+  /**
+   * Refuses the requests of backlogged sequences whose timeout passed
+   * (UNAVAILABLE, counted as rejected, as Triton); their ids then need START
+   * again.
+   */
+  private readonly expireBacklog = (): void => {
+    this.backlogTimer = undefined;
+    this.backlogTimerAt = 0n;
+    const now = process.hrtime.bigint();
+    const expired: Sequence[] = [];
+    for (let i = 0; i < this.backlog.length; ) {
+      const seq = this.backlog[i]!;
+      if (seq.expiresNs !== 0n && seq.expiresNs <= now) {
+        this.backlog.splice(i, 1);
+        expired.push(seq);
+      } else i++;
+    }
+    for (const seq of expired) {
+      if (this.active.get(seq.id) === seq) this.active.delete(seq.id);
+      seq.ended = true;
+      const requests = seq.queue.splice(0);
+      this.pending -= requests.length;
+      for (const r of requests) r.fail(Errors.sequenceBacklogTimeout(), 'REJECTED');
+    }
+    this.armBacklogTimer();
+    if (expired.length > 0) this.resolveDrainIfIdle();
+  };
+
+  private resolveDrainIfIdle(): void {
     if (this.pending === 0 && this.executing === 0 && this.drainWaiters.length > 0) {
       const waiters = this.drainWaiters;
       this.drainWaiters = [];
