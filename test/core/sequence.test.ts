@@ -141,6 +141,8 @@ before(async () => {
   repo = new TempRepository()
     .config('simple_sequence', SIMPLE_SEQUENCE)
     .file('simple_sequence', '1/model.onnx', buildSequenceControlModel(false).toBytes())
+    .config('one_instance_sequence', SIMPLE_SEQUENCE.replace('"simple_sequence"', '"one_instance_sequence"').replace('{ kind: KIND_CPU }', '{ kind: KIND_CPU count: 1 }'))
+    .file('one_instance_sequence', '1/model.onnx', buildSequenceControlModel(false).toBytes())
     .config('simple_dyna_sequence', SIMPLE_DYNA_SEQUENCE)
     .file('simple_dyna_sequence', '1/model.onnx', buildSequenceControlModel(true).toBytes())
     .config('accumulator', ACCUMULATOR)
@@ -250,6 +252,21 @@ describe('Triton example sequence models', () => {
       got.push(r.doc.outputs![0]!.data[0] as number);
     }
     assert.deepEqual(got, [1, ...VALUES]);
+  });
+
+  test('simple_sequence (direct, one instance): a sequence alone in slot 1 runs behind a not-READY padding request in slot 0', async () => {
+    // 2001 takes slot 0 and 2002 slot 1; both stay open.
+    assert.equal((await httpStep('one_instance_sequence', 2001, 5, { start: true })).doc.outputs![0]!.data[0], 6);
+    assert.equal((await httpStep('one_instance_sequence', 2002, 7, { start: true })).doc.outputs![0]!.data[0], 8);
+    const before = server.modelStatistics('one_instance_sequence')[0]!;
+    const r = await httpStep('one_instance_sequence', 2002, 9, { end: true });
+    assert.equal(r.status, 200, JSON.stringify(r.doc));
+    assert.equal(r.doc.outputs![0]!.data[0], 9, "slot 1's own row of the padded batch");
+    const after = server.modelStatistics('one_instance_sequence')[0]!;
+    assert.equal(after.inference_stats.success.count - before.inference_stats.success.count, 1);
+    assert.equal(after.execution_count - before.execution_count, 1);
+    assert.equal(after.inference_count - before.inference_count, 2, 'the execution ran a batch of 2: the padding and 2002');
+    assert.equal((await httpStep('one_instance_sequence', 2001, 1, { end: true })).doc.outputs![0]!.data[0], 1);
   });
 
   test('simple_sequence over gRPC ModelStreamInfer, as simple_grpc_sequence_stream_infer_client.py', async () => {

@@ -405,3 +405,48 @@ test('a sequence waiting in the backlog past its request timeout is refused (UNA
   assert.equal(h.outcome('a1').error, undefined);
   assert.equal(h.outcome('c1').error, undefined);
 });
+
+test('direct: a sequence keeps its slot index in every batch; slots below it with nothing to run get not-READY padding', async () => {
+  const h = new Harness({ strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS }, { maxBatchSize: 4, states: [ACCUMULATOR_STATE] });
+  const b = h.backends[0]!;
+  b.auto = true;
+  const input = (r: BackendRequest, name: string) => r.inputs.find((t) => t.name === name);
+  h.send('a1', 10n, START, 1);
+  h.send('b1', 20n, START, 2);
+  h.send('c1', 30n, START, 3);
+  await h.untilOutcomes(3);
+  assert.deepEqual(ids(b.batches[0]!), ['a1', 'b1', 'c1']);
+  // Only the sequence in slot 2 has a request: slots 0 and 1 are padded.
+  h.send('c2', 30n, 0, 5);
+  await h.untilOutcomes(4);
+  const batch = b.batches[1]!;
+  assert.deepEqual(ids(batch), ['', '', 'c2']);
+  for (const pad of batch.slice(0, 2)) {
+    assert.deepEqual([...input(pad, 'READY')!.data], [0], 'padding is not ready');
+    assert.deepEqual(i32(input(pad, 'START')), [0]);
+    assert.deepEqual(f32(input(pad, 'END')), [0]);
+    assert.deepEqual([...new BigUint64Array(input(pad, 'CORRID')!.data.slice().buffer)], [0n]);
+    assert.deepEqual(i32(input(pad, 'INPUT')), [0]);
+    assert.deepEqual(i32(input(pad, 'STATE_IN')), [0], 'padding gets the initial state, not a sequence state');
+    assert.deepEqual(pad.requestedOutputs, [], 'nothing is asked of padding');
+    assert.equal(pad.correlationId, 0n);
+  }
+  assert.deepEqual([...input(batch[2]!, 'READY')!.data], [1]);
+  assert.deepEqual([...new BigUint64Array(input(batch[2]!, 'CORRID')!.data.slice().buffer)], [30n]);
+  assert.equal(h.outcome('c2').output, 8, 'the state of slot 2 stays with its sequence');
+  // Slot 1 alone: one padding below it, none above.
+  h.send('b2', 20n, END, 1);
+  await h.untilOutcomes(5);
+  assert.deepEqual(ids(b.batches[2]!), ['', 'b2']);
+  assert.equal(h.outcome('b2').output, 3);
+  // Slot 0 alone: no padding.
+  h.send('a2', 10n, END, 1);
+  await h.untilOutcomes(6);
+  assert.deepEqual(ids(b.batches[3]!), ['a2']);
+  assert.equal(h.outcome('a2').output, 2);
+  await h.batcher.drain();
+  const stats = h.stats.toJSON();
+  assert.equal(stats.inference_stats.success.count, 6, 'padding is not an inference request');
+  assert.equal(stats.execution_count, 4);
+  assert.equal(stats.inference_count, 3 + 3 + 2 + 1, 'padding counts in the executed batch sizes, as a backend reports them');
+});

@@ -52,6 +52,10 @@ export class SequenceControls {
   /** Control tensors have a batch dimension when the model batches. */
   private readonly shape: readonly number[];
 
+  get batchShape(): readonly number[] {
+    return this.shape;
+  }
+
   constructor(seq: ModelSequenceBatching, batching: boolean) {
     let start: BoolControl | undefined;
     let end: BoolControl | undefined;
@@ -97,6 +101,20 @@ export class SequenceControls {
     if (this.corrid) out.push({ name: this.corrid.name, datatype: this.corrid.datatype, shape, data: corridBytes(this.corrid.datatype, id) });
     return out;
   }
+}
+
+/**
+ * The control tensors of a padding request (direct strategy: a slot with no
+ * request in this batch): START and END false, READY false, CORRID 0.
+ */
+export function paddingControls(controls: SequenceControls): Tensor[] {
+  const out: Tensor[] = [];
+  const shape = controls.batchShape;
+  if (controls.start) out.push(boolTensor(controls.start, false, shape));
+  if (controls.end) out.push(boolTensor(controls.end, false, shape));
+  if (controls.ready) out.push(boolTensor(controls.ready, false, shape));
+  if (controls.corrid) out.push({ name: controls.corrid.name, datatype: controls.corrid.datatype, shape, data: corridBytes(controls.corrid.datatype, 0n) });
+  return out;
 }
 
 function boolTensor(c: BoolControl, value: boolean, shape: readonly number[]): Tensor {

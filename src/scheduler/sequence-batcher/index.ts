@@ -22,18 +22,23 @@
  *   to max_batch_size sequences whose next request is oldest (waiting up to
  *   max_queue_delay_microseconds for a full or preferred batch size).
  *
- * Unlike Triton's direct strategy, batches are not padded with not-READY
- * requests to keep a slot at a fixed batch index: no backend here keeps
- * state by batch index, so the padding would only cost compute.
+ * direct, as Triton: a sequence keeps its slot's index in every batch. A
+ * batch spans slots 0 to the highest slot with a request to run; a slot
+ * below it with nothing to run (no request, or its sequence still running
+ * in the batch before) gets a padding request: the first real request's
+ * inputs as zeros, READY (and START, END) false, CORRID 0, the initial
+ * state, no outputs. Padding counts in the batch size of the execution
+ * statistics (as a backend reports it), not as an inference request.
  */
 import type { BackendRequest, BackendResponse } from '../../backends/backend.js';
 import type { ModelSequenceBatching } from '../../gen/model_config_pb.js';
 import type { ModelVersionStatistics } from '../../types/statistics.js';
 import { Errors, type NereidError } from '../../errors.js';
-import type { Tensor } from '../../tensor/tensor.js';
+import { type Tensor, tensorByteLength } from '../../tensor/tensor.js';
+import { elementCount } from '../../tensor/datatype.js';
 import type { ScheduledRequest } from '../scheduled-request.js';
 import { type BatchItem, type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
-import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText } from './controls.js';
+import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText, paddingControls } from './controls.js';
 
 export { loadStateSpecs, SequenceControls, type StateSpec } from './controls.js';
 
@@ -162,6 +167,19 @@ class SequenceStep implements BatchItem {
     this.done = true;
     this.original.fail(error, reason);
   }
+}
+
+/** Stands in the batch for a direct-strategy slot with nothing to run; its outcome is dropped. */
+class PaddingStep implements BatchItem {
+  executing = false;
+  constructor(
+    readonly request: BackendRequest,
+    readonly enqueueNs: bigint,
+  ) {}
+
+  succeed(): void {}
+
+  fail(): void {}
 }
 
 function byOldestHead(a: Sequence, b: Sequence): number {
@@ -420,12 +438,42 @@ export class SequenceBatcher implements Scheduler {
       seq.running = true;
       steps[i] = new SequenceStep(item, this.backendRequest(item.request, seq), seq, this);
     }
-    this.pending -= steps.length;
-    this.executing += steps.length;
+    const count = steps.length;
+    this.pending -= count;
+    this.executing += count;
     lane.inFlight += 1;
     lane.instance.busy = true;
     lane.instance.inFlight += 1;
-    void executeBatch(lane.instance, steps, steps.length, this.stats, this.modelName).then(() => this.finished(lane, batch, steps.length));
+    const items: readonly BatchItem[] = this.oldest || this.maxBatch === 1 ? steps : this.bySlot(batch, steps);
+    void executeBatch(lane.instance, items, items.length, this.stats, this.modelName).then(() => this.finished(lane, batch, count));
+  }
+
+  /** direct: each step at its slot's index, padding in the slots below the highest that have nothing to run. */
+  private bySlot(batch: readonly Sequence[], steps: readonly SequenceStep[]): BatchItem[] {
+    let last = 0;
+    for (const seq of batch) if (seq.slot!.index > last) last = seq.slot!.index;
+    const items = new Array<BatchItem | undefined>(last + 1);
+    for (let i = 0; i < batch.length; i++) items[batch[i]!.slot!.index] = steps[i];
+    let padding: BackendRequest | undefined;
+    for (let i = 0; i <= last; i++) {
+      if (items[i] !== undefined) continue;
+      padding ??= this.paddingRequest(steps[0]!.original.request);
+      items[i] = new PaddingStep(padding, steps[0]!.enqueueNs);
+    }
+    return items as BatchItem[];
+  }
+
+  /** A request shaped like `like` (the client's inputs as zeros) that the model is told is not ready. */
+  private paddingRequest(like: BackendRequest): BackendRequest {
+    const inputs: Tensor[] = [];
+    for (const t of like.inputs) {
+      // Zeros are a valid BYTES tensor too: every element an empty string.
+      const bytes = t.datatype === 'BYTES' ? 4 * elementCount(t.shape) : tensorByteLength(t);
+      inputs.push({ name: t.name, datatype: t.datatype, shape: t.shape, data: new Uint8Array(bytes) });
+    }
+    inputs.push(...paddingControls(this.controls));
+    for (const s of this.states) inputs.push(s.initial);
+    return { id: '', inputs, requestedOutputs: [], parameters: {}, batchSize: 1, correlationId: 0n, flags: 0 };
   }
 
   private backendRequest(r: BackendRequest, seq: Sequence): BackendRequest {
