@@ -1,5 +1,6 @@
 /** Starting and stopping the servers a benchmark compares. */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -91,4 +92,15 @@ export async function startNaive(modelFile: string, noSpin = false): Promise<{ p
     }
   }
   throw new Error('naive server did not start');
+}
+
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** CPU seconds (user + system) of one thread of `pid` (the main thread's id is the pid), or of the whole process. */
+export function cpuSeconds(pid: number, tid?: number): number {
+  const file = tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`;
+  const text = readFileSync(file, 'utf8');
+  // Fields after the command name (which may hold spaces), counted from field 3.
+  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
 }

@@ -26,24 +26,13 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { binaryBody } from './bodies.js';
 import { buildBenchModels } from './models.js';
-import { DIST, Proc, freePort, startNaive, waitForHttp } from './processes.js';
+import { DIST, Proc, cpuSeconds, freePort, startNaive, waitForHttp } from './processes.js';
 import { type HttpBody, type WrkResult, runWrk } from './wrk.js';
 import { buildAddSubModel } from '../src/onnx/builder.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONCURRENCY = Number(process.env.COST_CONCURRENCY ?? 1);
-const CLOCK_TICKS_PER_SECOND = 100;
-
-/** CPU seconds (user + system) of one thread, or of the whole process when `tid` is omitted. */
-function cpuSeconds(pid: number, tid?: number): number {
-  const file = tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`;
-  const text = readFileSync(file, 'utf8');
-  // Fields after the command name (which may hold spaces), counted from field 3.
-  const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SECOND;
-}
-
 interface CostPoint {
   wrk: WrkResult;
   mainUs: number;
