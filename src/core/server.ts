@@ -9,7 +9,7 @@ import type { Logger } from 'pino';
 import type { BackendResponse } from '../backends/backend.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { modelConfigToJson } from '../config/index.js';
-import { Errors, asNereidError } from '../errors.js';
+import { Errors, type NereidError, asNereidError } from '../errors.js';
 import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { silentLogger } from '../logger.js';
 import { classify } from './classification.js';
@@ -59,6 +59,8 @@ function countGpus(): number {
     return 0;
   }
 }
+
+let queueFullWithoutId: NereidError | undefined;
 
 /** The output called `name`; backends mostly produce them in the requested order, so position `hint` is tried first. */
 function outputNamed(produced: readonly Tensor[], name: string, hint: number): Tensor | undefined {
@@ -233,6 +235,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     }
     if (v.scheduler?.full === true) {
       v.stats.recordFailure('REJECTED', 0);
+      // Refusals come in floods: one error serves every request without an id (no stack captured per refusal).
+      if (requestId === '') throw (queueFullWithoutId ??= Errors.maxQueueSizeExceeded(''));
       throw Errors.maxQueueSizeExceeded(requestId);
     }
   }
