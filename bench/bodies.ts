@@ -7,13 +7,18 @@ export function jsonBody(input: string, output: string, size: number): HttpBody 
   return { body: Buffer.from(body), headers: { 'Content-Type': 'application/json' } };
 }
 
-export function binaryBody(input: string, output: string, size: number): HttpBody {
+/** Binary input, the output asked back as JSON (`binary_data: false`). */
+export function binaryInJsonOutBody(input: string, output: string, size: number): HttpBody {
+  return binaryBody(input, output, size, false);
+}
+
+export function binaryBody(input: string, output: string, size: number, binaryOutput = true): HttpBody {
   const values = new Float32Array(size);
   for (let i = 0; i < size; i++) values[i] = ((i % 17) - 8) / 8;
   const header = Buffer.from(
     JSON.stringify({
       inputs: [{ name: input, shape: [1, size], datatype: 'FP32', parameters: { binary_data_size: size * 4 } }],
-      outputs: [{ name: output, parameters: { binary_data: true } }],
+      outputs: [{ name: output, parameters: { binary_data: binaryOutput } }],
     }),
   );
   return {

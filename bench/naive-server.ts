@@ -35,7 +35,8 @@ const server = http.createServer((req, res) => {
       const out = await session.run({ [inputName]: new ort.Tensor('float32', data, input.shape) });
       const tensor = out[outputName]!;
       const values = tensor.data as Float32Array;
-      if (headerLen !== undefined) {
+      const jsonOut = headerLen === undefined || request.outputs?.[0]?.parameters?.binary_data === false;
+      if (!jsonOut) {
         const json = Buffer.from(
           JSON.stringify({
             model_name: 'm',

@@ -18,11 +18,12 @@
  * cost (main-thread CPU per request against the naive wrapper, and by stage),
  * inline (inline execution vs the session thread vs naive, with server CPU).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
- * BENCH_MODELS (e.g. "tiny" or "tiny,medium").
+ * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
+ * bin→json is binary input with the output asked back as JSON).
  */
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { binaryBody, jsonBody } from './bodies.js';
+import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, startNaive, startNereid } from './processes.js';
 import { type WrkResult, runWrk } from './wrk.js';
@@ -57,8 +58,15 @@ export function ceiling(model: BenchModel, batches: number[], threads: number): 
   return out;
 }
 
-async function measure(url: string, model: BenchModel, format: 'json' | 'binary', c: number): Promise<WrkResult> {
-  const body = format === 'json' ? jsonBody(model.inputName, model.outputName, model.inputSize) : binaryBody(model.inputName, model.outputName, model.inputSize);
+type BodyFormat = 'json' | 'binary' | 'bin→json';
+
+async function measure(url: string, model: BenchModel, format: BodyFormat, c: number): Promise<WrkResult> {
+  const body =
+    format === 'json'
+      ? jsonBody(model.inputName, model.outputName, model.inputSize)
+      : format === 'binary'
+        ? binaryBody(model.inputName, model.outputName, model.inputSize)
+        : binaryInJsonOutBody(model.inputName, model.outputName, model.inputSize);
   return runWrk(url, body, c, SECONDS);
 }
 
@@ -86,12 +94,14 @@ function meanBatchBetween(
 
 async function httpSection(models: BenchModel[]): Promise<void> {
   const conc = (process.env.BENCH_CONCURRENCY ?? '1,8,32').split(',').map(Number);
+  // bin→json: binary input, the output asked back as JSON (the float-to-text encoding's cost).
+  const formats = (process.env.BENCH_FORMATS ?? 'binary,json,bin→json').split(',') as BodyFormat[];
   for (const model of models) {
     const nereid = await startNereid(model.repository, []);
     const naive = await startNaive(model.onnxFile);
     const rows: string[][] = [];
     try {
-      for (const format of ['binary', 'json'] as const) {
+      for (const format of formats) {
         for (const c of conc) {
           const n = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
           const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
@@ -126,6 +136,7 @@ async function httpSection(models: BenchModel[]): Promise<void> {
 
 async function batchingSection(models: BenchModel[]): Promise<void> {
   const conc = (process.env.BENCH_CONCURRENCY ?? '1,8,32,64').split(',').map(Number);
+  const formats = (process.env.BENCH_FORMATS ?? 'binary,json,bin→json').split(',') as BodyFormat[];
   for (const model of models) {
     const ceil = ceiling(model, [1, 8, 32, 64], 1);
     const best = Math.max(...ceil.values());
@@ -133,7 +144,7 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
     const naive = await startNaive(model.onnxFile);
     const rows: string[][] = [];
     try {
-      for (const format of ['binary', 'json'] as const) {
+      for (const format of formats) {
         for (const c of conc) {
           const before = await scrapeCounts(nereid.metrics, model.batchedName);
           const d = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.batchedName}/infer`, model, format, c);
