@@ -11,7 +11,7 @@ import type { Tensor } from '../../tensor/tensor.js';
 import { decodeJsonTensorData } from '../../tensor/json-codec.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import type { SharedMemoryRef } from '../../core/shared-memory.js';
-import { parseJsonBytes } from './json-parse.js';
+import { parseJsonBytes, parseJsonText } from './json-parse.js';
 
 type JsonObject = Record<string, unknown>;
 
@@ -83,6 +83,26 @@ function requestPrefix(id: string): string {
 }
 
 /**
+ * Parsed JSON headers of recent requests, by their text. Clients send the
+ * same header again and again (same model, inputs, shapes and outputs; only
+ * the binary bytes after it change), and parsing it was the largest part of
+ * decoding a small binary request. The decoder only reads a parsed document,
+ * never changes it, so one parse serves every request with that text.
+ */
+const headerMemo = new Map<string, unknown>();
+const MEMO_ENTRIES = 128;
+const MEMO_MAX_TEXT = 4096;
+
+function parseRecurringHeader(text: string): unknown {
+  const known = headerMemo.get(text);
+  if (known !== undefined) return known;
+  const doc = parseJsonText(text);
+  if (headerMemo.size >= MEMO_ENTRIES) headerMemo.delete(headerMemo.keys().next().value!);
+  headerMemo.set(text, doc);
+  return doc;
+}
+
+/**
  * Decodes a JSON (+ binary) infer body. `headerLength` is the length of the
  * JSON header: the whole body when Inference-Header-Content-Length is absent.
  */
@@ -97,7 +117,7 @@ export function decodeInferBody(
       `request JSON size of ${headerLength} bytes exceeds the maximum allowed input size of ${maxInputSize} bytes. Use --http-max-input-size to increase the limit.`,
     );
   }
-  const parsed = parseJsonBytes(body, 0, headerLength);
+  const parsed = headerLength <= MEMO_MAX_TEXT ? parseRecurringHeader(body.toString('utf8', 0, headerLength)) : parseJsonBytes(body, 0, headerLength);
   const doc: JsonObject = isObject(parsed) ? parsed : {};
   const out = new DecodedInfer();
 

@@ -422,3 +422,28 @@ test('parseJsonText answers as the careful path on generated documents (long int
   const deep = '['.repeat(100_000) + '12345678901234567891' + ']'.repeat(100_000);
   assert.equal(mayHaveLostPrecision(JSON.parse(deep)), true, 'deep nesting is walked without recursion');
 });
+
+test('a header sent again decodes the same, each body keeping its own bytes, and later requests are not changed by earlier ones', () => {
+  const header = {
+    id: '',
+    parameters: { priority: 2 },
+    inputs: [
+      { name: 'A', datatype: 'INT32', shape: [1, 2], parameters: { binary_data_size: 8 } },
+      { name: 'B', datatype: 'INT32', shape: [2], data: [5, 6] },
+    ],
+    outputs: [{ name: 'OUT', parameters: { binary_data: true } }],
+  };
+  const first = binaryBody(header, [int32Bytes([1, 2])]);
+  const second = binaryBody(header, [int32Bytes([3, 4])]);
+  const a = decodeInferBody(first.body, first.headerLength, 'm', MAX);
+  (a.inputs[0]!.shape as number[]).push(99);
+  a.parameters!['priority'] = 7;
+  a.outputs!.push({ name: 'EXTRA' });
+  const b = decodeInferBody(second.body, second.headerLength, 'm', MAX);
+  assert.deepEqual([...new Int32Array(Uint8Array.from(b.inputs[0]!.data).buffer)], [3, 4]);
+  assert.deepEqual([...new Int32Array(Uint8Array.from(b.inputs[1]!.data).buffer)], [5, 6]);
+  assert.deepEqual(b.inputs[0]!.shape, [1, 2]);
+  assert.deepEqual(b.parameters, { priority: 2 });
+  assert.deepEqual(b.outputs, [{ name: 'OUT' }]);
+  assert.deepEqual([...new Int32Array(Uint8Array.from(a.inputs[0]!.data).buffer)], [1, 2]);
+});
