@@ -16,7 +16,8 @@
  * overload (a bounded queue at 2x capacity: goodput and accepted p99),
  * json (JSON tensor decode/encode in process, previous vs current code),
  * cost (main-thread CPU per request against the naive wrapper, and by stage),
- * inline (inline execution vs the session thread vs naive, with server CPU).
+ * inline (inline execution vs the session thread vs naive, with server CPU),
+ * grpclibs (@grpc/grpc-js against @connectrpc/connect-node under the same ModelInfer).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -232,3 +233,4 @@ if (want('json')) runScript('json.js');
 if (want('hostile')) runScript('hostile.js');
 if (want('cost')) runScript('request-cost.js');
 if (want('inline')) runScript('inline.js');
+if (want('grpclibs')) runScript('grpc-libs.js');
