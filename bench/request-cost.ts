@@ -193,7 +193,7 @@ const BY_URL: ReadonlyArray<[string, Stage]> = [
   ['/core/request', 'validate'],
   ['/scheduler/', 'schedule'],
   ['/core/server', 'schedule'],
-  ['/core/cancellation', 'routing'],
+  ['/types/cancellation', 'routing'],
   ['/backends/', 'backend hand-off'],
   ['/cache/', 'response shaping'],
   ['_http_server', 'HTTP parse'],
