@@ -18,6 +18,7 @@ import { malformedError } from './handlers.js';
 import { forwardedHeaders } from './restrictions.js';
 import { MalformedMessage } from './service.js';
 import { toServiceError } from './status.js';
+import { batchWrites } from './batched-writes.js';
 
 const DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy";
 
@@ -332,6 +333,7 @@ function errorResponse(msg: ModelInferRequest | undefined, err: NereidError, dec
 
 export function modelStreamInferHandler(server: ServerApi, logger: Logger, headerPattern?: RegExp) {
   return (call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>): void => {
+    batchWrites(call);
     new StreamInferSession(server, call, logger, headerPattern);
   };
 }
