@@ -1,9 +1,11 @@
 /**
  * The KServe v2 HTTP frontend with Triton's extensions, on node:http.
  *
- * Routing follows Triton's: exact full-path regular expressions tried in a
- * fixed order, no percent-decoding, 404 "Not Found" for anything else and
- * 405 "Method Not Allowed" for a known path with the wrong method.
+ * Routing follows Triton's: one table of full paths (`addRoutes`), no
+ * percent-decoding, 404 "Not Found" for anything else. The table gives each
+ * route its API category and methods, and the dispatcher applies
+ * `--http-restricted-api` (403) and then the method (405 "Method Not
+ * Allowed" for a known path with the wrong method) once, before the handler.
  */
 import { Cancellation } from '../../types/cancellation.js';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -22,6 +24,7 @@ import { parseJsonBytes } from './json-parse.js';
 import { generateResponseJson, mapGenerateRequest } from './generate.js';
 import { streamResponses } from '../../core/response-stream.js';
 import { Replier } from './reply.js';
+import { Router, type RouteParams } from './router.js';
 import { LogSettings, TraceSettings, stoi } from './settings.js';
 import {
   type HttpApiCategory,
@@ -48,13 +51,16 @@ export interface HttpFrontendOptions {
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
 
-const MODEL_RE =
-  /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|trace\/setting))?$/;
-const HEALTH_RE = /^\/v2(?:\/health\/(live|ready))?$/;
-const SYSTEM_SHM_RE = /^\/v2\/systemsharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
-const CUDA_SHM_RE = /^\/v2\/cudasharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
-const REPOSITORY_RE = /^\/v2\/repository(?:\/([^/]+))?\/(index|models\/([^/]+)\/(load|unload))$/;
+/** One entry of the route table: the API group `--http-restricted-api` names, the methods, the handler. */
+interface HttpRoute {
+  readonly category: HttpApiCategory;
+  readonly methods: readonly string[];
+  readonly handle: (req: IncomingMessage, res: ServerResponse, params: RouteParams) => Promise<void> | void;
+}
 
+const GET: readonly string[] = ['GET'];
+const POST: readonly string[] = ['POST'];
+const GET_POST: readonly string[] = ['GET', 'POST'];
 
 const METHOD_NOT_ALLOWED = 405;
 const NOT_FOUND = 404;
@@ -102,6 +108,7 @@ export class HttpFrontend {
   private readonly logger: Logger;
   private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
   private readonly forwardPattern: RegExp | undefined;
+  private readonly routes = new Router<HttpRoute>();
   private closed: Promise<void> | undefined;
 
   constructor(
@@ -117,6 +124,7 @@ export class HttpFrontend {
       options.headerForwardPattern === undefined || options.headerForwardPattern === ''
         ? undefined
         : compileHeaderForwardPattern(options.headerForwardPattern);
+    this.addRoutes();
     this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));
     this.httpServer.on('clientError', answerClientError);
     // Outlive common load-balancer idle timeouts (60 s) so they close first.
@@ -198,82 +206,69 @@ export class HttpFrontend {
   }
 
   private route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> | void {
-    if (path === '/v2/models/stats') return this.handleStats(req, res, '', undefined);
-    if (path === '/v2/logging') return this.handleLogging(req, res);
+    const found = this.routes.match(path);
+    if (found === undefined) return this.reply.errorText(res, NOT_FOUND, 'Not Found');
+    const route = found.route;
+    if (this.restricted(req, res, route.category)) return;
+    if (!route.methods.includes(req.method ?? '')) return this.notAllowed(res);
+    return route.handle(req, res, found.params);
+  }
 
-    const m = MODEL_RE.exec(path);
-    if (m !== null) {
-      const model = m[1]!;
-      const version = m[2];
-      switch (m[3]) {
-        case 'infer':
-          return this.handleInfer(req, res, model, version);
-        case 'ready':
-          return this.handleModelReady(req, res, model, version);
-        case 'config':
-          return this.handleModelConfig(req, res, model, version);
-        case 'stats':
-          return this.handleStats(req, res, model, version);
-        case 'generate':
-          return this.handleGenerate(req, res, model, version, false);
-        case 'generate_stream':
-          return this.handleGenerate(req, res, model, version, true);
-        case 'trace/setting':
-          if (version === undefined) return this.handleTrace(req, res, model);
-          break;
-        default:
-          return this.handleModelMetadata(req, res, model, version);
+  /** Triton's endpoints: each path once, with its API category and methods. */
+  private addRoutes(): void {
+    const route = (category: HttpApiCategory, methods: readonly string[], handle: HttpRoute['handle']): HttpRoute => ({
+      category,
+      methods,
+      handle,
+    });
+    const model = (p: RouteParams): string => p['model']!;
+    this.routes
+      .add('/v2', route('metadata', GET, (_req, res) => this.handleServerMetadata(res)))
+      .add('/v2/health/live', route('health', GET, (_req, res) => this.handleHealth(res, 'live')))
+      .add('/v2/health/ready', route('health', GET, (_req, res) => this.handleHealth(res, 'ready')))
+      .add('/v2/models/stats', route('statistics', GET, (_req, res) => this.handleStats(res, '', undefined)))
+      .add('/v2/models/:model[/versions/:version]', route('metadata', GET, (_req, res, p) => this.handleModelMetadata(res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/ready', route('health', GET, (_req, res, p) => this.handleModelReady(res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/config', route('model-config', GET, (_req, res, p) => this.handleModelConfig(res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/stats', route('statistics', GET, (_req, res, p) => this.handleStats(res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/infer', route('inference', POST, (req, res, p) => this.handleInfer(req, res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/generate', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], false)))
+      .add('/v2/models/:model[/versions/:version]/generate_stream', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], true)))
+      .add('/v2/models/:model/trace/setting', route('trace', GET_POST, (req, res, p) => this.handleTrace(req, res, model(p))))
+      .add('/v2/trace/setting', route('trace', GET_POST, (req, res) => this.handleTrace(req, res, '')))
+      .add('/v2/logging', route('logging', GET_POST, (req, res) => this.handleLogging(req, res)))
+      .add('/v2/repository[/:repository]/index', route('model-repository', POST, (req, res, p) => this.handleRepositoryIndex(req, res, p['repository'] ?? '')))
+      .add('/v2/repository[/:repository]/models/:model/load', route('model-repository', POST, (req, res, p) => this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'load')))
+      .add('/v2/repository[/:repository]/models/:model/unload', route('model-repository', POST, (req, res, p) => this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'unload')));
+    for (const kind of ['system', 'cuda'] as const) {
+      for (const action of ['status', 'register', 'unregister'] as const) {
+        this.routes.add(
+          `/v2/${kind}sharedmemory[/region/:region]/${action}`,
+          route('shared-memory', action === 'status' ? GET : POST, (req, res, p) => this.handleSharedMemory(req, res, kind, p['region'] ?? '', action)),
+        );
       }
     }
-
-    if (path === '/v2') return this.handleServerMetadata(req, res);
-    const health = HEALTH_RE.exec(path);
-    if (health !== null) return this.handleHealth(req, res, health[1]!);
-    const sys = SYSTEM_SHM_RE.exec(path);
-    if (sys !== null) return this.handleSharedMemory(req, res, 'system', sys[1] ?? '', sys[2]!);
-    const cuda = CUDA_SHM_RE.exec(path);
-    if (cuda !== null) return this.handleSharedMemory(req, res, 'cuda', cuda[1] ?? '', cuda[2]!);
-    const repo = REPOSITORY_RE.exec(path);
-    if (repo !== null) {
-      if (repo[2] === 'index') return this.handleRepositoryIndex(req, res, repo[1] ?? '');
-      return this.handleRepositoryControl(req, res, repo[1] ?? '', repo[3]!, repo[4]!);
-    }
-    if (path === '/v2/trace/setting') return this.handleTrace(req, res, '');
-    this.reply.errorText(res, NOT_FOUND, 'Not Found');
   }
 
   // --- health and metadata -------------------------------------------------
 
-  private handleHealth(req: IncomingMessage, res: ServerResponse, kind: string): void {
-    if (this.restricted(req, res, 'health')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private handleHealth(res: ServerResponse, kind: string): void {
     const ok = kind === 'live' ? this.server.isLive() : this.server.isReady();
     this.reply.empty(res, ok ? 200 : 400);
   }
 
-  private handleServerMetadata(req: IncomingMessage, res: ServerResponse): void {
-    if (this.restricted(req, res, 'metadata')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private handleServerMetadata(res: ServerResponse): void {
     const md = this.server.metadata();
     this.reply.json(res, 200, JSON.stringify({ name: md.name, version: md.version, extensions: md.extensions }));
   }
 
-  private async handleModelReady(
-    req: IncomingMessage,
-    res: ServerResponse,
-    model: string,
-    versionText: string | undefined,
-  ): Promise<void> {
-    if (this.restricted(req, res, 'health')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private async handleModelReady(res: ServerResponse, model: string, versionText: string | undefined): Promise<void> {
     const ready = await this.server.modelReady(model, parseVersion(model, versionText));
     if (ready) this.reply.empty(res, 200);
     else this.reply.errorText(res, 400, 'Model version not ready');
   }
 
-  private handleModelMetadata(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
-    if (this.restricted(req, res, 'metadata')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private handleModelMetadata(res: ServerResponse, model: string, versionText: string | undefined): void {
     const md = this.server.modelMetadata(model, parseVersion(model, versionText));
     const tensors = (list: typeof md.inputs) => list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
     const body = JSON.stringify({
@@ -286,15 +281,11 @@ export class HttpFrontend {
     this.reply.json(res, 200, body);
   }
 
-  private handleModelConfig(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
-    if (this.restricted(req, res, 'model-config')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private handleModelConfig(res: ServerResponse, model: string, versionText: string | undefined): void {
     this.reply.json(res, 200, JSON.stringify(this.server.modelConfigJson(model, parseVersion(model, versionText))));
   }
 
-  private handleStats(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): void {
-    if (this.restricted(req, res, 'statistics')) return;
-    if (req.method !== 'GET') return this.notAllowed(res);
+  private handleStats(res: ServerResponse, model: string, versionText: string | undefined): void {
     const version = parseVersion(model, versionText);
     const stats = this.server.modelStatistics(model === '' ? undefined : model, version);
     this.reply.json(res, 200, JSON.stringify({ model_stats: stats }));
@@ -310,8 +301,6 @@ export class HttpFrontend {
   }
 
   private async handleRepositoryIndex(req: IncomingMessage, res: ServerResponse, repository: string): Promise<void> {
-    if (this.restricted(req, res, 'model-repository')) return;
-    if (req.method !== 'POST') return this.notAllowed(res);
     const doc = await this.readJson(req, false);
     let readyOnly = false;
     if (isObject(doc) && doc['ready'] !== undefined) {
@@ -336,8 +325,6 @@ export class HttpFrontend {
     model: string,
     action: string,
   ): Promise<void> {
-    if (this.restricted(req, res, 'model-repository')) return;
-    if (req.method !== 'POST') return this.notAllowed(res);
     const doc = await this.readJson(req, false);
     const scope = repository === '' ? {} : { repository };
     if (action === 'load') {
@@ -379,9 +366,6 @@ export class HttpFrontend {
     region: string,
     action: string,
   ): Promise<void> {
-    if (this.restricted(req, res, 'shared-memory')) return;
-    const wanted = action === 'status' ? 'GET' : 'POST';
-    if (req.method !== wanted) return this.notAllowed(res);
     const shm = this.server.sharedMemory;
     if (action === 'status') {
       const status = kind === 'system' ? shm.systemStatus(region) : shm.cudaStatus(region);
@@ -414,8 +398,6 @@ export class HttpFrontend {
   // --- trace and logging ---------------------------------------------------
 
   private async handleTrace(req: IncomingMessage, res: ServerResponse, model: string): Promise<void> {
-    if (this.restricted(req, res, 'trace')) return;
-    if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
     if (model !== '') {
       const ready = await this.server.modelReady(model);
       if (!ready) throw Errors.invalidRequest(`Request for unknown model : ${model}`);
@@ -425,8 +407,6 @@ export class HttpFrontend {
   }
 
   private async handleLogging(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (this.restricted(req, res, 'logging')) return;
-    if (req.method !== 'GET' && req.method !== 'POST') return this.notAllowed(res);
     if (req.method === 'POST') this.logSettings.updateFromJson(await this.readJson(req, true));
     this.reply.json(res, 200, this.logSettings.toJson());
   }
@@ -439,8 +419,6 @@ export class HttpFrontend {
     model: string,
     versionText: string | undefined,
   ): Promise<void> {
-    if (this.restricted(req, res, 'inference')) return;
-    if (req.method !== 'POST') return this.notAllowed(res);
     const version = parseVersion(model, versionText);
     // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
     const config = this.server.modelConfig(model, version);
@@ -495,8 +473,6 @@ export class HttpFrontend {
     versionText: string | undefined,
     streaming: boolean,
   ): Promise<void> {
-    if (this.restricted(req, res, 'inference')) return;
-    if (req.method !== 'POST') return this.notAllowed(res);
     const version = parseVersion(model, versionText);
     const metadata = this.server.modelMetadata(model, version);
     if (requestEncoding(req) !== 'identity') {
