@@ -55,20 +55,23 @@ export class NereidError extends Error {
   }
 }
 
-export function httpStatusOf(errorClass: TritonErrorClass): number {
-  return HTTP_STATUS[errorClass];
-}
-
-export function grpcStatusOf(errorClass: TritonErrorClass): number {
-  return GRPC_STATUS[errorClass];
-}
-
 /** Wraps anything thrown into a NereidError (unknown errors are INTERNAL). */
 export function asNereidError(err: unknown): NereidError {
   if (err instanceof NereidError) return err;
-  const message = err instanceof Error ? err.message : String(err);
-  return new NereidError('NRD_INTERNAL', 'INTERNAL', message);
+  return Errors.internal(err instanceof Error ? err.message : String(err));
 }
+
+/** The codes of Errors.modelReported, by class. */
+export const MODEL_REPORTED_CODES: Readonly<Record<TritonErrorClass, string>> = {
+  INTERNAL: 'NRD_MODEL_EXECUTION',
+  NOT_FOUND: 'NRD_MODEL_REPORTED_NOT_FOUND',
+  INVALID_ARG: 'NRD_MODEL_REPORTED_INVALID_ARG',
+  UNAVAILABLE: 'NRD_MODEL_REPORTED_UNAVAILABLE',
+  UNSUPPORTED: 'NRD_MODEL_REPORTED_UNSUPPORTED',
+  ALREADY_EXISTS: 'NRD_MODEL_REPORTED_ALREADY_EXISTS',
+  CANCELLED: 'NRD_MODEL_REPORTED_CANCELLED',
+  UNKNOWN: 'NRD_MODEL_REPORTED_UNKNOWN',
+};
 
 const make =
   <A extends unknown[]>(code: string, errorClass: TritonErrorClass, text: (...args: A) => string) =>
@@ -113,7 +116,6 @@ export const Errors = {
     'INVALID_ARG',
     (m: string) => `requested model version is not available for model '${m}'`,
   ),
-  serverNotReady: make('NRD_SERVER_NOT_READY', 'UNAVAILABLE', (why: string) => `Server not ready: ${why}`),
   serverStopping: make('NRD_SERVER_STOPPING', 'UNAVAILABLE', () => 'Server is stopping and accepts no new requests'),
 
   // Request validation (core); prefixed with the request id by the caller
@@ -196,7 +198,6 @@ export const Errors = {
   unsupported: make('NRD_UNSUPPORTED', 'UNSUPPORTED', (msg: string) => msg),
 
   // Scheduling
-  queueFull: make('NRD_QUEUE_FULL', 'UNAVAILABLE', (m: string) => `Exceeds maximum queue size for model '${m}'`),
   requestTimeout: make('NRD_REQUEST_TIMEOUT', 'UNAVAILABLE', () => 'Request timeout expired'),
   // Sequence batcher (Triton's texts)
   sequenceBatchSize: make(
@@ -238,6 +239,13 @@ export const Errors = {
   warmupFailed: make('NRD_WARMUP_FAILED', 'INVALID_ARG', (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`),
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
+  /**
+   * An error a model sent as its response with a class of its choosing
+   * (Python's pb_utils.TritonError): the model's own message, and a code per
+   * class so that each code keeps one status (INTERNAL is a failed execution).
+   */
+  modelReported: (errorClass: TritonErrorClass, message: string): NereidError =>
+    new NereidError(MODEL_REPORTED_CODES[errorClass], errorClass, message),
   internal: make('NRD_INTERNAL', 'INTERNAL', (msg: string) => msg),
   repositoryUrl: make(
     'NRD_REPOSITORY_URL',
@@ -306,11 +314,7 @@ export const Errors = {
     (output: string, have: number, need: number) =>
       `shared memory size specified with the request for output '${output}' (${have} bytes) should be at least ${need} bytes to hold the results`,
   ),
-  repositoryNameUnsupported: make(
-    'NRD_REPOSITORY_NAME_UNSUPPORTED',
-    'UNSUPPORTED',
-    () => "'repository_name' specification is not supported",
-  ),
+  // A decoupled model on an endpoint that takes one response (HTTP infer, gRPC ModelInfer): each frontend's own text.
   decoupledNotSupported: make('NRD_DECOUPLED_NOT_SUPPORTED', 'UNSUPPORTED', (what: string) => what),
   // generate / generate_stream (HTTP): the request JSON cannot become the model's inputs
   generateMapping: make('NRD_GENERATE_MAPPING', 'INVALID_ARG', (msg: string) => msg),
@@ -322,6 +326,8 @@ export const Errors = {
   // Response cache configuration (start-up)
   cacheConfig: make('NRD_CACHE_CONFIG', 'INVALID_ARG', (msg: string) => msg),
   traceUnsupported: make('NRD_TRACE_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support trace'),
+  // Trace settings of a model that is not ready (HTTP and gRPC alike).
+  traceUnknownModel: make('NRD_TRACE_UNKNOWN_MODEL', 'INVALID_ARG', (m: string) => `Request for unknown model : ${m}`),
   loggingUnsupported: make('NRD_LOGGING_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support dynamic logging'),
   // Triton's exact queue-full text: the request id prefix appears only when the request has an id.
   maxQueueSizeExceeded: make(
@@ -329,7 +335,8 @@ export const Errors = {
     'UNAVAILABLE',
     (requestId: string) => `${requestId ? `[request id: ${requestId}] ` : ''}Exceeds maximum queue size`,
   ),
-  // Triton answers an unknown log_format with UNAVAILABLE (503).
+  // Triton's HTTP endpoint answers an unknown log_format with UNAVAILABLE (503) and this text; its gRPC
+  // endpoint says it otherwise, as INVALID_ARG (badParameter there).
   invalidLogFormat: make('NRD_LOG_FORMAT', 'UNAVAILABLE', (format: string) => `invalid argument for --log_format, got: ${format}`),
   socketInUse: make('NRD_SOCKET_IN_USE', 'UNAVAILABLE', (address: string, port: number) => `Socket '${address}:${port}' already in use `),
 } as const;

@@ -10,7 +10,7 @@
  * views into them.
  */
 import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../../backends/backend.js';
-import { Errors, NereidError, asNereidError } from '../../errors.js';
+import { Errors, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
@@ -304,10 +304,9 @@ function sliceOutput(
   let shape: readonly number[];
   if (batching) {
     if (w.dims.length === 0 || w.dims[0] !== total) {
-      throw new NereidError(
-        'NRD_MODEL_EXECUTION',
-        'INTERNAL',
-        `model '${modelName}' returned output '${p.name}' with shape [${w.dims.join(',')}], but the batch has ${total} items`,
+      throw Errors.modelExecution(
+        modelName,
+        `it returned output '${p.name}' with shape [${w.dims.join(',')}], but the batch has ${total} items`,
       );
     }
     const rowDims = w.dims.slice(1);

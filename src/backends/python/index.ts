@@ -17,7 +17,7 @@ import type {
   ParameterValue,
 } from '../backend.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
-import { Errors, NereidError, type TritonErrorClass } from '../../errors.js';
+import { Errors, type TritonErrorClass } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import type { FrameHeader, WireTensor } from './frame.js';
 import { modelConfigToJson } from '../../config/index.js';
@@ -255,7 +255,7 @@ export class PythonInstance implements BackendInstance {
     const model = this.ctx.modelName;
     if (item.e) {
       const cls = ERROR_CLASSES.has(item.e.c as TritonErrorClass) ? (item.e.c as TritonErrorClass) : 'INTERNAL';
-      return { error: new NereidError('NRD_MODEL_EXECUTION', cls, item.e.m) };
+      return { error: Errors.modelReported(cls, item.e.m) };
     }
     const metas = item.o ?? [];
     for (const m of metas) {

@@ -319,7 +319,7 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
       if (!traceSettings) throw Errors.traceUnsupported();
       const model = req.modelName === '' ? undefined : req.modelName;
       if (model !== undefined && !(await server.modelReady(model))) {
-        throw Errors.badParameter(`Request for unknown model : ${model}`);
+        throw Errors.traceUnknownModel(model);
       }
       const changes = traceChanges(req);
       const current = Object.keys(changes).length > 0 ? traceSettings.update(model, changes) : traceSettings.get(model);

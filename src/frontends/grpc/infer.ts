@@ -5,7 +5,7 @@ import { Cancellation } from '../../types/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
 import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
-import { asNereidError, Errors, type NereidError } from '../../errors.js';
+import { MODEL_REPORTED_CODES, asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
 import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../../types/api.js';
 import { streamResponses } from '../../core/response-stream.js';
@@ -23,7 +23,7 @@ import { batchWrites } from './batched-writes.js';
 const DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy";
 
 /** Errors Triton reports from its response callback (after the core ran) rather than when enqueuing. */
-const AFTER_CORE = new Set(['NRD_MODEL_EXECUTION', 'NRD_REQUEST_TIMEOUT', 'NRD_CANCELLED']);
+const AFTER_CORE = new Set(['NRD_REQUEST_TIMEOUT', 'NRD_CANCELLED', ...Object.values(MODEL_REPORTED_CODES)]);
 
 /** true when the model (version) is decoupled; false when unknown, leaving the error to infer(). */
 function isDecoupled(server: ServerApi, model: string, version: string): boolean {

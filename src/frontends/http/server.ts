@@ -400,7 +400,7 @@ export class HttpFrontend {
   private async handleTrace(req: IncomingMessage, res: ServerResponse, model: string): Promise<void> {
     if (model !== '') {
       const ready = await this.server.modelReady(model);
-      if (!ready) throw Errors.invalidRequest(`Request for unknown model : ${model}`);
+      if (!ready) throw Errors.traceUnknownModel(model);
     }
     if (req.method === 'POST') this.traceSettings.updateFromJson(model, await this.readJson(req, true));
     this.reply.json(res, 200, this.traceSettings.toJson(model));
@@ -423,7 +423,7 @@ export class HttpFrontend {
     // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
     const config = this.server.modelConfig(model, version);
     if (config.modelTransactionPolicy?.decoupled === true) {
-      throw Errors.unsupported("HTTP end point doesn't support models with decoupled transaction policy");
+      throw Errors.decoupledNotSupported("HTTP end point doesn't support models with decoupled transaction policy");
     }
     // A full queue answers before the body is read: shedding costs no copy or decode.
     this.server.checkAdmission?.(model, version);

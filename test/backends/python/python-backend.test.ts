@@ -305,6 +305,8 @@ describe('python backend: broken models fail cleanly', { skip }, () => {
     assert.ok(res!.error);
     assert.equal(res!.error.message, 'the model refuses this input');
     assert.equal(res!.error.errorClass, 'INVALID_ARG');
+    // Its own code: NRD_MODEL_EXECUTION stays INTERNAL.
+    assert.equal(res!.error.code, 'NRD_MODEL_REPORTED_INVALID_ARG');
     await unload(l);
   });
 
