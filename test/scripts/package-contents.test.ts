@@ -32,3 +32,25 @@ test('every runtime dependency is imported by the server', () => {
   const unused = Object.keys(pkg.dependencies).filter((name) => !text.includes(`'${name}'`) && !text.includes(`'${name}/`));
   assert.deepEqual(unused, [], `dependencies nothing in src/ imports: ${unused.join(', ')}`);
 });
+
+test('package.json, package-lock.json and LICENSE name the same licence', () => {
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { name: string; version: string; license: string };
+  const lock = JSON.parse(readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as {
+    name: string;
+    version: string;
+    packages: Record<string, { name?: string; version?: string; license?: string }>;
+  };
+  const root = lock.packages['']!;
+  assert.deepEqual([lock.name, lock.version, root.name, root.version], [pkg.name, pkg.version, pkg.name, pkg.version]);
+  assert.equal(root.license, pkg.license);
+  assert.equal(pkg.license, 'MIT');
+  assert.match(readFileSync(path.join(ROOT, 'LICENSE'), 'utf8'), /^MIT License\n/);
+});
+
+test('nothing the package ships imports what it leaves out (the ONNX fixture builder)', () => {
+  const importers = sources(path.join(ROOT, 'src'))
+    .filter((f) => !f.endsWith(path.join('onnx', 'builder.ts')))
+    .filter((f) => /from '[^']*onnx\/builder\.js'|import\('[^']*onnx\/builder\.js'\)/.test(readFileSync(f, 'utf8')))
+    .map((f) => path.relative(ROOT, f));
+  assert.deepEqual(importers, []);
+});
