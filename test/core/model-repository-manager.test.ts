@@ -360,7 +360,10 @@ test('stop() during a load lets it finish, then closes what it built', async (t)
     if (c.state === 'READY') built.push(c.source);
   });
   const loading = m.load('m');
-  for (let i = 0; i < 1000 && !m.entry('m')?.busy; i++) await new Promise((r) => setImmediate(r));
+  // The load reads the repository first (file system calls on libuv's pool, slow on a loaded
+  // machine): wait for it to get under way however long that takes, without a fixed turn count.
+  const deadline = Date.now() + 60_000;
+  while (!m.entry('m')?.busy && Date.now() < deadline) await new Promise((r) => setImmediate(r));
   assert.ok(m.entry('m')!.busy, 'the load is under way');
   await m.stop(1000);
   await loading;
