@@ -13,10 +13,12 @@
  *
  * The choice is the server's, per run, from measured run times:
  * - Every run is timed, on the session thread or inline. The times are kept
- *   per batch-size class (1, 2-3, 4-7, ... items), the last RUN_SAMPLES of
- *   each, and a run is predicted to take their 90th percentile (a bigger
- *   class's figure bounds a smaller batch; a smaller class's figure, scaled
- *   by the items, bounds a bigger one).
+ *   per size class, a run's size being the input elements it carries (all
+ *   inputs of all the batch's requests: with variable dims the batch size
+ *   alone would not tell a long run from a short one), in classes 1, 2-3,
+ *   4-7, ...; the last RUN_SAMPLES of each, and a run is predicted to take
+ *   their 90th percentile (a bigger class's figure bounds a smaller run; a
+ *   smaller class's figure, scaled by the size, bounds a bigger one).
  * - The crossing is timed on runs handed to an idle session thread: from
  *   handing the run over to holding its outputs, less the run itself.
  * - A run goes inline when its prediction is within the crossing (at least
@@ -67,7 +69,7 @@ export const INLINE_MAX_MODEL_BYTES = 16 * 1024 * 1024;
 export const RUN_SAMPLES = 32;
 /** Runs timed in a class before its figure is trusted. */
 export const MIN_SAMPLES = 8;
-const CLASSES = 12;
+const CLASSES = 32;
 
 function classOf(items: number): number {
   const c = 31 - Math.clz32(Math.max(1, items));

@@ -108,7 +108,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
   }
 
   /** One run on the event loop (see inline.ts); times it for the policy and the timer. */
-  private runInline(session: InlineSession, feeds: readonly RunFeed[], fetches: readonly string[], items: number, timer: ExecutionTimer | undefined): WireTensor[] {
+  private runInline(session: InlineSession, feeds: readonly RunFeed[], fetches: readonly string[], size: number, timer: ExecutionTimer | undefined): WireTensor[] {
     const Tensor = session.Tensor;
     const inputs: Record<string, OrtTensor> = {};
     for (let i = 0; i < feeds.length; i++) {
@@ -150,7 +150,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     } catch (err) {
       throw Errors.modelExecution(this.plan.modelName, err instanceof Error ? err.message : String(err));
     } finally {
-      this.inline!.recordRun(items, nowNs() - start);
+      this.inline!.recordRun(size, nowNs() - start);
     }
     timer?.inferDone();
     const outputs = new Array<WireTensor>(fetches.length);
@@ -218,9 +218,12 @@ export class OnnxRuntimeInstance implements BackendInstance {
     // A shared thread busy with other sessions' runs would count their time as crossing.
     const threadEmpty = this.client.currentThread?.idle === true;
     // Bytes still in a file (client shared memory) are for the thread to read, never the event loop.
-    const session = policy !== undefined && !inFiles(feeds) ? policy.choose(total, threadIdle) : undefined;
+    // A run's size for the policy: the input elements it carries (variable dims make items a poor measure).
+    let size = 0;
+    for (const f of feeds) size += product(f.dims, 0);
+    const session = policy !== undefined && !inFiles(feeds) ? policy.choose(size, threadIdle) : undefined;
     if (session) {
-      outputs = this.runInline(session, feeds, fetches, total, timer);
+      outputs = this.runInline(session, feeds, fetches, size, timer);
     } else {
       const times = new RunTimes();
       try {
@@ -236,7 +239,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
       }
       if (policy) {
         const runNs = times.endNs - times.startNs;
-        policy.recordRun(total, runNs);
+        policy.recordRun(size, runNs);
         // With nothing before it on the thread, all but the run itself is the crossing.
         if (threadEmpty) policy.recordCrossing(nowNs() - times.postedNs - runNs);
       }

@@ -421,3 +421,26 @@ test('inline_execution auto: a run longer than the crossing never runs on the ev
     assert.equal(inlineRuns(inst), 0, `run ${i} was made on the event loop`);
   }
 });
+
+test('inline_execution auto: with variable dims, a request far bigger than those timed goes to the thread', async () => {
+  const b = new OnnxModelBuilder();
+  b.input('x', 'FP32', ['batch', 'len']).output('y', 'FP32', ['batch', 'len']);
+  b.node('Relu', ['x'], ['y']);
+  const inst = await load('auto', 'ragged_auto', b, {
+    maxBatchSize: 8,
+    input: [{ name: 'x', dataType: DataType.TYPE_FP32, dims: [-1n] }],
+    output: [{ name: 'y', dataType: DataType.TYPE_FP32, dims: [-1n] }],
+  });
+  const small = makeTensor('x', 'FP32', [1, 4], bytesOf(Float32Array.from([-1, 2, -3, 4])));
+  for (let i = 0; i < 200; i++) await inst.execute([request(`s${i}`, [small], ['y'])], new RecordingTimer());
+  const before = inlineRuns(inst);
+  assert.ok(before > 0, 'the small runs never moved to the event loop');
+  // The same batch size of one, with a million times the elements.
+  const big = new Float32Array(4 * 1024 * 1024).fill(-1);
+  big[7] = 3;
+  const [r] = await inst.execute([request('big', [makeTensor('x', 'FP32', [1, big.length], bytesOf(big))], ['y'])], new RecordingTimer());
+  assert.equal(inlineRuns(inst), before, 'the big run was made on the event loop');
+  const out = new Float32Array(ok(r)[0]!.data.slice().buffer);
+  assert.equal(out[7], 3);
+  assert.equal(out[8], 0);
+});
