@@ -100,8 +100,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private readonly logger: Logger;
   private readonly models = new Map<string, ModelEntry>();
   private readonly slots: Limiter;
-  /** Cloud models copied at once when they load (explicit mode). */
-  private readonly copies = new Limiter(8);
+  /** Cloud models copied at once as they load (each copy runs its transfers in parallel too). */
+  private readonly copies = new Limiter(16);
   private readonly dependenciesOf: DependencyResolver;
   private readonly loader: LoaderOptions;
   private stopping = false;
@@ -137,7 +137,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * Resolves with the failure reasons (empty when everything loaded).
    */
   async start(startupModels: readonly string[] = []): Promise<string[]> {
-    const found = await this.listRepositories();
+    // Cloud models are copied as each loads, so that downloads overlap with loading the models copied first.
+    const found = await this.listRepositories(false);
     let toLoad: string[];
     if (this.controlMode === 'explicit') toLoad = startupModels.includes('*') ? [...found.keys()] : [...startupModels];
     else toLoad = [...found.keys()];
@@ -663,11 +664,12 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   }
 
   /**
-   * Lists the repositories. In explicit mode cloud models are only listed
-   * (object listings, nothing downloaded): a model is copied when it loads.
+   * Lists the repositories. In explicit mode (and at start-up) cloud models
+   * are only listed (object listings, nothing downloaded): a model is copied
+   * when it loads.
    */
-  private listRepositories(): Promise<RepositoryListing> {
-    return listModels(this.options.repositories, this.sources, { copy: this.controlMode !== 'explicit' });
+  private listRepositories(copy = this.controlMode !== 'explicit'): Promise<RepositoryListing> {
+    return listModels(this.options.repositories, this.sources, { copy });
   }
 
   /** Copies a listed cloud model into the download cache; undefined (with the reason recorded) when it cannot. */
