@@ -151,16 +151,20 @@ export class SessionClient {
 
   /** Starts a thread of its own and creates the session on it. Rejects with onnxruntime's message when the session cannot be created. */
   static async start(modelPath: string, options: InferenceSession.SessionOptions, spinMicros: number, label = modelPath): Promise<SessionClient> {
-    const thread = new SessionThread(spinMicros);
     const client = new SessionClient(modelPath, options, label);
+    await client.openOnOwn(new SessionThread(spinMicros));
+    return client;
+  }
+
+  /** Creates the session on a thread started for it alone, which ends with it (and at once if the session cannot be created). */
+  async openOnOwn(thread: SessionThread): Promise<void> {
     try {
-      await client.openOn(thread);
+      await this.openOn(thread);
     } catch (err) {
       void thread.exit();
       throw err;
     }
-    client.ownsThread = true;
-    return client;
+    this.ownsThread = true;
   }
 
   /** The thread ends when this session is closed (a thread started for it alone). */

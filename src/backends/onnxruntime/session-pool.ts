@@ -61,15 +61,7 @@ export class SessionThreadPool {
     this.loggers.set(client, req.logger);
     const place = req.shared ? this.pick(req) : undefined;
     if (place === undefined) {
-      const thread = new SessionThread(req.spinMicros);
-      thread.onDeath = (err) => req.logger.error({ err: err.message }, `onnxruntime session thread ${thread.number} of ${req.label} died: ${err.message}; the instance is not ready`);
-      try {
-        await client.openOn(thread);
-      } catch (err) {
-        void thread.exit();
-        throw err;
-      }
-      client.ownsThread = true;
+      await client.openOnOwn(ownThread(req.spinMicros, req.logger, req.label));
       return client;
     }
     await client.openOn(place);
@@ -130,14 +122,11 @@ export class SessionThreadPool {
   /** Creates a session again on a thread of its own, after its pool thread died. */
   private async restartAlone(client: SessionClient, spinMicros: number): Promise<void> {
     const logger = this.loggers.get(client);
-    const thread = new SessionThread(spinMicros);
-    thread.onDeath = (err) => logger?.error({ err: err.message }, `onnxruntime session thread ${thread.number} of ${client.label} died: ${err.message}; the instance is not ready`);
+    const thread = ownThread(spinMicros, logger, client.label);
     try {
-      await client.openOn(thread);
-      client.ownsThread = true;
+      await client.openOnOwn(thread);
       logger?.warn(`${client.label}: onnxruntime session created again on thread ${thread.number} of its own`);
     } catch (err) {
-      void thread.exit();
       // A session closed meanwhile needs nothing more.
       if ((err as Error).message !== 'onnxruntime session is closed') {
         logger?.error({ err: (err as Error).message }, `${client.label}: onnxruntime session could not be created again: ${(err as Error).message}; the instance is not ready`);
@@ -171,4 +160,11 @@ export class SessionThreadPool {
 function hostsKey(thread: SessionThread, key: string): boolean {
   for (const c of thread.clients.values()) if (c.affinityKey === key) return true;
   return false;
+}
+
+/** A thread for one session alone; its death is logged against that session. */
+function ownThread(spinMicros: number, logger: Logger | undefined, label: string): SessionThread {
+  const thread = new SessionThread(spinMicros);
+  thread.onDeath = (err) => logger?.error({ err: err.message }, `onnxruntime session thread ${thread.number} of ${label} died: ${err.message}; the instance is not ready`);
+  return thread;
 }
