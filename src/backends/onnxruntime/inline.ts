@@ -26,6 +26,12 @@
  *   and the session thread has nothing in flight (runs stay in order). A
  *   run that turns out long moves the figure, and the next runs of that
  *   size go to the thread: no prediction exceeds MAX_INLINE_NS inline.
+ * - While the event loop is saturated (busy SATURATED_UTILIZATION of the
+ *   last LOOP_WINDOW_MS or more), a run of a single request stays on the
+ *   thread: the loop has no slack to give it, and on the thread it runs on
+ *   another core while the loop serves other requests (inline, an unbatched
+ *   model at concurrency 8 ran at half the rate). A batch of several requests
+ *   still goes inline: it shares the crossing it saves among them.
  * - The main-thread session is created the first time a run would go inline
  *   (creating it blocks the event loop for as long, about a millisecond for a
  *   small model), and only for models of at most INLINE_MAX_MODEL_BYTES.
@@ -36,6 +42,7 @@
  * session is created at load), `off` never.
  */
 import { createRequire } from 'node:module';
+import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
@@ -61,6 +68,41 @@ export function inlineMode(modelName: string, config: ModelConfig, backendConfig
 export const MIN_INLINE_NS = 20_000;
 /** No run predicted longer than this goes inline, however slow the crossing. */
 export const MAX_INLINE_NS = 500_000;
+/** The event loop counts as saturated when busy this share of a window or more. */
+export const SATURATED_UTILIZATION = 0.95;
+/** The window over which the event loop's utilisation is read, ms. */
+export const LOOP_WINDOW_MS = 25;
+
+let windowStart: EventLoopUtilization = performance.eventLoopUtilization();
+let windowStartMs = performance.now();
+let saturated = false;
+
+/** Whether the main thread's event loop was saturated over the last full window (read once a window). */
+export function eventLoopSaturated(): boolean {
+  const now = performance.now();
+  if (now - windowStartMs >= LOOP_WINDOW_MS) {
+    const current = performance.eventLoopUtilization();
+    saturated = performance.eventLoopUtilization(current, windowStart).utilization >= SATURATED_UTILIZATION;
+    windowStart = current;
+    windowStartMs = now;
+  }
+  return saturated;
+}
+
+let loopProbe: () => boolean = eventLoopSaturated;
+
+/**
+ * Replaces how policies with the default probe read the
+ * loop's saturation (tests that need runs to go inline whatever the machine's
+ * load); returns the function that puts the real reading back.
+ */
+export function setEventLoopProbe(probe: () => boolean): () => void {
+  loopProbe = probe;
+  return () => {
+    loopProbe = eventLoopSaturated;
+  };
+}
+
 /** Until a crossing is measured. */
 export const DEFAULT_CROSSING_NS = 60_000;
 /** auto considers only model files up to this size (bigger ones take longer to create a session for, and to run). */
@@ -211,6 +253,7 @@ export class InlinePolicy {
     private readonly createSession: () => InlineSession,
     private readonly onCreated: (session: InlineSession, predictedNs: number) => void = () => {},
     private readonly onFailed: (err: Error) => void = () => {},
+    private readonly loopSaturated: () => boolean = () => loopProbe(),
   ) {}
 
   /** mode 'on': the session now (a load error when it cannot be created). */
@@ -226,13 +269,15 @@ export class InlinePolicy {
 
   /**
    * The session to run `items` inline with, or undefined for the thread.
-   * `threadIdle`: the instance's session thread has nothing in flight.
+   * `threadIdle`: the instance's session thread has nothing in flight;
+   * `requests`: how many requests the run serves.
    */
-  choose(items: number, threadIdle: boolean): InlineSession | undefined {
+  choose(items: number, threadIdle: boolean, requests = 1): InlineSession | undefined {
     if (this.mode === 'off' || !threadIdle || this.state === 'failed' || this.state === 'closed') return undefined;
     if (this.mode === 'on') return this.session;
     const predicted = this.times.predict(items);
     if (predicted === undefined || predicted > this.thresholdNs) return undefined;
+    if (requests < 2 && this.loopSaturated()) return undefined;
     if (this.state === 'none') {
       try {
         this.session = this.createSession();

@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import {
   DEFAULT_CROSSING_NS,
+  LOOP_WINDOW_MS,
+  eventLoopSaturated,
   InlinePolicy,
   InlineSession,
   MAX_INLINE_NS,
@@ -78,10 +80,16 @@ test('InlinePolicy: the threshold is the measured crossing, within its bounds', 
 
 test('InlinePolicy auto: inline only for runs predicted within the threshold, with the thread idle; the session comes on first use', () => {
   let created = 0;
-  const p = new InlinePolicy('auto', () => {
-    created++;
-    return new InlineSession(modelFile, cpuOptions);
-  });
+  const p = new InlinePolicy(
+    'auto',
+    () => {
+      created++;
+      return new InlineSession(modelFile, cpuOptions);
+    },
+    undefined,
+    undefined,
+    () => false,
+  );
   assert.equal(p.choose(1, true), undefined, 'nothing timed yet');
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.equal(created, 0);
@@ -101,6 +109,33 @@ test('InlinePolicy auto: inline only for runs predicted within the threshold, wi
   assert.equal(created, 1);
 });
 
+test('InlinePolicy auto: while the event loop is saturated a single request stays on the thread and a batch of several still goes inline', () => {
+  let busy = false;
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => busy);
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
+  assert.ok(p.choose(1, true, 1) instanceof InlineSession, 'the loop has slack');
+  busy = true;
+  assert.equal(p.choose(1, true, 1), undefined, 'saturated: one request goes to the thread, which runs on another core');
+  assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'saturated: a batch of four shares the crossing it saves');
+  busy = false;
+  assert.ok(p.choose(1, true, 1) instanceof InlineSession);
+  p.close();
+});
+
+test('eventLoopSaturated: a loop blocked for a whole window reads as saturated, an idle one does not', async () => {
+  const spin = (ms: number): void => {
+    const end = performance.now() + ms;
+    while (performance.now() < end);
+  };
+  eventLoopSaturated(); // starts a window if one is due
+  await new Promise((r) => setTimeout(r, LOOP_WINDOW_MS * 3));
+  eventLoopSaturated(); // the window that was mostly idle closes here
+  spin(LOOP_WINDOW_MS * 3);
+  assert.equal(eventLoopSaturated(), true);
+  await new Promise((r) => setTimeout(r, LOOP_WINDOW_MS * 3));
+  assert.equal(eventLoopSaturated(), false);
+});
+
 test('InlinePolicy: a session that cannot be created leaves the runs on the thread and says why', () => {
   const failures: string[] = [];
   const p = new InlinePolicy(
@@ -108,6 +143,7 @@ test('InlinePolicy: a session that cannot be created leaves the runs on the thre
     () => new InlineSession(join(tmp.path, 'missing.onnx'), cpuOptions),
     undefined,
     (err) => failures.push(err.message),
+    () => false,
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 1_000);
   assert.equal(p.choose(1, true), undefined);
