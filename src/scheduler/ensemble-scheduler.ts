@@ -79,30 +79,17 @@ function renamed(t: Tensor, name: string): Tensor {
   return t.name === name ? t : retagTensor(t, name, t.shape);
 }
 
-/** One ensemble request on its way through the graph. */
-class EnsembleRun implements StepTimingsSink {
-  /** Tensor per slot: undefined = not yet, null = an optional input left out. */
-  readonly tensors: Array<Tensor | null | undefined>;
-  readonly waits: Int32Array;
+/**
+ * What both kinds of ensemble run keep alike: the cancellation their steps
+ * follow (the client's abort reaches it through handleEvent), and the steps'
+ * compute times summed into the ensemble's own statistics.
+ */
+abstract class EnsembleRunBase implements StepTimingsSink {
   readonly cancellation = new Cancellation();
-  pendingSteps: number;
-  inFlight = 0;
-  finished = false;
-  settled = false;
   computeInputNs = 0;
   computeInferNs = 0;
   computeOutputNs = 0;
   readonly startNs = process.hrtime.bigint();
-
-  constructor(
-    readonly scheduler: EnsembleScheduler,
-    readonly item: ScheduledRequest,
-    plan: EnsemblePlan,
-  ) {
-    this.tensors = new Array(plan.slotOf.size);
-    this.waits = plan.waits.slice();
-    this.pendingSteps = plan.steps.length;
-  }
 
   stepSucceeded(_queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
     this.computeInputNs += computeInputNs;
@@ -110,10 +97,33 @@ class EnsembleRun implements StepTimingsSink {
     this.computeOutputNs += computeOutputNs;
   }
 
-  /** The ensemble request was cancelled: cancel the steps still waiting. */
+  /** The client went away: the steps still waiting or running see it (a decoupled step's model through is_cancelled()). */
   handleEvent(): void {
     this.cancellation.abort();
   }
+}
+
+/** One ensemble request on its way through the graph. */
+class EnsembleRun extends EnsembleRunBase {
+  /** Tensor per slot: undefined = not yet, null = an optional input left out. */
+  readonly tensors: Array<Tensor | null | undefined>;
+  readonly waits: Int32Array;
+  pendingSteps: number;
+  inFlight = 0;
+  finished = false;
+  settled = false;
+
+  constructor(
+    readonly scheduler: EnsembleScheduler,
+    readonly item: ScheduledRequest,
+    plan: EnsemblePlan,
+  ) {
+    super();
+    this.tensors = new Array(plan.slotOf.size);
+    this.waits = plan.waits.slice();
+    this.pendingSteps = plan.steps.length;
+  }
+
 }
 
 export class EnsembleScheduler implements Scheduler {
@@ -329,7 +339,7 @@ class Entry {
   ) {}
 }
 
-export class EnsembleStreamRun implements StepTimingsSink {
+export class EnsembleStreamRun extends EnsembleRunBase {
   /** Slot -> iteration -> value. */
   private readonly values: Array<Map<number, Entry>>;
   /** Slots of the requested outputs, in the order the response lists them (-1: not an ensemble tensor). */
@@ -340,11 +350,6 @@ export class EnsembleStreamRun implements StepTimingsSink {
   private running = 0;
   private failed = false;
   private ended = false;
-  private readonly cancellation = new Cancellation();
-  private computeInputNs = 0;
-  private computeInferNs = 0;
-  private computeOutputNs = 0;
-  private readonly startNs = process.hrtime.bigint();
 
   constructor(
     private readonly ensembleName: string,
@@ -355,22 +360,13 @@ export class EnsembleStreamRun implements StepTimingsSink {
     /** Called once, when nothing of the run is left in flight. */
     private readonly onSettled: () => void,
   ) {
+    super();
     this.values = Array.from({ length: plan.slotOf.size }, () => new Map<number, Entry>());
     this.outputSlots = item.request.requestedOutputs.map((n) => plan.slotOf.get(n) ?? -1);
     this.isOutput = new Array<boolean>(plan.slotOf.size).fill(false);
     for (const s of this.outputSlots) if (s >= 0) this.isOutput[s] = true;
   }
 
-  stepSucceeded(_queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
-    this.computeInputNs += computeInputNs;
-    this.computeInferNs += computeInferNs;
-    this.computeOutputNs += computeOutputNs;
-  }
-
-  /** The client went away: the steps see it (a decoupled step's model through is_cancelled()). */
-  handleEvent(): void {
-    this.cancellation.abort();
-  }
 
   start(): void {
     // The core leaves the outcome of a request it handed over to the run.

@@ -260,30 +260,22 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
     const r = wire[i]!;
     const inputs = new Array<ModelTensor>(r.inputs.length);
     for (let k = 0; k < r.inputs.length; k++) inputs[k] = toModelTensor(r.inputs[k]!);
+    const request: Record<string, unknown> = {
+      id: r.id,
+      inputs,
+      requestedOutputs: r.requestedOutputs,
+      parameters: r.parameters,
+      batchSize: r.batchSize,
+      correlationId: r.correlationId,
+      flags: r.flags,
+    };
     if (r.k !== undefined) {
+      // A decoupled model's request also carries its response sender.
       const sender = new ResponseSender(r.k, i, r);
-      requests[i] = {
-        id: r.id,
-        inputs,
-        requestedOutputs: r.requestedOutputs,
-        parameters: r.parameters,
-        batchSize: r.batchSize,
-        correlationId: r.correlationId,
-        flags: r.flags,
-        responseSender: sender,
-        isCancelled: () => sender.isCancelled(),
-      };
-    } else {
-      requests[i] = {
-        id: r.id,
-        inputs,
-        requestedOutputs: r.requestedOutputs,
-        parameters: r.parameters,
-        batchSize: r.batchSize,
-        correlationId: r.correlationId,
-        flags: r.flags,
-      };
+      request.responseSender = sender;
+      request.isCancelled = () => sender.isCancelled();
     }
+    requests[i] = request;
   }
   const start = nowNs();
   let result: unknown;
