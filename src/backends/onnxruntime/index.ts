@@ -163,10 +163,10 @@ function inlinePolicy(
   const policy = new InlinePolicy(
     mode,
     () => new InlineSession(info.path, options),
-    (session, predictedNs) =>
+    (session, predictedNs, boundNs) =>
       log.info(
         { model: ctx.modelName },
-        `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(policy.thresholdNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
+        `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(boundNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
       ),
     (err) => log.warn({ model: ctx.modelName }, `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`),
   );

@@ -25,13 +25,30 @@
  *   MIN_INLINE_NS, at most MAX_INLINE_NS, whatever the crossing measures)
  *   and the session thread has nothing in flight (runs stay in order). A
  *   run that turns out long moves the figure, and the next runs of that
- *   size go to the thread: no prediction exceeds MAX_INLINE_NS inline.
+ *   size go to the thread: no prediction exceeds MAX_INLINE_NS inline
+ *   (LIGHT_INLINE_NS while requests come one at a time, below).
  * - While the event loop is saturated (busy SATURATED_UTILIZATION of the
  *   last LOOP_WINDOW_MS or more), a run of a single request stays on the
  *   thread: the loop has no slack to give it, and on the thread it runs on
  *   another core while the loop serves other requests (inline, an unbatched
  *   model at concurrency 8 ran at half the rate). A batch of several requests
  *   still goes inline: it shares the crossing it saves among them.
+ * - Unless requests come one at a time (RunOverlap): the last SEQUENTIAL_RUNS
+ *   runs handed to the session threads (of any model) each found none there
+ *   before it, and no batch of several was made since, within
+ *   SEQUENTIAL_HOLD_MS. Then there is no other request for the loop to serve
+ *   while a run is on a thread, and the crossing is pure latency: the loop
+ *   reads as busy only because the client sends the next request as soon as
+ *   it has the answer (a client at concurrency 1 on a loaded machine kept
+ *   the loop 95 % busy in a quarter of the windows, and those runs paid the
+ *   crossing). A run of one request then goes inline whatever the loop's
+ *   utilisation, when predicted within LIGHT_INLINE_NS (a model of a few
+ *   hundred microseconds a run too, whose run is longer than the crossing).
+ *   The reading comes only from runs on the threads (inline runs are made
+ *   one after another whatever the load), so it lapses after
+ *   SEQUENTIAL_HOLD_MS: the runs that need it go to the threads until
+ *   SEQUENTIAL_RUNS more renew it, or one that overlaps another ends it
+ *   (load that grows while it holds is seen within SEQUENTIAL_HOLD_MS).
  * - The main-thread session is created the first time a run would go inline
  *   (creating it blocks the event loop for as long, about a millisecond for a
  *   small model), and only for models of at most INLINE_MAX_MODEL_BYTES.
@@ -102,6 +119,61 @@ export function setEventLoopProbe(probe: () => boolean): () => void {
     loopProbe = eventLoopSaturated;
   };
 }
+
+/** Runs handed to session threads one at a time, in a row, before requests count as coming one at a time. */
+export const SEQUENTIAL_RUNS = 32;
+/** How long that reading holds, ms (inline runs cannot renew it). */
+export const SEQUENTIAL_HOLD_MS = 500;
+/** While requests come one at a time, runs predicted within this go inline (the loop has nothing else to do meanwhile). */
+export const LIGHT_INLINE_NS = 1_000_000;
+
+/**
+ * Whether requests come one at a time, read from the runs handed to session
+ * threads (see the file comment). One per process: the event loop is shared
+ * by every model.
+ */
+export class RunOverlap {
+  private inFlight = 0;
+  /** Runs handed over in a row with none in flight before them. */
+  private quiet = 0;
+  /** Until when (clock ms) requests count as coming one at a time. */
+  private until = Number.NEGATIVE_INFINITY;
+
+  constructor(private readonly now: () => number = () => performance.now()) {}
+
+  /** A run is handed to a session thread (call ended() when it is back, failed or not). */
+  started(): void {
+    if (this.inFlight > 0) this.overlapped();
+    else if (++this.quiet >= SEQUENTIAL_RUNS) {
+      this.quiet = 0;
+      this.until = this.now() + SEQUENTIAL_HOLD_MS;
+    }
+    this.inFlight++;
+  }
+
+  ended(): void {
+    if (this.inFlight > 0) this.inFlight--;
+  }
+
+  /** Requests were seen together (a run of several, or one handed over while another was in flight). */
+  overlapped(): void {
+    this.quiet = 0;
+    this.until = Number.NEGATIVE_INFINITY;
+  }
+
+  /** Runs handed over in a row with none in flight before them, since the last overlap or renewal. */
+  get quietRuns(): number {
+    return this.quiet;
+  }
+
+  /** Whether requests come one at a time (read within the last SEQUENTIAL_HOLD_MS). */
+  get oneAtATime(): boolean {
+    return this.now() < this.until;
+  }
+}
+
+/** The process's reading, fed by every onnxruntime instance. */
+export const runOverlap = new RunOverlap();
 
 /** Until a crossing is measured. */
 export const DEFAULT_CROSSING_NS = 60_000;
@@ -251,9 +323,11 @@ export class InlinePolicy {
   constructor(
     readonly mode: InlineMode,
     private readonly createSession: () => InlineSession,
-    private readonly onCreated: (session: InlineSession, predictedNs: number) => void = () => {},
+    /** `boundNs`: the bound the run was within (the threshold, or LIGHT_INLINE_NS while requests come one at a time). */
+    private readonly onCreated: (session: InlineSession, predictedNs: number, boundNs: number) => void = () => {},
     private readonly onFailed: (err: Error) => void = () => {},
     private readonly loopSaturated: () => boolean = () => loopProbe(),
+    private readonly overlap: RunOverlap = runOverlap,
   ) {}
 
   /** mode 'on': the session now (a load error when it cannot be created). */
@@ -273,16 +347,20 @@ export class InlinePolicy {
    * `requests`: how many requests the run serves.
    */
   choose(items: number, threadIdle: boolean, requests = 1): InlineSession | undefined {
+    if (requests > 1) this.overlap.overlapped();
     if (this.mode === 'off' || !threadIdle || this.state === 'failed' || this.state === 'closed') return undefined;
     if (this.mode === 'on') return this.session;
     const predicted = this.times.predict(items);
-    if (predicted === undefined || predicted > this.thresholdNs) return undefined;
-    if (requests < 2 && this.loopSaturated()) return undefined;
+    if (predicted === undefined) return undefined;
+    // One at a time, there is nothing else for the loop to do while the run would be on the thread.
+    const light = requests < 2 && this.overlap.oneAtATime;
+    const bound = light ? LIGHT_INLINE_NS : this.thresholdNs;
+    if (predicted > bound || (!light && requests < 2 && this.loopSaturated())) return undefined;
     if (this.state === 'none') {
       try {
         this.session = this.createSession();
         this.state = 'ready';
-        this.onCreated(this.session, predicted);
+        this.onCreated(this.session, predicted, bound);
       } catch (err) {
         this.state = 'failed';
         this.onFailed(err as Error);

@@ -14,7 +14,7 @@ import { Errors, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
-import type { InlinePolicy, InlineSession } from './inline.js';
+import { type InlinePolicy, type InlineSession, runOverlap } from './inline.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
 import { ARENA_ARRAYS, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
@@ -226,10 +226,13 @@ export class OnnxRuntimeInstance implements BackendInstance {
       outputs = this.runInline(session, feeds, fetches, size, timer);
     } else {
       const times = new RunTimes();
+      runOverlap.started();
       try {
         outputs = await this.client.run(feeds, fetches, times);
       } catch (err) {
         throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
+      } finally {
+        runOverlap.ended();
       }
       if (timer) {
         // The session thread's own timestamps: waiting for it to take the run up is queue time.

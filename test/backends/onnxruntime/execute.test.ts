@@ -10,7 +10,7 @@ import { OnnxModelBuilder, buildAddSubModel, buildIdentityModel, buildMlp, mlpFo
 import { DATATYPES, configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import { bytesOf, decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
 import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
-import { setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
+import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
 
 const backend = createOnnxRuntimeBackend();
 let tmp: TempDir;
@@ -416,13 +416,28 @@ test('inline_execution auto: a run longer than the crossing never runs on the ev
     input: [{ name: 'input', dataType: DataType.TYPE_FP32, dims: [512n] }],
     output: [{ name: 'output', dataType: DataType.TYPE_FP32, dims: [256n] }],
   });
-  const x = bytesOf(new Float32Array(16 * 512).fill(0.5));
-  // Past MIN_SAMPLES the runs are predicted, and each prediction is far above MAX_INLINE_NS.
+  const x = bytesOf(new Float32Array(64 * 512).fill(0.5));
+  // Past MIN_SAMPLES the runs are predicted, and each prediction is far above MAX_INLINE_NS, and
+  // above LIGHT_INLINE_NS, the bound while requests come one at a time (as here): 64 x 6 M multiply-adds.
   for (let i = 0; i < 12; i++) {
-    const [r] = await inst.execute([request('big', [makeTensor('input', 'FP32', [16, 512], x)], ['output'], 16)], new RecordingTimer());
-    assert.deepEqual(ok(r)[0]!.shape, [16, 256]);
+    const [r] = await inst.execute([request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)], new RecordingTimer());
+    assert.deepEqual(ok(r)[0]!.shape, [64, 256]);
     assert.equal(inlineRuns(inst), 0, `run ${i} was made on the event loop`);
   }
+});
+
+test('every instance feeds the reading of whether requests come one at a time: runs in a row count, a run while another is in flight ends it', async () => {
+  const inst = await load('off', 'overlap_off', buildAddSubModel('FP32', 4), tinyConfig);
+  // Two at once: the second is handed over while the first is on the thread.
+  await Promise.all([inst.execute([tinyRequest(1)], new RecordingTimer()), inst.execute([tinyRequest(2)], new RecordingTimer())]);
+  assert.equal(runOverlap.quietRuns, 0);
+  assert.equal(runOverlap.oneAtATime, false);
+  for (let i = 0; i < 5; i++) await inst.execute([tinyRequest(i)], new RecordingTimer());
+  assert.equal(runOverlap.quietRuns, 5);
+  // A run that fails on the thread (an input missing) is no longer in flight either: the next one finds none before it.
+  await assert.rejects(inst.execute([request('bad', [makeTensor('INPUT0', 'FP32', [1, 4], bytesOf(new Float32Array(4)))], ['OUTPUT0'])], new RecordingTimer()));
+  await inst.execute([tinyRequest(9)], new RecordingTimer());
+  assert.equal(runOverlap.quietRuns, 7);
 });
 
 test('inline_execution auto: with variable dims, a request far bigger than those timed goes to the thread', async () => {

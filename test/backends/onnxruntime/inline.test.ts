@@ -7,10 +7,14 @@ import {
   eventLoopSaturated,
   InlinePolicy,
   InlineSession,
+  LIGHT_INLINE_NS,
   MAX_INLINE_NS,
   MIN_INLINE_NS,
   MIN_SAMPLES,
   RunEstimates,
+  RunOverlap,
+  SEQUENTIAL_HOLD_MS,
+  SEQUENTIAL_RUNS,
   inlineMode,
 } from '../../../src/backends/onnxruntime/inline.js';
 import { NereidError } from '../../../src/errors.js';
@@ -89,6 +93,7 @@ test('InlinePolicy auto: inline only for runs predicted within the threshold, wi
     undefined,
     undefined,
     () => false,
+    new RunOverlap(),
   );
   assert.equal(p.choose(1, true), undefined, 'nothing timed yet');
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
@@ -111,7 +116,7 @@ test('InlinePolicy auto: inline only for runs predicted within the threshold, wi
 
 test('InlinePolicy auto: while the event loop is saturated a single request stays on the thread and a batch of several still goes inline', () => {
   let busy = false;
-  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => busy);
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => busy, new RunOverlap());
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.ok(p.choose(1, true, 1) instanceof InlineSession, 'the loop has slack');
   busy = true;
@@ -119,6 +124,93 @@ test('InlinePolicy auto: while the event loop is saturated a single request stay
   assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'saturated: a batch of four shares the crossing it saves');
   busy = false;
   assert.ok(p.choose(1, true, 1) instanceof InlineSession);
+  p.close();
+});
+
+/** A RunOverlap on a clock the test moves, and a helper that hands it `n` runs one after another. */
+function overlapOnClock(): { overlap: RunOverlap; clock: { ms: number }; oneByOne: (n: number) => void } {
+  const clock = { ms: 1_000 };
+  const overlap = new RunOverlap(() => clock.ms);
+  const oneByOne = (n: number): void => {
+    for (let i = 0; i < n; i++) {
+      overlap.started();
+      overlap.ended();
+    }
+  };
+  return { overlap, clock, oneByOne };
+}
+
+test('RunOverlap: runs handed over one after another make requests count as one at a time, for a while', () => {
+  const { overlap, clock, oneByOne } = overlapOnClock();
+  assert.equal(overlap.oneAtATime, false, 'nothing seen yet');
+  oneByOne(SEQUENTIAL_RUNS - 1);
+  assert.equal(overlap.oneAtATime, false, 'one run short');
+  oneByOne(1);
+  assert.equal(overlap.oneAtATime, true);
+  clock.ms += SEQUENTIAL_HOLD_MS - 1;
+  assert.equal(overlap.oneAtATime, true, 'still within the hold');
+  clock.ms += 1;
+  assert.equal(overlap.oneAtATime, false, 'the reading lapses: inline runs cannot renew it');
+  // Renewing takes a full count again: the first run after the lapse is not enough.
+  oneByOne(1);
+  assert.equal(overlap.oneAtATime, false);
+  oneByOne(SEQUENTIAL_RUNS - 1);
+  assert.equal(overlap.oneAtATime, true);
+});
+
+test('RunOverlap: a run handed over while another is in flight, or a batch of several, ends the reading and restarts the count', () => {
+  const { overlap, oneByOne } = overlapOnClock();
+  oneByOne(SEQUENTIAL_RUNS);
+  assert.equal(overlap.oneAtATime, true);
+  overlap.started();
+  overlap.started(); // the first is still in flight
+  assert.equal(overlap.oneAtATime, false);
+  assert.equal(overlap.quietRuns, 0);
+  overlap.ended();
+  overlap.ended();
+  oneByOne(SEQUENTIAL_RUNS - 1);
+  assert.equal(overlap.oneAtATime, false, 'the count restarted at the overlap');
+  assert.equal(overlap.quietRuns, SEQUENTIAL_RUNS - 1);
+  overlap.overlapped();
+  assert.equal(overlap.quietRuns, 0);
+  // A run that ended (or failed) is no longer in flight; more ends than starts do not go below none.
+  overlap.ended();
+  oneByOne(SEQUENTIAL_RUNS);
+  assert.equal(overlap.oneAtATime, true);
+});
+
+test('InlinePolicy auto: while requests come one at a time, a single request goes inline when predicted within LIGHT_INLINE_NS, saturated loop or not', () => {
+  const { overlap, oneByOne } = overlapOnClock();
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, overlap);
+  // 200 µs a run: above the 60 µs default crossing, within LIGHT_INLINE_NS.
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
+  assert.ok(p.thresholdNs < 200_000);
+  assert.equal(p.choose(1, true), undefined, 'not known to come one at a time: the threshold and the saturated loop rule apply');
+  oneByOne(SEQUENTIAL_RUNS);
+  const s = p.choose(1, true);
+  assert.ok(s instanceof InlineSession, 'one at a time: nothing else for the loop to do while the run would be on the thread');
+  assert.equal(p.choose(1, false), undefined, 'the thread still has runs in flight: the run waits behind them');
+  // 64 items scaled from 200 µs each: far above LIGHT_INLINE_NS.
+  assert.equal(p.choose(64, true), undefined);
+  assert.ok(64 * 200_000 > LIGHT_INLINE_NS);
+  // A batch of several requests shows they came together: the reading ends, and the batch's own prediction is over the threshold.
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(2, 300_000);
+  assert.equal(p.choose(2, true, 2), undefined);
+  assert.equal(overlap.oneAtATime, false);
+  assert.equal(p.choose(1, true), undefined, 'the single request is back under the threshold rule');
+  p.close();
+});
+
+test('InlinePolicy auto: a tiny model under a saturated loop goes inline while requests come one at a time, to the thread once they overlap', () => {
+  const { overlap, oneByOne } = overlapOnClock();
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, overlap);
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
+  assert.equal(p.choose(1, true), undefined, 'saturated, and nothing known about the requests');
+  oneByOne(SEQUENTIAL_RUNS);
+  assert.ok(p.choose(1, true) instanceof InlineSession);
+  overlap.started();
+  overlap.started();
+  assert.equal(p.choose(1, true), undefined, 'runs overlapped on the threads: the loop has other requests to serve');
   p.close();
 });
 
@@ -144,6 +236,7 @@ test('InlinePolicy: a session that cannot be created leaves the runs on the thre
     undefined,
     (err) => failures.push(err.message),
     () => false,
+    new RunOverlap(),
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 1_000);
   assert.equal(p.choose(1, true), undefined);
