@@ -3,18 +3,27 @@
  * folder and from an S3 server (a throwaway Ceph radosgw on this machine),
  * measured in the same run, then a restart from the warm download cache.
  * Each start runs in a fresh Node process: the time is from `new Server` to
- * every model READY. BENCH_CLOUD_MODELS sets the model count (default 100).
+ * every model READY (the server's modules are imported before the clock
+ * starts; the S3 SDK, loaded on first use, is inside it).
+ *
+ * The starts alternate, BENCH_CLOUD_ROUNDS rounds (default 5): each round
+ * runs a local start, an S3 start into an empty cache and an S3 start from
+ * the cache it left, the local one first in even rounds and last in odd
+ * ones. The ratio is that of the medians; the median of each round's own
+ * ratio is printed beside it. Each S3 cold start also reports its stages,
+ * from its own log: until the first model's download begins (SDK import,
+ * client, listing), until the last download ends, and until READY.
+ * BENCH_CLOUD_MODELS sets the model count (default 100).
  *
  * Bars: local <= 3 s; S3 cold <= 2x local; a warm restart downloads nothing.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { createRequire } from 'node:module';
+import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Server } from '../src/core/server.js';
-import { TempRepository } from '../test/helpers/repository.js';
-import { radosGatewayUnavailable, startRadosGateway } from '../test/helpers/ceph.js';
 import { recordingLogger } from '../test/repository/cloud-scenarios.js';
 
 interface StartResult {
@@ -22,6 +31,10 @@ interface StartResult {
   models: number;
   downloadedFiles: number;
   downloadedBytes: number;
+  /** From `new Server` to the first 'downloading model' line, ms (cloud starts that download). */
+  firstDownloadMs?: number;
+  /** From `new Server` to the last 'downloaded model' line, ms. */
+  lastDownloadMs?: number;
 }
 
 const self = fileURLToPath(import.meta.url);
@@ -29,6 +42,9 @@ const self = fileURLToPath(import.meta.url);
 /** Child mode: start a server on the repository, report, stop. */
 async function child(repository: string, cacheDir: string): Promise<void> {
   const { logger, records } = recordingLogger();
+  const loaded = Object.keys(createRequire(import.meta.url).cache).filter((f) => f.includes('@aws-sdk'));
+  if (loaded.length > 0) throw new Error(`the AWS SDK is loaded before the clock starts: ${loaded[0]}`);
+  const wallStart = Date.now();
   const started = performance.now();
   const server = new Server({ modelRepositories: [repository], modelCacheDir: cacheDir, logger });
   await server.start();
@@ -36,17 +52,21 @@ async function child(repository: string, cacheDir: string): Promise<void> {
   const index = await server.repositoryIndex();
   await server.stop();
   const downloads = records.filter((r) => r.msg === `downloaded model '${String(r.model)}'`);
+  const begun = records.filter((r) => r.msg === `downloading model '${String(r.model)}'`);
+  const times = (rs: Array<Record<string, unknown>>) => rs.map((r) => Number(r.time) - wallStart);
   const result: StartResult = {
     ms,
     models: index.filter((e) => e.state === 'READY').length,
     downloadedFiles: downloads.reduce((n, r) => n + Number(r.files), 0),
     downloadedBytes: downloads.reduce((n, r) => n + Number(r.bytes), 0),
   };
+  if (begun.length > 0) result.firstDownloadMs = Math.min(...times(begun));
+  if (downloads.length > 0) result.lastDownloadMs = Math.max(...times(downloads));
   process.stdout.write(`${JSON.stringify(result)}\n`);
 }
 
 function startIn(repository: string, cacheDir: string, env: NodeJS.ProcessEnv): StartResult {
-  const r = spawnSync(process.execPath, [self, 'child', repository, cacheDir], {
+  const r = spawnSync(process.execPath, ['--no-warnings', self, 'child', repository, cacheDir], {
     encoding: 'utf8',
     env: { ...process.env, ...env, NEREID_LOG_LEVEL: 'silent' },
   });
@@ -55,8 +75,21 @@ function startIn(repository: string, cacheDir: string, env: NodeJS.ProcessEnv): 
   return JSON.parse(line) as StartResult;
 }
 
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+const secs = (ms: number) => (ms / 1000).toFixed(2);
+const load = () => loadavg().map((x) => x.toFixed(2)).join(' ');
+
 async function main(): Promise<void> {
   const count = Number(process.env.BENCH_CLOUD_MODELS ?? 100);
+  const rounds = Math.max(1, Number(process.env.BENCH_CLOUD_ROUNDS ?? 5));
+  // Imported here, not at the top: the S3 SDK they bring must not be loaded in the children before their clock starts.
+  const { TempRepository } = await import('../test/helpers/repository.js');
+  const { radosGatewayUnavailable, startRadosGateway } = await import('../test/helpers/ceph.js');
   const skip = radosGatewayUnavailable();
   if (skip) {
     process.stdout.write(`\ncloud: skipped, ${skip}\n`);
@@ -64,38 +97,66 @@ async function main(): Promise<void> {
   }
   const repo = new TempRepository();
   for (let i = 0; i < count; i++) repo.addSub(`m${String(i).padStart(3, '0')}`);
-  const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-cache-'));
   const rgw = await startRadosGateway();
+  const caches: string[] = [];
   try {
     await rgw.createBucket('bench');
-    await rgw.uploadDir(repo.dir, 'bench', 'repo');
+    const objects = await rgw.uploadDir(repo.dir, 'bench', 'repo');
     const env = { AWS_ACCESS_KEY_ID: rgw.accessKey, AWS_SECRET_ACCESS_KEY: rgw.secretKey, AWS_REGION: 'us-east-1' };
     const url = `s3://${rgw.hostPort}/bench/repo`;
-    // Local runs first and last: the first start of the run pays for cold file caches.
-    const localFirst = startIn(repo.dir, cacheDir, {});
-    const cold = startIn(url, cacheDir, env);
-    const warm = startIn(url, cacheDir, env);
-    const localLast = startIn(repo.dir, cacheDir, {});
-    const local = localFirst.ms <= localLast.ms ? localFirst : localLast;
-    const row = (name: string, r: StartResult) =>
-      `${name.padEnd(22)}${(r.ms / 1000).toFixed(2).padStart(8)} s${String(r.models).padStart(8)}${String(r.downloadedFiles).padStart(12)}${(r.ms / local.ms).toFixed(2).padStart(10)}`;
-    process.stdout.write(`\nCold start of ${count} small ONNX models (every model READY), one fresh process each\n`);
-    process.stdout.write(`${'repository'.padEnd(22)}${'time'.padStart(10)}${'ready'.padStart(8)}${'downloads'.padStart(12)}${'x local'.padStart(10)}\n`);
+    const loadBefore = load();
+    // One start of each first, not counted: file caches and the server's modules warm up.
+    const scratch = mkdtempSync(path.join(tmpdir(), 'nereid-bench-cache-'));
+    caches.push(scratch);
+    startIn(repo.dir, scratch, {});
+    startIn(url, scratch, env);
+    const local: StartResult[] = [];
+    const cold: StartResult[] = [];
+    const warm: StartResult[] = [];
+    for (let round = 0; round < rounds; round++) {
+      const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-cache-'));
+      caches.push(cacheDir);
+      if (round % 2 === 0) local.push(startIn(repo.dir, cacheDir, {}));
+      cold.push(startIn(url, cacheDir, env));
+      warm.push(startIn(url, cacheDir, env));
+      if (round % 2 === 1) local.push(startIn(repo.dir, cacheDir, {}));
+    }
+    const loadAfter = load();
+    const localMs = median(local.map((r) => r.ms));
+    const coldMs = median(cold.map((r) => r.ms));
+    const warmMs = median(warm.map((r) => r.ms));
+    const ratio = coldMs / localMs;
+    const roundRatio = median(cold.map((c, i) => c.ms / local[i]!.ms));
     process.stdout.write(
-      `${row('local folder (first)', localFirst)}\n${row('S3 (radosgw), cold', cold)}\n${row('S3, warm cache', warm)}\n${row('local folder (last)', localLast)}\n`,
+      `\nCold start of ${count} small ONNX models (${objects} objects), every model READY, one fresh process each, ${rounds} alternating rounds\n`,
     );
-    process.stdout.write(`  x local: against the faster local run (${(local.ms / 1000).toFixed(2)} s)\n`);
+    process.stdout.write(`${'repository'.padEnd(20)}${'median'.padStart(9)}   each round (s)\n`);
+    const row = (name: string, rs: StartResult[], m: number) =>
+      `${name.padEnd(20)}${secs(m).padStart(7)} s   ${rs.map((r) => secs(r.ms)).join(' ')}\n`;
+    process.stdout.write(row('local folder', local, localMs));
+    process.stdout.write(row('S3 (radosgw), cold', cold, coldMs));
+    process.stdout.write(row('S3, warm cache', warm, warmMs));
+    process.stdout.write(
+      `  S3 cold / local: ${ratio.toFixed(2)} (medians); per round ${cold.map((c, i) => (c.ms / local[i]!.ms).toFixed(2)).join(' ')}, median ${roundRatio.toFixed(2)}\n`,
+    );
+    const stage = (f: (r: StartResult) => number | undefined) => secs(median(cold.map((r) => f(r) ?? Number.NaN)));
+    process.stdout.write(
+      `  S3 cold stages (medians): first download begins ${stage((r) => r.firstDownloadMs)} s (SDK import, client, listing), ` +
+        `last download ends ${stage((r) => r.lastDownloadMs)} s, READY ${secs(coldMs)} s\n`,
+    );
+    process.stdout.write(`  load average before ${loadBefore}, after ${loadAfter}\n`);
     const bars = [
-      [`local <= 3 s`, local.ms <= 3000],
-      [`S3 cold <= 2x local`, cold.ms <= 2 * local.ms],
-      [`warm restart downloads nothing`, warm.downloadedFiles === 0],
-      [`all ${count} models READY each time`, [localFirst, cold, warm, localLast].every((r) => r.models === count)],
+      [`local <= 3 s`, localMs <= 3000],
+      [`S3 cold <= 2x local`, ratio <= 2],
+      [`warm restart downloads nothing`, warm.every((r) => r.downloadedFiles === 0)],
+      [`every cold start downloads all ${objects} objects`, cold.every((r) => r.downloadedFiles === objects)],
+      [`all ${count} models READY each time`, [...local, ...cold, ...warm].every((r) => r.models === count)],
     ] as const;
     for (const [what, ok] of bars) process.stdout.write(`  ${ok ? 'PASS' : 'FAIL'}  ${what}\n`);
   } finally {
     await rgw.stop();
     repo.cleanup();
-    rmSync(cacheDir, { recursive: true, force: true });
+    for (const dir of caches) rmSync(dir, { recursive: true, force: true });
   }
 }
 

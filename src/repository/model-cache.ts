@@ -85,14 +85,16 @@ export class ModelCache {
     const modelRoot = path.join(this.root, model);
     const tree = path.join(modelRoot, fingerprint);
     const dir = path.join(tree, model);
-    if (await exists(path.join(tree, MANIFEST))) {
+    // A model folder made just now holds no copies, complete or earlier, and nothing to clean up.
+    const fresh = (await mkdir(modelRoot, { recursive: true })) !== undefined;
+    if (!fresh && (await exists(path.join(tree, MANIFEST)))) {
       this.logger.debug({ model, repository: this.url, dir }, 'model found in the download cache');
       await this.keepOnly(model, modelRoot, tree);
       return dir;
     }
-    const previous = await this.previousCopies(modelRoot, fingerprint);
+    const previous = fresh ? [] : await this.previousCopies(modelRoot, fingerprint);
     const partial = path.join(modelRoot, `${PARTIAL}${fingerprint}-${process.pid}-${randomBytes(4).toString('hex')}`);
-    await mkdir(partial, { recursive: true });
+    await mkdir(partial);
     try {
       const stats = await this.fill(model, partial, objects, previous, download);
       const manifest: Manifest = { url: this.url, model, objects: [...objects] };
@@ -111,7 +113,8 @@ export class ModelCache {
       await rm(partial, { recursive: true, force: true });
       throw err;
     }
-    await this.keepOnly(model, modelRoot, tree);
+    if (fresh) this.handOut(model, tree);
+    else await this.keepOnly(model, modelRoot, tree);
     return dir;
   }
 
@@ -124,14 +127,24 @@ export class ModelCache {
   ): Promise<DownloadStats> {
     const stats: DownloadStats = { files: 0, bytes: 0, reused: 0 };
     const toFetch: StoredObject[] = [];
-    await mkdir(path.join(partial, model), { recursive: true });
+    // Every folder once, parents first (a failed or repeated mkdir costs as much as a new one on some file systems).
+    const made = new Set<string>([partial]);
+    const makeDir = async (target: string): Promise<void> => {
+      const missing: string[] = [];
+      for (let d = target; !made.has(d); d = path.dirname(d)) missing.push(d);
+      for (const d of missing.reverse()) {
+        await mkdir(d);
+        made.add(d);
+      }
+    };
+    await makeDir(path.join(partial, model));
     for (const object of objects) {
       const target = localPath(partial, object.path);
       if (object.path.endsWith('/')) {
-        await mkdir(target, { recursive: true });
+        await makeDir(target);
         continue;
       }
-      await mkdir(path.dirname(target), { recursive: true });
+      await makeDir(path.dirname(target));
       const earlier = previous.find((p) => sameObject(p.objects.get(object.path), object));
       if (earlier && (await linkOrCopy(localPath(earlier.tree, object.path), target))) {
         stats.reused++;
@@ -194,16 +207,22 @@ export class ModelCache {
     return found.sort((a, b) => b.mtime - a.mtime);
   }
 
+  /** Records `tree` as the model's newest copy handed out; the copies still counted as recent. */
+  private handOut(model: string, tree: string): string[] {
+    const recent = (this.handedOut.get(model) ?? []).filter((t) => t !== tree);
+    recent.push(tree);
+    while (recent.length > KEEP_COPIES) recent.shift();
+    this.handedOut.set(model, recent);
+    return recent;
+  }
+
   /**
    * Removes the model's copies this process has not handed out recently. The
    * last few stay: the one serving may be older than the newest (poll mode
    * loads a change only once it has settled).
    */
   private async keepOnly(model: string, modelRoot: string, tree: string): Promise<void> {
-    const recent = (this.handedOut.get(model) ?? []).filter((t) => t !== tree);
-    recent.push(tree);
-    while (recent.length > KEEP_COPIES) recent.shift();
-    this.handedOut.set(model, recent);
+    const recent = this.handOut(model, tree);
     for (const name of await listDir(modelRoot)) {
       const p = path.join(modelRoot, name);
       if (recent.includes(p)) continue;

@@ -8,6 +8,7 @@
  * container and instance roles) unless Triton's credential file has an entry.
  */
 import { createWriteStream } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { S3Client, S3ClientConfig } from '@aws-sdk/client-s3';
@@ -81,6 +82,9 @@ async function openS3(url: string, parts: S3Url, env: NodeJS.ProcessEnv): Promis
     // S3-compatible stores do not all know the newer flexible checksums.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
+    // Each command class's middleware stack is built once, not again for every request
+    // (a repository copy sends one GetObject per file).
+    cacheMiddleware: true,
   };
   // Triton's order: keys, then a profile, then the SDK's default chain
   // (shared config, SSO, container and instance roles).
@@ -114,6 +118,9 @@ async function openS3(url: string, parts: S3Url, env: NodeJS.ProcessEnv): Promis
   }
   return new S3Store(client, sdk, parts);
 }
+
+/** Objects up to this size are read whole and written at once; larger ones are streamed to the file. */
+const SMALL_OBJECT_BYTES = 1 << 20;
 
 type Sdk = typeof import('@aws-sdk/client-s3');
 
@@ -151,7 +158,15 @@ class S3Store implements ObjectStore {
       }),
     );
     if (!out.Body) throw new Error(`object '${object.path}' has no body`);
-    await pipeline(out.Body as Readable, createWriteStream(file));
+    const body = out.Body as Readable;
+    if (object.size > SMALL_OBJECT_BYTES) {
+      await pipeline(body, createWriteStream(file));
+      return;
+    }
+    // Small files (configs, small models): one write of the whole body, without a file stream.
+    const chunks: Buffer[] = [];
+    for await (const chunk of body) chunks.push(chunk as Buffer);
+    await writeFile(file, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
   }
 
   describeError(err: unknown): string {
