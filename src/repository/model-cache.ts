@@ -3,12 +3,16 @@
  * its objects with their ETags/generations) gets its own folder:
  *
  *   <cache>/<repository key>/<model>/<fingerprint>/<model>/...   the files
- *   <cache>/<repository key>/<model>/<fingerprint>/manifest.json written last
+ *   <cache>/<repository key>/<model>/<fingerprint>/manifest.json the objects
  *
- * A folder with a manifest is complete and is reused as it is (also after a
- * restart). A new fingerprint is built beside the old one, so a version that
- * is serving never sees its files change; files whose object did not change
- * are hard-linked from the previous copy instead of downloaded again.
+ * A copy is built in a partial folder beside it and renamed to its
+ * fingerprint once every file is in place, so a fingerprint folder is
+ * complete and is reused as it is (also after a restart). A new fingerprint
+ * is built beside the old one, so a version that is serving never sees its
+ * files change; files whose object did not change are hard-linked from the
+ * previous copy instead of downloaded again. The manifest only serves that
+ * reuse: it is written a moment after the copies settle (at the latest when
+ * the source closes), so that a start's many copies do not wait for it.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { copyFile, link, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -23,6 +27,8 @@ const PARTIAL = '.partial-';
 const KEEP_COPIES = 3;
 /** Log a progress line this often while one model downloads. */
 const PROGRESS_INTERVAL_MS = 2000;
+/** Manifests of new copies are written once no copy has been made for this long. */
+const MANIFEST_DELAY_MS = 1000;
 
 interface Manifest {
   url: string;
@@ -67,6 +73,11 @@ export class ModelCache {
   private readonly handedOut = new Map<string, string[]>();
   /** Whole-cache statistics since start (tests and the benchmark read them). */
   readonly totals: DownloadStats = { files: 0, bytes: 0, reused: 0 };
+  /** The objects of each copy this process made, by its folder (earlier copies for reuse, without reading their manifest). */
+  private readonly madeHere = new Map<string, { objects: Map<string, StoredObject>; at: number }>();
+  /** Manifests of copies made here and not yet written, by folder. */
+  private readonly unwritten = new Map<string, Manifest>();
+  private manifestTimer: NodeJS.Timeout | undefined;
 
   constructor(
     cacheDir: string,
@@ -87,7 +98,7 @@ export class ModelCache {
     const dir = path.join(tree, model);
     // A model folder made just now holds no copies, complete or earlier, and nothing to clean up.
     const fresh = (await mkdir(modelRoot, { recursive: true })) !== undefined;
-    if (!fresh && (await exists(path.join(tree, MANIFEST)))) {
+    if (!fresh && (await exists(tree))) {
       this.logger.debug({ model, repository: this.url, dir }, 'model found in the download cache');
       await this.keepOnly(model, modelRoot, tree);
       return dir;
@@ -97,13 +108,14 @@ export class ModelCache {
     await mkdir(partial);
     try {
       const stats = await this.fill(model, partial, objects, previous, download);
-      const manifest: Manifest = { url: this.url, model, objects: [...objects] };
-      await writeFile(path.join(partial, MANIFEST), JSON.stringify(manifest));
       try {
         await rename(partial, tree);
+        this.madeHere.set(tree, { objects: new Map(objects.map((o) => [o.path, o])), at: Date.now() });
+        this.unwritten.set(tree, { url: this.url, model, objects: [...objects] });
+        this.scheduleManifests();
       } catch (err) {
         // Another process finished the same copy first: use theirs.
-        if (!(await exists(path.join(tree, MANIFEST)))) throw err;
+        if (!(await exists(tree))) throw err;
         await rm(partial, { recursive: true, force: true });
       }
       this.totals.files += stats.files;
@@ -189,19 +201,50 @@ export class ModelCache {
     return stats;
   }
 
+  /** Writes the manifests of the copies made since the last call. */
+  async flush(): Promise<void> {
+    clearTimeout(this.manifestTimer);
+    this.manifestTimer = undefined;
+    const pending = [...this.unwritten];
+    this.unwritten.clear();
+    await Promise.all(
+      pending.map(async ([tree, manifest]) => {
+        try {
+          await writeFile(path.join(tree, MANIFEST), JSON.stringify(manifest));
+        } catch (err) {
+          // A copy removed in the meantime needs none.
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+            this.logger.warn({ dir: tree, err: (err as Error).message }, 'could not write the manifest of a cached copy');
+          }
+        }
+      }),
+    );
+  }
+
+  private scheduleManifests(): void {
+    clearTimeout(this.manifestTimer);
+    this.manifestTimer = setTimeout(() => void this.flush(), MANIFEST_DELAY_MS);
+    this.manifestTimer.unref();
+  }
+
   /** Complete copies of the model other than `fingerprint`, newest first. */
   private async previousCopies(modelRoot: string, fingerprint: string): Promise<Array<{ tree: string; objects: Map<string, StoredObject> }>> {
     const found: Array<{ tree: string; objects: Map<string, StoredObject>; mtime: number }> = [];
     for (const name of await listDir(modelRoot)) {
       if (name === fingerprint || name.startsWith(PARTIAL)) continue;
       const tree = path.join(modelRoot, name);
+      const here = this.madeHere.get(tree);
+      if (here) {
+        found.push({ tree, objects: here.objects, mtime: here.at });
+        continue;
+      }
       try {
         const manifestPath = path.join(tree, MANIFEST);
         const manifest = JSON.parse(await readFile(manifestPath, 'utf8')) as Manifest;
         const mtime = (await stat(manifestPath)).mtimeMs;
         found.push({ tree, objects: new Map(manifest.objects.map((o) => [o.path, o])), mtime });
       } catch {
-        // not a complete copy
+        // no manifest (not written yet, or torn by a crash): nothing to take from it
       }
     }
     return found.sort((a, b) => b.mtime - a.mtime);
@@ -227,6 +270,8 @@ export class ModelCache {
       const p = path.join(modelRoot, name);
       if (recent.includes(p)) continue;
       if (name.startsWith(PARTIAL) && isOwnedByLiveProcess(name)) continue;
+      this.madeHere.delete(p);
+      this.unwritten.delete(p);
       await rm(p, { recursive: true, force: true }).catch((err: Error) =>
         this.logger.warn({ model, dir: p, err: err.message }, 'could not remove an old cached copy'),
       );

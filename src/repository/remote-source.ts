@@ -98,6 +98,7 @@ export class RemoteModelSource implements ModelSource {
   }
 
   async close(): Promise<void> {
+    await this.cache.flush();
     const store = this.store;
     this.store = undefined;
     if (store) await (await store.catch(() => undefined))?.close();
