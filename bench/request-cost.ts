@@ -18,7 +18,9 @@
  *    work (promises, timers). The profiler's own overhead lands in "other".
  *
  * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (default 3),
- * COST_CONCURRENCY (default 1).
+ * COST_CONCURRENCY (default 1), COST_BASE_DIST (the dist folder of another
+ * build: its server's health endpoint and cache hit join the alternated
+ * rounds as "base ...", to compare two builds in one run).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -49,13 +51,13 @@ async function measure(pid: number, url: string, body: HttpBody): Promise<CostPo
   return { wrk, mainUs: ((main1 - main0) * 1e6) / n, processUs: ((all1 - all0) * 1e6) / n };
 }
 
-async function startServe(args: string[], nodeFlags: string[]): Promise<{ proc: Proc; http: number }> {
+async function startServe(args: string[], nodeFlags: string[], dist = DIST): Promise<{ proc: Proc; http: number }> {
   const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
   const child = spawn(
     process.execPath,
     [
       ...nodeFlags,
-      path.join(DIST, 'src', 'cli', 'main.js'),
+      path.join(dist, 'src', 'cli', 'main.js'),
       'serve',
       ...args,
       `--http-port=${http}`,
@@ -272,7 +274,9 @@ interface Target {
   body: HttpBody;
 }
 
+const BASE_DIST = process.env.COST_BASE_DIST;
 const nereid = await startServe(serveArgs, []);
+const base = BASE_DIST === undefined ? undefined : await startServe(serveArgs, [], path.resolve(BASE_DIST));
 const naive = await startNaive(tiny.onnxFile);
 const targets: Target[] = [
   { label: 'nereid infer', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${tiny.plainName}/infer`, body },
@@ -280,6 +284,12 @@ const targets: Target[] = [
   { label: 'nereid health', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/health/ready`, body: HEALTH },
   { label: 'nereid cache hit', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
 ];
+if (base !== undefined) {
+  targets.push(
+    { label: 'base health', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/health/ready`, body: HEALTH },
+    { label: 'base cache hit', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
+  );
+}
 const points = new Map<string, CostPoint[]>(targets.map((t) => [t.label, []]));
 try {
   for (const t of targets) await runWrk(t.url(), t.body, CONCURRENCY, 1);
@@ -288,11 +298,18 @@ try {
   }
 } finally {
   await nereid.proc.stop();
+  await base?.proc.stop();
   await naive.proc.stop();
 }
 
 /** The profiled pass: per stage, scaled to the main thread's measured CPU over the same interval. */
-async function profileStages(target: 'infer' | 'cache hit'): Promise<{ stages: Map<Stage, number>; requests: number } | undefined> {
+type Profiled = 'infer' | 'cache hit' | 'health';
+const PROFILED_POINT: Record<Profiled, string> = { infer: 'nereid infer', 'cache hit': 'nereid cache hit', health: 'nereid health' };
+
+async function profileStages(
+  target: Profiled,
+): Promise<{ stages: Map<Stage, number>; requests: number; selfTimes: Map<string, number> | undefined } | undefined> {
+  const selfTimes: Map<string, number> | undefined = TOP > 0 ? new Map() : undefined;
   const profDir = mkdtempSync(path.join(tmpdir(), 'nereid-cost-prof-'));
   try {
     const profiled = await startServe(serveArgs, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=250']);
@@ -300,8 +317,11 @@ async function profileStages(target: 'infer' | 'cache hit'): Promise<{ stages: M
     let toUs = 0;
     let point: CostPoint;
     try {
-      const url = `http://127.0.0.1:${profiled.http}/v2/models/${target === 'infer' ? tiny.plainName : CACHED}/infer`;
-      const b = target === 'infer' ? body : cachedBody();
+      const url =
+        target === 'health'
+          ? `http://127.0.0.1:${profiled.http}/v2/health/ready`
+          : `http://127.0.0.1:${profiled.http}/v2/models/${target === 'infer' ? tiny.plainName : CACHED}/infer`;
+      const b = target === 'infer' ? body : target === 'health' ? HEALTH : cachedBody();
       await runWrk(url, b, CONCURRENCY, 1);
       fromUs = Number(process.hrtime.bigint() / 1000n);
       point = await measure(profiled.proc.child.pid!, url, b);
@@ -318,9 +338,9 @@ async function profileStages(target: 'infer' | 'cache hit'): Promise<{ stages: M
     // Shares of the profile, of the CPU measured without the profiler (which costs the thread CPU of its own).
     let sampled = 0;
     for (const v of raw.values()) sampled += v;
-    const unprofiled = median(points.get(target === 'infer' ? 'nereid infer' : 'nereid cache hit')!.map((p) => p.mainUs));
+    const unprofiled = median(points.get(PROFILED_POINT[target])!.map((p) => p.mainUs));
     const scale = sampled === 0 ? 0 : (unprofiled * point.wrk.requests) / sampled;
-    return { stages: new Map([...raw].map(([k, v]) => [k, v * scale])), requests: point.wrk.requests };
+    return { stages: new Map([...raw].map(([k, v]) => [k, v * scale])), requests: point.wrk.requests, selfTimes };
   } finally {
     rmSync(profDir, { recursive: true, force: true });
   }
@@ -328,8 +348,7 @@ async function profileStages(target: 'infer' | 'cache hit'): Promise<{ stages: M
 
 /** COST_TOP=n also prints the n functions with the most samples. */
 const TOP = Number(process.env.COST_TOP ?? 0);
-const selfTimes = TOP > 0 ? new Map<string, number>() : undefined;
-const profiles = { infer: await profileStages('infer'), 'cache hit': await profileStages('cache hit') };
+const profiles = { infer: await profileStages('infer'), 'cache hit': await profileStages('cache hit'), health: await profileStages('health') };
 rmSync(cacheRepo, { recursive: true, force: true });
 
 const f1 = (v: number) => v.toFixed(1);
@@ -350,6 +369,12 @@ process.stdout.write(
     `cache hit - health: main thread ${f1(paired('nereid cache hit', 'nereid health', (p) => p.mainUs))} µs/req, ` +
     `p50 ${paired('nereid cache hit', 'nereid health', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 within 30 µs)\n`,
 );
+if (base !== undefined) {
+  process.stdout.write(
+    `base: cache hit - health: main thread ${f1(paired('base cache hit', 'base health', (p) => p.mainUs))} µs/req, ` +
+      `p50 ${paired('base cache hit', 'base health', (p) => p.wrk.p50us).toFixed(0)} µs (${BASE_DIST})\n`,
+  );
+}
 const withStages = Object.entries(profiles).filter((e): e is [string, NonNullable<(typeof e)[1]>] => e[1] !== undefined);
 if (withStages.length > 0) {
   process.stdout.write(
@@ -367,10 +392,10 @@ if (withStages.length > 0) {
   });
   process.stdout.write(`${'total'.padEnd(22)}${totals.join('')}\n`);
 }
-if (selfTimes !== undefined) {
-  const requests = withStages.reduce((n, [, v]) => n + v.requests, 0);
-  process.stdout.write('\nmost sampled functions, both profiles (µs per request, unscaled)\n');
-  for (const [k, v] of [...selfTimes].sort((a, b) => b[1] - a[1]).slice(0, TOP)) {
-    process.stdout.write(`${f1(v / requests).padStart(8)}  ${k}\n`);
+for (const [label, v] of withStages) {
+  if (v.selfTimes === undefined) continue;
+  process.stdout.write(`\nmost sampled functions, ${label} (µs per request, unscaled)\n`);
+  for (const [k, t] of [...v.selfTimes].sort((a, b) => b[1] - a[1]).slice(0, TOP)) {
+    process.stdout.write(`${f1(t / v.requests).padStart(8)}  ${k}\n`);
   }
 }

@@ -32,7 +32,12 @@ const KEY_BYTES = 45;
 /** The smallest entry: one output of one byte with a one-letter name. */
 export const MIN_ENTRY_BYTES = ENTRY_OVERHEAD_BYTES + KEY_BYTES + TENSOR_OVERHEAD_BYTES + 1 + 4 + 8 + 1;
 
-class Entry {
+let nextSerial = 1;
+
+/** One stored response. */
+export class CacheEntry {
+  /** Unique per entry ever stored: a replay of a hit names the entry by key and serial without holding it. */
+  readonly serial = nextSerial++;
   constructor(
     readonly response: CachedResponse,
     readonly bytes: number,
@@ -52,7 +57,7 @@ export class CacheCounters {
 }
 
 export class ResponseCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new Map<string, CacheEntry>();
   private used = 0;
   readonly counters = new CacheCounters();
 
@@ -70,8 +75,13 @@ export class ResponseCache {
     return this.size === 0 ? 0 : this.used / this.size;
   }
 
-  /** The entry under `key`, now the most recently used, or undefined. */
+  /** The response under `key`, now the most recently used, or undefined. */
   lookup(key: string): CachedResponse | undefined {
+    return this.lookupEntry(key)?.response;
+  }
+
+  /** The entry under `key`, now the most recently used, or undefined; counted as a lookup. */
+  lookupEntry(key: string): CacheEntry | undefined {
     const c = this.counters;
     c.lookups += 1;
     const entry = this.entries.get(key);
@@ -83,7 +93,24 @@ export class ResponseCache {
     // Map order is insertion order: re-inserting marks it most recently used.
     this.entries.delete(key);
     this.entries.set(key, entry);
-    return entry.response;
+    return entry;
+  }
+
+  /**
+   * A lookup of `key` that is known to find the entry numbered `serial`:
+   * counted and marked most recently used as lookupEntry() would, and true,
+   * when that entry is still stored; false (and nothing counted) when it was
+   * evicted, replaced or dropped since.
+   */
+  lookupKnown(key: string, serial: number): boolean {
+    const entry = this.entries.get(key);
+    if (entry === undefined || entry.serial !== serial) return false;
+    const c = this.counters;
+    c.lookups += 1;
+    c.hits += 1;
+    this.entries.delete(key);
+    this.entries.set(key, entry);
+    return true;
   }
 
   /** Adds lookup time (ns) to the totals. */
@@ -114,7 +141,7 @@ export class ResponseCache {
         this.used -= victim.bytes;
         this.counters.evictions += 1;
       }
-      this.entries.set(key, new Entry(copyResponse(response), bytes, `${model}\u0000${version}`));
+      this.entries.set(key, new CacheEntry(copyResponse(response), bytes, `${model}\u0000${version}`));
       this.used += bytes;
       stored = true;
     }

@@ -4,6 +4,7 @@
  */
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type {
+  CacheHitTicket,
   InferRequest,
   InferResponse,
   ModelControlMode,
@@ -63,6 +64,16 @@ export interface ServerApi {
    * Optional for test doubles.
    */
   checkAdmission?(model: string, version?: string, requestId?: string): void;
+  /**
+   * Answers again a request that was answered from the response cache with
+   * `ticket` (InferResponse.cacheHit), for a caller that kept the reply:
+   * true when `model`/`version` still resolve to the same model version and
+   * its cache still holds that entry, and the hit is then counted in the
+   * statistics and the cache's counters as infer() counts one; false (nothing
+   * counted) when the caller must run the request through infer(). Optional
+   * for test doubles.
+   */
+  replayCacheHit?(ticket: CacheHitTicket, model: string, version?: string): boolean;
   /**
    * Every response of a request, for decoupled models (zero or more, then the
    * final flag) and for any other model (one final response). Never throws:

@@ -21,6 +21,7 @@ import { SharedMemoryRegistry } from './shared-memory.js';
 import { type ResponseCache, cacheKey, createResponseCache } from '../cache/response-cache.js';
 import type { LoadModelOptions, ServerApi, UnloadModelOptions } from './server-api.js';
 import type {
+  CacheHitTicket,
   InferRequest,
   InferResponse,
   ModelControlMode,
@@ -33,6 +34,7 @@ import type {
 } from '../types/api.js';
 import { datatypeFromConfigEnum } from '../tensor/datatype.js';
 import type { Tensor } from '../tensor/tensor.js';
+import type { ModelVersionStatistics } from '../types/statistics.js';
 
 export const NEREID_VERSION = '0.1.0';
 
@@ -68,6 +70,16 @@ function outputNamed(produced: readonly Tensor[], name: string, hint: number): T
   if (at !== undefined && at.name === name) return at;
   for (let i = 0; i < produced.length; i++) if (produced[i]!.name === name) return produced[i];
   return undefined;
+}
+
+/** What InferResponse.cacheHit holds: the version's statistics (its identity) and the entry, by key and serial, not held. */
+class CacheHit implements CacheHitTicket {
+  readonly kind = 'cache-hit';
+  constructor(
+    readonly stats: ModelVersionStatistics,
+    readonly key: string,
+    readonly serial: number,
+  ) {}
 }
 
 export interface ServerEvents {
@@ -275,16 +287,36 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const startNs = process.hrtime.bigint();
     const br = prepared.backendRequest;
     const key = cacheKey(v.modelName, v.version, br.inputs, br.requestedOutputs);
-    const hit = cache.lookup(key);
+    const hit = cache.lookupEntry(key);
     const lookupNs = Number(process.hrtime.bigint() - startNs);
     cache.addLookupTime(lookupNs);
     if (hit !== undefined) {
       // Answered synchronously: a hit pays no extra promise.
-      const out = this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, hit as BackendResponse);
+      const built = this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, hit.response as BackendResponse);
+      const out: InferResponse = { ...built, cacheHit: new CacheHit(v.stats, key, hit.serial) };
       v.stats.recordCacheHit(Number(process.hrtime.bigint() - startNs), 0, lookupNs);
       return out;
     }
     return this.inferMissed(v, request, prepared, cache, key, lookupNs);
+  }
+
+  replayCacheHit(ticket: CacheHitTicket, model: string, version?: string): boolean {
+    const cache = this.responseCache;
+    if (!(ticket instanceof CacheHit) || cache === undefined || this.stopping) return false;
+    let v: ModelVersion;
+    try {
+      v = this.resolveVersion(model, version);
+    } catch {
+      return false;
+    }
+    // Another version now answers the request (a new one loaded, a reload), or the entry went: the caller runs it anew.
+    if (v.stats !== ticket.stats) return false;
+    const startNs = process.hrtime.bigint();
+    if (!cache.lookupKnown(ticket.key, ticket.serial)) return false;
+    const lookupNs = Number(process.hrtime.bigint() - startNs);
+    cache.addLookupTime(lookupNs);
+    v.stats.recordCacheHit(lookupNs, 0, lookupNs);
+    return true;
   }
 
   /** A cache miss: runs the request and stores its response. */

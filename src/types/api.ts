@@ -46,6 +46,19 @@ export interface InferResponse {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
   /** In the order requested (or the config's order when none was requested). */
   readonly outputs: readonly Tensor[];
+  /** Set when the response came from the response cache: see `CacheHitTicket`. */
+  readonly cacheHit?: CacheHitTicket;
+}
+
+/**
+ * Names the response-cache entry that answered a request. A frontend that
+ * kept the reply it encoded for that request may answer the same request
+ * again with `Server.replayCacheHit(ticket)`, which counts the hit as a
+ * lookup would and says whether the entry is still the one that answers.
+ * Its contents are the core's.
+ */
+export interface CacheHitTicket {
+  readonly kind: 'cache-hit';
 }
 
 /**

@@ -207,3 +207,41 @@ response_cache { enable: true }
   assert.equal(step!.inference_stats.cache_miss.count, 1);
   assert.equal(step!.inference_stats.cache_hit.count, 1);
 });
+
+test('replayCacheHit: true for the version and entry that answered, false for another version, an entry stored anew, or no ticket of ours', async (t) => {
+  const repo = new TempRepository().addSub('cached', [1, 2], CONFIG('cached', true).replace('instance_group', 'version_policy: { all: {} }\ninstance_group'));
+  t.after(() => repo.cleanup());
+  // Room for two entries of this model.
+  const server = new Server({ modelRepositories: [repo.dir], cacheConfig: { local: { size: '1400' } } });
+  await server.start();
+  t.after(() => server.stop());
+  const request = (a: number, version?: string) => ({
+    model: 'cached',
+    version,
+    inputs: [int32Tensor('INPUT0', new Array(16).fill(a)), int32Tensor('INPUT1', new Array(16).fill(1))],
+  });
+  assert.equal((await server.infer(request(1, '1'))).cacheHit, undefined, 'a miss has no ticket');
+  const ticket = (await server.infer(request(1, '1'))).cacheHit!;
+  assert.equal(ticket.kind, 'cache-hit');
+  const [before] = server.modelStatistics('cached', '1');
+  const lookups = server.responseCache!.counters.lookups;
+  assert.equal(server.replayCacheHit(ticket, 'cached', '1'), true);
+  const [after] = server.modelStatistics('cached', '1');
+  assert.equal(after!.inference_stats.cache_hit.count - before!.inference_stats.cache_hit.count, 1);
+  assert.equal(after!.inference_stats.success.count - before!.inference_stats.success.count, 1);
+  assert.equal(server.responseCache!.counters.lookups - lookups, 1);
+
+  assert.equal(server.replayCacheHit(ticket, 'cached', '2'), false, 'version 2 answers that URL');
+  assert.equal(server.replayCacheHit(ticket, 'cached'), false, 'the highest version answers a request without one');
+  assert.equal(server.replayCacheHit(ticket, 'other'), false);
+  assert.equal(server.replayCacheHit({ kind: 'cache-hit' }, 'cached', '1'), false);
+  assert.equal(server.responseCache!.counters.lookups - lookups, 1, 'a refused replay counts nothing');
+
+  // Evicted, then stored again by the next miss: the old ticket names an entry that is gone.
+  await server.infer(request(2, '1'));
+  await server.infer(request(3, '1'));
+  assert.equal((await server.infer(request(1, '1'))).cacheHit, undefined, 'evicted');
+  assert.equal(server.replayCacheHit(ticket, 'cached', '1'), false);
+  const fresh = (await server.infer(request(1, '1'))).cacheHit!;
+  assert.equal(server.replayCacheHit(fresh, 'cached', '1'), true);
+});

@@ -50,6 +50,13 @@ export class Replier {
     res.end(body);
   }
 
+  /** A reply whose headers (Content-Length included, a flat name/value list) and body are ready as they are. */
+  whole(res: ServerResponse, status: number, headers: readonly string[], body: Buffer): void {
+    this.prepare(res);
+    res.writeHead(status, headers as string[]);
+    res.end(body);
+  }
+
   /** A body made of a JSON part followed by binary parts, written without joining them. */
   parts(res: ServerResponse, status: number, headers: string[], first: Buffer, rest: readonly Uint8Array[], total: number): void {
     this.prepare(res);

@@ -19,7 +19,9 @@ import { headerValue, inflateBody, readBody, requestEncoding } from './body.js';
 import { answerClientError } from './client-error.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
-import { encodeInferResponse } from './infer-encode.js';
+import { type EncodedInferResponse, encodeInferResponse } from './infer-encode.js';
+import { CacheReplies } from './cache-replay.js';
+import type { CacheHitTicket } from '../../types/api.js';
 import { parseJsonBytes } from './json-parse.js';
 import { generateResponseJson, mapGenerateRequest } from './generate.js';
 import { streamResponses } from '../../core/response-stream.js';
@@ -109,6 +111,7 @@ export class HttpFrontend {
   private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
   private readonly forwardPattern: RegExp | undefined;
   private readonly routes = new Router<HttpRoute>();
+  private readonly replies = new CacheReplies();
   private closed: Promise<void> | undefined;
 
   constructor(
@@ -434,8 +437,15 @@ export class HttpFrontend {
     }
     let body = await readBody(req, this.maxInputSize);
     if (encoding !== 'identity') body = await inflateBody(body, this.maxInputSize);
+    const inferHeader = headerValue(req, 'inference-header-content-length');
+    // A request answered from the response cache before, sent again: its reply as written then.
+    const replayKey =
+      encoding === 'identity' && negotiateResponseEncoding(headerValue(req, 'accept-encoding')) === 'identity'
+        ? this.replies.keyOf(req, model, version, inferHeader, this.forwardPattern, body)
+        : undefined;
+    if (replayKey !== undefined && this.replayCacheHit(res, replayKey, model, version)) return;
 
-    const headerLength = inferHeaderLength(headerValue(req, 'inference-header-content-length'), body.byteLength);
+    const headerLength = inferHeaderLength(inferHeader, body.byteLength);
     const decoded =
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, this.maxInputSize);
 
@@ -448,8 +458,41 @@ export class HttpFrontend {
     // One await on the server itself (callInfer would add a second): this is the hot path.
     const response = await this.server.infer(inferRequest(model, version, decoded, parameters, call.signal));
     call.done();
+    if (replayKey !== undefined && response.cacheHit !== undefined) {
+      this.sendAndKeep(res, response, decoded, replayKey, response.cacheHit);
+      return;
+    }
     const compressing = this.sendInferResponse(req, res, response, decoded);
     if (compressing !== undefined) await compressing;
+  }
+
+  /** Writes the reply kept under `key` when the server confirms its hit; false when the request must run. */
+  private replayCacheHit(res: ServerResponse, key: string, model: string, version: string | undefined): boolean {
+    const kept = this.replies.get(key);
+    if (kept === undefined) return false;
+    if (this.server.replayCacheHit?.(kept.ticket, model, version) !== true) {
+      this.replies.drop(key);
+      return false;
+    }
+    this.reply.whole(res, 200, kept.headers, kept.body);
+    return true;
+  }
+
+  /** An uncompressed reply to a cache hit, written as one buffer and kept for the same request sent again. */
+  private sendAndKeep(
+    res: ServerResponse,
+    response: Parameters<typeof encodeInferResponse>[0],
+    decoded: DecodedInfer,
+    key: string,
+    ticket: CacheHitTicket,
+  ): void {
+    const encoded = encodeInferResponse(response, decoded);
+    const total = encoded.json.byteLength + encoded.binaryByteLength;
+    const body = encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json;
+    const headers = inferReplyHeaders(encoded);
+    headers.push('Content-Length', String(total));
+    this.reply.whole(res, 200, headers, body);
+    this.replies.keep(key, ticket, headers, body);
   }
 
   /**
@@ -572,9 +615,7 @@ export class HttpFrontend {
   ): Promise<void> | undefined {
     const encoded = encodeInferResponse(response, decoded);
     const hasBinary = encoded.binaryByteLength > 0;
-    const headers = hasBinary
-      ? ['Content-Type', 'application/octet-stream', 'Inference-Header-Content-Length', String(encoded.json.byteLength)]
-      : ['Content-Type', JSON_TYPE];
+    const headers = inferReplyHeaders(encoded);
     const encoding = negotiateResponseEncoding(headerValue(req, 'accept-encoding'));
     if (encoding === 'identity') {
       this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
@@ -608,6 +649,13 @@ class InferCall {
   done(): void {
     this.pending = false;
   }
+}
+
+/** An infer reply's content headers: binary outputs follow a JSON header whose length the client is told. */
+function inferReplyHeaders(encoded: EncodedInferResponse): string[] {
+  return encoded.binaryByteLength > 0
+    ? ['Content-Type', 'application/octet-stream', 'Inference-Header-Content-Length', String(encoded.json.byteLength)]
+    : ['Content-Type', JSON_TYPE];
 }
 
 /** The server request for a decoded HTTP infer body. */
