@@ -20,7 +20,7 @@ import { answerClientError } from './client-error.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
 import { type EncodedInferResponse, encodeInferResponse } from './infer-encode.js';
-import { CacheReplies } from './cache-replay.js';
+import { CacheReplies, type RequestKey } from './cache-replay.js';
 import type { CacheHitTicket } from '../../types/api.js';
 import { parseJsonBytes } from './json-parse.js';
 import { generateResponseJson, mapGenerateRequest } from './generate.js';
@@ -467,7 +467,7 @@ export class HttpFrontend {
   }
 
   /** Writes the reply kept under `key` when the server confirms its hit; false when the request must run. */
-  private replayCacheHit(res: ServerResponse, key: string, model: string, version: string | undefined): boolean {
+  private replayCacheHit(res: ServerResponse, key: RequestKey, model: string, version: string | undefined): boolean {
     const kept = this.replies.get(key);
     if (kept === undefined) return false;
     if (this.server.replayCacheHit?.(kept.ticket, model, version) !== true) {
@@ -483,7 +483,7 @@ export class HttpFrontend {
     res: ServerResponse,
     response: Parameters<typeof encodeInferResponse>[0],
     decoded: DecodedInfer,
-    key: string,
+    key: RequestKey,
     ticket: CacheHitTicket,
   ): void {
     const encoded = encodeInferResponse(response, decoded);

@@ -11,7 +11,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
 import { silentLogger } from '../../../src/logger.js';
 import { buildIdentityModel } from '../../../src/onnx/builder.js';
-import { BUDGET_BYTES, CacheReplies, MAX_REPLY_BYTES, MAX_REQUEST_BYTES } from '../../../src/frontends/http/cache-replay.js';
+import { BUDGET_BYTES, CacheReplies, MAX_REPLY_BYTES, MAX_REQUEST_BYTES, RequestKey, requestHash } from '../../../src/frontends/http/cache-replay.js';
 import type { CacheHitTicket, InferRequest } from '../../../src/types/api.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { sample } from '../../metrics/exposition.js';
@@ -302,32 +302,54 @@ describe('CacheReplies', () => {
   const req = (rawHeaders: string[] = []) => ({ rawHeaders }) as unknown as IncomingMessage;
   const ticket: CacheHitTicket = { kind: 'cache-hit' };
   const body = Buffer.from('{"inputs":[]}');
+  const reply = Buffer.from('reply');
 
-  test('the key holds the model, the version, Inference-Header-Content-Length, forwarded headers and the body', () => {
+  test('a kept reply is found for the same model, version, Inference-Header-Content-Length, forwarded headers and body only', () => {
     const r = new CacheReplies();
-    const base = r.keyOf(req(), 'm', undefined, '13', undefined, body);
-    assert.notEqual(r.keyOf(req(), 'n', undefined, '13', undefined, body), base);
-    assert.notEqual(r.keyOf(req(), 'm', '1', '13', undefined, body), base);
-    assert.notEqual(r.keyOf(req(), 'm', undefined, undefined, undefined, body), base);
-    assert.notEqual(r.keyOf(req(), 'm', undefined, '0', undefined, body), base);
-    assert.notEqual(r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.from('{"inputs":[ ]}')), base);
-    assert.equal(r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.from(body)), base);
     const pattern = /^x-fwd/i;
-    const withHeader = r.keyOf(req(['X-Fwd-A', '1', 'Other', 'q']), 'm', undefined, '13', pattern, body);
-    assert.notEqual(withHeader, base);
-    assert.notEqual(r.keyOf(req(['X-Fwd-A', '2', 'Other', 'q']), 'm', undefined, '13', pattern, body), withHeader);
-    assert.equal(r.keyOf(req(['X-Fwd-A', '1', 'Other', 'z']), 'm', undefined, '13', pattern, body), withHeader, 'headers not forwarded do not count');
-    assert.equal(r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.alloc(MAX_REQUEST_BYTES + 1)), undefined);
+    const base = r.keyOf(req(['X-Fwd-A', '1', 'Other', 'q']), 'm', undefined, '13', pattern, body)!;
+    r.keep(base, ticket, ['Content-Length', '5'], reply);
+    const same = r.keyOf(req(['X-Fwd-A', '1', 'Other', 'z']), 'm', undefined, '13', pattern, Buffer.from(body));
+    assert.equal(r.get(same!)?.body, reply, 'an equal body in another buffer, a header that is not forwarded changed');
+    const others = {
+      model: r.keyOf(req(['X-Fwd-A', '1']), 'n', undefined, '13', pattern, body),
+      version: r.keyOf(req(['X-Fwd-A', '1']), 'm', '1', '13', pattern, body),
+      'no Inference-Header-Content-Length': r.keyOf(req(['X-Fwd-A', '1']), 'm', undefined, undefined, pattern, body),
+      'Inference-Header-Content-Length 0': r.keyOf(req(['X-Fwd-A', '1']), 'm', undefined, '0', pattern, body),
+      'forwarded header value': r.keyOf(req(['X-Fwd-A', '2']), 'm', undefined, '13', pattern, body),
+      'no forwarded header': r.keyOf(req(), 'm', undefined, '13', pattern, body),
+      'one byte of the body': r.keyOf(req(['X-Fwd-A', '1']), 'm', undefined, '13', pattern, Buffer.from('{"inputs":[ ]}')),
+    };
+    for (const [what, key] of Object.entries(others)) assert.equal(r.get(key!), undefined, what);
+    assert.equal(r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.alloc(MAX_REQUEST_BYTES + 1)), undefined, 'too large to keep');
+  });
+
+  test('a hash shared by two requests never answers one with the reply of the other', () => {
+    const r = new CacheReplies();
+    const a = new RequestKey(42, 'm\u0000\u0000-', Buffer.from('a'));
+    r.keep(a, ticket, [], reply);
+    assert.equal(r.get(new RequestKey(42, 'm\u0000\u0000-', Buffer.from('b'))), undefined);
+    assert.equal(r.get(new RequestKey(42, 'n\u0000\u0000-', Buffer.from('a'))), undefined);
+    assert.equal(r.get(new RequestKey(42, 'm\u0000\u0000-', Buffer.from('a')))?.body, reply);
+  });
+
+  test('the kept request is a copy: the buffer it came in may be reused', () => {
+    const r = new CacheReplies();
+    const incoming = Buffer.from('{"id":"x"}');
+    r.keep(r.keyOf(req(), 'm', undefined, undefined, undefined, incoming)!, ticket, [], reply);
+    incoming.fill(0x20);
+    assert.equal(r.get(r.keyOf(req(), 'm', undefined, undefined, undefined, incoming)!), undefined);
+    assert.ok(r.get(r.keyOf(req(), 'm', undefined, undefined, undefined, Buffer.from('{"id":"x"}'))!));
   });
 
   test('replies stay within the budget, least recently used dropped first; oversized ones are not kept', () => {
     const r = new CacheReplies();
-    const reply = Buffer.alloc(16 * 1024);
-    const keys: string[] = [];
+    const large = Buffer.alloc(16 * 1024);
+    const keys: RequestKey[] = [];
     for (let i = 0; i < 100; i++) {
       const key = r.keyOf(req(), 'm', undefined, undefined, undefined, Buffer.from(`{"id":"${i}"}`))!;
       keys.push(key);
-      r.keep(key, ticket, [], reply);
+      r.keep(key, ticket, [], large);
       if (i === 50) assert.ok(r.get(keys[0]!), 'the first one is used again');
     }
     assert.ok(r.usedBytes <= BUDGET_BYTES);
@@ -335,9 +357,25 @@ describe('CacheReplies', () => {
     assert.ok(r.get(keys[0]!), 'used again halfway, so it outlived those after it');
     assert.equal(r.get(keys[1]!), undefined);
     assert.ok(r.get(keys[99]!));
-    r.keep('big', ticket, [], Buffer.alloc(MAX_REPLY_BYTES + 1));
-    assert.equal(r.get('big'), undefined);
+    const big = r.keyOf(req(), 'm', undefined, undefined, undefined, Buffer.from('{"id":"big"}'))!;
+    r.keep(big, ticket, [], Buffer.alloc(MAX_REPLY_BYTES + 1));
+    assert.equal(r.get(big), undefined);
+    const before = r.usedBytes;
     r.drop(keys[99]!);
     assert.equal(r.get(keys[99]!), undefined);
+    assert.ok(r.usedBytes < before);
+  });
+
+  test('requestHash depends on every byte and on the prefix', () => {
+    const b = Buffer.alloc(37, 1);
+    const h = requestHash('p', b);
+    for (let i = 0; i < b.length; i++) {
+      const c = Buffer.from(b);
+      c[i] = 2;
+      assert.notEqual(requestHash('p', c), h, `byte ${i}`);
+    }
+    assert.notEqual(requestHash('q', b), h);
+    assert.notEqual(requestHash('p', b.subarray(1)), h);
+    assert.ok(Number.isSafeInteger(h) && h >= 0);
   });
 });
