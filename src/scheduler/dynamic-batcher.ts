@@ -143,6 +143,8 @@ class OrderedRequest extends ScheduledRequest {
 
 /** One batch on one instance. */
 class Execution {
+  /** Set while the batch waits behind the instance's running one and its requests count against the queue bound. */
+  held: ScheduledRequest[] | undefined = undefined;
   constructor(
     readonly batcher: DynamicBatcher,
     readonly instance: ModelInstance,
@@ -255,6 +257,8 @@ export class DynamicBatcher implements Scheduler {
   private scheduling = false;
   private rescheduled = false;
   private readonly obtained: ObtainedDelay = { count: 0, totalNs: 0, maxNs: 0 };
+  /** Per instance, the batch waiting behind its running one while a bounded queue counts it. */
+  private readonly waitingBatch = new Map<ModelInstance, Execution>();
 
   constructor(
     private readonly modelName: string,
@@ -276,8 +280,12 @@ export class DynamicBatcher implements Scheduler {
     this.queue.listener = { removed: () => this.schedule() };
     // One slot per instance for the batch it runs, and one more for a batch
     // waiting inside it where its backend takes one (BackendInstance.maxInFlight):
-    // that batch starts the moment the running one ends. Free slots are taken
-    // from the end: every instance's first slot before any second one.
+    // that batch starts the moment the running one ends. Until it starts, its
+    // requests still count against max_queue_size: they are waiting to run (and
+    // their statistics count the wait as queue time), and a full queue would
+    // otherwise hold a whole batch more than its bound, each accepted request
+    // waiting that much longer. Free slots are taken from the end: every
+    // instance's first slot before any second one.
     const slots: ModelInstance[] = [];
     for (const i of instances) if (i.depth > 1) slots.push(i);
     this.free = [...slots.reverse(), ...[...instances].reverse()];
@@ -397,9 +405,16 @@ export class DynamicBatcher implements Scheduler {
       }
     }
     this.executing += items.length;
+    const waits = instance.inFlight > 0;
     instance.busy = true;
     instance.inFlight += 1;
     const execution = new Execution(this, instance, items.length);
+    if (waits && this.queue.bounded) {
+      // Not started until the running batch ends: still within max_queue_size.
+      this.queue.hold(items, 1);
+      execution.held = items;
+      this.waitingBatch.set(instance, execution);
+    }
     void executeBatch(instance, items, batchSize, this.stats, this.modelName).then(() => execution.finished());
   }
 
@@ -407,6 +422,13 @@ export class DynamicBatcher implements Scheduler {
   executionFinished(execution: Execution): void {
     this.executing -= execution.requestCount;
     const instance = execution.instance;
+    // The batch that waited behind this one starts now (or this was it, ending first).
+    const waiting = execution.held !== undefined ? execution : this.waitingBatch.get(instance);
+    if (waiting?.held !== undefined) {
+      this.queue.hold(waiting.held, -1);
+      waiting.held = undefined;
+      this.waitingBatch.delete(instance);
+    }
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);

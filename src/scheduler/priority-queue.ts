@@ -103,6 +103,15 @@ export class PriorityQueue {
   private readonly defaultPolicy: QueuePolicy;
   private readonly levelPolicies = new Map<number, QueuePolicy>();
   private liveCount = 0;
+  /**
+   * Requests taken from a level into a batch that waits inside a busy
+   * instance, not yet started, by level number. They still count against
+   * their level's max_queue_size (their statistics count that wait as queue
+   * time too): a bounded queue bounds everything accepted and not running.
+   */
+  private readonly held = new Map<number, number>();
+  /** Some level has a max_queue_size. */
+  readonly bounded: boolean;
   /** Earliest deadline among waiting entries (may be stale-early); 0n: none. */
   nextDeadlineNs = 0n;
   listener: QueueListener | undefined;
@@ -113,14 +122,31 @@ export class PriorityQueue {
     this.maxLevel = Number(batching.priorityLevels);
     this.defaultLevel = this.maxLevel === 0 ? 0 : Number(batching.defaultPriorityLevel);
     this.defaultPolicy = toQueuePolicy(batching.defaultQueuePolicy);
+    let bounded = this.defaultPolicy.maxQueueSize !== 0;
     if (this.maxLevel === 0) {
       this.levels.push(new LevelQueue(0, this.defaultPolicy, true));
     } else {
       for (const [key, policy] of Object.entries(batching.priorityQueuePolicy)) {
         const level = Number(key);
-        this.levelPolicies.set(level, toQueuePolicy(policy));
+        const p = toQueuePolicy(policy);
+        if (p.maxQueueSize !== 0) bounded = true;
+        this.levelPolicies.set(level, p);
         this.levelFor(level);
       }
+    }
+    this.bounded = bounded;
+  }
+
+  /**
+   * Counts `items` (taken from this queue) against their levels' bounds while
+   * they wait inside an instance (delta 1), or no longer (delta -1).
+   */
+  hold(items: readonly ScheduledRequest[], delta: 1 | -1): void {
+    for (let i = 0; i < items.length; i++) {
+      const level = this.levelOf(items[i]!.priority);
+      const n = (this.held.get(level) ?? 0) + delta;
+      if (n === 0) this.held.delete(level);
+      else this.held.set(level, n);
     }
   }
 
@@ -152,15 +178,16 @@ export class PriorityQueue {
 
   private levelFull(level: number, policy: QueuePolicy): boolean {
     if (policy.maxQueueSize === 0) return false;
-    for (const q of this.levels) if (q.level === level) return q.live >= policy.maxQueueSize;
-    return false;
+    let live = 0;
+    for (const q of this.levels) if (q.level === level) live = q.live;
+    return live + (this.held.get(level) ?? 0) >= policy.maxQueueSize;
   }
 
   /** Queues `item`, or returns the error to fail it with when its level is full. */
   push(item: ScheduledRequest, nowNs: bigint): NereidError | undefined {
     const level = this.levelFor(this.levelOf(item.priority));
     const policy = level.policy;
-    if (policy.maxQueueSize !== 0 && level.live >= policy.maxQueueSize) {
+    if (policy.maxQueueSize !== 0 && level.live + (this.held.get(level.level) ?? 0) >= policy.maxQueueSize) {
       return Errors.maxQueueSizeExceeded(item.request.id);
     }
     const timeoutUs = effectiveTimeoutUs(policy, item.timeoutUs);

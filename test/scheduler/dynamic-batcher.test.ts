@@ -464,3 +464,56 @@ test('full: true only when every level a request could map to is bounded and ful
   two.instances[0]!.finishOne();
   await two.batcher.drain();
 });
+
+test('a bounded queue counts the batch waiting inside a busy instance until it starts', async () => {
+  const h = new Harness({ defaultQueuePolicy: policy({ maxQueueSize: 3 }) }, { maxBatchSize: 2, depth: 2 });
+  const [inst] = h.instances;
+  h.submit(request('r0')); // runs
+  h.submit(request('r1')); // waits inside the instance, behind r0
+  assert.deepEqual(inst!.batches, [['r0'], ['r1']]);
+  h.submit(request('r2'));
+  assert.equal(h.batcher.full, false);
+  h.submit(request('r3'));
+  // Two queued and one waiting inside the instance: the bound of 3 is reached.
+  assert.equal(h.batcher.pendingCount, 2);
+  assert.equal(h.batcher.full, true);
+  h.submit(request('r4'));
+  const refused = await h.outcome('r4');
+  assert.match(refused.error?.message ?? '', /Exceeds maximum queue size/);
+
+  // r0 ends, r1 starts: r2 and r3 become the waiting batch, one place is free again.
+  inst!.finishOne();
+  await inst!.untilBatches(3);
+  assert.deepEqual(inst!.batches[2], ['r2', 'r3']);
+  assert.equal(h.batcher.pendingCount, 0);
+  assert.equal(h.batcher.full, false);
+  h.submit(request('r5'));
+  assert.equal(h.batcher.full, true);
+  h.submit(request('r6'));
+  assert.match((await h.outcome('r6')).error?.message ?? '', /Exceeds maximum queue size/);
+
+  while (inst!.running > 0) {
+    inst!.finishOne();
+    await tick();
+  }
+  await h.batcher.drain();
+  const ok = h.outcomes.filter((o) => o.error === undefined).map((o) => o.id);
+  assert.deepEqual(ok, ['r0', 'r1', 'r2', 'r3', 'r5']);
+  // Everything released: a fresh request is queued or run, not refused.
+  assert.equal(h.batcher.full, false);
+});
+
+test('an unbounded queue gives a busy instance its waiting batch as before', async () => {
+  const h = new Harness({}, { maxBatchSize: 2, depth: 2 });
+  const [inst] = h.instances;
+  for (let i = 0; i < 6; i++) h.submit(request(`r${i}`));
+  assert.deepEqual(inst!.batches, [['r0'], ['r1']]);
+  assert.equal(h.batcher.pendingCount, 4);
+  assert.equal(h.batcher.full, false);
+  while (h.outcomes.length < 6) {
+    inst!.finishOne();
+    await tick();
+  }
+  await h.batcher.drain();
+  assert.deepEqual(h.order, ['r0', 'r1', 'r2', 'r3', 'r4', 'r5']);
+});
