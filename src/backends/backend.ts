@@ -8,7 +8,7 @@ import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
 import type { CancellationSignal } from '../types/cancellation.js';
-import type { InferRequest, InferResponse, ParameterValue, StreamResponse } from '../types/api.js';
+import type { InferRequest, InferResponse, JsonOutputHint, ParameterValue, StreamResponse } from '../types/api.js';
 
 export type { ParameterValue } from '../types/api.js';
 
@@ -34,6 +34,12 @@ export interface BackendRequest {
   readonly responseSender?: ResponseSender | undefined;
   /** Aborted when the client went away; decoupled backends pass it on to the model. */
   readonly signal?: CancellationSignal | undefined;
+  /**
+   * Outputs the client will get as JSON text: a backend that runs off the
+   * event loop may set their Tensor.jsonData (formatted with
+   * encodeJsonTensorData, so the text is the same). A hint; undefined when none.
+   */
+  readonly jsonOutputs?: JsonOutputHint | undefined;
 }
 
 /**

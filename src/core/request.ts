@@ -229,6 +229,7 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
       flags,
       responseSender: sender,
       signal: request.signal,
+      jsonOutputs: request.jsonOutputs,
     },
     requestedOutputs: outs && outs.length > 0 ? outs : undefined,
     priority,

@@ -498,7 +498,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
         const count = t.shape.slice(batching ? 1 : 0).reduce((a, b) => a * b, 1);
         const known = spec.dims.reduce((p, d) => (d === -1 ? p : p * d), 1);
         const dims = spec.dims.map((d) => (d === -1 ? count / known : d));
-        t = { name: t.name, datatype: t.datatype, shape: batch === undefined ? dims : [batch, ...dims], data: t.data };
+        // The JSON text is flat: it stays valid under the configured dims.
+        t = { name: t.name, datatype: t.datatype, shape: batch === undefined ? dims : [batch, ...dims], data: t.data, jsonData: t.jsonData };
       }
       const k = requested?.[i]?.classification;
       if (k !== undefined && k > 0) t = classify(t, k, batching, v.labels.get(name), v.modelName);

@@ -19,6 +19,13 @@ export interface Tensor {
    * may read the file itself instead, and nothing is copied on this one.
    */
   readonly file?: FileWindow | undefined;
+  /**
+   * The JSON text of `data` exactly as encodeJsonTensorData writes it, when
+   * a backend formatted it already (off the event loop, because the caller
+   * asked for the output as JSON). Frontends that write JSON may use it
+   * instead of formatting the bytes again; everything else reads `data`.
+   */
+  readonly jsonData?: string | undefined;
 }
 
 /**

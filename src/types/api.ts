@@ -17,6 +17,15 @@ export interface RequestedOutput {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
 }
 
+/**
+ * Which outputs the caller will write back as JSON text (the HTTP frontend,
+ * for outputs not asked for as binary data): a backend that runs off the
+ * event loop may then format their JSON `data` text there (Tensor.jsonData).
+ */
+export interface JsonOutputHint {
+  wantsJson(outputName: string): boolean;
+}
+
 export interface InferRequest {
   readonly model: string;
   /** Omitted or '' (or -1): the highest READY version. */
@@ -31,6 +40,8 @@ export interface InferRequest {
   readonly signal?: CancellationSignal;
   /** Also told the request's durations when it succeeds (an ensemble sums its steps' this way). Set on ensemble steps, which a stopping server still runs. */
   readonly stepTimings?: StepTimingsSink;
+  /** Outputs the caller will write as JSON (a hint: backends may ignore it). */
+  readonly jsonOutputs?: JsonOutputHint | undefined;
 }
 
 /** Receives the queue and compute durations (ns) of a request that succeeded. */

@@ -15,6 +15,7 @@ import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
 import { type InlinePolicy, type InlineSession, runOverlap } from './inline.js';
+import { JsonTextPolicy } from './json-text.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
 import { ARENA_ARRAYS, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
@@ -67,11 +68,14 @@ export class OnnxRuntimeInstance implements BackendInstance {
   private readonly scratch: ArrayBuffer[] = [];
   /** Runs made on the event loop so far. */
   inlineRuns = 0;
+  /** Which JSON output texts the session thread formats (see json-text.ts). */
+  readonly jsonText: JsonTextPolicy;
 
   constructor(client: SessionClient, plan: ModelPlan, inline?: InlinePolicy) {
     this.client = client;
     this.plan = plan;
     this.inline = inline;
+    this.jsonText = new JsonTextPolicy(plan);
   }
 
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
@@ -227,8 +231,9 @@ export class OnnxRuntimeInstance implements BackendInstance {
     } else {
       const times = new RunTimes();
       runOverlap.started();
+      const texts = this.jsonText.textPlan(requests, fetches);
       try {
-        outputs = await this.client.run(feeds, fetches, times);
+        outputs = await this.client.run(feeds, fetches, times, texts);
       } catch (err) {
         throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
       } finally {
@@ -240,6 +245,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
         timer.inputDone(BigInt(Math.round(times.startNs)));
         timer.inferDone(BigInt(Math.round(times.endNs)));
       }
+      this.jsonText.recordRun(times.pickedNs, times.doneNs, nowNs());
       if (policy) {
         const runNs = times.endNs - times.startNs;
         policy.recordRun(size, runNs);
@@ -254,7 +260,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
       try {
         const tensors: Tensor[] = [];
         for (const name of r.requestedOutputs) {
-          tensors.push(sliceOutput(plan.modelName, plan.outputsByName.get(name)!, findWire(outputs, name)!, batching, total, offsets[i]!, batching ? r.batchSize : 1));
+          tensors.push(sliceOutput(plan.modelName, plan.outputsByName.get(name)!, findWire(outputs, name)!, batching, total, offsets[i]!, batching ? r.batchSize : 1, i));
         }
         responses[i] = { outputs: tensors };
       } catch (err) {
@@ -304,6 +310,8 @@ function sliceOutput(
   total: number,
   offset: number,
   batchSize: number,
+  /** The request's position in the batch (its slice of the texts). */
+  slice: number,
 ): Tensor {
   let start = 0;
   let count: number;
@@ -330,5 +338,7 @@ function sliceOutput(
   }
   const view = w.data as TypedArray;
   const size = view.BYTES_PER_ELEMENT;
-  return makeTensor(p.name, p.datatype, shape, new Uint8Array(view.buffer, view.byteOffset + start * size, count * size));
+  const data = new Uint8Array(view.buffer, view.byteOffset + start * size, count * size);
+  const jsonData = w.texts?.[slice];
+  return jsonData === undefined ? makeTensor(p.name, p.datatype, shape, data) : { name: p.name, datatype: p.datatype, shape, data, jsonData };
 }

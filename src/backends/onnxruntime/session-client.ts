@@ -23,6 +23,7 @@ import {
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
   TIME_APPENDED,
+  TIME_DONE,
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
@@ -31,6 +32,7 @@ import {
   ringEntry,
   type FromWorker,
   type RunFeed,
+  type TextPlan,
   type ToWorker,
   type WireTensor,
 } from './worker-protocol.js';
@@ -56,11 +58,14 @@ export class RunTimes {
   startNs = 0;
   /** The session returned. */
   endNs = 0;
+  /** The worker had written the results (and formatted the texts asked for). */
+  doneNs = 0;
 
   setWorkerTimes(t: ArrayLike<number>): void {
     this.pickedNs = t[0]!;
     this.startNs = t[1]!;
     this.endNs = t[2]!;
+    this.doneNs = t[TIME_DONE]!;
   }
 }
 
@@ -76,6 +81,8 @@ class PendingRun {
 class Arena {
   header: Int32Array;
   bytes: Uint8Array;
+  /** The same memory, for reading texts. */
+  text: Buffer;
   workerTimes: Float64Array;
   /** Fetch names of the run in flight, in order. */
   fetches: readonly string[] = [];
@@ -98,12 +105,14 @@ class Arena {
   ) {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.text = Buffer.from(buffer);
     this.workerTimes = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
   setBuffer(buffer: SharedArrayBuffer): void {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.text = Buffer.from(buffer);
     this.workerTimes = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
@@ -206,16 +215,19 @@ export class SessionClient {
    * Runs the session. Numeric feeds are copied into an arena (the parts are
    * not kept); outputs come back as typed arrays over buffers of their own.
    * Runs are started in the order they are given. `times`, when given, is
-   * filled in with the run's timestamps.
+   * filled in with the run's timestamps. `texts`: outputs whose JSON text
+   * the thread formats too (WireTensor.texts; a text that does not fit
+   * comes back missing, and the caller formats it).
    */
-  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes): Promise<readonly WireTensor[]> {
+  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes, texts?: TextPlan): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
     const thread = this.thread!;
     const words = this.headerWords(feeds, fetches);
-    if (words < 0 || (this.freeArenas.length === 0 && this.arenas.length >= MAX_ARENAS)) return this.runCloned(thread, feeds, fetches, times);
+    if (words < 0 || (this.freeArenas.length === 0 && this.arenas.length >= MAX_ARENAS)) return this.runCloned(thread, feeds, fetches, times, texts);
+    if (texts !== undefined && words + texts.words > USABLE_HEADER_WORDS) texts = undefined;
     const arena = this.takeArena(thread, feeds);
     try {
-      this.writeRun(thread, arena, feeds, fetches);
+      this.writeRun(thread, arena, feeds, fetches, texts);
     } catch (err) {
       arena.letGoOfFiles();
       this.freeArenas.push(arena);
@@ -259,7 +271,7 @@ export class SessionClient {
 
   /** Header words an arena run needs; -1 when the run must be cloned (strings, or too big a header). */
   private headerWords(feeds: readonly RunFeed[], fetches: readonly string[]): number {
-    let words = 2 + fetches.length;
+    let words = 3 + fetches.length;
     for (const f of feeds) {
       if (f.strings !== undefined || arenaTypeCode(f.type) < 0) return -1;
       words += 6 + f.dims.length + FILE_PART_WORDS * f.fileParts;
@@ -300,7 +312,7 @@ export class SessionClient {
     return id;
   }
 
-  private writeRun(thread: SessionThread, arena: Arena, feeds: readonly RunFeed[], fetches: readonly string[]): void {
+  private writeRun(thread: SessionThread, arena: Arena, feeds: readonly RunFeed[], fetches: readonly string[], texts: TextPlan | undefined): void {
     const h = arena.header;
     const bytes = arena.bytes;
     h[0] = feeds.length;
@@ -341,6 +353,24 @@ export class SessionClient {
     }
     h[p++] = fetches.length;
     for (let i = 0; i < fetches.length; i++) h[p + i] = this.nameId(thread, fetches[i]!);
+    p += fetches.length;
+    if (texts === undefined) {
+      h[p] = 0;
+    } else {
+      h[p++] = texts.requests.length;
+      h[p++] = texts.largeElements;
+      for (const t of texts.requests) {
+        h[p] = t.fetch;
+        h[p + 1] = t.datatype;
+        h[p + 2] = t.typeCode;
+        h[p + 3] = t.byRows ? 1 : 0;
+        const slices = t.slices;
+        h[p + 4] = slices.length;
+        p += 5;
+        for (let i = 0; i < slices.length; i++) h[p + i] = slices[i]!;
+        p += slices.length;
+      }
+    }
     arena.fetches = fetches;
   }
 
@@ -368,11 +398,20 @@ export class SessionClient {
       outputs[i] = { name: arena.fetches[i]!, type: ARENA_TYPES[code]!, dims, data: new Ctor(copy.buffer, copy.byteOffset, len / Ctor.BYTES_PER_ELEMENT) };
       data += alignUp(len);
     }
-    arena.outputBytes = data;
+    const nTexts = h[p]!;
+    // Room for all the texts asked for next time, also those that did not fit this time.
+    arena.outputBytes = data + alignUp(h[p + 1]!);
+    if (nTexts > 0) readTexts(arena, outputs, p + 2, nTexts);
     return outputs;
   }
 
-  private runCloned(thread: SessionThread, feeds: readonly RunFeed[], fetches: readonly string[], times: RunTimes | undefined): Promise<readonly WireTensor[]> {
+  private runCloned(
+    thread: SessionThread,
+    feeds: readonly RunFeed[],
+    fetches: readonly string[],
+    times: RunTimes | undefined,
+    texts: TextPlan | undefined,
+  ): Promise<readonly WireTensor[]> {
     const id = this.nextId++;
     const wire = new Array<WireTensor>(feeds.length);
     const transfer: ArrayBuffer[] = [];
@@ -394,7 +433,7 @@ export class SessionClient {
       wire[i] = { name: f.name, type: f.type, dims: f.dims, data: new Ctor(buffer, 0, f.byteLength / Ctor.BYTES_PER_ELEMENT) };
       transfer.push(buffer);
     }
-    const msg: ToWorker = { kind: 'run', session: this.slot, id, feeds: wire, fetches };
+    const msg: ToWorker = { kind: 'run', session: this.slot, id, feeds: wire, fetches, texts };
     return new Promise((resolve, reject) => {
       this.pending.set(id, new PendingRun(resolve, reject, times));
       this.inFlight++;
@@ -445,6 +484,20 @@ export class SessionClient {
     this.thread!.finish();
     if (--this.inFlight === 0) this.onDrained?.();
   }
+}
+
+/** Attaches the texts the worker formatted (see the result header) to their outputs. */
+function readTexts(arena: Arena, outputs: WireTensor[], at: number, n: number): void {
+  const h = arena.header;
+  const byFetch = new Map<number, (string | undefined)[]>();
+  for (let i = 0, p = at; i < n; i++, p += 4) {
+    const fetch = h[p]!;
+    const off = h[p + 2]!;
+    let texts = byFetch.get(fetch);
+    if (texts === undefined) byFetch.set(fetch, (texts = []));
+    texts[h[p + 1]!] = arena.text.toString('latin1', off, off + h[p + 3]!);
+  }
+  for (const [fetch, texts] of byFetch) outputs[fetch] = { ...outputs[fetch]!, texts };
 }
 
 /** Reads a file part into `target` at `at` (the cloned path reads on this thread). */

@@ -6,6 +6,8 @@
 import { readSync } from 'node:fs';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
+import { DATATYPES } from '../../tensor/datatype.js';
+import { encodeJsonTensorData } from '../../tensor/json-codec.js';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
@@ -19,15 +21,19 @@ import {
   FILE_PART_WORDS,
   HEADER_BYTES,
   HEADER_WORDS,
+  MAX_TEXT_BYTES,
   RING_BASE,
   RING_CONTROL,
   RING_MASK,
+  SLICE_FORMAT,
+  SLICE_IF_LARGE,
   STATE_AWAKE,
   STATE_DOZING,
   STATE_SLEEPING,
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
   TIME_APPENDED,
+  TIME_DONE,
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
@@ -38,6 +44,7 @@ import {
   ringEntry,
   type FromWorker,
   type SessionWorkerInit,
+  type TextPlan,
   type ToWorker,
   type WireTensor,
 } from './worker-protocol.js';
@@ -66,12 +73,15 @@ function message(err: unknown): string {
 class Arena {
   readonly header: Int32Array;
   readonly bytes: Uint8Array;
+  /** The same memory, for writing texts. */
+  readonly text: Buffer;
   readonly times: Float64Array;
   readonly scratch: ArrayBuffer[] = [];
 
   constructor(readonly index: number, buffer: SharedArrayBuffer) {
     this.header = new Int32Array(buffer, 0, HEADER_WORDS);
     this.bytes = new Uint8Array(buffer);
+    this.text = Buffer.from(buffer);
     this.times = new Float64Array(buffer, TIMES_BYTE_OFFSET, TIMES_COUNT);
   }
 
@@ -258,7 +268,7 @@ async function runEntry(entry: number, pickNs: number): Promise<void> {
     post({ kind: 'run-error', session: slot, id: msg.id, message: `no session in slot ${slot}` });
     return;
   }
-  await run(s.session, slot, msg.id, msg.feeds, msg.fetches, pickNs);
+  await run(s.session, slot, msg.id, msg.feeds, msg.fetches, pickNs, msg.texts === undefined ? undefined : clonedTextPlan(msg.texts));
 }
 
 async function serve(): Promise<void> {
@@ -307,6 +317,7 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
   times[0] = pickNs;
   let fetches: string[];
   let results: ort.InferenceSession.OnnxValueMapType;
+  let textsAt: number;
   try {
     const inputs: Record<string, ort.Tensor> = {};
     const nFeeds = h[0]!;
@@ -347,6 +358,7 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
     const nFetches = h[p++]!;
     fetches = new Array<string>(nFetches);
     for (let i = 0; i < nFetches; i++) fetches[i] = names[h[p + i]!]!;
+    textsAt = p + nFetches;
     times[1] = nowNs();
     results = await session.run(inputs, fetches);
     times[2] = nowNs();
@@ -354,8 +366,104 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
     post({ kind: 'run-error', session: slot, id: -1 - arena.index, message: message(err) });
     return;
   }
-  if (!writeOutputs(arena, fetches, results)) sendCloned(slot, -1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!]);
-  else post(ringEntry(slot, arena.index));
+  // Read before the outputs' entries overwrite the run header.
+  const texts = readTextPlan(h, textsAt);
+  if (!writeOutputs(arena, fetches, results, texts)) sendCloned(slot, -1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!, 0], texts);
+  else {
+    times[TIME_DONE] = nowNs();
+    post(ringEntry(slot, arena.index));
+  }
+}
+
+/** A TextRequest as read from a run header or a cloned run (see worker-protocol.ts). */
+interface TextWanted {
+  readonly fetch: number;
+  readonly datatype: number;
+  readonly typeCode: number;
+  readonly byRows: boolean;
+  readonly slices: ArrayLike<number>;
+}
+
+interface TextsWanted {
+  readonly wanted: readonly TextWanted[];
+  readonly largeElements: number;
+}
+
+/** The TextPlan of a cloned run. */
+function clonedTextPlan(plan: TextPlan): TextsWanted {
+  return { wanted: plan.requests, largeElements: plan.largeElements };
+}
+
+/** The TextPlan of a run header (undefined when it has none). */
+function readTextPlan(h: Int32Array, at: number): TextsWanted | undefined {
+  const n = h[at]!;
+  if (n === 0) return undefined;
+  const out = new Array<TextWanted>(n);
+  const largeElements = h[at + 1]!;
+  let p = at + 2;
+  for (let i = 0; i < n; i++) {
+    const count = h[p + 4]!;
+    out[i] = { fetch: h[p]!, datatype: h[p + 1]!, typeCode: h[p + 2]!, byRows: h[p + 3] === 1, slices: h.slice(p + 5, p + 5 + count) };
+    p += 5 + count;
+  }
+  return { wanted: out, largeElements };
+}
+
+/** A formatted text waiting to be written: where it goes in the result header. */
+interface FormattedText {
+  readonly fetch: number;
+  readonly slice: number;
+  readonly text: string;
+}
+
+/**
+ * Formats the texts asked for (the same encodeJsonTensorData the HTTP
+ * frontend calls). A slice whose output came back with another type or
+ * shape, or that fails to format, gets none: the event loop then formats
+ * it and reports the error there.
+ */
+function formatTexts(fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, plan: TextsWanted): FormattedText[] {
+  const out: FormattedText[] = [];
+  // Every value takes two characters at least: texts that cannot fit MAX_TEXT_BYTES are not formatted at all.
+  let budget = MAX_TEXT_BYTES / 2;
+  for (const w of plan.wanted) {
+    const name = fetches[w.fetch]!;
+    const t = results[name] as ort.Tensor | undefined;
+    const info = DATATYPES[w.datatype];
+    if (t === undefined || info === undefined || arenaTypeCode(t.type) !== w.typeCode) continue;
+    const data = t.data as ArrayBufferView;
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const size = info.byteSize;
+    const dims = t.dims;
+    let rowElements = 1;
+    if (w.byRows) {
+      let rows = 0;
+      for (let i = 0; i < w.slices.length; i++) rows += w.slices[i]! >> 2;
+      if (dims.length === 0 || dims[0] !== rows) continue;
+      for (let d = 1; d < dims.length; d++) rowElements *= dims[d]!;
+    }
+    let row = 0;
+    for (let i = 0; i < w.slices.length; i++) {
+      const word = w.slices[i]!;
+      const mode = word & 3;
+      const count = w.byRows ? (word >> 2) * rowElements : t.size;
+      if ((mode === SLICE_FORMAT || (mode === SLICE_IF_LARGE && count >= plan.largeElements)) && count <= budget) {
+        budget -= count;
+        const from = row * rowElements * size;
+        pushText(out, w.fetch, i, name, info.name, bytes.subarray(from, from + count * size), count);
+      }
+      row += word >> 2;
+    }
+  }
+  return out;
+}
+
+function pushText(out: FormattedText[], fetch: number, slice: number, name: string, datatype: (typeof DATATYPES)[number]['name'], bytes: Uint8Array, count: number): void {
+  try {
+    out.push({ fetch, slice, text: encodeJsonTensorData(name, datatype, bytes, count) });
+  } catch {
+    // Left to the event loop, which reports the error.
+  }
 }
 
 /** Fills `target` from the file `fd` at `position`; throws when the file ends first. */
@@ -369,10 +477,15 @@ function readFilePart(input: string, fd: number, position: number, target: Uint8
   if (done !== target.byteLength) throw new Error(`input '${input}': the file holding it ended after ${done} of its ${target.byteLength} bytes`);
 }
 
-/** Puts the outputs in the arena; false when they do not fit or are strings. */
-function writeOutputs(arena: Arena, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType): boolean {
+/** Puts the outputs (and the texts asked for, those that fit) in the arena; false when the outputs do not fit or are strings. */
+function writeOutputs(
+  arena: Arena,
+  fetches: readonly string[],
+  results: ort.InferenceSession.OnnxValueMapType,
+  texts: TextsWanted | undefined,
+): boolean {
   const h = arena.header;
-  let words = 1;
+  let words = 3;
   let bytes = 0;
   for (const name of fetches) {
     const t = results[name] as ort.Tensor;
@@ -399,16 +512,59 @@ function writeOutputs(arena: Arena, fetches: readonly string[], results: ort.Inf
     arena.bytes.set(new Uint8Array(data.buffer, data.byteOffset, len), off);
     off += alignUp(len);
   }
+  h[p] = 0;
+  h[p + 1] = 0;
+  if (texts !== undefined) writeTexts(arena, p, off, formatTexts(fetches, results, texts));
   return true;
 }
 
-function sendCloned(session: number, id: number, fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, times: readonly number[]): void {
+/** Writes the texts after the outputs (from `off`), and their entries from header word `p`. */
+function writeTexts(arena: Arena, p: number, off: number, texts: readonly FormattedText[]): void {
+  const h = arena.header;
+  let needed = 0;
+  for (const t of texts) needed += t.text.length;
+  if (needed > MAX_TEXT_BYTES) return;
+  h[p + 1] = needed;
+  let n = 0;
+  let at = p + 2;
+  const room = arena.bytes.byteLength;
+  for (const t of texts) {
+    const len = t.text.length;
+    if (at + 4 > USABLE_HEADER_WORDS || off + len > room) break;
+    arena.text.write(t.text, off, len, 'latin1');
+    h[at] = t.fetch;
+    h[at + 1] = t.slice;
+    h[at + 2] = off;
+    h[at + 3] = len;
+    at += 4;
+    off += len;
+    n++;
+  }
+  h[p] = n;
+}
+
+function sendCloned(
+  session: number,
+  id: number,
+  fetches: readonly string[],
+  results: ort.InferenceSession.OnnxValueMapType,
+  /** The worker's timestamps; TIME_DONE is set here. */
+  times: number[],
+  texts: TextsWanted | undefined,
+): void {
   const outputs: WireTensor[] = [];
   const transfer: ArrayBuffer[] = [];
-  for (const name of fetches) {
+  const formatted = texts === undefined ? undefined : formatTexts(fetches, results, texts);
+  times[TIME_DONE] = nowNs();
+  for (let f = 0; f < fetches.length; f++) {
+    const name = fetches[f]!;
     const t = results[name] as ort.Tensor;
     const data = t.data as WireTensor['data'];
-    outputs.push({ name, type: t.type, dims: t.dims, data });
+    let slices: (string | undefined)[] | undefined;
+    if (formatted !== undefined) {
+      for (const x of formatted) if (x.fetch === f) (slices ??= [])[x.slice] = x.text;
+    }
+    outputs.push(slices === undefined ? { name, type: t.type, dims: t.dims, data } : { name, type: t.type, dims: t.dims, data, texts: slices });
     if (!Array.isArray(data)) {
       const buf = (data as ArrayBufferView).buffer;
       if (buf instanceof ArrayBuffer && !transfer.includes(buf)) transfer.push(buf);
@@ -417,7 +573,15 @@ function sendCloned(session: number, id: number, fetches: readonly string[], res
   post({ kind: 'result', session, id, outputs, times }, transfer);
 }
 
-async function run(session: ort.InferenceSession, slot: number, id: number, feeds: readonly WireTensor[], fetches: readonly string[], pickNs: number): Promise<void> {
+async function run(
+  session: ort.InferenceSession,
+  slot: number,
+  id: number,
+  feeds: readonly WireTensor[],
+  fetches: readonly string[],
+  pickNs: number,
+  texts: TextsWanted | undefined,
+): Promise<void> {
   let results: ort.InferenceSession.OnnxValueMapType;
   let startNs: number;
   try {
@@ -431,7 +595,7 @@ async function run(session: ort.InferenceSession, slot: number, id: number, feed
     post({ kind: 'run-error', session: slot, id, message: message(err) });
     return;
   }
-  sendCloned(slot, id, fetches, results, [pickNs, startNs, nowNs()]);
+  sendCloned(slot, id, fetches, results, [pickNs, startNs, nowNs(), 0], texts);
 }
 
 void serve();

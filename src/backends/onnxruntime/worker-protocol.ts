@@ -101,7 +101,64 @@ export interface WireTensor {
   readonly type: OrtTensorType;
   readonly dims: readonly number[];
   readonly data: TypedArray | readonly string[];
+  /** The JSON `data` text of each slice the run asked for (see TextRequest), by slice; undefined where not formatted. */
+  readonly texts?: readonly (string | undefined)[] | undefined;
 }
+
+/** A slice of a TextRequest: no text. */
+export const SLICE_SKIP = 0;
+/** A slice of a TextRequest: its text. */
+export const SLICE_FORMAT = 1;
+/** A slice of a TextRequest: its text if it holds the plan's largeElements values or more. */
+export const SLICE_IF_LARGE = 2;
+
+/** A slice word: its rows and what to do with it. */
+export function sliceWord(rows: number, mode: number): number {
+  return rows * 4 + mode;
+}
+
+/**
+ * An output whose JSON `data` text the session thread formats after the
+ * run (encodeJsonTensorData, the function the HTTP frontend would call),
+ * so that the event loop only copies the text. `slices` are the output's
+ * requests (sliceWord): with `byRows`, each takes the next rows of dim 0;
+ * without, the one slice is the whole tensor (its rows are 0).
+ */
+export class TextRequest {
+  constructor(
+    /** Position of the output in the run's fetches. */
+    readonly fetch: number,
+    /** The output's datatype, as its index in DATATYPES. */
+    readonly datatype: number,
+    /** The arena type code the output must come back with (else no text). */
+    readonly typeCode: number,
+    readonly byRows: boolean,
+    readonly slices: readonly number[],
+  ) {}
+}
+
+/**
+ * The outputs of a run whose JSON text the thread formats. Slices marked
+ * SLICE_IF_LARGE are formatted when they hold `largeElements` values or
+ * more: the thread knows the real sizes (variable dims leave the main
+ * thread guessing).
+ */
+export class TextPlan {
+  constructor(
+    readonly requests: readonly TextRequest[],
+    readonly largeElements: number,
+  ) {}
+
+  /** Header words of the plan. */
+  get words(): number {
+    let n = 2;
+    for (const t of this.requests) n += 5 + t.slices.length;
+    return n;
+  }
+}
+
+/** Texts a run formats are left to the event loop beyond this many bytes in all (arenas stay a sane size). */
+export const MAX_TEXT_BYTES = 8 * 1024 * 1024;
 
 /** One request's bytes of an input: in memory, or still in a file (read by the session thread). */
 export type RunPart = Uint8Array | FileWindow;
@@ -197,25 +254,33 @@ export function arenaTypeCode(type: string): number {
  * Run header (main -> worker): nFeeds, then per feed nameId, typeCode,
  * byteOffset, byteLength, ndims, dims..., nFileParts, and per file part
  * (FILE_PART_WORDS) its offset in the feed, its length, the descriptor and
- * the file position (low and high words); then nFetches, nameId per fetch.
+ * the file position (low and high words); then nFetches, nameId per fetch;
+ * then nTextRequests (0: none), largeElements, and per TextRequest its fetch,
+ * datatype, typeCode, byRows (0/1), nSlices, slices...
  * A feed's parts in memory lie back to back in the data area from
  * byteOffset; its file parts are not in the arena: the worker reads them
  * from their files straight into the buffer the session runs on.
  * Result header (worker -> main): nOutputs (in fetch order), then per output
- * typeCode, byteOffset, byteLength, ndims, dims... Outputs are written from
- * HEADER_BYTES on, over the inputs, which the run no longer needs.
+ * typeCode, byteOffset, byteLength, ndims, dims...; then nTexts, the bytes
+ * all the texts asked for needed (also those that did not fit, so the next
+ * run's arena has room), and per text its fetch, slice, byteOffset and
+ * byteLength (latin1: the JSON of numbers and booleans is ASCII). Outputs,
+ * then texts, are written from HEADER_BYTES on, over the inputs, which the
+ * run no longer needs.
  */
 export const HEADER_WORDS = 1024;
 export const HEADER_BYTES = HEADER_WORDS * 4;
 /**
  * The last words of the header hold timestamps of the run (TIMES_COUNT
  * float64 hrtime ns): the worker's (taken from the ring, run started, run
- * ended), then the main thread's (appended to the ring, at TIME_APPENDED).
- * Run and result headers use the words before them.
+ * ended, results written at TIME_DONE), then the main thread's (appended to
+ * the ring, at TIME_APPENDED). Run and result headers use the words before
+ * them. A cloned result carries the worker's four.
  */
-export const TIMES_COUNT = 4;
-export const TIME_APPENDED = 3;
-export const TIMES_BYTE_OFFSET = HEADER_BYTES - 32;
+export const TIMES_COUNT = 5;
+export const TIME_DONE = 3;
+export const TIME_APPENDED = 4;
+export const TIMES_BYTE_OFFSET = HEADER_BYTES - 8 * TIMES_COUNT;
 export const USABLE_HEADER_WORDS = TIMES_BYTE_OFFSET / 4;
 
 /** hrtime in ns as a number (exact to well past a century of uptime). */
@@ -243,7 +308,7 @@ export type ToWorker =
   | typeof WAKE
   | { readonly kind: 'name'; readonly session: number; readonly name: string }
   | { readonly kind: 'arena'; readonly session: number; readonly arena: number; readonly buffer: SharedArrayBuffer }
-  | { readonly kind: 'run'; readonly session: number; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[] }
+  | { readonly kind: 'run'; readonly session: number; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[]; readonly texts: TextPlan | undefined }
   | { readonly kind: 'open'; readonly session: number; readonly modelPath: string; readonly options: InferenceSession.SessionOptions }
   | { readonly kind: 'release'; readonly session: number }
   | { readonly kind: 'exit' };

@@ -5,7 +5,7 @@
  * memory) and requested outputs. Binary tensors are views into the body.
  */
 import { Errors, NereidError } from '../../errors.js';
-import type { ParameterValue, RequestedOutput } from '../../types/api.js';
+import type { JsonOutputHint, ParameterValue, RequestedOutput } from '../../types/api.js';
 import { type Datatype, isDatatype, datatypeInfo, datatypeFromConfigEnum } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { decodeJsonTensorData } from '../../tensor/json-codec.js';
@@ -16,7 +16,7 @@ import { parseJsonBytes, parseJsonText } from './json-parse.js';
 type JsonObject = Record<string, unknown>;
 
 /** What the HTTP layer decoded from an infer body; the output plan says which outputs go back binary. */
-export class DecodedInfer {
+export class DecodedInfer implements JsonOutputHint {
   id = '';
   inputs: Tensor[] = [];
   outputs: RequestedOutput[] | undefined = undefined;
@@ -30,9 +30,25 @@ export class DecodedInfer {
   /** Outputs to be written into a shared-memory region instead of the body. */
   shmOutputs: Map<string, SharedMemoryRef> | undefined = undefined;
 
+  /** Listed outputs with top-K classification (they go back as BYTES the core builds). */
+  classified: Set<string> | undefined = undefined;
+
   isBinary(outputName: string): boolean {
     const listed = this.listedBinary?.get(outputName);
     return listed === undefined ? this.defaultBinary : listed;
+  }
+
+  /** The output goes back as JSON `data` text (not binary, not into shared memory, not a classification). */
+  wantsJson(outputName: string): boolean {
+    return !this.isBinary(outputName) && this.shmOutputs?.has(outputName) !== true && this.classified?.has(outputName) !== true;
+  }
+
+  /** Whether any output may go back as JSON `data` (the hint is worth passing on). */
+  get anyJson(): boolean {
+    const listed = this.listedBinary;
+    if (listed === undefined) return !this.defaultBinary;
+    for (const name of listed.keys()) if (this.wantsJson(name)) return true;
+    return false;
   }
 }
 
@@ -233,6 +249,7 @@ function decodeRequestedOutputs(outputs: unknown[], out: DecodedInfer): void {
     let binary = false;
     if (params?.['binary_data'] !== undefined) binary = asBool(params['binary_data'], "Unable to parse 'binary_data'");
     listed.set(name, binary);
+    if (classification > 0) (out.classified ??= new Set()).add(name);
     requested.push(classification > 0 ? { name, classification } : { name });
   }
   out.outputs = requested;

@@ -65,7 +65,8 @@ export function encodeInferResponse(response: InferResponse, plan: DecodedInfer)
         binaryByteLength += size;
       }
     } else {
-      s += ',"data":' + encodeJsonTensorData(t.name, t.datatype, t.data, elementCount(t.shape)) + '}';
+      // Text a backend formatted already (off the event loop) is the same encodeJsonTensorData wrote.
+      s += ',"data":' + (t.jsonData ?? encodeJsonTensorData(t.name, t.datatype, t.data, elementCount(t.shape))) + '}';
     }
   }
   s += ']}';

@@ -666,5 +666,6 @@ function inferRequest(
   parameters: DecodedInfer['parameters'],
   signal: Cancellation,
 ): Parameters<ServerApi['infer']>[0] {
-  return { model, version, id: decoded.id, inputs: decoded.inputs, outputs: decoded.outputs, parameters, signal };
+  const jsonOutputs = decoded.anyJson ? decoded : undefined;
+  return { model, version, id: decoded.id, inputs: decoded.inputs, outputs: decoded.outputs, parameters, signal, jsonOutputs };
 }

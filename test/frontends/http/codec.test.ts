@@ -305,6 +305,55 @@ test('response without an id omits it; zero-byte binary outputs add no bytes', (
   assert.equal(enc.binaryByteLength, 0);
 });
 
+test('a JSON output a backend formatted already is written with that text; binary outputs ignore it', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }));
+  const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
+  const enc = encodeInferResponse(
+    {
+      modelName: 'm',
+      modelVersion: '1',
+      id: '',
+      outputs: [
+        // The text, not the bytes, is written (a backend formats it with the same codec; here it differs to show which one is used).
+        { name: 'A', datatype: 'FP32', shape: [2], data: new Uint8Array(new Float32Array([1, 2]).buffer), jsonData: '[7.0,8.0]' },
+        { name: 'B', datatype: 'INT32', shape: [1], data: int32Bytes([3]), jsonData: '[9]' },
+      ],
+    },
+    plan,
+  );
+  assert.equal(
+    enc.json.toString(),
+    '{"model_name":"m","model_version":"1","outputs":[{"name":"A","datatype":"FP32","shape":[2],"data":[7.0,8.0]},' +
+      '{"name":"B","datatype":"INT32","shape":[1],"parameters":{"binary_data_size":4}}]}',
+  );
+  assert.deepEqual(Buffer.from(enc.binary[0]!), int32Bytes([3]));
+});
+
+test('the JSON output hint: binary, shared-memory and classification outputs are not JSON text; unlisted outputs follow binary_data_output', () => {
+  const decode = (doc: object) => {
+    const body = Buffer.from(JSON.stringify(doc));
+    return decodeInferBody(body, body.byteLength, 'm', MAX);
+  };
+  const listed = decode({
+    inputs: [],
+    outputs: [
+      { name: 'J' },
+      { name: 'B', parameters: { binary_data: true } },
+      { name: 'C', parameters: { classification: 2 } },
+      { name: 'S', parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4 } },
+    ],
+  });
+  assert.deepEqual(['J', 'B', 'C', 'S'].map((n) => listed.wantsJson(n)), [true, false, false, false]);
+  assert.equal(listed.anyJson, true);
+  assert.equal(decode({ inputs: [], outputs: [{ name: 'B', parameters: { binary_data: true } }] }).anyJson, false);
+  const unlisted = decode({ inputs: [] });
+  assert.equal(unlisted.anyJson, true);
+  assert.equal(unlisted.wantsJson('ANY'), true);
+  const binaryByDefault = decode({ inputs: [], parameters: { binary_data_output: true } });
+  assert.equal(binaryByDefault.anyJson, false);
+  assert.equal(binaryByDefault.wantsJson('ANY'), false);
+});
+
 // --- JSON parsing -------------------------------------------------------------
 
 test('malformed JSON reports Triton\'s parser error text (500)', () => {

@@ -1,0 +1,135 @@
+/**
+ * JSON output text formatted on the session thread.
+ *
+ * Writing a float as JSON text costs the event loop far more than moving its
+ * four bytes (768 FP32 values: about 120 µs, more than the rest of the
+ * request), and the event loop is the one thread every request passes
+ * through. When the caller will write an output as JSON (the request's
+ * jsonOutputs hint), the session thread that ran the model can format the
+ * text right after the run, with the same encodeJsonTensorData, and hand it
+ * back with the bytes; the event loop then only copies it.
+ *
+ * The formatting costs the same on either thread, and a request waits for
+ * it either way (after the run, before its reply), so moving it costs
+ * nothing while the thread has time to spare; it pays as soon as the loop
+ * has more to do than it can (the medium MLP's 768 FP32 outputs under
+ * dynamic batching at concurrency 32: the loop, about 70 % busy, still wrote
+ * 32 replies in a row after each batch, and serving went about a sixth
+ * faster with the text formatted on the thread). What must not happen is
+ * the thread becoming the bottleneck: one thread formats every request of a
+ * dynamic batch. The event loop's utilisation is no guide (it read 70 % in
+ * the case above); the thread's own busy share is. So each instance keeps
+ * the share of its requests whose text goes to the thread and balances it
+ * every WINDOW_NS of runs from the thread's busy share over the window
+ * (from its timestamps: taking a run up to having written its results and
+ * texts): up by SHARE_UP while the thread was busy less than THREAD_ROOM,
+ * down by SHARE_DOWN while it was busy more than THREAD_FULL. A request whose
+ * text stays on the loop still has it formatted on the thread when it is
+ * large (LARGE_TEXT_ELEMENTS values or more, counted by the thread from the
+ * real output shape): formatting it on the loop would stall every other
+ * request for milliseconds. Requests that want binary data are skipped, and
+ * runs made inline (on the event loop already) never ask.
+ */
+import { DATATYPES, type Datatype } from '../../tensor/datatype.js';
+import type { BackendRequest } from '../backend.js';
+import type { ModelPlan } from './plan.js';
+import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, TextPlan, TextRequest, arenaTypeCode, sliceWord } from './worker-protocol.js';
+
+/** Texts of this many values or more are always formatted on the thread. */
+export const LARGE_TEXT_ELEMENTS = 16384;
+/** How often the share is balanced: after runs spanning this much time, ns. */
+export const WINDOW_NS = 25_000_000;
+/** The thread has room for more below this busy share of a window. */
+export const THREAD_ROOM = 0.75;
+/** The thread is the bottleneck above this busy share of a window. */
+export const THREAD_FULL = 0.9;
+export const SHARE_UP = 0.1;
+export const SHARE_DOWN = 0.05;
+
+/** Datatypes whose JSON the thread formats: numbers and booleans (their text is ASCII). */
+const FORMATTED = new Set<Datatype>(['BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64', 'FP32', 'FP64']);
+const DATATYPE_INDEX = new Map<Datatype, number>(DATATYPES.map((d, i) => [d.name, i]));
+
+let forcedShare: number | undefined;
+
+/**
+ * Makes every policy use `share` instead of its balanced one (tests that
+ * need one path or the other whatever the machine's load); returns the
+ * function that puts the balancing back.
+ */
+export function forceJsonTextShare(share: number): () => void {
+  forcedShare = share;
+  return () => {
+    forcedShare = undefined;
+  };
+}
+
+/** One instance's balance between formatting JSON text on the event loop and on its session thread. */
+export class JsonTextPolicy {
+  /** Share of the requests wanting JSON whose text the thread formats, 0..1. */
+  share = 0;
+  /** The thread's busy share of the last window. */
+  threadBusy = 0;
+  /** Requests owed to the thread by the share, carried from run to run. */
+  private credit = 0;
+  private windowStartNs = 0;
+  private busyNs = 0;
+
+  constructor(private readonly plan: ModelPlan) {}
+
+  /** The texts a run asks its thread for, or undefined when none. `fetches` are the run's outputs in order. */
+  textPlan(requests: readonly BackendRequest[], fetches: readonly string[]): TextPlan | undefined {
+    let hinted = false;
+    for (let i = 0; i < requests.length; i++) if (requests[i]!.jsonOutputs !== undefined) hinted = true;
+    if (!hinted) return undefined;
+    const plan = this.plan;
+    const batching = plan.maxBatchSize > 0;
+    const share = forcedShare ?? this.share;
+    // Per request: all its texts on the thread, or only the large ones.
+    const modes = new Array<number>(requests.length);
+    for (let i = 0; i < requests.length; i++) {
+      if (requests[i]!.jsonOutputs === undefined) continue;
+      this.credit += share;
+      if (this.credit >= 1) {
+        this.credit -= 1;
+        modes[i] = SLICE_FORMAT;
+      } else modes[i] = SLICE_IF_LARGE;
+    }
+    let out: TextRequest[] | undefined;
+    for (let f = 0; f < fetches.length; f++) {
+      const name = fetches[f]!;
+      const p = plan.outputsByName.get(name);
+      if (p === undefined || !FORMATTED.has(p.datatype)) continue;
+      const slices = new Array<number>(requests.length);
+      let wanted = false;
+      for (let i = 0; i < requests.length; i++) {
+        const r = requests[i]!;
+        const wants = r.jsonOutputs?.wantsJson(name) === true && r.requestedOutputs.includes(name);
+        slices[i] = sliceWord(batching ? r.batchSize : 0, wants ? modes[i]! : SLICE_SKIP);
+        if (wants) wanted = true;
+      }
+      if (!wanted) continue;
+      (out ??= []).push(new TextRequest(f, DATATYPE_INDEX.get(p.datatype)!, arenaTypeCode(p.ortType), batching, batching ? slices : [slices[0]!]));
+    }
+    return out === undefined ? undefined : new TextPlan(out, LARGE_TEXT_ELEMENTS);
+  }
+
+  /** A run on the thread finished: the thread's timestamps of taking it up and writing its results; `nowNs` the main thread's clock. */
+  recordRun(pickedNs: number, doneNs: number, nowNs: number): void {
+    if (!(doneNs >= pickedNs && pickedNs > 0)) return;
+    if (this.windowStartNs === 0) this.windowStartNs = pickedNs;
+    this.busyNs += doneNs - pickedNs;
+    const span = nowNs - this.windowStartNs;
+    if (span < WINDOW_NS) return;
+    this.threadBusy = Math.min(1, this.busyNs / span);
+    this.balance(this.threadBusy);
+    this.windowStartNs = nowNs;
+    this.busyNs = 0;
+  }
+
+  /** One balancing step from a window's busy share of the thread. */
+  balance(threadBusy: number): void {
+    if (threadBusy < THREAD_ROOM) this.share = Math.min(1, this.share + SHARE_UP);
+    else if (threadBusy > THREAD_FULL) this.share = Math.max(0, this.share - SHARE_DOWN);
+  }
+}
