@@ -14,6 +14,7 @@
  * lifecycle (cold start of 100 models, a swap under load),
  * cloud (cold start of 100 models from a local folder vs an S3 server, and a warm-cache restart),
  * overload (a bounded queue at 2x capacity: goodput and accepted p99),
+ * overloadmodel (the dynamic batcher alone at 2x capacity, in virtual time),
  * json (JSON tensor decode/encode in process, previous vs current code),
  * cost (main-thread CPU per request against the naive wrapper, and by stage),
  * inline (inline execution vs the session thread vs naive, with server CPU),
@@ -229,6 +230,7 @@ if (want('ensemble')) runScript('ensemble.js');
 if (want('lifecycle')) runScript('lifecycle.js');
 if (want('cloud')) runScript('cloud.js');
 if (want('overload')) runScript('overload.js');
+if (want('overloadmodel')) runScript('overload-model.js');
 if (want('json')) runScript('json.js');
 if (want('hostile')) runScript('hostile.js');
 if (want('cost')) runScript('request-cost.js');
