@@ -57,6 +57,8 @@ export function startNode(script: string, args: string[], env: Record<string, st
 export interface NodeLaunch {
   readonly env?: Record<string, string>;
   readonly nodeArgs?: readonly string[];
+  /** The dist folder of the build to start (default: this one). */
+  readonly dist?: string;
 }
 
 export async function startNereid(
@@ -65,7 +67,7 @@ export async function startNereid(
   launch: NodeLaunch = {},
 ): Promise<{ proc: Proc; http: number; grpc: number; metrics: number }> {
   const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
-  const proc = startNode(path.join(DIST, 'src', 'cli', 'main.js'), [
+  const proc = startNode(path.join(launch.dist ?? DIST, 'src', 'cli', 'main.js'), [
     'serve',
     `--model-repository=${repo}`,
     `--http-port=${http}`,
