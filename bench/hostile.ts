@@ -3,18 +3,28 @@
  * huge headers, deeply nested JSON, broken JSON, wrong types), then a soak of
  * valid requests, reporting the server's RSS before, after and while settling,
  * and whether the two bars are met: RSS 10 s after the storm within 10 % of the
- * start, and under 5 % growth over the soak. The start includes the loaded model.
+ * start, and under 5 % growth over the soak. The start is read after a warm-up
+ * that sends the storm's own mix at low volume (so one-time allocations, the
+ * loaded model, JIT code and pools, are part of the start and not counted as
+ * growth), a quiet time and one full garbage collection asked of the probe
+ * inside the server (so the start holds no garbage: V8 shrinks its young
+ * generation in a collection after a few quiet seconds, 15 to 30 MiB of RSS,
+ * and whether its own timers had done so decided a reading otherwise). The
+ * settled reading is the server's own doing; one after a collection asked of
+ * the probe follows it, to tell garbage from memory the allocator kept.
  *
  *   node dist/bench/hostile.js
  *   HOSTILE_REQUESTS=20000 HOSTILE_CONCURRENCY=16 SOAK_SECONDS=600 node dist/bench/hostile.js
  *
  * HOSTILE_REQUESTS, HOSTILE_CONCURRENCY: the storm's size; SOAK_SECONDS; SOAK_RPS
  * (unset: 80 % of a closed-loop rate measured just before the soak);
- * HOSTILE_KINDS=kind,kind: only those kinds; HOSTILE_SMAPS=1: which mappings grew;
+ * SOAK_SECONDS=0 skips the soak; HOSTILE_WARMUP: rounds of the mix in the warm-up (default 4);
+ * HOSTILE_KINDS=kind,kind: only those kinds (also 'small', 'new connection' and 'valid',
+ * which are not in the default mix); HOSTILE_SMAPS=1: which mappings grew;
  * HOSTILE_NODE_ARGS: extra node options for the server (--heapsnapshot-signal=SIGUSR2
  * takes a snapshot at the start and after the storm). MALLOC_* variables pass through.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -26,6 +36,12 @@ import { DIST, startNereid } from './processes.js';
 const REQUESTS = Number(process.env.HOSTILE_REQUESTS ?? 20000);
 const CONCURRENCY = Number(process.env.HOSTILE_CONCURRENCY ?? 16);
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 30);
+/** Rounds of the storm's mix (each kind once per round) sent before the start is read. */
+const WARMUP_ROUNDS = Number(process.env.HOSTILE_WARMUP ?? 4);
+/** How long the server is left alone after the storm before the settled reading. */
+const SETTLE_MS = 10_000;
+/** How long the server is left alone after the warm-up before the collection (V8 shrinks its young generation after 5 s of low allocation). */
+const START_QUIET_MS = 7000;
 /** Requests per second in the soak; unset: 80 % of the rate measured closed-loop just before it. */
 const SOAK_RPS = process.env.SOAK_RPS === undefined ? undefined : Number(process.env.SOAK_RPS);
 /** Comma-separated kinds to send (default all), to tell which kind leaves memory behind. */
@@ -46,6 +62,18 @@ interface MemorySample {
   readonly heapTotal?: number;
   readonly external?: number;
   readonly arrayBuffers?: number;
+  /** The main isolate's new space (MiB), committed. */
+  readonly newSpace?: number;
+  /** Worker threads' isolates: heap used/total summed (MiB), and how many wrote. */
+  readonly workers?: { readonly heapUsed: number; readonly heapTotal: number; readonly count: number };
+}
+
+interface Probe {
+  heapUsed: number;
+  heapTotal: number;
+  external: number;
+  arrayBuffers: number;
+  newSpace?: number;
 }
 
 const MiB = 1024 * 1024;
@@ -54,25 +82,53 @@ function statusKiB(status: string, field: string): number {
   return Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? 0);
 }
 
+function readProbe(file: string): Probe | undefined {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as Probe;
+  } catch {
+    return undefined; // not written yet, or caught mid-write
+  }
+}
+
 function memory(pid: number, probeFile: string): MemorySample {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const sample = { rss: statusKiB(status, 'VmRSS') / 1024, anon: statusKiB(status, 'RssAnon') / 1024, file: statusKiB(status, 'RssFile') / 1024 };
-  try {
-    const probe = JSON.parse(readFileSync(probeFile, 'utf8')) as { heapUsed: number; heapTotal: number; external: number; arrayBuffers: number };
-    return { ...sample, heapUsed: probe.heapUsed / MiB, heapTotal: probe.heapTotal / MiB, external: probe.external / MiB, arrayBuffers: probe.arrayBuffers / MiB };
-  } catch {
-    return sample;
-  }
+  const probe = readProbe(probeFile);
+  if (probe === undefined) return sample;
+  const prefix = `${path.basename(probeFile)}.thread-`;
+  const workers = readdirSync(path.dirname(probeFile))
+    .filter((f) => f.startsWith(prefix))
+    .map((f) => readProbe(path.join(path.dirname(probeFile), f)))
+    .filter((p): p is Probe => p !== undefined);
+  return {
+    ...sample,
+    heapUsed: probe.heapUsed / MiB,
+    heapTotal: probe.heapTotal / MiB,
+    external: probe.external / MiB,
+    arrayBuffers: probe.arrayBuffers / MiB,
+    newSpace: (probe.newSpace ?? 0) / MiB,
+    workers: {
+      heapUsed: workers.reduce((a, w) => a + w.heapUsed, 0) / MiB,
+      heapTotal: workers.reduce((a, w) => a + w.heapTotal, 0) / MiB,
+      count: workers.length,
+    },
+  };
 }
 
 function describe(label: string, m: MemorySample, base?: MemorySample): string {
   const delta = base === undefined ? '' : ` (${signed(m.rss - base.rss)} MiB, ${signed(((m.rss - base.rss) / base.rss) * 100)} %)`;
-  const js = m.heapUsed === undefined ? '' : `  heap ${m.heapUsed.toFixed(1)}/${m.heapTotal!.toFixed(1)} external ${m.external!.toFixed(1)} arrayBuffers ${m.arrayBuffers!.toFixed(1)}`;
+  const js =
+    m.heapUsed === undefined
+      ? ''
+      : `  heap ${m.heapUsed.toFixed(1)}/${m.heapTotal!.toFixed(1)} (new ${m.newSpace!.toFixed(1)}) external ${m.external!.toFixed(1)} arrayBuffers ${m.arrayBuffers!.toFixed(1)}` +
+        (m.workers!.count === 0 ? '' : `  workers' heap ${m.workers!.heapUsed.toFixed(1)}/${m.workers!.heapTotal.toFixed(1)} (${m.workers!.count})`);
   return `${label.padEnd(22)}RSS ${m.rss.toFixed(1)} MiB${delta}  [anon ${m.anon.toFixed(1)} file ${m.file.toFixed(1)}]${js}`;
 }
 
 interface Mapping {
   readonly range: string;
+  readonly start: number;
+  readonly perms: string;
   readonly name: string;
   readonly size: number;
   rss: number;
@@ -82,9 +138,10 @@ function mappings(pid: number): Mapping[] {
   const rows: Mapping[] = [];
   let current: Mapping | undefined;
   for (const line of readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
-    const head = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (head !== null) {
-      current = { range: `${head[1]}-${head[2]}`, name: head[3] || '[anon]', size: (parseInt(head[2]!, 16) - parseInt(head[1]!, 16)) / MiB, rss: 0 };
+      const start = parseInt(head[1]!, 16);
+      current = { range: `${head[1]}-${head[2]}`, start, perms: head[3]!, name: head[4] || '[anon]', size: (parseInt(head[2]!, 16) - start) / MiB, rss: 0 };
       rows.push(current);
     } else if (current !== undefined && line.startsWith('Rss:')) {
       current.rss = Number(/(\d+)/.exec(line)?.[1] ?? 0) / 1024;
@@ -98,6 +155,37 @@ function mappings(pid: number): Mapping[] {
  * (HOSTILE_SMAPS=1): the brk heap, thread arenas (64 MiB anonymous
  * mappings), V8's pages, the libraries. Mappings are matched by address.
  */
+/**
+ * Resident MiB by kind of mapping: the brk heap; glibc's arenas of other threads
+ * (a 64 MiB-aligned anonymous mapping whose unused rest follows it as PROT_NONE,
+ * together 64 MiB); other anonymous memory (V8's heap pages, large malloc chunks
+ * mapped on their own, thread stacks); file-backed (code, the model file).
+ */
+function mappingKinds(list: readonly Mapping[]): Record<'heap' | 'arenas' | 'anon' | 'file', number> {
+  const out = { heap: 0, arenas: 0, anon: 0, file: 0 };
+  const ARENA = 64 * MiB;
+  list.forEach((m, i) => {
+    const next = list[i + 1];
+    if (m.name === '[heap]') out.heap += m.rss;
+    else if (m.name.startsWith('/')) out.file += m.rss;
+    else if (
+      m.name === '[anon]' &&
+      m.start % ARENA === 0 &&
+      (m.size * MiB === ARENA || (next !== undefined && next.perms.startsWith('---') && next.name === '[anon]' && Math.round((m.size + next.size) * MiB) === ARENA))
+    )
+      out.arenas += m.rss;
+    else out.anon += m.rss;
+  });
+  return out;
+}
+
+function kindsGrowth(before: readonly Mapping[], after: readonly Mapping[]): string {
+  const a = mappingKinds(before);
+  const b = mappingKinds(after);
+  const keys = ['heap', 'arenas', 'anon', 'file'] as const;
+  return `  resident by kind (MiB, start -> settled): ${keys.map((k) => `${k} ${a[k].toFixed(1)} -> ${b[k].toFixed(1)} (${signed(b[k] - a[k])})`).join(', ')}`;
+}
+
 function mappingGrowth(before: readonly Mapping[], after: readonly Mapping[], n = 10): string {
   const key = (m: Mapping): string => (m.name === '[heap]' ? m.name : m.range);
   const old = new Map(before.map((m) => [key(m), m.rss]));
@@ -120,7 +208,12 @@ interface Hostile {
   readonly path: string;
   readonly headers: Record<string, string>;
   readonly body: Buffer;
+  /** Sent on a connection of its own, closed after the response. */
+  readonly fresh?: boolean;
 }
+
+/** Not in the default mix; sent only when HOSTILE_KINDS names them. */
+const EXTRA_KINDS = new Set(['small', 'new connection', 'valid']);
 
 function hostileRequests(): Hostile[] {
   const infer = '/v2/models/simple/infer';
@@ -146,13 +239,16 @@ function hostileRequests(): Hostile[] {
     { kind: 'wrong type', path: infer, headers: {}, body: Buffer.from('{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":["a"]}]}') },
     { kind: 'overflow', path: infer, headers: {}, body: Buffer.from(`{"inputs":[{"name":"INPUT0","datatype":"FP64","shape":[1],"data":[1e309]}]}`) },
     { kind: 'bad binary', path: infer, headers: { 'inference-header-content-length': '99999999' }, body: Buffer.from('{"inputs":[]}') },
+    { kind: 'small', path: infer, headers: {}, body: Buffer.from('{"inputs":[') },
+    { kind: 'new connection', path: infer, headers: { connection: 'close' }, body: Buffer.from('{"inputs":['), fresh: true },
+    { kind: 'valid', path: infer, headers: { 'content-type': 'application/json' }, body: validBody },
   ];
 }
 
-function send(port: number, agent: http.Agent, r: { path: string; headers: Record<string, string>; body: Buffer }): Promise<number> {
+function send(port: number, agent: http.Agent, r: { path: string; headers: Record<string, string>; body: Buffer; fresh?: boolean }): Promise<number> {
   return new Promise((resolve) => {
     const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path: r.path, agent, headers: { ...r.headers, 'content-length': String(r.body.byteLength) } },
+      { host: '127.0.0.1', port, method: 'POST', path: r.path, agent: r.fresh === true ? false : agent, headers: { ...r.headers, 'content-length': String(r.body.byteLength) } },
       (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode ?? 0));
@@ -172,6 +268,13 @@ const validBody = Buffer.from(
     ],
   }),
 );
+
+/** Asks the probe in the server for one full collection and waits until it has run and a reading followed. */
+async function probeCollection(probeFile: string): Promise<void> {
+  writeFileSync(`${probeFile}.collect`, '');
+  for (let i = 0; i < 100 && existsSync(`${probeFile}.collect`); i++) await sleep(100);
+  await sleep(1500);
+}
 
 /** Closed loop at `concurrency` for `seconds`: the rate the server sustains for valid requests. */
 async function capacity(port: number, agent: http.Agent, valid: Parameters<typeof send>[2], seconds: number): Promise<number> {
@@ -203,15 +306,26 @@ async function main(): Promise<void> {
   };
   try {
     const valid = { path: '/v2/models/simple/infer', headers: { 'content-type': 'application/json' }, body: validBody };
+    const all = hostileRequests();
+    const kinds = KINDS === undefined ? all.filter((k) => !EXTRA_KINDS.has(k.kind)) : all.filter((k) => KINDS.includes(k.kind));
+    if (kinds.length === 0) throw new Error(`HOSTILE_KINDS names no known kind; known: ${all.map((k) => k.kind).join(', ')}`);
+    console.log(describe('loaded', memory(pid, probeFile)));
+    // Warm-up: valid requests, then the storm's mix a few times at concurrency 2, so what the
+    // server allocates once (code, pools, the first of each path) is in the start.
     for (let i = 0; i < 200; i++) await send(server.http, agent, valid);
-    await sleep(2000);
+    const warm = Array.from({ length: WARMUP_ROUNDS }, () => kinds).flat();
+    await Promise.all(
+      [0, 1].map(async (lane) => {
+        for (let i = lane; i < warm.length; i += 2) await send(server.http, agent, warm[i]!);
+      }),
+    );
+    await sleep(START_QUIET_MS);
+    await probeCollection(probeFile);
     const start = memory(pid, probeFile);
     const startMappings = process.env.HOSTILE_SMAPS === '1' ? mappings(pid) : [];
-    console.log(describe('start', start));
+    console.log(describe(`start (warm-up ${warm.length})`, start));
     snapshot();
 
-    const all = hostileRequests();
-    const kinds = KINDS === undefined ? all : all.filter((k) => KINDS.includes(k.kind));
     const statuses = new Map<string, Map<number, number>>();
     let next = 0;
     let peak = start.rss;
@@ -238,13 +352,32 @@ async function main(): Promise<void> {
     const afterStorm = memory(pid, probeFile);
     console.log(describe('after storm', afterStorm, start));
     console.log(`peak during storm      RSS ${peak.toFixed(1)} MiB`);
-    await sleep(10_000);
+    for (const at of [2000, 5000]) {
+      await sleep(at - (at === 2000 ? 0 : 2000));
+      console.log(describe(`${at / 1000} s later`, memory(pid, probeFile), start));
+    }
+    await sleep(SETTLE_MS - 5000);
     const settled = memory(pid, probeFile);
-    console.log(describe('10 s later', settled, start));
-    if (process.env.HOSTILE_SMAPS === '1') console.log(mappingGrowth(startMappings, mappings(pid)));
+    console.log(describe(`${SETTLE_MS / 1000} s later`, settled, start));
+    if (process.env.HOSTILE_SMAPS === '1') {
+      const now = mappings(pid);
+      console.log(kindsGrowth(startMappings, now));
+      console.log(mappingGrowth(startMappings, now));
+    }
+    await probeCollection(probeFile);
+    console.log(describe('after a collection', memory(pid, probeFile), start));
     snapshot();
     const stillServes = await send(server.http, agent, valid);
     console.log(`valid request after    ${stillServes}`);
+    const stormRatio = (settled.rss - start.rss) / start.rss;
+    const stormBar = (): void =>
+      console.log(
+        `bar: storm  ${start.rss.toFixed(1)} -> ${settled.rss.toFixed(1)} MiB settled, ${signed(stormRatio * 100)} % (bar < ${STORM_BAR * 100} %): ${stormRatio < STORM_BAR ? 'met' : 'NOT met'}`,
+      );
+    if (SOAK_SECONDS <= 0) {
+      stormBar();
+      return;
+    }
 
     // Soak: valid requests at a steady rate, open loop (a tick's requests go out whether or not the last tick's came back).
     const measured = SOAK_RPS === undefined ? await capacity(server.http, agent, valid, 5) : undefined;
@@ -288,11 +421,8 @@ async function main(): Promise<void> {
     console.log(`soak: ${SOAK_SECONDS} s at ${rps} req/s, ${sent} sent, ${failed} not 200`);
     console.log(describe('soak end', soakFinal, soakStart));
     console.log(`RSS samples (MiB)      ${samples.map((s) => s.toFixed(0)).join(' ')}`);
-    const stormRatio = (settled.rss - start.rss) / start.rss;
     const soakRatio = (soakFinal.rss - soakStart.rss) / soakStart.rss;
-    console.log(
-      `bar: storm  ${start.rss.toFixed(1)} -> ${settled.rss.toFixed(1)} MiB settled, ${signed(stormRatio * 100)} % (bar < ${STORM_BAR * 100} %): ${stormRatio < STORM_BAR ? 'met' : 'NOT met'}`,
-    );
+    stormBar();
     console.log(
       `bar: soak   ${soakStart.rss.toFixed(1)} -> ${soakFinal.rss.toFixed(1)} MiB over ${SOAK_SECONDS} s, ${signed(soakRatio * 100)} % (bar < ${SOAK_BAR * 100} %): ${soakRatio < SOAK_BAR ? 'met' : 'NOT met'}`,
     );
