@@ -58,6 +58,11 @@ export interface MemoryReclaimerOptions {
    * over that time above a tenth): bodies read just before may still be parsing.
    */
   readonly busy?: (since: EventLoopUtilization) => boolean;
+  /**
+   * How long after the first collection, with no body in between, the second one runs
+   * (default 6 s: V8 reads the allocation rate over the last 5 s); 0: no second collection.
+   */
+  readonly settleMs?: number;
 }
 
 const BUSY_UTILIZATION = 0.1;
@@ -71,10 +76,12 @@ export class MemoryReclaimer {
   private readonly quietMs: number;
   private readonly collect: Collect | undefined;
   private readonly busy: (since: EventLoopUtilization) => boolean;
+  private readonly settleMs: number;
   private pending = 0;
   private armedAt: EventLoopUtilization | undefined;
   private lastNote = 0;
   private timer: NodeJS.Timeout | undefined;
+  private settleTimer: NodeJS.Timeout | undefined;
   /** Collections run so far. */
   collections = 0;
 
@@ -83,6 +90,7 @@ export class MemoryReclaimer {
     this.quietMs = options.quietMs ?? 1000;
     this.collect = options.collect;
     this.busy = options.busy ?? loopWasBusy;
+    this.settleMs = options.settleMs ?? 6000;
   }
 
   /** Notes `bytes` of body buffers (read, inflated or refused part way) that are garbage once the request ends. */
@@ -96,7 +104,9 @@ export class MemoryReclaimer {
   /** Cancels a collection that is waiting. */
   stop(): void {
     if (this.timer !== undefined) clearTimeout(this.timer);
+    if (this.settleTimer !== undefined) clearTimeout(this.settleTimer);
     this.timer = undefined;
+    this.settleTimer = undefined;
     this.pending = 0;
   }
 
@@ -122,6 +132,20 @@ export class MemoryReclaimer {
     this.pending = 0;
     this.collections++;
     (this.collect ?? fullCollection())?.();
+    if (this.settleMs > 0) this.armSettle();
+  }
+
+  private armSettle(): void {
+    if (this.settleTimer !== undefined) clearTimeout(this.settleTimer);
+    const since = performance.eventLoopUtilization();
+    this.settleTimer = setTimeout(() => {
+      this.settleTimer = undefined;
+      // Traffic came back (a body, or a busy loop): the allocation rate is not low, V8's own schedule applies.
+      if (Date.now() - this.lastNote < this.settleMs || this.busy(since)) return;
+      this.collections++;
+      (this.collect ?? fullCollection())?.();
+    }, this.settleMs);
+    this.settleTimer.unref();
   }
 }
 

@@ -7,7 +7,7 @@ const MiB = 1024 * 1024;
 
 function reclaimer(busy: () => boolean = () => false): { r: MemoryReclaimer; runs: () => number } {
   let n = 0;
-  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, collect: () => n++, busy });
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 0, collect: () => n++, busy });
   return { r, runs: () => n };
 }
 
@@ -48,6 +48,43 @@ test('a quiet time during which the event loop was busy (parsing what came) does
   assert.equal(runs(), 1);
 });
 
+test('a second collection follows the first once the server has stayed quiet for the settle time', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  let n = 0;
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => false });
+  r.note(20 * MiB);
+  t.mock.timers.tick(1000);
+  assert.equal(n, 1);
+  t.mock.timers.tick(5999);
+  assert.equal(n, 1);
+  t.mock.timers.tick(1);
+  assert.equal(n, 2, 'the settle collection');
+  t.mock.timers.tick(60_000);
+  assert.equal(n, 2, 'no more without new bodies');
+});
+
+test('the second collection is skipped when a body or a busy loop came during the settle time', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  let n = 0;
+  let busy = false;
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => busy });
+  r.note(20 * MiB);
+  t.mock.timers.tick(1000);
+  assert.equal(n, 1);
+  t.mock.timers.tick(3000);
+  r.note(1024); // under the threshold: only marks traffic
+  t.mock.timers.tick(3000); // the settle time after the first collection ends here
+  assert.equal(n, 1, 'a body came: no settle collection');
+  t.mock.timers.tick(60_000);
+  assert.equal(n, 1);
+  r.note(20 * MiB);
+  t.mock.timers.tick(1000);
+  assert.equal(n, 2);
+  busy = true;
+  t.mock.timers.tick(6000);
+  assert.equal(n, 2, 'the loop was busy: no settle collection');
+});
+
 test('stop cancels a waiting collection', (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
   const { r, runs } = reclaimer();
@@ -55,6 +92,13 @@ test('stop cancels a waiting collection', (t) => {
   r.stop();
   t.mock.timers.tick(10_000);
   assert.equal(runs(), 0);
+  let n = 0;
+  const settling = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => false });
+  settling.note(20 * MiB);
+  t.mock.timers.tick(1000);
+  settling.stop();
+  t.mock.timers.tick(10_000);
+  assert.equal(n, 1, 'stop cancels the settle collection too');
 });
 
 test('the full collection frees unreachable buffers and leaves gc unexposed to new contexts', async () => {
