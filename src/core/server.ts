@@ -77,9 +77,14 @@ class CacheHit implements CacheHitTicket {
   readonly kind = 'cache-hit';
   constructor(
     readonly stats: ModelVersionStatistics,
+    /** Shared with the cache while the entry is stored; held alone once it is gone. */
     readonly key: string,
     readonly serial: number,
   ) {}
+
+  get heldBytes(): number {
+    return 48 + 2 * this.key.length;
+  }
 }
 
 export interface ServerEvents {

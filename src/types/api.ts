@@ -70,6 +70,8 @@ export interface InferResponse {
  */
 export interface CacheHitTicket {
   readonly kind: 'cache-hit';
+  /** Memory the ticket holds on to (for a caller that bounds what it keeps). */
+  readonly heldBytes: number;
 }
 
 /**

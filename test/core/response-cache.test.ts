@@ -223,6 +223,7 @@ test('replayCacheHit: true for the version and entry that answered, false for an
   assert.equal((await server.infer(request(1, '1'))).cacheHit, undefined, 'a miss has no ticket');
   const ticket = (await server.infer(request(1, '1'))).cacheHit!;
   assert.equal(ticket.kind, 'cache-hit');
+  assert.ok(ticket.heldBytes > 16 * 4 * 2, 'it holds the key, which holds the input bytes');
   const [before] = server.modelStatistics('cached', '1');
   const lookups = server.responseCache!.counters.lookups;
   assert.equal(server.replayCacheHit(ticket, 'cached', '1'), true);
@@ -234,7 +235,7 @@ test('replayCacheHit: true for the version and entry that answered, false for an
   assert.equal(server.replayCacheHit(ticket, 'cached', '2'), false, 'version 2 answers that URL');
   assert.equal(server.replayCacheHit(ticket, 'cached'), false, 'the highest version answers a request without one');
   assert.equal(server.replayCacheHit(ticket, 'other'), false);
-  assert.equal(server.replayCacheHit({ kind: 'cache-hit' }, 'cached', '1'), false);
+  assert.equal(server.replayCacheHit({ kind: 'cache-hit', heldBytes: 0 }, 'cached', '1'), false);
   assert.equal(server.responseCache!.counters.lookups - lookups, 1, 'a refused replay counts nothing');
 
   // Evicted, then stored again by the next miss: the old ticket names an entry that is gone.

@@ -14,7 +14,7 @@
  * otherwise the request takes the full path and the kept reply is dropped.
  *
  * The replies are bounded on their own, beside the cache's budget: at most
- * `BUDGET_BYTES` of requests and reply bodies, least recently used
+ * `BUDGET_BYTES` of requests, reply bodies and tickets, least recently used
  * dropped first; requests over `MAX_REQUEST_BYTES` and replies over
  * `MAX_REPLY_BYTES` are never kept.
  */
@@ -24,7 +24,7 @@ import type { CacheHitTicket } from '../../types/api.js';
 export const MAX_REQUEST_BYTES = 4096;
 export const MAX_REPLY_BYTES = 64 * 1024;
 export const BUDGET_BYTES = 1024 * 1024;
-/** Charged per kept reply beyond its request's prefix and body and its reply body (the headers, the map entry). */
+/** Charged per kept reply beyond its request's prefix and body, its reply body and what its ticket holds (the headers, the map entry). */
 const ENTRY_OVERHEAD_BYTES = 160;
 
 /** A request as the key of a kept reply: what besides the body shapes its reply, the body, and a hash of both. */
@@ -138,7 +138,7 @@ export class CacheReplies {
     if (body.byteLength > MAX_REPLY_BYTES) return;
     // A request whose hash another one has takes its place.
     this.dropHash(key.hash);
-    const bytes = ENTRY_OVERHEAD_BYTES + key.prefix.length + key.body.byteLength + body.byteLength;
+    const bytes = ENTRY_OVERHEAD_BYTES + key.prefix.length + key.body.byteLength + body.byteLength + ticket.heldBytes;
     while (this.used + bytes > BUDGET_BYTES) {
       const oldest = this.kept.keys().next();
       if (oldest.done) break;

@@ -300,7 +300,7 @@ describe('kept replies and the model lifecycle', () => {
 
 describe('CacheReplies', () => {
   const req = (rawHeaders: string[] = []) => ({ rawHeaders }) as unknown as IncomingMessage;
-  const ticket: CacheHitTicket = { kind: 'cache-hit' };
+  const ticket: CacheHitTicket = { kind: 'cache-hit', heldBytes: 100 };
   const body = Buffer.from('{"inputs":[]}');
   const reply = Buffer.from('reply');
 
