@@ -20,7 +20,7 @@ import { answerClientError } from './client-error.js';
 import { compressBody, negotiateResponseEncoding } from './compression.js';
 import { type DecodedInfer, decodeInferBody, decodeRawInfer } from './infer-decode.js';
 import { type EncodedInferResponse, encodeInferResponse } from './infer-encode.js';
-import { CacheReplies, type RequestKey } from './cache-replay.js';
+import { CacheReplies, MAX_REPLY_BYTES, type RequestKey } from './cache-replay.js';
 import type { CacheHitTicket } from '../../types/api.js';
 import { parseJsonBytes } from './json-parse.js';
 import { generateResponseJson, mapGenerateRequest } from './generate.js';
@@ -478,7 +478,7 @@ export class HttpFrontend {
     return true;
   }
 
-  /** An uncompressed reply to a cache hit, written as one buffer and kept for the same request sent again. */
+  /** An uncompressed reply to a cache hit, written as one buffer and kept for the same request sent again (when small enough). */
   private sendAndKeep(
     res: ServerResponse,
     response: Parameters<typeof encodeInferResponse>[0],
@@ -488,8 +488,13 @@ export class HttpFrontend {
   ): void {
     const encoded = encodeInferResponse(response, decoded);
     const total = encoded.json.byteLength + encoded.binaryByteLength;
-    const body = encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json;
     const headers = inferReplyHeaders(encoded);
+    if (total > MAX_REPLY_BYTES) {
+      // Too large to keep: written in its parts, not joined.
+      this.reply.parts(res, 200, headers, encoded.json, encoded.binary, total);
+      return;
+    }
+    const body = encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json;
     headers.push('Content-Length', String(total));
     this.reply.whole(res, 200, headers, body);
     this.replies.keep(key, ticket, headers, body);

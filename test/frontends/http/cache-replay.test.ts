@@ -10,7 +10,7 @@ import type { IncomingMessage } from 'node:http';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildIdentityModel } from '../../../src/onnx/builder.js';
+import { buildIdentityModel, buildMlp } from '../../../src/onnx/builder.js';
 import { BUDGET_BYTES, CacheReplies, MAX_REPLY_BYTES, MAX_REQUEST_BYTES, RequestKey, requestHash } from '../../../src/frontends/http/cache-replay.js';
 import type { CacheHitTicket, InferRequest } from '../../../src/types/api.js';
 import { TempRepository } from '../../helpers/repository.js';
@@ -113,8 +113,21 @@ class Served {
   }
 }
 
+/** One FP32 input, 20,000 FP32 outputs: a small request whose reply is too large to keep. */
+const WIDE_OUTPUTS = 20_000;
+const WIDE_CONFIG = `name: "wide"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ ${WIDE_OUTPUTS} ] } ]
+response_cache { enable: true }
+`;
+
 describe('kept replies of cache hits', () => {
-  const repo = new TempRepository().addSub('cached', [1], CONFIG('cached'));
+  const repo = new TempRepository()
+    .addSub('cached', [1], CONFIG('cached'))
+    .config('wide', WIDE_CONFIG)
+    .file('wide', '1/model.onnx', buildMlp([1, WIDE_OUTPUTS], 7).builder.toBytes());
   const served = new Served(repo, 1 << 20);
   before(() => served.start());
   after(async () => {
@@ -217,6 +230,24 @@ describe('kept replies of cache hits', () => {
       assert.ok(r.body.equals(identity.body));
     }
     assert.equal(served.inferCalls - calls, 2);
+  });
+
+  test('a reply too large to keep is written in its parts every time, the same bytes', async () => {
+    assert.ok(WIDE_OUTPUTS * 4 > MAX_REPLY_BYTES);
+    const req = binaryRequest(
+      { id: 'w', inputs: [{ name: 'input', datatype: 'FP32', shape: [1, 1], parameters: { binary_data_size: 4 } }], outputs: [{ name: 'output', parameters: { binary_data: true } }] },
+      [Buffer.from(new Float32Array([0.5]).buffer)],
+    );
+    const calls = served.inferCalls;
+    const replies = [];
+    for (let i = 0; i < 3; i++) replies.push(await served.post('wide', req.body, req.headers));
+    assert.equal(served.inferCalls - calls, 3, 'not kept: each request went to Server.infer()');
+    assert.equal(splitBinaryReply(replies[0]!).binary.byteLength, WIDE_OUTPUTS * 4);
+    sameReply(replies[1]!, replies[0]!, 'the first hit against the miss');
+    sameReply(replies[2]!, replies[0]!, 'the second hit against the miss');
+    const [s] = await served.stats('wide');
+    assert.equal(s!.inference_stats['cache_hit']!.count, 2);
+    assert.equal(s!.execution_count, 1);
   });
 
   test('bad requests are never kept: the same bad body fails the same way every time', async () => {
