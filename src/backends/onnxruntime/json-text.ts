@@ -9,28 +9,33 @@
  * text right after the run, with the same encodeJsonTensorData, and hand it
  * back with the bytes; the event loop then only copies it.
  *
- * The formatting costs the same on either thread, and a request waits for
- * it either way (after the run, before its reply), so moving it costs
- * nothing while the thread has time to spare; it pays as soon as the loop
- * has more to do than it can (the medium MLP's 768 FP32 outputs under
- * dynamic batching at concurrency 32: the loop, about 70 % busy, still wrote
- * 32 replies in a row after each batch, and serving went about a sixth
- * faster with the text formatted on the thread). What must not happen is
- * the thread becoming the bottleneck: one thread formats every request of a
- * dynamic batch. The event loop's utilisation is no guide (it read 70 % in
- * the case above); the thread's own busy share is. So each instance keeps
- * the share of its requests whose text goes to the thread and balances it
- * every WINDOW_NS of runs from the thread's busy share over the window
- * (from its timestamps: taking a run up to having written its results and
- * texts): up by SHARE_UP while the thread was busy less than THREAD_ROOM,
- * down by SHARE_DOWN while it was busy more than THREAD_FULL. A request whose
+ * A request waits for the formatting either way (after the run, before its
+ * reply), so moving it pays when it puts an idle core to work: the medium
+ * MLP's 768 FP32 outputs under dynamic batching at concurrency 32 left a
+ * core partly idle while the loop wrote 32 replies in a row after each
+ * batch, and served about a sixth faster with the text formatted on the
+ * thread. It does not pay when every core is busy anyway (unbatched, two
+ * instances' threads and the loop kept both cores of a small machine busy,
+ * and formatting on the threads came out about 5 % slower), nor when the
+ * thread becomes the bottleneck (one thread formats every request of a
+ * dynamic batch). The event loop's utilisation is no guide (it read 70 % in
+ * the batched case). So each instance keeps the share of its requests whose
+ * text goes to the thread and balances it every WINDOW_NS of runs from the
+ * thread's busy share over the window (from its timestamps: taking a run up
+ * to having written its results and texts) and the spare CPU (spareCores:
+ * idle cores of the machine, within what the process may use): up by
+ * SHARE_UP while the thread was busy less than THREAD_ROOM and SPARE_CORES
+ * or more were idle, down by SHARE_DOWN while the thread was busy more than
+ * THREAD_FULL or less than SPARE_MIN was idle. A request whose
  * text stays on the loop still has it formatted on the thread when it is
  * large (LARGE_TEXT_ELEMENTS values or more, counted by the thread from the
  * real output shape): formatting it on the loop would stall every other
  * request for milliseconds. Requests that want binary data are skipped, and
  * runs made inline (on the event loop already) never ask.
  */
+import { cpus } from 'node:os';
 import { DATATYPES, type Datatype } from '../../tensor/datatype.js';
+import { processCpuBudget } from '../cpu-budget.js';
 import type { BackendRequest } from '../backend.js';
 import type { ModelPlan } from './plan.js';
 import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, TextPlan, TextRequest, arenaTypeCode, sliceWord } from './worker-protocol.js';
@@ -43,8 +48,48 @@ export const WINDOW_NS = 25_000_000;
 export const THREAD_ROOM = 0.75;
 /** The thread is the bottleneck above this busy share of a window. */
 export const THREAD_FULL = 0.9;
+/** Idle cores from which the share may grow. */
+export const SPARE_CORES = 0.2;
+/** Idle cores below which the share shrinks. */
+export const SPARE_MIN = 0.05;
 export const SHARE_UP = 0.1;
 export const SHARE_DOWN = 0.05;
+
+/** The last reading of spareCores(), shared by every policy for a window. */
+let spare = { atNs: 0, cores: 0, idleMs: 0, totalMs: 0, processUs: 0 };
+
+function machineTimes(): { idleMs: number; totalMs: number } {
+  let idleMs = 0;
+  let totalMs = 0;
+  for (const c of cpus()) {
+    const t = c.times;
+    idleMs += t.idle;
+    totalMs += t.user + t.nice + t.sys + t.idle + t.irq;
+  }
+  return { idleMs, totalMs };
+}
+
+/**
+ * Cores that were idle over the last window (read at most once a window):
+ * the machine's idle cores, but no more than the process's CPU budget
+ * (cores, or its cgroup quota) leaves beside what it used itself.
+ */
+export function spareCores(nowNs: number): number {
+  if (nowNs - spare.atNs < WINDOW_NS) return spare.cores;
+  const { idleMs, totalMs } = machineTimes();
+  const u = process.cpuUsage();
+  const processUs = u.user + u.system;
+  const spanNs = nowNs - spare.atNs;
+  let cores = 0;
+  if (spare.atNs > 0 && totalMs > spare.totalMs) {
+    const n = cpus().length;
+    const machineIdle = (n * (idleMs - spare.idleMs)) / (totalMs - spare.totalMs);
+    const budgetLeft = processCpuBudget() - ((processUs - spare.processUs) * 1000) / spanNs;
+    cores = Math.max(0, Math.min(machineIdle, budgetLeft));
+  }
+  spare = { atNs: nowNs, cores, idleMs, totalMs, processUs };
+  return cores;
+}
 
 /** Datatypes whose JSON the thread formats: numbers and booleans (their text is ASCII). */
 const FORMATTED = new Set<Datatype>(['BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64', 'FP32', 'FP64']);
@@ -122,14 +167,14 @@ export class JsonTextPolicy {
     const span = nowNs - this.windowStartNs;
     if (span < WINDOW_NS) return;
     this.threadBusy = Math.min(1, this.busyNs / span);
-    this.balance(this.threadBusy);
+    this.balance(this.threadBusy, spareCores(nowNs));
     this.windowStartNs = nowNs;
     this.busyNs = 0;
   }
 
-  /** One balancing step from a window's busy share of the thread. */
-  balance(threadBusy: number): void {
-    if (threadBusy < THREAD_ROOM) this.share = Math.min(1, this.share + SHARE_UP);
-    else if (threadBusy > THREAD_FULL) this.share = Math.max(0, this.share - SHARE_DOWN);
+  /** One balancing step from a window's readings: the thread's busy share and the idle cores. */
+  balance(threadBusy: number, idleCores: number): void {
+    if (threadBusy < THREAD_ROOM && idleCores >= SPARE_CORES) this.share = Math.min(1, this.share + SHARE_UP);
+    else if (threadBusy > THREAD_FULL || idleCores < SPARE_MIN) this.share = Math.max(0, this.share - SHARE_DOWN);
   }
 }

@@ -4,6 +4,7 @@
  * jsonOutputs hint. The text must be exactly what encodeJsonTensorData
  * writes for each request's own values.
  */
+import { availableParallelism } from 'node:os';
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { create } from '@bufbuild/protobuf';
@@ -14,10 +15,13 @@ import {
   LARGE_TEXT_ELEMENTS,
   SHARE_DOWN,
   SHARE_UP,
+  SPARE_CORES,
+  SPARE_MIN,
   THREAD_FULL,
   THREAD_ROOM,
   WINDOW_NS,
   forceJsonTextShare,
+  spareCores,
 } from '../../../src/backends/onnxruntime/json-text.js';
 import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, sliceWord } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
@@ -264,21 +268,35 @@ function near(actual: number, expected: number, what: string): void {
   assert.ok(Math.abs(actual - expected) < 1e-9, `${what}: ${actual}, expected ${expected}`);
 }
 
-test('JsonTextPolicy.balance: the share grows while the thread has room, holds near its limit, and shrinks while it is full', () => {
+test('JsonTextPolicy.balance: the share grows while the thread has room and a core is idle, and shrinks when the thread is full or no core is idle', () => {
   const policy = policyFor();
-  policy.balance(THREAD_ROOM - 0.05);
+  policy.balance(THREAD_ROOM - 0.05, SPARE_CORES);
   near(policy.share, SHARE_UP, 'one step up');
-  for (let i = 0; i < 20; i++) policy.balance(0.1);
+  policy.balance(0.1, SPARE_CORES - 0.01);
+  near(policy.share, SHARE_UP, 'held: too little idle to grow');
+  for (let i = 0; i < 20; i++) policy.balance(0.1, 1);
   assert.equal(policy.share, 1);
-  policy.balance((THREAD_ROOM + THREAD_FULL) / 2);
-  assert.equal(policy.share, 1, 'held');
-  policy.balance(THREAD_FULL + 0.05);
+  policy.balance((THREAD_ROOM + THREAD_FULL) / 2, 1);
+  assert.equal(policy.share, 1, 'held: the thread is near its limit');
+  policy.balance(THREAD_FULL + 0.05, 1);
   near(policy.share, 1 - SHARE_DOWN, 'the thread is full');
-  for (let i = 0; i < 40; i++) policy.balance(1);
+  policy.balance(0.1, SPARE_MIN / 2);
+  near(policy.share, 1 - 2 * SHARE_DOWN, 'every core is busy');
+  for (let i = 0; i < 40; i++) policy.balance(1, 1);
   assert.equal(policy.share, 0);
 });
 
-test('JsonTextPolicy.recordRun: the thread\'s busy share is read from its timestamps once a window, and balances the share', () => {
+test('spareCores: read once a window, never negative, never more than the machine has', () => {
+  const first = spareCores(1e15);
+  assert.equal(spareCores(1e15 + 1), first, 'the same window gives the same reading');
+  let x = 0;
+  for (let i = 0; i < 2e6; i++) x += Math.sqrt(i);
+  assert.ok(x > 0);
+  const later = spareCores(1e15 + 2 * WINDOW_NS);
+  assert.ok(later >= 0 && later <= availableParallelism(), `${later}`);
+});
+
+test('JsonTextPolicy.recordRun: the thread\'s busy share is read from its timestamps once a window', () => {
   const policy = policyFor();
   const ms = 1e6;
   // Busy 2 ms of every 10; the window closes with the fourth run, 32 ms after the first.
@@ -287,7 +305,6 @@ test('JsonTextPolicy.recordRun: the thread\'s busy share is read from its timest
   assert.equal(policy.threadBusy, 0, 'no window has closed yet');
   policy.recordRun(at, at + 2 * ms, at + 2 * ms);
   near(policy.threadBusy, 8 / 32, 'busy share');
-  near(policy.share, SHARE_UP, 'a thread with room takes more');
   // Back to back for a whole window.
   at += 2 * ms;
   const start = at;
@@ -296,7 +313,7 @@ test('JsonTextPolicy.recordRun: the thread\'s busy share is read from its timest
     at += 5 * ms;
   }
   assert.equal(policy.threadBusy, 1);
-  assert.equal(policy.share, SHARE_UP - SHARE_DOWN, 'a full thread takes less');
+  assert.equal(policy.share, 0, 'a full thread takes none');
   // Timestamps the thread did not set are ignored.
   policy.recordRun(0, 0, at + WINDOW_NS);
   assert.equal(policy.threadBusy, 1);
