@@ -65,7 +65,8 @@ export interface DownloadStats {
   reused: number;
 }
 
-export type Downloader = (object: StoredObject, file: string) => Promise<void>;
+/** Writes one object to a file; may resolve with the bytes written (else the file is measured). */
+export type Downloader = (object: StoredObject, file: string) => Promise<number | void>;
 
 export class ModelCache {
   readonly root: string;
@@ -182,8 +183,8 @@ export class ModelCache {
       await Promise.all(
         toFetch.map(async (object) => {
           const target = localPath(partial, object.path);
-          await download(object, target);
-          const size = (await stat(target)).size;
+          const written = await download(object, target);
+          const size = typeof written === 'number' ? written : (await stat(target)).size;
           if (size !== object.size) {
             throw new Error(`object '${object.path}' arrived with ${size} bytes, the listing says ${object.size}`);
           }

@@ -11,8 +11,12 @@ export interface StoredObject {
 export interface ObjectStore {
   /** Every object under the repository root whose relative key starts with `prefix`. */
   list(prefix: string): Promise<StoredObject[]>;
-  /** Writes the object's bytes to `file`; fails if the object no longer has `object.version`. */
-  download(object: StoredObject, file: string): Promise<void>;
+  /**
+   * Writes the object's bytes to `file`; fails if the object no longer has
+   * `object.version`. May resolve with the number of bytes written, which
+   * spares the caller a stat of the file.
+   */
+  download(object: StoredObject, file: string): Promise<number | void>;
   /** The cause of an SDK error in words a user can act on. */
   describeError(err: unknown): string;
   close(): Promise<void>;

@@ -159,7 +159,7 @@ class S3Store implements ObjectStore {
     return objects;
   }
 
-  async download(object: StoredObject, file: string): Promise<void> {
+  async download(object: StoredObject, file: string): Promise<number | void> {
     const out = await this.client.send(
       new this.sdk.GetObjectCommand({
         Bucket: this.parts.bucket,
@@ -176,7 +176,9 @@ class S3Store implements ObjectStore {
     // Small files (configs, small models): one write of the whole body, without a file stream.
     const chunks: Buffer[] = [];
     for await (const chunk of body) chunks.push(chunk as Buffer);
-    await writeFile(file, chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks));
+    const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+    await writeFile(file, bytes);
+    return bytes.length;
   }
 
   describeError(err: unknown): string {

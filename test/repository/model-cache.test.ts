@@ -100,11 +100,19 @@ test('a failed download leaves no copy and no partial folder, and the next try d
   await cache.flush();
 });
 
-test('an object that arrives with another size than listed fails the copy', async () => {
+test('an object that arrives with another size than listed fails the copy, whether the file is measured or the count given', async () => {
   const cache = new ModelCache(dir, URL, silentLogger);
   const s = storeOf({ 'm/config.pbtxt': 'c' });
-  await assert.rejects(
-    cache.materialize('m', [{ path: 'm/config.pbtxt', size: 5, version: 'v' }], s.download),
-    /arrived with 1 bytes, the listing says 5/,
-  );
+  const listed = [{ path: 'm/config.pbtxt', size: 5, version: 'v' }];
+  await assert.rejects(cache.materialize('m', listed, s.download), /arrived with 1 bytes, the listing says 5/);
+  const counting: Downloader = async (object, file) => {
+    await s.download(object, file);
+    return 1;
+  };
+  await assert.rejects(cache.materialize('m', listed, counting), /arrived with 1 bytes, the listing says 5/);
+  // A count that matches the listing is taken as it is.
+  const got = await cache.materialize('m', [{ path: 'm/config.pbtxt', size: 1, version: 'v' }], counting);
+  assert.equal(readFileSync(path.join(got, 'config.pbtxt'), 'utf8'), 'c');
+  assert.deepEqual(cache.totals, { files: 1, bytes: 1, reused: 0 });
+  await cache.flush();
 });
