@@ -10,7 +10,9 @@
  * runs a local start, an S3 start into an empty cache and an S3 start from
  * the cache it left, the local one first in even rounds and last in odd
  * ones. The ratio is that of the medians; the median of each round's own
- * ratio is printed beside it. Each S3 cold start also reports its stages,
+ * ratio is printed beside it, and the ratio of the server's CPU time (all
+ * its threads; radosgw's own is not in it), which swings less with the
+ * machine's load than the time does. Each S3 cold start also reports its stages,
  * from its own log: until the first model's download begins (SDK import,
  * client, listing), until the last download ends, and until READY.
  * BENCH_CLOUD_MODELS sets the model count (default 100).
@@ -28,6 +30,8 @@ import { recordingLogger } from '../test/repository/cloud-scenarios.js';
 
 interface StartResult {
   ms: number;
+  /** CPU time (user + system, all threads) of the server's process over the same span, ms. */
+  cpuMs: number;
   models: number;
   downloadedFiles: number;
   downloadedBytes: number;
@@ -46,9 +50,11 @@ async function child(repository: string, cacheDir: string): Promise<void> {
   if (loaded.length > 0) throw new Error(`the AWS SDK is loaded before the clock starts: ${loaded[0]}`);
   const wallStart = Date.now();
   const started = performance.now();
+  const cpuStart = process.cpuUsage();
   const server = new Server({ modelRepositories: [repository], modelCacheDir: cacheDir, logger });
   await server.start();
   const ms = performance.now() - started;
+  const cpu = process.cpuUsage(cpuStart);
   const index = await server.repositoryIndex();
   await server.stop();
   const downloads = records.filter((r) => r.msg === `downloaded model '${String(r.model)}'`);
@@ -56,6 +62,7 @@ async function child(repository: string, cacheDir: string): Promise<void> {
   const times = (rs: Array<Record<string, unknown>>) => rs.map((r) => Number(r.time) - wallStart);
   const result: StartResult = {
     ms,
+    cpuMs: (cpu.user + cpu.system) / 1000,
     models: index.filter((e) => e.state === 'READY').length,
     downloadedFiles: downloads.reduce((n, r) => n + Number(r.files), 0),
     downloadedBytes: downloads.reduce((n, r) => n + Number(r.bytes), 0),
@@ -130,14 +137,15 @@ async function main(): Promise<void> {
     process.stdout.write(
       `\nCold start of ${count} small ONNX models (${objects} objects), every model READY, one fresh process each, ${rounds} alternating rounds\n`,
     );
-    process.stdout.write(`${'repository'.padEnd(20)}${'median'.padStart(9)}   each round (s)\n`);
+    process.stdout.write(`${'repository'.padEnd(20)}${'median'.padStart(9)}   each round (s), median server CPU\n`);
     const row = (name: string, rs: StartResult[], m: number) =>
-      `${name.padEnd(20)}${secs(m).padStart(7)} s   ${rs.map((r) => secs(r.ms)).join(' ')}\n`;
+      `${name.padEnd(20)}${secs(m).padStart(7)} s   ${rs.map((r) => secs(r.ms)).join(' ')}   CPU ${secs(median(rs.map((r) => r.cpuMs)))} s\n`;
     process.stdout.write(row('local folder', local, localMs));
     process.stdout.write(row('S3 (radosgw), cold', cold, coldMs));
     process.stdout.write(row('S3, warm cache', warm, warmMs));
+    const cpuRatio = median(cold.map((r) => r.cpuMs)) / median(local.map((r) => r.cpuMs));
     process.stdout.write(
-      `  S3 cold / local: ${ratio.toFixed(2)} (medians); per round ${cold.map((c, i) => (c.ms / local[i]!.ms).toFixed(2)).join(' ')}, median ${roundRatio.toFixed(2)}\n`,
+      `  S3 cold / local: ${ratio.toFixed(2)} (medians), server CPU ${cpuRatio.toFixed(2)}; per round ${cold.map((c, i) => (c.ms / local[i]!.ms).toFixed(2)).join(' ')}, median ${roundRatio.toFixed(2)}\n`,
     );
     const stage = (f: (r: StartResult) => number | undefined) => secs(median(cold.map((r) => f(r) ?? Number.NaN)));
     process.stdout.write(
