@@ -273,7 +273,14 @@ export class ModelCache {
       if (name.startsWith(PARTIAL) && isOwnedByLiveProcess(name)) continue;
       this.madeHere.delete(p);
       this.unwritten.delete(p);
-      await rm(p, { recursive: true, force: true }).catch((err: Error) =>
+      // A copy is renamed out of the way before its files go, so that a removal cut short never
+      // leaves a fingerprint folder with files missing (such a folder counts as complete).
+      let doomed = p;
+      if (!name.startsWith(PARTIAL)) {
+        doomed = path.join(modelRoot, `${PARTIAL}removed-${process.pid}-${randomBytes(4).toString('hex')}`);
+        if (!(await rename(p, doomed).then(() => true, () => false))) doomed = p;
+      }
+      await rm(doomed, { recursive: true, force: true }).catch((err: Error) =>
         this.logger.warn({ model, dir: p, err: err.message }, 'could not remove an old cached copy'),
       );
     }

@@ -116,3 +116,17 @@ test('an object that arrives with another size than listed fails the copy, wheth
   assert.deepEqual(cache.totals, { files: 1, bytes: 1, reused: 0 });
   await cache.flush();
 });
+
+test('old copies beyond the last three are removed, with no partial or half-removed folder left', async () => {
+  const cache = new ModelCache(dir, URL, silentLogger);
+  const dirs: string[] = [];
+  for (const body of ['one', 'two', 'three', 'four']) {
+    const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': body });
+    dirs.push(await cache.materialize('m', s.objects, s.download));
+  }
+  const left = readdirSync(path.join(cache.root, 'm')).sort();
+  assert.deepEqual(left, dirs.slice(1).map((d) => path.basename(path.dirname(d))).sort());
+  assert.equal(existsSync(dirs[0]!), false);
+  assert.equal(readFileSync(path.join(dirs[3]!, '1', 'model.onnx'), 'utf8'), 'four');
+  await cache.flush();
+});
