@@ -198,9 +198,15 @@ function byName(a: Tensor, b: Tensor): number {
  * type, shape, bytes), requested outputs. Small requests are keyed by those
  * bytes verbatim (one copy, no hashing); larger ones by their SHA-256.
  */
-export function cacheKey(model: string, version: number, inputs: readonly Tensor[], requestedOutputs: readonly string[]): string {
+export function cacheKey(
+  model: string,
+  version: number,
+  inputs: readonly Tensor[],
+  requestedOutputs: readonly string[],
+  load = 0,
+): string {
   const ordered = inputs.length > 1 ? [...inputs].sort(byName) : inputs;
-  const head = `${model}\u0000${version}\u0000${requestedOutputs.join('\u0001')}\u0000`;
+  const head = `${model}\u0000${version}\u0000${load}\u0000${requestedOutputs.join('\u0001')}\u0000`;
   let size = Buffer.byteLength(head);
   const meta = new Array<string>(ordered.length);
   for (let i = 0; i < ordered.length; i++) {

@@ -9,7 +9,15 @@ import type { ModelState } from '../types/api.js';
 /** Called after a version's state or reason changed. */
 export type VersionStateListener = (v: ModelVersion, previous: ModelState) => void;
 
+let loads = 0;
+
 export class ModelVersion {
+  /**
+   * Numbers each load of a version: a reload keeps the version number, so the
+   * response cache keys on this too (what the old load stores while it drains
+   * is never an answer of the new one).
+   */
+  readonly load = ++loads;
   private currentState: ModelState = 'LOADING';
   reason = '';
   /** Set by the model repository manager to hear about state changes. */

@@ -291,7 +291,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   ): InferResponse | Promise<InferResponse> {
     const startNs = process.hrtime.bigint();
     const br = prepared.backendRequest;
-    const key = cacheKey(v.modelName, v.version, br.inputs, br.requestedOutputs);
+    const key = cacheKey(v.modelName, v.version, br.inputs, br.requestedOutputs, v.load);
     const hit = cache.lookupEntry(key);
     const lookupNs = Number(process.hrtime.bigint() - startNs);
     cache.addLookupTime(lookupNs);

@@ -14,7 +14,7 @@ function t(name: string, values: number[], shape = [values.length], datatype: 'I
   return { name, datatype, shape, data: new Uint8Array(data.buffer) };
 }
 
-test('the key covers model, version, input names, types, shapes, bytes and requested outputs, not input order', () => {
+test('the key covers model, version and its load, input names, types, shapes, bytes and requested outputs, not input order', () => {
   const base = cacheKey('m', 1, [t('A', [1, 2]), t('B', [3])], ['OUT']);
   assert.equal(cacheKey('m', 1, [t('B', [3]), t('A', [1, 2])], ['OUT']), base, 'inputs are taken in name order');
   const differing = [
@@ -25,6 +25,7 @@ test('the key covers model, version, input names, types, shapes, bytes and reque
     cacheKey('m', 1, [t('A', [1, 2], [2], 'FP32'), t('B', [3])], ['OUT']),
     cacheKey('m', 1, [t('C', [1, 2]), t('B', [3])], ['OUT']),
     cacheKey('m', 1, [t('A', [1, 2]), t('B', [3])], ['OUT', 'OUT2']),
+    cacheKey('m', 1, [t('A', [1, 2]), t('B', [3])], ['OUT'], 2),
   ];
   for (const k of differing) assert.notEqual(k, base);
   assert.equal(new Set(differing).size, differing.length);

@@ -246,3 +246,73 @@ test('replayCacheHit: true for the version and entry that answered, false for an
   const fresh = (await server.infer(request(1, '1'))).cacheHit!;
   assert.equal(server.replayCacheHit(fresh, 'cached', '1'), true);
 });
+
+describe('the response cache across a reload', () => {
+  // OUT = IN * FACTOR; an input of 99 holds its execute for a while, so the old
+  // version is still draining when the reloaded one starts answering.
+  const source = (factor: number) => `
+export default class {
+  async execute(requests) {
+    if (requests.some((r) => r.inputs[0].data[0] === 99)) await new Promise((r) => setTimeout(r, 1500));
+    return requests.map((r) => ({
+      outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => v * ${factor}) }],
+    }));
+  }
+}
+`;
+  const config = `name: "m"
+backend: "javascript"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+response_cache { enable: true }
+`;
+  let repo: TempRepository;
+  let running: RunningServer;
+  const infer = (a: number) =>
+    call(running.ports.http!, 'POST', '/v2/models/m/infer', {
+      body: JSON.stringify({ inputs: [{ name: 'IN', datatype: 'INT32', shape: [2], data: [a, a] }] }),
+    });
+  const out = (reply: Awaited<ReturnType<typeof infer>>) => {
+    assert.equal(reply.status, 200, reply.body.toString());
+    return (json(reply) as { outputs: Array<{ data: number[] }> }).outputs[0]!.data;
+  };
+
+  before(async () => {
+    repo = new TempRepository();
+    repo.config('m', config);
+    repo.file('m', '1/model.mjs', source(10));
+    const cfg = buildServeConfig([
+      `--model-repository=${repo.dir}`,
+      '--model-control-mode=explicit',
+      '--load-model=m',
+      '--http-port=0',
+      '--grpc-port=0',
+      '--metrics-port=0',
+      '--allow-cpu-metrics=false',
+      '--allow-gpu-metrics=false',
+      '--cache-config=local,size=65536',
+    ]);
+    running = await startServing(cfg, silentLogger);
+  });
+  after(async () => {
+    await running.shutdown();
+    repo.cleanup();
+  });
+
+  test("a reloaded version never answers from the entries the old one stored, even while the old one drains", async () => {
+    assert.deepEqual(out(await infer(1)), [10, 10]);
+    assert.deepEqual(out(await infer(1)), [10, 10], 'a hit on the first version');
+    const slow = infer(99);
+    await new Promise((r) => setTimeout(r, 200));
+    repo.file('m', '1/model.mjs', source(20));
+    const load = await call(running.ports.http!, 'POST', '/v2/repository/models/m/load', { body: '{}' });
+    assert.equal(load.status, 200, load.body.toString());
+    assert.deepEqual(out(await infer(1)), [20, 20], 'the reloaded version runs the request itself');
+    assert.deepEqual(out(await infer(1)), [20, 20], 'and then hits its own entry');
+    assert.deepEqual(out(await slow), [990, 990], 'the request in flight finished on the old version');
+    assert.deepEqual(out(await infer(99)), [1980, 1980], 'what the old version stored while draining is not the new one\'s answer');
+    assert.deepEqual(out(await infer(1)), [20, 20]);
+  });
+});
