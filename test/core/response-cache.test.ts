@@ -6,7 +6,8 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
 import { Server } from '../../src/core/server.js';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { silentLogger } from '../../src/logger.js';
@@ -250,10 +251,15 @@ test('replayCacheHit: true for the version and entry that answered, false for an
 describe('the response cache across a reload', () => {
   // OUT = IN * FACTOR; an input of 99 holds its execute for a while, so the old
   // version is still draining when the reloaded one starts answering.
+  // The model writes the marker file once it holds the slow request, so the test reloads only then.
   const source = (factor: number) => `
+import { writeFileSync } from 'node:fs';
 export default class {
   async execute(requests) {
-    if (requests.some((r) => r.inputs[0].data[0] === 99)) await new Promise((r) => setTimeout(r, 1500));
+    if (requests.some((r) => r.inputs[0].data[0] === 99)) {
+      writeFileSync(${JSON.stringify(marker)}, '');
+      await new Promise((r) => setTimeout(r, 1500));
+    }
     return requests.map((r) => ({
       outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => v * ${factor}) }],
     }));
@@ -270,6 +276,7 @@ response_cache { enable: true }
 `;
   let repo: TempRepository;
   let running: RunningServer;
+  let marker = '';
   const infer = (a: number) =>
     call(running.ports.http!, 'POST', '/v2/models/m/infer', {
       body: JSON.stringify({ inputs: [{ name: 'IN', datatype: 'INT32', shape: [2], data: [a, a] }] }),
@@ -281,6 +288,7 @@ response_cache { enable: true }
 
   before(async () => {
     repo = new TempRepository();
+    marker = path.join(repo.dir, 'slow-request-taken');
     repo.config('m', config);
     repo.file('m', '1/model.mjs', source(10));
     const cfg = buildServeConfig([
@@ -305,7 +313,8 @@ response_cache { enable: true }
     assert.deepEqual(out(await infer(1)), [10, 10]);
     assert.deepEqual(out(await infer(1)), [10, 10], 'a hit on the first version');
     const slow = infer(99);
-    await new Promise((r) => setTimeout(r, 200));
+    for (let i = 0; i < 3000 && !existsSync(marker); i++) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(existsSync(marker), 'the old version took the slow request');
     repo.file('m', '1/model.mjs', source(20));
     const load = await call(running.ports.http!, 'POST', '/v2/repository/models/m/load', { body: '{}' });
     assert.equal(load.status, 200, load.body.toString());
