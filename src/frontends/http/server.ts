@@ -439,8 +439,11 @@ export class HttpFrontend {
     if (encoding !== 'identity') body = await inflateBody(body, this.maxInputSize);
     const inferHeader = headerValue(req, 'inference-header-content-length');
     // A request answered from the response cache before, sent again: its reply as written then.
+    // Only models that cache pay for the key (a hash over the body).
     const replayKey =
-      encoding === 'identity' && negotiateResponseEncoding(headerValue(req, 'accept-encoding')) === 'identity'
+      config.responseCache?.enable === true &&
+      encoding === 'identity' &&
+      negotiateResponseEncoding(headerValue(req, 'accept-encoding')) === 'identity'
         ? this.replies.keyOf(req, model, version, inferHeader, this.forwardPattern, body)
         : undefined;
     if (replayKey !== undefined && this.replayCacheHit(res, replayKey, model, version)) return;
