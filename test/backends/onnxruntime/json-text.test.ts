@@ -27,10 +27,11 @@ import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, sliceWord } from '../../../sr
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
 import type { BackendInstance, BackendModel, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
 import { buildIdentityModel } from '../../../src/onnx/builder.js';
-import { configEnumOf, datatypeInfo, type Datatype } from '../../../src/tensor/datatype.js';
+import { configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
-import { bytesOf, encodeBytesElements, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
+import { bytesOf, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
 import type { JsonOutputHint } from '../../../src/types/api.js';
+import { HARD_VALUES, rotatedValues, valuesBytes } from '../../helpers/json-values.js';
 import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
 
 const backend = createOnnxRuntimeBackend();
@@ -49,36 +50,7 @@ after(async () => {
   await tmp.remove();
 });
 
-/** The values each datatype's requests carry, hard cases included; request k rotates them by k. */
-const VALUES: Record<string, readonly (number | bigint | string)[]> = {
-  FP32: [0.1, -0, 1, -1, NaN, Infinity, -Infinity, 3.4028234663852886e38, 1.401298464324817e-45, 16777216, 1e20, 123456.5],
-  FP64: [0.1, -0, 1, 1e21, 1e300, -1e-300, 5e-324, NaN, Infinity, -Infinity, 2 ** 53, 1.5e-7],
-  INT8: [-128, 127, 0, -1],
-  INT16: [-32768, 32767, 0, 7],
-  INT32: [-2147483648, 2147483647, 0, -5],
-  INT64: [-(2n ** 63n), 2n ** 63n - 1n, 0n, -1n],
-  UINT8: [0, 255, 1, 128],
-  UINT16: [0, 65535, 1, 9],
-  UINT32: [0, 4294967295, 1, 10],
-  UINT64: [0n, 2n ** 64n - 1n, 1n, 2n ** 53n + 1n],
-  BOOL: [1, 0, 1, 1],
-  BYTES: ['a', 'é"\\', '', 'x'],
-  FP16: [0x3c00, 0, 0x7c00, 0xbc00],
-};
-const ALL_TYPES = Object.keys(VALUES) as Datatype[];
-
-function rotated(dt: Datatype, k: number): (number | bigint | string)[] {
-  const v = VALUES[dt]!;
-  return v.map((_, i) => v[(i + k) % v.length]!);
-}
-
-function bytesFor(dt: Datatype, values: readonly (number | bigint | string)[]): Uint8Array {
-  if (dt === 'BYTES') return encodeBytesElements(values as string[]);
-  const Ctor = datatypeInfo(dt).arrayType!;
-  const a = new Ctor(values.length);
-  for (let i = 0; i < values.length; i++) (a as unknown as (number | bigint)[])[i] = values[i] as number | bigint;
-  return bytesOf(a);
-}
+const ALL_TYPES = Object.keys(HARD_VALUES) as Datatype[];
 
 /** A hint that wants JSON for every output but those named. */
 function wantsAllBut(...binary: string[]): JsonOutputHint {
@@ -124,8 +96,8 @@ async function identityInstance(name: string, TYPES: readonly Datatype[]): Promi
 /** Request k of a batch: `rows` rows, each row the values rotated by k. */
 function identityRequest(TYPES: readonly Datatype[], k: number, rows: number, hint: JsonOutputHint | undefined): BackendRequest {
   const inputs = TYPES.map((dt) => {
-    const values = Array.from({ length: rows }, () => rotated(dt, k)).flat();
-    return makeTensor(inputName(dt), dt, [rows, VALUES[dt]!.length], bytesFor(dt, values));
+    const values = Array.from({ length: rows }, () => rotatedValues(dt, k)).flat();
+    return makeTensor(inputName(dt), dt, [rows, HARD_VALUES[dt]!.length], valuesBytes(dt, values));
   });
   const r = request(`r${k}`, inputs, TYPES.map((_, i) => outputName(i)), rows);
   return hint === undefined ? r : { ...r, jsonOutputs: hint };
@@ -139,8 +111,8 @@ function ok(r: BackendResponse | undefined): readonly Tensor[] {
 
 /** What the frontend would write for request k's output of `dt`. */
 function expectedText(dt: Datatype, k: number, rows: number): string {
-  const values = Array.from({ length: rows }, () => rotated(dt, k)).flat();
-  return encodeJsonTensorData('x', dt, bytesFor(dt, values), values.length);
+  const values = Array.from({ length: rows }, () => rotatedValues(dt, k)).flat();
+  return encodeJsonTensorData('x', dt, valuesBytes(dt, values), values.length);
 }
 
 const FORMATTED: ReadonlySet<Datatype> = new Set(ALL_TYPES.filter((dt) => dt !== 'BYTES' && dt !== 'FP16'));
@@ -158,14 +130,14 @@ for (const { label, name, types: TYPES } of MODELS) {
       TYPES.forEach((dt, i) => {
         const out = outputs[i]!;
         assert.equal(out.name, outputName(i));
-        assert.deepEqual(out.shape, [rows[k], VALUES[dt]!.length]);
+        assert.deepEqual(out.shape, [rows[k], HARD_VALUES[dt]!.length]);
         if (!FORMATTED.has(dt)) {
           assert.equal(out.jsonData, undefined, `${dt} text is left to the frontend`);
           return;
         }
         assert.equal(out.jsonData, expectedText(dt, k, rows[k]!), `request ${k}, ${dt}`);
         // The bytes are still there, and the text is what they encode to.
-        assert.equal(out.jsonData, encodeJsonTensorData(out.name, dt, out.data, rows[k]! * VALUES[dt]!.length));
+        assert.equal(out.jsonData, encodeJsonTensorData(out.name, dt, out.data, rows[k]! * HARD_VALUES[dt]!.length));
       });
     }
   });

@@ -11,39 +11,20 @@ import { Server } from '../../../src/core/server.js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { silentLogger } from '../../../src/logger.js';
 import { buildIdentityModel } from '../../../src/onnx/builder.js';
-import { datatypeInfo, type Datatype } from '../../../src/tensor/datatype.js';
+import type { Datatype } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
-import { bytesOf, encodeBytesElements } from '../../../src/tensor/tensor.js';
+import { HARD_VALUES, rotatedValues, valuesBytes } from '../../helpers/json-values.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { parseJsonText } from '../../../src/frontends/http/json-parse.js';
 import { binaryRequest, call, type HttpReply } from './helpers.js';
 
-const VALUES: Partial<Record<Datatype, readonly (number | bigint | string)[]>> = {
-  FP32: [0.1, -0, 1, -1, NaN, Infinity, -Infinity, 3.4028234663852886e38, 1.401298464324817e-45, 16777216, 1e20, 123456.5],
-  FP64: [0.1, -0, 1, 1e21, 1e300, -1e-300, 5e-324, NaN, Infinity, -Infinity, 2 ** 53, 1.5e-7],
-  INT8: [-128, 127, 0, -1],
-  INT32: [-2147483648, 2147483647, 0, -5],
-  INT64: [-(2n ** 63n), 2n ** 63n - 1n, 0n, -1n],
-  UINT16: [0, 65535, 1, 9],
-  UINT64: [0n, 2n ** 64n - 1n, 1n, 2n ** 53n + 1n],
-  BOOL: [1, 0, 1, 1],
-  BYTES: ['a', 'é"\\', '', 'x'],
-};
-const TYPES = Object.keys(VALUES) as Datatype[];
+const TYPES: Datatype[] = ['FP32', 'FP64', 'INT8', 'INT32', 'INT64', 'UINT16', 'UINT64', 'BOOL', 'BYTES'];
 const CONFIG_TYPE: Record<string, string> = { BYTES: 'TYPE_STRING' };
 
-function bytesFor(dt: Datatype, values: readonly (number | bigint | string)[]): Uint8Array {
-  if (dt === 'BYTES') return encodeBytesElements(values as string[]);
-  const Ctor = datatypeInfo(dt).arrayType!;
-  const a = new Ctor(values.length);
-  for (let i = 0; i < values.length; i++) (a as unknown as (number | bigint)[])[i] = values[i] as number | bigint;
-  return bytesOf(a);
-}
 
 /** Request k's rows: the values rotated by k, `rows` times. */
 function rowsOf(dt: Datatype, k: number, rows: number): (number | bigint | string)[] {
-  const v = VALUES[dt]!;
-  const row = v.map((_, i) => v[(i + k) % v.length]!);
+  const row = rotatedValues(dt, k);
   return Array.from({ length: rows }, () => row).flat();
 }
 
@@ -90,10 +71,10 @@ after(async () => {
 
 /** Binary inputs (exact bytes) for request k; `outputs` as given. */
 function inferBody(k: number, rows: number, outputs: object[] | undefined): { body: Buffer; headers: Record<string, string> } {
-  const chunks = TYPES.map((dt) => bytesFor(dt, rowsOf(dt, k, rows)));
+  const chunks = TYPES.map((dt) => valuesBytes(dt, rowsOf(dt, k, rows)));
   const header = {
     id: `r${k}`,
-    inputs: TYPES.map((dt, i) => ({ name: `IN_${dt}`, datatype: dt, shape: [rows, VALUES[dt]!.length], parameters: { binary_data_size: chunks[i]!.byteLength } })),
+    inputs: TYPES.map((dt, i) => ({ name: `IN_${dt}`, datatype: dt, shape: [rows, HARD_VALUES[dt]!.length], parameters: { binary_data_size: chunks[i]!.byteLength } })),
     ...(outputs === undefined ? {} : { outputs }),
   };
   return binaryRequest(header, chunks);
@@ -132,7 +113,7 @@ async function bothWays(send: () => Promise<HttpReply[]>): Promise<HttpReply[]> 
 function expectedOutputs(k: number, rows: number): object[] {
   return TYPES.map((dt, i) => {
     const values = rowsOf(dt, k, rows);
-    return { name: `OUTPUT${i}`, datatype: dt, shape: [rows, VALUES[dt]!.length], text: encodeJsonTensorData('x', dt, bytesFor(dt, values), values.length) };
+    return { name: `OUTPUT${i}`, datatype: dt, shape: [rows, HARD_VALUES[dt]!.length], text: encodeJsonTensorData('x', dt, valuesBytes(dt, values), values.length) };
   });
 }
 
@@ -160,7 +141,7 @@ test('binary and JSON outputs mixed in one request: the same JSON header and byt
   const header = parseJsonText(reply!.body.toString('utf8', 0, jsonLength)) as { outputs: { name: string; data?: unknown }[] };
   const binary = reply!.body.subarray(jsonLength);
   const odd = TYPES.filter((_dt, i) => i % 2 === 1);
-  assert.equal(binary.byteLength, odd.reduce((n, dt) => n + bytesFor(dt, rowsOf(dt, 3, 1)).byteLength, 0));
+  assert.equal(binary.byteLength, odd.reduce((n, dt) => n + valuesBytes(dt, rowsOf(dt, 3, 1)).byteLength, 0));
   for (let i = 0; i < TYPES.length; i++) {
     const o = header.outputs[i]!;
     if (i % 2 === 1) assert.equal(o.data, undefined);
