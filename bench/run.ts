@@ -4,7 +4,8 @@
  * the same run with the same load, printed as tables of ratios.
  *
  * Sections: http (default scheduler vs naive), batching (dynamic batcher),
- * grpc (gRPC vs HTTP binary on the same server, and the h2load ceiling),
+ * grpc (gRPC vs HTTP binary on the same server, alternated, with main-thread CPU per call and the
+ * node:http / node:http2 floors; then the h2load ceiling; GRPC_HTTP_* in bench/grpc-http.ts),
  * python (process boundary, TorchScript vs onnxruntime), loadtool (nereid perf's own ceiling),
  * javascript (a model.mjs identity against an ONNX identity, concurrency 1),
  * stream (decoupled responses over gRPC and SSE), cache (response-cache hits vs the health endpoint),
@@ -30,7 +31,8 @@ import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, startNaive, startNereid } from './processes.js';
 import { type WrkResult, runWrk } from './wrk.js';
-import { grpcSection, modelInferBody, runH2load } from './grpc.js';
+import { grpcSection } from './grpc.js';
+import { grpcHttpOptionsFromEnv, grpcVsHttp } from './grpc-http.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const sections = process.argv.slice(2);
@@ -183,28 +185,13 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
   }
 }
 
-/** gRPC against HTTP binary on one Nereid process, 32 requests in flight, for both schedulers. */
+/**
+ * gRPC against HTTP binary on one Nereid process, 32 requests in flight, both schedulers,
+ * alternated rounds with main-thread CPU per call and the transport floors (bench/grpc-http.ts);
+ * then the h2load ceiling table (bench/grpc.ts).
+ */
 async function grpcVsHttpSection(models: BenchModel[]): Promise<void> {
-  const rows: string[][] = [];
-  for (const model of models) {
-    const nereid = await startNereid(model.repository, []);
-    try {
-      for (const name of [model.plainName, model.batchedName]) {
-        const http = await runWrk(
-          `http://127.0.0.1:${nereid.http}/v2/models/${name}/infer`,
-          binaryBody(model.inputName, model.outputName, model.inputSize),
-          32,
-          SECONDS,
-        );
-        // 4 connections x 8 streams = 32 requests in flight, as wrk's 32 connections.
-        const grpc = await runH2load(nereid.grpc, modelInferBody(name, model.inputName, model.outputName, model.inputSize), 4, 8, SECONDS);
-        rows.push([name, fmt(http.requestsPerSec), fmt(grpc.requestsPerSec), fmt(grpc.requestsPerSec / http.requestsPerSec, 2), String(http.errors + http.non2xx + grpc.failed)]);
-      }
-    } finally {
-      await nereid.proc.stop();
-    }
-  }
-  printTable(`gRPC (h2load -t1 -c4 -m8) vs HTTP binary (wrk -t1 -c32), same server, ${SECONDS}s per point`, ['model', 'http/s', 'grpc/s', 'grpc/http', 'errors'], rows);
+  await grpcVsHttp(models, grpcHttpOptionsFromEnv());
   await grpcSection(models, SECONDS, [
     [1, 1],
     [4, 8],
