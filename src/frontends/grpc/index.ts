@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Server, ServerCredentials, type ServerInterceptor, type UntypedServiceImplementation } from '@grpc/grpc-js';
-import { GRPCInferenceService } from '../../gen/grpc_service_pb.js';
+import { GRPCInferenceService, ModelInferRequestSchema } from '../../gen/grpc_service_pb.js';
 import { Health } from '../../gen/health_pb.js';
 import type { ServerApi } from '../../core/server-api.js';
 import { Errors } from '../../errors.js';
@@ -24,6 +24,7 @@ import {
 import { addReflection } from './reflection.js';
 import { compileHeaderPattern, parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
+import { readModelInferRequest } from './infer-request-read.js';
 
 export {
   GRPC_DEFAULTS,
@@ -38,7 +39,7 @@ export { parseRestrictedProtocols } from './restrictions.js';
 export type { LogSettings, LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
 
 /** grpc-js definitions of the services, usable to build clients too. */
-export const inferenceServiceDefinition = serviceDefinition(GRPCInferenceService);
+export const inferenceServiceDefinition = serviceDefinition(GRPCInferenceService, { [ModelInferRequestSchema.typeName]: readModelInferRequest });
 export const healthServiceDefinition = serviceDefinition(Health);
 
 const INFER_PATHS: ReadonlySet<string> = new Set([

@@ -82,7 +82,8 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
       return;
     }
     const pending = new UnaryInferCall(callback, abort);
-    call.once('cancelled', pending.cancelled.bind(pending));
+    // grpc-js emits 'cancelled' at most once per call (guarded by its cancel notification), so `on` spares once's wrapper.
+    call.on('cancelled', pending.cancelled.bind(pending));
     const run = decoded.shm === undefined ? server.infer(decoded.request) : inferWithSharedMemory(server, decoded);
     run.then(pending.done.bind(pending), pending.failed.bind(pending));
   };

@@ -24,6 +24,12 @@ function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
+/**
+ * A faster decoder for one message type: the message fromBinary would
+ * return, or undefined to let fromBinary decide (and report any error).
+ */
+export type FastReader = (bytes: Uint8Array) => unknown;
+
 function methodDefinition<I extends DescMessage, O extends DescMessage>(
   path: string,
   name: string,
@@ -31,6 +37,7 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
   output: O,
   requestStream: boolean,
   responseStream: boolean,
+  fast: FastReader | undefined,
 ): MethodDefinition<MessageShape<I> | MalformedMessage, MessageShape<O> | Encoded> {
   return {
     path,
@@ -42,7 +49,7 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
       asBuffer(toBinary(input, isMessage(value, input) ? value : create(input, value as unknown as MessageInitShape<I>))),
     requestDeserialize: (bytes: Buffer) => {
       try {
-        return fromBinary(input, bytes);
+        return (fast?.(bytes) as MessageShape<I> | undefined) ?? fromBinary(input, bytes);
       } catch (e) {
         return new MalformedMessage(input.typeName, (e as Error).message);
       }
@@ -55,9 +62,10 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
 /**
  * One grpc-js definition per RPC of `service`, keyed by the RPC's proto
  * name (e.g. "ModelInfer"). Works for clients (makeGenericClientConstructor)
- * and servers (addService) alike.
+ * and servers (addService) alike. `fastReaders` (by message type name)
+ * decode requests of those types before fromBinary is tried.
  */
-export function serviceDefinition(service: DescService): ServiceDefinition {
+export function serviceDefinition(service: DescService, fastReaders: Readonly<Record<string, FastReader>> = {}): ServiceDefinition {
   const def: Record<string, MethodDefinition<unknown, unknown>> = {};
   for (const m of service.methods) {
     const streamingIn = m.methodKind === 'client_streaming' || m.methodKind === 'bidi_streaming';
@@ -69,6 +77,7 @@ export function serviceDefinition(service: DescService): ServiceDefinition {
       m.output,
       streamingIn,
       streamingOut,
+      fastReaders[m.input.typeName],
     ) as MethodDefinition<unknown, unknown>;
   }
   return def as ServiceDefinition;
