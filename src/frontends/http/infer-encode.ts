@@ -1,12 +1,18 @@
 /**
  * InferResponse -> HTTP body: the JSON header in Triton's key order, then
- * the bytes of binary outputs in output order. Binary outputs are not copied:
- * the caller writes the returned views after the JSON.
+ * the bytes of binary outputs in output order. Large binary outputs are not
+ * copied: the caller writes the returned views after the JSON. A small body
+ * (JOIN_LIMIT bytes or less) is also laid out as one buffer, JSON and bytes
+ * together, which the socket takes in one write: writing its parts one by one
+ * cost the event loop more than copying a few KiB.
  */
 import type { InferResponse, ParameterValue } from '../../types/api.js';
 import { elementCount } from '../../tensor/datatype.js';
 import { encodeJsonTensorData, formatJsonDouble } from '../../tensor/json-codec.js';
 import type { DecodedInfer } from './infer-decode.js';
+
+/** Bodies with binary outputs up to this size are joined into one buffer. */
+export const JOIN_LIMIT = 16 * 1024;
 
 export class EncodedInferResponse {
   constructor(
@@ -15,7 +21,22 @@ export class EncodedInferResponse {
     /** Binary output bytes, in output order; zero-length outputs are left out. */
     readonly binary: Uint8Array[],
     readonly binaryByteLength: number,
+    /** JSON and binary bytes in one buffer, when there are binary bytes and the body is small; `json` is its start. */
+    readonly whole: Buffer | undefined = undefined,
   ) {}
+}
+
+/** The JSON text and the binary parts after it in one buffer of `total` bytes. */
+function joined(text: string, textBytes: number, binary: readonly Uint8Array[], total: number): Buffer {
+  const out = Buffer.allocUnsafe(total);
+  out.write(text, 0, textBytes, 'utf8');
+  let at = textBytes;
+  for (let i = 0; i < binary.length; i++) {
+    const part = binary[i]!;
+    out.set(part, at);
+    at += part.byteLength;
+  }
+  return out;
 }
 
 function parameterText(v: ParameterValue): string {
@@ -70,5 +91,13 @@ export function encodeInferResponse(response: InferResponse, plan: DecodedInfer)
     }
   }
   s += ']}';
+  if (binaryByteLength > 0 && binaryByteLength <= JOIN_LIMIT) {
+    const textBytes = Buffer.byteLength(s, 'utf8');
+    const total = textBytes + binaryByteLength;
+    if (total <= JOIN_LIMIT) {
+      const whole = joined(s, textBytes, binary, total);
+      return new EncodedInferResponse(whole.subarray(0, textBytes), binary, binaryByteLength, whole);
+    }
+  }
   return new EncodedInferResponse(Buffer.from(s, 'utf8'), binary, binaryByteLength);
 }

@@ -497,7 +497,7 @@ export class HttpFrontend {
       this.reply.parts(res, 200, headers, encoded.json, encoded.binary, total);
       return;
     }
-    const body = encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json;
+    const body = encoded.whole ?? (encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json);
     headers.push('Content-Length', String(total));
     this.reply.whole(res, 200, headers, body);
     this.replies.keep(key, ticket, headers, body);
@@ -626,10 +626,15 @@ export class HttpFrontend {
     const headers = inferReplyHeaders(encoded);
     const encoding = negotiateResponseEncoding(headerValue(req, 'accept-encoding'));
     if (encoding === 'identity') {
-      this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
+      if (encoded.whole !== undefined) {
+        headers.push('Content-Length', String(encoded.whole.byteLength));
+        this.reply.whole(res, 200, headers, encoded.whole);
+      } else {
+        this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
+      }
       return undefined;
     }
-    const whole = hasBinary ? Buffer.concat([encoded.json, ...encoded.binary]) : encoded.json;
+    const whole = encoded.whole ?? (hasBinary ? Buffer.concat([encoded.json, ...encoded.binary]) : encoded.json);
     return compressBody(encoding, whole).then((compressed) => {
       headers.push('Content-Encoding', encoding);
       this.reply.parts(res, 200, headers, compressed, [], compressed.byteLength);

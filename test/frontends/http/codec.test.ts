@@ -4,7 +4,7 @@ import { create } from '@bufbuild/protobuf';
 import { NereidError } from '../../../src/errors.js';
 import { ModelConfigSchema, ModelInputSchema, DataType } from '../../../src/gen/model_config_pb.js';
 import { decodeInferBody, decodeRawInfer } from '../../../src/frontends/http/infer-decode.js';
-import { encodeInferResponse, parametersJson } from '../../../src/frontends/http/infer-encode.js';
+import { JOIN_LIMIT, encodeInferResponse, parametersJson } from '../../../src/frontends/http/infer-encode.js';
 import { inferHeaderLength } from '../../../src/frontends/http/server.js';
 import { mayHaveLostPrecision, parseJsonCarefully, parseJsonText } from '../../../src/frontends/http/json-parse.js';
 import { negotiateResponseEncoding } from '../../../src/frontends/http/compression.js';
@@ -289,6 +289,31 @@ test('response JSON keeps Triton\'s key order and puts binary outputs after it',
   );
   assert.equal(enc.binaryByteLength, 4);
   assert.deepEqual(Buffer.from(enc.binary[0]!), int32Bytes([3]));
+});
+
+test('a small body with binary outputs is also laid out whole (JSON then bytes); a large one is left in parts', () => {
+  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A', parameters: { binary_data: true } }, { name: 'B', parameters: { binary_data: true } }] }));
+  const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
+  const response = (n: number) => ({
+    modelName: 'm',
+    modelVersion: '1',
+    id: 'é',
+    outputs: [
+      { name: 'A', datatype: 'INT32' as const, shape: [n], data: int32Bytes(Array.from({ length: n }, (_, i) => i)) },
+      { name: 'B', datatype: 'INT32' as const, shape: [1], data: int32Bytes([-5]) },
+    ],
+  });
+  const small = encodeInferResponse(response(3), plan);
+  assert.ok(small.whole !== undefined);
+  assert.equal(small.whole.byteLength, small.json.byteLength + small.binaryByteLength);
+  assert.deepEqual(small.whole, Buffer.concat([small.json, ...small.binary]));
+  assert.equal(JSON.parse(small.json.toString()).id, 'é', 'the JSON part is UTF-8');
+  assert.deepEqual(small.whole.subarray(small.json.byteLength), Buffer.concat([int32Bytes([0, 1, 2]), int32Bytes([-5])]));
+
+  const large = encodeInferResponse(response(JOIN_LIMIT / 4), plan);
+  assert.equal(large.whole, undefined);
+  assert.equal(large.binaryByteLength, JOIN_LIMIT + 4);
+  assert.deepEqual(Buffer.from(large.binary[1]!), int32Bytes([-5]));
 });
 
 test('response without an id omits it; zero-byte binary outputs add no bytes', () => {
