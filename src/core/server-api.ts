@@ -3,6 +3,7 @@
  * applications call. `Server` (server.ts) implements it.
  */
 import type { ModelConfig } from '../gen/model_config_pb.js';
+import type { NereidError } from '../errors.js';
 import type {
   CacheHitTicket,
   InferRequest,
@@ -64,6 +65,8 @@ export interface ServerApi {
    * Optional for test doubles.
    */
   checkAdmission?(model: string, version?: string, requestId?: string): void;
+  /** checkAdmission() returning the refusal (undefined: admitted) instead of throwing it. */
+  admissionError?(model: string, version?: string, requestId?: string): NereidError | undefined;
   /**
    * Answers again a request that was answered from the response cache with
    * `ticket` (InferResponse.cacheHit), for a caller that kept the reply:

@@ -244,18 +244,23 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
    * costs no more than this look-up. Unknown models are left to infer().
    */
   checkAdmission(model: string, version?: string, requestId = ''): void {
+    const refused = this.admissionError(model, version, requestId);
+    if (refused !== undefined) throw refused;
+  }
+
+  /** checkAdmission() that returns the refusal instead of throwing it (a throw costs a flood of refusals more than the check). */
+  admissionError(model: string, version?: string, requestId = ''): NereidError | undefined {
     let v: ModelVersion;
     try {
       v = this.resolveVersion(model, version);
     } catch {
-      return;
+      return undefined;
     }
-    if (v.scheduler?.full === true) {
-      v.stats.recordFailure('REJECTED', 0);
-      // Refusals come in floods: one error serves every request without an id (no stack captured per refusal).
-      if (requestId === '') throw (queueFullWithoutId ??= Errors.maxQueueSizeExceeded(''));
-      throw Errors.maxQueueSizeExceeded(requestId);
-    }
+    if (v.scheduler?.full !== true) return undefined;
+    v.stats.recordFailure('REJECTED', 0);
+    // Refusals come in floods: one error serves every request without an id (no stack captured per refusal).
+    if (requestId === '') return (queueFullWithoutId ??= Errors.maxQueueSizeExceeded(''));
+    return Errors.maxQueueSizeExceeded(requestId);
   }
 
   async infer(request: InferRequest): Promise<InferResponse> {

@@ -1,6 +1,6 @@
 /** Writing HTTP replies: one writeHead + one end per reply, error bodies as Triton's `{"error":"..."}`. */
 import type { ServerResponse } from 'node:http';
-import { asNereidError } from '../../errors.js';
+import { type NereidError, asNereidError } from '../../errors.js';
 
 const JSON_TYPE = 'application/json';
 /** Seconds a client refused for a full queue should wait before retrying. */
@@ -9,6 +9,7 @@ const RETRY_AFTER: readonly string[] = ['Retry-After', '1'];
 export class Replier {
   /** Set while the frontend stops: replies then close their connection. */
   closing = false;
+  private lastQueueFull: { error: NereidError; headers: string[]; body: Buffer } | undefined;
 
   private prepare(res: ServerResponse): void {
     if (this.closing) res.shouldKeepAlive = false;
@@ -36,9 +37,30 @@ export class Replier {
       return;
     }
     const e = asNereidError(err);
-    // A full queue tells the client when to come back (beyond Triton, which sends no Retry-After).
-    if (e.code === 'NRD_QUEUE_FULL') extraHeaders = extraHeaders === undefined ? RETRY_AFTER : [...extraHeaders, ...RETRY_AFTER];
+    if (e.code === 'NRD_QUEUE_FULL') {
+      this.queueFull(res, e, extraHeaders);
+      return;
+    }
     this.errorText(res, e.httpStatus, e.message, extraHeaders);
+  }
+
+  /**
+   * A full queue's 503, which tells the client when to come back (beyond
+   * Triton, which sends no Retry-After). Refusals come in floods and most
+   * share one error (requests without an id), so the reply to the last
+   * error is kept written out: headers and body bytes as they go.
+   */
+  private queueFull(res: ServerResponse, e: NereidError, extraHeaders: readonly string[] | undefined): void {
+    let kept = this.lastQueueFull;
+    if (extraHeaders !== undefined || kept === undefined || kept.error !== e) {
+      const body = Buffer.from(JSON.stringify({ error: e.message }), 'utf8');
+      const headers = ['Content-Type', JSON_TYPE, 'Content-Length', String(body.byteLength), ...(extraHeaders ?? []), ...RETRY_AFTER];
+      kept = { error: e, headers, body };
+      if (extraHeaders === undefined) this.lastQueueFull = kept;
+    }
+    this.prepare(res);
+    res.writeHead(e.httpStatus, kept.headers);
+    res.end(kept.body);
   }
 
   errorText(res: ServerResponse, status: number, message: string, extraHeaders?: readonly string[]): void {

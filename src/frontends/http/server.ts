@@ -234,7 +234,7 @@ export class HttpFrontend {
       .add('/v2/models/:model[/versions/:version]/ready', route('health', GET, (_req, res, p) => this.handleModelReady(res, model(p), p['version'])))
       .add('/v2/models/:model[/versions/:version]/config', route('model-config', GET, (_req, res, p) => this.handleModelConfig(res, model(p), p['version'])))
       .add('/v2/models/:model[/versions/:version]/stats', route('statistics', GET, (_req, res, p) => this.handleStats(res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/infer', route('inference', POST, (req, res, p) => this.handleInfer(req, res, model(p), p['version'])))
+      .add('/v2/models/:model[/versions/:version]/infer', route('inference', POST, (req, res, p) => this.admitInfer(req, res, model(p), p['version'])))
       .add('/v2/models/:model[/versions/:version]/generate', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], false)))
       .add('/v2/models/:model[/versions/:version]/generate_stream', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], true)))
       .add('/v2/models/:model/trace/setting', route('trace', GET_POST, (req, res, p) => this.handleTrace(req, res, model(p))))
@@ -416,20 +416,33 @@ export class HttpFrontend {
 
   // --- inference -----------------------------------------------------------
 
-  private async handleInfer(
-    req: IncomingMessage,
-    res: ServerResponse,
-    model: string,
-    versionText: string | undefined,
-  ): Promise<void> {
+  /**
+   * The checks of an infer made before its body is read, synchronously: a
+   * refusal (unknown model, full queue) is written from here without a
+   * promise, so shedding load costs no copy, decode or extra turn.
+   */
+  private admitInfer(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): Promise<void> | undefined {
     const version = parseVersion(model, versionText);
     // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
     const config = this.server.modelConfig(model, version);
     if (config.modelTransactionPolicy?.decoupled === true) {
       throw Errors.decoupledNotSupported("HTTP end point doesn't support models with decoupled transaction policy");
     }
-    // A full queue answers before the body is read: shedding costs no copy or decode.
-    this.server.checkAdmission?.(model, version);
+    const refused = this.server.admissionError?.(model, version);
+    if (refused !== undefined) {
+      this.reply.error(res, refused);
+      return undefined;
+    }
+    return this.handleInfer(req, res, model, version, config);
+  }
+
+  private async handleInfer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    config: ReturnType<ServerApi['modelConfig']>,
+  ): Promise<void> {
     const encoding = requestEncoding(req);
     if (encoding === 'unknown') {
       this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);

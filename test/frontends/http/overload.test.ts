@@ -12,6 +12,7 @@ import { silentLogger } from '../../../src/logger.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { jsModel } from '../../backends/javascript/fixtures.js';
 import { call, json } from './helpers.js';
+import net from 'node:net';
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
 import { ModelInferRequestSchema } from '../../../src/gen/grpc_service_pb.js';
@@ -88,6 +89,54 @@ test('a full queue answers 503 with Retry-After and Triton\'s text, before readi
   const again = await call(port, 'POST', '/v2/models/slow/infer', { body: body('again', 7) });
   assert.equal(again.status, 200);
   assert.deepEqual((json(again) as { outputs: { data: number[] }[] }).outputs[0]!.data, [7]);
+});
+
+/** Sends `raw` on one connection and collects `count` whole replies (status, headers, body); reports whether the server closed it. */
+function rawReplies(raw: string, count: number): Promise<{ replies: { status: number; headers: Map<string, string>; body: string }[]; closed: boolean }> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let data = Buffer.alloc(0);
+    let closed = false;
+    const replies: { status: number; headers: Map<string, string>; body: string }[] = [];
+    const parse = (): void => {
+      for (;;) {
+        const end = data.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const lines = data.subarray(0, end).toString('latin1').split('\r\n');
+        const headers = new Map(lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+        const length = Number(headers.get('content-length'));
+        if (data.byteLength < end + 4 + length) return;
+        replies.push({ status: Number(lines[0]!.split(' ')[1]), headers, body: data.subarray(end + 4, end + 4 + length).toString() });
+        data = data.subarray(end + 4 + length);
+      }
+    };
+    socket.on('data', (chunk: Buffer) => {
+      data = Buffer.concat([data, chunk]);
+      parse();
+      // Give the server a moment to close the connection if it were going to.
+      if (replies.length === count) setTimeout(() => { socket.destroy(); resolve({ replies, closed }); }, 50);
+    });
+    socket.on('end', () => (closed = true));
+    socket.on('error', reject);
+    socket.write(raw);
+  });
+}
+
+test('refusals on one keep-alive connection: each is a whole 503 with Retry-After, the body left unread is skipped, the connection stays open', async () => {
+  const replies = Array.from({ length: 12 }, (_, i) => call(port, 'POST', '/v2/models/slow/infer', { body: body(`k${i}`, i) }));
+  await Promise.race(replies.map((p) => p.then((r) => (r.status === 503 ? r : new Promise<never>(() => {})))));
+  const one = (b: string): string =>
+    `POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+  const { replies: refused, closed } = await rawReplies(one(body('', 1)) + one('{not json') + one(body('', 2)), 3);
+  assert.equal(closed, false, 'keep-alive is preserved');
+  for (const r of refused) {
+    assert.equal(r.status, 503);
+    assert.equal(r.headers.get('retry-after'), '1');
+    assert.equal(r.headers.get('content-type'), 'application/json');
+    assert.equal(r.headers.get('connection'), 'keep-alive');
+    assert.deepEqual(JSON.parse(r.body), { error: 'Exceeds maximum queue size' });
+  }
+  await Promise.all(replies);
 });
 
 test('gRPC: a full queue answers UNAVAILABLE with Triton\'s text (and the request id), accepted calls complete', async () => {
