@@ -18,9 +18,12 @@
  *    work (promises, timers). The profiler's own overhead lands in "other".
  *
  * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (default 3),
+ * COST_PROFILE (0: no profiled passes),
  * COST_CONCURRENCY (default 1), COST_BASE_DIST (the dist folder of another
- * build: its server's health endpoint and cache hit join the alternated
- * rounds as "base ...", to compare two builds in one run).
+ * build: its server's infer, health endpoint and cache hit join the
+ * alternated rounds as "base ...", to compare two builds in one run),
+ * COST_MODEL (the tiny MLP's model for the infer points: mlp_tiny, the
+ * default scheduler, or mlp_tiny_batched, dynamic batching).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -107,6 +110,40 @@ function cachedBody(): HttpBody {
     body: Buffer.concat([header, raw, raw]),
     headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.length) },
   };
+}
+
+// --- a model whose bounded queue is always full: every request is refused (503) ---
+
+const FULL = 'full_queue';
+
+function writeFullModel(repo: string): void {
+  mkdirSync(path.join(repo, FULL, '1'), { recursive: true });
+  // The first execution never ends (until the server stops), the one after it waits in the queue of one.
+  writeFileSync(path.join(repo, FULL, '1', 'model.mjs'), 'export default class { execute() { return new Promise(() => {}); } }\n');
+  writeFileSync(
+    path.join(repo, FULL, 'config.pbtxt'),
+    `name: "${FULL}"
+backend: "javascript"
+max_batch_size: 1
+input [ { name: "input" data_type: TYPE_FP32 dims: [ 10 ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ 1 ] } ]
+dynamic_batching { default_queue_policy { max_queue_size: 1 } }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+  );
+}
+
+/** Occupies the full_queue model's instance and queue, then waits for its first refusal. */
+async function fillQueue(port: number, b: HttpBody): Promise<void> {
+  const url = `http://127.0.0.1:${port}/v2/models/${FULL}/infer`;
+  const send = () => fetch(url, { method: 'POST', body: b.body, headers: b.headers });
+  void send().catch(() => {});
+  for (let i = 0; i < 100; i++) {
+    void send().catch(() => {});
+    await new Promise((r) => setTimeout(r, 50));
+    if ((await send()).status === 503) return;
+  }
+  throw new Error('the full_queue model never refused');
 }
 
 // --- stage attribution of a CPU profile ---
@@ -262,9 +299,12 @@ function median(xs: number[]): number {
 }
 
 const tiny = (await buildBenchModels()).find((m) => m.plainName === 'mlp_tiny')!;
+const inferModel = process.env.COST_MODEL ?? tiny.plainName;
+if (inferModel !== tiny.plainName && inferModel !== tiny.batchedName) throw new Error(`COST_MODEL: ${inferModel} is neither ${tiny.plainName} nor ${tiny.batchedName}`);
 const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
 const cacheRepo = mkdtempSync(path.join(tmpdir(), 'nereid-cost-cache-'));
 writeCachedModel(cacheRepo);
+writeFullModel(cacheRepo);
 const serveArgs = [`--model-repository=${tiny.repository}`, `--model-repository=${cacheRepo}`, `--cache-config=local,size=${16 * 1024 * 1024}`];
 
 interface Target {
@@ -279,19 +319,24 @@ const nereid = await startServe(serveArgs, []);
 const base = BASE_DIST === undefined ? undefined : await startServe(serveArgs, [], path.resolve(BASE_DIST));
 const naive = await startNaive(tiny.onnxFile);
 const targets: Target[] = [
-  { label: 'nereid infer', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${tiny.plainName}/infer`, body },
+  { label: 'nereid infer', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${inferModel}/infer`, body },
   { label: 'naive infer', pid: () => naive.proc.child.pid!, url: () => `http://127.0.0.1:${naive.port}/`, body },
   { label: 'nereid health', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/health/ready`, body: HEALTH },
   { label: 'nereid cache hit', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
+  { label: 'nereid refusal', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${FULL}/infer`, body },
 ];
 if (base !== undefined) {
   targets.push(
+    { label: 'base infer', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${inferModel}/infer`, body },
     { label: 'base health', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/health/ready`, body: HEALTH },
     { label: 'base cache hit', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
+    { label: 'base refusal', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${FULL}/infer`, body },
   );
 }
 const points = new Map<string, CostPoint[]>(targets.map((t) => [t.label, []]));
 try {
+  await fillQueue(nereid.http, body);
+  if (base !== undefined) await fillQueue(base.http, body);
   for (const t of targets) await runWrk(t.url(), t.body, CONCURRENCY, 1);
   for (let r = 0; r < ROUNDS; r++) {
     for (const t of targets) points.get(t.label)!.push(await measure(t.pid(), t.url(), t.body));
@@ -320,7 +365,7 @@ async function profileStages(
       const url =
         target === 'health'
           ? `http://127.0.0.1:${profiled.http}/v2/health/ready`
-          : `http://127.0.0.1:${profiled.http}/v2/models/${target === 'infer' ? tiny.plainName : CACHED}/infer`;
+          : `http://127.0.0.1:${profiled.http}/v2/models/${target === 'infer' ? inferModel : CACHED}/infer`;
       const b = target === 'infer' ? body : target === 'health' ? HEALTH : cachedBody();
       await runWrk(url, b, CONCURRENCY, 1);
       fromUs = Number(process.hrtime.bigint() / 1000n);
@@ -348,12 +393,16 @@ async function profileStages(
 
 /** COST_TOP=n also prints the n functions with the most samples. */
 const TOP = Number(process.env.COST_TOP ?? 0);
-const profiles = { infer: await profileStages('infer'), 'cache hit': await profileStages('cache hit'), health: await profileStages('health') };
+/** COST_PROFILE=0 skips the profiled passes (the alternated rounds alone). */
+const profiles =
+  process.env.COST_PROFILE === '0'
+    ? {}
+    : { infer: await profileStages('infer'), 'cache hit': await profileStages('cache hit'), health: await profileStages('health') };
 rmSync(cacheRepo, { recursive: true, force: true });
 
 const f1 = (v: number) => v.toFixed(1);
 process.stdout.write(
-  `\nEvent-loop cost per request: ${tiny.label} (binary) and a response-cache hit, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
+  `\nEvent-loop cost per request: ${tiny.label} (${inferModel}, binary) and a response-cache hit, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
 );
 process.stdout.write(`${'point'.padEnd(18)}${'req/s'.padStart(9)}${'p50 µs'.padStart(9)}${'main µs/req'.padStart(13)}${'process µs/req'.padStart(16)}\n`);
 for (const [label, pts] of points) {
@@ -370,6 +419,13 @@ process.stdout.write(
     `p50 ${paired('nereid cache hit', 'nereid health', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 within 30 µs)\n`,
 );
 if (base !== undefined) {
+  process.stdout.write(
+    `nereid - base (infer): main thread ${f1(paired('nereid infer', 'base infer', (p) => p.mainUs))} µs/req, ` +
+      `process ${f1(paired('nereid infer', 'base infer', (p) => p.processUs))} µs/req, ` +
+      `p50 ${paired('nereid infer', 'base infer', (p) => p.wrk.p50us).toFixed(0)} µs; ` +
+      `health: main thread ${f1(paired('nereid health', 'base health', (p) => p.mainUs))} µs/req; ` +
+      `refusal: main thread ${f1(paired('nereid refusal', 'base refusal', (p) => p.mainUs))} µs/req\n`,
+  );
   process.stdout.write(
     `base: cache hit - health: main thread ${f1(paired('base cache hit', 'base health', (p) => p.mainUs))} µs/req, ` +
       `p50 ${paired('base cache hit', 'base health', (p) => p.wrk.p50us).toFixed(0)} µs (${BASE_DIST})\n`,
