@@ -190,7 +190,7 @@ const BY_NAME = new Map<string, Stage>(Object.entries({
   prepareRequest: 'validate',
   modelConfig: 'validate',
   resolveVersion: 'validate',
-  checkAdmission: 'validate',
+  admissionError: 'validate',
   recordSuccess: 'statistics, metrics',
   recordExecution: 'statistics, metrics',
   recordCacheHit: 'statistics, metrics',

@@ -59,13 +59,11 @@ export interface ServerApi {
   modelReady(name: string, version?: string): Promise<boolean>;
   infer(request: InferRequest): Promise<InferResponse>;
   /**
-   * Throws UNAVAILABLE "Exceeds maximum queue size" when the model's bounded
-   * queue is full now, before the caller reads or decodes the request.
-   * `requestId`, when known, prefixes the message as the scheduler's would.
-   * Optional for test doubles.
+   * UNAVAILABLE "Exceeds maximum queue size" when the model's bounded queue
+   * is full now (undefined when the request is admitted), for the caller to
+   * answer before it reads or decodes the request. `requestId`, when known,
+   * prefixes the message as the scheduler's would. Optional for test doubles.
    */
-  checkAdmission?(model: string, version?: string, requestId?: string): void;
-  /** checkAdmission() returning the refusal (undefined: admitted) instead of throwing it. */
   admissionError?(model: string, version?: string, requestId?: string): NereidError | undefined;
   /**
    * Answers again a request that was answered from the response cache with

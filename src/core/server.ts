@@ -238,17 +238,13 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   // ---- inference -------------------------------------------------------
 
   /**
-   * Throws the queue-full error (and counts the rejection as the scheduler
-   * would) when the version's bounded queue would refuse any new request now.
-   * Frontends call it before reading or decoding a request, so shedding load
-   * costs no more than this look-up. Unknown models are left to infer().
+   * The queue-full error (the rejection counted as the scheduler would) when
+   * the version's bounded queue would refuse any new request now, else
+   * undefined. Frontends ask before reading or decoding a request, so
+   * shedding load costs no more than this look-up; it is returned, not
+   * thrown, because a throw cost a flood of refusals more than the look-up.
+   * Unknown models are left to infer().
    */
-  checkAdmission(model: string, version?: string, requestId = ''): void {
-    const refused = this.admissionError(model, version, requestId);
-    if (refused !== undefined) throw refused;
-  }
-
-  /** checkAdmission() that returns the refusal instead of throwing it (a throw costs a flood of refusals more than the check). */
   admissionError(model: string, version?: string, requestId = ''): NereidError | undefined {
     let v: ModelVersion;
     try {

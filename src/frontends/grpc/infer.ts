@@ -69,11 +69,15 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
       callback(malformedError(msg), null);
       return;
     }
+    // A full queue answers before the inputs are unpacked.
+    const refused = server.admissionError?.(msg.modelName, msg.modelVersion === '' ? undefined : msg.modelVersion, msg.id);
+    if (refused !== undefined) {
+      callback(toServiceError(refused), null);
+      return;
+    }
     const abort = new Cancellation();
     let decoded;
     try {
-      // A full queue answers before the inputs are unpacked.
-      server.checkAdmission?.(msg.modelName, msg.modelVersion === '' ? undefined : msg.modelVersion, msg.id);
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
       decoded = decodeInfer(msg, abort, headers);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
