@@ -16,14 +16,16 @@
  * model counted (nv_inference_request_success, so h2load's warm-up second
  * counts on both sides of the division), and the load tool's own CPU per
  * call (a load tool that costs more per call leaves the server less of a
- * shared machine). Printed: medians, the gRPC/HTTP ratios of the medians,
- * and the load average before and after.
+ * shared machine). Printed: medians, the gRPC/HTTP ratio of the medians and
+ * the median of the ratios round by round (HTTP measured beside it in the
+ * same round), and the load average before and after.
  *
  * Beside them, the same loads on the transport floors (bench/transport-floor.ts):
  * node:http and node:http2 servers that answer a fixed reply of the model's
  * response size without reading the request, the least any Node.js server
- * pays per call over each protocol ("floor" rows; their calls are h2load's
- * and wrk's counts).
+ * pays per call over each protocol, and a bare grpc-js server doing the same,
+ * what the gRPC library adds ("floor" rows; their calls are h2load's and
+ * wrk's counts).
  *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
  * BENCH_MODELS ("tiny,medium"), GRPC_HTTP_VARIANTS ("plain,batched"),
@@ -178,10 +180,10 @@ async function measurePoint(s: Served, model: BenchModel, name: string, load: Lo
   };
 }
 
-/** node:http and node:http2 floors answering `replyBytes`, as one Served (http and grpc ports in two processes). */
+/** The node:http, node:http2 and bare grpc-js floors answering `replyBytes`, one process each. */
 async function startFloors(replyBytes: number): Promise<Array<{ served: Served; stop: () => Promise<void> }>> {
   const out: Array<{ served: Served; stop: () => Promise<void> }> = [];
-  for (const kind of ['http', 'http2'] as const) {
+  for (const kind of ['http', 'http2', 'grpc-js'] as const) {
     const port = await freePort();
     const proc = new Proc(
       spawn(process.execPath, [path.join(DIST, 'bench', 'transport-floor.js'), kind, String(port), String(replyBytes)], { stdio: ['ignore', 'ignore', 'inherit'] }),
@@ -274,14 +276,14 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
       `\n${model.label}: gRPC ModelInfer vs HTTP binary infer, same server, batch 1, ${c} in flight, ${o.seconds}s per point, ` +
         `${o.rounds} alternated rounds (medians); load average ${before} before, ${after} after\n`,
     );
-    const header = ['model', 'load', 'tool', 'calls/s', 'x http', 'main µs/call', 'process µs/call', 'tool µs/call', 'failed'];
+    const header = ['model', 'load', 'tool', 'calls/s', 'x http', 'x http paired', 'main µs/call', 'process µs/call', 'tool µs/call', 'failed'];
     const rows: string[][] = [];
     for (const [key, pts] of points) {
       const [load, name] = key.split('\u0000') as [string, string];
       const kind = load.slice(load.lastIndexOf(' ') + 1) as LoadKind;
       const prefix = load.slice(0, load.lastIndexOf(' ') + 1);
-      // Each gRPC row against HTTP on the same server; the http2 floor against the http floor.
-      const httpKey = prefix.startsWith('http2 floor') ? `http floor http\u0000${name}` : `${prefix}http\u0000${name}`;
+      // Each gRPC row against HTTP on the same server; the gRPC floors against the http floor.
+      const httpKey = prefix.endsWith('floor ') ? `http floor http\u0000${name}` : `${prefix}http\u0000${name}`;
       const httpPts = points.get(httpKey);
       const rps = median(pts.map((p) => p.callsPerSec));
       rows.push([
@@ -290,6 +292,8 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
         loadName[kind],
         rps.toFixed(0),
         httpPts === undefined ? '-' : (rps / median(httpPts.map((p) => p.callsPerSec))).toFixed(2),
+        // Round by round (HTTP measured next to it), then the median: steadier when the machine's load moves.
+        httpPts === undefined ? '-' : median(pts.map((p, i) => p.callsPerSec / httpPts[i]!.callsPerSec)).toFixed(2),
         median(pts.map((p) => p.mainUs)).toFixed(1),
         median(pts.map((p) => p.processUs)).toFixed(1),
         median(pts.map((p) => p.clientUs)).toFixed(1),

@@ -1,13 +1,19 @@
 /**
- * `node dist/bench/transport-floor.js <http|http2> <port> <reply bytes>`:
+ * `node dist/bench/transport-floor.js <http|http2|grpc-js> <port> <reply bytes>`:
  * the least any Node.js server can do per call over each protocol, for
  * bench/grpc-http.ts. `http` answers every POST with a fixed binary body
  * (node:http); `http2` answers every stream as a unary gRPC call does, with
  * response headers, one length-prefixed message and the grpc-status
- * trailers (node:http2, no gRPC library). Neither looks at the request.
+ * trailers (node:http2, no gRPC library); `grpc-js` is a bare @grpc/grpc-js
+ * server with Nereid's channel options whose ModelInfer answers the fixed
+ * bytes (no protobuf work): what the library adds over node:http2. None
+ * looks at the request.
  */
 import http from 'node:http';
 import http2 from 'node:http2';
+import * as grpc from '@grpc/grpc-js';
+import { inferenceServiceDefinition } from '../src/frontends/grpc/index.js';
+import { channelOptionsFor } from '../src/frontends/grpc/options.js';
 
 const [kind, portText, sizeText] = process.argv.slice(2);
 const port = Number(portText);
@@ -40,7 +46,18 @@ if (kind === 'http') {
     });
   });
   server.listen(port, '127.0.0.1');
+} else if (kind === 'grpc-js') {
+  const reply = Buffer.alloc(size);
+  const server = new grpc.Server(channelOptionsFor({}));
+  const identity = (b: Buffer) => b;
+  server.addService(
+    { ModelInfer: { ...inferenceServiceDefinition.ModelInfer!, requestDeserialize: identity, responseSerialize: identity } },
+    { ModelInfer: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => cb(null, reply) },
+  );
+  server.bindAsync(`127.0.0.1:${port}`, grpc.ServerCredentials.createInsecure(), (e) => {
+    if (e) throw e;
+  });
 } else {
-  process.stderr.write('usage: transport-floor.js <http|http2> <port> <reply bytes>\n');
+  process.stderr.write('usage: transport-floor.js <http|http2|grpc-js> <port> <reply bytes>\n');
   process.exit(2);
 }
