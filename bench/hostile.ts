@@ -22,13 +22,16 @@
  * HOSTILE_KINDS=kind,kind: only those kinds (also 'small', 'new connection' and 'valid',
  * which are not in the default mix); HOSTILE_SMAPS=1: which mappings grew;
  * HOSTILE_NODE_ARGS: extra node options for the server (--heapsnapshot-signal=SIGUSR2
- * takes a snapshot at the start and after the storm). MALLOC_* variables pass through.
+ * takes a snapshot at the start and after the storm). MALLOC_*, GLIBC_TUNABLES and
+ * NEREID_MALLOC_TUNING pass through; the server is started as `nereid serve` is, so on a
+ * Node with process.execve it runs with the malloc tunables that sets (the first line says which).
  */
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { deflateSync, gzipSync } from 'node:zlib';
+import { NEREID_TUNABLES } from '../src/cli/allocator.js';
 import { buildAddSubModel } from '../src/onnx/builder.js';
 import { TempRepositoryForBench } from './hostile-repo.js';
 import { DIST, startNereid } from './processes.js';
@@ -197,6 +200,15 @@ function mappingGrowth(before: readonly Mapping[], after: readonly Mapping[], n 
   ].join('\n');
 }
 
+/** The malloc variables the server started with (after a re-execution by nereid serve, what it set; glibc cuts GLIBC_TUNABLES at its first ':' there). */
+function mallocSetting(pid: number): string {
+  const vars = readFileSync(`/proc/${pid}/environ`, 'utf8')
+    .split('\0')
+    .filter((v) => v.startsWith('MALLOC_') || v.startsWith('GLIBC_TUNABLES=') || v.startsWith('NEREID_MALLOC_'));
+  if (vars.some((v) => v.startsWith('NEREID_MALLOC_TUNED='))) return `set by nereid serve: GLIBC_TUNABLES=${NEREID_TUNABLES}`;
+  return vars.length === 0 ? 'glibc defaults' : vars.join(' ');
+}
+
 function signed(v: number): string {
   return (v >= 0 ? '+' : '') + v.toFixed(1);
 }
@@ -300,6 +312,7 @@ async function main(): Promise<void> {
     nodeArgs: ['--import', pathToFileURL(path.join(DIST, 'bench', 'memory-probe.js')).href, ...SERVER_NODE_ARGS],
   });
   const pid = server.proc.child.pid!;
+  console.log(`server: Node ${process.versions.node}, malloc ${mallocSetting(pid)}`);
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const snapshot = (): void => {
     if (SERVER_NODE_ARGS.some((a) => a.startsWith('--heapsnapshot-signal'))) process.kill(pid, 'SIGUSR2');

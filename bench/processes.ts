@@ -46,7 +46,8 @@ export class Proc {
   }
 }
 
-export function startNode(script: string, args: string[], env: Record<string, string> = {}, nodeArgs: readonly string[] = []): Proc {
+/** `env` adds to this process's environment; an undefined value removes a variable. */
+export function startNode(script: string, args: string[], env: Record<string, string | undefined> = {}, nodeArgs: readonly string[] = []): Proc {
   const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
     stdio: ['ignore', 'ignore', 'inherit'],
     env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
@@ -55,7 +56,7 @@ export function startNode(script: string, args: string[], env: Record<string, st
 }
 
 export interface NodeLaunch {
-  readonly env?: Record<string, string>;
+  readonly env?: Record<string, string | undefined>;
   readonly nodeArgs?: readonly string[];
   /** The dist folder of the build to start (default: this one). */
   readonly dist?: string;

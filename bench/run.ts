@@ -20,7 +20,8 @@
  * cost (main-thread CPU per request against the naive wrapper, and by stage),
  * inline (inline execution vs the session thread vs naive, with server CPU),
  * grpclibs (@grpc/grpc-js against @connectrpc/connect-node under the same ModelInfer),
- * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive).
+ * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
+ * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -225,3 +226,4 @@ if (want('cost')) runScript('request-cost.js');
 if (want('inline')) runScript('inline.js');
 if (want('grpclibs')) runScript('grpc-libs.js');
 if (want('jsontext')) runScript('json-text.js');
+if (want('malloc')) runScript('malloc.js');

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /** The `nereid` command: serve, perf, validate. */
-import { runServe } from './serve.js';
+import { applyAllocatorTuning } from './allocator.js';
 
 const USAGE = `Usage: nereid <command> [flags]
 
@@ -12,11 +12,18 @@ Commands:
 Run 'nereid <command> --help' for a command's flags.
 `;
 
+/** Serving starts with the allocator tuned (which may re-execute this process), before the server's modules load. */
+async function serve(argv: string[]): Promise<number> {
+  const allocator = argv.includes('--help') || argv.includes('-h') ? undefined : applyAllocatorTuning();
+  const { runServe } = await import('./serve.js');
+  return runServe(argv, allocator);
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
     case 'serve':
-      return runServe(rest);
+      return serve(rest);
     case 'perf': {
       const { runPerf } = await import('./perf/index.js');
       return runPerf(rest);
@@ -33,7 +40,7 @@ async function main(argv: string[]): Promise<number> {
       return command === undefined ? 2 : 0;
     default:
       // tritonserver habits: `nereid --model-repository=...` means serve.
-      if (command.startsWith('--')) return runServe(argv);
+      if (command.startsWith('--')) return serve(argv);
       process.stderr.write(`error: unknown command '${command}'\n${USAGE}`);
       return 2;
   }

@@ -16,6 +16,8 @@ export interface ServePorts {
 }
 
 export interface ServeProcess {
+  /** The child's process id. */
+  readonly pid: number;
   /** Resolves with the ports once the server logs that it is serving; rejects if it exits first. */
   ports: Promise<ServePorts>;
   exit: Promise<number | null>;
@@ -65,6 +67,7 @@ export function startServe(args: readonly string[], options: ServeProcessOptions
   });
   ports.catch(() => {});
   return {
+    pid: child.pid!,
     ports,
     exit,
     stderr: () => err,

@@ -1,0 +1,130 @@
+/**
+ * glibc's malloc, tuned for a server that receives bursts of large bodies.
+ *
+ * glibc serves a block over 128 KiB with a mapping of its own, but once such a
+ * block is freed it raises that threshold to the block's size (up to 32 MiB).
+ * From then on every body below the new threshold comes from the main heap,
+ * which returns memory to the system only from its top: a burst of 400 KiB
+ * bodies leaves its high-water mark resident for good. A fixed threshold
+ * stops the sliding, so large bodies keep being mapped and unmapped; each
+ * mapping's pages are then faulted in anew, which transparent huge pages (the
+ * hugetlb tunable: madvise on mappings of 2 MiB and more) make about as cheap
+ * as reusing the heap (bench/malloc.ts). glibc reads its tunables only when a
+ * process starts, so `nereid serve` re-executes itself in place (same PID, so
+ * signals and container supervisors are unaffected) with GLIBC_TUNABLES set,
+ * before it loads anything else.
+ *
+ * The user's own setting always wins (any MALLOC_* variable, a glibc.malloc
+ * tunable, or jemalloc/tcmalloc/mimalloc in LD_PRELOAD: nereid adds nothing);
+ * NEREID_MALLOC_TUNING=off keeps glibc's defaults. Node 20 cannot replace its
+ * own process image (process.execve arrived in 22.15 and 23.11): there the
+ * tunables have to come from the environment.
+ */
+
+/** The threshold set: glibc's own starting value, kept fixed. */
+export const MMAP_THRESHOLD_BYTES = 131072;
+/** What nereid adds to GLIBC_TUNABLES (hugetlb=1: mappings of 2 MiB and more are asked for transparent huge pages). */
+export const NEREID_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}:glibc.malloc.hugetlb=1`;
+/** `off` keeps glibc's defaults. */
+export const OPT_OUT_VAR = 'NEREID_MALLOC_TUNING';
+/** Marks the re-executed process; its value is GLIBC_TUNABLES as the user had it ('' when unset). */
+const MARK_VAR = 'NEREID_MALLOC_TUNED';
+
+type Execve = (file: string, args: readonly string[], env: NodeJS.ProcessEnv) => never;
+
+export interface AllocatorFacts {
+  readonly platform: NodeJS.Platform;
+  /** glibc's version when the process runs on glibc. */
+  readonly glibc: string | undefined;
+  readonly canReexec: boolean;
+}
+
+export type AllocatorPlan =
+  | { readonly kind: 'reexec'; readonly env: NodeJS.ProcessEnv }
+  | { readonly kind: 'keep' };
+
+/** The user's own malloc setting, if any: a MALLOC_* variable, a glibc.malloc tunable, or another allocator preloaded. */
+function userSetting(env: NodeJS.ProcessEnv): string | undefined {
+  const vars = Object.keys(env)
+    .filter((k) => k.startsWith('MALLOC_'))
+    .sort();
+  if (vars.length > 0) return vars.map((k) => `${k}=${env[k]}`).join(' ');
+  const tunables = (env['GLIBC_TUNABLES'] ?? '').split(':').filter((t) => t.startsWith('glibc.malloc.'));
+  if (tunables.length > 0) return `GLIBC_TUNABLES ${tunables.join(':')}`;
+  const preload = /[^\s:]*(?:jemalloc|tcmalloc|mimalloc)[^\s:]*/.exec(env['LD_PRELOAD'] ?? '');
+  return preload === null ? undefined : `LD_PRELOAD ${preload[0]}`;
+}
+
+function optedOut(env: NodeJS.ProcessEnv): boolean {
+  return (env[OPT_OUT_VAR] ?? '').toLowerCase() === 'off';
+}
+
+/** What to do at start: re-execute with the tunables set, or run as is. */
+export function planAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts): AllocatorPlan {
+  if (env[MARK_VAR] !== undefined || optedOut(env) || userSetting(env) !== undefined) return { kind: 'keep' };
+  const f = facts();
+  if (f.platform !== 'linux' || f.glibc === undefined || !f.canReexec) return { kind: 'keep' };
+  const before = env['GLIBC_TUNABLES'];
+  return {
+    kind: 'reexec',
+    env: { ...env, GLIBC_TUNABLES: before === undefined || before === '' ? NEREID_TUNABLES : `${before}:${NEREID_TUNABLES}`, [MARK_VAR]: before ?? '' },
+  };
+}
+
+/** One line for the start-up log: which malloc setting this process runs with, and why. */
+export function describeAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts): string {
+  if (env[MARK_VAR] !== undefined) {
+    return `glibc malloc: ${NEREID_TUNABLES} (set by nereid at start; ${OPT_OUT_VAR}=off keeps glibc's defaults)`;
+  }
+  const user = userSetting(env);
+  if (user !== undefined) return `malloc: as the environment sets it (${user}); nereid adds nothing`;
+  const f = facts();
+  if (f.platform !== 'linux' || f.glibc === undefined) return 'malloc: not glibc, left as it is';
+  if (optedOut(env)) return `glibc malloc: defaults, sliding mmap threshold (${OPT_OUT_VAR}=off)`;
+  return (
+    `glibc malloc: defaults, sliding mmap threshold (Node ${process.versions.node} cannot re-execute itself in place; ` +
+    `GLIBC_TUNABLES=${NEREID_TUNABLES} in the environment bounds what bursts of large requests leave resident)`
+  );
+}
+
+/** The facts of this process (glibc is read from the diagnostic report's header, about 2 ms). */
+export function processFacts(): AllocatorFacts {
+  let glibc: string | undefined;
+  if (process.platform === 'linux') {
+    // excludeNetwork (Node 20.13 and later) skips the report's socket listing, most of its cost.
+    const report = process.report as NodeJS.ProcessReport & { excludeNetwork?: boolean };
+    const excluded = report.excludeNetwork;
+    report.excludeNetwork = true;
+    try {
+      const header = (report.getReport() as { header?: { glibcVersionRuntime?: string } }).header;
+      glibc = header?.glibcVersionRuntime;
+    } finally {
+      report.excludeNetwork = excluded;
+    }
+  }
+  return { platform: process.platform, glibc, canReexec: typeof (process as { execve?: Execve }).execve === 'function' };
+}
+
+/**
+ * Re-executes this process in place with the threshold set, when the plan says
+ * so (this call then does not return). Otherwise returns the line to log, and
+ * takes the variables nereid set out of the environment its children inherit
+ * (a Python stub gets the user's environment, not nereid's tuning).
+ */
+export function applyAllocatorTuning(): string {
+  let cached: AllocatorFacts | undefined;
+  const facts = (): AllocatorFacts => (cached ??= processFacts());
+  const plan = planAllocator(process.env, facts);
+  if (plan.kind === 'reexec') {
+    const execve = (process as { execve?: Execve }).execve!;
+    execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], plan.env);
+  }
+  const line = describeAllocator(process.env, facts);
+  const before = process.env[MARK_VAR];
+  if (before !== undefined) {
+    delete process.env[MARK_VAR];
+    if (before === '') delete process.env['GLIBC_TUNABLES'];
+    else process.env['GLIBC_TUNABLES'] = before;
+  }
+  return line;
+}

@@ -1,0 +1,112 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { type AllocatorFacts, NEREID_TUNABLES, describeAllocator, planAllocator, processFacts } from '../../src/cli/allocator.js';
+import { TempRepository } from '../helpers/repository.js';
+import { LOOPBACK_PORTS, startServe } from '../helpers/serve-process.js';
+
+const GLIBC_LINUX: AllocatorFacts = { platform: 'linux', glibc: '2.36', canReexec: true };
+const facts = (f: Partial<AllocatorFacts> = {}) => () => ({ ...GLIBC_LINUX, ...f });
+
+test('on Linux with glibc and an untouched environment, serve re-executes with the fixed mmap threshold and huge pages', () => {
+  const plan = planAllocator({ PATH: '/usr/bin' }, facts());
+  assert.equal(plan.kind, 'reexec');
+  assert.equal(plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'], 'glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=1');
+  assert.equal(plan.kind === 'reexec' && plan.env['PATH'], '/usr/bin');
+  // The re-executed process does not plan again.
+  assert.equal(planAllocator(plan.kind === 'reexec' ? plan.env : {}, facts()).kind, 'keep');
+});
+
+test("GLIBC_TUNABLES without malloc tunables keeps the user's and gets nereid's appended", () => {
+  const plan = planAllocator({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, facts());
+  assert.equal(plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'], `glibc.pthread.rseq=0:${NEREID_TUNABLES}`);
+});
+
+test("the user's own malloc setting wins: nereid adds nothing and says what is in effect", () => {
+  for (const [env, named] of [
+    [{ MALLOC_MMAP_THRESHOLD_: '65536' }, 'MALLOC_MMAP_THRESHOLD_=65536'],
+    [{ MALLOC_ARENA_MAX: '2' }, 'MALLOC_ARENA_MAX=2'],
+    [{ GLIBC_TUNABLES: 'glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1048576' }, 'GLIBC_TUNABLES glibc.malloc.trim_threshold=1048576'],
+    [{ LD_PRELOAD: '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2' }, 'LD_PRELOAD /usr/lib/x86_64-linux-gnu/libjemalloc.so.2'],
+  ] as const) {
+    assert.deepEqual(planAllocator(env, facts()), { kind: 'keep' }, named);
+    assert.equal(describeAllocator(env, facts()), `malloc: as the environment sets it (${named}); nereid adds nothing`);
+  }
+});
+
+test('NEREID_MALLOC_TUNING=off keeps glibc defaults', () => {
+  const env = { NEREID_MALLOC_TUNING: 'off' };
+  assert.deepEqual(planAllocator(env, facts()), { kind: 'keep' });
+  assert.match(describeAllocator(env, facts()), /defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
+});
+
+test('no re-execution off glibc, off Linux, or on a Node without process.execve (which the log line says)', () => {
+  assert.deepEqual(planAllocator({}, facts({ glibc: undefined })), { kind: 'keep' });
+  assert.deepEqual(planAllocator({}, facts({ platform: 'darwin' })), { kind: 'keep' });
+  assert.equal(describeAllocator({}, facts({ glibc: undefined })), 'malloc: not glibc, left as it is');
+  assert.deepEqual(planAllocator({}, facts({ canReexec: false })), { kind: 'keep' });
+  assert.match(describeAllocator({}, facts({ canReexec: false })), /cannot re-execute itself in place; GLIBC_TUNABLES=glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 in the environment/);
+});
+
+test('the facts of this process: glibc is found on a glibc Linux', () => {
+  const f = processFacts();
+  assert.equal(f.platform, process.platform);
+  assert.equal(f.canReexec, typeof (process as { execve?: unknown }).execve === 'function');
+  if (process.platform === 'linux') assert.match(f.glibc ?? 'none', /^\d+\.\d+/);
+});
+
+/** The environment the process started with (glibc cuts GLIBC_TUNABLES at its first ':' while parsing it in place). */
+function startEnvironment(pid: number): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const pair of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
+    const eq = pair.indexOf('=');
+    if (eq > 0) out.set(pair.slice(0, eq), pair.slice(eq + 1));
+  }
+  return out;
+}
+
+/** Serves a repository with `env` over this environment's malloc variables (removed), and returns the start-up log and environment. */
+async function served(env: NodeJS.ProcessEnv, t: { after(fn: () => Promise<void> | void): void }): Promise<{ log: string; environ: Map<string, string> }> {
+  const repo = new TempRepository().addSub('simple');
+  t.after(() => repo.cleanup());
+  const clean: NodeJS.ProcessEnv = { GLIBC_TUNABLES: undefined, LD_PRELOAD: undefined, NEREID_MALLOC_TUNING: undefined };
+  for (const k of Object.keys(process.env)) if (k.startsWith('MALLOC_')) clean[k] = undefined;
+  const s = startServe([`--model-repository=${repo.dir}`, ...LOOPBACK_PORTS], { env: { ...clean, ...env } });
+  t.after(() => s.stop());
+  const ports = await s.ports;
+  assert.equal((await fetch(`http://127.0.0.1:${ports.http}/v2/health/ready`)).status, 200);
+  // The process that serves is the one started (a re-execution keeps the PID).
+  return { log: s.stderr(), environ: startEnvironment(s.pid) };
+}
+
+const canReexec = typeof (process as { execve?: unknown }).execve === 'function';
+const onGlibcLinux = process.platform === 'linux' && processFacts().glibc !== undefined;
+
+test('nereid serve runs with the tunables in effect (on a Node that can re-execute in place) and logs the setting once', { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
+  const { log, environ } = await served({}, t);
+  const lines = log.split('\n').filter((l) => l.includes('malloc'));
+  assert.equal(lines.length, 1, log);
+  if (canReexec) {
+    assert.match(lines[0]!, /glibc malloc: glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 \(set by nereid at start/);
+    assert.equal(environ.get('GLIBC_TUNABLES')?.startsWith('glibc.malloc.mmap_threshold=131072'), true, [...environ.keys()].join(' '));
+    assert.equal(environ.get('NEREID_MALLOC_TUNED'), '');
+  } else {
+    assert.match(lines[0]!, /defaults, sliding mmap threshold \(Node [\d.]+ cannot re-execute itself in place/);
+    assert.equal(environ.has('GLIBC_TUNABLES'), false);
+  }
+});
+
+test("nereid serve keeps the user's own malloc variable and adds nothing", { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
+  const { log, environ } = await served({ MALLOC_MMAP_THRESHOLD_: '65536' }, t);
+  assert.match(log, /malloc: as the environment sets it \(MALLOC_MMAP_THRESHOLD_=65536\); nereid adds nothing/);
+  assert.equal(environ.get('MALLOC_MMAP_THRESHOLD_'), '65536');
+  assert.equal(environ.has('GLIBC_TUNABLES'), false);
+  assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
+});
+
+test('NEREID_MALLOC_TUNING=off serves with glibc defaults', { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
+  const { log, environ } = await served({ NEREID_MALLOC_TUNING: 'off' }, t);
+  assert.match(log, /glibc malloc: defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
+  assert.equal(environ.has('GLIBC_TUNABLES'), false);
+  assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
+});
