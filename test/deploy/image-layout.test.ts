@@ -34,6 +34,10 @@ test('the image layout script installs production dependencies only, and nereid 
   t.after(() => s.stop());
   const ports = await s.ports;
   assert.match(s.stderr(), new RegExp(`"repositories":\\["${path.join(dest, 'examples', 'model_repository')}"\\]`), 'the bundled examples by default');
+  // The malloc setting is logged once; when nereid set it, the re-executed process is still the PID started (the signal below reaches it).
+  const malloc = s.stderr().split('\n').filter((l) => l.includes('malloc'));
+  assert.equal(malloc.length, 1, s.stderr());
+  if (malloc[0]!.includes('set by nereid')) assert.match(readFileSync(`/proc/${s.pid}/environ`, 'utf8'), /(^|\0)NEREID_MALLOC_TUNED=/);
   const r = await fetch(`http://127.0.0.1:${ports.http}/v2/models/fraud_detector/infer`, {
     method: 'POST',
     body: JSON.stringify({ inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] }] }),

@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import vm from 'node:vm';
-import { MemoryReclaimer, fullCollection } from '../../src/frontends/memory-reclaim.js';
+import { MemoryReclaimer, fullCollection, memoryReducingCollection } from '../../src/frontends/memory-reclaim.js';
 
 const MiB = 1024 * 1024;
 
@@ -123,5 +123,25 @@ test('the full collection frees unreachable buffers and leaves gc unexposed to n
     after = process.memoryUsage().arrayBuffers;
   }
   assert.ok(before - after >= 60 * MiB, `arrayBuffers ${before} -> ${after}`);
+  assert.equal(vm.runInNewContext('typeof gc'), 'undefined');
+});
+
+test('the second collection is the settle one when given apart from the first', (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+  const runs: string[] = [];
+  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => runs.push('full'), settleCollect: () => runs.push('reducing'), busy: () => false });
+  r.note(11 * MiB);
+  t.mock.timers.tick(1000);
+  t.mock.timers.tick(6000);
+  assert.deepEqual(runs, ['full', 'reducing']);
+});
+
+test('the memory-reducing collection runs on this engine and frees unreachable buffers', async () => {
+  const collect = memoryReducingCollection();
+  assert.equal(typeof collect, 'function');
+  const ref = ((): WeakRef<ArrayBuffer> => new WeakRef(Buffer.alloc(8 * MiB, 1).buffer))();
+  await new Promise((resolve) => setImmediate(resolve));
+  collect!();
+  assert.equal(ref.deref(), undefined, 'the buffer survived the collection');
   assert.equal(vm.runInNewContext('typeof gc'), 'undefined');
 });
