@@ -23,7 +23,16 @@ import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
 import type { SessionClient } from './session-client.js';
-import { DEFAULT_INTRA_OP_THREADS, buildSessionOptions, machineIntraOpThreads, sessionPoolSettings, sessionThreadChoice, spinWaitMicros } from './session-options.js';
+import {
+  DEFAULT_INTRA_OP_THREADS,
+  buildSessionOptions,
+  inlineIntraOpThreads,
+  machineIntraOpThreads,
+  sessionPoolSettings,
+  sessionThreadChoice,
+  spinWaitMicros,
+  wideInlineOptions,
+} from './session-options.js';
 import { SessionThreadPool } from './session-pool.js';
 import { validateConfigAgainstModel } from './validate.js';
 
@@ -158,17 +167,32 @@ function inlinePolicy(
       if (t.datatype === 'FP16') return refuse(`'${t.name}' is FP16, which onnxruntime-node cannot take on the main thread under this Node.js`);
     }
   }
+  const wideThreads = inlineIntraOpThreads(ctx.modelName, ctx.config, ctx.backendConfig);
   if (mode === 'auto' && info.bytes > INLINE_MAX_MODEL_BYTES) return undefined;
   const log = ctx.logger;
+  // The wide session splits long runs while requests come one at a time (auto only; see inline.ts).
+  const spinMicros = spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
+  const wide = mode === 'auto' && wideThreads > 1 && options.intraOpNumThreads === 1 ? wideInlineOptions(options, ctx.config, wideThreads, spinMicros) : undefined;
   const policy = new InlinePolicy(
     mode,
     () => new InlineSession(info.path, options),
-    (session, predictedNs, boundNs) =>
+    (session, predictedNs, boundNs, isWide) =>
       log.info(
         { model: ctx.modelName },
-        `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(boundNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
+        isWide
+          ? `model '${ctx.modelName}': while requests come one at a time, runs of about ${Math.round(predictedNs / 1000)} µs on one thread now run on the event loop with ${wideThreads} intra-op threads (main-thread session created in ${session.createMs.toFixed(1)} ms)`
+          : `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(boundNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
       ),
-    (err) => log.warn({ model: ctx.modelName }, `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`),
+    (err, isWide) =>
+      log.warn(
+        { model: ctx.modelName },
+        isWide
+          ? `model '${ctx.modelName}': inline runs keep one intra-op thread (the ${wideThreads}-thread main-thread session could not be created): ${err.message}`
+          : `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`,
+      ),
+    undefined,
+    undefined,
+    wide === undefined ? undefined : { create: () => new InlineSession(info.path, wide), threads: wideThreads, spinMicros },
   );
   if (mode === 'on') {
     try {

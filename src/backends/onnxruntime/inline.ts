@@ -52,6 +52,29 @@
  * - The main-thread session is created the first time a run would go inline
  *   (creating it blocks the event loop for as long, about a millisecond for a
  *   small model), and only for models of at most INLINE_MAX_MODEL_BYTES.
+ * - While requests come one at a time, a run predicted at WIDE_MIN_NS or more
+ *   (on one thread) goes to a second main-thread session with more intra-op
+ *   threads (`inline_intra_op_thread_count`, see session-options.ts), when
+ *   the model has one: onnxruntime splits its operators between the event
+ *   loop's thread and helper threads. A helper that sleeps between runs is
+ *   woken at the start of each, which on a virtual machine costs about what
+ *   it saves, so the helpers busy-wait for the next run for the model's
+ *   spin_wait_microseconds (onnxruntime's session.intra_op.spin_duration_us)
+ *   and then sleep: like the session thread's wait, it holds a core for at
+ *   most that long after a run, and never while idle. The wide session is
+ *   used only while most gaps from the end of one inline run to the start of
+ *   the next were within that wait (a moving share, as on the session
+ *   thread), so that the waiting costs no more than the work it speeds up;
+ *   otherwise runs keep the one-thread session, which never spins. With
+ *   spin_wait_microseconds 0 the helpers spin only within a run
+ *   (session.force_spinning_stop). A run shorter than WIDE_MIN_NS gains less
+ *   than a helper costs, and under load the other cores belong to the
+ *   session threads, so both keep the one-thread session. The wide session's
+ *   runs are timed apart (they are shorter; its first WIDE_WARMUP_RUNS not at
+ *   all); while its own figure is beyond LIGHT_INLINE_NS the runs keep the
+ *   one-thread session, and after WIDE_RETIME_AFTER of them the figure is
+ *   made afresh (a figure from a moment when the machine was busy would
+ *   otherwise stand for ever).
  *
  * `inline_execution` (a model parameter, or for every model
  * `--backend-config=onnxruntime,inline_execution=...`): `auto` (default) as
@@ -174,6 +197,14 @@ export class RunOverlap {
 
 /** The process's reading, fed by every onnxruntime instance. */
 export const runOverlap = new RunOverlap();
+
+/** Runs predicted at least this long on one thread go to the wide session while requests come one at a time. */
+export const WIDE_MIN_NS = 100_000;
+
+/** The wide session's first runs, slower while its memory is first touched, are not timed. */
+export const WIDE_WARMUP_RUNS = 2;
+/** After this many runs refused the wide session for its own figure, the figure is made afresh. */
+export const WIDE_RETIME_AFTER = 64;
 
 /** Until a crossing is measured. */
 export const DEFAULT_CROSSING_NS = 60_000;
@@ -311,6 +342,17 @@ export class InlineSession {
 
 type SessionState = 'none' | 'ready' | 'failed' | 'closed';
 
+/** A model's wide main-thread session (see the file comment). */
+export interface WideSpec {
+  readonly create: () => InlineSession;
+  /** Its intra-op threads (the event loop's among them). */
+  readonly threads: number;
+  /** How long its helper threads wait for the next run, µs (0: they stop at the end of each run). */
+  readonly spinMicros: number;
+  /** hrtime ns (tests replace it). */
+  readonly clockNs?: () => number;
+}
+
 /** What a model's instances share to decide where each run goes. */
 export class InlinePolicy {
   readonly times = new RunEstimates();
@@ -319,16 +361,45 @@ export class InlinePolicy {
   private crossings = 0;
   private session: InlineSession | undefined;
   private state: SessionState = 'none';
+  /** Runs of the wide session (see the file comment), timed apart. */
+  wideTimes = new RunEstimates();
+  /** Wide runs made so far (the first WIDE_WARMUP_RUNS are not timed). */
+  private wideRuns = 0;
+  /** Runs refused the wide session for its own figure since it was last timed afresh. */
+  private wideRefusals = 0;
+  private wide: InlineSession | undefined;
+  private wideState: SessionState = 'none';
 
   constructor(
     readonly mode: InlineMode,
     private readonly createSession: () => InlineSession,
-    /** `boundNs`: the bound the run was within (the threshold, or LIGHT_INLINE_NS while requests come one at a time). */
-    private readonly onCreated: (session: InlineSession, predictedNs: number, boundNs: number) => void = () => {},
-    private readonly onFailed: (err: Error) => void = () => {},
+    /** `boundNs`: the bound the run was within (the threshold, or LIGHT_INLINE_NS while requests come one at a time); `wide`: the wide session. */
+    private readonly onCreated: (session: InlineSession, predictedNs: number, boundNs: number, wide: boolean) => void = () => {},
+    /** `wide`: the wide session could not be created (runs keep the one-thread session). */
+    private readonly onFailed: (err: Error, wide: boolean) => void = () => {},
     private readonly loopSaturated: () => boolean = () => loopProbe(),
     private readonly overlap: RunOverlap = runOverlap,
-  ) {}
+    /** The wide session (see the file comment); undefined: the model has none (one thread, or a CPU budget under two cores). */
+    private readonly wideSpec: WideSpec | undefined = undefined,
+  ) {
+    this.clockNs = wideSpec?.clockNs ?? nowNs;
+  }
+
+  private readonly clockNs: () => number;
+  /** When the last inline run ended (clock ns); 0 while a gap is being counted or none ran. */
+  private lastInlineEndNs = 0;
+  /** Moving share of gaps between inline runs within the helpers' wait. */
+  private gapHits = 1;
+
+  /** The wide session's intra-op threads; 1 when the model has none. */
+  get wideThreads(): number {
+    return this.wideSpec?.threads ?? 1;
+  }
+
+  /** The moving share of gaps between inline runs that were within the wide session's wait (1 at first). */
+  get gapHitRate(): number {
+    return this.gapHits;
+  }
 
   /** mode 'on': the session now (a load error when it cannot be created). */
   createNow(): void {
@@ -356,22 +427,70 @@ export class InlinePolicy {
     const light = requests < 2 && this.overlap.oneAtATime;
     const bound = light ? LIGHT_INLINE_NS : this.thresholdNs;
     if (predicted > bound || (!light && requests < 2 && this.loopSaturated())) return undefined;
+    if (light && predicted >= WIDE_MIN_NS) {
+      const wide = this.wideFor(items, predicted);
+      if (wide !== undefined) return wide;
+    }
     if (this.state === 'none') {
       try {
         this.session = this.createSession();
         this.state = 'ready';
-        this.onCreated(this.session, predicted, bound);
+        this.onCreated(this.session, predicted, bound, false);
       } catch (err) {
         this.state = 'failed';
-        this.onFailed(err as Error);
+        this.onFailed(err as Error, false);
         return undefined;
       }
     }
     return this.session;
   }
 
-  recordRun(items: number, ns: number): void {
-    this.times.record(items, ns);
+  /** The wide session for a run of `items` (predicted `predicted` ns on one thread), or undefined for the one-thread session. */
+  private wideFor(items: number, predicted: number): InlineSession | undefined {
+    const spec = this.wideSpec;
+    if (spec === undefined || this.wideState === 'failed' || this.wideState === 'closed') return undefined;
+    if (spec.spinMicros > 0) {
+      if (this.lastInlineEndNs > 0) {
+        const hit = this.clockNs() - this.lastInlineEndNs <= spec.spinMicros * 1000 ? 1 : 0;
+        this.gapHits = this.gapHits * 0.9 + hit * 0.1;
+        this.lastInlineEndNs = 0;
+      }
+      // Runs too far apart for the helpers' wait to catch: it would be spent for nothing.
+      if (this.gapHits < 0.5) return undefined;
+    }
+    const own = this.wideTimes.predict(items);
+    if (own !== undefined && own > LIGHT_INLINE_NS) {
+      // A figure made in a bad moment would otherwise stand for ever: it is made again now and then.
+      if (++this.wideRefusals >= WIDE_RETIME_AFTER) {
+        this.wideRefusals = 0;
+        this.wideTimes = new RunEstimates();
+      }
+      return undefined;
+    }
+    if (this.wideState === 'none') {
+      try {
+        this.wide = spec.create();
+        this.wideState = 'ready';
+        this.onCreated(this.wide, predicted, LIGHT_INLINE_NS, true);
+      } catch (err) {
+        this.wideState = 'failed';
+        this.onFailed(err as Error, true);
+        return undefined;
+      }
+    }
+    return this.wide;
+  }
+
+  /** Whether `session` is the wide one (its runs are timed apart). */
+  isWide(session: InlineSession): boolean {
+    return session === this.wide;
+  }
+
+  /** A run's time; `session`: the main-thread session it ran in (none: the session thread). */
+  recordRun(items: number, ns: number, session?: InlineSession): void {
+    if (session !== undefined) this.lastInlineEndNs = this.clockNs();
+    if (session === undefined || session !== this.wide) this.times.record(items, ns);
+    else if (++this.wideRuns > WIDE_WARMUP_RUNS) this.wideTimes.record(items, ns);
   }
 
   recordCrossing(ns: number): void {
@@ -384,8 +503,12 @@ export class InlinePolicy {
 
   close(): void {
     this.state = 'closed';
+    this.wideState = 'closed';
     const s = this.session;
+    const w = this.wide;
     this.session = undefined;
+    this.wide = undefined;
     s?.release();
+    w?.release();
   }
 }

@@ -68,6 +68,8 @@ export class OnnxRuntimeInstance implements BackendInstance {
   private readonly scratch: ArrayBuffer[] = [];
   /** Runs made on the event loop so far. */
   inlineRuns = 0;
+  /** Of which in the model's wide main-thread session (see inline.ts). */
+  wideInlineRuns = 0;
   /** Which JSON output texts the session thread formats (see json-text.ts). */
   readonly jsonText: JsonTextPolicy;
 
@@ -101,6 +103,11 @@ export class OnnxRuntimeInstance implements BackendInstance {
     } catch (err) {
       return { error: asNereidError(err) };
     }
+  }
+
+  /** Intra-op threads of the model's wide main-thread session (see inline.ts); 1 when it has none. */
+  get inlineWideThreads(): number {
+    return this.inline?.wideThreads ?? 1;
   }
 
   async isReady(): Promise<boolean> {
@@ -147,6 +154,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     }
     timer?.inputDone();
     this.inlineRuns++;
+    if (this.inline!.isWide(session)) this.wideInlineRuns++;
     const start = nowNs();
     let results: Record<string, OrtTensor>;
     try {
@@ -154,7 +162,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     } catch (err) {
       throw Errors.modelExecution(this.plan.modelName, err instanceof Error ? err.message : String(err));
     } finally {
-      this.inline!.recordRun(size, nowNs() - start);
+      this.inline!.recordRun(size, nowNs() - start, session);
     }
     timer?.inferDone();
     const outputs = new Array<WireTensor>(fetches.length);

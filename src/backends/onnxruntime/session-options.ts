@@ -45,6 +45,67 @@ export function machineIntraOpThreads(config: ModelConfig, budget = processCpuBu
 export const DEFAULT_ALLOW_SPINNING = '0';
 
 const SPINNING_KEY = 'session.intra_op.allow_spinning';
+const SPINNING_STOP_KEY = 'session.force_spinning_stop';
+const SPIN_DURATION_KEY = 'session.intra_op.spin_duration_us';
+
+/**
+ * Intra-op threads of a model's wide main-thread session (see inline.ts):
+ * while requests come one at a time, a run long enough to gain from it is
+ * split between the event loop's thread and this many less one helper
+ * threads. Nereid's own parameter (`inline_intra_op_thread_count`, or for
+ * every model `--backend-config=onnxruntime,inline_intra_op_thread_count=N`);
+ * 1 turns the wide session off. Default: 2 when the process may use two cores
+ * or more (cores, capped by a cgroup quota), else 1. A model whose
+ * intra_op_thread_count is set (or the backend config's) gets no wide session
+ * unless this is set too: its main-thread session already has the threads
+ * it asked for.
+ */
+export const DEFAULT_INLINE_INTRA_OP_THREADS = 2;
+
+/** The wide session's intra-op threads (1: none). Throws a config error for a bad value. */
+export function inlineIntraOpThreads(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+  budget = processCpuBudget(),
+): number {
+  const v = intParameter(modelName, config, 'inline_intra_op_thread_count', backendConfig['inline_intra_op_thread_count']);
+  if (v !== undefined) {
+    if (v < 1 || v > 256) {
+      throw Errors.config(`model '${modelName}': parameter 'inline_intra_op_thread_count' must be between 1 and 256, got ${v}`);
+    }
+    return v;
+  }
+  if (intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) !== undefined) return 1;
+  return Math.max(1, Math.min(DEFAULT_INLINE_INTRA_OP_THREADS, Math.floor(budget)));
+}
+
+/**
+ * The wide session's options: the model's, with `threads` intra-op threads
+ * that spin while a run is active and, for `spinMicros` after it
+ * (session.intra_op.spin_duration_us), wait for the next one, then sleep;
+ * with spinMicros 0 they stop at the end of each run
+ * (session.force_spinning_stop). The model's own session.* entries win.
+ */
+export function wideInlineOptions(
+  options: InferenceSession.SessionOptions,
+  config: ModelConfig,
+  threads: number,
+  spinMicros: number,
+): InferenceSession.SessionOptions {
+  const extra: Record<string, string> = { ...(options.extra as Record<string, string> | undefined), [SPINNING_KEY]: '1' };
+  if (spinMicros > 0) {
+    extra[SPIN_DURATION_KEY] = String(spinMicros);
+    extra[SPINNING_STOP_KEY] = '0';
+  } else {
+    extra[SPINNING_STOP_KEY] = '1';
+  }
+  for (const key of [SPINNING_KEY, SPINNING_STOP_KEY, SPIN_DURATION_KEY]) {
+    const own = configParameter(config, key);
+    if (own !== undefined) extra[key] = own;
+  }
+  return { ...options, intraOpNumThreads: threads, extra };
+}
 
 /**
  * How long an instance's session thread busy-waits for the next run after

@@ -11,6 +11,7 @@ import { DATATYPES, configEnumOf, type Datatype } from '../../../src/tensor/data
 import { bytesOf, decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
 import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
 import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
+import { inlineIntraOpThreads } from '../../../src/backends/onnxruntime/session-options.js';
 
 const backend = createOnnxRuntimeBackend();
 let tmp: TempDir;
@@ -461,4 +462,21 @@ test('inline_execution auto: with variable dims, a request far bigger than those
   const out = new Float32Array(ok(r)[0]!.data.slice().buffer);
   assert.equal(out[7], 3);
   assert.equal(out[8], 0);
+});
+
+test('the wide main-thread session: the model gets one with the configured threads under auto; none with its own intra_op_thread_count, under on, or when set to 1', async () => {
+  const wide = (inst: BackendInstance): number => (inst as OnnxRuntimeInstance).inlineWideThreads;
+  const withParams = (p: Record<string, string>) => ({
+    ...tinyConfig,
+    parameters: Object.fromEntries(Object.entries(p).map(([k, v]) => [k, create(ModelParameterSchema, { stringValue: v })])),
+  });
+  assert.equal(wide(await load('auto', 'wide_default', buildAddSubModel('FP32', 4), tinyConfig)), inlineIntraOpThreads('wide_default', config({}), {}));
+  assert.equal(wide(await load('auto', 'wide_three', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '3' }))), 3);
+  assert.equal(wide(await load('auto', 'wide_one', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '1' }))), 1);
+  assert.equal(wide(await load('auto', 'wide_own_intra', buildAddSubModel('FP32', 4), withParams({ intra_op_thread_count: '2' }))), 1);
+  assert.equal(wide(await load('on', 'wide_on', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '2' }))), 1);
+  await assert.rejects(
+    load('auto', 'wide_bad', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '0' })),
+    /model 'wide_bad': parameter 'inline_intra_op_thread_count' must be between 1 and 256, got 0/,
+  );
 });

@@ -15,8 +15,12 @@ import {
   RunOverlap,
   SEQUENTIAL_HOLD_MS,
   SEQUENTIAL_RUNS,
+  WIDE_MIN_NS,
+  WIDE_RETIME_AFTER,
+  WIDE_WARMUP_RUNS,
   inlineMode,
 } from '../../../src/backends/onnxruntime/inline.js';
+import { wideInlineOptions } from '../../../src/backends/onnxruntime/session-options.js';
 import { NereidError } from '../../../src/errors.js';
 import { buildAddSubModel } from '../../../src/onnx/builder.js';
 import { TempDir, config } from './fixtures.js';
@@ -257,4 +261,111 @@ test('InlineSession: runs synchronously and returns onnxruntime tensors', () => 
   assert.equal(out['OUTPUT0'], undefined);
   assert.ok(s.createMs >= 0);
   s.release();
+});
+
+/** A policy with a wide session (2 threads, helpers waiting 300 µs) on a clock of its own, its requests one at a time. */
+function widePolicy(): { p: InlinePolicy; overlap: RunOverlap; oneByOne: (n: number) => void; clock: { ns: number }; created: boolean[] } {
+  const { overlap, oneByOne } = overlapOnClock();
+  const clock = { ns: 1e12 };
+  const created: boolean[] = [];
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(modelFile, cpuOptions),
+    (_s, _predicted, _bound, wide) => created.push(wide),
+    undefined,
+    () => false,
+    overlap,
+    { create: () => new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300)), threads: 2, spinMicros: 300, clockNs: () => clock.ns },
+  );
+  return { p, overlap, oneByOne, clock, created };
+}
+
+test('InlinePolicy auto: while requests come one at a time, a run predicted at WIDE_MIN_NS or more goes to the wide session; shorter runs, and all under load, keep the one-thread session', () => {
+  const { p, overlap, oneByOne, created } = widePolicy();
+  assert.equal(p.wideThreads, 2);
+  // Size 1: 200 µs a run on one thread; size 2: 50 µs.
+  for (let i = 0; i < MIN_SAMPLES; i++) {
+    p.recordRun(1, 200_000);
+    p.recordRun(2, 50_000);
+  }
+  assert.ok(200_000 >= WIDE_MIN_NS && 50_000 < WIDE_MIN_NS);
+  assert.equal(p.choose(1, true), undefined, 'not known to come one at a time: 200 µs is over the threshold');
+  oneByOne(SEQUENTIAL_RUNS);
+  const wide = p.choose(1, true)!;
+  assert.ok(wide instanceof InlineSession);
+  assert.equal(p.isWide(wide), true);
+  const narrow = p.choose(2, true)!;
+  assert.ok(narrow instanceof InlineSession);
+  assert.equal(p.isWide(narrow), false, 'a 50 µs run gains less than a helper costs');
+  assert.notEqual(narrow, wide);
+  assert.deepEqual(created, [true, false], 'each session is created on first use, and says which it is');
+  assert.equal(p.choose(1, false), undefined, 'the thread has runs in flight: the run waits behind them');
+  // Two requests in one run: they came together, and the 50 µs run keeps the one-thread session.
+  const batch = p.choose(2, true, 2)!;
+  assert.equal(p.isWide(batch), false);
+  assert.equal(overlap.oneAtATime, false);
+  assert.equal(p.choose(1, true), undefined, 'under load the 200 µs run is back on the thread');
+  p.close();
+});
+
+test('InlinePolicy auto: the wide session\'s runs are timed apart, after its first ones; a figure beyond LIGHT_INLINE_NS sends runs back to the one-thread session until it is made afresh', () => {
+  const { p, oneByOne } = widePolicy();
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
+  oneByOne(SEQUENTIAL_RUNS);
+  const wide = p.choose(1, true)!;
+  assert.equal(p.isWide(wide), true);
+  for (let i = 0; i < WIDE_WARMUP_RUNS; i++) p.recordRun(1, 50_000_000, wide);
+  assert.equal(p.wideTimes.predict(1), undefined, 'the first runs are not timed');
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 120_000, wide);
+  assert.equal(p.wideTimes.predict(1), 120_000);
+  assert.equal(p.times.predict(1), 200_000, "the one-thread figure keeps the one-thread runs' time");
+  // The wide runs turn long (a busy machine): the next runs keep the one-thread session.
+  for (let i = 0; i < 32; i++) p.recordRun(1, LIGHT_INLINE_NS * 2, wide);
+  let refused = 0;
+  while (refused < WIDE_RETIME_AFTER) {
+    const s = p.choose(1, true)!;
+    assert.equal(p.isWide(s), false, `run ${refused} went to the wide session`);
+    refused++;
+  }
+  assert.equal(p.wideTimes.predict(1), undefined, 'the figure is made afresh');
+  assert.equal(p.isWide(p.choose(1, true)!), true);
+  p.close();
+});
+
+test('InlinePolicy auto: runs further apart than the helpers wait keep the one-thread session, until most gaps are within it again', () => {
+  const { p, oneByOne, clock } = widePolicy();
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
+  oneByOne(SEQUENTIAL_RUNS);
+  const run = (gapNs: number): boolean => {
+    clock.ns += gapNs;
+    const s = p.choose(1, true)!;
+    assert.ok(s instanceof InlineSession);
+    p.recordRun(1, 150_000, s);
+    return p.isWide(s);
+  };
+  assert.equal(run(0), true, 'no gap seen yet');
+  for (let i = 0; i < 5; i++) assert.equal(run(100_000), true, '100 µs gaps: within the 300 µs wait');
+  const sides: boolean[] = [];
+  for (let i = 0; i < 12; i++) sides.push(run(5_000_000));
+  assert.equal(sides.at(-1), false, 'requests 5 ms apart: the helpers would spin for nothing');
+  assert.ok(p.gapHitRate < 0.5);
+  const back: boolean[] = [];
+  for (let i = 0; i < 12; i++) back.push(run(100_000));
+  assert.equal(back.at(-1), true);
+  assert.ok(back.indexOf(true) > 0, 'the share comes back over a few gaps, not at once');
+  p.close();
+});
+
+test('InlineSession: a wide session (two intra-op threads, a bounded spin) computes what the one-thread session does', () => {
+  const narrow = new InlineSession(modelFile, cpuOptions);
+  const wide = new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300));
+  const T = narrow.Tensor;
+  const feeds = { INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]), INPUT1: new T('float32', Float32Array.from([4, 3, 2, 1]), [1, 4]) };
+  for (const s of [narrow, wide]) {
+    const out = s.run(feeds, ['OUTPUT0', 'OUTPUT1']);
+    assert.deepEqual([...(out['OUTPUT0']!.data as Float32Array)], [5, 5, 5, 5]);
+    assert.deepEqual([...(out['OUTPUT1']!.data as Float32Array)], [-3, -1, 1, 3]);
+  }
+  narrow.release();
+  wide.release();
 });

@@ -1,7 +1,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NereidError } from '../../../src/errors.js';
-import { DEFAULT_SPIN_WAIT_MICROS, buildSessionOptions, machineIntraOpThreads, spinWaitMicros } from '../../../src/backends/onnxruntime/session-options.js';
+import {
+  DEFAULT_INLINE_INTRA_OP_THREADS,
+  DEFAULT_SPIN_WAIT_MICROS,
+  buildSessionOptions,
+  inlineIntraOpThreads,
+  machineIntraOpThreads,
+  spinWaitMicros,
+  wideInlineOptions,
+} from '../../../src/backends/onnxruntime/session-options.js';
 import { ModelInstanceGroup_Kind } from '../../../src/gen/model_config_pb.js';
 import { config } from './fixtures.js';
 
@@ -99,4 +107,40 @@ test('buildSessionOptions: the default intra-op count applies only where neither
   assert.equal(buildSessionOptions('m', config({}), {}, cpu, 6).intraOpNumThreads, 6);
   assert.equal(buildSessionOptions('m', config({}), { intra_op_thread_count: '2' }, cpu, 6).intraOpNumThreads, 2);
   assert.equal(buildSessionOptions('m', config({ parameters: params({ intra_op_thread_count: '3' }) }), {}, cpu, 6).intraOpNumThreads, 3);
+});
+
+test('inlineIntraOpThreads: 2 with two cores or more to the process, 1 (no wide session) under that; the parameter wins; an intra_op_thread_count of its own means none', () => {
+  assert.equal(DEFAULT_INLINE_INTRA_OP_THREADS, 2);
+  assert.equal(inlineIntraOpThreads('m', config({}), {}, 16), 2);
+  assert.equal(inlineIntraOpThreads('m', config({}), {}, 2), 2);
+  assert.equal(inlineIntraOpThreads('m', config({}), {}, 1.5), 1, 'a quota of one and a half cores');
+  assert.equal(inlineIntraOpThreads('m', config({}), {}, 1), 1);
+  assert.equal(inlineIntraOpThreads('m', config({}), { inline_intra_op_thread_count: '4' }, 16), 4);
+  assert.equal(inlineIntraOpThreads('m', config({ parameters: params({ inline_intra_op_thread_count: '3' }) }), { inline_intra_op_thread_count: '4' }, 16), 3);
+  assert.equal(inlineIntraOpThreads('m', config({ parameters: params({ inline_intra_op_thread_count: '1' }) }), {}, 16), 1);
+  assert.equal(inlineIntraOpThreads('m', config({ parameters: params({ intra_op_thread_count: '2' }) }), {}, 16), 1);
+  assert.equal(inlineIntraOpThreads('m', config({}), { intra_op_thread_count: '0' }, 16), 1);
+  assert.equal(inlineIntraOpThreads('m', config({ parameters: params({ intra_op_thread_count: '2', inline_intra_op_thread_count: '2' }) }), {}, 16), 2);
+  for (const bad of ['0', '-1', '257', 'two', '']) {
+    assert.throws(
+      () => inlineIntraOpThreads('m', config({ parameters: params({ inline_intra_op_thread_count: bad }) }), {}, 16),
+      (e: unknown) => e instanceof NereidError && e.message.includes("model 'm'") && e.message.includes('inline_intra_op_thread_count'),
+      `'${bad}' accepted`,
+    );
+  }
+});
+
+test("wideInlineOptions: the model's options with the wide thread count, spinning on for the helpers' wait after a run, or stopped at each run's end; the model's own session.* entries win", () => {
+  const base = buildSessionOptions('m', config({}), {}, cpu);
+  const o = wideInlineOptions(base, config({}), 2, 300);
+  assert.equal(o.intraOpNumThreads, 2);
+  assert.deepEqual(o.extra, { 'session.intra_op.allow_spinning': '1', 'session.intra_op.spin_duration_us': '300', 'session.force_spinning_stop': '0' });
+  assert.equal(o.graphOptimizationLevel, base.graphOptimizationLevel);
+  assert.deepEqual(o.executionProviders, base.executionProviders);
+  assert.equal(base.intraOpNumThreads, 1, 'the one-thread options are left as they were');
+  assert.deepEqual(base.extra, { 'session.intra_op.allow_spinning': '0' });
+  assert.deepEqual(wideInlineOptions(base, config({}), 3, 0).extra, { 'session.intra_op.allow_spinning': '1', 'session.force_spinning_stop': '1' });
+  const own = config({ parameters: params({ 'session.intra_op.spin_duration_us': '50', 'session.intra_op.allow_spinning': '0' }) });
+  const mine = wideInlineOptions(buildSessionOptions('m', own, {}, cpu), own, 2, 300);
+  assert.deepEqual(mine.extra, { 'session.intra_op.allow_spinning': '0', 'session.intra_op.spin_duration_us': '50', 'session.force_spinning_stop': '0' });
 });
