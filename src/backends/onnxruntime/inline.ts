@@ -71,8 +71,10 @@
  *   than a helper costs, and under load the other cores belong to the
  *   session threads, so both keep the one-thread session. The wide session's
  *   runs are timed apart (they are shorter; its first WIDE_WARMUP_RUNS not at
- *   all); while its own figure is beyond LIGHT_INLINE_NS the runs keep the
- *   one-thread session, and after WIDE_RETIME_AFTER of them the figure is
+ *   all); while its own figure is beyond LIGHT_INLINE_NS, or no better than
+ *   the one-thread figure (on a machine whose other cores are busy, a helper
+ *   that is not scheduled holds up the run), the runs keep the one-thread
+ *   session, and after WIDE_RETIME_AFTER of them the figure is
  *   made afresh (a figure from a moment when the machine was busy would
  *   otherwise stand for ever).
  *
@@ -459,7 +461,8 @@ export class InlinePolicy {
       if (this.gapHits < 0.5) return undefined;
     }
     const own = this.wideTimes.predict(items);
-    if (own !== undefined && own > LIGHT_INLINE_NS) {
+    // Beyond the bound, or no faster than one thread (helpers that find no free core make a run slower).
+    if (own !== undefined && (own > LIGHT_INLINE_NS || own >= predicted)) {
       // A figure made in a bad moment would otherwise stand for ever: it is made again now and then.
       if (++this.wideRefusals >= WIDE_RETIME_AFTER) {
         this.wideRefusals = 0;

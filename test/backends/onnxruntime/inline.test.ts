@@ -308,7 +308,7 @@ test('InlinePolicy auto: while requests come one at a time, a run predicted at W
   p.close();
 });
 
-test('InlinePolicy auto: the wide session\'s runs are timed apart, after its first ones; a figure beyond LIGHT_INLINE_NS sends runs back to the one-thread session until it is made afresh', () => {
+test('InlinePolicy auto: the wide session\'s runs are timed apart, after its first ones; a figure beyond LIGHT_INLINE_NS, or no better than one thread, sends runs back to the one-thread session until it is made afresh', () => {
   const { p, oneByOne } = widePolicy();
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
   oneByOne(SEQUENTIAL_RUNS);
@@ -329,6 +329,11 @@ test('InlinePolicy auto: the wide session\'s runs are timed apart, after its fir
   }
   assert.equal(p.wideTimes.predict(1), undefined, 'the figure is made afresh');
   assert.equal(p.isWide(p.choose(1, true)!), true);
+  // Within the bound but no faster than one thread (its helper finds no free core): the one-thread session again.
+  for (let i = 0; i < 32; i++) p.recordRun(1, 210_000, wide);
+  assert.equal(p.isWide(p.choose(1, true)!), false);
+  for (let i = 0; i < 32; i++) p.recordRun(1, 150_000);
+  assert.equal(p.isWide(p.choose(1, true)!), false, 'the one-thread runs are now faster still');
   p.close();
 });
 
