@@ -9,7 +9,7 @@ const RETRY_AFTER: readonly string[] = ['Retry-After', '1'];
 export class Replier {
   /** Set while the frontend stops: replies then close their connection. */
   closing = false;
-  private lastQueueFull: { error: NereidError; headers: string[]; body: Buffer } | undefined;
+  private lastQueueFull: { error: NereidError; headers: string[]; body: string } | undefined;
 
   private prepare(res: ServerResponse): void {
     if (this.closing) res.shouldKeepAlive = false;
@@ -48,13 +48,14 @@ export class Replier {
    * A full queue's 503, which tells the client when to come back (beyond
    * Triton, which sends no Retry-After). Refusals come in floods and most
    * share one error (requests without an id), so the reply to the last
-   * error is kept written out: headers and body bytes as they go.
+   * error is kept written out: its header list and body text.
    */
   private queueFull(res: ServerResponse, e: NereidError, extraHeaders: readonly string[] | undefined): void {
     let kept = this.lastQueueFull;
     if (extraHeaders !== undefined || kept === undefined || kept.error !== e) {
-      const body = Buffer.from(JSON.stringify({ error: e.message }), 'utf8');
-      const headers = ['Content-Type', JSON_TYPE, 'Content-Length', String(body.byteLength), ...(extraHeaders ?? []), ...RETRY_AFTER];
+      // A text body goes out in one write with the header text; a Buffer would be a second part.
+      const body = JSON.stringify({ error: e.message });
+      const headers = ['Content-Type', JSON_TYPE, 'Content-Length', String(Buffer.byteLength(body, 'utf8')), ...(extraHeaders ?? []), ...RETRY_AFTER];
       kept = { error: e, headers, body };
       if (extraHeaders === undefined) this.lastQueueFull = kept;
     }
@@ -74,6 +75,13 @@ export class Replier {
 
   /** A reply whose headers (Content-Length included, a flat name/value list) and body are ready as they are. */
   whole(res: ServerResponse, status: number, headers: readonly string[], body: Buffer): void {
+    this.prepare(res);
+    res.writeHead(status, headers as string[]);
+    res.end(body);
+  }
+
+  /** whole() for a text body (UTF-8), which node:http writes in one piece with the header text. */
+  wholeText(res: ServerResponse, status: number, headers: readonly string[], body: string): void {
     this.prepare(res);
     res.writeHead(status, headers as string[]);
     res.end(body);
