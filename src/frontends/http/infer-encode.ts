@@ -15,15 +15,26 @@ import type { DecodedInfer } from './infer-decode.js';
 export const JOIN_LIMIT = 16 * 1024;
 
 export class EncodedInferResponse {
+  private bytes: Buffer | undefined;
+
   constructor(
-    /** The JSON part (the whole body when there are no binary bytes). */
-    readonly json: Buffer,
+    /** The JSON part as text. */
+    readonly text: string,
     /** Binary output bytes, in output order; zero-length outputs are left out. */
     readonly binary: Uint8Array[],
     readonly binaryByteLength: number,
     /** JSON and binary bytes in one buffer, when there are binary bytes and the body is small; `json` is its start. */
     readonly whole: Buffer | undefined = undefined,
-  ) {}
+    jsonBytes: Buffer | undefined = undefined,
+  ) {
+    this.bytes = jsonBytes;
+  }
+
+  /** The JSON part as UTF-8 bytes (the whole body when there are no binary bytes), made when first asked for. */
+  get json(): Buffer {
+    this.bytes ??= Buffer.from(this.text, 'utf8');
+    return this.bytes;
+  }
 }
 
 /** The JSON text and the binary parts after it in one buffer of `total` bytes. */
@@ -96,8 +107,8 @@ export function encodeInferResponse(response: InferResponse, plan: DecodedInfer)
     const total = textBytes + binaryByteLength;
     if (total <= JOIN_LIMIT) {
       const whole = joined(s, textBytes, binary, total);
-      return new EncodedInferResponse(whole.subarray(0, textBytes), binary, binaryByteLength, whole);
+      return new EncodedInferResponse(s, binary, binaryByteLength, whole, whole.subarray(0, textBytes));
     }
   }
-  return new EncodedInferResponse(Buffer.from(s, 'utf8'), binary, binaryByteLength);
+  return new EncodedInferResponse(s, binary, binaryByteLength);
 }

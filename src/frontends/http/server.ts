@@ -639,7 +639,11 @@ export class HttpFrontend {
     const headers = inferReplyHeaders(encoded);
     const encoding = negotiateResponseEncoding(headerValue(req, 'accept-encoding'));
     if (encoding === 'identity') {
-      if (encoded.whole !== undefined) {
+      if (!hasBinary) {
+        // JSON alone: the text goes out in one write with the header text, without a copy into a Buffer first.
+        headers.push('Content-Length', String(Buffer.byteLength(encoded.text, 'utf8')));
+        this.reply.wholeText(res, 200, headers, encoded.text);
+      } else if (encoded.whole !== undefined) {
         headers.push('Content-Length', String(encoded.whole.byteLength));
         this.reply.whole(res, 200, headers, encoded.whole);
       } else {

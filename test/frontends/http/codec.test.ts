@@ -289,6 +289,7 @@ test('response JSON keeps Triton\'s key order and puts binary outputs after it',
   );
   assert.equal(enc.binaryByteLength, 4);
   assert.deepEqual(Buffer.from(enc.binary[0]!), int32Bytes([3]));
+  assert.equal(enc.text, enc.json.toString(), 'the JSON part as text and as bytes');
 });
 
 test('a small body with binary outputs is also laid out whole (JSON then bytes); a large one is left in parts', () => {
