@@ -1,9 +1,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { parseS3UrlParts } from '../../src/repository/s3.js';
+import { S3Store, parseS3Url, parseS3UrlParts } from '../../src/repository/s3.js';
 import { createModelSource } from '../../src/repository/index.js';
 import { radosGatewayUnavailable, startRadosGateway, type RadosGateway } from '../helpers/ceph.js';
 import { freePort } from '../helpers/processes.js';
@@ -85,6 +85,46 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
 
   test('explicit mode lists the store without downloading, and downloads a model when it is loaded', async () => {
     await explicitModeDownloadsOnlyLoadedModels(store, 'explicit');
+  });
+
+  test('a store named by host:port gets objects by direct signed GETs, escaped keys included; an object that changed is asked again through the SDK, whose error names it', async () => {
+    const contents: Record<string, string> = {
+      'm/config.pbtxt': 'name: "m"',
+      'm/1/a b+c(1)!*.txt': 'reserved characters',
+      "m/1/it's ünïcode ☃.bin": 'non-ASCII and a quote',
+      'm/2/~tilde_dash-dot.x': 'unreserved characters',
+    };
+    for (const [key, body] of Object.entries(contents)) await rgw.put(bucket, `direct/${key}`, body);
+    const dir = mkdtempSync(path.join(tmpdir(), 'nereid-direct-'));
+    const s3 = await parseS3Url(store.url('direct'), store.env).open();
+    try {
+      assert.ok(s3 instanceof S3Store);
+      const objects = await s3.list('m/');
+      assert.deepEqual(objects.map((o) => o.path).sort(), Object.keys(contents).sort());
+      for (const [i, object] of objects.entries()) {
+        const file = path.join(dir, String(i));
+        assert.equal(await s3.download(object, file), object.size);
+        assert.equal(readFileSync(file, 'utf8'), contents[object.path]);
+      }
+      assert.deepEqual(s3.gets, { direct: objects.length, sdk: 0 });
+
+      // The listed version is gone: the direct GET is refused (412) and the SDK's GetObject says why.
+      const listed = objects.find((o) => o.path === 'm/config.pbtxt')!;
+      await rgw.put(bucket, 'direct/m/config.pbtxt', 'name: "m" # changed');
+      const err = await s3.download(listed, path.join(dir, 'stale')).then(
+        () => assert.fail('a download of a replaced version succeeded'),
+        (e: unknown) => e,
+      );
+      assert.match(s3.describeError(err), /an object changed while it was being downloaded \(PreconditionFailed\)/);
+      // A refused object does not turn the direct GETs off.
+      const current = (await s3.list('m/config.pbtxt'))[0]!;
+      await s3.download(current, path.join(dir, 'current'));
+      assert.equal(readFileSync(path.join(dir, 'current'), 'utf8'), 'name: "m" # changed');
+      assert.deepEqual(s3.gets, { direct: objects.length + 1, sdk: 0 });
+    } finally {
+      await s3.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('a missing bucket is one clear error and the local repository keeps serving', async () => {
