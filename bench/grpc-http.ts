@@ -41,12 +41,11 @@ import { loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { binaryBody } from './bodies.js';
-import { modelInferBody, parseH2load } from './grpc.js';
+import { h2loadArgs, modelInferBody, parseH2load } from './grpc.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, Proc, cpuSeconds, freePort, startNereid } from './processes.js';
 import type { HttpBody } from './wrk.js';
 
-const MODEL_INFER_PATH = '/inference.GRPCInferenceService/ModelInfer';
 const CLOCK_TICKS_PER_SECOND = 100;
 
 export type LoadKind = 'http' | 'grpc' | 'grpc4x8';
@@ -115,19 +114,7 @@ export async function h2loadLoad(port: number, body: Buffer, clients: number, st
   const file = path.join(dir, 'body.bin');
   writeFileSync(file, body);
   try {
-    const { out, clientCpu } = await runCounted([
-      'h2load',
-      '-t1',
-      `-c${clients}`,
-      `-m${streams}`,
-      `-D${seconds}`,
-      `-d${file}`,
-      '-H',
-      'content-type: application/grpc',
-      '-H',
-      'te: trailers',
-      `http://127.0.0.1:${port}${MODEL_INFER_PATH}`,
-    ]);
+    const { out, clientCpu } = await runCounted(['h2load', ...h2loadArgs(port, file, clients, streams, seconds)]);
     const r = parseH2load(out);
     return { callsPerSec: r.requestsPerSec, failed: r.failed, clientCpu };
   } finally {

@@ -86,17 +86,14 @@ export function parseH2load(out: string): H2loadResult {
   };
 }
 
-/** Runs h2load (one thread) posting `body` to ModelInfer on `port`. */
-export function runH2load(port: number, body: Buffer, clients: number, streams: number, seconds: number): Promise<H2loadResult> {
-  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-h2load-'));
-  const file = path.join(dir, 'body.bin');
-  writeFileSync(file, body);
-  const args = [
+/** h2load's arguments (one thread) for posting the framed request in `file` to ModelInfer on `port`. */
+export function h2loadArgs(port: number, file: string, clients: number, streams: number, seconds: number, extra: readonly string[] = []): string[] {
+  return [
     '-t1',
     `-c${clients}`,
     `-m${streams}`,
     `-D${seconds}`,
-    '--warm-up-time=1',
+    ...extra,
     `-d${file}`,
     '-H',
     'content-type: application/grpc',
@@ -104,6 +101,14 @@ export function runH2load(port: number, body: Buffer, clients: number, streams: 
     'te: trailers',
     `http://127.0.0.1:${port}${MODEL_INFER_PATH}`,
   ];
+}
+
+/** Runs h2load (one thread) posting `body` to ModelInfer on `port`. */
+export function runH2load(port: number, body: Buffer, clients: number, streams: number, seconds: number): Promise<H2loadResult> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-h2load-'));
+  const file = path.join(dir, 'body.bin');
+  writeFileSync(file, body);
+  const args = h2loadArgs(port, file, clients, streams, seconds, ['--warm-up-time=1']);
   return new Promise((resolve, reject) => {
     const child = spawn('h2load', args, { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
