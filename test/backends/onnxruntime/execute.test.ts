@@ -1,43 +1,30 @@
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { create } from '@bufbuild/protobuf';
 import { DataType, ModelParameterSchema, ModelSequenceBatching_Control_Kind } from '../../../src/gen/model_config_pb.js';
 import { NereidError } from '../../../src/errors.js';
 import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
 import type { OnnxRuntimeInstance } from '../../../src/backends/onnxruntime/instance.js';
-import type { BackendInstance, BackendModel, BackendResponse } from '../../../src/backends/backend.js';
+import type { BackendInstance, BackendResponse } from '../../../src/backends/backend.js';
 import { OnnxModelBuilder, buildAddSubModel, buildIdentityModel, buildMlp, mlpForward, seededRandom } from '../../../src/onnx/builder.js';
 import { DATATYPES, configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import { bytesOf, decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
-import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
+import { RecordingTimer, config, instanceContext, modelContext, request, suiteModels, writeModel } from './fixtures.js';
 import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
 import { inlineIntraOpThreads } from '../../../src/backends/onnxruntime/session-options.js';
 
 const backend = createOnnxRuntimeBackend();
-let tmp: TempDir;
-const open: { model: BackendModel; instance: BackendInstance }[] = [];
-
-before(async () => {
-  tmp = await TempDir.create();
-});
-
-after(async () => {
-  for (const o of open) {
-    await o.instance.close();
-    await o.model.close();
-  }
-  await tmp.remove();
-});
+const suite = suiteModels();
 
 async function load(mode: 'off' | 'on' | 'auto', name: string, builder: OnnxModelBuilder, cfgInit: Parameters<typeof config>[0]) {
   const dirName = `${name}_${mode}`;
-  const modelDir = await writeModel(tmp.path, dirName, builder);
+  const modelDir = await writeModel(suite.dir, dirName, builder);
   const cfg = config({ name, ...cfgInit });
   cfg.parameters['inline_execution'] = create(ModelParameterSchema, { stringValue: mode });
   const ctx = modelContext(modelDir, cfg);
   const model = await backend.loadModel(ctx);
   const instance = await model.createInstance(instanceContext(ctx));
-  open.push({ model, instance });
+  suite.keep(model, instance);
   return instance;
 }
 
@@ -56,7 +43,7 @@ function i32(t: Tensor): number[] {
 }
 
 test('a closed instance reports not ready', async () => {
-  const modelDir = await writeModel(tmp.path, 'closing', buildAddSubModel('FP32', 2));
+  const modelDir = await writeModel(suite.dir, 'closing', buildAddSubModel('FP32', 2));
   const ctx = modelContext(
     modelDir,
     config({

@@ -1,10 +1,13 @@
 /** Building blocks for onnxruntime backend tests: temp model folders, contexts, requests. */
+import { after, before } from 'node:test';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import type {
   AutoCompleteContext,
+  BackendInstance,
+  BackendModel,
   BackendRequest,
   ExecutionTimer,
   InstanceContext,
@@ -29,6 +32,35 @@ export class TempDir {
   remove(): Promise<void> {
     return rm(this.path, { recursive: true, force: true });
   }
+}
+
+/**
+ * A test file's scratch folder and the models it loads: the folder is made
+ * before the file's tests, and every model kept is closed (instance first)
+ * and the folder removed after them.
+ */
+export function suiteModels(): { readonly dir: string; keep(model: BackendModel, instance: BackendInstance): void } {
+  let tmp: TempDir | undefined;
+  const open: { model: BackendModel; instance: BackendInstance }[] = [];
+  before(async () => {
+    tmp = await TempDir.create();
+  });
+  after(async () => {
+    for (const o of open) {
+      await o.instance.close();
+      await o.model.close();
+    }
+    await tmp?.remove();
+  });
+  return {
+    get dir(): string {
+      if (tmp === undefined) throw new Error('suiteModels().dir is read before the tests start');
+      return tmp.path;
+    },
+    keep(model, instance) {
+      open.push({ model, instance });
+    },
+  };
 }
 
 export function config(init: MessageInitShape<typeof ModelConfigSchema>): ModelConfig {

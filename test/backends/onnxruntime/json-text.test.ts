@@ -5,7 +5,7 @@
  * writes for each request's own values.
  */
 import { availableParallelism } from 'node:os';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { create } from '@bufbuild/protobuf';
 import { DataType, ModelParameterSchema } from '../../../src/gen/model_config_pb.js';
@@ -25,30 +25,17 @@ import {
 } from '../../../src/backends/onnxruntime/json-text.js';
 import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, sliceWord } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
-import type { BackendInstance, BackendModel, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
+import type { BackendInstance, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
 import { buildIdentityModel } from '../../../src/onnx/builder.js';
 import { configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
 import { bytesOf, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
 import type { JsonOutputHint } from '../../../src/types/api.js';
 import { HARD_VALUES, rotatedValues, valuesBytes } from '../../helpers/json-values.js';
-import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
+import { RecordingTimer, config, instanceContext, modelContext, request, suiteModels, writeModel } from './fixtures.js';
 
 const backend = createOnnxRuntimeBackend();
-let tmp: TempDir;
-const open: { model: BackendModel; instance: BackendInstance }[] = [];
-
-before(async () => {
-  tmp = await TempDir.create();
-});
-
-after(async () => {
-  for (const o of open) {
-    await o.instance.close();
-    await o.model.close();
-  }
-  await tmp.remove();
-});
+const suite = suiteModels();
 
 const ALL_TYPES = Object.keys(HARD_VALUES) as Datatype[];
 
@@ -77,7 +64,7 @@ async function identityInstance(name: string, TYPES: readonly Datatype[]): Promi
   const known = instances.get(name);
   if (known) return known;
   const builder = buildIdentityModel(TYPES.map((dt) => ({ name: inputName(dt), datatype: dt, shape: ['batch', 'n'] })));
-  const modelDir = await writeModel(tmp.path, name, builder);
+  const modelDir = await writeModel(suite.dir, name, builder);
   const cfg = config({
     name,
     maxBatchSize: 8,
@@ -88,7 +75,7 @@ async function identityInstance(name: string, TYPES: readonly Datatype[]): Promi
   const ctx = modelContext(modelDir, cfg);
   const model = await backend.loadModel(ctx);
   const instance = await model.createInstance(instanceContext(ctx));
-  open.push({ model, instance });
+  suite.keep(model, instance);
   instances.set(name, instance);
   return instance;
 }
@@ -168,7 +155,7 @@ for (const { label, name, types: TYPES } of MODELS) {
 test('a large output is formatted on the thread even when its share of texts is none', async (t) => {
   t.after(forceJsonTextShare(0));
   const builder = buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]);
-  const modelDir = await writeModel(tmp.path, 'identity_large', builder);
+  const modelDir = await writeModel(suite.dir, 'identity_large', builder);
   const cfg = config({
     name: 'identity_large',
     maxBatchSize: 0,
@@ -179,7 +166,7 @@ test('a large output is formatted on the thread even when its share of texts is 
   const ctx = modelContext(modelDir, cfg);
   const model = await backend.loadModel(ctx);
   const inst = await model.createInstance(instanceContext(ctx));
-  open.push({ model, instance: inst });
+  suite.keep(model, inst);
   const run = async (n: number): Promise<Tensor> => {
     const values = Float32Array.from({ length: n }, (_, i) => (i % 7 === 0 ? i : i / 3));
     const [r] = await inst.execute([{ ...request('big', [makeTensor('INPUT0', 'FP32', [n], bytesOf(values))], ['OUTPUT0']), jsonOutputs: wantsAllBut() }], new RecordingTimer());
