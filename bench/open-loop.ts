@@ -18,9 +18,15 @@
  * counted from the instant each was due is printed beside it (what a client
  * with no bound on its connections would have seen).
  *
+ * With `closed` set, the same generator runs a closed loop instead: that many
+ * connections, each sending its next request as soon as its last was
+ * answered (as wrk does), so a capacity and the overload beyond it are
+ * measured by the same client, with the same cost per request on the same
+ * cores.
+ *
  * Usage: node open-loop.js <config JSON>, where the config is
- *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath }.
- * Prints one JSON line: sent, ok, refused, retryAfter, otherErrors,
+ *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath, closed? }.
+ * Prints one JSON line: sent, ok, okInWindow (answered before the clock stopped), refused, retryAfter, otherErrors,
  * okP50us, okP99us, okP99FromDueUs, okMeanUs, refusedP99us, late, maxLagUs, connections, openedDuringRun,
  * seconds, cpuSeconds (the generator's own CPU over the run).
  */
@@ -38,6 +44,8 @@ interface Config {
   maxConnections: number;
   /** A cheap GET that warms each connection (e.g. /v2/health/live). */
   warmPath: string;
+  /** Closed loop: every one of `connections` sends its next request when the last is answered; `rate` is unused. */
+  closed?: boolean;
 }
 
 const config = JSON.parse(process.argv[2]!) as Config;
@@ -55,8 +63,10 @@ const okLatencies: number[] = [];
 /** The same, from the instant each request was due (its lag in the generator included). */
 const okFromDue: number[] = [];
 const refusedLatencies: number[] = [];
-const counts = { sent: 0, ok: 0, refused: 0, retryAfter: 0, otherErrors: 0, late: 0 };
+const counts = { sent: 0, ok: 0, okInWindow: 0, refused: 0, retryAfter: 0, otherErrors: 0, late: 0 };
 let maxLagUs = 0;
+/** Requests due so far (open loop), or sent (closed loop). */
+let scheduled = 0;
 let outstanding = 0;
 let opened = 0;
 /** Requests due while every connection was busy, with their due time (ns), first at `backlogHead`. */
@@ -136,6 +146,7 @@ class Connection {
     this.busy = false;
     if (status === 200) {
       counts.ok++;
+      if (sending) counts.okInWindow++;
       okLatencies.push(us);
       okFromDue.push(Number(now - this.dueNs) / 1000);
     } else if (status === 503) {
@@ -145,10 +156,13 @@ class Connection {
     } else {
       counts.otherErrors++;
     }
-    if (sending) {
-      idle.push(this);
-      pump();
+    if (!sending) return;
+    if (config.closed === true) {
+      sendNext(this, now);
+      return;
     }
+    idle.push(this);
+    pump();
   }
 
   private lost(): void {
@@ -190,6 +204,13 @@ function sendOne(dueNs: bigint): void {
   c.send(dueNs);
 }
 
+/** Closed loop: the connection that was just answered sends again at once. */
+function sendNext(c: Connection, now: bigint): void {
+  counts.sent++;
+  scheduled++;
+  c.send(now);
+}
+
 /** Sends what waits for a connection first. */
 function pump(): void {
   while (backlogHead < backlog.length && idle.length > 0) sendOne(backlog[backlogHead++]!);
@@ -209,8 +230,10 @@ const cpu0 = process.cpuUsage();
 const t0 = process.hrtime.bigint();
 const periodNs = 1e9 / config.rate;
 const endNs = t0 + BigInt(Math.round(config.seconds * 1e9));
-let scheduled = 0;
-await new Promise<void>((resolve) => {
+if (config.closed === true) {
+  for (const c of idle.splice(0)) sendNext(c, process.hrtime.bigint());
+  await new Promise((r) => setTimeout(r, config.seconds * 1000));
+} else await new Promise<void>((resolve) => {
   const tick = (): void => {
     const now = process.hrtime.bigint();
     const limit = now < endNs ? now : endNs;
