@@ -97,6 +97,15 @@ export interface BackendInstance {
    * trip through the event loop.
    */
   readonly maxInFlight?: number;
+  /**
+   * Takes in, synchronously, executions that finished on the instance's own
+   * thread but whose notice still waits for the event loop to reach it (their
+   * promises then settle in the microtasks after the caller's task). Called
+   * by a scheduler refusing requests for a full queue: an event loop flooded
+   * with requests to refuse reaches such notices late, and the instance would
+   * wait that long for its next batch.
+   */
+  collectFinished?(): void;
   /** How often the instance's process was restarted after dying (process-based backends). */
   readonly restartCount?: number;
   /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */

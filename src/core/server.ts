@@ -253,6 +253,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       return undefined;
     }
     if (v.scheduler?.full !== true) return undefined;
+    v.scheduler.collectFinished?.();
     v.stats.recordFailure('REJECTED', 0);
     // Refusals come in floods: one error serves every request without an id (no stack captured per refusal).
     if (requestId === '') return (queueFullWithoutId ??= Errors.maxQueueSizeExceeded(''));

@@ -262,7 +262,7 @@ export class DynamicBatcher implements Scheduler {
 
   constructor(
     private readonly modelName: string,
-    instances: readonly ModelInstance[],
+    private readonly instances: readonly ModelInstance[],
     private readonly stats: ModelVersionStatistics,
     options: DynamicBatcherOptions,
   ) {
@@ -310,6 +310,10 @@ export class DynamicBatcher implements Scheduler {
     return this.executing;
   }
 
+  collectFinished(): void {
+    for (const instance of this.instances) if (instance.inFlight > 0) instance.backend.collectFinished?.();
+  }
+
   /** Batches that left because their delay ran out, and how long they actually waited. */
   get obtainedDelay(): Readonly<ObtainedDelay> {
     return this.obtained;
@@ -331,8 +335,10 @@ export class DynamicBatcher implements Scheduler {
     // Batches form at the end of the current event-loop turn, so requests that
     // arrived together (one poll of the sockets) go together even with no
     // queue delay; dispatching on each arrival would send a batch of 1 to every
-    // free instance and leave the rest to wait behind it.
-    if (!this.coalesce) this.schedule();
+    // free instance and leave the rest to wait behind it. A whole batch that is
+    // already there goes at once: a turn flooded with requests (most of them
+    // refused for a full queue) would otherwise hold it, and the instance, until it ends.
+    if (!this.coalesce || (this.free.length > 0 && this.queue.size >= this.maxPreferred)) this.schedule();
     else if (this.soon === undefined) this.soon = setImmediate(this.scheduleSoon);
   }
 

@@ -14,6 +14,13 @@ export interface Scheduler {
   readonly pendingCount: number;
   /** true when a new request would be refused for a full queue (schedulers with bounded queues). */
   readonly full?: boolean;
+  /**
+   * Called while requests are refused for a full queue: takes in executions
+   * the instances finished whose notices are still on their way
+   * (BackendInstance.collectFinished), so that they are answered, and the
+   * instances given their next batch, without waiting for the flood to pass.
+   */
+  collectFinished?(): void;
   /** Requests executing now. */
   readonly executingCount: number;
   /** Resolves when nothing is queued or executing. New requests may still arrive unless the core stops them. */

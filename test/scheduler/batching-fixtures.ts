@@ -17,7 +17,13 @@ import type { Tensor } from '../../src/tensor/tensor.js';
 /** Holds every batch it receives until the test finishes it. */
 export class GatedInstance implements BackendInstance {
   readonly batches: string[][] = [];
+  /** Times the scheduler asked for finished executions (collectFinished). */
+  collected = 0;
   constructor(readonly maxInFlight = 1) {}
+
+  collectFinished(): void {
+    this.collected++;
+  }
   private readonly gates: Array<() => void> = [];
   private arrivals: Array<() => void> = [];
 

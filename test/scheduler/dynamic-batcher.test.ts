@@ -517,3 +517,35 @@ test('an unbounded queue gives a busy instance its waiting batch as before', asy
   await h.batcher.drain();
   assert.deepEqual(h.order, ['r0', 'r1', 'r2', 'r3', 'r4', 'r5']);
 });
+
+test('when coalescing, a whole batch already queued goes to a free instance at once, not at the end of the turn', async () => {
+  const h = new Harness({}, { maxBatchSize: 4, coalesce: true });
+  const [inst] = h.instances;
+  for (const id of ['r0', 'r1', 'r2']) h.submit(request(id));
+  assert.equal(inst!.batches.length, 0, 'a partial batch waits for the turn to end');
+  h.submit(request('r3'));
+  assert.deepEqual(inst!.batches, [['r0', 'r1', 'r2', 'r3']], 'the fourth request completes a batch: it goes now');
+  for (const id of ['r4', 'r5', 'r6', 'r7']) h.submit(request(id));
+  assert.equal(inst!.batches.length, 1, 'no instance is free: the next batch waits');
+  inst!.finishOne();
+  await inst!.untilBatches(2);
+  assert.deepEqual(inst!.batches[1], ['r4', 'r5', 'r6', 'r7']);
+  inst!.finishOne();
+  await h.batcher.drain();
+  assert.deepEqual(h.order, ['r0', 'r1', 'r2', 'r3', 'r4', 'r5', 'r6', 'r7']);
+});
+
+test('collectFinished asks only the instances with executions in flight', async () => {
+  const h = new Harness({}, { maxBatchSize: 2, instances: 2 });
+  const [a, b] = h.instances;
+  h.batcher.collectFinished();
+  assert.deepEqual([a!.collected, b!.collected], [0, 0], 'idle instances have nothing to collect');
+  h.submit(request('r0'));
+  await a!.untilBatches(1);
+  h.batcher.collectFinished();
+  assert.deepEqual([a!.collected, b!.collected], [1, 0]);
+  a!.finishOne();
+  await h.batcher.drain();
+  h.batcher.collectFinished();
+  assert.deepEqual([a!.collected, b!.collected], [1, 0]);
+});

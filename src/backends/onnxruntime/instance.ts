@@ -80,6 +80,10 @@ export class OnnxRuntimeInstance implements BackendInstance {
     this.jsonText = new JsonTextPolicy(plan);
   }
 
+  collectFinished(): void {
+    this.client.currentThread?.collectFinished();
+  }
+
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
     if (requests.length === 0) return [];
     if (requests.length === 1 || (this.plan.maxBatchSize > 0 && this.canRunTogether(requests))) {

@@ -57,7 +57,7 @@ const port = parentPort!;
 const init = workerData as SessionWorkerInit;
 
 function post(msg: FromWorker, transfer?: ArrayBuffer[]): void {
-  port.postMessage(msg, transfer);
+  init.answers.postMessage(msg, transfer);
 }
 
 function message(err: unknown): string {

@@ -20,6 +20,7 @@
  * session-worker.ts); either way the next run usually starts without a
  * message.
  */
+import type { MessagePort } from 'node:worker_threads';
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
 import type { TypedArray } from '../../tensor/datatype.js';
 import type { FileWindow } from '../../tensor/tensor.js';
@@ -32,6 +33,12 @@ export interface SessionWorkerInit {
   readonly control: SharedArrayBuffer;
   /** How long an idle worker busy-waits for the next run before it sleeps, µs (0: never). */
   readonly spinMicros: number;
+  /**
+   * Where the worker posts what it answers (FromWorker): a port of its own
+   * rather than the worker's, so the main thread can also take the answers
+   * in without waiting for its event loop to reach them (SessionThread.collectFinished).
+   */
+  readonly answers: MessagePort;
 }
 
 /**

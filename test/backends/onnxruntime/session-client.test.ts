@@ -2,7 +2,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
-import { RING_SIZE, RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
+import { C_DONE, RING_SIZE, RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
 import { TempDir } from './fixtures.js';
 
@@ -177,4 +177,32 @@ test('more runs in flight than the ring has slots wait for a slot, and all finis
   const results = await Promise.all(runs);
   assert.equal((results[0]![0]!.data as Float32Array).length, big.length);
   for (let i = 0; i < n; i++) assert.deepEqual(floats(results[i + 1]![0]), [...ramp(2, i)], `run ${i}`);
+});
+
+test('collectFinished takes in a finished run before the event loop turns: its promise settles in the microtasks that follow', async () => {
+  const client = await start('identity_collect', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  const thread = client.currentThread!;
+  for (let round = 0; round < 3; round++) {
+    const doneBefore = Atomics.load(thread.control, C_DONE);
+    let outputs: readonly WireTensor[] | undefined;
+    const run = client.run([f32Feed('INPUT0', ramp(6, round))], ['OUTPUT0']).then((o) => (outputs = o));
+    // Nothing settles without a turn of the event loop: wait on the worker's counter without one.
+    const end = Date.now() + 20_000;
+    while (Atomics.load(thread.control, C_DONE) === doneBefore && Date.now() < end);
+    assert.notEqual(Atomics.load(thread.control, C_DONE), doneBefore, 'the worker finished an entry');
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    assert.equal(outputs, undefined, 'without collectFinished the answer waits for the event loop');
+    // (The counter may have moved for the entry that opened the session, finished just after it answered.)
+    while (outputs === undefined && Date.now() < end) {
+      thread.collectFinished();
+      for (let i = 0; i < 5; i++) await Promise.resolve();
+    }
+    assert.deepEqual(floats(outputs?.[0]), [...ramp(6, round)]);
+    await run;
+    // Taken in once: the message the event loop reaches later is not delivered a second time.
+    thread.collectFinished();
+  }
+  // And the ordinary path still answers the next run.
+  const [y] = await client.run([f32Feed('INPUT0', ramp(3, 7))], ['OUTPUT0']);
+  assert.deepEqual(floats(y), [7, 8, 9]);
 });
