@@ -13,6 +13,8 @@ export const CONFIG_FOLDER_NAME = 'configs';
 export interface ReadModelConfigOptions {
   /** `--model-config-name`: use `configs/<name>.pbtxt` when it exists. */
   modelConfigName?: string;
+  /** The model's name in display paths; by default the folder's own name (cached and override copies name theirs otherwise). */
+  modelName?: string;
 }
 
 export interface ModelConfigSource {
@@ -29,7 +31,7 @@ export interface ModelConfigSource {
  * config file gets an empty config, for auto-complete to fill in.
  */
 export async function readModelConfig(modelDir: string, opts: ReadModelConfigOptions = {}): Promise<ModelConfigSource> {
-  const model = basename(modelDir);
+  const model = opts.modelName ?? basename(modelDir);
   const candidates: Array<{ path: string; file: string }> = [];
   if (opts.modelConfigName) {
     const name = `${opts.modelConfigName}.pbtxt`;

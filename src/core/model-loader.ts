@@ -64,7 +64,7 @@ export async function resolveModelConfig(
   if (configOverride !== undefined) {
     config = modelConfigFromJson(configOverride);
   } else {
-    const read = await readModelConfig(modelDir, { modelConfigName: options.modelConfigName });
+    const read = await readModelConfig(modelDir, { modelConfigName: options.modelConfigName, modelName: name });
     config = read.config;
     file = read.file;
     positions = read.positions;

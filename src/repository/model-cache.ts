@@ -1,18 +1,23 @@
 /**
  * Local copies of cloud models. Each model version of the store (the set of
- * its objects with their ETags/generations) gets its own folder:
+ * its objects with their ETags/generations) gets its own folder, which is
+ * the model folder itself:
  *
- *   <cache>/<repository key>/<model>/<fingerprint>/<model>/...   the files
- *   <cache>/<repository key>/<model>/<fingerprint>/manifest.json the objects
+ *   <cache>/<repository key>/<model>@<fingerprint>/...   the files (config.pbtxt, 1/, ...)
+ *   <cache>/<repository key>/manifest.json                which objects each copy holds
+ *   <cache>/<repository key>/.partial-...                 copies being built or removed
  *
- * A copy is built in a partial folder beside it and renamed to its
- * fingerprint once every file is in place, so a fingerprint folder is
- * complete and is reused as it is (also after a restart). A new fingerprint
- * is built beside the old one, so a version that is serving never sees its
- * files change; files whose object did not change are hard-linked from the
- * previous copy instead of downloaded again. The manifest only serves that
- * reuse: it is written a moment after the copies settle (at the latest when
- * the source closes), so that a start's many copies do not wait for it.
+ * A copy is built in a partial folder and renamed to `<model>@<fingerprint>`
+ * once every file is in place, so such a folder is complete and is reused as
+ * it is (also after a restart); a partial folder is never used. A new
+ * fingerprint is built beside the old one, so a version that is serving never
+ * sees its files change; files whose object did not change are hard-linked
+ * from the previous copy instead of downloaded again. The manifest only serves
+ * that reuse: one file for the whole repository, written a moment after the
+ * copies settle (at the latest when the source closes), so that a start's many
+ * copies do not wait for it. The layout keeps the folders made per model to
+ * the copy and its own subfolders (directory creation is the costliest file
+ * operation of a copy); the repository folder is listed once per process.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { copyFile, link, mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
@@ -23,17 +28,26 @@ import type { StoredObject } from './object-store.js';
 
 const MANIFEST = 'manifest.json';
 const PARTIAL = '.partial-';
+/** Hex digits of a fingerprint (see objectsFingerprint). */
+const FINGERPRINT_LENGTH = 20;
 /** Copies of one model kept on disk: the newest and the ones that may still serve. */
 const KEEP_COPIES = 3;
 /** Log a progress line this often while one model downloads. */
 const PROGRESS_INTERVAL_MS = 2000;
-/** Manifests of new copies are written once no copy has been made for this long. */
+/** The manifest is written once no copy has been made for this long. */
 const MANIFEST_DELAY_MS = 1000;
+
+/** What the manifest says of one copy. */
+interface CopyRecord {
+  /** When the copy was made (ms since the epoch): the newest copy is the first to take files from. */
+  at: number;
+  objects: StoredObject[];
+}
 
 interface Manifest {
   url: string;
-  model: string;
-  objects: StoredObject[];
+  /** By copy folder name (`<model>@<fingerprint>`). */
+  copies: Record<string, CopyRecord>;
 }
 
 /** The cache root for a scheme: flag, then NEREID_MODEL_CACHE_DIR, then Triton's mount folder variable, then the temp folder. */
@@ -49,7 +63,7 @@ export function objectsFingerprint(objects: readonly StoredObject[]): string {
   for (const o of [...objects].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0))) {
     hash.update(`${o.path}\0${o.size}\0${o.version}\n`);
   }
-  return hash.digest('hex').slice(0, 20);
+  return hash.digest('hex').slice(0, FINGERPRINT_LENGTH);
 }
 
 /** A readable, collision-free folder name for one repository URL. */
@@ -70,15 +84,23 @@ export type Downloader = (object: StoredObject, file: string) => Promise<number 
 
 export class ModelCache {
   readonly root: string;
-  /** The copies of each model this process handed out most recently, oldest first. */
+  /** The copies of each model this process handed out most recently (folder names), oldest first. */
   private readonly handedOut = new Map<string, string[]>();
   /** Whole-cache statistics since start (tests and the benchmark read them). */
   readonly totals: DownloadStats = { files: 0, bytes: 0, reused: 0 };
-  /** The objects of each copy this process made, by its folder (earlier copies for reuse, without reading their manifest). */
-  private readonly madeHere = new Map<string, { objects: Map<string, StoredObject>; at: number }>();
-  /** Manifests of copies made here and not yet written, by folder. */
-  private readonly unwritten = new Map<string, Manifest>();
+  /** Copy folders on disk by model: the repository folder as listed once, then kept up to date here. */
+  private onDisk: Promise<Map<string, Set<string>>> | undefined;
+  /** The objects of each copy this process made, by folder name (earlier copies for reuse, without reading the manifest). */
+  private readonly madeHere = new Map<string, CopyRecord>();
+  /** The manifest as read from disk (once, when a copy first needs an earlier one's files). */
+  private manifestRead: Promise<Record<string, CopyRecord>> | undefined;
+  /** Copies made here and not yet in the manifest, and copies removed here still in it. */
+  private readonly unwritten = new Map<string, CopyRecord>();
+  private readonly removed = new Set<string>();
   private manifestTimer: NodeJS.Timeout | undefined;
+  private writing: Promise<void> = Promise.resolve();
+  /** Removals of partial folders left by processes gone (in the background; flush waits for them). */
+  private readonly sweeping: Array<Promise<void>> = [];
 
   constructor(
     cacheDir: string,
@@ -93,30 +115,33 @@ export class ModelCache {
    * parent, so each starts with `<model>/`). Downloads what no complete copy has.
    */
   async materialize(model: string, objects: readonly StoredObject[], download: Downloader): Promise<string> {
-    const fingerprint = objectsFingerprint(objects);
-    const modelRoot = path.join(this.root, model);
-    const tree = path.join(modelRoot, fingerprint);
-    const dir = path.join(tree, model);
-    // A model folder made just now holds no copies, complete or earlier, and nothing to clean up.
-    const fresh = (await mkdir(modelRoot, { recursive: true })) !== undefined;
-    if (!fresh && (await exists(tree))) {
-      this.logger.debug({ model, repository: this.url, dir }, 'model found in the download cache');
-      await this.keepOnly(model, modelRoot, tree);
-      return dir;
+    const name = copyName(model, objectsFingerprint(objects));
+    const dir = path.join(this.root, name);
+    const copies = await this.copiesOf(model);
+    if (copies.has(name)) {
+      // Listed at start: check it is still there (another process may have removed it since).
+      if (this.madeHere.has(name) || (await exists(dir))) {
+        this.logger.debug({ model, repository: this.url, dir }, 'model found in the download cache');
+        await this.keepOnly(model, copies, name);
+        return dir;
+      }
+      copies.delete(name);
     }
-    const previous = fresh ? [] : await this.previousCopies(modelRoot, fingerprint);
-    const partial = path.join(modelRoot, `${PARTIAL}${fingerprint}-${process.pid}-${randomBytes(4).toString('hex')}`);
+    const previous = copies.size === 0 ? [] : await this.previousCopies(copies);
+    const partial = path.join(this.root, `${PARTIAL}copy-${process.pid}-${randomBytes(4).toString('hex')}`);
     await mkdir(partial);
     try {
       const stats = await this.fill(model, partial, objects, previous, download);
       try {
-        await rename(partial, tree);
-        this.madeHere.set(tree, { objects: new Map(objects.map((o) => [o.path, o])), at: Date.now() });
-        this.unwritten.set(tree, { url: this.url, model, objects: [...objects] });
-        this.scheduleManifests();
+        await rename(partial, dir);
+        const record = { at: Date.now(), objects: [...objects] };
+        this.madeHere.set(name, record);
+        this.unwritten.set(name, record);
+        this.removed.delete(name);
+        this.scheduleManifest();
       } catch (err) {
         // Another process finished the same copy first: use theirs.
-        if (!(await exists(tree))) throw err;
+        if (!(await exists(dir))) throw err;
         await rm(partial, { recursive: true, force: true });
       }
       this.totals.files += stats.files;
@@ -126,8 +151,8 @@ export class ModelCache {
       await rm(partial, { recursive: true, force: true });
       throw err;
     }
-    if (fresh) this.handOut(model, tree);
-    else await this.keepOnly(model, modelRoot, tree);
+    copies.add(name);
+    await this.keepOnly(model, copies, name);
     return dir;
   }
 
@@ -135,7 +160,7 @@ export class ModelCache {
     model: string,
     partial: string,
     objects: readonly StoredObject[],
-    previous: Array<{ tree: string; objects: Map<string, StoredObject> }>,
+    previous: Array<{ dir: string; objects: Map<string, StoredObject> }>,
     download: Downloader,
   ): Promise<DownloadStats> {
     const stats: DownloadStats = { files: 0, bytes: 0, reused: 0 };
@@ -150,7 +175,6 @@ export class ModelCache {
         made.add(d);
       }
     };
-    await makeDir(path.join(partial, model));
     for (const object of objects) {
       const target = localPath(partial, object.path);
       if (object.path.endsWith('/')) {
@@ -159,7 +183,7 @@ export class ModelCache {
       }
       await makeDir(path.dirname(target));
       const earlier = previous.find((p) => sameObject(p.objects.get(object.path), object));
-      if (earlier && (await linkOrCopy(localPath(earlier.tree, object.path), target))) {
+      if (earlier && (await linkOrCopy(localPath(earlier.dir, object.path), target))) {
         stats.reused++;
         continue;
       }
@@ -202,59 +226,104 @@ export class ModelCache {
     return stats;
   }
 
-  /** Writes the manifests of the copies made since the last call. */
-  async flush(): Promise<void> {
+  /** Brings the manifest up to date with the copies made and removed since the last call. */
+  flush(): Promise<void> {
     clearTimeout(this.manifestTimer);
     this.manifestTimer = undefined;
-    const pending = [...this.unwritten];
-    this.unwritten.clear();
-    await Promise.all(
-      pending.map(async ([tree, manifest]) => {
-        try {
-          await writeFile(path.join(tree, MANIFEST), JSON.stringify(manifest));
-        } catch (err) {
-          // A copy removed in the meantime needs none.
-          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-            this.logger.warn({ dir: tree, err: (err as Error).message }, 'could not write the manifest of a cached copy');
-          }
-        }
-      }),
-    );
+    const sweeps = this.sweeping.splice(0);
+    this.writing = this.writing.then(async () => {
+      await Promise.all(sweeps);
+      await this.writeManifest();
+    });
+    return this.writing;
   }
 
-  private scheduleManifests(): void {
+  private async writeManifest(): Promise<void> {
+    if (this.unwritten.size === 0 && this.removed.size === 0) return;
+    const made = [...this.unwritten];
+    const removed = [...this.removed];
+    this.unwritten.clear();
+    this.removed.clear();
+    const file = path.join(this.root, MANIFEST);
+    // Other processes on the same cache write theirs too: merge, and drop copies no longer on disk.
+    const copies = await readManifest(file, this.url);
+    for (const name of removed) delete copies[name];
+    for (const [name, record] of made) copies[name] = record;
+    const present = new Set(await listDir(this.root));
+    for (const name of Object.keys(copies)) if (!present.has(name)) delete copies[name];
+    const temporary = path.join(this.root, `${PARTIAL}manifest-${process.pid}-${randomBytes(4).toString('hex')}`);
+    try {
+      await writeFile(temporary, JSON.stringify({ url: this.url, copies } satisfies Manifest));
+      await rename(temporary, file);
+      this.manifestRead = Promise.resolve(copies);
+    } catch (err) {
+      await rm(temporary, { force: true }).catch(() => undefined);
+      // A cache removed in the meantime needs none.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        this.logger.warn({ dir: this.root, err: (err as Error).message }, 'could not write the manifest of the download cache');
+      }
+    }
+  }
+
+  private scheduleManifest(): void {
     clearTimeout(this.manifestTimer);
     this.manifestTimer = setTimeout(() => void this.flush(), MANIFEST_DELAY_MS);
     this.manifestTimer.unref();
   }
 
-  /** Complete copies of the model other than `fingerprint`, newest first. */
-  private async previousCopies(modelRoot: string, fingerprint: string): Promise<Array<{ tree: string; objects: Map<string, StoredObject> }>> {
-    const found: Array<{ tree: string; objects: Map<string, StoredObject>; mtime: number }> = [];
-    for (const name of await listDir(modelRoot)) {
-      if (name === fingerprint || name.startsWith(PARTIAL)) continue;
-      const tree = path.join(modelRoot, name);
-      const here = this.madeHere.get(tree);
-      if (here) {
-        found.push({ tree, objects: here.objects, mtime: here.at });
-        continue;
-      }
-      try {
-        const manifestPath = path.join(tree, MANIFEST);
-        const manifest = JSON.parse(await readFile(manifestPath, 'utf8')) as Manifest;
-        const mtime = (await stat(manifestPath)).mtimeMs;
-        found.push({ tree, objects: new Map(manifest.objects.map((o) => [o.path, o])), mtime });
-      } catch {
-        // no manifest (not written yet, or torn by a crash): nothing to take from it
-      }
+  /** The copy folders of `model` on disk (a live set, kept up to date by this process). */
+  private async copiesOf(model: string): Promise<Set<string>> {
+    if (!this.onDisk) {
+      this.onDisk = this.listCopies();
+      // A failed listing (the folder cannot be made) is tried again on the next call.
+      this.onDisk.catch(() => (this.onDisk = undefined));
     }
-    return found.sort((a, b) => b.mtime - a.mtime);
+    const byModel = await this.onDisk;
+    let copies = byModel.get(model);
+    if (!copies) byModel.set(model, (copies = new Set()));
+    return copies;
   }
 
-  /** Records `tree` as the model's newest copy handed out; the copies still counted as recent. */
-  private handOut(model: string, tree: string): string[] {
-    const recent = (this.handedOut.get(model) ?? []).filter((t) => t !== tree);
-    recent.push(tree);
+  /** Lists the repository folder once: its copies by model; partial folders of processes gone are removed. */
+  private async listCopies(): Promise<Map<string, Set<string>>> {
+    await mkdir(this.root, { recursive: true });
+    const byModel = new Map<string, Set<string>>();
+    for (const name of await listDir(this.root)) {
+      if (name.startsWith(PARTIAL)) {
+        if (!isOwnedByLiveProcess(name)) this.sweeping.push(rm(path.join(this.root, name), { recursive: true, force: true }).catch(() => undefined));
+        continue;
+      }
+      // Anything else (the manifest, folders of an earlier layout) is not a copy.
+      const model = copyModel(name);
+      if (model === undefined) continue;
+      let copies = byModel.get(model);
+      if (!copies) byModel.set(model, (copies = new Set()));
+      copies.add(name);
+    }
+    return byModel;
+  }
+
+  /** Complete copies to take unchanged files from, newest first. */
+  private async previousCopies(names: ReadonlySet<string>): Promise<Array<{ dir: string; objects: Map<string, StoredObject> }>> {
+    const found: Array<{ dir: string; objects: Map<string, StoredObject>; at: number }> = [];
+    let onFile: Record<string, CopyRecord> | undefined;
+    for (const name of names) {
+      let record = this.madeHere.get(name);
+      if (!record) {
+        this.manifestRead ??= readManifest(path.join(this.root, MANIFEST), this.url);
+        onFile ??= await this.manifestRead;
+        record = onFile[name];
+      }
+      // A copy the manifest does not know (not written yet, or lost with a crash) has nothing to give.
+      if (record) found.push({ dir: path.join(this.root, name), objects: new Map(record.objects.map((o) => [o.path, o])), at: record.at });
+    }
+    return found.sort((a, b) => b.at - a.at);
+  }
+
+  /** Records `name` as the model's newest copy handed out; the copies still counted as recent. */
+  private handOut(model: string, name: string): string[] {
+    const recent = (this.handedOut.get(model) ?? []).filter((n) => n !== name);
+    recent.push(name);
     while (recent.length > KEEP_COPIES) recent.shift();
     this.handedOut.set(model, recent);
     return recent;
@@ -265,21 +334,20 @@ export class ModelCache {
    * last few stay: the one serving may be older than the newest (poll mode
    * loads a change only once it has settled).
    */
-  private async keepOnly(model: string, modelRoot: string, tree: string): Promise<void> {
-    const recent = this.handOut(model, tree);
-    for (const name of await listDir(modelRoot)) {
-      const p = path.join(modelRoot, name);
-      if (recent.includes(p)) continue;
-      if (name.startsWith(PARTIAL) && isOwnedByLiveProcess(name)) continue;
-      this.madeHere.delete(p);
-      this.unwritten.delete(p);
+  private async keepOnly(model: string, copies: Set<string>, name: string): Promise<void> {
+    const recent = this.handOut(model, name);
+    for (const other of [...copies]) {
+      if (recent.includes(other)) continue;
+      copies.delete(other);
+      this.madeHere.delete(other);
+      this.unwritten.delete(other);
+      this.removed.add(other);
+      this.scheduleManifest();
+      const p = path.join(this.root, other);
       // A copy is renamed out of the way before its files go, so that a removal cut short never
-      // leaves a fingerprint folder with files missing (such a folder counts as complete).
-      let doomed = p;
-      if (!name.startsWith(PARTIAL)) {
-        doomed = path.join(modelRoot, `${PARTIAL}removed-${process.pid}-${randomBytes(4).toString('hex')}`);
-        if (!(await rename(p, doomed).then(() => true, () => false))) doomed = p;
-      }
+      // leaves a copy folder with files missing (such a folder counts as complete).
+      let doomed = path.join(this.root, `${PARTIAL}removed-${process.pid}-${randomBytes(4).toString('hex')}`);
+      if (!(await rename(p, doomed).then(() => true, () => false))) doomed = p;
       await rm(doomed, { recursive: true, force: true }).catch((err: Error) =>
         this.logger.warn({ model, dir: p, err: err.message }, 'could not remove an old cached copy'),
       );
@@ -287,13 +355,40 @@ export class ModelCache {
   }
 }
 
+/** The folder name of a model's copy. */
+function copyName(model: string, fingerprint: string): string {
+  return `${model}@${fingerprint}`;
+}
+
+/** The model a folder name is a copy of, or undefined when it is no copy's name. */
+function copyModel(name: string): string | undefined {
+  const at = name.length - FINGERPRINT_LENGTH - 1;
+  if (at <= 0 || name[at] !== '@' || !/^[0-9a-f]+$/.test(name.slice(at + 1))) return undefined;
+  return name.slice(0, at);
+}
+
+/** The copies the manifest on disk records; none when it is missing, torn or of another repository. */
+async function readManifest(file: string, url: string): Promise<Record<string, CopyRecord>> {
+  try {
+    const m = JSON.parse(await readFile(file, 'utf8')) as Partial<Manifest>;
+    if (m.url !== url || typeof m.copies !== 'object' || m.copies === null) return {};
+    const copies: Record<string, CopyRecord> = {};
+    for (const [name, r] of Object.entries(m.copies)) {
+      if (r && typeof r.at === 'number' && Array.isArray(r.objects)) copies[name] = r;
+    }
+    return copies;
+  } catch {
+    return {};
+  }
+}
+
 function sameObject(a: StoredObject | undefined, b: StoredObject): boolean {
   return a !== undefined && a.version === b.version && a.size === b.size;
 }
 
-/** The local path of an object key; keys were checked by `checkObjectKey`. */
-function localPath(root: string, key: string): string {
-  return path.join(root, ...key.split('/').filter((s) => s !== ''));
+/** Where an object (`<model>/...`, checked by `unsafeKeyReason`) goes in a copy folder, which is the model folder. */
+function localPath(copy: string, key: string): string {
+  return path.join(copy, ...key.split('/').slice(1).filter((s) => s !== ''));
 }
 
 /** Why an object key cannot be copied to disk, or undefined when it can. */

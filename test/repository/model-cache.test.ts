@@ -1,10 +1,10 @@
 import { afterEach, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { ModelCache, type Downloader } from '../../src/repository/model-cache.js';
+import { ModelCache, objectsFingerprint, type Downloader } from '../../src/repository/model-cache.js';
 import type { StoredObject } from '../../src/repository/object-store.js';
 import { silentLogger } from '../../src/logger.js';
 
@@ -33,11 +33,17 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-test('a copy has every file, nested folders and folder markers included, and its folder is named after the model', async () => {
+/** The names in the repository's cache folder, sorted. */
+function cacheEntries(cache: ModelCache): string[] {
+  return readdirSync(cache.root).sort();
+}
+
+test('a copy has every file, nested folders and folder markers included, in a folder named after the model and its fingerprint', async () => {
   const cache = new ModelCache(dir, URL, silentLogger);
   const s = storeOf({ 'm/config.pbtxt': 'name: "m"', 'm/1/model.onnx': 'onnx', 'm/1/sub/deep/x.bin': 'xx', 'm/2/': '' });
   const got = await cache.materialize('m', s.objects, s.download);
-  assert.equal(path.basename(got), 'm');
+  assert.equal(got, path.join(cache.root, `m@${objectsFingerprint(s.objects)}`));
+  assert.deepEqual(readdirSync(got).sort(), ['1', '2', 'config.pbtxt'], 'the copy folder is the model folder, with nothing else in it');
   assert.equal(readFileSync(path.join(got, 'config.pbtxt'), 'utf8'), 'name: "m"');
   assert.equal(readFileSync(path.join(got, '1', 'model.onnx'), 'utf8'), 'onnx');
   assert.equal(readFileSync(path.join(got, '1', 'sub', 'deep', 'x.bin'), 'utf8'), 'xx');
@@ -51,16 +57,34 @@ test('a copy is complete before its manifest is written: a restart reuses it wit
   const first = new ModelCache(dir, URL, silentLogger);
   const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': 'onnx' });
   const got = await first.materialize('m', s.objects, s.download);
-  const manifest = path.join(path.dirname(got), 'manifest.json');
+  const manifest = path.join(first.root, 'manifest.json');
   assert.equal(existsSync(manifest), false, 'the manifest waits until the copies settle');
   // Another process on the same cache, before the first wrote any manifest.
   const second = new ModelCache(dir, URL, silentLogger);
   assert.equal(await second.materialize('m', s.objects, noDownloads), got);
   await first.flush();
-  const written = JSON.parse(readFileSync(manifest, 'utf8')) as { url: string; model: string; objects: StoredObject[] };
+  const written = JSON.parse(readFileSync(manifest, 'utf8')) as { url: string; copies: Record<string, { objects: StoredObject[] }> };
   assert.equal(written.url, URL);
-  assert.equal(written.model, 'm');
-  assert.deepEqual(written.objects, s.objects);
+  assert.deepEqual(Object.keys(written.copies), [path.basename(got)]);
+  assert.deepEqual(written.copies[path.basename(got)]!.objects, s.objects);
+  assert.deepEqual(cacheEntries(first), [path.basename(got), 'manifest.json'], 'one manifest for the repository, no file per copy');
+});
+
+test('copies of several models made by two processes all reach the one manifest', async () => {
+  const a = new ModelCache(dir, URL, silentLogger);
+  const b = new ModelCache(dir, URL, silentLogger);
+  const sa = storeOf({ 'a/config.pbtxt': 'a', 'a/1/model.onnx': 'a1' });
+  const sb = storeOf({ 'b@x/config.pbtxt': 'b', 'b@x/1/model.onnx': 'b1' });
+  const da = await a.materialize('a', sa.objects, sa.download);
+  const db = await b.materialize('b@x', sb.objects, sb.download);
+  await a.flush();
+  await b.flush();
+  const written = JSON.parse(readFileSync(path.join(dir, path.basename(a.root), 'manifest.json'), 'utf8')) as { copies: Record<string, unknown> };
+  assert.deepEqual(Object.keys(written.copies).sort(), [path.basename(da), path.basename(db)].sort());
+  // A model name with '@' in it is still told apart from its fingerprint: a restart reuses both.
+  const restarted = new ModelCache(dir, URL, silentLogger);
+  assert.equal(await restarted.materialize('b@x', sb.objects, noDownloads), db);
+  assert.equal(await restarted.materialize('a', sa.objects, noDownloads), da);
 });
 
 test('a changed model takes its unchanged files from the previous copy, in the same process and after a restart', async () => {
@@ -93,8 +117,7 @@ test('a failed download leaves no copy and no partial folder, and the next try d
     cache.materialize('m', [...s.objects, { path: 'm/1/missing.bin', size: 3, version: 'x' }], s.download),
     /no object m\/1\/missing.bin/,
   );
-  const modelRoot = path.join(cache.root, 'm');
-  assert.deepEqual(readdirSync(modelRoot), []);
+  assert.deepEqual(cacheEntries(cache), []);
   const got = await cache.materialize('m', s.objects, s.download);
   assert.equal(readFileSync(path.join(got, '1', 'model.onnx'), 'utf8'), 'onnx');
   await cache.flush();
@@ -124,9 +147,56 @@ test('old copies beyond the last three are removed, with no partial or half-remo
     const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': body });
     dirs.push(await cache.materialize('m', s.objects, s.download));
   }
-  const left = readdirSync(path.join(cache.root, 'm')).sort();
-  assert.deepEqual(left, dirs.slice(1).map((d) => path.basename(path.dirname(d))).sort());
+  assert.deepEqual(cacheEntries(cache), dirs.slice(1).map((d) => path.basename(d)).sort());
   assert.equal(existsSync(dirs[0]!), false);
   assert.equal(readFileSync(path.join(dirs[3]!, '1', 'model.onnx'), 'utf8'), 'four');
+  await cache.flush();
+  const written = JSON.parse(readFileSync(path.join(cache.root, 'manifest.json'), 'utf8')) as { copies: Record<string, unknown> };
+  assert.deepEqual(Object.keys(written.copies).sort(), dirs.slice(1).map((d) => path.basename(d)).sort(), 'a removed copy leaves the manifest');
+});
+
+test('a partial folder is never used: one left by a process gone is removed and the copy downloaded again', async () => {
+  const first = new ModelCache(dir, URL, silentLogger);
+  const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': 'onnx' });
+  const got = await first.materialize('m', s.objects, s.download);
+  await first.flush();
+  // A crash mid-copy: the files sit in a partial folder of a process that no longer runs.
+  const partial = path.join(first.root, '.partial-copy-999999999-0badc0de');
+  cpSync(got, partial, { recursive: true });
+  rmSync(got, { recursive: true });
+  const restarted = new ModelCache(dir, URL, silentLogger);
+  assert.equal(await restarted.materialize('m', s.objects, s.download), got);
+  assert.deepEqual(s.fetched.sort(), ['m/1/model.onnx', 'm/1/model.onnx', 'm/config.pbtxt', 'm/config.pbtxt']);
+  await restarted.flush();
+  assert.deepEqual(cacheEntries(restarted), [path.basename(got), 'manifest.json']);
+});
+
+test('a copy removed from disk after the cache was listed is made again, not handed out', async () => {
+  const first = new ModelCache(dir, URL, silentLogger);
+  const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': 'onnx' });
+  const other = storeOf({ 'n/config.pbtxt': 'n' });
+  const got = await first.materialize('m', s.objects, s.download);
+  const restarted = new ModelCache(dir, URL, silentLogger);
+  await restarted.materialize('n', other.objects, other.download);
+  rmSync(got, { recursive: true });
+  assert.equal(await restarted.materialize('m', s.objects, s.download), got);
+  assert.equal(readFileSync(path.join(got, '1', 'model.onnx'), 'utf8'), 'onnx');
+  await first.flush();
+  await restarted.flush();
+});
+
+test('folders that are no copies (an earlier layout, stray files) are left alone and never used', async () => {
+  const cache = new ModelCache(dir, URL, silentLogger);
+  const s = storeOf({ 'm/config.pbtxt': 'new', 'm/1/model.onnx': 'onnx' });
+  const fingerprint = objectsFingerprint(s.objects);
+  // The earlier layout: <model>/<fingerprint>/<model>/... with a manifest per copy.
+  const old = path.join(dir, path.basename(cache.root), 'm', fingerprint, 'm');
+  mkdirSync(path.join(old, '1'), { recursive: true });
+  writeFileSync(path.join(old, 'config.pbtxt'), 'old');
+  writeFileSync(path.join(dir, path.basename(cache.root), 'notes.txt'), 'x');
+  const got = await cache.materialize('m', s.objects, s.download);
+  assert.equal(readFileSync(path.join(got, 'config.pbtxt'), 'utf8'), 'new');
+  assert.deepEqual(s.fetched.sort(), ['m/1/model.onnx', 'm/config.pbtxt']);
+  assert.equal(readFileSync(path.join(old, 'config.pbtxt'), 'utf8'), 'old');
   await cache.flush();
 });
