@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { ListObjectsV2Command } from '@aws-sdk/client-s3';
 import { S3Store, parseS3Url, parseS3UrlParts } from '../../src/repository/s3.js';
 import { createModelSource } from '../../src/repository/index.js';
 import { radosGatewayUnavailable, startRadosGateway, type RadosGateway } from '../helpers/ceph.js';
@@ -107,6 +108,7 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
         assert.equal(readFileSync(file, 'utf8'), contents[object.path]);
       }
       assert.deepEqual(s3.gets, { direct: objects.length, sdk: 0 });
+      assert.equal(s3.usesSdk, false, 'keys and region given: no SDK client is made for direct requests');
 
       // The listed version is gone: the direct GET is refused (412) and the SDK's GetObject says why.
       const listed = objects.find((o) => o.path === 'm/config.pbtxt')!;
@@ -121,9 +123,47 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
       await s3.download(current, path.join(dir, 'current'));
       assert.equal(readFileSync(path.join(dir, 'current'), 'utf8'), 'name: "m" # changed');
       assert.deepEqual(s3.gets, { direct: objects.length + 1, sdk: 0 });
+      assert.equal(s3.usesSdk, true, 'the refused GET was asked again through the SDK');
     } finally {
       await s3.close();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('direct listings follow the pages and read as the SDK reads them; without a region in the environment the SDK client resolves it and signs', async () => {
+    const keys = ['m/config.pbtxt', 'm/1/a.bin', 'm/1/b&c <d>.bin', 'm/2/e.bin', 'n/config.pbtxt'];
+    for (const key of keys) await rgw.put(bucket, `paged/${key}`, key);
+    const lean = await parseS3Url(store.url('paged'), store.env).open();
+    const { AWS_REGION: _, ...noRegion } = store.env;
+    const viaSdk = await parseS3Url(store.url('paged'), noRegion).open();
+    try {
+      assert.ok(lean instanceof S3Store && viaSdk instanceof S3Store);
+      lean.listPageSize = 2;
+      viaSdk.listPageSize = 2;
+      const direct = await lean.list('');
+      assert.deepEqual(direct.map((o) => o.path).sort(), [...keys].sort());
+      assert.deepEqual(lean.listings, { direct: 3, sdk: 0 });
+      assert.equal(lean.usesSdk, false);
+      assert.deepEqual(await lean.list('m/1/'), direct.filter((o) => o.path.startsWith('m/1/')));
+      const listed = await rgw.client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: 'paged/' }));
+      assert.deepEqual(
+        direct,
+        (listed.Contents ?? []).map((o) => ({ path: o.Key!.slice('paged/'.length), size: o.Size, version: o.ETag!.replace(/"/g, '') })),
+        "keys, sizes and ETags read as the SDK's ListObjectsV2 reads them",
+      );
+      const sdk = await viaSdk.list('');
+      assert.ok(viaSdk.usesSdk);
+      assert.deepEqual(viaSdk.listings, { direct: 3, sdk: 0 });
+      assert.deepEqual(sdk, direct);
+      // The SDK's signer and clock still sign the direct GETs of a store whose region it resolved.
+      const dir = mkdtempSync(path.join(tmpdir(), 'nereid-paged-'));
+      const object = sdk.find((o) => o.path === 'm/1/b&c <d>.bin')!;
+      assert.equal(await viaSdk.download(object, path.join(dir, 'x')), object.size);
+      assert.deepEqual(viaSdk.gets, { direct: 1, sdk: 0 });
+      rmSync(dir, { recursive: true, force: true });
+    } finally {
+      await lean.close();
+      await viaSdk.close();
     }
   });
 
