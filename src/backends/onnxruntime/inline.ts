@@ -112,6 +112,8 @@ export const MIN_INLINE_NS = 20_000;
 export const MAX_INLINE_NS = 500_000;
 /** The event loop counts as saturated when busy this share of a window or more. */
 export const SATURATED_UTILIZATION = 0.95;
+/** Under a saturated loop, single runs in a row that go inline while the session thread sleeps, before one goes to wake it. */
+export const ASLEEP_INLINE_RUNS = 8;
 /** The window over which the event loop's utilisation is read, ms. */
 export const LOOP_WINDOW_MS = 25;
 
@@ -392,6 +394,8 @@ export class InlinePolicy {
   private lastInlineEndNs = 0;
   /** Moving share of gaps between inline runs within the helpers' wait. */
   private gapHits = 1;
+  /** Single runs in a row made inline under a saturated loop because the thread slept. */
+  private asleepInline = 0;
 
   /** The wide session's intra-op threads; 1 when the model has none. */
   get wideThreads(): number {
@@ -417,9 +421,10 @@ export class InlinePolicy {
   /**
    * The session to run `items` inline with, or undefined for the thread.
    * `threadIdle`: the instance's session thread has nothing in flight;
-   * `requests`: how many requests the run serves.
+   * `requests`: how many requests the run serves; `threadAsleep`: the
+   * thread is asleep (waking it costs the event loop a system call).
    */
-  choose(items: number, threadIdle: boolean, requests = 1): InlineSession | undefined {
+  choose(items: number, threadIdle: boolean, requests = 1, threadAsleep = false): InlineSession | undefined {
     if (requests > 1) this.overlap.overlapped();
     if (this.mode === 'off' || !threadIdle || this.state === 'failed' || this.state === 'closed') return undefined;
     if (this.mode === 'on') return this.session;
@@ -428,7 +433,16 @@ export class InlinePolicy {
     // One at a time, there is nothing else for the loop to do while the run would be on the thread.
     const light = requests < 2 && this.overlap.oneAtATime;
     const bound = light ? LIGHT_INLINE_NS : this.thresholdNs;
-    if (predicted > bound || (!light && requests < 2 && this.loopSaturated())) return undefined;
+    if (predicted > bound) return undefined;
+    if (!light && requests < 2 && this.loopSaturated()) {
+      // A thread that has gone to sleep had nothing for a while: waking it costs the event loop
+      // more than a short run, and gains no parallel core for runs that rare. A few such runs
+      // go inline; then one goes to the thread, so that runs which keep coming find it awake.
+      if (!threadAsleep || ++this.asleepInline > ASLEEP_INLINE_RUNS) {
+        this.asleepInline = 0;
+        return undefined;
+      }
+    } else this.asleepInline = 0;
     if (light && predicted >= WIDE_MIN_NS) {
       const wide = this.wideFor(items, predicted);
       if (wide !== undefined) return wide;

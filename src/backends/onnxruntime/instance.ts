@@ -237,7 +237,8 @@ export class OnnxRuntimeInstance implements BackendInstance {
     // A run's size for the policy: the input elements it carries (variable dims make items a poor measure).
     let size = 0;
     for (const f of feeds) size += product(f.dims, 0);
-    const session = policy !== undefined && !inFiles(feeds) ? policy.choose(size, threadIdle, requests.length) : undefined;
+    const session =
+      policy !== undefined && !inFiles(feeds) ? policy.choose(size, threadIdle, requests.length, threadEmpty && this.client.currentThread?.asleep === true) : undefined;
     if (session) {
       outputs = this.runInline(session, feeds, fetches, size, timer);
     } else {

@@ -115,6 +115,11 @@ export class SessionThread {
     return this.dead === undefined && !this.exiting;
   }
 
+  /** The worker sleeps (not busy, busy-waiting or dozing): the next run must post it a wake-up. */
+  get asleep(): boolean {
+    return Atomics.load(this.control, C_STATE) === STATE_SLEEPING;
+  }
+
   /** The error the thread died of, if it did. */
   get deathError(): Error | undefined {
     return this.dead;

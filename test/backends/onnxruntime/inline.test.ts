@@ -10,6 +10,7 @@ import {
   LIGHT_INLINE_NS,
   MAX_INLINE_NS,
   MIN_INLINE_NS,
+  ASLEEP_INLINE_RUNS,
   MIN_SAMPLES,
   RunEstimates,
   RunOverlap,
@@ -128,6 +129,23 @@ test('InlinePolicy auto: while the event loop is saturated a single request stay
   assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'saturated: a batch of four shares the crossing it saves');
   busy = false;
   assert.ok(p.choose(1, true, 1) instanceof InlineSession);
+  p.close();
+});
+
+test('InlinePolicy auto: under a saturated loop a single request goes inline while the thread sleeps, a few in a row, then one goes to wake it', () => {
+  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, new RunOverlap());
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
+  assert.equal(p.choose(1, true, 1, false), undefined, 'an awake thread takes the run');
+  for (let round = 0; round < 2; round++) {
+    for (let i = 0; i < ASLEEP_INLINE_RUNS; i++) assert.ok(p.choose(1, true, 1, true) instanceof InlineSession, `asleep: run ${i} inline`);
+    assert.equal(p.choose(1, true, 1, true), undefined, 'then one goes to the thread and wakes it');
+  }
+  for (let i = 0; i < 3; i++) assert.ok(p.choose(1, true, 1, true) instanceof InlineSession);
+  assert.equal(p.choose(1, true, 1, false), undefined, 'awake again: the thread takes it, and the count starts afresh');
+  for (let i = 0; i < ASLEEP_INLINE_RUNS; i++) assert.ok(p.choose(1, true, 1, true) instanceof InlineSession);
+  p.recordRun(1, 10_000_000);
+  for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 10_000_000);
+  assert.equal(p.choose(1, true, 1, true), undefined, 'a run predicted beyond the threshold never goes inline');
   p.close();
 });
 
