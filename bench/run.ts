@@ -21,6 +21,7 @@
  * inline (inline execution vs the session thread vs naive, with server CPU),
  * grpclibs (@grpc/grpc-js against @connectrpc/connect-node under the same ModelInfer),
  * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
+ * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and another build),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
@@ -226,4 +227,5 @@ if (want('cost')) runScript('request-cost.js');
 if (want('inline')) runScript('inline.js');
 if (want('grpclibs')) runScript('grpc-libs.js');
 if (want('jsontext')) runScript('json-text.js');
+if (want('medium')) runScript('medium.js');
 if (want('malloc')) runScript('malloc.js');
