@@ -106,6 +106,25 @@ export interface BackendInstance {
    * wait that long for its next batch.
    */
   collectFinished?(): void;
+  /**
+   * How many batches the dynamic batcher may hand the instance at once, the
+   * running one included (default: 2 when it takes more than one execution,
+   * else 1; at most maxInFlight). An instance that merges batches waiting
+   * behind each other into one run (onnxruntime) takes more: whatever the
+   * event loop handed over meanwhile then runs as one batch when the
+   * instance is free.
+   */
+  readonly batchSlots?: number;
+  /**
+   * Asked by the dynamic batcher before it hands an idle instance what is
+   * queued: true to share it out over the instance's free slots (two halves)
+   * instead of one batch. One batch holding every request in flight moves a
+   * closed loop of clients in lockstep, the instance idle while the event loop
+   * answers it and reads the next requests, and the event loop idle while it
+   * runs; two halves overlap the two, which pays when a core is idle and
+   * costs a little when none is (smaller batches). Default false.
+   */
+  spreadBatches?(): boolean;
   /** How often the instance's process was restarted after dying (process-based backends). */
   readonly restartCount?: number;
   /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */

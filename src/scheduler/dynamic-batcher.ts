@@ -42,6 +42,11 @@ export interface ObtainedDelay {
 }
 
 const noop = (): void => {};
+/**
+ * A queue spread over free slots gives each at least this many requests;
+ * below twice this a batch is never split.
+ */
+export const SPREAD_MIN_REQUESTS = 8;
 /** Node's largest timer delay; longer waits re-arm. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -245,6 +250,8 @@ export class DynamicBatcher implements Scheduler {
   private readonly formation: BatchFormation;
   private readonly maxBatchSize: number;
   private readonly maxPreferred: number;
+  /** Preferred sizes the configuration asked for (max_batch_size, filled in when none is given, is not one). */
+  private readonly chosenSizes: ReadonlySet<number>;
   private readonly delayNs: bigint;
   private readonly preserveOrdering: boolean;
   private readonly ordered = new Fifo<OrderedRequest>();
@@ -273,11 +280,10 @@ export class DynamicBatcher implements Scheduler {
     for (const s of preferred) maxPreferred = Math.max(maxPreferred, s);
     // No preferred size: grow towards max_batch_size.
     this.maxPreferred = maxPreferred === 0 ? this.maxBatchSize : maxPreferred;
+    this.chosenSizes = new Set([...preferred].filter((s) => s !== this.maxBatchSize));
     this.delayNs = batching.maxQueueDelayMicroseconds * 1000n;
     this.preserveOrdering = batching.preserveOrdering;
     this.formation = new BatchFormation(this.maxBatchSize, this.maxPreferred, preferred, options.raggedInputs, options.maxBatchSize > 0);
-    this.queue = new PriorityQueue(batching);
-    this.queue.listener = { removed: () => this.schedule() };
     // One slot per instance for the batch it runs, and one more for a batch
     // waiting inside it where its backend takes one (BackendInstance.maxInFlight):
     // that batch starts the moment the running one ends. Until it starts, its
@@ -286,9 +292,18 @@ export class DynamicBatcher implements Scheduler {
     // otherwise hold a whole batch more than its bound, each accepted request
     // waiting that much longer. Free slots are taken from the end: every
     // instance's first slot before any second one.
-    const slots: ModelInstance[] = [];
-    for (const i of instances) if (i.depth > 1) slots.push(i);
-    this.free = [...slots.reverse(), ...[...instances].reverse()];
+    // An instance that merges waiting batches into one run (batchSlots > 2)
+    // gets more slots, unless the queue is bounded (which counts one
+    // waiting batch per instance).
+    this.queue = new PriorityQueue(batching);
+    this.queue.listener = { removed: () => this.schedule() };
+    this.free = [];
+    let levels = 1;
+    const slotsOf = (i: ModelInstance): number => (this.queue.bounded ? Math.min(2, i.batchSlots) : i.batchSlots);
+    for (const i of instances) levels = Math.max(levels, slotsOf(i));
+    for (let level = levels - 1; level >= 0; level--) {
+      for (let k = instances.length - 1; k >= 0; k--) if (slotsOf(instances[k]!) > level) this.free.push(instances[k]!);
+    }
     this.waker = new Waker(() => this.schedule());
     this.coalesce = options.coalesceArrivals === true;
     this.scheduleSoon = () => {
@@ -390,6 +405,7 @@ export class DynamicBatcher implements Scheduler {
         wakeAt = f.oldestNs + this.delayNs;
         break;
       }
+      if (!this.chosenSizes.has(f.markCount === count ? f.markSize : f.size)) count = this.spread(count);
       this.dispatch(queue.take(count));
       now = process.hrtime.bigint();
     }
@@ -397,6 +413,23 @@ export class DynamicBatcher implements Scheduler {
     if (deadline !== 0n && (wakeAt === 0n || deadline < wakeAt)) wakeAt = deadline + 1n;
     if (wakeAt === 0n) this.waker.cancel();
     else this.waker.arm(wakeAt);
+  }
+
+  /**
+   * With several slots free (an idle instance's running and waiting slots,
+   * or several idle instances) and the instance asking for it
+   * (BackendInstance.spreadBatches), the queue is shared out in two halves
+   * instead of going to the first slot as one batch: one is answered while
+   * the other runs. Batches of a preferred size the configuration chose go
+   * whole, and so do batches under twice SPREAD_MIN_REQUESTS.
+   */
+  private spread(count: number): number {
+    // Halves: with more slots the queue would go in pieces too small to run well
+    // (an instance that merges them runs them together again anyway).
+    const slots = Math.min(2, this.free.length);
+    if (slots < 2 || count < 2 * SPREAD_MIN_REQUESTS || this.free[this.free.length - 1]!.backend.spreadBatches?.() !== true) return count;
+    const share = Math.ceil(this.queue.size / slots);
+    return share >= count ? count : Math.max(SPREAD_MIN_REQUESTS, share);
   }
 
   private dispatch(items: ScheduledRequest[]): void {

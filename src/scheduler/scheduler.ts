@@ -34,6 +34,8 @@ export class ModelInstance {
   inFlight = 0;
   /** Most executions the backend takes at once (BackendInstance.maxInFlight). */
   readonly depth: number;
+  /** Batches the dynamic batcher may hand it at once (BackendInstance.batchSlots, within depth). */
+  readonly batchSlots: number;
   constructor(
     readonly name: string,
     readonly backend: BackendInstance,
@@ -41,6 +43,7 @@ export class ModelInstance {
     readonly passive = false,
   ) {
     this.depth = Math.max(1, Math.floor(backend.maxInFlight ?? 1));
+    this.batchSlots = Math.max(1, Math.min(this.depth, Math.floor(backend.batchSlots ?? 2)));
   }
 }
 

@@ -19,10 +19,26 @@ export class GatedInstance implements BackendInstance {
   readonly batches: string[][] = [];
   /** Times the scheduler asked for finished executions (collectFinished). */
   collected = 0;
-  constructor(readonly maxInFlight = 1) {}
+  /** BackendInstance.batchSlots (undefined: the default). */
+  readonly batchSlots?: number;
+  /** What spreadBatches answers. */
+  spread = false;
+  /** How often the batcher asked spreadBatches. */
+  spreadAsked = 0;
+  constructor(
+    readonly maxInFlight = 1,
+    batchSlots?: number,
+  ) {
+    if (batchSlots !== undefined) this.batchSlots = batchSlots;
+  }
 
   collectFinished(): void {
     this.collected++;
+  }
+
+  spreadBatches(): boolean {
+    this.spreadAsked++;
+    return this.spread;
   }
   private readonly gates: Array<() => void> = [];
   private arrivals: Array<() => void> = [];
@@ -91,9 +107,13 @@ export class Harness {
 
   constructor(
     batching: MessageInitShape<typeof ModelDynamicBatchingSchema>,
-    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean; depth?: number } = {},
+    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean; depth?: number; batchSlots?: number; spread?: boolean } = {},
   ) {
-    this.instances = Array.from({ length: opts.instances ?? 1 }, () => new GatedInstance(opts.depth));
+    this.instances = Array.from({ length: opts.instances ?? 1 }, () => {
+      const i = new GatedInstance(opts.depth, opts.batchSlots);
+      i.spread = opts.spread === true;
+      return i;
+    });
     const maxBatchSize = opts.maxBatchSize ?? 8;
     const config: ModelDynamicBatching = create(ModelDynamicBatchingSchema, batching);
     if (config.preferredBatchSize.length === 0) config.preferredBatchSize = [maxBatchSize];

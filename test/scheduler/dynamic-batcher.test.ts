@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Harness, policy, request, tensor, tick, until } from './batching-fixtures.js';
+import { SPREAD_MIN_REQUESTS } from '../../src/scheduler/dynamic-batcher.js';
 
 const LONG_DELAY = 60_000_000n; // 60 s: never reached in a test; batches leave on size alone
 
@@ -548,4 +549,92 @@ test('collectFinished asks only the instances with executions in flight', async 
   await h.batcher.drain();
   h.batcher.collectFinished();
   assert.deepEqual([a!.collected, b!.collected], [1, 0]);
+});
+
+/** Submits `n` requests r0.. in one turn and lets the batcher form its batches at the end of it. */
+async function queueInOneTurn(h: Harness, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) h.submit(request(`r${i}`));
+  await tick();
+}
+
+function ids(from: number, to: number): string[] {
+  return Array.from({ length: to - from }, (_, i) => `r${from + i}`);
+}
+
+test('an idle instance that asks for it gets what is queued in two halves, running and waiting; one batch when it does not', async () => {
+  const spread = new Harness({}, { maxBatchSize: 64, depth: 2, coalesce: true, spread: true });
+  await queueInOneTurn(spread, 32);
+  const [a] = spread.instances;
+  assert.deepEqual(a!.batches, [ids(0, 16), ids(16, 32)]);
+  assert.ok(a!.spreadAsked > 0);
+  while (spread.outcomes.length < 32) {
+    if (a!.running > 0) a!.finishOne();
+    await tick();
+  }
+  assert.deepEqual(spread.order, ids(0, 32), 'answered in arrival order');
+  assert.equal(spread.stats.executionCount, 2);
+
+  const whole = new Harness({}, { maxBatchSize: 64, depth: 2, coalesce: true, spread: false });
+  await queueInOneTurn(whole, 32);
+  const [b] = whole.instances;
+  assert.deepEqual(b!.batches, [ids(0, 32)]);
+  b!.finishOne();
+  await whole.batcher.drain();
+});
+
+test('a spread leaves no batch under SPREAD_MIN_REQUESTS: fewer than twice that go whole', async () => {
+  const h = new Harness({}, { maxBatchSize: 64, depth: 2, coalesce: true, spread: true });
+  await queueInOneTurn(h, 2 * SPREAD_MIN_REQUESTS - 1);
+  const [a] = h.instances;
+  assert.deepEqual(a!.batches, [ids(0, 2 * SPREAD_MIN_REQUESTS - 1)]);
+  a!.finishOne();
+  await h.batcher.drain();
+});
+
+test('a batch of a preferred size the configuration chose goes whole, spread or not', async () => {
+  const h = new Harness({ preferredBatchSize: [32] }, { maxBatchSize: 64, depth: 2, coalesce: true, spread: true });
+  await queueInOneTurn(h, 32);
+  const [a] = h.instances;
+  assert.deepEqual(a!.batches, [ids(0, 32)]);
+  a!.finishOne();
+  await h.batcher.drain();
+});
+
+test('a busy instance is never asked to spread: its free slot takes what is queued', async () => {
+  const h = new Harness({}, { maxBatchSize: 64, depth: 2, coalesce: true, spread: true });
+  h.submit(request('first'));
+  await tick();
+  const [a] = h.instances;
+  assert.deepEqual(a!.batches, [['first']]);
+  const asked = a!.spreadAsked;
+  await queueInOneTurn(h, 20);
+  assert.deepEqual(a!.batches[1], ids(0, 20), 'the waiting slot gets all of it');
+  assert.equal(a!.spreadAsked, asked, 'one free slot: nothing to spread over');
+  while (h.outcomes.length < 21) {
+    if (a!.running > 0) a!.finishOne();
+    await tick();
+  }
+});
+
+test('an instance with more batch slots gets several waiting batches under an unbounded queue, one under a bounded one', async () => {
+  const h = new Harness({}, { maxBatchSize: 4, depth: 8, batchSlots: 4 });
+  const [a] = h.instances;
+  for (let i = 0; i < 6; i++) h.submit(request(`r${i}`));
+  // Without coalescing each arrival finds a free slot until the four are taken.
+  assert.deepEqual(a!.batches, [['r0'], ['r1'], ['r2'], ['r3']]);
+  assert.equal(h.batcher.pendingCount, 2);
+  while (h.outcomes.length < 6) {
+    if (a!.running > 0) a!.finishOne();
+    await tick();
+  }
+  assert.deepEqual(h.order, ids(0, 6));
+
+  const bounded = new Harness({ defaultQueuePolicy: policy({ maxQueueSize: 10 }) }, { maxBatchSize: 4, depth: 8, batchSlots: 4 });
+  const [b] = bounded.instances;
+  for (let i = 0; i < 6; i++) bounded.submit(request(`r${i}`));
+  assert.deepEqual(b!.batches, [['r0'], ['r1']], 'a bounded queue counts one waiting batch per instance');
+  while (bounded.outcomes.length < 6) {
+    if (b!.running > 0) b!.finishOne();
+    await tick();
+  }
 });

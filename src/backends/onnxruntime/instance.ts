@@ -15,10 +15,10 @@ import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
 import { type InlinePolicy, type InlineSession, runOverlap } from './inline.js';
-import { JsonTextPolicy } from './json-text.js';
+import { JsonTextPolicy, SPARE_CORES, processCoresUsed, spareCores } from './json-text.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
-import { ARENA_ARRAYS, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
+import { ARENA_ARRAYS, MERGED_LATER, MERGED_NOT, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -58,8 +58,17 @@ function sameDims(a: readonly number[], b: readonly number[], from: number): boo
  */
 export const ORT_MAX_IN_FLIGHT = 8;
 
+/**
+ * Batches the dynamic batcher may hand an instance at once: the session
+ * thread merges those waiting behind the running one into one run (see
+ * session-worker.ts), so what arrives while a batch runs is run together
+ * as soon as the thread is free.
+ */
+export const ORT_BATCH_SLOTS = 4;
+
 export class OnnxRuntimeInstance implements BackendInstance {
   readonly maxInFlight = ORT_MAX_IN_FLIGHT;
+  readonly batchSlots = ORT_BATCH_SLOTS;
   private readonly client: SessionClient;
   private readonly plan: ModelPlan;
   /** Where each run goes (see inline.ts); undefined: always the session thread. */
@@ -82,6 +91,22 @@ export class OnnxRuntimeInstance implements BackendInstance {
 
   collectFinished(): void {
     this.client.currentThread?.collectFinished();
+  }
+
+  /** Whether batches are being spread (see spreadBatches). */
+  private spreading = false;
+
+  /**
+   * Spread while a core is idle (spareCores, the reading the JSON text
+   * policy takes): from SPARE_CORES idle on, and on while the process keeps
+   * using more than one core (the idle core it put to work) with at least
+   * SPARE_CORES idle or so used; a machine whose cores are busy with other
+   * work ends it.
+   */
+  spreadBatches(): boolean {
+    const spare = spareCores(nowNs());
+    this.spreading = spare >= SPARE_CORES || (this.spreading && spare + Math.max(0, processCoresUsed() - 1) >= SPARE_CORES);
+    return this.spreading;
   }
 
   async execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
@@ -246,7 +271,8 @@ export class OnnxRuntimeInstance implements BackendInstance {
       runOverlap.started();
       const texts = this.jsonText.textPlan(requests, fetches);
       try {
-        outputs = await this.client.run(feeds, fetches, times, texts);
+        // A batching model's runs may be merged on the thread with those queued behind them.
+        outputs = await this.client.run(feeds, fetches, times, texts, batching && !inFiles(feeds) ? plan.maxBatchSize : 0);
       } catch (err) {
         throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
       } finally {
@@ -258,8 +284,9 @@ export class OnnxRuntimeInstance implements BackendInstance {
         timer.inputDone(BigInt(Math.round(times.startNs)));
         timer.inferDone(BigInt(Math.round(times.endNs)));
       }
-      this.jsonText.recordRun(times.pickedNs, times.doneNs, nowNs());
-      if (policy) {
+      // A merged run's time counts once (with its first run), and its size is not this run's.
+      if (times.merged !== MERGED_LATER) this.jsonText.recordRun(times.pickedNs, times.doneNs, nowNs());
+      if (policy && times.merged === MERGED_NOT) {
         const runNs = times.endNs - times.startNs;
         policy.recordRun(size, runNs);
         // With nothing before it on the thread, all but the run itself is the crossing.

@@ -56,8 +56,8 @@ export const SPARE_MIN = 0.05;
 export const SHARE_UP = 0.1;
 export const SHARE_DOWN = 0.05;
 
-/** The last reading of spareCores(), shared by every policy for a window. */
-let spare = { atNs: 0, cores: 0, idleMs: 0, totalMs: 0, processUs: 0 };
+/** The last reading of spareCores(), shared by every policy for a window (processCores: what the process used). */
+let spare = { atNs: 0, cores: 0, idleMs: 0, totalMs: 0, processUs: 0, processCores: 0 };
 
 /** The machine's cores, counted once (os.cpus() costs 150-300 µs on a virtual machine). */
 let machineCores = 0;
@@ -116,14 +116,21 @@ export function spareCores(nowNs: number): number {
   const processUs = u.user + u.system;
   const spanNs = nowNs - spare.atNs;
   let cores = 0;
+  let processCores = 0;
   if (spare.atNs > 0 && totalMs > spare.totalMs) {
     const n = machineCores === 0 ? (machineCores = cpus().length) : machineCores;
     const machineIdle = (n * (idleMs - spare.idleMs)) / (totalMs - spare.totalMs);
-    const budgetLeft = processCpuBudget() - ((processUs - spare.processUs) * 1000) / spanNs;
+    processCores = ((processUs - spare.processUs) * 1000) / spanNs;
+    const budgetLeft = processCpuBudget() - processCores;
     cores = Math.max(0, Math.min(machineIdle, budgetLeft));
   }
-  spare = { atNs: nowNs, cores, idleMs, totalMs, processUs };
+  spare = { atNs: nowNs, cores, idleMs, totalMs, processUs, processCores };
   return cores;
+}
+
+/** The cores the process used over the window of the last spareCores() reading. */
+export function processCoresUsed(): number {
+  return spare.processCores;
 }
 
 /** Datatypes whose JSON the thread formats: numbers and booleans (their text is ASCII). */

@@ -20,10 +20,13 @@ import {
   HEADER_BYTES,
   HEADER_WORDS,
   MAX_ARENAS,
+  MERGE_ROWS_WORD,
+  MERGED_NOT,
   TIMES_BYTE_OFFSET,
   TIMES_COUNT,
   TIME_APPENDED,
   TIME_DONE,
+  TIME_MERGED,
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
@@ -60,12 +63,19 @@ export class RunTimes {
   endNs = 0;
   /** The worker had written the results (and formatted the texts asked for). */
   doneNs = 0;
+  /**
+   * MERGED_NOT, or how the worker merged the run with others queued behind
+   * it into one session run (see worker-protocol.ts): the times are then the
+   * merged run's.
+   */
+  merged = MERGED_NOT;
 
   setWorkerTimes(t: ArrayLike<number>): void {
     this.pickedNs = t[0]!;
     this.startNs = t[1]!;
     this.endNs = t[2]!;
     this.doneNs = t[TIME_DONE]!;
+    this.merged = t[TIME_MERGED] ?? MERGED_NOT;
   }
 }
 
@@ -217,9 +227,12 @@ export class SessionClient {
    * Runs are started in the order they are given. `times`, when given, is
    * filled in with the run's timestamps. `texts`: outputs whose JSON text
    * the thread formats too (WireTensor.texts; a text that does not fit
-   * comes back missing, and the caller formats it).
+   * comes back missing, and the caller formats it). `mergeRows` > 0: every
+   * input and output is batched along dim 0, and the thread may merge the
+   * run with runs queued behind it into one session run of at most that many
+   * rows (each still gets its own rows of the outputs).
    */
-  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes, texts?: TextPlan): Promise<readonly WireTensor[]> {
+  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes, texts?: TextPlan, mergeRows = 0): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
     const thread = this.thread!;
     const words = this.headerWords(feeds, fetches);
@@ -228,6 +241,7 @@ export class SessionClient {
     const arena = this.takeArena(thread, feeds);
     try {
       this.writeRun(thread, arena, feeds, fetches, texts);
+      arena.header[MERGE_ROWS_WORD] = mergeRows;
     } catch (err) {
       arena.letGoOfFiles();
       this.freeArenas.push(arena);

@@ -22,6 +22,10 @@ import {
   HEADER_BYTES,
   HEADER_WORDS,
   MAX_TEXT_BYTES,
+  MERGED_FIRST,
+  MERGED_LATER,
+  MERGED_NOT,
+  MERGE_ROWS_WORD,
   RING_BASE,
   RING_CONTROL,
   RING_MASK,
@@ -34,6 +38,7 @@ import {
   TIMES_COUNT,
   TIME_APPENDED,
   TIME_DONE,
+  TIME_MERGED,
   USABLE_HEADER_WORDS,
   alignUp,
   arenaTypeCode,
@@ -165,7 +170,8 @@ function catchUp(): void {
  *   as a spinning thread takes a core the event loop needs;
  * - it dozes in timed waits on the ring's tail for DOZE_MICROS: the main
  *   thread notifies it when it appends (a cheaper wake-up than a message),
- *   and a doze step that runs out finds the entry anyway;
+ *   and a doze step that runs out finds the entry anyway; then it dozes on
+ *   in one wait of LONG_DOZE_MS, which costs it nothing;
  * - it sleeps in its event loop until the main thread posts WAKE.
  * An idle worker thus costs a little CPU for about 2 ms after its last run,
  * and none after that.
@@ -173,6 +179,8 @@ function catchUp(): void {
 const SPIN_MICROS = init.spinMicros;
 const DOZE_MICROS = 2000;
 const DOZE_STEP_MS = 0.1;
+/** After the short doze steps, one wait of this long (ms) before the worker sleeps. */
+const LONG_DOZE_MS = 50;
 
 /**
  * The busy-wait pays only when the next run usually comes within it: while
@@ -215,6 +223,11 @@ function awaitEntry(head: number): boolean {
       break;
     }
   } while (performance.now() < end);
+  // Then one long doze, which costs this thread nothing while it lasts: the
+  // main thread's notification costs it far less than the message that wakes
+  // a sleeping worker (a closed loop whose batch takes the event loop a few
+  // milliseconds to answer and refill found the worker asleep after most runs).
+  if (!got) got = Atomics.wait(control, C_TAIL, head, LONG_DOZE_MS) !== 'timed-out';
   Atomics.store(control, C_STATE, STATE_AWAKE);
   return got || Atomics.load(control, C_TAIL) !== head;
 }
@@ -283,7 +296,13 @@ async function serve(): Promise<void> {
         const msg = controls.shift();
         if (msg !== undefined) await runControl(msg);
       } else {
-        await runEntry(entry, nowNs());
+        const merge = mergeGroup(entry, head);
+        if (merge === undefined) await runEntry(entry, nowNs());
+        else {
+          head = (head + merge.arenas.length - 1) | 0;
+          await runMerged(merge, nowNs());
+          Atomics.add(control, C_DONE, merge.arenas.length - 1);
+        }
       }
       Atomics.store(control, C_RUNNING, 0);
       Atomics.add(control, C_DONE, 1);
@@ -315,6 +334,7 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
   const h = arena.header;
   const times = arena.times;
   times[0] = pickNs;
+  times[TIME_MERGED] = MERGED_NOT;
   let fetches: string[];
   let results: ort.InferenceSession.OnnxValueMapType;
   let textsAt: number;
@@ -373,6 +393,207 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
     times[TIME_DONE] = nowNs();
     post(ringEntry(slot, arena.index));
   }
+}
+
+/**
+ * Runs queued behind each other for one session of a model that batches
+ * along dim 0 are merged into one session run: the thread takes every run
+ * the event loop handed it while the previous one ran, so the batch is
+ * formed when the thread is free to run it, from all that arrived meanwhile,
+ * instead of the event loop fixing it beforehand (one batch running and one
+ * waiting left the thread idle whenever the loop had not yet handed over the
+ * next batch when the waiting one ended). Each run still gets its own rows
+ * of the outputs, its own texts and its own completion, as if run alone.
+ * Runs merge when the first allows it (MERGE_ROWS_WORD), they hold the same
+ * inputs (names, types, dims after the first) and fetches, no input lies in
+ * a file, and the rows stay within the first's limit (the model's
+ * max_batch_size). A merged run that fails, or whose outputs are not batched
+ * along dim 0 as its inputs were, is made again run by run, so errors and
+ * results stay each run's own.
+ */
+interface RunShape {
+  readonly rows: number;
+  readonly names: readonly number[];
+  readonly codes: readonly number[];
+  readonly offsets: readonly number[];
+  readonly lengths: readonly number[];
+  readonly dims: readonly (readonly number[])[];
+  readonly fetchIds: readonly number[];
+  readonly textsAt: number;
+}
+
+interface MergeGroup {
+  readonly session: ort.InferenceSession;
+  readonly slot: number;
+  readonly names: readonly string[];
+  readonly arenas: readonly Arena[];
+  readonly shapes: readonly RunShape[];
+  readonly rows: number;
+}
+
+/** The inputs and fetches of an arena's run header; undefined when it cannot merge (file parts, no batch dim). */
+function runShape(h: Int32Array): RunShape | undefined {
+  const nFeeds = h[0]!;
+  if (nFeeds === 0) return undefined;
+  const names: number[] = [];
+  const codes: number[] = [];
+  const offsets: number[] = [];
+  const lengths: number[] = [];
+  const dims: number[][] = [];
+  let rows = -1;
+  let p = 1;
+  for (let i = 0; i < nFeeds; i++) {
+    const nd = h[p + 4]!;
+    const d = Array.from(h.subarray(p + 5, p + 5 + nd));
+    if (nd === 0 || h[p + 5 + nd] !== 0) return undefined;
+    if (rows < 0) rows = d[0]!;
+    else if (d[0] !== rows) return undefined;
+    names.push(h[p]!);
+    codes.push(h[p + 1]!);
+    offsets.push(h[p + 2]!);
+    lengths.push(h[p + 3]!);
+    dims.push(d);
+    p += 6 + nd;
+  }
+  const nFetches = h[p++]!;
+  const fetchIds = Array.from(h.subarray(p, p + nFetches));
+  return { rows, names, codes, offsets, lengths, dims, fetchIds, textsAt: p + nFetches };
+}
+
+function sameRun(a: RunShape, b: RunShape): boolean {
+  if (a.names.length !== b.names.length || a.fetchIds.length !== b.fetchIds.length) return false;
+  for (let i = 0; i < a.names.length; i++) {
+    if (a.names[i] !== b.names[i] || a.codes[i] !== b.codes[i]) return false;
+    const x = a.dims[i]!;
+    const y = b.dims[i]!;
+    if (x.length !== y.length) return false;
+    for (let d = 1; d < x.length; d++) if (x[d] !== y[d]) return false;
+  }
+  for (let i = 0; i < a.fetchIds.length; i++) if (a.fetchIds[i] !== b.fetchIds[i]) return false;
+  return true;
+}
+
+/** The runs queued from `head` on that merge with `entry` (just taken from the ring), or undefined when none does. */
+function mergeGroup(entry: number, head: number): MergeGroup | undefined {
+  const arenaIndex = entryArena(entry);
+  if (arenaIndex < 0 || Atomics.load(control, C_TAIL) === head) return undefined;
+  const slot = entrySession(entry);
+  const s = sessions.get(slot);
+  const first = s?.arenas[arenaIndex];
+  if (s?.session === undefined || first === undefined) return undefined;
+  const limit = first.header[MERGE_ROWS_WORD]!;
+  if (limit <= 0) return undefined;
+  const shape = runShape(first.header);
+  if (shape === undefined || shape.rows >= limit) return undefined;
+  const arenas = [first];
+  const shapes = [shape];
+  let rows = shape.rows;
+  for (let at = head; Atomics.load(control, C_TAIL) !== at; at = (at + 1) | 0) {
+    const next = control[RING_BASE + (at & RING_MASK)]!;
+    if (next === RING_CONTROL || entrySession(next) !== slot || entryArena(next) < 0) break;
+    // The arena (new or grown) and names of that run were sent before it was appended.
+    catchUp();
+    const arena = s.arenas[entryArena(next)];
+    if (arena === undefined || arena.header[MERGE_ROWS_WORD] !== limit) break;
+    const other = runShape(arena.header);
+    if (other === undefined || rows + other.rows > limit || !sameRun(shape, other)) break;
+    arenas.push(arena);
+    shapes.push(other);
+    rows += other.rows;
+  }
+  return arenas.length > 1 ? { session: s.session, slot, names: s.names, arenas, shapes, rows } : undefined;
+}
+
+async function runMerged(g: MergeGroup, pickNs: number): Promise<void> {
+  const first = g.shapes[0]!;
+  const lead = g.arenas[0]!;
+  noteGap(lead.times[TIME_APPENDED]!);
+  Atomics.store(control, C_RUNNING, g.slot + 1);
+  const fetches = first.fetchIds.map((id) => g.names[id]!);
+  let results: ort.InferenceSession.OnnxValueMapType | undefined;
+  let startNs = 0;
+  let endNs = 0;
+  try {
+    const inputs: Record<string, ort.Tensor> = {};
+    for (let i = 0; i < first.names.length; i++) {
+      let total = 0;
+      for (const sh of g.shapes) total += sh.lengths[i]!;
+      const scratch = lead.scratchFor(i, total);
+      const target = new Uint8Array(scratch, 0, total);
+      let at = 0;
+      for (let k = 0; k < g.arenas.length; k++) {
+        const off = g.shapes[k]!.offsets[i]!;
+        const len = g.shapes[k]!.lengths[i]!;
+        target.set(g.arenas[k]!.bytes.subarray(off, off + len), at);
+        at += len;
+      }
+      const code = first.codes[i]!;
+      const Ctor = ARENA_ARRAYS[code]!;
+      const dims = [g.rows, ...first.dims[i]!.slice(1)];
+      inputs[g.names[first.names[i]!]!] = new ort.Tensor(ARENA_TYPES[code]!, new Ctor(scratch, 0, total / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType, dims);
+    }
+    startNs = nowNs();
+    results = await g.session.run(inputs, fetches);
+    endNs = nowNs();
+  } catch {
+    results = undefined;
+  }
+  if (results === undefined || !batchedOutputs(results, fetches, g.rows)) {
+    // Each run alone, so that each gets its own outcome.
+    for (const arena of g.arenas) await runArena(g.session, g.slot, g.names, arena, nowNs());
+    return;
+  }
+  let row = 0;
+  for (let k = 0; k < g.arenas.length; k++) {
+    const arena = g.arenas[k]!;
+    const rows = g.shapes[k]!.rows;
+    const own = rowsOf(results, fetches, row, rows);
+    row += rows;
+    const times = arena.times;
+    times[0] = pickNs;
+    times[1] = startNs;
+    times[2] = endNs;
+    const merged = k === 0 ? MERGED_FIRST : MERGED_LATER;
+    times[TIME_MERGED] = merged;
+    // Read before the outputs' entries overwrite the run header.
+    const texts = readTextPlan(arena.header, g.shapes[k]!.textsAt);
+    if (!writeOutputs(arena, fetches, own, texts)) {
+      const copies: Record<string, ort.Tensor> = {};
+      for (const name of fetches) {
+        const t = own[name] as ort.Tensor;
+        copies[name] = { ...t, data: (t.data as Float32Array).slice() } as unknown as ort.Tensor;
+      }
+      sendCloned(g.slot, -1 - arena.index, fetches, copies, [pickNs, startNs, endNs, 0, 0, merged], texts);
+    } else {
+      times[TIME_DONE] = nowNs();
+      post(ringEntry(g.slot, arena.index));
+    }
+  }
+}
+
+/** Every output is numeric with dim 0 of `rows` (batched as the inputs were). */
+function batchedOutputs(results: ort.InferenceSession.OnnxValueMapType, fetches: readonly string[], rows: number): boolean {
+  for (const name of fetches) {
+    const t = results[name] as ort.Tensor | undefined;
+    if (t === undefined || arenaTypeCode(t.type) < 0 || t.dims.length === 0 || t.dims[0] !== rows) return false;
+  }
+  return true;
+}
+
+/** Rows `from` .. `from + rows` of every output, as tensors over the same memory. */
+function rowsOf(results: ort.InferenceSession.OnnxValueMapType, fetches: readonly string[], from: number, rows: number): ort.InferenceSession.OnnxValueMapType {
+  const out: Record<string, ort.Tensor> = {};
+  for (const name of fetches) {
+    const t = results[name] as ort.Tensor;
+    const data = t.data as ArrayBufferView;
+    const Ctor = ARENA_ARRAYS[arenaTypeCode(t.type)]!;
+    let rowElements = 1;
+    for (let d = 1; d < t.dims.length; d++) rowElements *= t.dims[d]!;
+    const count = rows * rowElements;
+    const view = new Ctor(data.buffer, data.byteOffset + from * rowElements * Ctor.BYTES_PER_ELEMENT, count);
+    out[name] = { type: t.type, dims: [rows, ...t.dims.slice(1)], data: view, size: count } as unknown as ort.Tensor;
+  }
+  return out;
 }
 
 /** A TextRequest as read from a run header or a cloned run (see worker-protocol.ts). */

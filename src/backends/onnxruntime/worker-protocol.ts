@@ -284,11 +284,26 @@ export const HEADER_BYTES = HEADER_WORDS * 4;
  * the ring, at TIME_APPENDED). Run and result headers use the words before
  * them. A cloned result carries the worker's four.
  */
-export const TIMES_COUNT = 5;
+export const TIMES_COUNT = 6;
 export const TIME_DONE = 3;
 export const TIME_APPENDED = 4;
+/**
+ * Not a time: how the worker ran the arena's run (MERGED_NOT, or one of
+ * several runs it merged into one session run: MERGED_FIRST for the first,
+ * whose timestamps stand for the session run, MERGED_LATER for the others).
+ */
+export const TIME_MERGED = 5;
+export const MERGED_NOT = 0;
+export const MERGED_FIRST = 1;
+export const MERGED_LATER = 2;
 export const TIMES_BYTE_OFFSET = HEADER_BYTES - 8 * TIMES_COUNT;
-export const USABLE_HEADER_WORDS = TIMES_BYTE_OFFSET / 4;
+/**
+ * The run header word before the timestamps (main -> worker): the most rows
+ * (dim 0 summed over runs) the worker may run at once by merging this run
+ * with the runs after it in the ring; 0: never merged. See session-worker.ts.
+ */
+export const MERGE_ROWS_WORD = TIMES_BYTE_OFFSET / 4 - 1;
+export const USABLE_HEADER_WORDS = MERGE_ROWS_WORD;
 
 /** hrtime in ns as a number (exact to well past a century of uptime). */
 export function nowNs(): number {

@@ -2,7 +2,22 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
-import { C_DONE, RING_SIZE, RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
+import {
+  C_DONE,
+  MERGED_FIRST,
+  MERGED_LATER,
+  MERGED_NOT,
+  RING_SIZE,
+  RunFeed,
+  SLICE_FORMAT,
+  TextPlan,
+  TextRequest,
+  arenaTypeCode,
+  sliceWord,
+  type WireTensor,
+} from '../../../src/backends/onnxruntime/worker-protocol.js';
+import { DATATYPES } from '../../../src/tensor/datatype.js';
+import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
 import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
 import { TempDir } from './fixtures.js';
 
@@ -205,4 +220,121 @@ test('collectFinished takes in a finished run before the event loop turns: its p
   // And the ordinary path still answers the next run.
   const [y] = await client.run([f32Feed('INPUT0', ramp(3, 7))], ['OUTPUT0']);
   assert.deepEqual(floats(y), [7, 8, 9]);
+});
+
+/** y = x + [10, 20, 30] over rows of 3 (batched along dim 0). */
+function addRowModel(): OnnxModelBuilder {
+  const b = new OnnxModelBuilder();
+  b.input('x', 'FP32', ['n', 3]);
+  b.output('y', 'FP32', ['n', 3]);
+  b.initializer('c', 'FP32', [3], new Float32Array([10, 20, 30]));
+  b.node('Add', ['x', 'c'], ['y']);
+  return b;
+}
+
+function rowsFeed(rows: number, from: number): RunFeed {
+  return f32Feed('x', ramp(rows * 3, from), [rows, 3]);
+}
+
+function plusRow(x: Float32Array): number[] {
+  return [...x].map((v, i) => v + [10, 20, 30][i % 3]!);
+}
+
+/**
+ * Hands the thread a long run, then `runs` more right behind it (in one
+ * synchronous stretch, while the long one runs); resolves with each later
+ * run's outputs and times.
+ */
+async function queuedBehindLongRun(
+  client: SessionClient,
+  runs: Array<{ feed: RunFeed; texts?: TextPlan }>,
+  mergeRows: number,
+): Promise<Array<{ out: readonly WireTensor[]; times: RunTimes }>> {
+  const long = client.run([rowsFeed(200_000, 0)], ['y'], undefined, undefined, mergeRows);
+  const later = runs.map(({ feed, texts }) => {
+    const times = new RunTimes();
+    return client.run([feed], ['y'], times, texts, mergeRows).then((out) => ({ out, times }));
+  });
+  await long;
+  return Promise.all(later);
+}
+
+test('runs queued behind each other are merged into one session run, each getting its own rows', async () => {
+  const client = await start('add_row_merge', addRowModel());
+  const inputs = [2, 1, 3, 2].map((rows, k) => ramp(rows * 3, 100 * k));
+  let merged = false;
+  for (let attempt = 0; attempt < 10 && !merged; attempt++) {
+    const got = await queuedBehindLongRun(client, inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]) })), 64);
+    got.forEach(({ out }, k) => {
+      assert.deepEqual(out[0]!.dims, [inputs[k]!.length / 3, 3]);
+      assert.deepEqual(floats(out[0]), plusRow(inputs[k]!));
+    });
+    const flags = got.map(({ times }) => times.merged);
+    if (flags.some((f) => f !== MERGED_NOT)) {
+      merged = true;
+      // The first of a merge carries its time, the others are marked as later; all share one session run.
+      const first = flags.indexOf(MERGED_FIRST);
+      assert.ok(first >= 0);
+      for (let k = first + 1; k < flags.length && flags[k] === MERGED_LATER; k++) assert.equal(got[k]!.times.startNs, got[first]!.times.startNs);
+    }
+  }
+  assert.ok(merged, 'runs queued behind a long one merged at least once in ten tries');
+});
+
+test('runs are not merged without mergeRows, nor beyond it, nor with other shapes', async () => {
+  const client = await start('add_row_nomerge', addRowModel());
+  const alone = await queuedBehindLongRun(client, [{ feed: rowsFeed(2, 0) }, { feed: rowsFeed(2, 6) }, { feed: rowsFeed(2, 12) }], 0);
+  assert.deepEqual(alone.map(({ times }) => times.merged), [MERGED_NOT, MERGED_NOT, MERGED_NOT]);
+
+  // At most 4 rows per session run: 3 + 3 never merge, 2 + 2 may.
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const got = await queuedBehindLongRun(client, [{ feed: rowsFeed(3, 0) }, { feed: rowsFeed(3, 9) }, { feed: rowsFeed(2, 18) }, { feed: rowsFeed(2, 24) }], 4);
+    const runs = new Map<number, number>();
+    got.forEach(({ times }, k) => runs.set(times.startNs, (runs.get(times.startNs) ?? 0) + [3, 3, 2, 2][k]!));
+    for (const rows of runs.values()) assert.ok(rows <= 4, `a session run of ${rows} rows`);
+    assert.deepEqual(floats(got[3]!.out[0]), plusRow(ramp(6, 24)));
+  }
+
+  // Another input shape after the batch dim never joins.
+  const other = await start('identity_merge_shapes', buildIdentityModel([{ name: 'x', datatype: 'FP32', shape: ['n', 'k'] }]));
+  const a = ramp(4, 0);
+  const b = ramp(6, 50);
+  const [ra, rb] = await Promise.all([
+    other.run([f32Feed('x', a, [2, 2])], ['OUTPUT0'], undefined, undefined, 64),
+    other.run([f32Feed('x', b, [2, 3])], ['OUTPUT0'], undefined, undefined, 64),
+  ]);
+  assert.deepEqual(ra![0]!.dims, [2, 2]);
+  assert.deepEqual(floats(ra![0]), [...a]);
+  assert.deepEqual(rb![0]!.dims, [2, 3]);
+  assert.deepEqual(floats(rb![0]), [...b]);
+});
+
+test('a merged run whose outputs are not batched along dim 0 is made again run by run', async () => {
+  const b = new OnnxModelBuilder();
+  b.input('x', 'FP32', ['n', 3]);
+  b.output('y', 'FP32', [1, 3]);
+  b.initializer('axes', 'INT64', [1], new BigInt64Array([0n]));
+  b.node('ReduceSum', ['x', 'axes'], ['y'], { keepdims: { i: 1 } });
+  const client = await start('reduce_rows', b);
+  const inputs = [ramp(6, 0), ramp(3, 40), ramp(9, 7)];
+  const sums = inputs.map((x) => [0, 1, 2].map((c) => [...x].filter((_, i) => i % 3 === c).reduce((s, v) => s + v, 0)));
+  const long = client.run([f32Feed('x', ramp(300_000, 0), [100_000, 3])], ['y'], undefined, undefined, 64);
+  const got = await Promise.all(inputs.map((x) => client.run([f32Feed('x', x, [x.length / 3, 3])], ['y'], undefined, undefined, 64)));
+  await long;
+  got.forEach((out, k) => {
+    assert.deepEqual(out[0]!.dims, [1, 3]);
+    assert.deepEqual(floats(out[0]), sums[k]);
+  });
+});
+
+test('each run of a merge gets the JSON texts it asked for, of its own rows', async () => {
+  const client = await start('add_row_texts', addRowModel());
+  const fp32 = DATATYPES.findIndex((d) => d.name === 'FP32');
+  const plan = (rows: number) => new TextPlan([new TextRequest(0, fp32, arenaTypeCode('float32'), true, [sliceWord(rows, SLICE_FORMAT)])], 16384);
+  const inputs = [ramp(6, 0.5), ramp(3, 7.25), ramp(9, -3)];
+  const got = await queuedBehindLongRun(client, inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]), texts: plan(x.length / 3) })), 64);
+  got.forEach(({ out }, k) => {
+    const expected = encodeJsonTensorData('y', 'FP32', bytes(new Float32Array(plusRow(inputs[k]!))), inputs[k]!.length);
+    assert.deepEqual(out[0]!.texts, [expected]);
+  });
 });
