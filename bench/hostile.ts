@@ -24,7 +24,9 @@
  * HOSTILE_NODE_ARGS: extra node options for the server (--heapsnapshot-signal=SIGUSR2
  * takes a snapshot at the start and after the storm). MALLOC_*, GLIBC_TUNABLES and
  * NEREID_MALLOC_TUNING pass through; the server is started as `nereid serve` is, so on a
- * Node with process.execve it runs with the malloc tunables that sets (the first line says which).
+ * Node with process.execve it runs with the malloc tunables and the young generation's cap that
+ * sets (the first line says which; a --max-semi-space-size in HOSTILE_NODE_ARGS or NODE_OPTIONS
+ * replaces the cap, =0 for V8's own sizing).
  */
 import { existsSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -209,6 +211,16 @@ function mallocSetting(pid: number): string {
   return vars.length === 0 ? 'glibc defaults' : vars.join(' ');
 }
 
+/** The young generation's sizing options on the server's command line (after a re-execution by nereid serve, what it added). */
+function youngGenerationSetting(pid: number): string {
+  const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  const opts = args.filter((a) => /^--(?:(?:max|min)[-_]semi[-_]space[-_]size|max[-_]heap[-_]size)/.test(a));
+  const fromEnv = readFileSync(`/proc/${pid}/environ`, 'utf8')
+    .split('\0')
+    .find((v) => v.startsWith('NODE_OPTIONS='));
+  return [...opts, ...(fromEnv === undefined ? [] : [fromEnv])].join(' ') || "V8's own sizing";
+}
+
 function signed(v: number): string {
   return (v >= 0 ? '+' : '') + v.toFixed(1);
 }
@@ -312,7 +324,7 @@ async function main(): Promise<void> {
     nodeArgs: ['--import', pathToFileURL(path.join(DIST, 'bench', 'memory-probe.js')).href, ...SERVER_NODE_ARGS],
   });
   const pid = server.proc.child.pid!;
-  console.log(`server: Node ${process.versions.node}, malloc ${mallocSetting(pid)}`);
+  console.log(`server: Node ${process.versions.node}, malloc ${mallocSetting(pid)}, young generation ${youngGenerationSetting(pid)}`);
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const snapshot = (): void => {
     if (SERVER_NODE_ARGS.some((a) => a.startsWith('--heapsnapshot-signal'))) process.kill(pid, 'SIGUSR2');

@@ -19,6 +19,14 @@
  * NEREID_MALLOC_TUNING=off keeps glibc's defaults. Node 20 cannot replace its
  * own process image (process.execve arrived in 22.15 and 23.11): there the
  * tunables have to come from the environment.
+ *
+ * The same re-execution caps V8's young generation (--max-semi-space-size).
+ * Node 24's engine sizes each semi-space up to 64 MiB by itself and grows
+ * towards that in steps whenever more objects than usual survive a scavenge
+ * (a hiccup under steady load is enough), and keeps what it grew: resident
+ * memory under a constant load climbs by tens of MiB in steps over minutes.
+ * A semi-space flag of the user's (command line or NODE_OPTIONS, 0 meaning
+ * V8's own sizing) or --max-heap-size wins.
  */
 
 /** The threshold set: glibc's own starting value, kept fixed. */
@@ -29,6 +37,12 @@ export const NEREID_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYT
 export const OPT_OUT_VAR = 'NEREID_MALLOC_TUNING';
 /** Marks the re-executed process; its value is GLIBC_TUNABLES as the user had it ('' when unset). */
 const MARK_VAR = 'NEREID_MALLOC_TUNED';
+/** The largest semi-space of V8's young generation (MiB) that nereid starts the server with. */
+export const SEMI_SPACE_MB = 4;
+/** The V8 option nereid adds on re-execution. */
+export const NEREID_V8_FLAG = `--max-semi-space-size=${SEMI_SPACE_MB}`;
+/** Marks a re-executed process whose V8 option nereid added. */
+const V8_MARK_VAR = 'NEREID_SEMI_SPACE_CAPPED';
 
 type Execve = (file: string, args: readonly string[], env: NodeJS.ProcessEnv) => never;
 
@@ -40,7 +54,7 @@ export interface AllocatorFacts {
 }
 
 export type AllocatorPlan =
-  | { readonly kind: 'reexec'; readonly env: NodeJS.ProcessEnv }
+  | { readonly kind: 'reexec'; readonly env: NodeJS.ProcessEnv; readonly execArgv: readonly string[] }
   | { readonly kind: 'keep' };
 
 /** The user's own malloc setting, if any: a MALLOC_* variable, a glibc.malloc tunable, or another allocator preloaded. */
@@ -59,16 +73,47 @@ function optedOut(env: NodeJS.ProcessEnv): boolean {
   return (env[OPT_OUT_VAR] ?? '').toLowerCase() === 'off';
 }
 
-/** What to do at start: re-execute with the tunables set, or run as is. */
-export function planAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts): AllocatorPlan {
-  if (env[MARK_VAR] !== undefined || optedOut(env) || userSetting(env) !== undefined) return { kind: 'keep' };
+/** The user's own young-generation sizing, if any: a semi-space option or --max-heap-size, on the command line or in NODE_OPTIONS. */
+export function userYoungGeneration(env: NodeJS.ProcessEnv, execArgv: readonly string[]): string | undefined {
+  const options = [...execArgv, ...(env['NODE_OPTIONS'] ?? '').split(/\s+/)];
+  return options.find((o) => /^--(?:(?:max|min)-semi-space-size|max-heap-size)(?:=|$)/.test(o.replace(/_/g, '-')));
+}
+
+function mallocPlanned(env: NodeJS.ProcessEnv, f: AllocatorFacts): boolean {
+  return env[MARK_VAR] === undefined && !optedOut(env) && userSetting(env) === undefined && f.platform === 'linux' && f.glibc !== undefined;
+}
+
+/**
+ * What to do at start: re-execute with the malloc tunables and the young generation's cap
+ * (whichever of the two the user has not set), or run as is.
+ */
+export function planAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts, execArgv: readonly string[] = []): AllocatorPlan {
+  if (env[MARK_VAR] !== undefined || env[V8_MARK_VAR] !== undefined) return { kind: 'keep' };
   const f = facts();
-  if (f.platform !== 'linux' || f.glibc === undefined || !f.canReexec) return { kind: 'keep' };
-  const before = env['GLIBC_TUNABLES'];
-  return {
-    kind: 'reexec',
-    env: { ...env, GLIBC_TUNABLES: before === undefined || before === '' ? NEREID_TUNABLES : `${before}:${NEREID_TUNABLES}`, [MARK_VAR]: before ?? '' },
-  };
+  if (!f.canReexec) return { kind: 'keep' };
+  const malloc = mallocPlanned(env, f);
+  const v8 = userYoungGeneration(env, execArgv) === undefined;
+  if (!malloc && !v8) return { kind: 'keep' };
+  const out: NodeJS.ProcessEnv = { ...env };
+  if (malloc) {
+    const before = env['GLIBC_TUNABLES'];
+    out['GLIBC_TUNABLES'] = before === undefined || before === '' ? NEREID_TUNABLES : `${before}:${NEREID_TUNABLES}`;
+    out[MARK_VAR] = before ?? '';
+  }
+  if (v8) out[V8_MARK_VAR] = '1';
+  return { kind: 'reexec', env: out, execArgv: v8 ? [NEREID_V8_FLAG, ...execArgv] : [...execArgv] };
+}
+
+/** One line for the start-up log: the young generation's sizing this process runs with, and why. */
+export function describeYoungGeneration(env: NodeJS.ProcessEnv, execArgv: readonly string[], canReexec: boolean): string {
+  if (env[V8_MARK_VAR] !== undefined) {
+    return `V8 young generation: semi-spaces up to ${SEMI_SPACE_MB} MiB (${NEREID_V8_FLAG}, set by nereid at start; NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing)`;
+  }
+  const user = userYoungGeneration(env, execArgv);
+  if (user !== undefined) return `V8 young generation: as the options set it (${user}); nereid adds nothing`;
+  return canReexec
+    ? "V8 young generation: V8's own sizing"
+    : `V8 young generation: V8's own sizing (Node ${process.versions.node} cannot re-execute itself in place; NODE_OPTIONS=${NEREID_V8_FLAG} caps it)`;
 }
 
 /** One line for the start-up log: which malloc setting this process runs with, and why. */
@@ -106,25 +151,26 @@ export function processFacts(): AllocatorFacts {
 }
 
 /**
- * Re-executes this process in place with the threshold set, when the plan says
- * so (this call then does not return). Otherwise returns the line to log, and
- * takes the variables nereid set out of the environment its children inherit
- * (a Python stub gets the user's environment, not nereid's tuning).
+ * Re-executes this process in place with the threshold and the young generation's
+ * cap set, when the plan says so (this call then does not return). Otherwise returns
+ * the lines to log, and takes the variables nereid set out of the environment its
+ * children inherit (a Python stub gets the user's environment, not nereid's tuning).
  */
-export function applyAllocatorTuning(): string {
+export function applyAllocatorTuning(): string[] {
   let cached: AllocatorFacts | undefined;
   const facts = (): AllocatorFacts => (cached ??= processFacts());
-  const plan = planAllocator(process.env, facts);
+  const plan = planAllocator(process.env, facts, process.execArgv);
   if (plan.kind === 'reexec') {
     const execve = (process as { execve?: Execve }).execve!;
-    execve(process.execPath, [process.execPath, ...process.execArgv, ...process.argv.slice(1)], plan.env);
+    execve(process.execPath, [process.execPath, ...plan.execArgv, ...process.argv.slice(1)], plan.env);
   }
-  const line = describeAllocator(process.env, facts);
+  const lines = [describeAllocator(process.env, facts), describeYoungGeneration(process.env, process.execArgv, facts().canReexec)];
   const before = process.env[MARK_VAR];
   if (before !== undefined) {
     delete process.env[MARK_VAR];
     if (before === '') delete process.env['GLIBC_TUNABLES'];
     else process.env['GLIBC_TUNABLES'] = before;
   }
-  return line;
+  delete process.env[V8_MARK_VAR];
+  return lines;
 }

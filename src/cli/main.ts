@@ -14,7 +14,7 @@ Run 'nereid <command> --help' for a command's flags.
 
 /** Serving starts with the allocator tuned (which may re-execute this process), before the server's modules load. */
 async function serve(argv: string[]): Promise<number> {
-  const allocator = argv.includes('--help') || argv.includes('-h') ? undefined : applyAllocatorTuning();
+  const allocator = argv.includes('--help') || argv.includes('-h') ? [] : applyAllocatorTuning();
   const { runServe } = await import('./serve.js');
   return runServe(argv, allocator);
 }

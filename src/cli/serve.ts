@@ -450,8 +450,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   return { server, ports, shutdown };
 }
 
-/** `allocator`: the malloc setting in effect, logged once at start (see cli/allocator.ts). */
-export async function runServe(argv: readonly string[], allocator?: string): Promise<number> {
+/** `allocator`: the malloc and young-generation settings in effect, logged once at start (see cli/allocator.ts). */
+export async function runServe(argv: readonly string[], allocator: readonly string[] = []): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(SERVE_HELP);
     return 0;
@@ -470,7 +470,7 @@ export async function runServe(argv: readonly string[], allocator?: string): Pro
     format: cfg.log.format,
     destination: cfg.log.file ?? 2,
   });
-  if (allocator !== undefined) logger.info(allocator);
+  for (const line of allocator) logger.info(line);
   let running: RunningServer;
   try {
     running = await startServing(cfg, logger);

@@ -1,20 +1,76 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { type AllocatorFacts, NEREID_TUNABLES, describeAllocator, planAllocator, processFacts } from '../../src/cli/allocator.js';
+import {
+  type AllocatorFacts,
+  NEREID_TUNABLES,
+  NEREID_V8_FLAG,
+  describeAllocator,
+  describeYoungGeneration,
+  planAllocator,
+  processFacts,
+  userYoungGeneration,
+} from '../../src/cli/allocator.js';
 import { TempRepository } from '../helpers/repository.js';
 import { LOOPBACK_PORTS, startServe } from '../helpers/serve-process.js';
 
 const GLIBC_LINUX: AllocatorFacts = { platform: 'linux', glibc: '2.36', canReexec: true };
 const facts = (f: Partial<AllocatorFacts> = {}) => () => ({ ...GLIBC_LINUX, ...f });
 
+/** A user's own young-generation option, so that a test of the malloc part sees the malloc part alone. */
+const OWN_SEMI = ['--max-semi-space-size=16'];
+
 test('on Linux with glibc and an untouched environment, serve re-executes with the fixed mmap threshold and huge pages', () => {
-  const plan = planAllocator({ PATH: '/usr/bin' }, facts());
+  const plan = planAllocator({ PATH: '/usr/bin' }, facts(), OWN_SEMI);
   assert.equal(plan.kind, 'reexec');
   assert.equal(plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'], 'glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=1');
   assert.equal(plan.kind === 'reexec' && plan.env['PATH'], '/usr/bin');
+  assert.deepEqual(plan.kind === 'reexec' && plan.execArgv, OWN_SEMI);
   // The re-executed process does not plan again.
-  assert.equal(planAllocator(plan.kind === 'reexec' ? plan.env : {}, facts()).kind, 'keep');
+  assert.equal(planAllocator(plan.kind === 'reexec' ? plan.env : {}, facts(), OWN_SEMI).kind, 'keep');
+});
+
+test("serve caps V8's semi-spaces on re-execution, ahead of the process's own options, and does not plan again", () => {
+  const plan = planAllocator({}, facts(), ['--import', 'probe.js']);
+  assert.equal(plan.kind, 'reexec');
+  if (plan.kind !== 'reexec') return;
+  assert.equal(NEREID_V8_FLAG, '--max-semi-space-size=4');
+  assert.deepEqual(plan.execArgv, [NEREID_V8_FLAG, '--import', 'probe.js']);
+  assert.equal(plan.env['GLIBC_TUNABLES'], NEREID_TUNABLES);
+  assert.deepEqual(planAllocator(plan.env, facts(), plan.execArgv), { kind: 'keep' });
+  assert.match(describeYoungGeneration(plan.env, plan.execArgv, true), /semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start; NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing\)/);
+});
+
+test("the user's own young-generation option wins (command line or NODE_OPTIONS, dashes or underscores, --max-heap-size too)", () => {
+  for (const [env, execArgv, named] of [
+    [{}, ['--max-semi-space-size=32'], '--max-semi-space-size=32'],
+    [{}, ['--max_semi_space_size=4'], '--max_semi_space_size=4'],
+    [{ NODE_OPTIONS: '--enable-source-maps --max-semi-space-size=0' }, [], '--max-semi-space-size=0'],
+    [{ NODE_OPTIONS: '--min-semi-space-size=2' }, [], '--min-semi-space-size=2'],
+    [{ NODE_OPTIONS: '--max-heap-size=512' }, [], '--max-heap-size=512'],
+  ] as const) {
+    assert.equal(userYoungGeneration(env, execArgv), named);
+    const plan = planAllocator(env, facts(), execArgv);
+    // Only the malloc tunables are added; the options stay as they were.
+    assert.deepEqual(plan.kind === 'reexec' && plan.execArgv, execArgv, named);
+    assert.equal(describeYoungGeneration(env, execArgv, true), `V8 young generation: as the options set it (${named}); nereid adds nothing`);
+  }
+  // Options that merely start like one are not it.
+  assert.equal(userYoungGeneration({ NODE_OPTIONS: '--max-old-space-size=4096' }, ['--max-semi-space-size-x=1']), undefined);
+});
+
+test('with the malloc setting the user\'s own, the re-execution adds the young generation\'s cap alone', () => {
+  const plan = planAllocator({ MALLOC_ARENA_MAX: '2' }, facts(), []);
+  assert.equal(plan.kind, 'reexec');
+  if (plan.kind !== 'reexec') return;
+  assert.deepEqual(plan.execArgv, [NEREID_V8_FLAG]);
+  assert.equal(plan.env['GLIBC_TUNABLES'], undefined);
+  assert.equal(plan.env['NEREID_MALLOC_TUNED'], undefined);
+  assert.equal(describeAllocator(plan.env, facts()), 'malloc: as the environment sets it (MALLOC_ARENA_MAX=2); nereid adds nothing');
+  assert.deepEqual(planAllocator(plan.env, facts(), plan.execArgv), { kind: 'keep' });
+  // Off glibc the same: the cap is V8's, not the C library's.
+  const elsewhere = planAllocator({}, facts({ platform: 'darwin', glibc: undefined }), []);
+  assert.deepEqual(elsewhere.kind === 'reexec' && [elsewhere.execArgv, elsewhere.env['GLIBC_TUNABLES']], [[NEREID_V8_FLAG], undefined]);
 });
 
 test("GLIBC_TUNABLES without malloc tunables keeps the user's and gets nereid's appended", () => {
@@ -29,23 +85,24 @@ test("the user's own malloc setting wins: nereid adds nothing and says what is i
     [{ GLIBC_TUNABLES: 'glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1048576' }, 'GLIBC_TUNABLES glibc.malloc.trim_threshold=1048576'],
     [{ LD_PRELOAD: '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2' }, 'LD_PRELOAD /usr/lib/x86_64-linux-gnu/libjemalloc.so.2'],
   ] as const) {
-    assert.deepEqual(planAllocator(env, facts()), { kind: 'keep' }, named);
+    assert.deepEqual(planAllocator(env, facts(), OWN_SEMI), { kind: 'keep' }, named);
     assert.equal(describeAllocator(env, facts()), `malloc: as the environment sets it (${named}); nereid adds nothing`);
   }
 });
 
 test('NEREID_MALLOC_TUNING=off keeps glibc defaults', () => {
   const env = { NEREID_MALLOC_TUNING: 'off' };
-  assert.deepEqual(planAllocator(env, facts()), { kind: 'keep' });
+  assert.deepEqual(planAllocator(env, facts(), OWN_SEMI), { kind: 'keep' });
   assert.match(describeAllocator(env, facts()), /defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
 });
 
 test('no re-execution off glibc, off Linux, or on a Node without process.execve (which the log line says)', () => {
-  assert.deepEqual(planAllocator({}, facts({ glibc: undefined })), { kind: 'keep' });
-  assert.deepEqual(planAllocator({}, facts({ platform: 'darwin' })), { kind: 'keep' });
+  assert.deepEqual(planAllocator({}, facts({ glibc: undefined }), OWN_SEMI), { kind: 'keep' });
+  assert.deepEqual(planAllocator({}, facts({ platform: 'darwin' }), OWN_SEMI), { kind: 'keep' });
   assert.equal(describeAllocator({}, facts({ glibc: undefined })), 'malloc: not glibc, left as it is');
   assert.deepEqual(planAllocator({}, facts({ canReexec: false })), { kind: 'keep' });
   assert.match(describeAllocator({}, facts({ canReexec: false })), /cannot re-execute itself in place; GLIBC_TUNABLES=glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 in the environment/);
+  assert.match(describeYoungGeneration({}, [], false), /V8's own sizing \(Node [\d.]+ cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it\)/);
 });
 
 test('the facts of this process: glibc is found on a glibc Linux', () => {
@@ -66,17 +123,20 @@ function startEnvironment(pid: number): Map<string, string> {
 }
 
 /** Serves a repository with `env` over this environment's malloc variables (removed), and returns the start-up log and environment. */
-async function served(env: NodeJS.ProcessEnv, t: { after(fn: () => Promise<void> | void): void }): Promise<{ log: string; environ: Map<string, string> }> {
+async function served(
+  env: NodeJS.ProcessEnv,
+  t: { after(fn: () => Promise<void> | void): void },
+): Promise<{ log: string; environ: Map<string, string>; cmdline: string[] }> {
   const repo = new TempRepository().addSub('simple');
   t.after(() => repo.cleanup());
-  const clean: NodeJS.ProcessEnv = { GLIBC_TUNABLES: undefined, LD_PRELOAD: undefined, NEREID_MALLOC_TUNING: undefined };
+  const clean: NodeJS.ProcessEnv = { GLIBC_TUNABLES: undefined, LD_PRELOAD: undefined, NEREID_MALLOC_TUNING: undefined, NODE_OPTIONS: undefined };
   for (const k of Object.keys(process.env)) if (k.startsWith('MALLOC_')) clean[k] = undefined;
   const s = startServe([`--model-repository=${repo.dir}`, ...LOOPBACK_PORTS], { env: { ...clean, ...env } });
   t.after(() => s.stop());
   const ports = await s.ports;
   assert.equal((await fetch(`http://127.0.0.1:${ports.http}/v2/health/ready`)).status, 200);
   // The process that serves is the one started (a re-execution keeps the PID).
-  return { log: s.stderr(), environ: startEnvironment(s.pid) };
+  return { log: s.stderr(), environ: startEnvironment(s.pid), cmdline: readFileSync(`/proc/${s.pid}/cmdline`, 'utf8').split('\0') };
 }
 
 const canReexec = typeof (process as { execve?: unknown }).execve === 'function';
@@ -109,4 +169,23 @@ test('NEREID_MALLOC_TUNING=off serves with glibc defaults', { skip: !onGlibcLinu
   assert.match(log, /glibc malloc: defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
   assert.equal(environ.has('GLIBC_TUNABLES'), false);
   assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
+});
+
+test("nereid serve runs with V8's semi-spaces capped (on a Node that can re-execute in place) and logs it once", { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+  const { log, cmdline } = await served({}, t);
+  const lines = log.split('\n').filter((l) => l.includes('young generation'));
+  assert.equal(lines.length, 1, log);
+  if (canReexec) {
+    assert.match(lines[0]!, /semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start/);
+    assert.equal(cmdline.filter((a) => a === NEREID_V8_FLAG).length, 1, cmdline.join(' '));
+  } else {
+    assert.match(lines[0]!, /cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it/);
+    assert.equal(cmdline.includes(NEREID_V8_FLAG), false);
+  }
+});
+
+test("nereid serve keeps the user's semi-space option (NODE_OPTIONS, 0 for V8's own sizing) and adds none", { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+  const { log, cmdline } = await served({ NODE_OPTIONS: '--max-semi-space-size=0' }, t);
+  assert.match(log, /V8 young generation: as the options set it \(--max-semi-space-size=0\); nereid adds nothing/);
+  assert.equal(cmdline.some((a) => a.includes('semi-space')), false, cmdline.join(' '));
 });
