@@ -5,7 +5,10 @@
  * onnxruntime-node wrapper, driven in turns (every point of a round on each
  * server before the next round), so a busy machine slows all three alike.
  * Prints the median of the rounds: requests/s, p50, and the server's CPU
- * (user + system time over wall time, in % of one core).
+ * (user + system time over wall time, in % of one core); beside them the
+ * median and range of each round's own ratio to naive (both measured in the
+ * same round, so a round slowed by the machine slows both: steadier than the
+ * ratio of the medians on a shared machine).
  *
  * Usage: node dist/bench/inline.js
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
@@ -50,6 +53,12 @@ function cpuSeconds(pid: number): number {
 const loadAverage = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const fmt = (n: number, d = 0): string => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+
+/** The median of the per-round ratios a[r] / b[r], and their range. */
+const perRound = (a: number[], b: number[]): string => {
+  const r = a.map((v, i) => v / b[i]!).sort((x, y) => x - y);
+  return `${fmt(median(r), 2)} (${fmt(r[0]!, 2)}-${fmt(r[r.length - 1]!, 2)})`;
+};
 
 interface Sample {
   rps: number[];
@@ -100,7 +109,7 @@ for (const model of (await buildBenchModels()).filter((m) => !onlyModels || only
   } finally {
     for (const s of servers) await s.proc.stop();
   }
-  const header = ['model', 'conc', 'server', 'req/s', 'p50us', 'cpu%', 'x naive', 'Δp50us', 'rounds req/s'];
+  const header = ['model', 'conc', 'server', 'req/s', 'p50us', 'cpu%', 'x naive', 'Δp50us', 'x naive per round', 'rounds req/s'];
   const rows: string[][] = [];
   for (const p of POINTS) {
     const nv = samples.get(`${p.batched}|${p.c}|naive`)!;
@@ -115,6 +124,7 @@ for (const model of (await buildBenchModels()).filter((m) => !onlyModels || only
         fmt(median(x.cpu)),
         fmt(median(x.rps) / median(nv.rps), 2),
         fmt(median(x.p50) - median(nv.p50)),
+        perRound(x.rps, nv.rps),
         x.rps.map((v) => fmt(v)).join(' / '),
       ]);
     }
