@@ -59,12 +59,14 @@ function sameDims(a: readonly number[], b: readonly number[], from: number): boo
 export const ORT_MAX_IN_FLIGHT = 8;
 
 /**
- * Batches the dynamic batcher may hand an instance at once: the session
- * thread merges those waiting behind the running one into one run (see
- * session-worker.ts), so what arrives while a batch runs is run together
- * as soon as the thread is free.
+ * Batches the dynamic batcher may hand an instance at once: the running one
+ * and one waiting. The session thread would merge more waiting batches into
+ * one run (see session-worker.ts), but four slots served the medium MLP at
+ * concurrency 32 slower than two (same run, load 8: binary 6,077 -> 5,781
+ * requests/s, binary in / JSON out 5,004 -> 4,155): the event loop handed
+ * over many small batches instead of answering requests.
  */
-export const ORT_BATCH_SLOTS = 4;
+export const ORT_BATCH_SLOTS = 2;
 
 export class OnnxRuntimeInstance implements BackendInstance {
   readonly maxInFlight = ORT_MAX_IN_FLIGHT;
