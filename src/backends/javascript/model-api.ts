@@ -31,6 +31,8 @@ export interface JavaScriptRequest {
   readonly correlationId: bigint | string;
   /** Bit 1: the sequence starts with this request, bit 2: it ends with it. */
   readonly flags: number;
+  /** True once the client went away (while execute() runs, and for a decoupled request until its final response). */
+  isCancelled(): boolean;
 }
 
 export type JavaScriptResponse =

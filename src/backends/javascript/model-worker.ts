@@ -11,6 +11,7 @@ import type { BackendRequest, BackendResponse, InferenceCaller } from '../backen
 import type { SupervisedWorker } from '../supervisor.js';
 import { Errors, NereidError } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
+import type { CancellationSignal } from '../../types/cancellation.js';
 import { datatypeInfo } from '../../tensor/datatype.js';
 import { describeError } from './describe.js';
 import {
@@ -55,7 +56,35 @@ class PendingExecute {
     readonly reject: (err: Error) => void,
     /** Stream keys of its decoupled requests. */
     readonly keys: readonly number[],
+    /** Its other requests that a client may cancel while execute() runs. */
+    readonly watches: readonly CancelWatch[],
   ) {}
+
+  /** execute() has returned (or its thread ended): cancellation no longer concerns it. */
+  settled(): void {
+    for (const w of this.watches) w.detach();
+  }
+}
+
+/** A request of a running execute() (not decoupled) whose client may go away: the model sees it through isCancelled(). */
+class CancelWatch {
+  constructor(
+    readonly key: number,
+    private readonly signal: CancellationSignal,
+    private readonly worker: ModelWorker,
+  ) {
+    signal.addEventListener('abort', this);
+  }
+  handleEvent(): void {
+    this.worker.cancelKey(this.key);
+  }
+  /** A client that went away before the batch was posted. */
+  sendIfAborted(): void {
+    if (this.signal.aborted) this.worker.cancelKey(this.key);
+  }
+  detach(): void {
+    this.signal.removeEventListener('abort', this);
+  }
 }
 
 /** A decoupled request whose final response has not come yet. */
@@ -206,10 +235,11 @@ export class ModelWorker implements SupervisedWorker {
   execute(requests: readonly BackendRequest[]): { posted: number; done: Promise<ExecuteDoneMessage> } {
     if (!this.alive) return { posted: nowNs(), done: Promise.reject(new Error(`${this.opts.label}: the worker thread is not running`)) };
     const keys: number[] = [];
-    const wire = this.packRequests(requests, keys);
+    const watches: CancelWatch[] = [];
+    const wire = this.packRequests(requests, keys, watches);
     const id = this.nextId++;
     const light = this.inFlight.length === 0;
-    const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject, keys)));
+    const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject, keys, watches)));
     if (light) {
       this.worker.ref();
       this.watch(id);
@@ -217,11 +247,12 @@ export class ModelWorker implements SupervisedWorker {
     const posted = nowNs();
     const msg: ExecuteMessage = { t: 'x', id, at: posted, light, requests: wire };
     this.worker.postMessage(msg satisfies ToWorker);
+    for (const w of watches) w.sendIfAborted();
     return { posted, done };
   }
 
   /** One SharedArrayBuffer for the batch's inputs (inputs already in shared memory stay where they are). */
-  private packRequests(requests: readonly BackendRequest[], keys: number[]): WireRequest[] {
+  private packRequests(requests: readonly BackendRequest[], keys: number[], watches: CancelWatch[]): WireRequest[] {
     let total = 0;
     for (const r of requests) for (const t of r.inputs) if (!canShare(t)) total += align8(t.data.byteLength);
     const sab = new SharedArrayBuffer(total);
@@ -242,10 +273,14 @@ export class ModelWorker implements SupervisedWorker {
         at += align8(t.data.byteLength);
       }
       let k: number | undefined;
+      let c: number | undefined;
       if (r.responseSender) {
         k = this.nextStreamKey++;
         this.streams.set(k, new OpenStream(k, r, this));
         keys.push(k);
+      } else if (r.signal) {
+        c = this.nextStreamKey++;
+        watches.push(new CancelWatch(c, r.signal, this));
       }
       out[i] = {
         id: r.id,
@@ -256,6 +291,7 @@ export class ModelWorker implements SupervisedWorker {
         correlationId: r.correlationId,
         flags: r.flags,
         k,
+        c,
       };
     }
     return out;
@@ -263,7 +299,12 @@ export class ModelWorker implements SupervisedWorker {
 
   /** Tells the worker that a decoupled request's client went away. */
   cancelStream(key: number): void {
-    if (this.alive && this.streams.has(key)) this.worker.postMessage({ t: 'c', k: key } satisfies ToWorker);
+    if (this.streams.has(key)) this.cancelKey(key);
+  }
+
+  /** Tells the worker that the client of the request with this key went away. */
+  cancelKey(key: number): void {
+    if (this.alive) this.worker.postMessage({ t: 'c', k: key } satisfies ToWorker);
   }
 
   /** Forgets streams the server ends itself (their execute() failed). */
@@ -322,6 +363,7 @@ export class ModelWorker implements SupervisedWorker {
         const head = this.inFlight[0];
         if (!head || head.id !== msg.id) return;
         this.inFlight.shift();
+        head.settled();
         if ('error' in msg) this.dropStreams(head.keys);
         const next = this.inFlight[0];
         if (next) this.watch(next.id);
@@ -396,6 +438,7 @@ export class ModelWorker implements SupervisedWorker {
     this.starting?.reject(new Error(reason));
     this.starting = undefined;
     for (const p of this.inFlight.splice(0)) {
+      p.settled();
       this.dropStreams(p.keys);
       p.reject(err);
     }

@@ -74,6 +74,8 @@ export interface WireRequest {
   readonly flags: number;
   /** Decoupled models: the key the request's responses are sent under. */
   readonly k?: number;
+  /** Other models: the key a cancellation of the request comes under while execute() runs (requests that can be cancelled). */
+  readonly c?: number;
 }
 
 /** main -> worker: run execute() on a batch. */
@@ -99,7 +101,7 @@ export type InferResultMessage =
     }
   | { readonly t: 'r'; readonly id: number; readonly error: string; readonly code: string; readonly errorClass: string };
 
-/** main -> worker: the client of a decoupled request went away (request.isCancelled()). */
+/** main -> worker: the client of a request went away (request.isCancelled()): a decoupled one's stream key, or another's cancel key. */
 export interface CancelMessage {
   readonly t: 'c';
   readonly k: number;

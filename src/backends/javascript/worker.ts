@@ -117,7 +117,8 @@ function onMessage(msg: ToWorker): void {
       settleInfer(msg);
       return;
     case 'c':
-      cancelledStreams.add(msg.k);
+      // A cancellation that crossed the end of its stream or execute() concerns nothing any more.
+      if (openStreams.has(msg.k) || runningKeys.has(msg.k)) cancelledKeys.add(msg.k);
       return;
     case 'close':
       closing = true;
@@ -186,15 +187,17 @@ function typeName(v: unknown): string {
 
 // ---- decoupled models: a response sender per request -------------------------------------------
 
-/** Stream keys whose client went away. */
-const cancelledStreams = new Set<number>();
+/** Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their execute() runs. */
+const cancelledKeys = new Set<number>();
 /** Stream keys whose final response has not been sent. */
 const openStreams = new Set<number>();
+/** Cancel keys of the requests of the execute() calls running (not decoupled). */
+const runningKeys = new Set<number>();
 
 /** A sender that is garbage collected before its final response ends its request with an error. */
 const abandoned = new FinalizationRegistry<{ key: number; id: string }>(({ key, id }) => {
   if (!openStreams.delete(key)) return;
-  cancelledStreams.delete(key);
+  cancelledKeys.delete(key);
   const error = `the model released the response sender of request '${id}' without sending the final response`;
   post({ t: 's', k: key, final: true, r: { error } });
 });
@@ -219,7 +222,7 @@ class ResponseSender {
     }
     if (final) {
       openStreams.delete(this.key);
-      cancelledStreams.delete(this.key);
+      cancelledKeys.delete(this.key);
       abandoned.unregister(this);
     }
     if (response === undefined || response === null) {
@@ -238,16 +241,19 @@ class ResponseSender {
 
   /** True once the client went away. */
   isCancelled(): boolean {
-    return cancelledStreams.has(this.key);
+    return cancelledKeys.has(this.key);
   }
 }
+
+/** isCancelled() of a request no client can cancel. */
+const notCancelled = (): boolean => false;
 
 /** Ends the open requests of a failed decoupled execute() (the server reports the failure). */
 function closeStreams(wire: readonly WireRequest[]): void {
   for (const r of wire) {
     if (r.k === undefined) continue;
     openStreams.delete(r.k);
-    cancelledStreams.delete(r.k);
+    cancelledKeys.delete(r.k);
   }
 }
 
@@ -274,7 +280,11 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
       const sender = new ResponseSender(r.k, i, r);
       request.responseSender = sender;
       request.isCancelled = () => sender.isCancelled();
-    }
+    } else if (r.c !== undefined) {
+      const key = r.c;
+      runningKeys.add(key);
+      request.isCancelled = () => cancelledKeys.has(key);
+    } else request.isCancelled = notCancelled;
     requests[i] = request;
   }
   const start = nowNs();
@@ -289,6 +299,11 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
         : `execute() threw ${describeError(err, init.modelDir)}`;
   }
   const times = [picked, start, nowNs()];
+  for (const r of wire) {
+    if (r.c === undefined) continue;
+    runningKeys.delete(r.c);
+    cancelledKeys.delete(r.c);
+  }
   if (init.decoupled) {
     if (failure === undefined && result !== undefined && result !== null) {
       failure = `execute() of a decoupled model returned ${typeName(result)}; it must return nothing, its responses go through request.responseSender`;
