@@ -110,6 +110,11 @@ function onMessage(msg: ToWorker): void {
   switch (msg.t) {
     case 'x':
       noteArrival(msg);
+      // From now on a cancellation of its requests is kept, also while the batch waits behind another.
+      for (const r of msg.requests) {
+        if (r.k !== undefined) liveKeys.add(r.k);
+        else if (r.c !== undefined) liveKeys.add(r.c);
+      }
       queue.push(msg);
       if (!running) void drain();
       return;
@@ -118,7 +123,7 @@ function onMessage(msg: ToWorker): void {
       return;
     case 'c':
       // A cancellation that crossed the end of its stream or execute() concerns nothing any more.
-      if (openStreams.has(msg.k) || runningKeys.has(msg.k)) cancelledKeys.add(msg.k);
+      if (liveKeys.has(msg.k)) cancelledKeys.add(msg.k);
       return;
     case 'close':
       closing = true;
@@ -191,13 +196,22 @@ function typeName(v: unknown): string {
 const cancelledKeys = new Set<number>();
 /** Stream keys whose final response has not been sent. */
 const openStreams = new Set<number>();
-/** Cancel keys of the requests of the execute() calls running (not decoupled). */
-const runningKeys = new Set<number>();
+/**
+ * Keys of the requests received and not ended: a decoupled request's until its
+ * final response, another's until its execute() returns.
+ */
+const liveKeys = new Set<number>();
+
+/** A request ended: a cancellation of it concerns nothing any more. */
+function endKey(key: number): void {
+  liveKeys.delete(key);
+  cancelledKeys.delete(key);
+}
 
 /** A sender that is garbage collected before its final response ends its request with an error. */
 const abandoned = new FinalizationRegistry<{ key: number; id: string }>(({ key, id }) => {
   if (!openStreams.delete(key)) return;
-  cancelledKeys.delete(key);
+  endKey(key);
   const error = `the model released the response sender of request '${id}' without sending the final response`;
   post({ t: 's', k: key, final: true, r: { error } });
 });
@@ -222,7 +236,7 @@ class ResponseSender {
     }
     if (final) {
       openStreams.delete(this.key);
-      cancelledKeys.delete(this.key);
+      endKey(this.key);
       abandoned.unregister(this);
     }
     if (response === undefined || response === null) {
@@ -253,7 +267,7 @@ function closeStreams(wire: readonly WireRequest[]): void {
   for (const r of wire) {
     if (r.k === undefined) continue;
     openStreams.delete(r.k);
-    cancelledKeys.delete(r.k);
+    endKey(r.k);
   }
 }
 
@@ -282,7 +296,6 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
       request.isCancelled = () => sender.isCancelled();
     } else if (r.c !== undefined) {
       const key = r.c;
-      runningKeys.add(key);
       request.isCancelled = () => cancelledKeys.has(key);
     } else request.isCancelled = notCancelled;
     requests[i] = request;
@@ -301,8 +314,7 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
   const times = [picked, start, nowNs()];
   for (const r of wire) {
     if (r.c === undefined) continue;
-    runningKeys.delete(r.c);
-    cancelledKeys.delete(r.c);
+    endKey(r.c);
   }
   if (init.decoupled) {
     if (failure === undefined && result !== undefined && result !== null) {

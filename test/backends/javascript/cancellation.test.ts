@@ -18,20 +18,24 @@ import { jsModel } from './fixtures.js';
 const CONFIG = `backend: "javascript"
 max_batch_size: 0
 input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
-output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 4 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
 /**
  * mode "wait": writes the file named by parameter "started", then waits (up to
- * 30 s) for the client to go away; mode "report": answers [cancellations seen
- * by earlier "wait" requests, isCancelled() of this request].
+ * 30 s) for the client to go away; mode "queued": notes whether it was
+ * cancelled when its execute() began; mode "report": answers [cancellations
+ * seen by "wait" requests, "queued" requests found cancelled, "queued"
+ * requests run, isCancelled() of this request].
  */
 const MODEL = `
 import { writeFileSync } from 'node:fs';
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 export default class {
   seen = 0;
+  queuedCancelled = 0;
+  queuedRuns = 0;
   async execute(requests) {
     const out = [];
     for (const request of requests) {
@@ -41,7 +45,12 @@ export default class {
         while (!request.isCancelled() && Date.now() < end) await sleep(2);
         if (request.isCancelled()) this.seen++;
       }
-      out.push({ outputs: [{ name: 'OUT', shape: [2], data: [this.seen, request.isCancelled() ? 1 : 0] }] });
+      if (request.parameters.mode === 'queued') {
+        this.queuedRuns++;
+        if (request.isCancelled()) this.queuedCancelled++;
+      }
+      const data = [this.seen, this.queuedCancelled, this.queuedRuns, request.isCancelled() ? 1 : 0];
+      out.push({ outputs: [{ name: 'OUT', shape: [4], data }] });
     }
     return out;
   }
@@ -75,10 +84,10 @@ async function waitForFile(file: string): Promise<void> {
 }
 
 test('a request that is not cancelled reads isCancelled() as false', async () => {
-  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [0, 0]);
+  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [0, 0, 0, 0]);
   // With a signal that is never aborted, too.
   const signal = new Cancellation();
-  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' }, signal })), [0, 0]);
+  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' }, signal })), [0, 0, 0, 0]);
 });
 
 test('a client that goes away while execute() runs: the model sees request.isCancelled() turn true', async () => {
@@ -93,6 +102,23 @@ test('a client that goes away while execute() runs: the model sees request.isCan
     assert.ok(err instanceof NereidError, 'the cancelled request fails');
     assert.match(err.message, /cancelled/);
     // The single instance is free again once the model returned; the next request reports what it saw.
-    assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [round, 0]);
+    assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [round, 0, 0, 0]);
   }
+});
+
+test('a request whose batch waits in the worker behind another is seen cancelled when its execute() begins', async () => {
+  const started = path.join(scratch, 'started-queued');
+  const first = new Cancellation();
+  const second = new Cancellation();
+  const a = server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'wait', started }, signal: first }).catch((e: unknown) => e);
+  await waitForFile(started);
+  // The instance takes several executions at once: the second waits in the worker's queue.
+  const b = server.infer({ model: 'js_cancel', inputs: [one(2)], parameters: { mode: 'queued' }, signal: second }).catch((e: unknown) => e);
+  await new Promise((r) => setTimeout(r, 500));
+  second.abort();
+  first.abort();
+  assert.match(String(await a), /cancelled/);
+  assert.match(String(await b), /cancelled/);
+  // Seen by the waiting one (the third "wait" of this file), and the queued one ran and found itself cancelled.
+  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [3, 1, 1, 0]);
 });
