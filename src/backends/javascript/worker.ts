@@ -190,9 +190,9 @@ function typeName(v: unknown): string {
   return ctor && ctor !== 'Object' ? `a ${ctor}` : 'an object';
 }
 
-// ---- decoupled models: a response sender per request -------------------------------------------
+// ---- cancellation, and decoupled models' response senders ---------------------------------------
 
-/** Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their execute() runs. */
+/** Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their batch is in the worker. */
 const cancelledKeys = new Set<number>();
 /** Stream keys whose final response has not been sent. */
 const openStreams = new Set<number>();
