@@ -110,9 +110,10 @@ export interface BackendInstance {
    * How many batches the dynamic batcher may hand the instance at once, the
    * running one included (default: 2 when it takes more than one execution,
    * else 1; at most maxInFlight). An instance that merges batches waiting
-   * behind each other into one run (onnxruntime) takes more: whatever the
-   * event loop handed over meanwhile then runs as one batch when the
-   * instance is free.
+   * behind each other into one run may take more: whatever the event loop
+   * handed over meanwhile then runs as one batch when the instance is free
+   * (onnxruntime's session thread merges, but keeps the default: see its
+   * instance.ts).
    */
   readonly batchSlots?: number;
   /**

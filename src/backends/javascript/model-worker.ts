@@ -56,7 +56,7 @@ class PendingExecute {
     readonly reject: (err: Error) => void,
     /** Stream keys of its decoupled requests. */
     readonly keys: readonly number[],
-    /** Its other requests that a client may cancel while execute() runs. */
+    /** Its requests that are not decoupled and that a client may cancel, while execute() runs. */
     readonly watches: readonly CancelWatch[],
   ) {}
 
@@ -66,41 +66,39 @@ class PendingExecute {
   }
 }
 
-/** A request of a running execute() (not decoupled) whose client may go away: the model sees it through isCancelled(). */
+/**
+ * Forwards a request's cancellation to the worker under its key, until
+ * detached (its execute() returned, or for a decoupled request its final
+ * response came): the model sees it through request.isCancelled().
+ */
 class CancelWatch {
   constructor(
     readonly key: number,
-    private readonly signal: CancellationSignal,
+    private readonly signal: CancellationSignal | undefined,
     private readonly worker: ModelWorker,
   ) {
-    signal.addEventListener('abort', this);
+    signal?.addEventListener('abort', this);
   }
   handleEvent(): void {
     this.worker.cancelKey(this.key);
   }
   /** A client that went away before the batch was posted. */
   sendIfAborted(): void {
-    if (this.signal.aborted) this.worker.cancelKey(this.key);
+    if (this.signal?.aborted) this.worker.cancelKey(this.key);
   }
   detach(): void {
-    this.signal.removeEventListener('abort', this);
+    this.signal?.removeEventListener('abort', this);
   }
 }
 
 /** A decoupled request whose final response has not come yet. */
-class OpenStream {
+class OpenStream extends CancelWatch {
   constructor(
-    readonly key: number,
+    key: number,
     readonly request: BackendRequest,
-    readonly worker: ModelWorker,
+    worker: ModelWorker,
   ) {
-    request.signal?.addEventListener('abort', this);
-  }
-  handleEvent(): void {
-    this.worker.cancelStream(this.key);
-  }
-  detach(): void {
-    this.request.signal?.removeEventListener('abort', this);
+    super(key, request.signal, worker);
   }
 }
 
@@ -295,11 +293,6 @@ export class ModelWorker implements SupervisedWorker {
       };
     }
     return out;
-  }
-
-  /** Tells the worker that a decoupled request's client went away. */
-  cancelStream(key: number): void {
-    if (this.streams.has(key)) this.cancelKey(key);
   }
 
   /** Tells the worker that the client of the request with this key went away. */

@@ -194,11 +194,9 @@ function typeName(v: unknown): string {
 
 /** Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their batch is in the worker. */
 const cancelledKeys = new Set<number>();
-/** Stream keys whose final response has not been sent. */
-const openStreams = new Set<number>();
 /**
- * Keys of the requests received and not ended: a decoupled request's until its
- * final response, another's until its execute() returns.
+ * Keys of the requests received and not ended: a decoupled request's (its
+ * stream key) until its final response, another's until its execute() returns.
  */
 const liveKeys = new Set<number>();
 
@@ -210,7 +208,7 @@ function endKey(key: number): void {
 
 /** A sender that is garbage collected before its final response ends its request with an error. */
 const abandoned = new FinalizationRegistry<{ key: number; id: string }>(({ key, id }) => {
-  if (!openStreams.delete(key)) return;
+  if (!liveKeys.has(key)) return;
   endKey(key);
   const error = `the model released the response sender of request '${id}' without sending the final response`;
   post({ t: 's', k: key, final: true, r: { error } });
@@ -223,19 +221,17 @@ class ResponseSender {
     private readonly index: number,
     private readonly request: WireRequest,
   ) {
-    openStreams.add(key);
     abandoned.register(this, { key, id: request.id }, this);
   }
 
   /** Sends one response; `{ final: true }` ends the request (the response may then be left out). */
   send(response?: unknown, options?: { final?: boolean }): void {
     const final = options?.final === true;
-    if (!openStreams.has(this.key)) throw new Error('Unable to send response. Response sender has been closed.');
+    if (!liveKeys.has(this.key)) throw new Error('Unable to send response. Response sender has been closed.');
     if ((response === undefined || response === null) && !final) {
       throw new TypeError('send() needs a response unless it ends the request: send(undefined, { final: true })');
     }
     if (final) {
-      openStreams.delete(this.key);
       endKey(this.key);
       abandoned.unregister(this);
     }
@@ -266,7 +262,6 @@ const notCancelled = (): boolean => false;
 function closeStreams(wire: readonly WireRequest[]): void {
   for (const r of wire) {
     if (r.k === undefined) continue;
-    openStreams.delete(r.k);
     endKey(r.k);
   }
 }

@@ -58,19 +58,11 @@ function sameDims(a: readonly number[], b: readonly number[], from: number): boo
  */
 export const ORT_MAX_IN_FLIGHT = 8;
 
-/**
- * Batches the dynamic batcher may hand an instance at once: the running one
- * and one waiting. The session thread would merge more waiting batches into
- * one run (see session-worker.ts), but four slots served the medium MLP at
- * concurrency 32 slower than two (same run, load 8: binary 6,077 -> 5,781
- * requests/s, binary in / JSON out 5,004 -> 4,155): the event loop handed
- * over many small batches instead of answering requests.
- */
-export const ORT_BATCH_SLOTS = 2;
-
 export class OnnxRuntimeInstance implements BackendInstance {
   readonly maxInFlight = ORT_MAX_IN_FLIGHT;
-  readonly batchSlots = ORT_BATCH_SLOTS;
+  // No batchSlots: the batcher's default two (running and one waiting). The session thread would
+  // merge more waiting batches into one run, but four slots served the medium MLP at concurrency 32
+  // slower (same run, load 8: binary 6,077 -> 5,781 requests/s, binary in / JSON out 5,004 -> 4,155).
   private readonly client: SessionClient;
   private readonly plan: ModelPlan;
   /** Where each run goes (see inline.ts); undefined: always the session thread. */
