@@ -1,0 +1,26 @@
+/**
+ * The module map: which folder under src/ may import which. docs/architecture.md shows the same
+ * table in words; imports.test.ts enforces it on the code and test/docs/architecture-map.test.ts
+ * checks that the two agree.
+ */
+
+/** Shared by everything: generated protobuf code, the errors module, the logger. */
+export const SHARED = new Set(['gen', 'errors.ts', 'logger.ts']);
+
+export const ALLOWED: Record<string, readonly string[]> = {
+  tensor: [],
+  config: ['tensor'],
+  repository: ['config'],
+  onnx: ['tensor'],
+  /** The leaf everyone shares: the public request/response types, Cancellation, the statistics recorder. */
+  types: ['tensor'],
+  backends: ['tensor', 'config', 'onnx', 'types'],
+  scheduler: ['tensor', 'config', 'types', 'backends'],
+  cache: ['tensor', 'config', 'types', 'backends', 'scheduler'],
+  core: ['tensor', 'config', 'repository', 'onnx', 'types', 'backends', 'scheduler', 'cache'],
+  metrics: ['core', 'types'],
+  frontends: ['core', 'tensor', 'types'],
+};
+
+/** Folders and files under src/ that may import everything: the command line and the public entry. */
+export const UNCHECKED = new Set(['cli', 'index.ts']);
