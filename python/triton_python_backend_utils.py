@@ -476,12 +476,12 @@ class ModelConfig:
                 )
         policy = self._model_config.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
-            current = policy.get("decoupled", False)
             wanted = transaction_policy_dict["decoupled"]
-            if "decoupled" in policy and current != wanted and current:
+            # As Triton: a value the configuration states (false included) is never changed.
+            if "decoupled" in policy and policy["decoupled"] != wanted:
                 raise ValueError(
                     "trying to change decoupled property in auto-complete-config for model "
-                    "'{}', which is already set to '{}'".format(self._model_name(), current)
+                    "'{}', which is already set to '{}'.".format(self._model_name(), policy["decoupled"])
                 )
             policy["decoupled"] = wanted
 

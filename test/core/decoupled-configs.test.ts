@@ -88,3 +88,27 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT
     assert.equal(line.startsWith('ok '), e.state === 'READY', `validate and serve agree on ${e.name}: ${line}`);
   }
 });
+
+test("auto_complete_config may not change a decoupled setting the configuration states (Triton's text)", { skip: noNumpy }, async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  repo.config('turns_on', `backend: "python"\nmodel_transaction_policy { decoupled: false }\n${IO}`);
+  repo.file('turns_on', '1/model.py', autoCompleteModel('dict(decoupled=True)'));
+  repo.config('turns_off', `backend: "python"\nmodel_transaction_policy { decoupled: true }\n${IO}`);
+  repo.file('turns_off', '1/model.py', autoCompleteModel('dict(decoupled=False)'));
+  repo.config('keeps', `backend: "python"\nmodel_transaction_policy { decoupled: false }\n${IO}`);
+  repo.file('keeps', '1/model.py', autoCompleteModel('dict(decoupled=False)'));
+
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, backendConfig: { python: { 'python-executable': PYTHON } } });
+  await server.start();
+  t.after(() => server.stop());
+  const state = new Map((await server.repositoryIndex()).map((e) => [e.name, e]));
+  assert.equal(state.get('turns_on')?.state, 'UNAVAILABLE');
+  assert.match(
+    state.get('turns_on')!.reason!,
+    /trying to change decoupled property in auto-complete-config for model 'turns_on', which is already set to 'False'\./,
+  );
+  assert.equal(state.get('turns_off')?.state, 'UNAVAILABLE');
+  assert.match(state.get('turns_off')!.reason!, /for model 'turns_off', which is already set to 'True'\./);
+  assert.equal(state.get('keeps')?.state, 'READY', state.get('keeps')?.reason);
+});
