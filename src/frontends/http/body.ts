@@ -35,11 +35,13 @@ export function bodyTooLarge(size: number, max: number, inferHeader: string | un
 /**
  * Collects the body of `req`. Rejects (and stops reading) as soon as the
  * declared or received size passes `limit`. A body that arrives in one chunk
- * is returned as that chunk, without a copy.
+ * is returned as that chunk, without a copy. `inferFraming`: the endpoint
+ * reads Inference-Header-Content-Length (infer alone does), which then words
+ * the error; for every other endpoint the whole body is JSON, as Triton has it.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+export function readBody(req: IncomingMessage, limit: number, inferFraming = false): Promise<Buffer> {
   return new Promise<Buffer>((resolve, reject) => {
-    const inferHeader = headerValue(req, 'inference-header-content-length');
+    const inferHeader = inferFraming ? headerValue(req, 'inference-header-content-length') : undefined;
     const declared = req.headers['content-length'];
     if (declared !== undefined) {
       const size = Number(declared);

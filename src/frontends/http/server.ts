@@ -448,7 +448,7 @@ export class HttpFrontend {
       this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
       return;
     }
-    let body = await readBody(req, this.maxInputSize);
+    let body = await readBody(req, this.maxInputSize, true);
     if (encoding !== 'identity') body = await inflateBody(body, this.maxInputSize);
     const inferHeader = headerValue(req, 'inference-header-content-length');
     // A request answered from the response cache before, sent again: its reply as written then.
