@@ -389,6 +389,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         warmupDurationSecs: v.warmupDurationSecs,
         restartCount: () => v.restartCount,
         cacheEnabled: server.isCached(v),
+        modelMetrics: v.config.modelMetrics,
       }),
     );
     if (server.responseCache) for (const [name, help, read] of cacheGauges(server.responseCache)) metrics.addScrapeGauge(name, help, read);

@@ -121,10 +121,10 @@ function validateModelMetrics(c: ConfigChecker): void {
       c.fail(`${path}.metric_identifier`, `metric identifier must specify non-empty 'family' (model_metrics.metric_control ${i})`);
     }
     if (mc.metricOptions.case !== 'histogramOptions') {
-      c.fail(path, `model_metrics: metric_control ${i} must set "histogram_options"`);
+      c.fail(path, `metric control must specify 'histogram_options' (model_metrics.metric_control ${i})`);
     }
     if (mc.metricOptions.value.buckets.length === 0) {
-      c.fail(`${path}.histogram_options`, `model_metrics: histogram_options of metric_control ${i} must list "buckets"`);
+      c.fail(`${path}.histogram_options`, `histogram options must specify non-empty 'buckets' (model_metrics.metric_control ${i})`);
     }
   });
 }

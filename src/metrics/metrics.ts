@@ -9,7 +9,7 @@ import { Counter, Gauge, type Metric, Registry } from 'prom-client';
 import type { ModelVersionStatistics } from '../types/statistics.js';
 import { type LatencySettings, type MetricsOptions, parseMetricsConfig } from './config.js';
 import { Family, type SeriesReader, type SeriesSource } from './family.js';
-import { type AttachInfo, FAILURE_REASONS, ModelReporter, SUMMARY_NAMES } from './model-reporter.js';
+import { type AttachInfo, FAILURE_REASONS, ModelReporter, SUMMARY_NAMES, histogramBuckets } from './model-reporter.js';
 import {
   type CpuTimes,
   type GpuSample,
@@ -83,6 +83,9 @@ export class Metrics implements SeriesSource<ModelReporter> {
   /** Starts reporting `stats` (sets its observer); every series of the model exists from here on. */
   attach(stats: ModelVersionStatistics, info: AttachInfo): void {
     if (!this.enabled) return;
+    for (const warning of histogramBuckets(info.modelMetrics).warnings) {
+      this.logger?.warn({ model: stats.modelName, version: stats.version }, warning);
+    }
     const reporter = new ModelReporter(stats.modelName, stats.version, info, this.latency);
     this.reporters.set(stats, reporter);
     stats.observer = reporter;

@@ -3,6 +3,7 @@
  * events into plain running totals, read by the metric families at scrape.
  */
 import { Summary } from 'prom-client';
+import type { ModelMetrics } from '../gen/model_config_pb.js';
 import type { FailureReason, StatisticsObserver } from '../types/statistics.js';
 import type { LatencySettings } from './config.js';
 import { FixedHistogram, type Labels, type SeriesValue } from './family.js';
@@ -19,6 +20,32 @@ export interface AttachInfo {
   restartCount?: () => number;
   /** The model's responses are cached (response_cache enabled and a server cache): nv_cache_*_per_model series exist. */
   cacheEnabled?: boolean;
+  /** config model_metrics: histogram buckets per metric family. */
+  modelMetrics?: ModelMetrics | undefined;
+}
+
+/** The histogram families config model_metrics may set buckets for: Triton core's list. */
+export const CUSTOMIZABLE_HISTOGRAMS = ['nv_inference_first_response_histogram_ms'] as const;
+
+/**
+ * The buckets model_metrics sets for each customizable family, and a warning
+ * (Triton's text) for each family it names that is not one.
+ */
+export function histogramBuckets(modelMetrics: ModelMetrics | undefined): {
+  buckets: Map<string, number[]>;
+  warnings: string[];
+} {
+  const buckets = new Map<string, number[]>();
+  const warnings: string[] = [];
+  for (const control of modelMetrics?.metricControl ?? []) {
+    const family = control.metricIdentifier?.family ?? '';
+    if ((CUSTOMIZABLE_HISTOGRAMS as readonly string[]).includes(family) && control.metricOptions.case === 'histogramOptions') {
+      buckets.set(family, [...control.metricOptions.value.buckets].sort((a, b) => a - b));
+    } else {
+      warnings.push(`Metric family '${family}' in 'metric_identifier' is not a customizable metric in Triton core.`);
+    }
+  }
+  return { buckets, warnings };
 }
 
 /** Latency histogram bounds, seconds: 100 µs to 10 s. */
@@ -77,7 +104,8 @@ export class ModelReporter implements StatisticsObserver {
     labels.version = version;
     this.labels = labels;
     this.failureLabels = FAILURE_REASONS.map((reason) => ({ ...labels, reason }));
-    this.firstResponseMs = latency.histograms ? new FixedHistogram(FIRST_RESPONSE_BUCKETS_MS) : undefined;
+    const firstResponse = histogramBuckets(info.modelMetrics).buckets.get('nv_inference_first_response_histogram_ms');
+    this.firstResponseMs = latency.histograms ? new FixedHistogram(firstResponse ?? FIRST_RESPONSE_BUCKETS_MS) : undefined;
     this.summaries = latency.summaries
       ? SUMMARY_NAMES.map(
           (name) =>

@@ -382,10 +382,10 @@ ensemble_scheduling {
   });
 
   it('model metrics need a family and buckets', () => {
-    rejects(`${IO}model_metrics { metric_control { metric_identifier { family: "nv_inference_request_duration" } } }\n`, /must set "histogram_options"/);
+    rejects(`${IO}model_metrics { metric_control { metric_identifier { family: "nv_inference_request_duration" } } }\n`, /metric control must specify 'histogram_options' \(model_metrics.metric_control 0\)/);
     rejects(
       `${IO}model_metrics { metric_control { metric_identifier { family: "f" } histogram_options { } } }\n`,
-      /must list "buckets"/,
+      /histogram options must specify non-empty 'buckets' \(model_metrics.metric_control 0\)/,
     );
   });
 });

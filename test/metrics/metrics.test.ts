@@ -9,6 +9,9 @@ import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import { Metrics, MetricsFrontend, parseMetricsConfig } from '../../src/metrics/index.js';
 import { Harness, request } from '../scheduler/batching-fixtures.js';
 import { names, parseExposition, sample } from './exposition.js';
+import { create } from '@bufbuild/protobuf';
+import { ModelMetricsSchema } from '../../src/gen/model_config_pb.js';
+import { recordingLogger } from '../helpers/recording-logger.js';
 
 const NO_HOST = { allowCpuMetrics: false, allowGpuMetrics: false } as const;
 const M = { model: 'm', version: '1' };
@@ -266,4 +269,34 @@ test('the metrics port serves /metrics, 200 with an empty body elsewhere, 405 fo
   } finally {
     await frontend.stop();
   }
+});
+
+test("metric_control sets the first-response buckets; another family loads with Triton's warning", async () => {
+  const { logger, records } = recordingLogger();
+  const metrics = new Metrics({ ...NO_HOST, metricsConfig: ['histogram_latencies=true'], logger });
+  const stats = new ModelVersionStatistics('m', '1');
+  const modelMetrics = create(ModelMetricsSchema, {
+    metricControl: [
+      {
+        metricIdentifier: { family: 'nv_inference_first_response_histogram_ms' },
+        metricOptions: { case: 'histogramOptions', value: { buckets: [50, 1] } },
+      },
+      {
+        metricIdentifier: { family: 'nv_inference_request_duration_us' },
+        metricOptions: { case: 'histogramOptions', value: { buckets: [1] } },
+      },
+    ],
+  });
+  metrics.attach(stats, { pendingCount: () => 0, metricTags: {}, loadDurationSecs: 1, modelMetrics });
+  stats.recordSuccess(20_000_000, 1_000, 2_000, 3_000, 4_000);
+  const text = await metrics.render();
+  const les = parseExposition(text)
+    .samples.filter((s) => s.name === 'nv_inference_first_response_histogram_ms_bucket')
+    .map((s) => s.labels.le);
+  assert.deepEqual(les, ['1', '50', '+Inf']);
+  assert.equal(sample(text, 'nv_inference_first_response_histogram_ms_bucket', { ...M, le: '50' }), 1);
+  const warnings = records.filter((r) => r.level === 40).map((r) => r.msg);
+  assert.deepEqual(warnings, [
+    "Metric family 'nv_inference_request_duration_us' in 'metric_identifier' is not a customizable metric in Triton core.",
+  ]);
 });

@@ -9,8 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
-import { pino, type Logger } from 'pino';
+import { recordingLogger } from '../helpers/recording-logger.js';
 import { Server } from '../../src/core/server.js';
 import { createModelSource } from '../../src/repository/index.js';
 import { typedView } from '../../src/tensor/tensor.js';
@@ -33,17 +32,7 @@ export function addSubRequest(model: string) {
   return { model, inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', b)] };
 }
 
-/** A pino logger that keeps every record (to see what was downloaded). */
-export function recordingLogger(): { logger: Logger; records: Array<Record<string, unknown>> } {
-  const records: Array<Record<string, unknown>> = [];
-  const stream = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
-  return { logger: pino({ level: 'debug' }, stream), records };
-}
+export { recordingLogger };
 
 function downloads(records: Array<Record<string, unknown>>): Array<Record<string, unknown>> {
   return records.filter((r) => typeof r.msg === 'string' && r.msg.startsWith('downloaded model'));
