@@ -6,7 +6,7 @@
  * ValidateEnsembleConfig, with Triton's texts).
  */
 import type { InferenceCaller } from '../backends/backend.js';
-import { validateEnsembleModels } from '../config/index.js';
+import { type ConfigPositions, validateEnsembleModels, validateModelConfig } from '../config/index.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { EnsembleScheduler } from '../scheduler/ensemble-scheduler.js';
 import { ModelVersion } from './model-version.js';
@@ -32,7 +32,11 @@ export function createEnsembleVersion(v: ModelVersion, server: InferenceCaller):
  * Checks an ensemble against the serving versions of its step models;
  * throws Triton's error for the first problem. Does nothing for other models.
  */
-export function checkEnsembleSteps(config: ModelConfig, models: ReadonlyMap<string, ServingModel>): void {
+export function checkEnsembleSteps(
+  config: ModelConfig,
+  models: ReadonlyMap<string, ServingModel>,
+  where: { file?: string | undefined; positions?: ConfigPositions | undefined } = {},
+): void {
   if (config.schedulingChoice.case !== 'ensembleScheduling') return;
   // Marks the ensemble decoupled when a step is: its scheduler then streams.
   validateEnsembleModels(config, (model, version) => {
@@ -40,5 +44,7 @@ export function checkEnsembleSteps(config: ModelConfig, models: ReadonlyMap<stri
     if (ready.length === 0) return undefined;
     if (version >= 0n) return ready.find((v) => BigInt(v.version) === version)?.config;
     return ready.reduce((a, b) => (b.version > a.version ? b : a)).config;
-  });
+  }, where);
+  // Then the whole configuration, inputs and outputs included, as Triton checks it when it creates the model.
+  validateModelConfig(config, where.file, where.positions);
 }

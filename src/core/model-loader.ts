@@ -57,7 +57,7 @@ export async function resolveModelConfig(
   modelDir: string,
   options: LoaderOptions,
   configOverride?: string,
-): Promise<{ config: ModelConfig; backend: Backend | undefined; available: number[] }> {
+): Promise<{ config: ModelConfig; backend: Backend | undefined; available: number[]; where: ConfigWhere }> {
   let config: ModelConfig;
   let file: string | undefined;
   let positions: ConfigPositions | undefined;
@@ -72,11 +72,13 @@ export async function resolveModelConfig(
   const available = await listVersions(modelDir);
   await completeBackendFields(config, name, modelDir, available.map(String), { file, positions });
   const backendName = config.backend;
+  const where = { file, positions };
   if (isEnsembleConfig(config)) {
-    // No backend: the step models do the work (checked against them once they serve).
+    // No backend: the step models do the work (checked against them once they serve). As in Triton,
+    // with auto-complete on the ensemble's own inputs and outputs are checked after that (checkEnsembleSteps).
     normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: options.gpuCount });
-    validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
-    return { config, backend: undefined, available };
+    validateModelConfig(config, file, positions, { gpuCount: options.gpuCount, checkIO: !options.autoComplete });
+    return { config, backend: undefined, available, where };
   }
   if (!backendName) {
     throw Errors.config(
@@ -120,7 +122,7 @@ export async function resolveModelConfig(
       `model '${name}': the ${backend.name} backend does not support models with the decoupled transaction policy (model_transaction_policy { decoupled: true })`,
     );
   }
-  return { config, backend, available };
+  return { config, backend, available, where };
 }
 
 async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<string, string[]>> {
@@ -272,10 +274,17 @@ async function loadVersionWithRetries(
 }
 
 /** A model whose configuration is resolved and whose versions are chosen, not loaded yet. */
+/** Where a configuration was read from, for error positions in checks made later. */
+export interface ConfigWhere {
+  file?: string | undefined;
+  positions?: ConfigPositions | undefined;
+}
+
 export interface PreparedModel {
   name: string;
   modelDir: string;
   config: ModelConfig;
+  where: ConfigWhere;
   /** undefined for an ensemble. */
   backend: Backend | undefined;
   /** Versions the policy selects, ascending. */
@@ -292,13 +301,13 @@ export async function prepareModel(
   options: LoaderOptions,
   configOverride?: string,
 ): Promise<PreparedModel> {
-  const { config, backend, available } = await resolveModelConfig(name, modelDir, options, configOverride);
+  const { config, backend, available, where } = await resolveModelConfig(name, modelDir, options, configOverride);
   const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
   if (selected.length === 0 && missing.length === 0) {
     throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
   }
   const labels = await readLabels(modelDir, config);
-  return { name, modelDir, config, backend, selected, missing, labels };
+  return { name, modelDir, config, where, backend, selected, missing, labels };
 }
 
 /** Second phase: builds every selected version (each READY or UNAVAILABLE with its reason). Never throws. */

@@ -493,7 +493,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         prepared = await this.slots.run(() => prepareModel(entry.name, dir, this.loader, request.config));
         dependencies = this.dependenciesOf(prepared.config);
         await this.ensureDependencies(entry, dependencies, request.chain ?? []);
-        checkEnsembleSteps(prepared.config, this.models);
+        checkEnsembleSteps(prepared.config, this.models, prepared.where);
       } catch (err) {
         const reason = describeLoadError(err);
         this.logger.error({ model: entry.name, reason }, 'model failed to load');

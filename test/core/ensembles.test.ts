@@ -245,3 +245,31 @@ test('the example repository: fraud_pipeline answers what fraud_preprocess then 
   assert.deepEqual(viaPipeline.outputs[0]!.shape, [2, 1]);
   assert.deepEqual(Array.from(typedView(viaPipeline.outputs[0]!) as Float32Array), Array.from(typedView(direct.outputs[0]!) as Float32Array));
 });
+
+test("an ensemble wrong in two ways gets Triton's first error: its steps are checked before its inputs and outputs", async (t) => {
+  const repo = new TempRepository().addSub('simple');
+  // Triton (auto-complete on, its default) checks an ensemble's own input and output
+  // dims only when it creates the model, after checking it against its step models.
+  const badOutput = (name: string, maxBatch: number) =>
+    ensembleConfig(name, [addSub('simple')]).replace('max_batch_size: 8', `max_batch_size: ${maxBatch}`).replace(
+      `${INT16('OUT1')} ]`,
+      '{ name: "OUT1" data_type: TYPE_INT32 dims: [ -2 ] } ]',
+    );
+  ensemble(repo, 'batch_and_dims', badOutput('batch_and_dims', 16));
+  ensemble(repo, 'shape_and_dims', badOutput('shape_and_dims', 8));
+  t.after(() => repo.cleanup());
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger });
+  await server.start();
+  t.after(() => server.stop());
+  const index = await states(server);
+  assert.equal(index.get('batch_and_dims')?.state, 'UNAVAILABLE');
+  assert.match(
+    index.get('batch_and_dims')!.reason!,
+    /ensemble batch_and_dims allows maximum batch size 16, but it contains model simple which only allows maximum batch size to be 8/,
+  );
+  assert.equal(index.get('shape_and_dims')?.state, 'UNAVAILABLE');
+  assert.match(
+    index.get('shape_and_dims')!.reason!,
+    /in ensemble shape_and_dims, ensemble tensor OUT1: inconsistent shape: \[-1,-2\] is inferred from model shape_and_dims while \[-1,16\] is inferred from model simple/,
+  );
+});
