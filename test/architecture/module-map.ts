@@ -20,6 +20,11 @@ export const ALLOWED: Record<string, readonly string[]> = {
   core: ['tensor', 'config', 'repository', 'onnx', 'types', 'backends', 'scheduler', 'cache'],
   metrics: ['core', 'types'],
   frontends: ['core', 'tensor', 'types'],
+  /**
+   * The KServe v2 client (`nereid/client`): nothing of the server, only the pure tensor codecs and
+   * config/json.ts (the ModelConfig JSON form); test/client/isolation.test.ts checks what loading it loads.
+   */
+  client: ['tensor', 'config'],
 };
 
 /** Folders and files under src/ that may import everything: the command line and the public entry. */

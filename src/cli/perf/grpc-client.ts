@@ -21,6 +21,7 @@ import {
   ServerMetadataResponseSchema,
 } from '../../gen/grpc_service_pb.js';
 import { modelConfigToJson } from '../../config/index.js';
+import { describeGrpcError, grpcAddress } from '../../client/grpc.js';
 import { PerfError } from './errors.js';
 import type { PerfOptions } from './options.js';
 import type { ModelInfo } from './model.js';
@@ -30,20 +31,12 @@ import { type CallSink, type ControlClient, InferCall, type InferTransport, type
 
 const SERVICE = '/inference.GRPCInferenceService';
 const identity = (b: Buffer) => b;
+export { grpcAddress };
+
 const CHANNEL_OPTIONS: grpc.ChannelOptions = {
   'grpc.max_receive_message_length': -1,
   'grpc.max_send_message_length': -1,
 };
-
-/** "localhost:8001" (a scheme, if given, is dropped). */
-export function grpcAddress(url: string): string {
-  return url.replace(/^[a-z]+:\/\//i, '').replace(/\/+$/, '');
-}
-
-function describeGrpcError(err: grpc.ServiceError, address: string): string {
-  if (err.code === grpc.status.UNAVAILABLE) return `unable to connect to ${address}: ${err.details || 'unavailable'} (is the server running?)`;
-  return err.details || err.message;
-}
 
 export class GrpcControlClient implements ControlClient {
   private readonly client: grpc.Client;

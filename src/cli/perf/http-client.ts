@@ -7,6 +7,9 @@ import { Client, type Dispatcher } from 'undici';
 import { PerfError } from './errors.js';
 import { parseStatistics, type StatsSnapshot } from './server-stats.js';
 import type { ControlClient, ServerInfo } from './transport.js';
+import { describeNetworkError, errorText, modelPath } from '../../client/http-text.js';
+
+export { describeNetworkError, errorText, modelPath } from '../../client/http-text.js';
 
 /** "localhost:8000" or "http://host:port" -> "http://host:port". */
 export function httpOrigin(url: string): string {
@@ -19,31 +22,6 @@ export function httpOrigin(url: string): string {
   }
   if (u.protocol !== 'http:') throw new PerfError('failed to create client', `unsupported URL scheme '${u.protocol}' in '${url}'`);
   return u.origin;
-}
-
-export function modelPath(name: string, version: string): string {
-  return `/v2/models/${encodeURIComponent(name)}${version ? `/versions/${encodeURIComponent(version)}` : ''}`;
-}
-
-/** Turns a connection failure into a sentence naming the server. */
-export function describeNetworkError(err: unknown, origin: string): string {
-  const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
-  const code = e.code ?? e.cause?.code;
-  if (code === 'ECONNREFUSED') return `unable to connect to ${origin}: connection refused (is the server running?)`;
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `unable to resolve the host of ${origin}`;
-  if (code === 'UND_ERR_CONNECT_TIMEOUT') return `timed out connecting to ${origin}`;
-  if (code === 'UND_ERR_SOCKET' || code === 'ECONNRESET') return `connection to ${origin} was closed by the server`;
-  return `request to ${origin} failed: ${e.message ?? String(err)}${code ? ` (${code})` : ''}`;
-}
-
-export function errorText(status: number, body: string): string {
-  try {
-    const doc = JSON.parse(body) as { error?: unknown };
-    if (typeof doc.error === 'string') return doc.error;
-  } catch {
-    // not JSON: fall through
-  }
-  return body.trim() ? `HTTP ${status}: ${body.trim().slice(0, 500)}` : `HTTP ${status}`;
 }
 
 export class HttpControlClient implements ControlClient {
