@@ -10,10 +10,11 @@
  * polling server would take for an update).
  */
 import { existsSync } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { OnnxModelBuilder, buildAddSubModel, buildMlp, seededRandom } from '../src/onnx/builder.js';
+import { TINY_LLM_MARKERS, textEmbedderModel, wordLevelTokenizerJson, wordPieceTokenizerJson } from './example-text.js';
 
 export interface ExampleModel {
   /** Path of the file inside the repository, e.g. "simple/1/model.onnx". */
@@ -80,6 +81,13 @@ export const EXAMPLE_MODELS: readonly ExampleModel[] = [
   { file: 'simple_versioned/2/model.onnx', build: mulSubModel },
   { file: 'autocomplete_mlp/1/model.onnx', build: () => buildMlp([4, 8, 2], 7, { inputName: 'x', outputName: 'scores' }).builder },
   { file: 'image_classifier/1/model.onnx', build: imageClassifier },
+  { file: 'text_embedder/1/model.onnx', build: textEmbedderModel },
+];
+
+/** Generated text files (the tokenizers of the OpenAI examples: their vocabulary is made in example-text.ts). */
+export const EXAMPLE_TEXT_FILES: ReadonlyArray<{ readonly file: string; readonly text: () => string }> = [
+  { file: 'text_embedder/tokenizer.json', text: () => wordPieceTokenizerJson() },
+  { file: 'tiny_llm/tokenizer.json', text: () => wordLevelTokenizerJson(TINY_LLM_MARKERS) },
 ];
 
 export interface BuildResult {
@@ -102,6 +110,18 @@ export async function buildExampleModels(repositoryDir: string): Promise<BuildRe
     }
     await builder.save(path);
     result.written.push(m.file);
+  }
+  for (const f of EXAMPLE_TEXT_FILES) {
+    const path = join(repositoryDir, f.file);
+    const text = f.text();
+    const current = await readFile(path, 'utf8').catch(() => undefined);
+    if (current === text) {
+      result.unchanged.push(f.file);
+      continue;
+    }
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, text);
+    result.written.push(f.file);
   }
   return result;
 }

@@ -13,6 +13,7 @@ import { Errors } from '../errors.js';
 import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
 import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
+import { OpenAiFrontend, joinRestrictedApiArgs, parseOpenAiRestrictedApis } from '../frontends/openai/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
 import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
 import { isRemoteRepository } from '../repository/index.js';
@@ -83,6 +84,9 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'grpc-root-cert': S,
   help: B,
   'allow-client-shm': B,
+  'openai-port': I,
+  'openai-tokenizer': S,
+  'openai-restricted-api': SR,
 };
 
 /**
@@ -172,6 +176,12 @@ export interface ServeConfig {
     headerForwardPattern: string | undefined;
     ssl: { serverCert: string; serverKey: string; rootCert?: string; mutual: boolean } | undefined;
   };
+  openai: {
+    /** --openai-port: a listener of its own (off unless given); /v1 is always on the HTTP port. */
+    port: number | undefined;
+    tokenizerDir: string | undefined;
+    restrictedApis: string[];
+  };
   metrics: {
     enabled: boolean;
     port: number;
@@ -189,7 +199,7 @@ export interface ServeConfig {
 }
 
 export function buildServeConfig(argv: readonly string[]): ServeConfig {
-  const values = parseFlags(argv, { ...SERVE_FLAGS, ...IGNORED_FLAGS });
+  const values = parseFlags(joinRestrictedApiArgs(argv), { ...SERVE_FLAGS, ...IGNORED_FLAGS });
   const f = new FlagReader(values);
   const repos = [...f.all('model-repository'), ...f.all('model-store')];
   const mode = f.string('model-control-mode', 'none').toLowerCase();
@@ -270,6 +280,11 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       headerForwardPattern: f.string('grpc-header-forward-pattern'),
       ssl: grpcSsl(f),
     },
+    openai: {
+      port: f.has('openai-port') ? f.int('openai-port', 9000) : undefined,
+      tokenizerDir: f.string('openai-tokenizer'),
+      restrictedApis: f.all('openai-restricted-api'),
+    },
     metrics: {
       enabled: allowMetrics,
       port: f.int('metrics-port', 8002),
@@ -288,7 +303,12 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     ['HTTP', cfg.http.port, cfg.http.enabled],
     ['gRPC', cfg.grpc.port, cfg.grpc.enabled],
     ['metrics', cfg.metrics.port, cfg.metrics.enabled],
+    ['OpenAI', cfg.openai.port ?? 0, cfg.openai.port !== undefined],
   ];
+  parseOpenAiRestrictedApis(cfg.openai.restrictedApis); // a bad value fails here, before anything starts
+  if (cfg.openai.tokenizerDir !== undefined && !existsSync(cfg.openai.tokenizerDir)) {
+    throw Errors.config(`--openai-tokenizer: folder '${cfg.openai.tokenizerDir}' does not exist`);
+  }
   for (let i = 0; i < ports.length; i++) {
     for (let j = i + 1; j < ports.length; j++) {
       const [a, pa, ea] = ports[i]!;
@@ -357,7 +377,7 @@ Accepted for compatibility (no effect): ${Object.keys(IGNORED_FLAGS)
 
 export interface RunningServer {
   server: Server;
-  ports: { http?: number; grpc?: number; metrics?: number };
+  ports: { http?: number; grpc?: number; metrics?: number; openai?: number };
   /** Stops accepting, drains in-flight requests (bounded), unloads models. */
   shutdown(): Promise<void>;
 }
@@ -414,6 +434,13 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     },
   );
   const traceSettings = new TraceSettings();
+  const openai = new OpenAiFrontend(server, {
+    maxInputSize: cfg.http.maxInputSize,
+    logger,
+    tokenizerDir: cfg.openai.tokenizerDir,
+    restrictedApis: cfg.openai.restrictedApis,
+    timings: metrics,
+  });
   const http = cfg.http.enabled
     ? new HttpFrontend(server, {
         port: cfg.http.port,
@@ -424,6 +451,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         traceSettings,
         restrictedApis: cfg.http.restrictedApis,
         headerForwardPattern: cfg.http.headerForwardPattern,
+        v1: openai.handle,
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
@@ -437,13 +465,14 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   const shutdown = async (): Promise<void> => {
     http?.drain();
     await Promise.allSettled([grpc?.stop(), server.stop()]);
-    await Promise.allSettled([http?.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
+    await Promise.allSettled([http?.stop(), openai.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
   };
   try {
     await server.start();
     if (http) ports.http = (await http.start()).port;
     if (grpc) ports.grpc = (await grpc.start()).port;
     if (metricsFrontend) ports.metrics = (await metricsFrontend.start()).port;
+    if (cfg.openai.port !== undefined) ports.openai = (await openai.start(cfg.openai.port, cfg.http.address)).port;
   } catch (err) {
     await shutdown();
     throw err;

@@ -316,6 +316,7 @@ export async function loadPreparedVersions(prepared: PreparedModel, options: Loa
   const versions = new Map<number, ModelVersion>();
   const make = (n: number): ModelVersion => {
     const v = new ModelVersion(name, n, config);
+    v.directory = modelDir;
     v.stateListener = options.onVersionState;
     return v;
   };

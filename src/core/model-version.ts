@@ -36,6 +36,8 @@ export class ModelVersion {
   warmupDurationSecs = 0;
   /** response_cache.enable (decoupled models are never cached): used when the server has a cache. */
   readonly cached: boolean;
+  /** The model's folder on local disk (a cloud model's local copy); undefined for a version made without one. */
+  directory: string | undefined;
   /** Requests accepted by the core and not yet answered. */
   inflight = 0;
   private idleWaiters: Array<() => void> = [];

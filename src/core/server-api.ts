@@ -53,6 +53,12 @@ export interface ServerApi {
   /** The completed configuration in Triton's JSON form (what `GET /v2/models/{m}/config` serves). Throws like modelMetadata. */
   modelConfigJson(name: string, version?: string): Record<string, unknown>;
   /**
+   * The model version's folder on local disk (where files beside
+   * config.pbtxt, such as a tokenizer, are read from). Throws like
+   * modelMetadata. Optional for test doubles.
+   */
+  modelDirectory?(name: string, version?: string): string | undefined;
+  /**
    * true: ready. false: lifecycle READY but an instance's readiness check said no.
    * Throws NOT_FOUND (unknown model / no ready version) or UNAVAILABLE (that version not ready).
    */

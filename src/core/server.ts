@@ -216,6 +216,10 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     return modelConfigToJson(this.modelConfig(name, version));
   }
 
+  modelDirectory(name: string, version?: string): string | undefined {
+    return this.resolveVersion(name, version).directory;
+  }
+
   async modelReady(name: string, version?: string): Promise<boolean> {
     const v = this.resolveVersion(name, version);
     for (const inst of v.instances) {

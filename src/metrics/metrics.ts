@@ -91,6 +91,21 @@ export class Metrics implements SeriesSource<ModelReporter> {
     stats.observer = reporter;
   }
 
+  /** Time to first token of a streamed OpenAI completion (the frontend's TokenTimings). */
+  observeFirstToken(model: string, version: string, seconds: number): void {
+    this.reporterOf(model, version)?.firstTokenSeconds.observe(seconds);
+  }
+
+  /** Time between two tokens of a streamed OpenAI completion. */
+  observeInterToken(model: string, version: string, seconds: number): void {
+    this.reporterOf(model, version)?.interTokenSeconds.observe(seconds);
+  }
+
+  private reporterOf(model: string, version: string): ModelReporter | undefined {
+    for (const [stats, reporter] of this.reporters) if (stats.modelName === model && stats.version === version) return reporter;
+    return undefined;
+  }
+
   /** Stops reporting `stats` and drops its series. */
   detach(stats: ModelVersionStatistics): void {
     const reporter = this.reporters.get(stats);
@@ -212,6 +227,8 @@ export class Metrics implements SeriesSource<ModelReporter> {
       ['nereid_queue_duration_seconds', 'Time successful inference requests spent queued, in seconds', (r) => r.queueSeconds],
       ['nereid_compute_duration_seconds', 'Compute time (input + infer + output) of successful inference requests, in seconds', (r) => r.computeSeconds],
       ['nv_inference_batch_size', 'Batch size of each model execution', (r) => r.batchSizes],
+      ['nereid_time_to_first_token_seconds', 'Streamed OpenAI completions: time from receiving the request to its first token, in seconds', (r) => r.firstTokenSeconds],
+      ['nereid_inter_token_latency_seconds', 'Streamed OpenAI completions: time between two tokens of one response, in seconds', (r) => r.interTokenSeconds],
     ];
     for (const [name, help, histogram] of histograms) {
       this.family(name, help, 'histogram', (r, out) => {

@@ -87,6 +87,9 @@ export class ModelReporter implements StatisticsObserver {
   readonly queueSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
   readonly computeSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
   readonly batchSizes = new FixedHistogram(BATCH_SIZE_BUCKETS);
+  /** Streamed OpenAI responses: request to first token, and between tokens. */
+  readonly firstTokenSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
+  readonly interTokenSeconds = new FixedHistogram(LATENCY_BUCKETS_SECONDS);
   readonly firstResponseMs: FixedHistogram | undefined;
   /** One per SUMMARY_NAMES entry when summaries are on. */
   readonly summaries: Summary[] | undefined;

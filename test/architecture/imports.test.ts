@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ALLOWED, SHARED, UNCHECKED } from './module-map.js';
+import { ALLOWED, FRONTENDS, SHARED, UNCHECKED } from './module-map.js';
 
 const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'src');
 
@@ -46,6 +46,28 @@ test('imports between src/ folders follow the module map', () => {
   assert.deepEqual(violations, [], `imports the module map forbids:\n${violations.join('\n')}`);
   const stale = [...KNOWN].filter((edge) => !seen.has(edge));
   assert.deepEqual(stale, [], `edges listed as known that are gone: take them off KNOWN\n${stale.join('\n')}`);
+});
+
+test('frontend folders import one another only as the frontend map says', () => {
+  const dir = path.join(SRC, 'frontends');
+  const violations: string[] = [];
+  for (const file of files(dir)) {
+    const rel = path.relative(dir, file).split(path.sep);
+    if (rel.length < 2) continue;
+    const from = rel[0]!;
+    const allowed = FRONTENDS[from];
+    if (allowed === undefined) {
+      violations.push(`frontends/${from} has no row in FRONTENDS`);
+      continue;
+    }
+    const text = readFileSync(file, 'utf8');
+    for (const m of text.matchAll(/(?:from|import)\s*\(?\s*'(\.[^']+)'/g)) {
+      const target = path.relative(dir, path.resolve(path.dirname(file), m[1]!)).split(path.sep);
+      if (target[0] === '..' || target.length < 2 || target[0] === from || allowed.includes(target[0]!)) continue;
+      violations.push(`${path.relative(SRC, file)} -> frontends/${target[0]}`);
+    }
+  }
+  assert.deepEqual([...new Set(violations)], []);
 });
 
 test('every folder and file under src/ has its row in the module map', () => {

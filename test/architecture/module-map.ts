@@ -27,5 +27,13 @@ export const ALLOWED: Record<string, readonly string[]> = {
   client: ['tensor', 'config'],
 };
 
+/** Within frontends/: which protocol folder may import which (files directly under frontends/ are shared). */
+export const FRONTENDS: Record<string, readonly string[]> = {
+  http: [],
+  grpc: [],
+  /** The OpenAI frontend reads bodies and JSON with the HTTP frontend's readers. */
+  openai: ['http'],
+};
+
 /** Folders and files under src/ that may import everything: the command line and the public entry. */
 export const UNCHECKED = new Set(['cli', 'index.ts']);

@@ -49,6 +49,8 @@ export interface HttpFrontendOptions {
   restrictedApis?: readonly string[];
   /** `--http-header-forward-pattern`: matching headers become request parameters. */
   headerForwardPattern?: string;
+  /** Answers every path under /v1 (the OpenAI-compatible frontend). */
+  v1?: (req: IncomingMessage, res: ServerResponse, path: string) => void;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
@@ -173,6 +175,7 @@ export class HttpFrontend {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
+    if (this.options.v1 !== undefined && (path === '/v1' || path.startsWith('/v1/'))) return this.options.v1(req, res, path);
     let pending: Promise<void> | void;
     try {
       pending = this.route(req, res, path);

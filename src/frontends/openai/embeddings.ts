@@ -1,0 +1,257 @@
+/**
+ * POST /v1/embeddings on a model with an embedding contract. The inputs of
+ * one request go to the model as batches of up to its max_batch_size rows
+ * (in parallel, so its dynamic batcher may join them with other requests');
+ * token vectors are mean-pooled over the attention mask and the result is
+ * L2-normalised unless the model's `embedding_normalize` parameter is "false".
+ */
+import type { ServerResponse } from 'node:http';
+import type { InferResponse } from '../../types/api.js';
+import type { Cancellation } from '../../types/cancellation.js';
+import { type Tensor, typedView } from '../../tensor/tensor.js';
+import type { TextEmbeddingContract, TokenEmbeddingContract } from './contracts.js';
+import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resolveModel } from './context.js';
+import { OpenAiError, invalidRequest, toOpenAiError } from './errors.js';
+import { type Body, checkKnownFields, checkUser, modelName, optionalInteger } from './fields.js';
+import { bytesTensor, numericTensor } from './tensors.js';
+
+const FIELDS = new Set(['model', 'input', 'encoding_format', 'dimensions', 'user']);
+/** OpenAI's bound on the inputs of one request. */
+const MAX_INPUTS = 2048;
+
+type EmbeddingInput = { readonly text: string } | { readonly ids: readonly number[] };
+
+function readInputs(value: unknown): EmbeddingInput[] {
+  const bad = (why: string, param = 'input') => invalidRequest(`'input' ${why}`, param);
+  if (typeof value === 'string') {
+    if (value === '') throw bad('must not be empty');
+    return [{ text: value }];
+  }
+  if (!Array.isArray(value)) throw bad('must be a string, an array of strings, an array of token ids or an array of arrays of token ids');
+  if (value.length === 0) throw bad('must not be empty');
+  if (value.length > MAX_INPUTS) throw bad(`holds ${value.length} inputs; at most ${MAX_INPUTS} are taken per request`);
+  if (value.every((v) => typeof v === 'number')) return [{ ids: tokenIds(value, 'input') }];
+  return value.map((v: unknown, i) => {
+    if (typeof v === 'string') {
+      if (v === '') throw bad(`[${i}] is empty`, `input[${i}]`);
+      return { text: v };
+    }
+    if (Array.isArray(v)) return { ids: tokenIds(v, `input[${i}]`) };
+    throw bad(`[${i}] must be a string or an array of token ids`, `input[${i}]`);
+  });
+}
+
+function tokenIds(v: unknown[], param: string): number[] {
+  if (v.length === 0) throw invalidRequest(`'${param}' is an empty list of token ids`, param);
+  v.forEach((x, i) => {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < 0 || x > 0x7fffffff) {
+      throw invalidRequest(`'${param}[${i}]' must be a token id (an integer from 0), got ${JSON.stringify(x)}`, param);
+    }
+  });
+  return v as number[];
+}
+
+/** The vector of one row: pooled (when the output is per token), normalised when asked. */
+function rowVector(out: Float32Array, row: number, seq: number, dim: number, mask: readonly number[] | undefined, normalize: boolean): Float32Array {
+  const v = new Float32Array(dim);
+  if (mask === undefined) {
+    v.set(out.subarray(row * dim, row * dim + dim));
+  } else {
+    let count = 0;
+    for (let s = 0; s < seq; s++) {
+      if (mask[s] === 0) continue;
+      count++;
+      const base = (row * seq + s) * dim;
+      for (let d = 0; d < dim; d++) v[d]! += out[base + d]!;
+    }
+    if (count > 0) for (let d = 0; d < dim; d++) v[d]! /= count;
+  }
+  if (normalize) {
+    let sum = 0;
+    for (let d = 0; d < dim; d++) sum += v[d]! * v[d]!;
+    const norm = Math.sqrt(sum);
+    if (norm > 0) for (let d = 0; d < dim; d++) v[d]! /= norm;
+  }
+  return v;
+}
+
+function outputOf(r: InferResponse, name: string): Tensor {
+  const t = r.outputs.find((o) => o.name === name);
+  if (t === undefined) throw new OpenAiError(500, 'server_error', `the model's response has no output '${name}'`);
+  return t;
+}
+
+export class EmbeddingsEndpoint {
+  constructor(private readonly ctx: OpenAiContext) {}
+
+  async handle(res: ServerResponse, body: Body): Promise<void> {
+    checkKnownFields(body, FIELDS);
+    checkUser(body);
+    const model = modelName(body);
+    if (!('input' in body)) throw invalidRequest("'input' is required", 'input');
+    const inputs = readInputs(body['input']);
+    const format = body['encoding_format'] ?? 'float';
+    if (format !== 'float' && format !== 'base64') throw invalidRequest(`'encoding_format' must be 'float' or 'base64', got ${JSON.stringify(format)}`, 'encoding_format');
+    const dimensions = optionalInteger(body, 'dimensions', 1);
+    const resolved = await resolveModel(this.ctx, model, 'embedding');
+    admission(this.ctx, resolved.name);
+    const signal = cancelOnClose(res);
+    const c = resolved.contract;
+    const { vectors, tokens } =
+      c.kind === 'text-embedding' ? await this.textEmbeddings(resolved as ResolvedModel<TextEmbeddingContract>, inputs, signal) : await this.tokenEmbeddings(resolved as ResolvedModel<TokenEmbeddingContract>, inputs, signal);
+    const dim = vectors[0]?.length ?? 0;
+    if (dimensions !== undefined && dimensions !== dim) {
+      throw invalidRequest(`model '${model}' makes ${dim}-dimensional embeddings and cannot shorten them; 'dimensions' may only be ${dim}`, 'dimensions');
+    }
+    if (res.destroyed) return;
+    let data = '';
+    for (let i = 0; i < vectors.length; i++) {
+      const v = vectors[i]!;
+      const embedding = format === 'base64' ? JSON.stringify(Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64')) : floatList(v);
+      data += `${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":${embedding}}`;
+    }
+    const out = `{"object":"list","data":[${data}],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
+    res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(out))]);
+    res.end(out);
+  }
+
+  /** Runs the rows in batches of up to `maxRows`, all at once, and hands each batch's response to `take`. */
+  private async runBatches(
+    model: string,
+    rows: number,
+    maxRows: number,
+    signal: Cancellation,
+    inputsOf: (start: number, end: number) => Tensor[],
+    take: (start: number, end: number, r: InferResponse) => void,
+  ): Promise<void> {
+    const runs: Promise<void>[] = [];
+    for (let start = 0; start < rows; start += maxRows) {
+      const end = Math.min(rows, start + maxRows);
+      const inputs = inputsOf(start, end);
+      runs.push(this.ctx.server.infer({ model, inputs, signal }).then((r) => take(start, end, r)));
+    }
+    try {
+      await Promise.all(runs);
+    } catch (err) {
+      throw toOpenAiError(err, model);
+    }
+  }
+
+  private async textEmbeddings(resolved: ResolvedModel<TextEmbeddingContract>, inputs: EmbeddingInput[], signal: Cancellation) {
+    const c = resolved.contract;
+    const texts = inputs.map((x, i) => {
+      if ('text' in x) return x.text;
+      const tokenizer = resolved.text.tokenizer;
+      if (tokenizer === undefined) {
+        throw invalidRequest(`model '${resolved.name}' has no tokenizer.json to read token ids with; send text`, `input[${i}]`);
+      }
+      return tokenizer.decode(x.ids as number[], { skip_special_tokens: true });
+    });
+    let tokens = 0;
+    for (let i = 0; i < inputs.length; i++) {
+      const x = inputs[i]!;
+      tokens += 'ids' in x ? x.ids.length : resolved.text.countTokens(x.text);
+    }
+    const vectors: Float32Array[] = new Array(texts.length);
+    const maxRows = c.batched ? c.maxBatchSize : 1;
+    const inputMeta = c.batched ? c.input : { ...c.input, shape: c.input.shape.map((d) => (d === -1 ? 1 : d)) };
+    await this.runBatches(
+      resolved.name,
+      texts.length,
+      maxRows,
+      signal,
+      (start, end) => [bytesTensor({ ...inputMeta, shape: c.batched ? [end - start, ...inputMeta.shape.slice(1).map((d) => (d === -1 ? 1 : d))] : inputMeta.shape }, texts.slice(start, end), 'input')],
+      (start, end, r) => {
+        const out = outputOf(r, c.output.name);
+        const f = typedView(out) as Float32Array;
+        const rows = end - start;
+        const dim = f.length / rows;
+        for (let i = 0; i < rows; i++) vectors[start + i] = rowVector(f, i, 1, dim, undefined, c.normalize);
+      },
+    );
+    return { vectors, tokens };
+  }
+
+  private async tokenEmbeddings(resolved: ResolvedModel<TokenEmbeddingContract>, inputs: EmbeddingInput[], signal: Cancellation) {
+    const c = resolved.contract;
+    const tokenizer = resolved.text.tokenizer;
+    const encoded = inputs.map((x, i) => {
+      if ('ids' in x) return { ids: x.ids, types: undefined as readonly number[] | undefined };
+      if (tokenizer === undefined) {
+        throw new OpenAiError(
+          400,
+          'invalid_request_error',
+          `model '${resolved.name}' takes token ids and has no tokenizer.json beside its config.pbtxt (or in --openai-tokenizer): send token ids, or add one`,
+          `input[${i}]`,
+          'tokenizer_missing',
+        );
+      }
+      const e = tokenizer.encode(x.text);
+      return { ids: e.ids, types: e.token_type_ids };
+    });
+    const limit = c.fixedLength > 0 ? c.fixedLength : resolved.text.maxLength;
+    let longest = 0;
+    let tokens = 0;
+    encoded.forEach((e, i) => {
+      tokens += e.ids.length;
+      if (limit !== undefined && e.ids.length > limit) {
+        throw invalidRequest(
+          `This model's maximum context length is ${limit} tokens, however 'input[${i}]' has ${e.ids.length} tokens. Please reduce the length of the input.`,
+          inputs.length === 1 ? 'input' : `input[${i}]`,
+          'context_length_exceeded',
+        );
+      }
+      longest = Math.max(longest, e.ids.length);
+    });
+    const seq = c.fixedLength > 0 ? c.fixedLength : longest;
+    const maxRows = c.batched ? c.maxBatchSize : c.inputIds.shape[0] === -1 ? encoded.length : 1;
+    const vectors: Float32Array[] = new Array(encoded.length);
+    const masks: number[][] = encoded.map((e) => {
+      const m = new Array<number>(seq).fill(0);
+      m.fill(1, 0, e.ids.length);
+      return m;
+    });
+    const matrix = (start: number, end: number, fill: (e: (typeof encoded)[number], s: number) => number): number[] => {
+      const out: number[] = [];
+      for (let r = start; r < end; r++) for (let s = 0; s < seq; s++) out.push(s < encoded[r]!.ids.length ? fill(encoded[r]!, s) : 0);
+      return out;
+    };
+    const shaped = (meta: typeof c.inputIds, rows: number) => ({ ...meta, shape: [rows, seq] });
+    await this.runBatches(
+      resolved.name,
+      encoded.length,
+      maxRows,
+      signal,
+      (start, end) => {
+        const rows = end - start;
+        const t = [
+          numericTensor(shaped(c.inputIds, rows), matrix(start, end, (e, s) => e.ids[s]!), 'input'),
+          numericTensor(shaped(c.attentionMask, rows), matrix(start, end, () => 1), 'input'),
+        ];
+        if (c.tokenTypeIds !== undefined) t.push(numericTensor(shaped(c.tokenTypeIds, rows), matrix(start, end, (e, s) => e.types?.[s] ?? 0), 'input'));
+        return t;
+      },
+      (start, end, r) => {
+        const out = outputOf(r, c.output.name);
+        const f = typedView(out) as Float32Array;
+        const rows = end - start;
+        const dim = out.shape[out.shape.length - 1]!;
+        for (let i = 0; i < rows; i++) {
+          vectors[start + i] = rowVector(f, i, seq, dim, c.meanPool ? masks[start + i] : undefined, c.normalize);
+        }
+      },
+    );
+    return { vectors, tokens };
+  }
+}
+
+/** The floats as a JSON array, each with 9 significant digits (enough to read back the same float32). */
+function floatList(v: Float32Array): string {
+  let s = '[';
+  for (let i = 0; i < v.length; i++) {
+    const x = v[i]!;
+    if (!Number.isFinite(x)) throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${x})`);
+    s += (i > 0 ? ',' : '') + String(Number(x.toPrecision(9)));
+  }
+  return s + ']';
+}
