@@ -16,6 +16,7 @@ import type { ModelConfig } from '../gen/model_config_pb.js';
 import { type Tensor, retagTensor } from '../tensor/tensor.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 import type { Scheduler } from './scheduler.js';
+import { StepLimiter } from './step-limiter.js';
 
 /** One step, with its tensors resolved to slots of a run's tensor table. */
 interface StepPlan {
@@ -42,11 +43,14 @@ class EnsemblePlan {
   /** Slots of the ensemble's own inputs. */
   readonly inputSlots: number[] = [];
   readonly waits: Int32Array;
+  /** One per step when max_inflight_requests bounds the steps in flight, shared by every request; else empty. */
+  readonly limiters: StepLimiter[];
 
   constructor(config: ModelConfig) {
     const scheduling = config.schedulingChoice;
     if (scheduling.case !== 'ensembleScheduling') throw Errors.internal(`model '${config.name}' is not an ensemble`);
     this.decoupled = config.modelTransactionPolicy?.decoupled === true;
+    const bound = scheduling.value.maxInflightRequests;
     const slot = (name: string): number => {
       let s = this.slotOf.get(name);
       if (s === undefined) {
@@ -72,6 +76,7 @@ class EnsemblePlan {
       });
     });
     this.waits = Int32Array.from(this.steps, (s) => s.waitsFor);
+    this.limiters = bound > 0 ? this.steps.map(() => new StepLimiter(bound)) : [];
   }
 }
 
@@ -193,6 +198,23 @@ export class EnsembleScheduler implements Scheduler {
       this.settle(run);
       return;
     }
+    const limiter = this.plan.limiters[index];
+    if (limiter === undefined) this.send(run, index);
+    else limiter.acquire(run.cancellation, () => this.sendLimited(run, index, limiter));
+  }
+
+  /** A step let through by its limiter: sent unless the run ended while it waited; the slot is freed when it ends. */
+  private sendLimited(run: EnsembleRun, index: number, limiter: StepLimiter): void {
+    if (run.finished || run.item.done) {
+      limiter.release();
+      run.pendingSteps -= 1;
+      this.settle(run);
+      return;
+    }
+    this.send(run, index, limiter);
+  }
+
+  private send(run: EnsembleRun, index: number, limiter?: StepLimiter): void {
     const step = this.plan.steps[index]!;
     const inputs: Tensor[] = [];
     for (const input of step.inputs) {
@@ -218,8 +240,14 @@ export class EnsembleScheduler implements Scheduler {
       pending = Promise.reject(err);
     }
     pending.then(
-      (response) => this.stepDone(run, index, response),
-      (err: unknown) => this.stepFailed(run, index, err),
+      (response) => {
+        limiter?.release();
+        this.stepDone(run, index, response);
+      },
+      (err: unknown) => {
+        limiter?.release();
+        this.stepFailed(run, index, err);
+      },
     );
   }
 
@@ -439,11 +467,25 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       stepTimings: this,
     };
     this.running += 1;
-    void this.consume(index, it, stepRequest);
+    const limiter = this.plan.limiters[index];
+    if (limiter === undefined) {
+      void this.consume(index, it, stepRequest);
+      return;
+    }
+    limiter.acquire(this.cancellation, () => {
+      if (this.failed || this.ended) {
+        // The run failed while the step waited: it is not sent.
+        limiter.release();
+        this.running -= 1;
+        this.afterEvent(undefined);
+        return;
+      }
+      void this.consume(index, it, stepRequest, limiter);
+    });
   }
 
-  /** Reads one step launch's responses as they come. */
-  private async consume(index: number, iteration: number, stepRequest: InferRequest): Promise<void> {
+  /** Reads one step launch's responses as they come; its limiter slot (if any) is freed with the final one. */
+  private async consume(index: number, iteration: number, stepRequest: InferRequest, limiter?: StepLimiter): Promise<void> {
     let first = true;
     let open = true;
     try {
@@ -451,6 +493,7 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       for await (const r of responses) {
         if (r.final) {
           open = false;
+          limiter?.release();
           this.running -= 1;
         }
         let outputs: Tensor[] | undefined;
@@ -465,7 +508,10 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       }
       throw Errors.internal('the step ended without its final response');
     } catch (err) {
-      if (open) this.running -= 1;
+      if (open) {
+        limiter?.release();
+        this.running -= 1;
+      }
       this.fail(index, err);
       this.afterEvent(undefined);
     }
