@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-/** The `nereid` command: serve, perf, validate. */
+/** The `nereid` command: serve, perf, validate, keys. */
 import { applyAllocatorTuning } from './allocator.js';
 
 const USAGE = `Usage: nereid <command> [flags]
@@ -8,6 +8,7 @@ Commands:
   serve      serve a Triton model repository (tritonserver's flags)
   perf       measure a model under load (perf_analyzer's flags)
   validate   check the config.pbtxt files of a model repository
+  keys       create an API key for --auth-keys (keys create --name NAME --scopes ...)
 
 Run 'nereid <command> --help' for a command's flags.
 `;
@@ -31,6 +32,10 @@ async function main(argv: string[]): Promise<number> {
     case 'validate': {
       const { runValidate } = await import('./validate.js');
       return runValidate(rest);
+    }
+    case 'keys': {
+      const { runKeys } = await import('./keys.js');
+      return runKeys(rest);
     }
     case undefined:
     case '--help':

@@ -18,8 +18,10 @@ export const ALLOWED: Record<string, readonly string[]> = {
   scheduler: ['tensor', 'config', 'types', 'backends'],
   cache: ['tensor', 'config', 'types', 'backends', 'scheduler'],
   core: ['tensor', 'config', 'repository', 'onnx', 'types', 'backends', 'scheduler', 'cache'],
-  metrics: ['core', 'types'],
-  frontends: ['core', 'tensor', 'types'],
+  /** Scoped API keys (--auth-keys): the keys file, scopes, the check the frontends make, the file watcher. */
+  auth: [],
+  metrics: ['core', 'types', 'auth'],
+  frontends: ['core', 'tensor', 'types', 'auth'],
   /**
    * The KServe v2 client (`nereid/client`): nothing of the server, only the pure tensor codecs and
    * config/json.ts (the ModelConfig JSON form); test/client/isolation.test.ts checks what loading it loads.

@@ -1,0 +1,202 @@
+/**
+ * Access control for `--auth-keys`: which key a request carries
+ * (`Authorization: Bearer <secret>`, the same in gRPC metadata), whether its
+ * scopes open the API group and model asked for, and the failures that
+ * answer otherwise (401, 403, 429). Frontends call `check` before a
+ * handler runs; the keys table is swapped whole when the file is re-read,
+ * so a request checked against the old table finishes as admitted.
+ *
+ * Constant time: the presented token is hashed once with SHA-256 and the
+ * digest is looked up in a map of the keys' digests. How long the lookup
+ * takes depends on the digest, which tells an attacker nothing usable about
+ * any secret (finding a secret from how close its digest comes to another
+ * digest is SHA-256 preimage search), and no secret is ever compared byte by
+ * byte. Tokens longer than MAX_TOKEN_LENGTH are refused before hashing.
+ */
+import { hash } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import type { Logger } from 'pino';
+import { Errors } from '../errors.js';
+import { FailureLimiter } from './failure-limiter.js';
+import { type KeyTable, KeysFileError, MAX_KEYS_FILE_BYTES, parseKeysFile } from './keys-file.js';
+import type { ApiGroup, Grants } from './scopes.js';
+
+/** Longer than any secret `nereid keys create` makes (47 characters); longer tokens are refused unhashed. */
+export const MAX_TOKEN_LENGTH = 512;
+/** `--auth-failure-limit`'s default: failed checks a minute per client address before 429. */
+export const DEFAULT_FAILURE_LIMIT = 20;
+
+export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'scope' | 'rate_limited';
+export const AUTH_FAILURE_REASONS: readonly AuthFailureReason[] = ['missing', 'malformed', 'unknown', 'scope', 'rate_limited'];
+
+/** Why a request is refused, with its HTTP and gRPC status. */
+export interface AuthFailure {
+  readonly code: string;
+  readonly reason: AuthFailureReason;
+  readonly httpStatus: 401 | 403 | 429;
+  /** google.rpc.Code: UNAUTHENTICATED (16), PERMISSION_DENIED (7), RESOURCE_EXHAUSTED (8). */
+  readonly grpcStatus: 16 | 7 | 8;
+  readonly message: string;
+  /** For 429: seconds until a key is checked again for this address. */
+  readonly retryAfterSecs?: number;
+}
+
+const MISSING: AuthFailure = {
+  code: 'NRD_AUTH_MISSING_KEY',
+  reason: 'missing',
+  httpStatus: 401,
+  grpcStatus: 16,
+  message: "this API needs a key: send the header 'Authorization: Bearer <secret>'",
+};
+const MALFORMED: AuthFailure = {
+  code: 'NRD_AUTH_MALFORMED',
+  reason: 'malformed',
+  httpStatus: 401,
+  grpcStatus: 16,
+  message: `the Authorization header must be 'Bearer <secret>' with a secret of 1 to ${MAX_TOKEN_LENGTH} characters`,
+};
+const UNKNOWN: AuthFailure = { code: 'NRD_AUTH_UNKNOWN_KEY', reason: 'unknown', httpStatus: 401, grpcStatus: 16, message: 'unknown key' };
+
+function forbidden(keyName: string, group: ApiGroup, model: string | undefined): AuthFailure {
+  const what = model === undefined ? `'${group}'` : `'${group}' on model '${model}'`;
+  return { code: 'NRD_AUTH_FORBIDDEN', reason: 'scope', httpStatus: 403, grpcStatus: 7, message: `key '${keyName}' has no scope for ${what}` };
+}
+
+function rateLimited(retryAfterSecs: number): AuthFailure {
+  return {
+    code: 'NRD_AUTH_RATE_LIMITED',
+    reason: 'rate_limited',
+    httpStatus: 429,
+    grpcStatus: 8,
+    message: `too many failed key checks from this address; retry in ${retryAfterSecs} s`,
+    retryAfterSecs,
+  };
+}
+
+/**
+ * The token of a `Bearer` credential (scheme case-insensitive, one space),
+ * or undefined when the header is not one or the token is empty or too long.
+ * Looks at no more than the bounded prefix of an oversized header.
+ */
+export function bearerToken(header: string): string | undefined {
+  if (header.length <= 7 || header.length > 7 + MAX_TOKEN_LENGTH) return undefined;
+  if (header.charCodeAt(6) !== 0x20 || !BEARER.test(header)) return undefined;
+  const token = header.slice(7);
+  return WHITESPACE.test(token) ? undefined : token;
+}
+const BEARER = /^bearer /i;
+const WHITESPACE = /\s/;
+
+/** The hex SHA-256 of a secret as the keys file holds it. */
+export function secretDigest(secret: string): string {
+  return hash('sha256', secret, 'hex');
+}
+
+export interface AccessControlOptions {
+  /** Failures a minute per client address before 429; 0: no limit. */
+  readonly failureLimit?: number;
+  readonly logger?: Logger;
+  /** Clock for the failure limiter (tests). */
+  readonly now?: () => number;
+}
+
+export class AccessControl {
+  private table: KeyTable;
+  private readonly limiter: FailureLimiter;
+  /** Failed checks since start, by reason (`nereid_auth_failures_total{reason}`). */
+  readonly failures: Record<AuthFailureReason, number> = { missing: 0, malformed: 0, unknown: 0, scope: 0, rate_limited: 0 };
+
+  constructor(table: KeyTable, options: AccessControlOptions = {}) {
+    this.table = table;
+    this.limiter = new FailureLimiter(options.failureLimit ?? DEFAULT_FAILURE_LIMIT, options.now);
+  }
+
+  /** Reads and parses the keys file at start-up; a problem is a configuration error naming file, line and field. */
+  static fromFile(file: string, options: AccessControlOptions = {}): AccessControl {
+    return new AccessControl(readKeysFile(file), options);
+  }
+
+  /** Swaps in a new table: checks from now on use it, those already made stand. */
+  replaceKeys(table: KeyTable): void {
+    this.table = table;
+  }
+
+  get keys(): KeyTable {
+    return this.table;
+  }
+
+  /**
+   * undefined when the request may go on; else the failure to answer. No
+   * header means anonymous; a header that does not name a key is refused
+   * even where anonymous would be let through.
+   */
+  check(authorization: string | undefined, address: string | undefined, group: ApiGroup, model?: string): AuthFailure | undefined {
+    const table = this.table;
+    if (authorization === undefined || authorization === '') {
+      if (table.anonymous.allows(group, model)) return undefined;
+      return this.fail(address, MISSING);
+    }
+    const addr = address ?? '';
+    const wait = this.limiter.retryAfterSecs(addr);
+    if (wait > 0) {
+      this.failures.rate_limited++;
+      return rateLimited(wait);
+    }
+    const token = bearerToken(authorization);
+    if (token === undefined) return this.fail(addr, MALFORMED);
+    const key = table.byHash.get(secretDigest(token));
+    if (key === undefined) return this.fail(addr, UNKNOWN);
+    if (key.grants.allows(group, model)) return undefined;
+    return this.fail(addr, forbidden(key.name, group, model));
+  }
+
+  /**
+   * The grants of an already admitted request, to filter a list of models
+   * (statistics of every model); undefined when the header names no key.
+   */
+  grantsOf(authorization: string | undefined): Grants | undefined {
+    if (authorization === undefined || authorization === '') return this.table.anonymous;
+    const token = bearerToken(authorization);
+    return token === undefined ? undefined : this.table.byHash.get(secretDigest(token))?.grants;
+  }
+
+  private fail(address: string | undefined, failure: AuthFailure): AuthFailure {
+    const addr = address ?? '';
+    const wait = this.limiter.retryAfterSecs(addr);
+    if (wait > 0) {
+      this.failures.rate_limited++;
+      return rateLimited(wait);
+    }
+    this.failures[failure.reason]++;
+    this.limiter.record(addr);
+    return failure;
+  }
+}
+
+/** Reads and parses a keys file; errors are NereidError (config) naming the file, line and field. */
+export function readKeysFile(file: string): KeyTable {
+  return parseKeysFile(file, readKeysText(file));
+}
+
+/** The file's text, refused when missing, unreadable or larger than MAX_KEYS_FILE_BYTES. */
+export function readKeysText(file: string): string {
+  let size: number;
+  try {
+    size = statSync(file).size;
+  } catch (err) {
+    throw new KeysFileError(file, 1, '', `cannot read the keys file: ${(err as Error).message}`);
+  }
+  if (size > MAX_KEYS_FILE_BYTES) {
+    throw new KeysFileError(file, 1, '', `the keys file is ${size} bytes, more than the ${MAX_KEYS_FILE_BYTES} accepted`);
+  }
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new KeysFileError(file, 1, '', `cannot read the keys file: ${(err as Error).message}`);
+  }
+}
+
+/** A KeysFileError as the configuration error start-up reports. */
+export function keysFileConfigError(err: unknown): Error {
+  return err instanceof KeysFileError ? Errors.config(`--auth-keys: ${err.message}`) : (err as Error);
+}

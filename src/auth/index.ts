@@ -1,0 +1,19 @@
+/** Scoped API keys (`--auth-keys`): the keys file, scopes, the check frontends make, the file watcher. */
+export {
+  AccessControl,
+  AUTH_FAILURE_REASONS,
+  DEFAULT_FAILURE_LIMIT,
+  MAX_TOKEN_LENGTH,
+  bearerToken,
+  keysFileConfigError,
+  readKeysFile,
+  readKeysText,
+  secretDigest,
+  type AccessControlOptions,
+  type AuthFailure,
+  type AuthFailureReason,
+} from './access.js';
+export { ANONYMOUS, KeysFileError, keyNameProblem, parseKeysFile, type KeyEntry, type KeyTable } from './keys-file.js';
+export { API_GROUPS, Grants, MODEL_GROUPS, ScopeError, isApiGroup, parseScope, type ApiGroup } from './scopes.js';
+export { KeysFileWatcher, type KeysWatcherOptions } from './watcher.js';
+export { createKey, type CreatedKey } from './create.js';

@@ -1,0 +1,109 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  AccessControl,
+  MAX_TOKEN_LENGTH,
+  bearerToken,
+  createKey,
+  parseKeysFile,
+  secretDigest,
+  type AuthFailure,
+} from '../../src/auth/index.js';
+
+const FRAUD = 'fraud-secret';
+const ADMIN = 'admin-secret';
+
+function table(extra = '') {
+  return parseKeysFile(
+    'k.yaml',
+    `keys:
+  - name: fraud
+    sha256: ${secretDigest(FRAUD)}
+    scopes: ["inference:fraud_*", "metadata:fraud_*", "health"]
+  - name: admin
+    sha256: ${secretDigest(ADMIN)}
+    scopes: ["*"]
+${extra}`,
+  );
+}
+
+const bearer = (s: string): string => `Bearer ${s}`;
+
+test('the Bearer scheme is read case-insensitively; anything else, an empty or an oversized token is not a token', () => {
+  assert.equal(bearerToken('Bearer abc'), 'abc');
+  assert.equal(bearerToken('bearer abc'), 'abc');
+  assert.equal(bearerToken('BEARER abc'), 'abc');
+  assert.equal(bearerToken('Basic YWxhZGRpbjpvcGVuc2VzYW1l'), undefined);
+  assert.equal(bearerToken('Bearer '), undefined);
+  assert.equal(bearerToken('Bearer'), undefined);
+  assert.equal(bearerToken('Bearer  abc'), undefined);
+  assert.equal(bearerToken('Bearer a b'), undefined);
+  assert.equal(bearerToken(`Bearer ${'x'.repeat(MAX_TOKEN_LENGTH)}`), 'x'.repeat(MAX_TOKEN_LENGTH));
+  assert.equal(bearerToken(`Bearer ${'x'.repeat(MAX_TOKEN_LENGTH + 1)}`), undefined);
+  assert.equal(bearerToken(`Bearer ${'x'.repeat(10_000_000)}`), undefined);
+});
+
+test('401 without a key or with an unknown one, 403 for a key without the scope, nothing for one with it', () => {
+  const access = new AccessControl(table(), { failureLimit: 0 });
+  const code = (f: AuthFailure | undefined): string | undefined => f?.code;
+  assert.equal(access.check(undefined, 'a', 'health'), undefined);
+  assert.equal(code(access.check(undefined, 'a', 'metadata', 'fraud_a')), 'NRD_AUTH_MISSING_KEY');
+  assert.equal(code(access.check('', 'a', 'inference', 'fraud_a')), 'NRD_AUTH_MISSING_KEY');
+  assert.equal(code(access.check(bearer('nope'), 'a', 'inference', 'fraud_a')), 'NRD_AUTH_UNKNOWN_KEY');
+  assert.equal(code(access.check('Basic Zm9vOmJhcg==', 'a', 'inference', 'fraud_a')), 'NRD_AUTH_MALFORMED');
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a'), undefined);
+  const refused = access.check(bearer(FRAUD), 'a', 'inference', 'credit_a')!;
+  assert.equal(refused.httpStatus, 403);
+  assert.equal(refused.grpcStatus, 7);
+  assert.equal(refused.message, "key 'fraud' has no scope for 'inference' on model 'credit_a'");
+  assert.equal(code(access.check(bearer(FRAUD), 'a', 'model-repository')), 'NRD_AUTH_FORBIDDEN');
+  assert.equal(access.check(bearer(ADMIN), 'a', 'model-repository'), undefined);
+  // A wrong key is refused even where no key is needed.
+  assert.equal(code(access.check(bearer('nope'), 'a', 'health')), 'NRD_AUTH_UNKNOWN_KEY');
+  assert.deepEqual(access.failures, { missing: 2, malformed: 1, unknown: 2, scope: 2, rate_limited: 0 });
+});
+
+test('after N failures a minute an address gets 429 with the seconds to wait, other addresses do not', () => {
+  let now = 1_000_000;
+  const access = new AccessControl(table(), { failureLimit: 3, now: () => now });
+  for (let i = 0; i < 3; i++) assert.equal(access.check(bearer(`guess${i}`), '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
+  now += 20_000;
+  const limited = access.check(bearer(FRAUD), '10.0.0.1', 'inference', 'fraud_a')!;
+  assert.equal(limited.httpStatus, 429);
+  assert.equal(limited.grpcStatus, 8);
+  assert.equal(limited.retryAfterSecs, 40);
+  assert.equal(access.check(undefined, '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 429);
+  // What needs no key still answers; another address is not limited.
+  assert.equal(access.check(undefined, '10.0.0.1', 'health'), undefined);
+  assert.equal(access.check(bearer(FRAUD), '10.0.0.2', 'inference', 'fraud_a'), undefined);
+  now += 40_000;
+  assert.equal(access.check(bearer(FRAUD), '10.0.0.1', 'inference', 'fraud_a'), undefined);
+  assert.equal(access.failures.rate_limited, 2);
+  assert.equal(access.failures.unknown, 3);
+});
+
+test('a table swapped in applies to checks from then on', () => {
+  const access = new AccessControl(table(), { failureLimit: 0 });
+  const extra = createKey('late', ['statistics:fraud_a']);
+  assert.equal(access.check(bearer(extra.secret), 'a', 'statistics', 'fraud_a')?.httpStatus, 401);
+  access.replaceKeys(parseKeysFile('k.yaml', `keys:\n${extra.entry}`));
+  assert.equal(access.check(bearer(extra.secret), 'a', 'statistics', 'fraud_a'), undefined);
+  assert.equal(access.check(bearer(extra.secret), 'a', 'statistics', 'fraud_b')?.httpStatus, 403);
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a')?.httpStatus, 401);
+});
+
+test('keys create makes a 256-bit secret whose entry parses back to the same grants', () => {
+  const a = createKey('svc', ['inference:m?', 'health']);
+  const b = createKey('svc', ['inference:m?', 'health']);
+  assert.notEqual(a.secret, b.secret);
+  assert.match(a.secret, /^nrd_[A-Za-z0-9_-]{43}$/);
+  assert.ok(!a.entry.includes(a.secret));
+  const parsed = parseKeysFile('k.yaml', `keys:\n${a.entry}`);
+  const key = parsed.byHash.get(secretDigest(a.secret))!;
+  assert.equal(key.name, 'svc');
+  assert.ok(key.grants.allows('inference', 'm1'));
+  assert.ok(!key.grants.allows('inference', 'm12'));
+  assert.throws(() => createKey('svc', ['inference:m', 'admin']), /unknown scope 'admin'/);
+  assert.throws(() => createKey('a b', ['health']), /not a key name/);
+  assert.throws(() => createKey('svc', []), /at least one scope/);
+});
