@@ -18,8 +18,8 @@ import { readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { Errors } from '../errors.js';
 import { FailureLimiter } from './failure-limiter.js';
-import { type KeyTable, KeysFileError, MAX_KEYS_FILE_BYTES, parseKeysFile } from './keys-file.js';
-import type { ApiGroup, Grants } from './scopes.js';
+import { type KeyTable, type Principal, KeysFileError, MAX_KEYS_FILE_BYTES, parseKeysFile } from './keys-file.js';
+import type { ApiGroup } from './scopes.js';
 
 /** Longer than any secret `nereid keys create` makes (47 characters); longer tokens are refused unhashed. */
 export const MAX_TOKEN_LENGTH = 512;
@@ -39,6 +39,10 @@ export interface AuthFailure {
   readonly message: string;
   /** For 429: seconds until a key is checked again for this address. */
   readonly retryAfterSecs?: number;
+}
+
+export function isAuthFailure(x: Principal | AuthFailure): x is AuthFailure {
+  return (x as AuthFailure).httpStatus !== undefined;
 }
 
 const MISSING: AuthFailure = {
@@ -131,11 +135,13 @@ export class AccessControl {
    * even where anonymous would be let through.
    */
   check(authorization: string | undefined, address: string | undefined, group: ApiGroup, model?: string): AuthFailure | undefined {
-    const table = this.table;
-    if (authorization === undefined || authorization === '') {
-      if (table.anonymous.allows(group, model)) return undefined;
-      return this.fail(address, MISSING);
-    }
+    const who = this.authenticate(authorization, address);
+    return isAuthFailure(who) ? who : this.authorize(who, address, group, model);
+  }
+
+  /** Who the header says the request is (anonymous without one), or why it is refused. */
+  authenticate(authorization: string | undefined, address: string | undefined): Principal | AuthFailure {
+    if (authorization === undefined || authorization === '') return this.table.anonymous;
     const addr = address ?? '';
     const wait = this.limiter.retryAfterSecs(addr);
     if (wait > 0) {
@@ -144,20 +150,31 @@ export class AccessControl {
     }
     const token = bearerToken(authorization);
     if (token === undefined) return this.fail(addr, MALFORMED);
-    const key = table.byHash.get(secretDigest(token));
-    if (key === undefined) return this.fail(addr, UNKNOWN);
-    if (key.grants.allows(group, model)) return undefined;
-    return this.fail(addr, forbidden(key.name, group, model));
+    return this.table.byHash.get(secretDigest(token)) ?? this.fail(addr, UNKNOWN);
   }
 
   /**
-   * The grants of an already admitted request, to filter a list of models
-   * (statistics of every model); undefined when the header names no key.
+   * Whether `who` may use `group` (for `model`, when the group is narrowed
+   * by models): undefined, or 401 for anonymous and 403 for a key. The
+   * answer depends on the scopes alone, never on whether the model exists.
    */
-  grantsOf(authorization: string | undefined): Grants | undefined {
-    if (authorization === undefined || authorization === '') return this.table.anonymous;
-    const token = bearerToken(authorization);
-    return token === undefined ? undefined : this.table.byHash.get(secretDigest(token))?.grants;
+  authorize(who: Principal, address: string | undefined, group: ApiGroup, model?: string): AuthFailure | undefined {
+    if (who.grants.allows(group, model)) return undefined;
+    // A key opens what anonymous gets too: a client that sends its key everywhere still passes the health probes.
+    if (!who.anonymous && this.table.anonymous.grants.allows(group, model)) return undefined;
+    return this.fail(address, who.anonymous ? MISSING : forbidden(who.name, group, model));
+  }
+
+  /**
+   * For a list of every model (statistics of all models): the test a model
+   * must pass to be listed for this request, or undefined when it sees all.
+   */
+  modelFilter(authorization: string | undefined, group: ApiGroup): ((model: string) => boolean) | undefined {
+    const who = this.authenticate(authorization, undefined);
+    if (isAuthFailure(who)) return () => false;
+    const anonymous = this.table.anonymous.grants;
+    if (who.grants.allowsEveryModel(group) || anonymous.allowsEveryModel(group)) return undefined;
+    return (model) => who.grants.allows(group, model) || anonymous.allows(group, model);
   }
 
   private fail(address: string | undefined, failure: AuthFailure): AuthFailure {

@@ -5,6 +5,7 @@ export {
   DEFAULT_FAILURE_LIMIT,
   MAX_TOKEN_LENGTH,
   bearerToken,
+  isAuthFailure,
   keysFileConfigError,
   readKeysFile,
   readKeysText,
@@ -13,7 +14,7 @@ export {
   type AuthFailure,
   type AuthFailureReason,
 } from './access.js';
-export { ANONYMOUS, KeysFileError, keyNameProblem, parseKeysFile, type KeyEntry, type KeyTable } from './keys-file.js';
+export { ANONYMOUS, KeysFileError, keyNameProblem, parseKeysFile, type KeyEntry, type KeyTable, type Principal } from './keys-file.js';
 export { API_GROUPS, Grants, MODEL_GROUPS, ScopeError, isApiGroup, parseScope, type ApiGroup } from './scopes.js';
 export { KeysFileWatcher, type KeysWatcherOptions } from './watcher.js';
 export { createKey, type CreatedKey } from './create.js';

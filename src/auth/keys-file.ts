@@ -14,18 +14,23 @@ export const DEFAULT_ANONYMOUS_SCOPES: readonly string[] = ['health'];
 /** Bigger than any plausible list of keys; a larger file is refused, not read into memory. */
 export const MAX_KEYS_FILE_BYTES = 4 * 1024 * 1024;
 
-export interface KeyEntry {
+/** Who a request is: a key of the file, or anonymous (no key sent). */
+export interface Principal {
   readonly name: string;
+  readonly grants: Grants;
+  readonly anonymous: boolean;
+}
+
+export interface KeyEntry extends Principal {
   /** Lower-case hex SHA-256 of the secret. */
   readonly sha256: string;
-  readonly grants: Grants;
 }
 
 export interface KeyTable {
   /** Keys by the hex SHA-256 of their secret. */
   readonly byHash: ReadonlyMap<string, KeyEntry>;
   /** What a request without a key may do. */
-  readonly anonymous: Grants;
+  readonly anonymous: Principal;
   /** Whether the file has an `anonymous` entry (else it gets health alone). */
   readonly anonymousGiven: boolean;
 }
@@ -153,11 +158,11 @@ export function parseKeysFile(file: string, text: string): KeyTable {
     const sha256 = hash.toLowerCase();
     const same = byHash.get(sha256);
     if (same !== undefined) fail(at(hashField!.value), `${where}.sha256`, `the same secret as key '${same.name}'`);
-    byHash.set(sha256, { name, sha256, grants: grants! });
+    byHash.set(sha256, { name, sha256, grants: grants!, anonymous: false });
   });
   return {
     byHash,
-    anonymous: anonymous ?? new Grants(DEFAULT_ANONYMOUS_SCOPES),
+    anonymous: { name: ANONYMOUS, grants: anonymous ?? new Grants(DEFAULT_ANONYMOUS_SCOPES), anonymous: true },
     anonymousGiven: anonymous !== undefined,
   };
 }

@@ -18,6 +18,15 @@ import { Metrics, MetricsFrontend } from '../metrics/index.js';
 import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
 import { isRemoteRepository } from '../repository/index.js';
 import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
+import {
+  AUTH_FAILURE_REASONS,
+  AccessControl,
+  DEFAULT_FAILURE_LIMIT,
+  KeysFileWatcher,
+  keysFileConfigError,
+  parseKeysFile,
+  readKeysText,
+} from '../auth/index.js';
 
 const S: FlagSpec = { type: 'string' };
 const SR: FlagSpec = { type: 'string', repeat: true };
@@ -77,6 +86,8 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'grpc-header-forward-pattern': S,
   'http-restricted-api': SR,
   'grpc-restricted-protocol': SR,
+  'auth-keys': S,
+  'auth-failure-limit': I,
   'grpc-use-ssl': B,
   'grpc-use-ssl-mutual': B,
   'grpc-server-cert': S,
@@ -191,6 +202,8 @@ export interface ServeConfig {
     intervalMs: number;
     config: string[];
   };
+  /** `--auth-keys` (and `--auth-failure-limit`); undefined without a keys file. */
+  auth: { keysFile: string; failureLimit: number } | undefined;
   ignored: string[];
   log: { switches: LogSwitches; format: LogFormat | undefined; file: string | undefined };
   /** Lines printed to stderr before the server starts (Triton's start-up warnings). */
@@ -294,6 +307,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       intervalMs: f.int('metrics-interval-ms', 2000),
       config: f.all('metrics-config'),
     },
+    auth: authSettings(f),
     ignored: [...values.keys()].filter((k) => k in IGNORED_FLAGS),
     log: { switches, format: logFormat as LogFormat | undefined, file: f.string('log-file') || undefined },
     warnings,
@@ -344,6 +358,44 @@ function cacheSettings(f: FlagReader, warnings: string[]): Record<string, Record
   return settings;
 }
 
+function authSettings(f: FlagReader): ServeConfig['auth'] {
+  const keysFile = f.string('auth-keys');
+  const failureLimit = f.int('auth-failure-limit', DEFAULT_FAILURE_LIMIT);
+  if (failureLimit < 0) throw Errors.config(`--auth-failure-limit must be 0 (no limit) or a number of failures a minute, got ${failureLimit}`);
+  if (keysFile === undefined) {
+    if (f.has('auth-failure-limit')) throw Errors.config('--auth-failure-limit needs --auth-keys');
+    return undefined;
+  }
+  if (keysFile === '') throw Errors.config('--auth-keys needs the path of a keys file');
+  return { keysFile, failureLimit };
+}
+
+/**
+ * The keys file read and checked at start (a problem stops the start, naming
+ * file, line and field), then watched: a change applies within two seconds.
+ */
+function startAccessControl(auth: NonNullable<ServeConfig['auth']>, logger: Logger): { access: AccessControl; watcher: KeysFileWatcher } {
+  let text: string;
+  let access: AccessControl;
+  try {
+    text = readKeysText(auth.keysFile);
+    access = new AccessControl(parseKeysFile(auth.keysFile, text), { failureLimit: auth.failureLimit, logger });
+  } catch (err) {
+    throw keysFileConfigError(err);
+  }
+  const keys = access.keys;
+  logger.info(
+    { file: auth.keysFile, keys: [...keys.byHash.values()].map((k) => k.name), anonymous: keys.anonymous.grants.scopes },
+    'API keys required (--auth-keys)',
+  );
+  if (keys.anonymousGiven && !keys.anonymous.grants.allows('health')) {
+    logger.warn({ file: auth.keysFile }, "the keys file's anonymous entry has no 'health' scope: health probes need a key");
+  }
+  const watcher = new KeysFileWatcher(auth.keysFile, text, (table) => access.replaceKeys(table), logger);
+  watcher.start();
+  return { access, watcher };
+}
+
 /** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */
 function connectionAgeMs(f: FlagReader, flag: string): number | undefined {
   const ms = f.int(flag, 0);
@@ -390,6 +442,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   if (cfg.ignored.length > 0) {
     logger.warn(`accepted for compatibility, has no effect: ${cfg.ignored.map((flag) => `--${flag}`).join(', ')}`);
   }
+  const auth = cfg.auth === undefined ? undefined : startAccessControl(cfg.auth, logger);
+  const access = auth?.access;
   const server = new Server({ ...cfg.server, logger });
   const metrics = cfg.metrics.enabled
     ? new Metrics({
@@ -414,6 +468,14 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     );
     if (server.responseCache) for (const [name, help, read] of cacheGauges(server.responseCache)) metrics.addScrapeGauge(name, help, read);
     server.on('versionUnloaded', (v) => metrics.detach(v.stats));
+    if (access !== undefined) {
+      metrics.addScrapeCounter(
+        'nereid_auth_failures_total',
+        'Requests refused by --auth-keys, by reason: missing (no key where one is needed), malformed (not Bearer), unknown (no such key), scope (the key lacks the scope), rate_limited',
+        'reason',
+        () => AUTH_FAILURE_REASONS.map((reason) => [reason, access.failures[reason]] as const),
+      );
+    }
     metrics.addScrapeGauge('nereid_server_ready', 'Whether /v2/health/ready answers ready (1) or not (0); with --strict-readiness every model to be served is ready', () => (server.isReady() ? 1 : 0));
   }
   // One store of each setting, shared by both protocols, as in Triton.
@@ -452,12 +514,13 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         restrictedApis: cfg.http.restrictedApis,
         headerForwardPattern: cfg.http.headerForwardPattern,
         v1: openai.handle,
+        access,
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
-  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, traceSettings };
+  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, traceSettings, access };
   const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, grpcOptions) : undefined;
-  const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address }) : undefined;
+  const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address, access }) : undefined;
   const ports: RunningServer['ports'] = {};
   // The stop sequence: readiness turns false at once while liveness stays true and the HTTP port keeps
   // answering probes (no keep-alive from here on); gRPC clients get GOAWAY and reconnect elsewhere;
@@ -466,6 +529,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     http?.drain();
     await Promise.allSettled([grpc?.stop(), server.stop()]);
     await Promise.allSettled([http?.stop(), openai.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
+    auth?.watcher.close();
   };
   try {
     await server.start();

@@ -5,6 +5,7 @@
  */
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { AccessControl } from '../auth/index.js';
 import { METRICS_CONTENT_TYPE, type Metrics } from './metrics.js';
 
 export interface MetricsFrontendOptions {
@@ -12,6 +13,8 @@ export interface MetricsFrontendOptions {
   port?: number;
   /** Default: all interfaces. */
   address?: string;
+  /** `--auth-keys`: the port needs a key with the `metrics` scope (unless anonymous has it). */
+  access?: AccessControl;
 }
 
 export class MetricsFrontend {
@@ -51,6 +54,15 @@ export class MetricsFrontend {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const refused = this.options.access?.check(req.headers.authorization, req.socket.remoteAddress, 'metrics');
+    if (refused !== undefined) {
+      const body = JSON.stringify({ error: refused.message });
+      const extra: Record<string, string> =
+        refused.httpStatus === 401 ? { 'WWW-Authenticate': 'Bearer' } : refused.retryAfterSecs !== undefined ? { 'Retry-After': String(refused.retryAfterSecs) } : {};
+      res.writeHead(refused.httpStatus, { 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)), ...extra });
+      res.end(body);
+      return;
+    }
     if (req.method !== 'GET') {
       res.writeHead(405, { Allow: 'GET', 'Content-Length': '0' });
       res.end();

@@ -127,6 +127,21 @@ export class Metrics implements SeriesSource<ModelReporter> {
     });
   }
 
+  /** A counter with one label whose values are read at each scrape (counts kept elsewhere, e.g. by reason). */
+  addScrapeCounter(name: string, help: string, label: string, read: () => Iterable<readonly [string, number]>): void {
+    if (!this.enabled) return;
+    new Counter({
+      name,
+      help,
+      labelNames: [label],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const [value, count] of read()) this.inc({ [label]: value }, count);
+      },
+    });
+  }
+
   /** The Prometheus text exposition (version 0.0.4). */
   async render(): Promise<string> {
     if (!this.enabled) return '';

@@ -39,8 +39,8 @@ test('a YAML file gives each key its grants, found by the hash of its secret', (
   assert.ok(table.byHash.get(H2)!.grants.allows('logging'));
   assert.equal(table.byHash.size, 2);
   // Without an anonymous entry, requests without a key get health alone.
-  assert.ok(table.anonymous.allows('health'));
-  assert.ok(!table.anonymous.allows('metadata'));
+  assert.ok(table.anonymous.grants.allows('health'));
+  assert.ok(!table.anonymous.grants.allows('metadata'));
   assert.equal(table.anonymousGiven, false);
 });
 
@@ -49,8 +49,8 @@ test('a JSON file is read the same way, and an anonymous entry sets what request
     'keys.json',
     JSON.stringify({ keys: [{ name: 'anonymous', scopes: ['metadata', 'health'] }, { name: 'a', sha256: H1, scopes: ['metrics'] }] }, null, 2),
   );
-  assert.ok(table.anonymous.allows('metadata', 'anything'));
-  assert.ok(!table.anonymous.allows('inference', 'anything'));
+  assert.ok(table.anonymous.grants.allows('metadata', 'anything'));
+  assert.ok(!table.anonymous.grants.allows('inference', 'anything'));
   assert.equal(table.anonymousGiven, true);
   assert.ok(table.byHash.get(H1)!.grants.allows('metrics'));
 });

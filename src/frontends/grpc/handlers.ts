@@ -55,6 +55,8 @@ import type { ModelStatistics, StatDuration } from '../../types/api.js';
 import { MalformedMessage } from './service.js';
 import type { LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
 import { toServiceError } from './status.js';
+import type { AccessControl } from '../../auth/index.js';
+import { authorizationOf } from './auth.js';
 
 type Handler<Req, Res> = handleUnaryCall<Req | MalformedMessage, Res>;
 
@@ -65,7 +67,7 @@ export function malformedError(m: MalformedMessage): ReturnType<typeof toService
 
 /** Wraps a (possibly async) function of the request as a grpc-js unary handler. */
 function unary<Req, O extends DescMessage>(
-  fn: (request: Req) => MessageShape<O> | Promise<MessageShape<O>>,
+  fn: (request: Req, call: ServerUnaryCall<Req | MalformedMessage, MessageShape<O>>) => MessageShape<O> | Promise<MessageShape<O>>,
 ): Handler<Req, MessageShape<O>> {
   return (call: ServerUnaryCall<Req | MalformedMessage, MessageShape<O>>, callback: sendUnaryData<MessageShape<O>>) => {
     const request = call.request;
@@ -74,7 +76,7 @@ function unary<Req, O extends DescMessage>(
       return;
     }
     try {
-      const result = fn(request);
+      const result = fn(request, call);
       if (result instanceof Promise) result.then((r) => callback(null, r), (e: unknown) => callback(toServiceError(e), null));
       else callback(null, result);
     } catch (e) {
@@ -201,6 +203,8 @@ export interface HandlerDeps {
   server: ServerApi;
   traceSettings?: TraceSettingsStore;
   logSettings?: LogSettingsStore;
+  /** `--auth-keys`: statistics of every model list only the models in the key's scopes. */
+  access?: AccessControl;
 }
 
 /** Implementations keyed by RPC name, ready for `server.addService`. */
@@ -249,8 +253,10 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
       create(ModelConfigResponseSchema, { config: server.modelConfig(req.name, versionArg(req.version)) }),
     ),
 
-    ModelStatistics: unary<ModelStatisticsRequest, typeof ModelStatisticsResponseSchema>((req) => {
-      const stats = server.modelStatistics(req.name === '' ? undefined : req.name, versionArg(req.version));
+    ModelStatistics: unary<ModelStatisticsRequest, typeof ModelStatisticsResponseSchema>((req, call) => {
+      let stats = server.modelStatistics(req.name === '' ? undefined : req.name, versionArg(req.version));
+      const inScope = req.name === '' ? deps.access?.modelFilter(authorizationOf(call.metadata), 'statistics') : undefined;
+      if (inScope !== undefined) stats = stats.filter((s) => inScope(s.name));
       return create(ModelStatisticsResponseSchema, { modelStats: stats.map(statisticsMessage) });
     }),
 

@@ -22,6 +22,7 @@ import {
   type GrpcSslOptions,
 } from './options.js';
 import { addReflection } from './reflection.js';
+import { authInterceptor } from './auth.js';
 import { compileHeaderPattern, parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
 import { readModelInferRequest } from './infer-request-read.js';
@@ -102,11 +103,12 @@ export class GrpcFrontend {
     const restrictions = parseRestrictedProtocols(o.restrictedProtocols ?? []);
     // Listed after compression: grpc-js wraps in list order, and compression needs the innermost call.
     if (restrictions.size > 0) interceptors.push(restrictionInterceptor(restrictions));
+    if (o.access !== undefined) interceptors.push(authInterceptor(o.access));
     const headerPattern = o.headerForwardPattern ? compileHeaderPattern(o.headerForwardPattern) : undefined;
 
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
     const implementation: UntypedServiceImplementation = {
-      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings, logSettings: o.logSettings }),
+      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings, logSettings: o.logSettings, access: o.access }),
       ModelInfer: modelInferHandler(this.server, headerPattern),
       ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern),
     } as unknown as UntypedServiceImplementation;

@@ -3,6 +3,7 @@
  * and their translation into @grpc/grpc-js channel options.
  */
 import type { ChannelOptions } from '@grpc/grpc-js';
+import type { AccessControl } from '../../auth/index.js';
 import type { Logger } from '../../logger.js';
 import type { LogSettingsStore, TraceSettingsStore } from './settings.js';
 
@@ -64,6 +65,8 @@ export interface GrpcFrontendOptions {
    * `triton-grpc-protocol-<key>: <value>`.
    */
   restrictedProtocols?: readonly string[];
+  /** `--auth-keys`: calls need a key in the metadata `authorization` whose scopes open the RPC (and model). */
+  access?: AccessControl;
   /** TLS: PEM file paths; `mutual` requires and verifies client certificates against rootCert. */
   ssl?: GrpcSslOptions;
   /** Backs the TraceSetting RPC; omitted: the RPC answers "the server does not support trace". */

@@ -22,7 +22,7 @@ export type RestrictedCategory =
   | 'logging';
 
 /** The category each RPC belongs to (by its proto name). */
-const CATEGORY_OF_RPC: Record<string, RestrictedCategory> = {
+export const CATEGORY_OF_RPC: Readonly<Record<string, RestrictedCategory>> = {
   Check: 'health',
   ServerLive: 'health',
   ServerReady: 'health',

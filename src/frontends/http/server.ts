@@ -27,6 +27,8 @@ import { generateResponseJson, mapGenerateRequest } from './generate.js';
 import { streamResponses } from '../../core/response-stream.js';
 import { Replier } from './reply.js';
 import { Router, type RouteParams } from './router.js';
+import type { AccessControl } from '../../auth/index.js';
+import { refuseHttp } from './auth.js';
 import { LogSettings, TraceSettings, stoi } from './settings.js';
 import {
   type HttpApiCategory,
@@ -51,6 +53,8 @@ export interface HttpFrontendOptions {
   headerForwardPattern?: string;
   /** Answers every path under /v1 (the OpenAI-compatible frontend). */
   v1?: (req: IncomingMessage, res: ServerResponse, path: string) => void;
+  /** `--auth-keys`: requests need a key whose scopes open the route's group (and the model in its path). */
+  access?: AccessControl;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
@@ -215,6 +219,8 @@ export class HttpFrontend {
     const found = this.routes.match(path);
     if (found === undefined) return this.reply.errorText(res, NOT_FOUND, 'Not Found');
     const route = found.route;
+    const access = this.options.access;
+    if (access !== undefined && refuseHttp(access, this.reply, req, res, route.category, found.params['model'])) return;
     if (this.restricted(req, res, route.category)) return;
     if (!route.methods.includes(req.method ?? '')) return this.notAllowed(res);
     return route.handle(req, res, found.params);
@@ -232,7 +238,7 @@ export class HttpFrontend {
       .add('/v2', route('metadata', GET, (_req, res) => this.handleServerMetadata(res)))
       .add('/v2/health/live', route('health', GET, (_req, res) => this.handleHealth(res, 'live')))
       .add('/v2/health/ready', route('health', GET, (_req, res) => this.handleHealth(res, 'ready')))
-      .add('/v2/models/stats', route('statistics', GET, (_req, res) => this.handleStats(res, '', undefined)))
+      .add('/v2/models/stats', route('statistics', GET, (req, res) => this.handleStats(res, '', undefined, req)))
       .add('/v2/models/:model[/versions/:version]', route('metadata', GET, (_req, res, p) => this.handleModelMetadata(res, model(p), p['version'])))
       .add('/v2/models/:model[/versions/:version]/ready', route('health', GET, (_req, res, p) => this.handleModelReady(res, model(p), p['version'])))
       .add('/v2/models/:model[/versions/:version]/config', route('model-config', GET, (_req, res, p) => this.handleModelConfig(res, model(p), p['version'])))
@@ -291,9 +297,12 @@ export class HttpFrontend {
     this.reply.json(res, 200, JSON.stringify(this.server.modelConfigJson(model, parseVersion(model, versionText))));
   }
 
-  private handleStats(res: ServerResponse, model: string, versionText: string | undefined): void {
+  /** With `req` (every model's statistics) and keys, only the models in the key's scopes. */
+  private handleStats(res: ServerResponse, model: string, versionText: string | undefined, req?: IncomingMessage): void {
     const version = parseVersion(model, versionText);
-    const stats = this.server.modelStatistics(model === '' ? undefined : model, version);
+    let stats = this.server.modelStatistics(model === '' ? undefined : model, version);
+    const inScope = req === undefined ? undefined : this.options.access?.modelFilter(req.headers.authorization, 'statistics');
+    if (inScope !== undefined) stats = stats.filter((s) => inScope(s.name));
     this.reply.json(res, 200, JSON.stringify({ model_stats: stats }));
   }
 

@@ -1,0 +1,89 @@
+/**
+ * `--auth-keys` on gRPC: the key comes in the metadata `authorization`
+ * (`Bearer <secret>`), as over HTTP. The key and its group are checked when
+ * the metadata arrives; for the RPCs that name a model, each request
+ * message's model is checked too, before any handler sees it, so a model
+ * outside the key's scopes is refused the same way whether it exists or
+ * not. A refused call ends with UNAUTHENTICATED, PERMISSION_DENIED or
+ * RESOURCE_EXHAUSTED (with `retry-after` in the trailers); on a stream, a
+ * request for a model outside the scopes ends the stream.
+ */
+import {
+  Metadata,
+  ResponderBuilder,
+  ServerInterceptingCall,
+  ServerListenerBuilder,
+  type ServerInterceptingCallInterface,
+  type ServerInterceptor,
+} from '@grpc/grpc-js';
+import { type AccessControl, type ApiGroup, type AuthFailure, type Principal, isAuthFailure } from '../../auth/index.js';
+import { CATEGORY_OF_RPC } from './restrictions.js';
+
+/** The RPCs whose request message names a model (`model_name` or `name`), with the group it is checked in. */
+const MODEL_OF_MESSAGE: Readonly<Record<string, (message: unknown) => string | undefined>> = {
+  ModelInfer: (m) => (m as { modelName?: string }).modelName,
+  ModelStreamInfer: (m) => (m as { modelName?: string }).modelName,
+  ModelMetadata: (m) => (m as { name?: string }).name,
+  ModelConfig: (m) => (m as { name?: string }).name,
+  // An empty name asks for every model: the handler lists only those in the key's scopes.
+  ModelStatistics: (m) => {
+    const name = (m as { name?: string }).name;
+    return name === '' ? undefined : name;
+  },
+};
+
+/** The client's address without its port, as grpc-js gives the peer (`1.2.3.4:5678`, `::1:5678`). */
+export function peerAddress(peer: string): string {
+  const colon = peer.lastIndexOf(':');
+  return colon > 0 && /^\d+$/.test(peer.slice(colon + 1)) ? peer.slice(0, colon) : peer;
+}
+
+function refuse(call: ServerInterceptingCallInterface, failure: AuthFailure): void {
+  const metadata = new Metadata();
+  if (failure.retryAfterSecs !== undefined) metadata.set('retry-after', String(failure.retryAfterSecs));
+  call.sendStatus({ code: failure.grpcStatus, details: failure.message, metadata });
+}
+
+/** The authorization header a call carries (a string; binary values are no key). */
+export function authorizationOf(metadata: Metadata): string | undefined {
+  const value = metadata.get('authorization')[0];
+  return typeof value === 'string' ? value : undefined;
+}
+
+export function authInterceptor(access: AccessControl): ServerInterceptor {
+  return (method, call) => {
+    const rpc = method.path.slice(method.path.lastIndexOf('/') + 1);
+    // Server reflection and anything unnamed describe the server: the metadata group.
+    const group: ApiGroup = CATEGORY_OF_RPC[rpc] ?? 'metadata';
+    const modelOf = MODEL_OF_MESSAGE[rpc];
+    const address = peerAddress(call.getPeer());
+    let who: Principal | undefined;
+    let refused = false;
+    const builder = new ServerListenerBuilder().withOnReceiveMetadata((metadata: Metadata, next) => {
+      const found = access.authenticate(authorizationOf(metadata), address);
+      const failure = isAuthFailure(found) ? found : access.authorize(found, address, group);
+      if (failure !== undefined) {
+        refused = true;
+        refuse(call, failure);
+        return;
+      }
+      who = found as Principal;
+      next(metadata);
+    });
+    if (modelOf !== undefined) {
+      builder.withOnReceiveMessage((message, next) => {
+        if (refused) return;
+        const model = modelOf(message);
+        const failure = who === undefined || model === undefined ? undefined : access.authorize(who, address, group, model);
+        if (failure !== undefined) {
+          refused = true;
+          refuse(call, failure);
+          return;
+        }
+        next(message);
+      });
+    }
+    const listener = builder.build();
+    return new ServerInterceptingCall(call, new ResponderBuilder().withStart((next) => next(listener)).build());
+  };
+}
