@@ -501,6 +501,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     logger,
     tokenizerDir: cfg.openai.tokenizerDir,
     restrictedApis: cfg.openai.restrictedApis,
+    access,
     timings: metrics,
   });
   const http = cfg.http.enabled

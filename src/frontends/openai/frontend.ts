@@ -18,6 +18,7 @@ import { requireObject } from './fields.js';
 import { GenerationEndpoint } from './generation.js';
 import { ModelTexts } from './model-text.js';
 import { type OpenAiApiGroup, OpenAiAccess, parseOpenAiRestrictedApis } from './restrictions.js';
+import type { AccessControl } from '../../auth/index.js';
 
 export interface OpenAiFrontendOptions {
   /** --http-max-input-size: bound on request bodies and prompts. */
@@ -29,6 +30,8 @@ export interface OpenAiFrontendOptions {
   readonly restrictedApis?: readonly string[];
   /** Where time-to-first-token and inter-token times go (metrics). */
   readonly timings?: TokenTimings;
+  /** `--auth-keys`: /v1 needs a key with the `openai` scope for the model asked for (docs/security.md). */
+  readonly access?: AccessControl;
 }
 
 interface Route {
@@ -51,11 +54,11 @@ export class OpenAiFrontend {
     private readonly options: OpenAiFrontendOptions,
   ) {
     this.ctx = { server, texts: new ModelTexts(options.tokenizerDir), timings: options.timings, maxInputSize: options.maxInputSize };
-    this.access = new OpenAiAccess(parseOpenAiRestrictedApis(options.restrictedApis ?? []));
+    this.access = new OpenAiAccess(parseOpenAiRestrictedApis(options.restrictedApis ?? []), options.access);
     this.generation = new GenerationEndpoint(this.ctx);
     this.embeddings = new EmbeddingsEndpoint(this.ctx);
     this.routes = new Map<string, Route>([
-      ['/v1/models', { group: 'model-repository', method: 'GET', handle: (_q, res) => this.listModels(res) }],
+      ['/v1/models', { group: 'model-repository', method: 'GET', handle: (q, res) => this.listModels(q, res) }],
       ['/v1/models/*', { group: 'model-repository', method: 'GET', handle: (_q, res, m) => this.showModel(res, m) }],
       ['/v1/completions', { group: 'inference', method: 'POST', handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, false)) }],
       ['/v1/chat/completions', { group: 'inference', method: 'POST', handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, true)) }],
@@ -74,7 +77,7 @@ export class OpenAiFrontend {
         model = decodeURIComponent(path.slice('/v1/models/'.length));
       }
       if (route === undefined) throw new OpenAiError(404, 'invalid_request_error', `Invalid URL (${req.method ?? ''} ${path})`, null, 'unknown_url');
-      const denied = this.access.authorize(req, route.group);
+      const denied = this.access.authorize(req, route.group, model === '' ? undefined : model);
       if (denied !== undefined) throw denied;
       if (req.method !== route.method) {
         const e = new OpenAiError(405, 'invalid_request_error', `Method ${req.method ?? ''} is not allowed on ${path}; use ${route.method}`, null, 'method_not_allowed');
@@ -141,7 +144,13 @@ export class OpenAiFrontend {
     }
     const bytes = await readBody(req, this.options.maxInputSize);
     if (bytes.byteLength === 0) throw new OpenAiError(400, 'invalid_request_error', 'The request has no body; send a JSON object', null, 'invalid_json');
-    await run(requireObject(parseJsonBytes(bytes)));
+    const body = requireObject(parseJsonBytes(bytes));
+    // The model is in the body: checked against the key's scopes before anything looks it up.
+    if (typeof body['model'] === 'string') {
+      const denied = this.access.authorizeModel(req, body['model']);
+      if (denied !== undefined) throw denied;
+    }
+    await run(body);
   }
 
   private ready(res: ServerResponse): void {
@@ -160,9 +169,12 @@ export class OpenAiFrontend {
     return typeof contract === 'string' ? contract : undefined;
   }
 
-  private async listModels(res: ServerResponse): Promise<void> {
+  private async listModels(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const index = await this.server.repositoryIndex(true);
-    const names = [...new Set(index.filter((e) => e.state === undefined || e.state === 'READY').map((e) => e.name))].sort();
+    const inScope = this.access.modelFilter(req);
+    const names = [...new Set(index.filter((e) => e.state === undefined || e.state === 'READY').map((e) => e.name))]
+      .filter((name) => inScope === undefined || inScope(name))
+      .sort();
     const entries: string[] = [];
     for (const name of names) {
       try {

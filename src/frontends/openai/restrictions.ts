@@ -7,6 +7,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { Errors } from '../../errors.js';
+import type { AccessControl, AuthFailure } from '../../auth/index.js';
 import { OpenAiError } from './errors.js';
 
 /** The groups and the endpoints each covers on /v1 (and /health/ready on the OpenAI port). */
@@ -82,11 +83,25 @@ export function joinRestrictedApiArgs(argv: readonly string[]): string[] {
   return out;
 }
 
-/** The one check every OpenAI endpoint passes first; undefined when the request may go on. */
+/**
+ * The one check every OpenAI endpoint passes: `--openai-restricted-api`'s
+ * header and, with `--auth-keys`, the key's `openai` scope (docs/security.md).
+ * `authorize` runs once per route before the body is read (with the model
+ * in the path, if any); `authorizeModel` runs for the model a JSON body
+ * names before anything looks it up, so a model outside the
+ * key's scopes gets the same 403 whether it exists or not.
+ */
 export class OpenAiAccess {
-  constructor(private readonly restrictions: ReadonlyMap<OpenAiApiGroup, Restriction>) {}
+  constructor(
+    private readonly restrictions: ReadonlyMap<OpenAiApiGroup, Restriction>,
+    private readonly keys?: AccessControl,
+  ) {}
 
-  authorize(req: IncomingMessage, group: OpenAiApiGroup): OpenAiError | undefined {
+  authorize(req: IncomingMessage, group: OpenAiApiGroup, model?: string): OpenAiError | undefined {
+    if (this.keys !== undefined) {
+      const failure = this.keys.check(req.headers.authorization, req.socket.remoteAddress, group === 'health' ? 'health' : 'openai', model);
+      if (failure !== undefined) return keyError(failure);
+    }
     if (this.restrictions.size === 0) return undefined;
     const r = this.restrictions.get(group);
     if (r === undefined) return undefined;
@@ -94,4 +109,22 @@ export class OpenAiAccess {
     if ((Array.isArray(got) ? got[0] : got) === r.value) return undefined;
     return new OpenAiError(401, 'authentication_error', `This API is restricted, expecting header '${r.header}' with valid value`, null, 'invalid_auth');
   }
+
+  /** With `--auth-keys`, the key's `openai` scope for the model a JSON body names (the route passed `authorize` already). */
+  authorizeModel(req: IncomingMessage, model: string): OpenAiError | undefined {
+    const failure = this.keys?.check(req.headers.authorization, req.socket.remoteAddress, 'openai', model);
+    return failure === undefined ? undefined : keyError(failure);
+  }
+
+  /** For the list of models: the test a model must pass to be listed, or undefined when the key sees every model. */
+  modelFilter(req: IncomingMessage): ((model: string) => boolean) | undefined {
+    return this.keys?.modelFilter(req.headers.authorization, 'openai');
+  }
+}
+
+/** A refused key as OpenAI's error objects say it (the api_key of OpenAI's clients is the secret). */
+function keyError(failure: AuthFailure): OpenAiError {
+  if (failure.httpStatus === 401) return new OpenAiError(401, 'authentication_error', failure.message, null, 'invalid_api_key');
+  if (failure.httpStatus === 403) return new OpenAiError(403, 'permission_error', failure.message, null, 'insufficient_scope');
+  return new OpenAiError(429, 'rate_limit_error', failure.message, null, 'rate_limit_exceeded', failure.retryAfterSecs);
 }
