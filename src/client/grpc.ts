@@ -21,7 +21,7 @@ import {
 import { modelConfigToJson } from '../config/json.js';
 import { abortFailure, exactInteger, throwIfAborted } from './call.js';
 import { AbortError, ConnectionError, InferenceServerError, ProtocolError, STATUS_CODES, TimeoutError } from './errors.js';
-import { answerShape, emptyData, outputData } from './tensors.js';
+import { answerShape, emptyData, outputData, sharedMemoryOutputs } from './tensors.js';
 import type { CallContext, LoadArguments, Transport, WireRequest } from './transport.js';
 import type {
   InferOutput,
@@ -184,7 +184,7 @@ export class GrpcTransport implements Transport {
 
   infer(r: WireRequest, c: CallContext): Promise<InferResult> {
     const what = `inference request to model '${r.model}'`;
-    return this.unary('modelInfer', inferMessage(r, false), what, c).then((res) => readInferResponse(what, res, r.bytesAsStrings));
+    return this.unary('modelInfer', inferMessage(r, false), what, c).then((res) => readInferResponse(what, res, r.bytesAsStrings, sharedMemoryOutputs(r)));
   }
 
   async *stream(r: WireRequest, c: CallContext): AsyncGenerator<InferResult, void, undefined> {
@@ -219,7 +219,7 @@ export class GrpcTransport implements Transport {
         }
         if (msg.errorMessage !== '') throw new InferenceServerError('grpc', STATUS_CODES.UNKNOWN, msg.errorMessage);
         if (msg.inferResponse === undefined) throw new ProtocolError(`${what}: a streamed answer has neither a response nor an error`);
-        const result = readInferResponse(what, msg.inferResponse, r.bytesAsStrings);
+        const result = readInferResponse(what, msg.inferResponse, r.bytesAsStrings, sharedMemoryOutputs(r));
         // A bare final flag (asked for, so the end is known without waiting for the stream to close) is not a response.
         if (!(result.final === true && result.outputs.length === 0)) yield result;
         if (result.final === true) {
@@ -423,7 +423,12 @@ function readParameters(map: { [key: string]: InferParameter }): Parameters | un
   return out;
 }
 
-function readInferResponse(what: string, res: ModelInferResponse, bytesAsStrings: boolean): InferResult {
+function readInferResponse(
+  what: string,
+  res: ModelInferResponse,
+  bytesAsStrings: boolean,
+  inShm: Map<string, SharedMemoryRef> | undefined,
+): InferResult {
   const raw = res.rawOutputContents;
   if (raw.length !== 0 && raw.length !== res.outputs.length) {
     throw new ProtocolError(`${what}: the answer has ${res.outputs.length} outputs but ${raw.length} raw_output_contents`);
@@ -433,10 +438,11 @@ function readInferResponse(what: string, res: ModelInferResponse, bytesAsStrings
     const o = res.outputs[i]!;
     const shape = answerShape(o.name, o.shape);
     let parameters = readParameters(o.parameters);
-    const region = parameters?.['shared_memory_region'];
-    if (typeof region === 'string') {
-      const sharedMemory = { region, byteSize: Number(parameters!['shared_memory_byte_size'] ?? 0), offset: Number(parameters!['shared_memory_offset'] ?? 0) };
-      outputs[i] = { name: o.name, datatype: o.datatype as InferOutput['datatype'], shape, data: emptyDataChecked(what, o.name, o.datatype), parameters: parameters!, sharedMemory };
+    const sharedMemory = inShm?.get(o.name);
+    if (sharedMemory !== undefined) {
+      // Written into the region the request named: its raw entry is empty.
+      const data = emptyDataChecked(what, o.name, o.datatype);
+      outputs[i] = { name: o.name, datatype: o.datatype as InferOutput['datatype'], shape, data, ...(parameters ? { parameters } : {}), sharedMemory };
       continue;
     }
     if (raw.length === 0 && o.contents !== undefined) {

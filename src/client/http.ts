@@ -7,12 +7,12 @@
 import { promisify } from 'node:util';
 import zlib from 'node:zlib';
 import { Pool, type Dispatcher } from 'undici';
-import { type Datatype, datatypeInfo, elementCount } from '../tensor/datatype.js';
+import { type Datatype, elementCount, isDatatype } from '../tensor/datatype.js';
 import { decodeJsonTensorData, encodeJsonTensorData } from '../tensor/json-codec.js';
 import { abortFailure, callSignal, exactInteger, hasBigint, jsonText, throwIfAborted } from './call.js';
 import { ConnectionError, InferenceServerError, InvalidInputError, ProtocolError } from './errors.js';
 import { describeNetworkError, errorText, isNetworkError, modelPath } from './http-text.js';
-import { answerShape, emptyData, outputData } from './tensors.js';
+import { answerShape, emptyData, outputData, sharedMemoryOutputs } from './tensors.js';
 import type { CallContext, LoadArguments, Transport, WireRequest } from './transport.js';
 import type {
   InferOutput,
@@ -25,6 +25,7 @@ import type {
   Parameters,
   RepositoryIndexEntry,
   ServerMetadata,
+  SharedMemoryRef,
   SharedMemoryStatus,
   TensorMetadata,
   TraceSettings,
@@ -199,7 +200,7 @@ export class HttpTransport implements Transport {
       true,
     );
     if (reply.status !== 200) throw this.serverError(reply);
-    return readInferReply(what, reply, r.bytesAsStrings);
+    return readInferReply(what, reply, r.bytesAsStrings, sharedMemoryOutputs(r));
   }
 
   /** The request body: a JSON header and, in binary format, each input's bytes after it. */
@@ -458,7 +459,7 @@ function readParameters(v: unknown): Parameters | undefined {
 }
 
 /** Reads an infer answer: the JSON header, then each binary output's bytes in order. */
-function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean): InferResult {
+function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inShm: Map<string, SharedMemoryRef> | undefined): InferResult {
   const lengthText = header(reply.headers, HEADER_LENGTH);
   const body = reply.body;
   let doc: unknown;
@@ -500,14 +501,11 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean): In
       offset += size;
     } else if (o['data'] !== undefined) {
       data = jsonOutputData(what, name, datatype, shape, o['data'], bytesAsStrings);
-    } else if (typeof p?.['shared_memory_region'] === 'string') {
-      if (datatypeInfo(datatype) === undefined) throw new ProtocolError(`${what}: output '${name}' has an unknown datatype ${JSON.stringify(datatype)}`);
+    } else if (inShm?.has(name)) {
+      // The server wrote it into the region the request named; the answer carries no bytes for it.
+      if (!isDatatype(datatype)) throw new ProtocolError(`${what}: output '${name}' has an unknown datatype ${JSON.stringify(datatype)}`);
       data = emptyData(datatype);
-      sharedMemory = {
-        region: p['shared_memory_region'],
-        byteSize: Number(p['shared_memory_byte_size'] ?? 0),
-        offset: Number(p['shared_memory_offset'] ?? 0),
-      };
+      sharedMemory = inShm.get(name);
     } else if (elementCount(shape) === 0) {
       data = outputData(name, datatype, shape, new Uint8Array(0), bytesAsStrings);
     } else {

@@ -9,7 +9,7 @@ import { type Datatype, datatypeInfo, elementCount, isDatatype, shapeToString } 
 import { bytesOf, decodeBytesElements, encodeBytesElements } from '../tensor/tensor.js';
 import { InvalidInputError, ProtocolError } from './errors.js';
 import { toBFloat16, toFloat16 } from './half.js';
-import type { InferInput, InputData, Parameters, SharedMemoryRef, TensorData } from './types.js';
+import type { InferInput, InputData, Parameters, RequestedOutput, SharedMemoryRef, TensorData } from './types.js';
 
 /** One input as it goes on the wire: bytes in the binary layout, or a shared-memory window. */
 export interface WireInput {
@@ -229,6 +229,16 @@ export function answerShape(name: string, dims: unknown): number[] {
       throw new ProtocolError(`output '${name}' of the answer has a bad shape ${JSON.stringify(dims, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`);
     }
     out[i] = n;
+  }
+  return out;
+}
+
+/** The outputs a request asked the server to write into shared memory, by name (undefined when none). */
+export function sharedMemoryOutputs(r: { readonly outputs: readonly RequestedOutput[] | undefined }): Map<string, SharedMemoryRef> | undefined {
+  let out: Map<string, SharedMemoryRef> | undefined;
+  if (r.outputs === undefined) return undefined;
+  for (const o of r.outputs) {
+    if (o.sharedMemory !== undefined) (out ??= new Map()).set(o.name, { region: o.sharedMemory.region, byteSize: o.sharedMemory.byteSize, offset: o.sharedMemory.offset ?? 0 });
   }
   return out;
 }
