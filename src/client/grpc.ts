@@ -436,7 +436,7 @@ function readInferResponse(
   const outputs: InferOutput[] = new Array(res.outputs.length);
   for (let i = 0; i < res.outputs.length; i++) {
     const o = res.outputs[i]!;
-    const shape = answerShape(o.name, o.shape);
+    const shape = answerShape(what, o.name, o.shape);
     let parameters = readParameters(o.parameters);
     const sharedMemory = inShm?.get(o.name);
     if (sharedMemory !== undefined) {
@@ -448,7 +448,7 @@ function readInferResponse(
     if (raw.length === 0 && o.contents !== undefined) {
       throw new ProtocolError(`${what}: output '${o.name}' came in typed contents; the client reads raw_output_contents only`);
     }
-    const data = outputData(o.name, o.datatype, shape, raw[i] ?? new Uint8Array(0), bytesAsStrings);
+    const data = outputData(what, o.name, o.datatype, shape, raw[i] ?? new Uint8Array(0), bytesAsStrings);
     outputs[i] = { name: o.name, datatype: o.datatype as InferOutput['datatype'], shape, data, ...(parameters ? { parameters } : {}) };
     parameters = undefined;
   }

@@ -488,7 +488,7 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
     }
     const name = o['name'];
     const datatype = o['datatype'] as Datatype;
-    const shape = answerShape(name, o['shape']);
+    const shape = answerShape(what, name, o['shape']);
     const p = isObject(o['parameters']) ? o['parameters'] : undefined;
     const size = p?.['binary_data_size'];
     let data;
@@ -497,7 +497,7 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
       if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0 || offset + size > binary.byteLength) {
         throw new ProtocolError(`${what}: output '${name}' declares ${String(size)} binary bytes but ${binary.byteLength - offset} remain`);
       }
-      data = outputData(name, datatype, shape, binary.subarray(offset, offset + size), bytesAsStrings);
+      data = outputData(what, name, datatype, shape, binary.subarray(offset, offset + size), bytesAsStrings);
       offset += size;
     } else if (o['data'] !== undefined) {
       data = jsonOutputData(what, name, datatype, shape, o['data'], bytesAsStrings);
@@ -507,7 +507,7 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
       data = emptyData(datatype);
       sharedMemory = inShm.get(name);
     } else if (elementCount(shape) === 0) {
-      data = outputData(name, datatype, shape, new Uint8Array(0), bytesAsStrings);
+      data = outputData(what, name, datatype, shape, new Uint8Array(0), bytesAsStrings);
     } else {
       throw new ProtocolError(`${what}: output '${name}' has neither data nor binary_data_size`);
     }
@@ -534,7 +534,7 @@ function jsonOutputData(what: string, name: string, datatype: Datatype, shape: n
   } catch (err) {
     throw new ProtocolError(`${what}: output '${name}' of the answer: ${(err as Error).message}`);
   }
-  return outputData(name, datatype, shape, bytes, bytesAsStrings);
+  return outputData(what, name, datatype, shape, bytes, bytesAsStrings);
 }
 
 /** The generate_stream body: each input as a top-level key holding its flat data. */

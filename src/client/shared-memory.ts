@@ -113,10 +113,10 @@ export class SystemSharedMemoryRegion {
       // The server wrote `count` length-prefixed elements; what follows them in the window is not part of the tensor.
       let end = 0;
       for (let i = 0; i < count && end + 4 <= raw.byteLength; i++) end += 4 + raw.readUInt32LE(end);
-      return outputData(`region '${this.key}'`, datatype, shape, raw.subarray(0, Math.min(end, raw.byteLength)), options.bytesAsStrings === true);
+      return outputData(`region '${this.key}'`, 'tensor', datatype, shape, raw.subarray(0, Math.min(end, raw.byteLength)), options.bytesAsStrings === true);
     }
     const size = elementCount(shape) * datatypeInfo(datatype).byteSize;
-    return outputData(`region '${this.key}'`, datatype, shape, this.read(size, offset), false);
+    return outputData(`region '${this.key}'`, 'tensor', datatype, shape, this.read(size, offset), false);
   }
 
   /** Closes this process's handle; the object stays for others until destroyed. */

@@ -186,18 +186,25 @@ function view(Ctor: NonNullable<ReturnType<typeof datatypeInfo>['arrayType']>, b
 }
 
 /** The data of one output from its bytes in the binary layout; a ProtocolError if they do not fit the shape. */
-export function outputData(name: string, datatype: string, shape: readonly number[], bytes: Uint8Array, bytesAsStrings: boolean): TensorData {
-  if (!isDatatype(datatype)) throw new ProtocolError(`output '${name}' of the answer has an unknown datatype ${JSON.stringify(datatype)}`);
+export function outputData(
+  what: string,
+  name: string,
+  datatype: string,
+  shape: readonly number[],
+  bytes: Uint8Array,
+  bytesAsStrings: boolean,
+): TensorData {
+  if (!isDatatype(datatype)) throw new ProtocolError(`${what}: output '${name}' of the answer has an unknown datatype ${JSON.stringify(datatype)}`);
   const count = elementCount(shape);
   if (datatype === 'BYTES') {
     let elements: Uint8Array[];
     try {
       elements = decodeBytesElements(bytes, name);
     } catch (err) {
-      throw new ProtocolError(`output '${name}' of the answer: ${(err as Error).message}`);
+      throw new ProtocolError(`${what}: output '${name}' of the answer: ${(err as Error).message}`);
     }
     if (elements.length !== count) {
-      throw new ProtocolError(`output '${name}' of the answer has ${elements.length} BYTES elements but its shape ${shapeToString(shape)} holds ${count}`);
+      throw new ProtocolError(`${what}: output '${name}' of the answer has ${elements.length} BYTES elements but its shape ${shapeToString(shape)} holds ${count}`);
     }
     if (bytesAsStrings) return elements.map((e) => Buffer.from(e.buffer, e.byteOffset, e.byteLength).toString('utf8'));
     return elements.map((e) => Buffer.from(e.buffer, e.byteOffset, e.byteLength));
@@ -205,7 +212,7 @@ export function outputData(name: string, datatype: string, shape: readonly numbe
   const info = datatypeInfo(datatype);
   if (bytes.byteLength !== count * info.byteSize) {
     throw new ProtocolError(
-      `output '${name}' of the answer has ${bytes.byteLength} bytes but ${datatype} of shape ${shapeToString(shape)} needs ${count * info.byteSize}`,
+      `${what}: output '${name}' of the answer has ${bytes.byteLength} bytes but ${datatype} of shape ${shapeToString(shape)} needs ${count * info.byteSize}`,
     );
   }
   return view(info.arrayType!, bytes, info.byteSize);
@@ -219,14 +226,14 @@ export function emptyData(datatype: Datatype): TensorData {
 }
 
 /** A shape from the answer: dims must be integers >= 0 (64-bit dims arrive as bigint over gRPC). */
-export function answerShape(name: string, dims: unknown): number[] {
-  if (!Array.isArray(dims)) throw new ProtocolError(`output '${name}' of the answer has no shape`);
+export function answerShape(what: string, name: string, dims: unknown): number[] {
+  if (!Array.isArray(dims)) throw new ProtocolError(`${what}: output '${name}' of the answer has no shape`);
   const out = new Array<number>(dims.length);
   for (let i = 0; i < dims.length; i++) {
     const d = dims[i];
     const n = typeof d === 'bigint' ? Number(d) : d;
     if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) {
-      throw new ProtocolError(`output '${name}' of the answer has a bad shape ${JSON.stringify(dims, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`);
+      throw new ProtocolError(`${what}: output '${name}' of the answer has a bad shape ${JSON.stringify(dims, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`);
     }
     out[i] = n;
   }
