@@ -8,7 +8,7 @@ import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
 import type { CancellationSignal } from '../types/cancellation.js';
-import type { InferRequest, InferResponse, JsonOutputHint, ParameterValue, StreamResponse } from '../types/api.js';
+import type { InferRequest, InferResponse, JsonOutputHint, ParameterValue, RequestTrace, StreamResponse } from '../types/api.js';
 
 export type { ParameterValue } from '../types/api.js';
 
@@ -40,6 +40,8 @@ export interface BackendRequest {
    * encodeJsonTensorData, so the text is the same). A hint; undefined when none.
    */
   readonly jsonOutputs?: JsonOutputHint | undefined;
+  /** Set when the request is traced: a backend that serves calls from the model (BLS) spawns their traces from it. */
+  readonly trace?: RequestTrace | undefined;
 }
 
 /**

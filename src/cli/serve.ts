@@ -11,7 +11,9 @@ import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../types/api.js';
 import { Errors } from '../errors.js';
 import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
-import { HttpFrontend, LogSettings, TraceSettings } from '../frontends/http/index.js';
+import { HttpFrontend, LogSettings } from '../frontends/http/index.js';
+import { Tracer } from '../trace/index.js';
+import { parseTraceFlags, type TraceFlagResult } from '../trace/config.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { OpenAiFrontend, joinRestrictedApiArgs, parseOpenAiRestrictedApis } from '../frontends/openai/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
@@ -98,6 +100,13 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'openai-port': I,
   'openai-tokenizer': S,
   'openai-restricted-api': SR,
+  // Numbers are read here as tritonserver reads them (its messages), not by the generic int check.
+  'trace-config': SR,
+  'trace-file': S,
+  'trace-level': SR,
+  'trace-rate': S,
+  'trace-count': S,
+  'trace-log-frequency': S,
 };
 
 /**
@@ -114,12 +123,6 @@ export const IGNORED_FLAGS: Record<string, FlagSpec> = {
   'model-namespacing': B,
   'reuse-http-port': B,
   'reuse-grpc-port': B,
-  'trace-config': SR,
-  'trace-file': S,
-  'trace-level': SR,
-  'trace-rate': I,
-  'trace-count': I,
-  'trace-log-frequency': I,
   'backend-directory': S,
   'repoagent-directory': S,
   'cache-directory': S,
@@ -206,6 +209,8 @@ export interface ServeConfig {
   auth: { keysFile: string; failureLimit: number } | undefined;
   ignored: string[];
   log: { switches: LogSwitches; format: LogFormat | undefined; file: string | undefined };
+  /** --trace-config and the older --trace-* flags, read. */
+  trace: TraceFlagResult['options'];
   /** Lines printed to stderr before the server starts (Triton's start-up warnings). */
   warnings: string[];
   logLevel: string;
@@ -248,6 +253,15 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   if (logFormat !== undefined && !(LOG_FORMATS as readonly string[]).includes(logFormat)) {
     throw Errors.config(`invalid argument for --log-format, got: ${logFormat} (use default, ISO8601 or json)`);
   }
+  const trace = parseTraceFlags({
+    config: f.all('trace-config'),
+    file: f.string('trace-file'),
+    level: f.all('trace-level'),
+    rate: f.string('trace-rate'),
+    count: f.string('trace-count'),
+    logFrequency: f.string('trace-log-frequency'),
+  });
+  warnings.push(...trace.warnings);
   const logLevel = verbose > 0 ? 'debug' : switches.info ? 'info' : switches.warning ? 'warn' : switches.error ? 'error' : 'silent';
   const cfg: ServeConfig = {
     server: {
@@ -310,6 +324,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     auth: authSettings(f),
     ignored: [...values.keys()].filter((k) => k in IGNORED_FLAGS),
     log: { switches, format: logFormat as LogFormat | undefined, file: f.string('log-file') || undefined },
+    trace: trace.options,
     warnings,
     logLevel,
   };
@@ -495,7 +510,6 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       log_format: cfg.log.format ?? 'default',
     },
   );
-  const traceSettings = new TraceSettings();
   const openai = new OpenAiFrontend(server, {
     maxInputSize: cfg.http.maxInputSize,
     logger,
@@ -504,6 +518,25 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     access,
     timings: metrics,
   });
+  // One trace manager for both protocols, as in Triton; its settings answer the trace extension.
+  const tracer = new Tracer({ ...cfg.trace, logger });
+  if (metrics) {
+    metrics.addScrapeCounter(
+      'nereid_trace_spans_dropped_total',
+      'OpenTelemetry spans dropped, by reason: the export queue was full (queue_full) or the collector did not take them (export_failed)',
+      'reason',
+      () => [
+        ['queue_full', tracer.droppedSpans.queueFull],
+        ['export_failed', tracer.droppedSpans.exportFailed],
+      ],
+    );
+    metrics.addScrapeCounter(
+      'nereid_trace_context_invalid_total',
+      'Requests whose W3C trace context was malformed and ignored, by header',
+      'header',
+      () => [['traceparent', tracer.invalidContexts]],
+    );
+  }
   const http = cfg.http.enabled
     ? new HttpFrontend(server, {
         port: cfg.http.port,
@@ -511,7 +544,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         maxInputSize: cfg.http.maxInputSize,
         logger,
         logSettings,
-        traceSettings,
+        tracer,
         restrictedApis: cfg.http.restrictedApis,
         headerForwardPattern: cfg.http.headerForwardPattern,
         v1: openai.handle,
@@ -519,7 +552,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
-  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, traceSettings, access };
+  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, tracer, access };
   const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, grpcOptions) : undefined;
   const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address, access }) : undefined;
   const ports: RunningServer['ports'] = {};
@@ -531,6 +564,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     await Promise.allSettled([grpc?.stop(), server.stop()]);
     await Promise.allSettled([http?.stop(), openai.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
     auth?.watcher.close();
+    // Last, so the traces of the drained requests are in the file (or exported).
+    await tracer.close();
   };
   try {
     await server.start();

@@ -230,6 +230,7 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
       responseSender: sender,
       signal: request.signal,
       jsonOutputs: request.jsonOutputs,
+      trace: request.trace,
     },
     requestedOutputs: outs && outs.length > 0 ? outs : undefined,
     priority,

@@ -28,6 +28,7 @@ import type {
   ModelMetadata,
   ModelStatistics,
   RepositoryIndexEntry,
+  RequestTrace,
   ServerMetadata,
   ServerOptions,
   StreamResponse,
@@ -269,6 +270,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     if (this.stopping && request.stepTimings === undefined) throw Errors.serverStopping();
     const v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
     if (v.decoupled) return this.inferDecoupledOnce(request);
+    if (request.trace !== undefined) return this.inferTraced(v, request, request.trace);
     const sig = v.signature!;
     const prepared = prepareRequest(sig, request);
     const cache = this.responseCache;
@@ -277,6 +279,23 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     }
     const response = await this.schedule(v, request, prepared);
     return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+  }
+
+  /** infer() of a traced request: the same steps between REQUEST_START and REQUEST_END (kept apart so untraced requests pay nothing). */
+  private async inferTraced(v: ModelVersion, request: InferRequest, trace: RequestTrace): Promise<InferResponse> {
+    trace.setModel(v.modelName, String(v.version), request.id ?? '');
+    trace.stamp('REQUEST_START');
+    try {
+      const prepared = prepareRequest(v.signature!, request);
+      const cache = this.responseCache;
+      if (cache !== undefined && v.cached && !prepared.backendRequest.correlationId) {
+        return await this.inferCached(v, request, prepared, cache);
+      }
+      const response = await this.schedule(v, request, prepared);
+      return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+    } finally {
+      trace.stamp('REQUEST_END');
+    }
   }
 
   /** Whether the model's responses are cached (response_cache enabled and a server cache configured). */
@@ -415,9 +434,15 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     let counted = false;
     let onAbort: (() => void) | undefined;
     const signal = request.signal;
+    const trace = request.trace;
+    if (trace !== undefined) {
+      trace.setModel(v.modelName, String(v.version), request.id ?? '');
+      trace.stamp('REQUEST_START');
+    }
     const stream = new ResponseStream(
       (resp) => this.buildResponse(v, request, prepared!.requestedOutputs, prepared!.backendRequest.requestedOutputs, resp, true),
       () => {
+        trace?.stamp('REQUEST_END');
         if (counted) v.requestDone();
         // A signal shared by many requests (one gRPC stream) must not keep a listener per finished request.
         if (onAbort) signal!.removeEventListener('abort', onAbort);

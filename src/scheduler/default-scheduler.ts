@@ -10,7 +10,7 @@
  */
 import type { ModelVersionStatistics } from '../types/statistics.js';
 import { Fifo } from './fifo.js';
-import type { ScheduledRequest } from './scheduled-request.js';
+import { type ScheduledRequest, traceQueued } from './scheduled-request.js';
 import { type ModelInstance, type Scheduler, executeBatch } from './scheduler.js';
 
 export class DefaultScheduler implements Scheduler {
@@ -40,6 +40,7 @@ export class DefaultScheduler implements Scheduler {
 
   enqueue(item: ScheduledRequest): void {
     item.enqueueNs = process.hrtime.bigint();
+    if (item.request.trace !== undefined) traceQueued(item.request.trace, item.request, item.enqueueNs);
     const instance = this.pick();
     if (instance) this.run(instance, item);
     else this.queue.push(item);

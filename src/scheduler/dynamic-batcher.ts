@@ -16,7 +16,7 @@ import type { FailureReason, ModelVersionStatistics } from '../types/statistics.
 import { Errors, type NereidError } from '../errors.js';
 import { Fifo } from './fifo.js';
 import { type CandidateSink, PriorityQueue } from './priority-queue.js';
-import { ScheduledRequest } from './scheduled-request.js';
+import { ScheduledRequest, traceQueued } from './scheduled-request.js';
 import { type ModelInstance, type Scheduler, executeBatch } from './scheduler.js';
 
 export interface DynamicBatcherOptions {
@@ -337,6 +337,7 @@ export class DynamicBatcher implements Scheduler {
   enqueue(item: ScheduledRequest): void {
     const now = process.hrtime.bigint();
     item.enqueueNs = now;
+    if (item.request.trace !== undefined) traceQueued(item.request.trace, item.request, now);
     if (item.done) return;
     if (item.signal?.aborted) {
       item.fail(Errors.cancelled('inference request'), 'CANCELED');

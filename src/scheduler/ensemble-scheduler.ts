@@ -10,11 +10,11 @@
 import type { InferenceCaller } from '../backends/backend.js';
 import { Cancellation } from '../types/cancellation.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
-import type { InferRequest, InferResponse, RequestedOutput, StepTimingsSink, StreamResponse } from '../types/api.js';
+import type { InferRequest, InferResponse, RequestTrace, RequestedOutput, StepTimingsSink, StreamResponse } from '../types/api.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { type Tensor, retagTensor } from '../tensor/tensor.js';
-import type { ScheduledRequest } from './scheduled-request.js';
+import { type ScheduledRequest, traceQueued } from './scheduled-request.js';
 import type { Scheduler } from './scheduler.js';
 import { StepLimiter } from './step-limiter.js';
 
@@ -108,6 +108,11 @@ abstract class EnsembleRunBase implements StepTimingsSink {
   }
 }
 
+/** Ends a step's trace once the step settled, passing its outcome on. */
+function endTraceAfter(pending: Promise<InferResponse>, trace: RequestTrace): Promise<InferResponse> {
+  return pending.finally(() => trace.end());
+}
+
 /** One ensemble request on its way through the graph. */
 class EnsembleRun extends EnsembleRunBase {
   /** Tensor per slot: undefined = not yet, null = an optional input left out. */
@@ -160,6 +165,7 @@ export class EnsembleScheduler implements Scheduler {
 
   enqueue(item: ScheduledRequest): void {
     item.enqueueNs = process.hrtime.bigint();
+    if (item.request.trace !== undefined) traceQueued(item.request.trace, item.request, item.enqueueNs);
     if (item.done) return;
     if (this.plan.decoupled) {
       this.running += 1;
@@ -231,6 +237,7 @@ export class EnsembleScheduler implements Scheduler {
       parameters: request.parameters,
       signal: run.cancellation,
       stepTimings: run,
+      trace: request.trace?.spawn(),
     };
     run.inFlight += 1;
     let pending: Promise<InferResponse>;
@@ -239,6 +246,8 @@ export class EnsembleScheduler implements Scheduler {
     } catch (err) {
       pending = Promise.reject(err);
     }
+    // Each step is a trace of its own whose parent_id is the ensemble's.
+    if (stepRequest.trace !== undefined) pending = endTraceAfter(pending, stepRequest.trace);
     pending.then(
       (response) => {
         limiter?.release();
@@ -465,6 +474,7 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       parameters: request.parameters,
       signal: this.cancellation,
       stepTimings: this,
+      trace: request.trace?.spawn(),
     };
     this.running += 1;
     const limiter = this.plan.limiters[index];
@@ -514,6 +524,8 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       }
       this.fail(index, err);
       this.afterEvent(undefined);
+    } finally {
+      stepRequest.trace?.end();
     }
   }
 

@@ -6,7 +6,13 @@ import type { BackendRequest, BackendResponse } from '../backends/backend.js';
 import type { NereidError } from '../errors.js';
 import type { FailureReason, ModelVersionStatistics } from '../types/statistics.js';
 import type { CancellationSignal } from '../types/cancellation.js';
-import type { StepTimingsSink } from '../types/api.js';
+import type { RequestTrace, StepTimingsSink } from '../types/api.js';
+
+/** A traced request entered a scheduler's queue (with TENSORS, its inputs as queued). */
+export function traceQueued(trace: RequestTrace, request: BackendRequest, ns: bigint): void {
+  trace.stamp('QUEUE_START', ns);
+  if (trace.tensors) for (const t of request.inputs) trace.tensor('TENSOR_QUEUE_INPUT', t);
+}
 
 export class ScheduledRequest {
   /** hrtime (ns) when the core accepted the request. */

@@ -5,6 +5,7 @@
 import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../backends/backend.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
+import type { RequestTrace } from '../types/api.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 
 export interface Scheduler {
@@ -62,6 +63,17 @@ class StageTimer implements ExecutionTimer {
   }
 }
 
+/** A traced request's execution, at the times the batch's stages ended (with TENSORS, its outputs). */
+function traceCompute(trace: RequestTrace, start: bigint, inputEnd: bigint, inferEnd: bigint, end: bigint, response: BackendResponse | undefined): void {
+  trace.stamp('COMPUTE_START', start);
+  trace.stamp('COMPUTE_INPUT_END', inputEnd);
+  trace.stamp('COMPUTE_OUTPUT_START', inferEnd);
+  trace.stamp('COMPUTE_END', end);
+  if (trace.tensors && response?.outputs !== undefined) {
+    for (const t of response.outputs) trace.tensor('TENSOR_BACKEND_OUTPUT', t);
+  }
+}
+
 /** What executeBatch needs of each request of a batch (a ScheduledRequest, or a stand-in for one). */
 export type BatchItem = Pick<ScheduledRequest, 'request' | 'enqueueNs' | 'executing' | 'succeed' | 'fail'>;
 
@@ -107,13 +119,19 @@ export async function executeBatch(
   const inferNs = Number(inferEnd - inputEnd);
   const outputNs = Number(endNs - inferEnd);
   if (failure) {
-    for (const item of items) item.fail(failure, 'BACKEND');
+    for (const item of items) {
+      const trace = item.request.trace;
+      if (trace !== undefined) traceCompute(trace, startNs, inputEnd, inferEnd, endNs, undefined);
+      item.fail(failure, 'BACKEND');
+    }
     return;
   }
   stats.recordExecution(batchSize, items.length, inputNs, inferNs, outputNs);
   for (let i = 0; i < items.length; i++) {
     const item = items[i]!;
     const response = responses![i]!;
+    const trace = item.request.trace;
+    if (trace !== undefined) traceCompute(trace, startNs, inputEnd, inferEnd, endNs, response);
     if (response.error) item.fail(response.error, 'BACKEND');
     else item.succeed(response, Number(startNs - item.enqueueNs) + waitNs, inputNs, inferNs, outputNs);
   }

@@ -42,6 +42,52 @@ export interface InferRequest {
   readonly stepTimings?: StepTimingsSink;
   /** Outputs the caller will write as JSON (a hint: backends may ignore it). */
   readonly jsonOutputs?: JsonOutputHint | undefined;
+  /** Set when the request is traced (see docs/tracing.md); whoever made the trace ends it. */
+  readonly trace?: RequestTrace | undefined;
+}
+
+/** Timestamp names as Triton's trace files spell them. */
+export type TraceStampName =
+  | 'HTTP_RECV_START'
+  | 'HTTP_RECV_END'
+  | 'HTTP_SEND_START'
+  | 'HTTP_SEND_END'
+  | 'GRPC_WAITREAD_START'
+  | 'GRPC_WAITREAD_END'
+  | 'GRPC_SEND_START'
+  | 'GRPC_SEND_END'
+  | 'REQUEST_START'
+  | 'QUEUE_START'
+  | 'COMPUTE_START'
+  | 'COMPUTE_INPUT_END'
+  | 'COMPUTE_OUTPUT_START'
+  | 'COMPUTE_END'
+  | 'REQUEST_END';
+
+export type TraceTensorActivity = 'TENSOR_QUEUE_INPUT' | 'TENSOR_BACKEND_INPUT' | 'TENSOR_BACKEND_OUTPUT';
+
+/**
+ * One traced request (Triton's TRITONSERVER_InferenceTrace): the core and the
+ * schedulers record its timestamps where the work happens. Untraced requests
+ * carry none, so the cost of tracing off is one check per stage.
+ */
+export interface RequestTrace {
+  /** Unique in the server's life, from 1 (the `id` of the trace file). */
+  readonly id: number;
+  /** Whether TENSORS level is on: tensors are then recorded too. */
+  readonly tensors: boolean;
+  /** Names the model the request runs on; recorded before REQUEST_START. */
+  setModel(model: string, version: string, requestId: string): void;
+  /** Records a timestamp (hrtime ns; now when omitted). */
+  stamp(name: TraceStampName, ns?: bigint): void;
+  /** Records a tensor (TENSORS level). */
+  tensor(activity: TraceTensorActivity, tensor: Tensor): void;
+  /** A trace for a request this one makes (an ensemble step, a BLS call): `parent_id` is this trace's id. */
+  spawn(): RequestTrace;
+  /** The W3C context (`{"traceparent": ...}` JSON) a callee joins, or undefined (Triton mode). */
+  context(): string | undefined;
+  /** Ends this trace; the trace and those it spawned are written once all have ended. */
+  end(): void;
 }
 
 /** Receives the queue and compute durations (ns) of a request that succeeded. */

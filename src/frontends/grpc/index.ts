@@ -108,9 +108,9 @@ export class GrpcFrontend {
 
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
     const implementation: UntypedServiceImplementation = {
-      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings, logSettings: o.logSettings, access: o.access }),
-      ModelInfer: modelInferHandler(this.server, headerPattern),
-      ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern),
+      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings ?? o.tracer?.settings, logSettings: o.logSettings, access: o.access }),
+      ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer),
+      ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern, o.tracer),
     } as unknown as UntypedServiceImplementation;
     grpcServer.addService(inferenceServiceDefinition, implementation);
     grpcServer.addService(healthServiceDefinition, healthHandlers(this.server) as unknown as UntypedServiceImplementation);

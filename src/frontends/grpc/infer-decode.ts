@@ -16,7 +16,7 @@ import type {
 } from '../../gen/grpc_service_pb.js';
 import { Errors, NereidError } from '../../errors.js';
 import { parseWireVersion } from '../../core/version-string.js';
-import type { InferRequest, ParameterValue, RequestedOutput } from '../../types/api.js';
+import type { InferRequest, ParameterValue, RequestTrace, RequestedOutput } from '../../types/api.js';
 import { isDatatype, type Datatype } from '../../tensor/datatype.js';
 import { encodeBytesElements, type Tensor } from '../../tensor/tensor.js';
 import type { SharedMemoryRef } from '../../core/shared-memory.js';
@@ -254,8 +254,9 @@ export function decodeInferRequest(
   msg: ModelInferRequest,
   signal?: CancellationSignal,
   forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
+  trace?: RequestTrace,
 ): InferRequest {
-  return decodeInfer(msg, signal, forwardedHeaders).request;
+  return decodeInfer(msg, signal, forwardedHeaders, trace).request;
 }
 
 /** decodeInferRequest, and which tensors the request keeps in shared memory. */
@@ -263,6 +264,7 @@ export function decodeInfer(
   msg: ModelInferRequest,
   signal?: CancellationSignal,
   forwardedHeaders?: Readonly<Record<string, ParameterValue>>,
+  trace?: RequestTrace,
 ): DecodedGrpcInfer {
   const shm: ShmPlan = { inputs: [], outputs: new Map() };
   const model = msg.modelName;
@@ -327,6 +329,7 @@ export function decodeInfer(
     outputs,
     parameters,
     signal,
+    trace,
   };
   return { request, inputs, shm: shm.inputs.length > 0 || shm.outputs.size > 0 ? shm : undefined };
 }

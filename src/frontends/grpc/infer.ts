@@ -3,7 +3,8 @@
  */
 import { Cancellation } from '../../types/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
-import type { sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
+import type { Metadata, sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
+import type { Trace, Tracer } from '../../trace/index.js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { MODEL_REPORTED_CODES, asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
@@ -34,27 +35,49 @@ function isDecoupled(server: ServerApi, model: string, version: string): boolean
   }
 }
 
+/** A trace for a request of this call when the tracer samples it (W3C context from the call's metadata). */
+export function sampleCall(tracer: Tracer | undefined, model: string, metadata: Metadata): Trace | undefined {
+  if (tracer === undefined || !tracer.enabled) return undefined;
+  const parent = metadata.get('traceparent')[0];
+  const state = metadata.get('tracestate')[0];
+  return tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+}
+
 /** Completes one unary call; a class so no closures are made per request. */
 class UnaryInferCall {
   private finished = false;
   constructor(
     private readonly callback: sendUnaryData<Uint8Array>,
     private readonly abort: Cancellation,
+    private readonly trace: Trace | undefined,
   ) {}
   done(res: InferResponse): void {
     this.finished = true;
+    const trace = this.trace;
+    trace?.stamp('GRPC_SEND_START');
     let bytes: Buffer;
     try {
       bytes = encodeInferResponse(res);
     } catch (e) {
       this.callback(toServiceError(e), null);
+      trace?.stamp('GRPC_SEND_END');
+      trace?.end();
       return;
     }
     this.callback(null, bytes);
+    if (trace !== undefined) {
+      trace.stamp('GRPC_SEND_END');
+      trace.end();
+    }
   }
   failed(err: unknown): void {
     this.finished = true;
+    this.trace?.stamp('GRPC_SEND_START');
     this.callback(toServiceError(err), null);
+    if (this.trace !== undefined) {
+      this.trace.stamp('GRPC_SEND_END');
+      this.trace.end();
+    }
   }
   /** grpc-js also signals 'cancelled' after every completed call; only a pending request is aborted. */
   cancelled(): void {
@@ -62,7 +85,7 @@ class UnaryInferCall {
   }
 }
 
-export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
+export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tracer?: Tracer) {
   return (call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>, callback: sendUnaryData<Uint8Array>): void => {
     const msg = call.request;
     if (msg instanceof MalformedMessage) {
@@ -76,16 +99,21 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp) {
       return;
     }
     const abort = new Cancellation();
+    // The message is read when the handler runs: WAITREAD ends once its tensors are taken from it.
+    const trace = sampleCall(tracer, msg.modelName, call.metadata);
+    trace?.stamp('GRPC_WAITREAD_START');
     let decoded;
     try {
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
-      decoded = decodeInfer(msg, abort, headers);
+      decoded = decodeInfer(msg, abort, headers, trace);
       if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
     } catch (e) {
       callback(toServiceError(e), null);
+      trace?.end();
       return;
     }
-    const pending = new UnaryInferCall(callback, abort);
+    trace?.stamp('GRPC_WAITREAD_END');
+    const pending = new UnaryInferCall(callback, abort, trace);
     // grpc-js emits 'cancelled' at most once per call (guarded by its cancel notification), so `on` spares once's wrapper.
     call.on('cancelled', pending.cancelled.bind(pending));
     const run = decoded.shm === undefined ? server.infer(decoded.request) : inferWithSharedMemory(server, decoded);
@@ -124,6 +152,7 @@ async function inferWithSharedMemory(server: ServerApi, decoded: DecodedGrpcInfe
 class StreamSlot {
   bytes: Uint8Array | undefined;
   error: NereidError | undefined;
+  trace: Trace | undefined = undefined;
   constructor(
     readonly session: StreamInferSession,
     readonly msg: ModelInferRequest | undefined,
@@ -173,6 +202,7 @@ class StreamInferSession {
     private readonly call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>,
     private readonly logger: Logger,
     headerPattern: RegExp | undefined,
+    private readonly tracer: Tracer | undefined,
   ) {
     this.strictErrors = call.metadata.get('triton_grpc_error')[0] === 'true';
     try {
@@ -196,6 +226,7 @@ class StreamInferSession {
   private close(): void {
     this.closed = true;
     if (this.slots.length > 0) {
+      for (const slot of this.slots) slot.trace?.end();
       this.slots.length = 0;
       this.abort.abort();
     }
@@ -221,14 +252,18 @@ class StreamInferSession {
     }
     const slot = new StreamSlot(this, m);
     this.slots.push(slot);
+    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata);
+    trace?.stamp('GRPC_WAITREAD_START');
+    slot.trace = trace;
     let decoded;
     try {
       if (this.headerError !== undefined) throw this.headerError;
-      decoded = decodeInfer(m, this.abort, this.headers);
+      decoded = decodeInfer(m, this.abort, this.headers, trace);
     } catch (e) {
       slot.failed(e);
       return;
     }
+    trace?.stamp('GRPC_WAITREAD_END');
     const run = decoded.shm === undefined ? this.server.infer(decoded.request) : inferWithSharedMemory(this.server, decoded);
     run.then(slot.done.bind(slot), slot.failed.bind(slot));
   }
@@ -241,24 +276,35 @@ class StreamInferSession {
    */
   private startDecoupled(m: ModelInferRequest): void {
     const cancel = new Cancellation();
+    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata);
+    trace?.stamp('GRPC_WAITREAD_START');
     let request: InferRequest;
     try {
       if (this.headerError !== undefined) throw this.headerError;
-      request = decodeInferRequest(m, cancel, this.headers);
+      request = decodeInferRequest(m, cancel, this.headers, trace);
     } catch (e) {
       const slot = new StreamSlot(this, m);
+      slot.trace = trace;
       this.slots.push(slot);
       slot.failed(e);
       return;
     }
+    trace?.stamp('GRPC_WAITREAD_END');
     this.open.add(cancel);
-    void this.pump(m, streamResponses(this.server, request), cancel, wantsEmptyFinalResponse(m));
+    void this.pump(m, streamResponses(this.server, request), cancel, wantsEmptyFinalResponse(m), trace);
   }
 
-  private async pump(m: ModelInferRequest, responses: AsyncIterable<StreamResponse>, cancel: Cancellation, emptyFinal: boolean): Promise<void> {
+  private async pump(
+    m: ModelInferRequest,
+    responses: AsyncIterable<StreamResponse>,
+    cancel: Cancellation,
+    emptyFinal: boolean,
+    trace: Trace | undefined,
+  ): Promise<void> {
     try {
       for await (const item of responses) {
         if (this.closed) break;
+        trace?.stamp('GRPC_SEND_START');
         if (item.error !== undefined) {
           if (this.strictErrors) {
             this.closed = true;
@@ -280,8 +326,10 @@ class StreamInferSession {
             encodeInferResponse({ modelName: m.modelName, modelVersion: m.modelVersion, id: m.id, outputs: [] }, true, true),
           );
         }
+        trace?.stamp('GRPC_SEND_END');
       }
     } finally {
+      trace?.end();
       this.open.delete(cancel);
       this.flush();
     }
@@ -293,23 +341,35 @@ class StreamInferSession {
     const slots = this.slots;
     while (slots.length > 0 && slots[0]!.settled) {
       const slot = slots.shift()!;
+      const trace = slot.trace;
+      trace?.stamp('GRPC_SEND_START');
       if (slot.error === undefined) {
         this.call.write(slot.bytes!);
+        if (trace !== undefined) sent(trace);
         continue;
       }
       if (this.strictErrors && AFTER_CORE.has(slot.error.code)) {
         this.closed = true;
         this.abort.abort();
         this.call.emit('error', toServiceError(slot.error));
+        if (trace !== undefined) sent(trace);
+        this.close();
         return;
       }
       this.call.write(errorResponse(slot.msg, slot.error));
+      if (trace !== undefined) sent(trace);
     }
     if (this.inputEnded && slots.length === 0 && this.open.size === 0) {
       this.closed = true;
       this.call.end();
     }
   }
+}
+
+/** A traced response went out: the trace is complete. */
+function sent(trace: Trace): void {
+  trace.stamp('GRPC_SEND_END');
+  trace.end();
 }
 
 /**
@@ -336,9 +396,9 @@ function errorResponse(msg: ModelInferRequest | undefined, err: NereidError, dec
   );
 }
 
-export function modelStreamInferHandler(server: ServerApi, logger: Logger, headerPattern?: RegExp) {
+export function modelStreamInferHandler(server: ServerApi, logger: Logger, headerPattern?: RegExp, tracer?: Tracer) {
   return (call: ServerDuplexStream<ModelInferRequest | MalformedMessage, Uint8Array>): void => {
     batchWrites(call);
-    new StreamInferSession(server, call, logger, headerPattern);
+    new StreamInferSession(server, call, logger, headerPattern, tracer);
   };
 }

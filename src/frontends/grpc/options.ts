@@ -6,6 +6,7 @@ import type { ChannelOptions } from '@grpc/grpc-js';
 import type { AccessControl } from '../../auth/index.js';
 import type { Logger } from '../../logger.js';
 import type { LogSettingsStore, TraceSettingsStore } from './settings.js';
+import type { Tracer } from '../../trace/index.js';
 
 /** `--grpc-infer-response-compression-level`. */
 export type GrpcCompressionLevel = 'none' | 'low' | 'medium' | 'high';
@@ -71,6 +72,8 @@ export interface GrpcFrontendOptions {
   ssl?: GrpcSslOptions;
   /** Backs the TraceSetting RPC; omitted: the RPC answers "the server does not support trace". */
   traceSettings?: TraceSettingsStore;
+  /** Samples and records traces of ModelInfer/ModelStreamInfer requests; its settings answer TraceSetting. */
+  tracer?: Tracer;
   /** Backs the LogSettings RPC; omitted: the RPC answers "the server does not support dynamic logging". */
   logSettings?: LogSettingsStore;
   /** Milliseconds stop() waits for open calls and streams before cutting them. Default 2000. */

@@ -30,6 +30,7 @@ import { Router, type RouteParams } from './router.js';
 import type { AccessControl } from '../../auth/index.js';
 import { refuseHttp } from './auth.js';
 import { LogSettings, TraceSettings, stoi } from './settings.js';
+import type { Trace, Tracer } from '../../trace/index.js';
 import {
   type HttpApiCategory,
   type Restriction,
@@ -47,6 +48,8 @@ export interface HttpFrontendOptions {
   /** Shared with the gRPC frontend when given. */
   logSettings?: LogSettings;
   traceSettings?: TraceSettings;
+  /** Samples and records traces of infer requests; its settings answer the trace extension. */
+  tracer?: Tracer;
   /** `--http-restricted-api` values: `<api>,<api>...:<header>=<value>`. */
   restrictedApis?: readonly string[];
   /** `--http-header-forward-pattern`: matching headers become request parameters. */
@@ -112,6 +115,7 @@ export class HttpFrontend {
   private readonly reply = new Replier();
   private readonly logSettings: LogSettings;
   private readonly traceSettings: TraceSettings;
+  private readonly tracer: Tracer | undefined;
   private readonly maxInputSize: number;
   private readonly logger: Logger;
   private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
@@ -127,7 +131,8 @@ export class HttpFrontend {
     this.maxInputSize = options.maxInputSize > 0 ? options.maxInputSize : DEFAULT_MAX_INPUT_SIZE;
     this.logger = options.logger;
     this.logSettings = options.logSettings ?? new LogSettings();
-    this.traceSettings = options.traceSettings ?? new TraceSettings();
+    this.tracer = options.tracer;
+    this.traceSettings = options.traceSettings ?? options.tracer?.settings ?? new TraceSettings();
     this.restrictions = parseRestrictedApis(options.restrictedApis ?? []);
     this.forwardPattern =
       options.headerForwardPattern === undefined || options.headerForwardPattern === ''
@@ -448,15 +453,48 @@ export class HttpFrontend {
     return this.handleInfer(req, res, model, version, config);
   }
 
-  private async handleInfer(
+  private handleInfer(
     req: IncomingMessage,
     res: ServerResponse,
     model: string,
     version: string | undefined,
     config: ReturnType<ServerApi['modelConfig']>,
   ): Promise<void> {
+    const tracer = this.tracer;
+    if (tracer !== undefined && tracer.enabled) {
+      const trace = sampleRequest(tracer, model, req, res);
+      if (trace !== undefined) return this.tracedInfer(req, res, model, version, config, trace);
+    }
+    return this.inferBody(req, res, model, version, config, undefined);
+  }
+
+  private async tracedInfer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    config: ReturnType<ServerApi['modelConfig']>,
+    trace: Trace,
+  ): Promise<void> {
+    try {
+      await this.inferBody(req, res, model, version, config, trace);
+    } catch (err) {
+      trace.stamp('HTTP_SEND_START'); // the error reply follows
+      throw err;
+    }
+  }
+
+  private async inferBody(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    config: ReturnType<ServerApi['modelConfig']>,
+    trace: Trace | undefined,
+  ): Promise<void> {
     const encoding = requestEncoding(req);
     if (encoding === 'unknown') {
+      trace?.stamp('HTTP_SEND_START');
       this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
       return;
     }
@@ -471,21 +509,24 @@ export class HttpFrontend {
       negotiateResponseEncoding(headerValue(req, 'accept-encoding')) === 'identity'
         ? this.replies.keyOf(req, model, version, inferHeader, this.forwardPattern, body)
         : undefined;
-    if (replayKey !== undefined && this.replayCacheHit(res, replayKey, model, version)) return;
+    // A traced request runs through the core, whose cache then records the hit in the trace.
+    if (replayKey !== undefined && trace === undefined && this.replayCacheHit(res, replayKey, model, version)) return;
 
     const headerLength = inferHeaderLength(inferHeader, body.byteLength);
     const decoded =
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, this.maxInputSize);
+    trace?.stamp('HTTP_RECV_END');
 
     const parameters =
       this.forwardPattern === undefined ? decoded.parameters : forwardHeaders(req, this.forwardPattern, decoded.parameters);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
-      return this.inferWithSharedMemory(req, res, model, version, decoded, parameters);
+      return this.inferWithSharedMemory(req, res, model, version, decoded, parameters, trace);
     }
     const call = new InferCall(res);
     // One await on the server itself (callInfer would add a second): this is the hot path.
-    const response = await this.server.infer(inferRequest(model, version, decoded, parameters, call.signal));
+    const response = await this.server.infer(inferRequest(model, version, decoded, parameters, call.signal, trace));
     call.done();
+    trace?.stamp('HTTP_SEND_START');
     if (replayKey !== undefined && response.cacheHit !== undefined) {
       this.sendAndKeep(res, response, decoded, replayKey, response.cacheHit);
       return;
@@ -607,9 +648,10 @@ export class HttpFrontend {
     version: string | undefined,
     decoded: DecodedInfer,
     parameters: DecodedInfer['parameters'],
+    trace?: Trace,
   ): Promise<Parameters<typeof encodeInferResponse>[0]> {
     const call = new InferCall(res);
-    const response = await this.server.infer(inferRequest(model, version, decoded, parameters, call.signal));
+    const response = await this.server.infer(inferRequest(model, version, decoded, parameters, call.signal, trace));
     call.done();
     return response;
   }
@@ -622,6 +664,7 @@ export class HttpFrontend {
     version: string | undefined,
     decoded: DecodedInfer,
     parameters: DecodedInfer['parameters'],
+    trace: Trace | undefined,
   ): Promise<void> {
     const shm = new RequestSharedMemory(this.server.sharedMemory);
     try {
@@ -630,8 +673,9 @@ export class HttpFrontend {
         decoded.inputs[index] = shm.inputTensor(t.name, t.datatype, t.shape, ref);
       }
       for (const [name, ref] of decoded.shmOutputs ?? []) shm.bindOutput(name, ref);
-      const response = await this.callInfer(res, model, version, decoded, parameters);
+      const response = await this.callInfer(res, model, version, decoded, parameters, trace);
       await shm.writeOutputs(response.outputs);
+      trace?.stamp('HTTP_SEND_START');
       const compressing = this.sendInferResponse(req, res, response, decoded);
       if (compressing !== undefined) await compressing;
     } finally {
@@ -707,7 +751,25 @@ function inferRequest(
   decoded: DecodedInfer,
   parameters: DecodedInfer['parameters'],
   signal: Cancellation,
+  trace: Trace | undefined,
 ): Parameters<ServerApi['infer']>[0] {
   const jsonOutputs = decoded.anyJson ? decoded : undefined;
-  return { model, version, id: decoded.id, inputs: decoded.inputs, outputs: decoded.outputs, parameters, signal, jsonOutputs };
+  return { model, version, id: decoded.id, inputs: decoded.inputs, outputs: decoded.outputs, parameters, signal, jsonOutputs, trace };
+}
+
+/**
+ * A trace for this request when the tracer samples it (W3C context from its
+ * headers). It ends when the reply has gone out (or the client went away).
+ */
+function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res: ServerResponse): Trace | undefined {
+  const parent = req.headers.traceparent;
+  const state = req.headers.tracestate;
+  const trace = tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+  if (trace === undefined) return undefined;
+  trace.stamp('HTTP_RECV_START');
+  res.once('close', () => {
+    if (res.writableFinished) trace.stamp('HTTP_SEND_END');
+    trace.end();
+  });
+  return trace;
 }

@@ -1,5 +1,5 @@
 /**
- * The logging and trace setting extensions: their state, Triton's defaults,
+ * The logging setting extension: its state, Triton's defaults,
  * and the validation of updates (texts and status classes as Triton's).
  * Both frontends can share one instance of each.
  */
@@ -10,7 +10,6 @@ type JsonObject = Record<string, unknown>;
 const NON_BOOL = 'attempt to access JSON non-boolean as boolean';
 const NON_UINT = 'attempt to access JSON non-unsigned-integer as unsigned-integer';
 const NON_STRING = 'attempt to access JSON non-string as string';
-const NON_ARRAY = 'attempt to access JSON non-array as array';
 
 export type LogFormat = 'default' | 'ISO8601' | 'json';
 
@@ -96,18 +95,6 @@ export class LogSettings {
   }
 }
 
-const LEVEL_TIMESTAMPS = 1;
-const LEVEL_TENSORS = 2;
-
-interface TraceValues {
-  level: number;
-  rate: number;
-  count: number;
-  logFrequency: number;
-}
-
-type TraceOverride = Partial<TraceValues>;
-
 const INT32_MIN = -2147483648;
 const INT32_MAX = 2147483647;
 
@@ -120,126 +107,5 @@ export function stoi(text: string): number | 'invalid' | 'range' {
   return v;
 }
 
-/** Trace settings (`/v2/trace/setting`, global and per model). No traces are written yet. */
-export class TraceSettings {
-  private global: TraceValues;
-  private readonly initial: TraceValues;
-  private readonly models = new Map<string, TraceOverride>();
-
-  constructor(
-    initial: Partial<TraceValues> = {},
-    private readonly traceFile = '',
-    private readonly mode = 'triton',
-  ) {
-    this.initial = { level: 0, rate: 1000, count: -1, logFrequency: 0, ...initial };
-    this.global = { ...this.initial };
-  }
-
-  /** The settings as the gRPC TraceSetting RPC reports them (every value a list of strings). */
-  get(model?: string): Record<string, string[]> {
-    const json = JSON.parse(this.toJson(model ?? '')) as Record<string, string | string[]>;
-    const out: Record<string, string[]> = {};
-    for (const key of Object.keys(json)) {
-      const v = json[key]!;
-      out[key] = Array.isArray(v) ? v : [v];
-    }
-    return out;
-  }
-
-  /** Applies gRPC TraceSetting changes (an empty list clears back to the global value); returns the result. */
-  update(model: string | undefined, changes: Record<string, string[]>): Record<string, string[]> {
-    const body: Record<string, unknown> = {};
-    for (const key of Object.keys(changes)) {
-      const list = changes[key]!;
-      body[key] = list.length === 0 ? null : key === 'trace_level' ? list : list[0];
-    }
-    this.updateFromJson(model ?? '', body);
-    return this.get(model);
-  }
-
-  /** Applies a POST trace/setting body for `model` ('' = global). */
-  updateFromJson(model: string, body: unknown): void {
-    const req: JsonObject = typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
-    if (req['trace_file'] !== undefined) {
-      throw Errors.unsupported('trace file location can not be updated through network protocol');
-    }
-    const update: TraceOverride = {};
-    const clear: Array<keyof TraceValues> = [];
-
-    const level = req['trace_level'];
-    if (level !== undefined) {
-      if (level === null) {
-        clear.push('level');
-      } else {
-        if (!Array.isArray(level)) throw Errors.jsonValue(NON_ARRAY);
-        let value = 0;
-        let seen = false;
-        for (const item of level) {
-          if (typeof item !== 'string') throw Errors.jsonValue(NON_STRING);
-          if (item === 'OFF') {
-            if (level.length !== 1) throw Errors.invalidRequest("Expect only one trace level 'OFF' is specified");
-            value = 0;
-            seen = true;
-          } else if (item === 'TIMESTAMPS') {
-            value |= LEVEL_TIMESTAMPS;
-            seen = true;
-          } else if (item === 'TENSORS') {
-            value |= LEVEL_TENSORS;
-            seen = true;
-          }
-        }
-        if (seen) update.level = value;
-      }
-    }
-    this.readNumber(req, 'trace_rate', 'rate', `[ 0, 4294967295 ]`, update, clear);
-    this.readNumber(req, 'trace_count', 'count', `[ -1, ${INT32_MAX} ]`, update, clear);
-    this.readNumber(req, 'log_frequency', 'logFrequency', `[ 0, 4294967295 ]`, update, clear);
-
-    if (model === '') {
-      for (const key of clear) this.global[key] = this.initial[key];
-      Object.assign(this.global, update);
-    } else {
-      const current = { ...(this.models.get(model) ?? {}) };
-      for (const key of clear) delete current[key];
-      Object.assign(current, update);
-      this.models.set(model, current);
-    }
-  }
-
-  private readNumber(
-    req: JsonObject,
-    key: string,
-    field: keyof TraceValues,
-    range: string,
-    update: TraceOverride,
-    clear: Array<keyof TraceValues>,
-  ): void {
-    const v = req[key];
-    if (v === undefined) return;
-    if (v === null) {
-      clear.push(field);
-      return;
-    }
-    if (typeof v !== 'string') throw Errors.jsonValue(NON_STRING);
-    const parsed = stoi(v);
-    if (parsed === 'invalid') throw Errors.invalidRequest(`Unable to parse '${key}', got: ${v}`);
-    if (parsed === 'range') throw Errors.invalidRequest(`Unable to parse '${key}', value is out of range ${range}, got: ${v}`);
-    if (field === 'count' && parsed < -1) {
-      throw Errors.invalidRequest(`Unable to parse 'trace_count'. Expecting value >= -1, got:${v}`);
-    }
-    update[field] = field === 'count' ? parsed : parsed >>> 0;
-  }
-
-  toJson(model: string): string {
-    const values: TraceValues = { ...this.global, ...(model === '' ? {} : this.models.get(model)) };
-    const levels: string[] = [];
-    if (values.level === 0) levels.push('"OFF"');
-    if (values.level & LEVEL_TIMESTAMPS) levels.push('"TIMESTAMPS"');
-    if (values.level & LEVEL_TENSORS) levels.push('"TENSORS"');
-    let s = `{"trace_level":[${levels.join(',')}],"trace_rate":"${values.rate}","trace_count":"${values.count}"`;
-    if (this.mode === 'triton') {
-      s += `,"log_frequency":"${values.logFrequency}","trace_file":${JSON.stringify(this.traceFile)}`;
-    }
-    return s + `,"trace_mode":${JSON.stringify(this.mode)}}`;
-  }
-}
+/** Trace settings live with the tracer (src/trace); the HTTP routes take them from there. */
+export { TraceSettings } from '../../trace/settings.js';

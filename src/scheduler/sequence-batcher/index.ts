@@ -36,7 +36,7 @@ import type { ModelVersionStatistics } from '../../types/statistics.js';
 import { Errors, type NereidError } from '../../errors.js';
 import { type Tensor, tensorByteLength } from '../../tensor/tensor.js';
 import { elementCount } from '../../tensor/datatype.js';
-import type { ScheduledRequest } from '../scheduled-request.js';
+import { type ScheduledRequest, traceQueued } from '../scheduled-request.js';
 import { type BatchItem, type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
 import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText, paddingControls } from './controls.js';
 
@@ -298,6 +298,7 @@ export class SequenceBatcher implements Scheduler {
 
   enqueue(item: ScheduledRequest): void {
     item.enqueueNs = process.hrtime.bigint();
+    if (item.request.trace !== undefined) traceQueued(item.request.trace, item.request, item.enqueueNs);
     const r = item.request;
     if (r.batchSize > 1) return item.fail(Errors.sequenceBatchSize(this.modelName), 'REJECTED');
     const id = r.correlationId;
@@ -499,6 +500,7 @@ export class SequenceBatcher implements Scheduler {
       batchSize: r.batchSize,
       correlationId: r.correlationId,
       flags: r.flags,
+      trace: r.trace,
     };
   }
 

@@ -15,14 +15,14 @@ test('one LogSettings serves both frontends: the gRPC store view and the HTTP JS
 });
 
 test('one TraceSettings serves both frontends', () => {
-  const settings = new TraceSettings();
+  const settings = new TraceSettings({}, '/tmp/trace.json');
   const store: TraceSettingsStore = settings;
   assert.deepEqual(store.get(), {
     trace_level: ['OFF'],
     trace_rate: ['1000'],
     trace_count: ['-1'],
     log_frequency: ['0'],
-    trace_file: [''],
+    trace_file: ['/tmp/trace.json'],
     trace_mode: ['triton'],
   });
   assert.deepEqual(store.update('m', { trace_level: ['TIMESTAMPS', 'TENSORS'], trace_rate: ['7'] }).trace_level, ['TIMESTAMPS', 'TENSORS']);
@@ -30,4 +30,15 @@ test('one TraceSettings serves both frontends', () => {
   assert.match(settings.toJson(''), /"trace_rate":"1000"/);
   assert.deepEqual(store.update('m', { trace_rate: [] }).trace_rate, ['1000'], 'an empty list clears the override');
   assert.throws(() => store.update(undefined, { trace_count: ['-5'] }), /Expecting value >= -1, got:-5/);
+});
+
+test('a setting that could never trace is refused with Triton\'s text, and changes nothing', () => {
+  const noFile = new TraceSettings();
+  assert.throws(() => noFile.updateFromJson('', { trace_level: ['TIMESTAMPS'] }), /Attempting to set invalid trace setting :trace file name is not given/);
+  assert.match(noFile.toJson(''), /"trace_level":\["OFF"\]/);
+  const withFile = new TraceSettings({ level: 1 }, '/tmp/trace.json');
+  assert.throws(() => withFile.updateFromJson('', { trace_rate: '0' }), /Attempting to set invalid trace setting :sample rate must be non-zero/);
+  assert.match(withFile.toJson(''), /"trace_rate":"1000"/);
+  withFile.updateFromJson('', { trace_level: ['OFF'], trace_rate: '0' });
+  assert.match(withFile.toJson(''), /"trace_rate":"0"/, 'turning tracing off takes any value');
 });

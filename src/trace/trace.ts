@@ -1,0 +1,119 @@
+/**
+ * One traced request and the traces it spawns (ensemble steps, BLS calls):
+ * Triton's TRITONSERVER_InferenceTrace and its children. Timestamps are
+ * recorded where the work happens; the group is handed to its sink once
+ * every trace of it has ended.
+ */
+import type { RequestTrace, TraceStampName, TraceTensorActivity } from '../types/api.js';
+import type { Tensor } from '../tensor/tensor.js';
+import { tensorEntryJson } from './triton-format.js';
+import type { ActiveSetting } from './settings.js';
+
+import { LEVEL_TENSORS, LEVEL_TIMESTAMPS } from './settings.js';
+
+/** A timestamp, or a tensor as the TENSORS level records it. */
+export type TraceEntry =
+  | { readonly kind: 'stamp'; readonly name: TraceStampName; readonly ns: bigint }
+  | { readonly kind: 'tensor'; readonly json: string };
+
+/** Live hooks a sink may take while traces run (OpenTelemetry spans start and end as the stamps come). */
+export interface TraceRecorder {
+  stamped(trace: Trace, name: TraceStampName, ns: bigint): void;
+  /** The W3C context of the trace's innermost open span, as `{"traceparent": ...}` JSON. */
+  context(trace: Trace): string | undefined;
+  /** Every trace of the group ended. */
+  ended(group: TraceGroup): void;
+}
+
+/** Where a finished group goes. */
+export interface TraceGroupSink {
+  finished(group: TraceGroup): void;
+}
+
+let nextTraceId = 1;
+
+/** The traces of one client request: the frontend's root and those spawned from it. */
+export class TraceGroup {
+  readonly traces: Trace[] = [];
+  /** Slot for the recorder (the OpenTelemetry root span). */
+  root: unknown = undefined;
+  private open = 0;
+
+  constructor(
+    readonly level: number,
+    readonly sink: TraceGroupSink,
+    readonly recorder: TraceRecorder | undefined,
+    /** The setting that sampled the group (its counters and file buffer). */
+    readonly setting: ActiveSetting | undefined,
+  ) {}
+
+  /** @internal */
+  add(trace: Trace): void {
+    this.traces.push(trace);
+    this.open += 1;
+  }
+
+  /** @internal */
+  release(): void {
+    if (--this.open !== 0) return;
+    this.recorder?.ended(this);
+    this.sink.finished(this);
+  }
+}
+
+export class Trace implements RequestTrace {
+  readonly id: number;
+  readonly tensors: boolean;
+  modelName = '';
+  modelVersion = '';
+  requestId = '';
+  readonly entries: TraceEntry[] = [];
+  /** Slot for the recorder (its open spans). */
+  spans: unknown = undefined;
+  private ended = false;
+
+  constructor(
+    readonly group: TraceGroup,
+    /** The trace that made this one's request (0: none). */
+    readonly parent: Trace | undefined,
+  ) {
+    this.id = nextTraceId++;
+    this.tensors = (group.level & LEVEL_TENSORS) !== 0;
+    group.add(this);
+  }
+
+  get parentId(): number {
+    return this.parent?.id ?? 0;
+  }
+
+  setModel(model: string, version: string, requestId: string): void {
+    this.modelName = model;
+    this.modelVersion = version;
+    this.requestId = requestId;
+  }
+
+  stamp(name: TraceStampName, ns: bigint = process.hrtime.bigint()): void {
+    if (this.ended || (this.group.level & LEVEL_TIMESTAMPS) === 0) return;
+    this.entries.push({ kind: 'stamp', name, ns });
+    this.group.recorder?.stamped(this, name, ns);
+  }
+
+  tensor(activity: TraceTensorActivity, tensor: Tensor): void {
+    if (this.ended || !this.tensors) return;
+    this.entries.push({ kind: 'tensor', json: tensorEntryJson(this.id, activity, tensor) });
+  }
+
+  spawn(): Trace {
+    return new Trace(this.group, this);
+  }
+
+  context(): string | undefined {
+    return this.group.recorder?.context(this);
+  }
+
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.group.release();
+  }
+}
