@@ -13,29 +13,6 @@ import { ALLOWED, FRONTENDS, SHARED, UNCHECKED } from './module-map.js';
 
 const SRC = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'src');
 
-<<<<<<< HEAD
-=======
-/** Shared by everything: generated protobuf code, the errors module, the logger. */
-const SHARED = new Set(['gen', 'errors.ts', 'logger.ts']);
-
-const ALLOWED: Record<string, readonly string[]> = {
-  tensor: [],
-  config: ['tensor'],
-  repository: ['config'],
-  onnx: ['tensor'],
-  /** The leaf everyone shares: the public request/response types, Cancellation, the statistics recorder. */
-  types: ['tensor'],
-  backends: ['tensor', 'config', 'onnx', 'types'],
-  scheduler: ['tensor', 'config', 'types', 'backends'],
-  cache: ['tensor', 'config', 'types', 'backends', 'scheduler'],
-  core: ['tensor', 'config', 'repository', 'onnx', 'types', 'backends', 'scheduler', 'cache'],
-  /** Request tracing: settings, sampler, trace files and OpenTelemetry export. */
-  trace: ['tensor', 'types'],
-  metrics: ['core', 'types'],
-  frontends: ['core', 'tensor', 'types', 'trace'],
-};
-
->>>>>>> c27db7f (trace: Triton-mode trace files over HTTP and gRPC)
 /** Forbidden edges that exist today, file by file (none now): to be removed, never added to. */
 const KNOWN = new Set<string>([]);
 

@@ -20,8 +20,10 @@ export const ALLOWED: Record<string, readonly string[]> = {
   core: ['tensor', 'config', 'repository', 'onnx', 'types', 'backends', 'scheduler', 'cache'],
   /** Scoped API keys (--auth-keys): the keys file, scopes, the check the frontends make, the file watcher. */
   auth: [],
+  /** Request tracing: settings, sampler, the per-request trace, trace files and OpenTelemetry export. */
+  trace: ['tensor', 'types'],
   metrics: ['core', 'types', 'auth'],
-  frontends: ['core', 'tensor', 'types', 'auth'],
+  frontends: ['core', 'tensor', 'types', 'auth', 'trace'],
   /**
    * The KServe v2 client (`nereid/client`): nothing of the server, only the pure tensor codecs and
    * config/json.ts (the ModelConfig JSON form); test/client/isolation.test.ts checks what loading it loads.
