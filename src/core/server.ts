@@ -88,6 +88,32 @@ class CacheHit implements CacheHitTicket {
   }
 }
 
+/**
+ * A traced request to a decoupled model: its responses may all be sent
+ * before execute() returns, so REQUEST_END waits for both, and the trace is
+ * held open until then (the frontend ends it after its last send).
+ */
+class DecoupledTrace {
+  private parts = 2;
+  private readonly release: () => void;
+  constructor(
+    private readonly trace: RequestTrace,
+    v: ModelVersion,
+    requestId: string,
+  ) {
+    trace.setModel(v.modelName, String(v.version), requestId);
+    trace.stamp('REQUEST_START');
+    this.release = trace.hold();
+  }
+
+  /** The stream ended, or the execution finished. */
+  part(): void {
+    if (--this.parts !== 0) return;
+    this.trace.stamp('REQUEST_END');
+    this.release();
+  }
+}
+
 export interface ServerEvents {
   versionReady: [ModelVersion];
   versionUnloaded: [ModelVersion];
@@ -434,15 +460,11 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     let counted = false;
     let onAbort: (() => void) | undefined;
     const signal = request.signal;
-    const trace = request.trace;
-    if (trace !== undefined) {
-      trace.setModel(v.modelName, String(v.version), request.id ?? '');
-      trace.stamp('REQUEST_START');
-    }
+    const traced = request.trace === undefined ? undefined : new DecoupledTrace(request.trace, v, request.id ?? '');
     const stream = new ResponseStream(
       (resp) => this.buildResponse(v, request, prepared!.requestedOutputs, prepared!.backendRequest.requestedOutputs, resp, true),
       () => {
-        trace?.stamp('REQUEST_END');
+        traced?.part();
         if (counted) v.requestDone();
         // A signal shared by many requests (one gRPC stream) must not keep a listener per finished request.
         if (onAbort) signal!.removeEventListener('abort', onAbort);
@@ -451,6 +473,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     try {
       prepared = prepareRequest(v.signature!, request, stream);
     } catch (err) {
+      traced?.part(); // nothing will execute
       stream.fail(asNereidError(err));
       return stream;
     }
@@ -462,6 +485,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       prepared.timeoutUs,
       v.stats,
       (_resp, err) => {
+        traced?.part();
         if (err) stream.fail(err);
       },
       request.signal,

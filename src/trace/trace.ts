@@ -54,8 +54,17 @@ export class TraceGroup {
   }
 
   /** @internal */
+  retain(): void {
+    this.open += 1;
+  }
+
+  /** Every trace ended and nothing holds the group: it was handed to its sink. */
+  done = false;
+
+  /** @internal */
   release(): void {
     if (--this.open !== 0) return;
+    this.done = true;
     this.recorder?.ended(this);
     this.sink.finished(this);
   }
@@ -93,13 +102,13 @@ export class Trace implements RequestTrace {
   }
 
   stamp(name: TraceStampName, ns: bigint = process.hrtime.bigint()): void {
-    if (this.ended || (this.group.level & LEVEL_TIMESTAMPS) === 0) return;
+    if (this.group.done || (this.group.level & LEVEL_TIMESTAMPS) === 0) return;
     this.entries.push({ kind: 'stamp', name, ns });
     this.group.recorder?.stamped(this, name, ns);
   }
 
   tensor(activity: TraceTensorActivity, tensor: Tensor): void {
-    if (this.ended || !this.tensors) return;
+    if (this.group.done || !this.tensors) return;
     this.entries.push({ kind: 'tensor', json: tensorEntryJson(this.id, activity, tensor) });
   }
 
@@ -109,6 +118,16 @@ export class Trace implements RequestTrace {
 
   context(): string | undefined {
     return this.group.recorder?.context(this);
+  }
+
+  hold(): () => void {
+    this.group.retain();
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      this.group.release();
+    };
   }
 
   end(): void {

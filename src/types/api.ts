@@ -86,6 +86,8 @@ export interface RequestTrace {
   spawn(): RequestTrace;
   /** The W3C context (`{"traceparent": ...}` JSON) a callee joins, or undefined (Triton mode). */
   context(): string | undefined;
+  /** Keeps the trace open past its end() until the returned function is called (work that outlives the reply). */
+  hold(): () => void;
   /** Ends this trace; the trace and those it spawned are written once all have ended. */
   end(): void;
 }

@@ -304,7 +304,9 @@ class StreamInferSession {
     try {
       for await (const item of responses) {
         if (this.closed) break;
-        trace?.stamp('GRPC_SEND_START');
+        // A bare final flag is written only when the client asked for it.
+        const writes = trace !== undefined && (item.error !== undefined || item.response !== undefined || emptyFinal);
+        if (writes) trace.stamp('GRPC_SEND_START');
         if (item.error !== undefined) {
           if (this.strictErrors) {
             this.closed = true;
@@ -326,7 +328,7 @@ class StreamInferSession {
             encodeInferResponse({ modelName: m.modelName, modelVersion: m.modelVersion, id: m.id, outputs: [] }, true, true),
           );
         }
-        trace?.stamp('GRPC_SEND_END');
+        if (writes) trace.stamp('GRPC_SEND_END');
       }
     } finally {
       trace?.end();
