@@ -767,9 +767,11 @@ function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res:
   const trace = tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
   if (trace === undefined) return undefined;
   trace.stamp('HTTP_RECV_START');
-  res.once('close', () => {
-    if (res.writableFinished) trace.stamp('HTTP_SEND_END');
+  // 'finish': the reply is handed to the socket; 'close' alone: the client went away first.
+  res.once('finish', () => {
+    trace.stamp('HTTP_SEND_END');
     trace.end();
   });
+  res.once('close', () => trace.end());
   return trace;
 }
