@@ -22,7 +22,8 @@
  * grpclibs (@grpc/grpc-js against @connectrpc/connect-node under the same ModelInfer),
  * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
  * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and another build),
- * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP).
+ * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
+ * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -229,3 +230,4 @@ if (want('grpclibs')) runScript('grpc-libs.js');
 if (want('jsontext')) runScript('json-text.js');
 if (want('medium')) runScript('medium.js');
 if (want('malloc')) runScript('malloc.js');
+if (want('openai')) runScript('openai.js');

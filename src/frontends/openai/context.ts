@@ -32,21 +32,28 @@ export interface ResolvedModel<C extends Contract> {
   readonly text: ModelText;
 }
 
+const contracts = new WeakMap<ModelConfig, { metadata: ModelMetadata; contract: Contract | string }>();
+
 /** The model a request names, checked against the contract the endpoint needs. */
 export async function resolveModel<K extends 'generation' | 'embedding'>(
   ctx: OpenAiContext,
   name: string,
   kind: K,
 ): Promise<ResolvedModel<K extends 'generation' ? GenerationContract : EmbeddingContract>> {
-  let metadata: ModelMetadata;
   let config: ModelConfig;
   try {
-    metadata = ctx.server.modelMetadata(name);
     config = ctx.server.modelConfig(name);
   } catch (err) {
     throw toOpenAiError(err, name);
   }
-  const contract = modelContract(metadata, config);
+  // The configuration object is the same until the model reloads: its metadata and contract are kept with it.
+  let known = contracts.get(config);
+  if (known === undefined) {
+    const metadata = ctx.server.modelMetadata(name);
+    known = { metadata, contract: modelContract(metadata, config) };
+    contracts.set(config, known);
+  }
+  const { metadata, contract } = known;
   const endpoint = kind === 'generation' ? 'completions' : 'embeddings';
   if (typeof contract === 'string') {
     throw new OpenAiError(400, 'invalid_request_error', `model '${name}' cannot serve ${endpoint}: ${contract}`, 'model', 'model_not_supported');

@@ -6,14 +6,15 @@
  * L2-normalised unless the model's `embedding_normalize` parameter is "false".
  */
 import type { ServerResponse } from 'node:http';
-import type { InferResponse } from '../../types/api.js';
+import type { InferResponse, TensorMetadata } from '../../types/api.js';
 import type { Cancellation } from '../../types/cancellation.js';
+import { encodeJsonTensorData } from '../../tensor/json-codec.js';
 import { type Tensor, typedView } from '../../tensor/tensor.js';
 import type { TextEmbeddingContract, TokenEmbeddingContract } from './contracts.js';
 import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resolveModel } from './context.js';
 import { OpenAiError, invalidRequest, toOpenAiError } from './errors.js';
 import { type Body, checkKnownFields, checkUser, modelName, optionalInteger } from './fields.js';
-import { bytesTensor, numericTensor } from './tensors.js';
+import { bytesTensor } from './tensors.js';
 
 const FIELDS = new Set(['model', 'input', 'encoding_format', 'dimensions', 'user']);
 /** OpenAI's bound on the inputs of one request. */
@@ -51,20 +52,21 @@ function tokenIds(v: unknown[], param: string): number[] {
   return v as number[];
 }
 
-/** The vector of one row: pooled (when the output is per token), normalised when asked. */
-function rowVector(out: Float32Array, row: number, seq: number, dim: number, mask: readonly number[] | undefined, normalize: boolean): Float32Array {
+/**
+ * The vector of one row: its own (a pooled output), or the mean of its first
+ * `tokens` token vectors (the attention mask is 1 exactly there); normalised when asked.
+ */
+function rowVector(out: Float32Array, row: number, seq: number, dim: number, tokens: number | undefined, normalize: boolean): Float32Array {
   const v = new Float32Array(dim);
-  if (mask === undefined) {
+  if (tokens === undefined) {
     v.set(out.subarray(row * dim, row * dim + dim));
   } else {
-    let count = 0;
-    for (let s = 0; s < seq; s++) {
-      if (mask[s] === 0) continue;
-      count++;
+    const sum = new Float64Array(dim);
+    for (let s = 0; s < tokens; s++) {
       const base = (row * seq + s) * dim;
-      for (let d = 0; d < dim; d++) v[d]! += out[base + d]!;
+      for (let d = 0; d < dim; d++) sum[d]! += out[base + d]!;
     }
-    if (count > 0) for (let d = 0; d < dim; d++) v[d]! /= count;
+    if (tokens > 0) for (let d = 0; d < dim; d++) v[d] = sum[d]! / tokens;
   }
   if (normalize) {
     let sum = 0;
@@ -73,6 +75,17 @@ function rowVector(out: Float32Array, row: number, seq: number, dim: number, mas
     if (norm > 0) for (let d = 0; d < dim; d++) v[d]! /= norm;
   }
   return v;
+}
+
+/** A [rows, seq] INT64 or INT32 input written straight into its bytes (ids are small non-negative integers). */
+function intMatrix(meta: TensorMetadata, rows: number, seq: number, value: (row: number, s: number) => number): Tensor {
+  const count = rows * seq;
+  const wide = meta.datatype === 'INT64';
+  const data = new Uint8Array(count * (wide ? 8 : 4));
+  const words = new Int32Array(data.buffer);
+  const step = wide ? 2 : 1;
+  for (let r = 0, i = 0; r < rows; r++) for (let s = 0; s < seq; s++, i += step) words[i] = value(r, s);
+  return { name: meta.name, datatype: meta.datatype, shape: [rows, seq], data };
 }
 
 function outputOf(r: InferResponse, name: string): Tensor {
@@ -186,8 +199,8 @@ export class EmbeddingsEndpoint {
           'tokenizer_missing',
         );
       }
-      const e = tokenizer.encode(x.text);
-      return { ids: e.ids, types: e.token_type_ids };
+      // A single sequence: every token_type_id is 0.
+      return { ids: resolved.text.encode(x.text, true), types: undefined };
     });
     const limit = c.fixedLength > 0 ? c.fixedLength : resolved.text.maxLength;
     let longest = 0;
@@ -206,17 +219,7 @@ export class EmbeddingsEndpoint {
     const seq = c.fixedLength > 0 ? c.fixedLength : longest;
     const maxRows = c.batched ? c.maxBatchSize : c.inputIds.shape[0] === -1 ? encoded.length : 1;
     const vectors: Float32Array[] = new Array(encoded.length);
-    const masks: number[][] = encoded.map((e) => {
-      const m = new Array<number>(seq).fill(0);
-      m.fill(1, 0, e.ids.length);
-      return m;
-    });
-    const matrix = (start: number, end: number, fill: (e: (typeof encoded)[number], s: number) => number): number[] => {
-      const out: number[] = [];
-      for (let r = start; r < end; r++) for (let s = 0; s < seq; s++) out.push(s < encoded[r]!.ids.length ? fill(encoded[r]!, s) : 0);
-      return out;
-    };
-    const shaped = (meta: typeof c.inputIds, rows: number) => ({ ...meta, shape: [rows, seq] });
+    const lengths = encoded.map((e) => e.ids.length);
     await this.runBatches(
       resolved.name,
       encoded.length,
@@ -225,10 +228,12 @@ export class EmbeddingsEndpoint {
       (start, end) => {
         const rows = end - start;
         const t = [
-          numericTensor(shaped(c.inputIds, rows), matrix(start, end, (e, s) => e.ids[s]!), 'input'),
-          numericTensor(shaped(c.attentionMask, rows), matrix(start, end, () => 1), 'input'),
+          intMatrix(c.inputIds, rows, seq, (r, s) => (s < lengths[start + r]! ? encoded[start + r]!.ids[s]! : 0)),
+          intMatrix(c.attentionMask, rows, seq, (r, s) => (s < lengths[start + r]! ? 1 : 0)),
         ];
-        if (c.tokenTypeIds !== undefined) t.push(numericTensor(shaped(c.tokenTypeIds, rows), matrix(start, end, (e, s) => e.types?.[s] ?? 0), 'input'));
+        if (c.tokenTypeIds !== undefined) {
+          t.push(intMatrix(c.tokenTypeIds, rows, seq, (r, s) => (s < lengths[start + r]! ? (encoded[start + r]!.types?.[s] ?? 0) : 0)));
+        }
         return t;
       },
       (start, end, r) => {
@@ -237,7 +242,7 @@ export class EmbeddingsEndpoint {
         const rows = end - start;
         const dim = out.shape[out.shape.length - 1]!;
         for (let i = 0; i < rows; i++) {
-          vectors[start + i] = rowVector(f, i, seq, dim, c.meanPool ? masks[start + i] : undefined, c.normalize);
+          vectors[start + i] = rowVector(f, i, seq, dim, c.meanPool ? lengths[start + i] : undefined, c.normalize);
         }
       },
     );
@@ -245,13 +250,10 @@ export class EmbeddingsEndpoint {
   }
 }
 
-/** The floats as a JSON array, each with 9 significant digits (enough to read back the same float32). */
+/** The floats as a JSON array, with the digits /v2's JSON gives FP32 outputs. */
 function floatList(v: Float32Array): string {
-  let s = '[';
   for (let i = 0; i < v.length; i++) {
-    const x = v[i]!;
-    if (!Number.isFinite(x)) throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${x})`);
-    s += (i > 0 ? ',' : '') + String(Number(x.toPrecision(9)));
+    if (!Number.isFinite(v[i]!)) throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${v[i]})`);
   }
-  return s + ']';
+  return encodeJsonTensorData('embedding', 'FP32', new Uint8Array(v.buffer, v.byteOffset, v.byteLength), v.length);
 }

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { OpenAiError, invalidRequest } from './errors.js';
+import { FastWordPiece } from './wordpiece.js';
 
 type Json = Record<string, unknown>;
 
@@ -33,7 +34,15 @@ export class ModelText {
     /** model_max_length of tokenizer_config.json (or the truncation length of tokenizer.json). */
     readonly maxLength: number | undefined,
     private readonly specialTokens: Readonly<Record<string, string>>,
+    private readonly fast: FastWordPiece | undefined = undefined,
   ) {}
+
+  /** Token ids of `text` (with the tokenizer's special tokens when asked); the model must have a tokenizer. */
+  encode(text: string, addSpecialTokens: boolean): number[] {
+    const quick = this.fast?.encode(text, addSpecialTokens);
+    if (quick !== undefined) return quick;
+    return this.tokenizer!.encode(text, { add_special_tokens: addSpecialTokens }).ids;
+  }
 
   get hasChatTemplate(): boolean {
     return this.template !== undefined;
@@ -41,7 +50,7 @@ export class ModelText {
 
   /** Token count of `text` (without special tokens); words when the model has no tokenizer. */
   countTokens(text: string): number {
-    if (this.tokenizer !== undefined) return this.tokenizer.encode(text, { add_special_tokens: false }).ids.length;
+    if (this.tokenizer !== undefined) return this.encode(text, false).length;
     return countWords(text);
   }
 
@@ -208,6 +217,7 @@ export class ModelTexts {
     const truncation = (tokenizerJson?.value['truncation'] as Json | null | undefined)?.['max_length'];
     const maxLength =
       typeof maxFromConfig === 'number' && maxFromConfig < 1e9 ? maxFromConfig : typeof truncation === 'number' ? truncation : undefined;
-    return new ModelText(model, tokenizer, parsed, maxLength, specialTokensOf(config?.value));
+    const fast = tokenizerJson === undefined ? undefined : FastWordPiece.from(tokenizerJson.value);
+    return new ModelText(model, tokenizer, parsed, maxLength, specialTokensOf(config?.value), fast);
   }
 }

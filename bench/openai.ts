@@ -1,0 +1,208 @@
+/**
+ * `node dist/bench/openai.js` (section `openai` of bench/run.ts): the cost of
+ * the OpenAI layer on one Nereid process serving the examples text_embedder
+ * and tiny_llm, each variant against its /v2 counterpart in the same run,
+ * alternated rounds, medians.
+ *
+ * (a) /v1/embeddings with 16 short texts per request (tokenizing, pooling and
+ *     JSON included) against /v2/models/text_embedder/infer in binary with the
+ *     same tokens, concurrency 8 (wrk). Bar: >= 0.7x the /v2 throughput.
+ * (b) time to first token, one request at a time: /v1/chat/completions
+ *     streamed against /v2/models/tiny_llm/generate_stream with the prompt
+ *     the chat template renders. Bar: p50 within 150 us.
+ * (c) streamed tokens per second at concurrency 32 over /v1/chat/completions
+ *     (and generate_stream beside it).
+ *
+ * Environment: BENCH_SECONDS (per round, default 5), BENCH_OPENAI_ROUNDS (default 3),
+ * BENCH_OPENAI_TTFT (requests per round for (b), default 300).
+ */
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { startNereid } from './processes.js';
+import { runWrk, type WrkResult } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 3);
+const TTFT_REQUESTS = Number(process.env.BENCH_OPENAI_TTFT ?? 300);
+const EXAMPLES = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'examples', 'model_repository');
+
+const TEXTS = Array.from({ length: 16 }, (_, i) => `query ${i} about a small model server and fast vector search`);
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+/** The /v2 binary body holding the tokens /v1/embeddings makes of TEXTS (padded to the longest, as it pads). */
+function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
+  const dir = path.join(EXAMPLES, 'text_embedder');
+  const tokenizer = new Tokenizer(JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), JSON.parse(readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')));
+  const ids = TEXTS.map((t) => tokenizer.encode(t).ids);
+  const seq = Math.max(...ids.map((x) => x.length));
+  const rows = ids.length;
+  const tensor = (fill: (row: number[], s: number) => number) => {
+    const a = new BigInt64Array(rows * seq);
+    ids.forEach((row, r) => {
+      for (let s = 0; s < seq; s++) a[r * seq + s] = BigInt(s < row.length ? fill(row, s) : 0);
+    });
+    return Buffer.from(a.buffer);
+  };
+  const parts = [tensor((row, s) => row[s]!), tensor(() => 1), tensor(() => 0)];
+  const input = (name: string, b: Buffer) => ({ name, datatype: 'INT64', shape: [rows, seq], parameters: { binary_data_size: b.byteLength } });
+  const header = Buffer.from(
+    JSON.stringify({
+      inputs: [input('input_ids', parts[0]!), input('attention_mask', parts[1]!), input('token_type_ids', parts[2]!)],
+      outputs: [{ name: 'last_hidden_state', parameters: { binary_data: true } }],
+    }),
+  );
+  return {
+    body: Buffer.concat([header, ...parts]),
+    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength) },
+  };
+}
+
+/** Time from sending a streamed request to its first event carrying a token, in microseconds. */
+function firstTokenUs(agent: http.Agent, port: number, pathName: string, body: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const start = process.hrtime.bigint();
+    const req = http.request({ host: '127.0.0.1', port, path: pathName, method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+      let seen = false;
+      let buf = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => {
+        if (seen) return;
+        buf += d;
+        // The chat stream's first event is the role; a token event has "content" or "text_output".
+        if (/"content":"[^"]|"text_output":/.test(buf)) {
+          seen = true;
+          resolve(Number(process.hrtime.bigint() - start) / 1000);
+        }
+      });
+      res.on('end', () => (seen ? undefined : reject(new Error(`no token in ${buf.slice(0, 200)}`))));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** Streams for `seconds` with `concurrency` clients; returns tokens (events with text) per second. */
+async function tokensPerSecond(port: number, pathName: string, body: string, concurrency: number, seconds: number): Promise<number> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
+  const end = Date.now() + seconds * 1000;
+  let tokens = 0;
+  const one = () =>
+    new Promise<void>((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, path: pathName, method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+        let rest = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => {
+          const text = rest + d;
+          const events = text.split('\n\n');
+          rest = events.pop()!;
+          for (const e of events) if (e.includes('"content":"') || e.includes('"text_output":')) tokens++;
+        });
+        res.on('end', () => resolve());
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+  const start = process.hrtime.bigint();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (Date.now() < end) await one();
+    }),
+  );
+  agent.destroy();
+  return tokens / (Number(process.hrtime.bigint() - start) / 1e9);
+}
+
+async function main(): Promise<void> {
+  const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-openai-'));
+  for (const m of ['text_embedder', 'tiny_llm']) cpSync(path.join(EXAMPLES, m), path.join(repo, m), { recursive: true });
+  const server = await startNereid(repo, ['--allow-grpc=false', '--allow-metrics=false']);
+  const port = server.http;
+  try {
+    // (a) embeddings
+    const v1 = { body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'float' })), headers: { 'Content-Type': 'application/json' } };
+    // What the official openai client sends by default (it decodes the base64 itself).
+    const v1b64 = { body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'base64' })), headers: { 'Content-Type': 'application/json' } };
+    const v2 = v2EmbeddingBody();
+    const v1Url = `http://127.0.0.1:${port}/v1/embeddings`;
+    const v2Url = `http://127.0.0.1:${port}/v2/models/text_embedder/infer`;
+    await runWrk(v1Url, v1, 8, 1);
+    await runWrk(v2Url, v2, 8, 1);
+    const a1: WrkResult[] = [];
+    const a1b: WrkResult[] = [];
+    const a2: WrkResult[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      a1.push(await runWrk(v1Url, v1, 8, SECONDS));
+      a1b.push(await runWrk(v1Url, v1b64, 8, SECONDS));
+      a2.push(await runWrk(v2Url, v2, 8, SECONDS));
+    }
+    const errors = [...a1, ...a1b, ...a2].reduce((n, w) => n + w.errors + w.non2xx, 0);
+    const rps = (ws: WrkResult[]) => median(ws.map((w) => w.requestsPerSec));
+    const line = (label: string, ws: WrkResult[]) =>
+      `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us\n`;
+    process.stdout.write(
+      `\n(a) embeddings, 16 texts per request, concurrency 8, ${ROUNDS} alternated rounds of ${SECONDS}s (medians)\n` +
+        line('/v1/embeddings, floats in JSON', a1) +
+        line('/v1/embeddings, base64 (client default)', a1b) +
+        line('/v2 infer, binary, same tokens', a2) +
+        `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
+    );
+
+    // (b) time to first token
+    const messages = [{ role: 'user', content: 'tell me about the fast model server and its tokens' }];
+    const prompt = `<|user|>\n${messages[0]!.content}<|end|>\n<|assistant|>\n`;
+    const chatBody = JSON.stringify({ model: 'tiny_llm', messages, stream: true, max_tokens: 16 });
+    const genBody = JSON.stringify({ text_input: prompt, stream: true, max_tokens: 16 });
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    for (let i = 0; i < 50; i++) {
+      await firstTokenUs(agent, port, '/v1/chat/completions', chatBody);
+      await firstTokenUs(agent, port, '/v2/models/tiny_llm/generate_stream', genBody);
+    }
+    const t1: number[] = [];
+    const t2: number[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      for (let i = 0; i < TTFT_REQUESTS; i++) {
+        t1.push(await firstTokenUs(agent, port, '/v1/chat/completions', chatBody));
+        t2.push(await firstTokenUs(agent, port, '/v2/models/tiny_llm/generate_stream', genBody));
+      }
+    }
+    agent.destroy();
+    const p50a = median(t1);
+    const p50b = median(t2);
+    process.stdout.write(
+      `\n(b) time to first token, one request at a time, ${ROUNDS * TTFT_REQUESTS} alternated requests each\n` +
+        `  /v1/chat/completions stream     p50 ${fmt(p50a)} us\n` +
+        `  /v2 generate_stream             p50 ${fmt(p50b)} us\n` +
+        `  difference: ${fmt(p50a - p50b)} us (bar <= 150)\n`,
+    );
+
+    // (c) streamed tokens per second at concurrency 32
+    const words = Array.from({ length: 64 }, (_, i) => `w${i}`).join(' ');
+    const chat64 = JSON.stringify({ model: 'tiny_llm', messages: [{ role: 'user', content: words }], stream: true, max_tokens: 64 });
+    const gen64 = JSON.stringify({ text_input: `<|user|>\n${words}<|end|>\n<|assistant|>\n`, stream: true, max_tokens: 64 });
+    const c1: number[] = [];
+    const c2: number[] = [];
+    for (let r = 0; r < ROUNDS; r++) {
+      c1.push(await tokensPerSecond(port, '/v1/chat/completions', chat64, 32, SECONDS));
+      c2.push(await tokensPerSecond(port, '/v2/models/tiny_llm/generate_stream', gen64, 32, SECONDS));
+    }
+    process.stdout.write(
+      `\n(c) streamed tokens per second, concurrency 32, 64 tokens per answer, ${ROUNDS} alternated rounds (medians)\n` +
+        `  /v1/chat/completions stream     ${fmt(median(c1))} tokens/s\n` +
+        `  /v2 generate_stream             ${fmt(median(c2))} tokens/s\n` +
+        `  ratio v1/v2: ${fmt(median(c1) / median(c2), 2)}x\n`,
+    );
+  } finally {
+    await server.proc.stop();
+    rmSync(repo, { recursive: true, force: true });
+  }
+}
+
+await main();

@@ -1,0 +1,134 @@
+/**
+ * A fast path for the commonest embedding tokenizer, BERT's (BertNormalizer,
+ * BertPreTokenizer, WordPiece, [CLS] ... [SEP]), on ASCII text: the same ids
+ * as @huggingface/tokenizers gives (test/frontends/openai/wordpiece.test.ts
+ * compares them), at a small fraction of its cost, which on the event loop
+ * bounded /v1/embeddings' throughput (docs/openai.md, "Performance"). Any
+ * other tokenizer, and any text with a non-ASCII character or an added
+ * token's text, goes to the library.
+ */
+
+type Json = Record<string, unknown>;
+
+const SPACE = 32;
+
+/** ASCII punctuation and symbols: each is a token of its own (BertPreTokenizer). */
+function isAsciiPunctuation(c: number): boolean {
+  return (c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) || (c >= 0x7b && c <= 0x7e);
+}
+
+export class FastWordPiece {
+  private constructor(
+    private readonly vocab: ReadonlyMap<string, number>,
+    private readonly unkId: number,
+    private readonly prefix: string,
+    private readonly maxChars: number,
+    private readonly lowercase: boolean,
+    /** [CLS]-like and [SEP]-like ids around a single sequence, or none. */
+    private readonly cls: number | undefined,
+    private readonly sep: number | undefined,
+    private readonly addedTokens: readonly string[],
+  ) {}
+
+  /** The fast path for this tokenizer.json, or undefined when it is not a BERT WordPiece tokenizer. */
+  static from(json: Json): FastWordPiece | undefined {
+    const model = json['model'] as Json | undefined;
+    const normalizer = json['normalizer'] as Json | null | undefined;
+    const pre = json['pre_tokenizer'] as Json | null | undefined;
+    if (model?.['type'] !== 'WordPiece' || normalizer?.['type'] !== 'BertNormalizer' || pre?.['type'] !== 'BertPreTokenizer') return undefined;
+    if (normalizer['clean_text'] !== true) return undefined;
+    const vocabJson = model['vocab'] as Record<string, number> | undefined;
+    if (vocabJson === undefined) return undefined;
+    const vocab = new Map(Object.entries(vocabJson));
+    const unk = vocab.get(String(model['unk_token']));
+    if (unk === undefined) return undefined;
+    const specials = specialIds(json['post_processor'] as Json | null | undefined, vocab);
+    if (specials === undefined) return undefined;
+    const added = ((json['added_tokens'] as Array<{ content: string }> | undefined) ?? []).map((t) => t.content);
+    return new FastWordPiece(
+      vocab,
+      unk,
+      String(model['continuing_subword_prefix'] ?? '##'),
+      Number(model['max_input_chars_per_word'] ?? 100),
+      normalizer['lowercase'] === true,
+      specials.cls,
+      specials.sep,
+      added,
+    );
+  }
+
+  /** The ids of `text` (with the special tokens when asked), or undefined when the library must tokenize it. */
+  encode(text: string, addSpecialTokens: boolean): number[] | undefined {
+    const n = text.length;
+    for (let i = 0; i < n; i++) if (text.charCodeAt(i) > 0x7e) return undefined;
+    for (const t of this.addedTokens) if (text.includes(t)) return undefined;
+    const ids: number[] = [];
+    if (addSpecialTokens && this.cls !== undefined) ids.push(this.cls);
+    let word = '';
+    for (let i = 0; i < n; i++) {
+      let c = text.charCodeAt(i);
+      if (c === 9 || c === 10 || c === 13) c = SPACE;
+      else if (c < 32 || c === 0x7f) continue; // control characters are removed (clean_text)
+      if (c === SPACE || isAsciiPunctuation(c)) {
+        if (word !== '') this.wordPieces(word, ids);
+        word = '';
+        if (c !== SPACE) this.wordPieces(text[i]!, ids);
+        continue;
+      }
+      word += this.lowercase && c >= 0x41 && c <= 0x5a ? String.fromCharCode(c + 32) : text[i]!;
+    }
+    if (word !== '') this.wordPieces(word, ids);
+    if (addSpecialTokens && this.sep !== undefined) ids.push(this.sep);
+    return ids;
+  }
+
+  /** Greedy longest-match-first, as WordPiece does; a word with no match is one unknown token. */
+  private wordPieces(word: string, out: number[]): void {
+    if (word.length > this.maxChars) {
+      out.push(this.unkId);
+      return;
+    }
+    const mark = out.length;
+    let start = 0;
+    while (start < word.length) {
+      let end = word.length;
+      let id: number | undefined;
+      while (start < end) {
+        const piece = start === 0 ? word.slice(0, end) : this.prefix + word.slice(start, end);
+        id = this.vocab.get(piece);
+        if (id !== undefined) break;
+        end--;
+      }
+      if (id === undefined) {
+        out.length = mark;
+        out.push(this.unkId);
+        return;
+      }
+      out.push(id);
+      start = end;
+    }
+  }
+}
+
+/** The ids a single sequence is wrapped in: BERT's template ([CLS] A [SEP]), BertProcessing, or none. */
+function specialIds(post: Json | null | undefined, vocab: ReadonlyMap<string, number>): { cls?: number; sep?: number } | undefined {
+  if (post === null || post === undefined) return {};
+  if (post['type'] === 'BertProcessing') {
+    const cls = post['cls'] as [string, number] | undefined;
+    const sep = post['sep'] as [string, number] | undefined;
+    return cls && sep ? { cls: cls[1], sep: sep[1] } : undefined;
+  }
+  if (post['type'] !== 'TemplateProcessing') return undefined;
+  const single = post['single'] as Array<Json> | undefined;
+  if (single?.length !== 3) return undefined;
+  const special = (item: Json | undefined): number | undefined => {
+    const id = (item?.['SpecialToken'] as Json | undefined)?.['id'];
+    if (typeof id !== 'string') return undefined;
+    const tokens = ((post['special_tokens'] as Json | undefined)?.[id] as Json | undefined)?.['ids'] as number[] | undefined;
+    return tokens?.length === 1 ? tokens[0] : vocab.get(id);
+  };
+  const sequence = (single[1]?.['Sequence'] as Json | undefined)?.['id'];
+  const cls = special(single[0]);
+  const sep = special(single[2]);
+  return sequence === 'A' && cls !== undefined && sep !== undefined ? { cls, sep } : undefined;
+}
