@@ -196,4 +196,11 @@ export interface Backend {
   readonly defaultCpuInstanceCount?: number;
   /** Checks the model files against the configuration and loads what instances share. */
   loadModel(ctx: ModelContext): Promise<BackendModel>;
+  /**
+   * The checks loadModel makes before it loads anything (the model file is
+   * there and fits the configuration, the parameters are valid), with the
+   * same errors, without loading the model or starting anything:
+   * `nereid validate` runs them. loadModel runs them too (share the code).
+   */
+  checkModel?(ctx: ModelContext): Promise<void>;
 }

@@ -1,9 +1,11 @@
 /**
- * `nereid validate`: checks every model's configuration in one or more
- * repositories without serving them, printing file:line:column errors.
+ * `nereid validate`: runs the checks loading runs on every model of one or
+ * more repositories (configuration, auto-complete, the model files against
+ * the configuration, ensembles against their steps) without loading or
+ * serving them, and prints what a server would say for each model.
  * Exit code 1 when any model is invalid: usable as a CI step.
  */
-import { resolveModelConfig } from '../core/model-loader.js';
+import { checkModels } from '../core/model-check.js';
 import { ModelSources, listModels } from '../repository/index.js';
 import { silentLogger } from '../logger.js';
 import { defaultModelRepository, parseBackendConfig } from './serve.js';
@@ -36,27 +38,36 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
   await sources.close();
   let bad = models.failures.length;
   for (const failure of models.failures) process.stdout.write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
-  for (const [name, where] of [...models].sort(([a], [b]) => (a < b ? -1 : 1))) {
-    if ('duplicate' in where) {
-      bad++;
-      process.stdout.write(`FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})\n`);
-      continue;
+  const folders: Array<{ name: string; dir: string }> = [];
+  const lines = new Map<string, string>();
+  for (const [name, where] of models) {
+    if ('duplicate' in where) lines.set(name, `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`);
+    else if ('dir' in where) folders.push({ name, dir: where.dir }); // (every model is copied by this listing)
+  }
+  // The checks loading runs, with its messages, without loading anything (core/model-check.ts).
+  const checked = await checkModels(folders, {
+    autoComplete: !f.bool('disable-auto-complete-config', false),
+    modelConfigName: f.string('model-config-name'),
+    backendConfig: parseBackendConfig(f.all('backend-config')),
+    gpuCount: 0,
+    logger: silentLogger,
+    server: { infer: () => Promise.reject(new Error('validate does not run models')) },
+  });
+  for (const m of checked) {
+    const c = m.config;
+    const failed = m.versions.filter((v) => v.state !== 'READY');
+    // One line per failing version, as a server's repository index lists them.
+    if (m.error !== '' || c === undefined) lines.set(m.name, `FAIL ${m.name}: ${m.error}`);
+    else if (failed.length > 0) {
+      const each = m.versions.map((v) => (v.state === 'READY' ? `ok   ${m.name} (version ${v.version})` : `FAIL ${m.name} (version ${v.version}): ${v.reason}`));
+      lines.set(m.name, each.join('\n'));
     }
-    if (!('dir' in where)) continue; // (every model is copied by this listing)
-    try {
-      const { config } = await resolveModelConfig(name, where.dir, {
-        autoComplete: !f.bool('disable-auto-complete-config', false),
-        modelConfigName: f.string('model-config-name'),
-        backendConfig: parseBackendConfig(f.all('backend-config')),
-        gpuCount: 0,
-        logger: silentLogger,
-        server: { infer: () => Promise.reject(new Error('validate does not run models')) },
-      });
-      process.stdout.write(`ok   ${name} (${config.platform || config.backend}, max_batch_size ${config.maxBatchSize})\n`);
-    } catch (err) {
-      bad++;
-      process.stdout.write(`FAIL ${name}: ${(err as Error).message}\n`);
-    }
+    else lines.set(m.name, `ok   ${m.name} (${c.platform || c.backend}, max_batch_size ${c.maxBatchSize})`);
+  }
+  for (const name of [...lines.keys()].sort()) {
+    const line = lines.get(name)!;
+    if (line.startsWith('FAIL')) bad++;
+    process.stdout.write(`${line}\n`);
   }
   process.stdout.write(`models: ${models.size - bad} valid, ${bad} invalid\n`);
   return bad > 0 ? 1 : 0;

@@ -254,6 +254,35 @@ async function warmUp(v: ModelVersion, modelDir: string, logger: Logger): Promis
   );
 }
 
+/**
+ * What loading one version would fail with, or undefined: the checks
+ * loadVersion makes in the same order (the backend's checks of the model
+ * files, sequence state files, warm-up samples), without loading the model or
+ * starting instances.
+ */
+export async function checkVersion(prepared: PreparedModel, version: number, options: LoaderOptions): Promise<string | undefined> {
+  const { name, config, backend, modelDir } = prepared;
+  if (backend === undefined) return undefined;
+  try {
+    new ModelSignature(name, config);
+    await backend.checkModel?.({
+      modelName: name,
+      version,
+      modelDir,
+      versionDir: path.join(modelDir, String(version)),
+      config,
+      backendConfig: backendConfigFor(options, backend.name),
+      logger: options.logger.child({ model: name, version }),
+      server: options.server,
+    });
+    await loadStateSpecs(config, modelDir);
+    if (config.modelWarmup.length > 0) await prepareWarmup(name, modelDir, config);
+    return undefined;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
+
 /** Loads one version, trying again up to `retryCount` more times when it fails. */
 async function loadVersionWithRetries(
   v: ModelVersion,
@@ -273,13 +302,13 @@ async function loadVersionWithRetries(
   }
 }
 
-/** A model whose configuration is resolved and whose versions are chosen, not loaded yet. */
 /** Where a configuration was read from, for error positions in checks made later. */
 export interface ConfigWhere {
   file?: string | undefined;
   positions?: ConfigPositions | undefined;
 }
 
+/** A model whose configuration is resolved and whose versions are chosen, not loaded yet. */
 export interface PreparedModel {
   name: string;
   modelDir: string;

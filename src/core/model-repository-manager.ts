@@ -18,7 +18,15 @@ import type { Logger } from 'pino';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import { ModelSources, fingerprintDir, isDuplicate, isNotCopied, listModels, type RepositoryEntry, type RepositoryListing } from '../repository/index.js';
 import { Limiter } from './limiter.js';
-import { DependencyErrors, type DependencyResolver, type ModelDependency, ensembleDependencies } from './model-dependencies.js';
+import {
+  DependencyErrors,
+  type DependencyResolver,
+  type ModelDependency,
+  UNLOADED,
+  dependencyProblem,
+  ensembleDependencies,
+  versionFailures,
+} from './model-dependencies.js';
 import { ModelEntry } from './model-entry.js';
 import { checkEnsembleSteps } from './ensembles.js';
 import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
@@ -27,7 +35,7 @@ import type { ModelVersion } from './model-version.js';
 import type { ModelControlMode, ModelState, RepositoryIndexEntry } from '../types/api.js';
 
 /** Reason of a version taken down by an explicit unload (Triton's word). */
-export const UNLOADED = 'unloaded';
+export { UNLOADED } from './model-dependencies.js';
 
 /** Fingerprint recorded after a load with overrides: never equal to a folder's. */
 const OVERRIDDEN = 'overridden';
@@ -90,9 +98,6 @@ export interface LoadRequest {
 }
 
 /** Triton's per-version load failure text: "version N is at STATE state: reason;" for each. */
-function versionFailures(versions: readonly ModelVersion[]): string {
-  return versions.map((v) => `version ${v.version} is at ${v.state} state: ${v.reason};`).join('');
-}
 
 export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerEvents> {
   readonly controlMode: ModelControlMode;
@@ -566,19 +571,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     } finally {
       entry.waitingOn.clear();
     }
-    for (const d of deps) {
-      const dep = this.models.get(d.model)!;
-      if (dep.error) throw Errors.config(DependencyErrors.invalid(entry.name, d.model, dep.error));
-      const ready = [...dep.versions.values()].filter((v) => v.state === 'READY');
-      if (ready.length === 0) {
-        const why = [...dep.versions.values()].map((v) => v.reason).filter((r) => r !== '' && r !== UNLOADED);
-        const base = DependencyErrors.noLoadedVersion(entry.name, d.model);
-        throw Errors.config(why.length > 0 ? `${base} Model '${d.model}' loading failed with error: ${why.join('; ')}` : base);
-      }
-      if (d.version !== -1 && !ready.some((v) => v.version === d.version)) {
-        throw Errors.config(DependencyErrors.versionNotLoaded(entry.name, d.model, d.version));
-      }
-    }
+    const problem = dependencyProblem(entry.name, deps, (name) => {
+      const dep = this.models.get(name)!;
+      return { error: dep.error, versions: dep.versions.values() };
+    });
+    if (problem !== undefined) throw Errors.config(problem);
   }
 
   /** The path from `from` back to `target` through models waiting on each other, if there is one. */

@@ -222,15 +222,29 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   }
 }
 
-async function loadModel(ctx: ModelContext): Promise<BackendModel> {
+/** What loading checks before it starts anything: the module file is there, the parameters are valid. */
+function checkModel(ctx: ModelContext): { file: string; settings: ReturnType<typeof readSettings> } {
   const found = findModelFile(ctx.versionDir, ctx.config);
   if (!('file' in found)) {
     const looked = found.missing.map((f) => `'${path.relative(ctx.modelDir, f)}'`).join(' or ');
     throw Errors.loadFailed(ctx.modelName, `model file ${looked} not found`);
   }
-  return new JavaScriptModel(found.file, readSettings(ctx.modelName, ctx.config, ctx.backendConfig));
+  return { file: found.file, settings: readSettings(ctx.modelName, ctx.config, ctx.backendConfig) };
+}
+
+async function loadModel(ctx: ModelContext): Promise<BackendModel> {
+  const { file, settings } = checkModel(ctx);
+  return new JavaScriptModel(file, settings);
 }
 
 export function createJavaScriptBackend(): Backend {
-  return { name: 'javascript', supportsDecoupled: true, autoCompleteConfig: autoComplete, loadModel };
+  return {
+    name: 'javascript',
+    supportsDecoupled: true,
+    autoCompleteConfig: autoComplete,
+    loadModel,
+    checkModel: async (ctx) => {
+      checkModel(ctx);
+    },
+  };
 }

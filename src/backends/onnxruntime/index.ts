@@ -67,6 +67,9 @@ export function createOnnxRuntimeBackend(options: OnnxRuntimeBackendOptions = {}
     defaultCpuInstanceCount: 2,
     autoCompleteConfig: (ctx) => autoComplete(ctx),
     loadModel: (ctx) => loadModel(ctx, cudaProbe, poolFor(ctx)),
+    checkModel: async (ctx) => {
+      await checkModel(ctx, cudaProbe);
+    },
   };
 }
 
@@ -109,7 +112,8 @@ function cudaError(modelName: string, where: string, reason: string): Error {
 
 let nextModelId = 1;
 
-async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionThreadPool): Promise<BackendModel> {
+/** What loading checks before it creates anything: GPUs, the model file against the configuration, the parameters. */
+async function checkModel(ctx: ModelContext, cudaProbe: CudaProbe) {
   for (const g of ctx.config.instanceGroup) {
     if (g.kind === ModelInstanceGroup_Kind.GPU) {
       const cuda = cudaProbe();
@@ -129,7 +133,13 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionT
   // Bad parameter values fail the load here rather than at the first instance.
   const cpuOptions = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 }, defaultIntra);
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
-  const inline = inlinePolicy(ctx, inlineMode(ctx.modelName, ctx.config, ctx.backendConfig), info, cpuOptions);
+  const mode = inlineMode(ctx.modelName, ctx.config, ctx.backendConfig);
+  return { info, mayShare, defaultIntra, cpuOptions, mode };
+}
+
+async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionThreadPool): Promise<BackendModel> {
+  const { info, mayShare, defaultIntra, cpuOptions, mode } = await checkModel(ctx, cudaProbe);
+  const inline = inlinePolicy(ctx, mode, info, cpuOptions);
   return new OnnxRuntimeModel(
     info.path,
     new ModelPlan(ctx.modelName, ctx.config, [...info.inputs, ...info.overridableInitializers], info.outputs),

@@ -334,16 +334,25 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   }
 }
 
+/** The model file loading needs; throws the load error when it is missing. */
+function checkModelFile(ctx: ModelContext): string {
+  const file = modelFile(ctx.versionDir, ctx.config);
+  if (!existsSync(file)) {
+    throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
+  }
+  return file;
+}
+
 export function createPythonBackend(): Backend {
   return {
     name: 'python',
     supportsDecoupled: true,
     autoCompleteConfig: autoComplete,
+    async checkModel(ctx: ModelContext): Promise<void> {
+      checkModelFile(ctx);
+    },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
-      const file = modelFile(ctx.versionDir, ctx.config);
-      if (!existsSync(file)) {
-        throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
-      }
+      const file = checkModelFile(ctx);
       return new ProcessModel(ctx.modelName, 'python', file, (ictx, supervisor) => new PythonInstance(ictx, supervisor));
     },
   };

@@ -173,17 +173,26 @@ function modelFile(versionDir: string, config: ModelConfig): string {
   return join(versionDir, config.defaultModelFilename || DEFAULT_MODEL_FILENAME);
 }
 
+/** The TorchScript file loading needs; throws the load error when it cannot be used. */
+function checkModelFile(ctx: ModelContext): string {
+  if (ctx.config.platform === 'torch_aoti') {
+    throw Errors.loadFailed(ctx.modelName, "platform 'torch_aoti' (model.pt2) is not supported; export TorchScript (model.pt)");
+  }
+  const file = modelFile(ctx.versionDir, ctx.config);
+  if (!existsSync(file)) {
+    throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
+  }
+  return file;
+}
+
 export function createPyTorchBackend(): Backend {
   return {
     name: 'pytorch',
+    async checkModel(ctx: ModelContext): Promise<void> {
+      checkModelFile(ctx);
+    },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
-      if (ctx.config.platform === 'torch_aoti') {
-        throw Errors.loadFailed(ctx.modelName, "platform 'torch_aoti' (model.pt2) is not supported; export TorchScript (model.pt)");
-      }
-      const file = modelFile(ctx.versionDir, ctx.config);
-      if (!existsSync(file)) {
-        throw Errors.loadFailed(ctx.modelName, `model file '${file}' does not exist`);
-      }
+      const file = checkModelFile(ctx);
       return new ProcessModel(ctx.modelName, 'torch', file, (ictx, supervisor) => new PyTorchInstance(ictx, supervisor));
     },
   };
