@@ -171,8 +171,11 @@ class PythonModelRunner:
     def on_execute(self, header, buffers):
         try:
             requests = []
+            traced = [r["tr"] for r in header["r"] if r.get("tr")]
+            self.stub.batch_trace = traced[0] if len(traced) == 1 else 0
             for r in header["r"]:
                 inputs = [decode_tensor(m, buffers[m["b"]]) for m in r["i"]]
+                trace = pb.InferenceTrace(r["tr"], r.get("tc")) if r.get("tr") else None
                 requests.append(
                     pb.InferenceRequest(
                         request_id=r.get("id", ""),
@@ -182,6 +185,7 @@ class PythonModelRunner:
                         model_name=self.model_name,
                         model_version=self.model_version,
                         flags=r.get("f", 0),
+                        trace=trace,
                         parameters=r.get("p") or "{}",
                     )
                 )

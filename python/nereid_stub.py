@@ -248,6 +248,9 @@ class Stub:
         self._wake = None  # pipe the event loop thread writes to when a coroutine ends
         self.background = set()  # futures of coroutines running without a waiter
         self.cancels = CancelNotices(FD_CANCEL)
+        # The trace of the batch being executed when it holds exactly one traced request:
+        # BLS calls that name no trace join it (0: none).
+        self.batch_trace = 0
 
     def is_cancelled(self, key):
         return self.cancels.is_cancelled(key)
@@ -410,10 +413,12 @@ class Stub:
             bls_id = self.next_bls_id
             self.next_bls_id += 1
             self.pending[bls_id] = slot
+        trace_handle = getattr(request.trace(), "_handle", 0) or self.batch_trace
         self.send(
             {
                 "t": "bls",
                 "id": bls_id,
+                "tr": trace_handle,
                 "model": request.model_name(),
                 "version": "" if version in (None, -1, "-1") else str(version),
                 "rid": request.request_id(),

@@ -251,11 +251,16 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    def __init__(self, *args, **kwargs):
-        pass
+    """A received request's trace (request.trace()): passed as InferenceRequest(trace=...), the BLS
+    request is traced as its child. get_context() gives its W3C context as Triton does, a JSON string
+    with "traceparent" (and "tracestate"), in opentelemetry mode; None otherwise."""
+
+    def __init__(self, _handle=0, _context=None):
+        self._handle = _handle if isinstance(_handle, int) else 0
+        self._context = _context if isinstance(_context, str) and _context else None
 
     def get_context(self, mode="opentelemetry"):
-        return None
+        return self._context
 
 
 # ------------------------------------------------------ requests, responses

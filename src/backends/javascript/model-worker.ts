@@ -12,6 +12,7 @@ import type { SupervisedWorker } from '../supervisor.js';
 import { Errors, NereidError } from '../../errors.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import type { CancellationSignal } from '../../types/cancellation.js';
+import type { RequestTrace } from '../../types/api.js';
 import { datatypeInfo } from '../../tensor/datatype.js';
 import { describeError } from './describe.js';
 import {
@@ -173,6 +174,8 @@ export class ModelWorker implements SupervisedWorker {
   /** Decoupled requests by stream key, until their final response. */
   private readonly streams = new Map<number, OpenStream>();
   private nextStreamKey = 1;
+  /** Traces of the requests whose execute() runs, by handle (see InferCallMessage.trace). */
+  private readonly traces = new Map<number, RequestTrace>();
   private watchdog: NodeJS.Timeout | undefined;
   private watchedId = 0;
   /** Why the thread ended, when we know better than its exit code. */
@@ -234,10 +237,18 @@ export class ModelWorker implements SupervisedWorker {
     if (!this.alive) return { posted: nowNs(), done: Promise.reject(new Error(`${this.opts.label}: the worker thread is not running`)) };
     const keys: number[] = [];
     const watches: CancelWatch[] = [];
-    const wire = this.packRequests(requests, keys, watches);
+    const traced: number[] = [];
+    const wire = this.packRequests(requests, keys, watches, traced);
     const id = this.nextId++;
     const light = this.inFlight.length === 0;
     const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject, keys, watches)));
+    if (traced.length > 0) {
+      // The batch's traces are parents of its infer() calls while execute() runs.
+      const forget = (): void => {
+        for (const tr of traced) this.traces.delete(tr);
+      };
+      done.then(forget, forget);
+    }
     if (light) {
       this.worker.ref();
       this.watch(id);
@@ -250,7 +261,7 @@ export class ModelWorker implements SupervisedWorker {
   }
 
   /** One SharedArrayBuffer for the batch's inputs (inputs already in shared memory stay where they are). */
-  private packRequests(requests: readonly BackendRequest[], keys: number[], watches: CancelWatch[]): WireRequest[] {
+  private packRequests(requests: readonly BackendRequest[], keys: number[], watches: CancelWatch[], traced: number[]): WireRequest[] {
     let total = 0;
     for (const r of requests) for (const t of r.inputs) if (!canShare(t)) total += align8(t.data.byteLength);
     const sab = new SharedArrayBuffer(total);
@@ -280,6 +291,12 @@ export class ModelWorker implements SupervisedWorker {
         c = this.nextStreamKey++;
         watches.push(new CancelWatch(c, r.signal, this));
       }
+      let tr: number | undefined;
+      if (r.trace !== undefined) {
+        tr = r.trace.id;
+        this.traces.set(tr, r.trace);
+        traced.push(tr);
+      }
       out[i] = {
         id: r.id,
         inputs,
@@ -290,6 +307,7 @@ export class ModelWorker implements SupervisedWorker {
         flags: r.flags,
         k,
         c,
+        tr,
       };
     }
     return out;
@@ -391,15 +409,18 @@ export class ModelWorker implements SupervisedWorker {
 
   private serveInfer(msg: InferCallMessage): void {
     const inputs: Tensor[] = msg.inputs.map((w) => ({ name: w.n, datatype: w.d, shape: w.s, data: new Uint8Array(w.b, w.o, w.l) }));
-    this.opts.server
-      .infer({
-        model: msg.model,
-        version: msg.version,
-        id: msg.requestId,
-        inputs,
-        outputs: msg.outputs?.map((name) => ({ name })),
-        parameters: msg.parameters,
-      })
+    const trace = msg.trace === undefined ? undefined : this.traces.get(msg.trace)?.spawn();
+    let call = this.opts.server.infer({
+      model: msg.model,
+      version: msg.version,
+      id: msg.requestId,
+      inputs,
+      outputs: msg.outputs?.map((name) => ({ name })),
+      parameters: msg.parameters,
+      trace,
+    });
+    if (trace !== undefined) call = call.finally(() => trace.end());
+    call
       .then(
         (r) => {
           if (!this.alive) return;

@@ -76,6 +76,8 @@ export interface WireRequest {
   readonly k?: number;
   /** Other models: the key a cancellation of the request comes under while execute() runs (requests that can be cancelled). */
   readonly c?: number;
+  /** A traced request: its trace's handle, which the model's infer() calls carry back. */
+  readonly tr?: number;
 }
 
 /** main -> worker: run execute() on a batch. */
@@ -128,6 +130,8 @@ export interface InferCallMessage {
   readonly inputs: readonly WireTensor[];
   readonly outputs?: readonly string[];
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
+  /** The trace of the batch the call was made from (its only traced request), traced as its parent. */
+  readonly trace?: number;
 }
 
 /** worker -> main: one response of a decoupled request (`r` undefined: a bare final flag). */

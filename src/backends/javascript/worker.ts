@@ -6,6 +6,7 @@
  * event loop or other models. In "auto-complete" mode it only calls the
  * model class's static auto_complete_config().
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
@@ -298,8 +299,15 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
   const start = nowNs();
   let result: unknown;
   let failure: string | undefined;
+  // The batch's only traced request is the parent of the infer() calls its execute() makes.
+  let trace: number | undefined;
+  for (const r of wire) {
+    if (r.tr === undefined) continue;
+    trace = trace === undefined ? r.tr : -1;
+  }
   try {
-    result = await withTimeout(model.execute(requests), init.executeTimeoutMs);
+    const running = trace === undefined || trace < 0 ? model.execute(requests) : batchTrace.run(trace, () => model.execute(requests));
+    result = await withTimeout(running, init.executeTimeoutMs);
   } catch (err) {
     failure =
       err instanceof ExecuteTimeout
@@ -363,6 +371,9 @@ async function finish(): Promise<void> {
 
 // ---- infer() (BLS) ---------------------------------------------------------------------------
 
+/** The trace handle of the batch whose execute() is running, across its awaits. */
+const batchTrace = new AsyncLocalStorage<number>();
+
 interface InferArgument {
   model?: unknown;
   version?: unknown;
@@ -417,6 +428,7 @@ async function infer(request: InferArgument): Promise<unknown> {
       inputs: wire[0]!,
       outputs,
       parameters,
+      trace: batchTrace.getStore(),
     },
     transfer,
   );

@@ -3,12 +3,27 @@
  * arrives here as a frame and runs on any model this server serves.
  */
 import type { InferenceCaller, ParameterValue } from '../backend.js';
-import type { InferRequest, InferResponse, RequestedOutput } from '../../types/api.js';
+import type { InferRequest, InferResponse, RequestTrace, RequestedOutput } from '../../types/api.js';
 import { NereidError } from '../../errors.js';
 import { isDatatype } from '../../tensor/datatype.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import type { Frame, FrameHeader, WireTensor } from './frame.js';
 import { decodeWireTensors, encodeWireTensors } from './wire.js';
+
+/**
+ * Traces of the requests models are executing, by handle (the trace id the
+ * worker is told): a BLS call naming one is traced as its child, as
+ * Triton's python backend spawns a child trace from request.trace().
+ */
+const openTraces = new Map<number, RequestTrace>();
+
+export function openTrace(trace: RequestTrace): void {
+  openTraces.set(trace.id, trace);
+}
+
+export function closeTrace(trace: RequestTrace): void {
+  openTraces.delete(trace.id);
+}
 
 const FLAG_SEQUENCE_START = 1;
 const FLAG_SEQUENCE_END = 2;
@@ -40,6 +55,7 @@ function blsRequest(h: FrameHeader, frame: Frame): InferRequest {
   }
   const names = (h.o as string[] | undefined) ?? [];
   const outputs: RequestedOutput[] | undefined = names.length ? names.map((name) => ({ name })) : undefined;
+  const parent = typeof h.tr === 'number' ? openTraces.get(h.tr) : undefined;
   return {
     model: String(h.model),
     version: typeof h.version === 'string' && h.version !== '' ? h.version : undefined,
@@ -47,6 +63,7 @@ function blsRequest(h: FrameHeader, frame: Frame): InferRequest {
     inputs,
     outputs,
     parameters: blsParameters(h),
+    trace: parent?.spawn(),
   };
 }
 
@@ -70,10 +87,14 @@ export async function serveBls(
   frame: Frame,
 ): Promise<{ header: FrameHeader; buffers: Uint8Array[] }> {
   const id = frame.header.id;
+  let request: InferRequest | undefined;
   try {
-    return responseFrame(id, await server.infer(blsRequest(frame.header, frame)));
+    request = blsRequest(frame.header, frame);
+    return responseFrame(id, await server.infer(request));
   } catch (err) {
     return { header: errorHeader(id, err), buffers: [] };
+  } finally {
+    request?.trace?.end();
   }
 }
 
@@ -92,18 +113,23 @@ export async function serveBlsStream(
     return;
   }
   if (server.inferStream === undefined) {
+    request.trace?.end();
     reply({ ...errorHeader(id, new Error('BLS on decoupled models is not available here')), fin: true }, []);
     return;
   }
-  for await (const item of server.inferStream(request)) {
-    if (item.error) {
-      reply({ ...errorHeader(id, item.error), fin: item.final }, []);
-    } else if (item.response) {
-      const r = responseFrame(id, item.response);
-      r.header.fin = item.final;
-      reply(r.header, r.buffers);
-    } else {
-      reply({ t: 'bls_result', id, fin: true }, []);
+  try {
+    for await (const item of server.inferStream(request)) {
+      if (item.error) {
+        reply({ ...errorHeader(id, item.error), fin: item.final }, []);
+      } else if (item.response) {
+        const r = responseFrame(id, item.response);
+        r.header.fin = item.final;
+        reply(r.header, r.buffers);
+      } else {
+        reply({ t: 'bls_result', id, fin: true }, []);
+      }
     }
+  } finally {
+    request.trace?.end();
   }
 }

@@ -27,6 +27,7 @@ import { StubProcess, type StreamSink } from './stub-process.js';
 import type { Frame } from './frame.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
+import { closeTrace, openTrace } from './bls.js';
 import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.py';
@@ -74,6 +75,9 @@ class WireRequest {
     readonly i: WireTensor[],
     /** Decoupled models: the key the worker's response sender sends under. */
     public k: number | undefined = undefined,
+    /** A traced request: its trace's handle (BLS calls name it to be traced as its children) and W3C context. */
+    public tr: number | undefined = undefined,
+    public tc: string | undefined = undefined,
   ) {}
 }
 
@@ -108,6 +112,7 @@ class DecoupledSink implements StreamSink {
 
   detach(): void {
     this.request.signal?.removeEventListener('abort', this);
+    if (this.request.trace !== undefined) closeTrace(this.request.trace);
   }
 }
 
@@ -136,8 +141,19 @@ function wireRequests(requests: readonly BackendRequest[]): { wire: WireRequest[
       req.requestedOutputs,
       metas,
     );
+    const trace = req.trace;
+    if (trace !== undefined) {
+      openTrace(trace);
+      wire[r]!.tr = trace.id;
+      wire[r]!.tc = trace.context();
+    }
   }
   return { wire, buffers };
+}
+
+/** The traces of a batch stop being BLS parents once its execute() (or, decoupled, its stream) is over. */
+function closeTraces(requests: readonly BackendRequest[]): void {
+  for (const r of requests) if (r.trace !== undefined) closeTrace(r.trace);
 }
 
 export class PythonInstance implements BackendInstance {
@@ -175,7 +191,12 @@ export class PythonInstance implements BackendInstance {
     if (this.decoupled) return this.executeDecoupled(requests, timer);
     const model = this.ctx.modelName;
     const { wire, buffers } = wireRequests(requests);
-    const reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', r: wire }, buffers, timer, 'responses', 'execute()');
+    let reply: Frame;
+    try {
+      reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', r: wire }, buffers, timer, 'responses', 'execute()');
+    } finally {
+      closeTraces(requests);
+    }
     const h = reply.header;
     const items = h.r as WireItem[];
     if (!Array.isArray(items) || items.length !== requests.length) {
