@@ -153,6 +153,34 @@ cloudCredentials:
   }
 });
 
+test('auth.keysSecret mounts the keys file from a Secret (the whole Secret, so updates reach the pod) and passes --auth-keys', () => {
+  const v = valuesFiles(`
+auth: { keysSecret: nereid-keys, keysSecretKey: keys.json, failureLimit: 7 }
+serviceMonitor: { enabled: true, authorization: { secretName: prometheus-key, key: secret } }
+`);
+  try {
+    const objects = render(v.args);
+    for (const o of objects) validateObject(o);
+    const pod = podSpec(objects);
+    const c = pod.containers[0]!;
+    assert.equal(flag(c, 'auth-keys'), '/var/run/secrets/nereid/auth/keys.json');
+    assert.equal(flag(c, 'auth-failure-limit'), '7');
+    const volume = pod.volumes.find((x) => x.name === 'auth-keys') as { secret: { secretName: string; items?: unknown } };
+    assert.deepEqual(volume.secret, { secretName: 'nereid-keys' });
+    const mounts = (c as unknown as { volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean; subPath?: string }> }).volumeMounts;
+    assert.deepEqual(mounts.find((m) => m.name === 'auth-keys'), { name: 'auth-keys', mountPath: '/var/run/secrets/nereid/auth', readOnly: true });
+    // Probes stay on the health endpoints, which need no key.
+    assert.equal(c.livenessProbe.httpGet.path, '/v2/health/live');
+    const monitor = only(objects, 'ServiceMonitor').spec as { endpoints: Array<{ authorization?: unknown }> };
+    assert.deepEqual(monitor.endpoints[0]!.authorization, { type: 'Bearer', credentials: { name: 'prometheus-key', key: 'secret' } });
+  } finally {
+    v.cleanup();
+  }
+  const plain = podSpec(render());
+  assert.equal(flag(plain.containers[0]!, 'auth-keys'), undefined);
+  assert.equal(plain.volumes.some((x) => x.name === 'auth-keys'), false);
+});
+
 const BAD_VALUES: Array<[string, string, RegExp]> = [
   ['autoscaling enabled without metrics', 'autoscaling: { enabled: true, metrics: [] }', /autoscaling\.metrics/],
   ['maxReplicas below minReplicas', 'autoscaling: { enabled: true, minReplicas: 4, maxReplicas: 2 }', /autoscaling\.maxReplicas \(2\) is less than autoscaling\.minReplicas \(4\)/],
@@ -164,6 +192,9 @@ const BAD_VALUES: Array<[string, string, RegExp]> = [
   ['an unknown image flavor', 'image: { flavor: tpu }', /image\.flavor/],
   ['both autoscalers', 'autoscaling: { enabled: true }\nkeda: { enabled: true }', /autoscaling\.enabled and keda\.enabled are both true/],
   ['a credential file without its key', 'cloudCredentials: { file: { secretName: gcs } }', /cloudCredentials\.file\.key is empty/],
+  ['a keys Secret without its key', 'auth: { keysSecret: keys, keysSecretKey: "" }', /auth\.keysSecretKey/],
+  ['--auth-keys in extraArgs', 'extraArgs: ["--auth-keys=/k.yaml"]', /the chart sets --auth-keys from auth\.keysSecret/],
+  ['a negative failure limit', 'auth: { failureLimit: -1 }', /failureLimit/],
 ];
 
 for (const [what, values, message] of BAD_VALUES) {

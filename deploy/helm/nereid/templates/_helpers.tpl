@@ -73,7 +73,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* Flags the chart derives from values; passing them in extraArgs as well would contradict the chart. */}}
 {{- define "nereid.checkExtraArgs" -}}
-{{- $owned := dict "--model-repository" "modelRepositoryPath" "--model-store" "modelRepositoryPath" "--http-port" "ports.http" "--grpc-port" "ports.grpc" "--metrics-port" "ports.metrics" "--exit-timeout-secs" "exitTimeoutSecs" "--grpc-max-connection-age" "grpc.maxConnectionAgeMs" "--grpc-max-connection-age-grace" "grpc.maxConnectionAgeGraceMs" -}}
+{{- $owned := dict "--model-repository" "modelRepositoryPath" "--model-store" "modelRepositoryPath" "--http-port" "ports.http" "--grpc-port" "ports.grpc" "--metrics-port" "ports.metrics" "--exit-timeout-secs" "exitTimeoutSecs" "--grpc-max-connection-age" "grpc.maxConnectionAgeMs" "--grpc-max-connection-age-grace" "grpc.maxConnectionAgeGraceMs" "--auth-keys" "auth.keysSecret" "--auth-failure-limit" "auth.failureLimit" -}}
 {{- range $i, $arg := .Values.extraArgs -}}
 {{- $flag := regexReplaceAll "=.*$" (toString $arg) "" -}}
 {{- if hasKey $owned $flag -}}
