@@ -1,32 +1,10 @@
 /**
- * glibc's malloc, tuned for a server that receives bursts of large bodies.
- *
- * glibc serves a block over 128 KiB with a mapping of its own, but once such a
- * block is freed it raises that threshold to the block's size (up to 32 MiB).
- * From then on every body below the new threshold comes from the main heap,
- * which returns memory to the system only from its top: a burst of 400 KiB
- * bodies leaves its high-water mark resident for good. A fixed threshold
- * stops the sliding, so large bodies keep being mapped and unmapped; each
- * mapping's pages are then faulted in anew, which transparent huge pages (the
- * hugetlb tunable: madvise on mappings of 2 MiB and more) make about as cheap
- * as reusing the heap (bench/malloc.ts). glibc reads its tunables only when a
- * process starts, so `nereid serve` re-executes itself in place (same PID, so
- * signals and container supervisors are unaffected) with GLIBC_TUNABLES set,
- * before it loads anything else.
- *
- * The user's own setting always wins (any MALLOC_* variable, a glibc.malloc
- * tunable, or jemalloc/tcmalloc/mimalloc in LD_PRELOAD: nereid adds nothing);
- * NEREID_MALLOC_TUNING=off keeps glibc's defaults. Node 20 cannot replace its
- * own process image (process.execve arrived in 22.15 and 23.11): there the
- * tunables have to come from the environment.
- *
- * The same re-execution caps V8's young generation (--max-semi-space-size).
- * Node 24's engine sizes each semi-space up to 64 MiB by itself and grows
- * towards that in steps whenever more objects than usual survive a scavenge
- * (a hiccup under steady load is enough), and keeps what it grew: resident
- * memory under a constant load climbs by tens of MiB in steps over minutes.
- * A semi-space flag of the user's (command line or NODE_OPTIONS, 0 meaning
- * V8's own sizing) or --max-heap-size wins.
+ * The memory settings `nereid serve` starts with: glibc's mmap threshold held
+ * at 128 KiB with huge pages for large mappings, so bursts of large bodies do
+ * not leave the main heap at its high-water mark, and V8's young generation
+ * capped, so steady load does not grow it step by step. glibc reads tunables
+ * only at start, hence the re-execution in place (same PID). The user's own
+ * setting always wins. Why, and the figures: docs/memory.md.
  */
 
 /** The threshold set: glibc's own starting value, kept fixed. */
