@@ -108,13 +108,26 @@ try {
   for (const v of VARIANTS) await drive(server, v.name, 4, 0.3);
 
   const widths = [28, 12, 10, 8];
-  process.stdout.write(`\nMLP ${LAYERS.join('→')}, in-process Server.infer, concurrency ${CONCURRENCY}, ${INSTANCES} instance(s), ${SECONDS}s per point\n`);
+  process.stdout.write(
+    `\nMLP ${LAYERS.join('→')}, in-process Server.infer, concurrency ` +
+    `${CONCURRENCY}, ${INSTANCES} instance(s), ${SECONDS}s per point\n`,
+  );
   process.stdout.write(`${row(['scheduler', 'infer/s', 'mean batch', 'ratio'], widths)}\n`);
   const base = await drive(server, 'mlp_default', CONCURRENCY, SECONDS);
-  process.stdout.write(`${row(['default (no batching)', base.inferPerSec.toFixed(0), base.meanBatch.toFixed(2), '1.00'], widths)}\n`);
+  process.stdout.write(
+    `${row(['default (no batching)', base.inferPerSec.toFixed(0), base.meanBatch.toFixed(2), '1.00'], widths)}\n`,
+  );
   const dyn = await drive(server, 'mlp_dynamic', CONCURRENCY, SECONDS);
   process.stdout.write(
-    `${row(['dynamic_batching { }', dyn.inferPerSec.toFixed(0), dyn.meanBatch.toFixed(2), (dyn.inferPerSec / base.inferPerSec).toFixed(2)], widths)}\n`,
+    `${row(
+      [
+        'dynamic_batching { }',
+        dyn.inferPerSec.toFixed(0),
+        dyn.meanBatch.toFixed(2),
+        (dyn.inferPerSec / base.inferPerSec).toFixed(2),
+      ],
+      widths,
+    )}\n`,
   );
 
   // One request at a time: each waits the whole delay alone, so its queue time is the delay obtained.
@@ -126,7 +139,9 @@ try {
     ['mlp_delay500', 500],
   ] as const) {
     const p = await drive(server, model, 1, Math.min(SECONDS, 2));
-    process.stdout.write(`${row([String(setting), p.meanQueueUs.toFixed(1), (p.meanQueueUs - setting).toFixed(1), ''], widths)}\n`);
+    process.stdout.write(
+      `${row([String(setting), p.meanQueueUs.toFixed(1), (p.meanQueueUs - setting).toFixed(1), ''], widths)}\n`,
+    );
   }
 } finally {
   await server.stop();

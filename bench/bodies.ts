@@ -3,7 +3,10 @@ import type { HttpBody } from './wrk.js';
 
 export function jsonBody(input: string, output: string, size: number): HttpBody {
   const data = Array.from({ length: size }, (_, i) => ((i % 17) - 8) / 8);
-  const body = JSON.stringify({ inputs: [{ name: input, shape: [1, size], datatype: 'FP32', data }], outputs: [{ name: output }] });
+  const body = JSON.stringify({
+    inputs: [{ name: input, shape: [1, size], datatype: 'FP32', data }],
+    outputs: [{ name: output }],
+  });
   return { body: Buffer.from(body), headers: { 'Content-Type': 'application/json' } };
 }
 

@@ -31,7 +31,8 @@ function config(name: string, cached: boolean): string {
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 ${cached ? 'response_cache { enable: true }' : ''}
 `;
@@ -88,7 +89,12 @@ async function startFloor(): Promise<{ port: number; stop(): Promise<void> }> {
     modelName: 'simple_cached',
     modelVersion: '1',
     id: '',
-    outputs: ['OUTPUT0', 'OUTPUT1'].map((name) => ({ name, datatype: 'INT32' as const, shape: [1, 16], data: new Uint8Array(64) })),
+    outputs: ['OUTPUT0', 'OUTPUT1'].map((name) => ({
+      name,
+      datatype: 'INT32' as const,
+      shape: [1, 16],
+      data: new Uint8Array(64),
+    })),
   };
   const config = create(ModelConfigSchema, { name: 'simple_cached' });
   const api = {
@@ -98,7 +104,12 @@ async function startFloor(): Promise<{ port: number; stop(): Promise<void> }> {
     modelConfig: () => config,
     infer: () => Promise.resolve(response),
   } as unknown as ServerApi;
-  const frontend = new HttpFrontend(api, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
+  const frontend = new HttpFrontend(api, {
+    port: 0,
+    address: '127.0.0.1',
+    maxInputSize: 1 << 20,
+    logger: silentLogger,
+  });
   const { port } = await frontend.start();
   return { port, stop: () => frontend.stop() };
 }
@@ -107,12 +118,22 @@ const nereid = await startNereid(repo, [`--cache-config=local,size=${16 * 1024 *
 const floor = await startFloor();
 try {
   const base = `http://127.0.0.1:${nereid.http}`;
-  const health = await runWrk(`${base}/v2/health/ready`, { body: Buffer.alloc(0), headers: {}, method: 'GET' }, 1, SECONDS);
+  const health = await runWrk(
+    `${base}/v2/health/ready`,
+    { body: Buffer.alloc(0), headers: {}, method: 'GET' },
+    1,
+    SECONDS,
+  );
   await runWrk(`${base}/v2/models/simple_cached/infer`, binaryInferBody(), 1, 1); // warm-up
   const hit = await runWrk(`${base}/v2/models/simple_cached/infer`, binaryInferBody(), 1, SECONDS);
   const hitJson = await runWrk(`${base}/v2/models/simple_cached/infer`, inferBody(), 1, SECONDS);
   const miss = await runWrk(`${base}/v2/models/simple_uncached/infer`, binaryInferBody(), 1, SECONDS);
-  const bare = await runWrk(`http://127.0.0.1:${floor.port}/v2/models/simple_cached/infer`, binaryInferBody(), 1, SECONDS);
+  const bare = await runWrk(
+    `http://127.0.0.1:${floor.port}/v2/models/simple_cached/infer`,
+    binaryInferBody(),
+    1,
+    SECONDS,
+  );
   const stats = (await (await fetch(`${base}/v2/models/simple_cached/stats`)).json()) as {
     model_stats: Array<{ execution_count: number; inference_stats: { cache_hit: { count: number } } }>;
   };
@@ -125,15 +146,20 @@ try {
     ['infer (binary), frontend floor*', bare],
   ] as const;
   process.stdout.write(`\nResponse cache over HTTP, wrk -t1 -c1, ${SECONDS}s per point\n`);
-  process.stdout.write(`${'endpoint'.padEnd(32)}${'req/s'.padStart(10)}${'p50 µs'.padStart(10)}${'p99 µs'.padStart(10)}${'errors'.padStart(8)}\n`);
+  process.stdout.write(
+    `${'endpoint'.padEnd(32)}${'req/s'.padStart(10)}${'p50 µs'.padStart(10)}` +
+    `${'p99 µs'.padStart(10)}${'errors'.padStart(8)}\n`,
+  );
   for (const [label, r] of rows) {
     process.stdout.write(
-      `${label.padEnd(32)}${r.requestsPerSec.toFixed(0).padStart(10)}${r.p50us.toFixed(0).padStart(10)}${r.p99us.toFixed(0).padStart(10)}${String(r.errors + r.non2xx).padStart(8)}\n`,
+      `${label.padEnd(32)}${r.requestsPerSec.toFixed(0).padStart(10)}${r.p50us.toFixed(0).padStart(10)}` +
+      `${r.p99us.toFixed(0).padStart(10)}${String(r.errors + r.non2xx).padStart(8)}\n`,
     );
   }
   const delta = hit.p50us - health.p50us;
   process.stdout.write(
-    `cache hit (binary) p50 - health p50 = ${delta.toFixed(0)} µs (bar: within 30 µs: ${delta <= 30 ? 'met' : 'NOT met'}); ` +
+    `cache hit (binary) p50 - health p50 = ${delta.toFixed(0)} µs ` +
+    `(bar: within 30 µs: ${delta <= 30 ? 'met' : 'NOT met'}); ` +
       `${s.inference_stats.cache_hit.count} hits, ${s.execution_count} execution(s) of the cached model\n` +
       `cache hit p50 - frontend floor p50 = ${(hit.p50us - bare.p50us).toFixed(0)} µs\n` +
       '* the HTTP frontend before a server that answers at once, in the benchmark process\n',

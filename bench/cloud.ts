@@ -78,7 +78,8 @@ function startIn(repository: string, cacheDir: string, env: NodeJS.ProcessEnv): 
     env: { ...process.env, ...env, NEREID_LOG_LEVEL: 'silent' },
   });
   const line = r.stdout.trim().split('\n').pop() ?? '';
-  if (r.status !== 0 || !line.startsWith('{')) throw new Error(`start of ${repository} failed: ${r.stderr.slice(-2000)}`);
+  if (r.status !== 0 || !line.startsWith('{'))
+    throw new Error(`start of ${repository} failed: ${r.stderr.slice(-2000)}`);
   return JSON.parse(line) as StartResult;
 }
 
@@ -135,21 +136,25 @@ async function main(): Promise<void> {
     const ratio = coldMs / localMs;
     const roundRatio = median(cold.map((c, i) => c.ms / local[i]!.ms));
     process.stdout.write(
-      `\nCold start of ${count} small ONNX models (${objects} objects), every model READY, one fresh process each, ${rounds} alternating rounds\n`,
+      `\nCold start of ${count} small ONNX models (${objects} objects), every ` +
+      `model READY, one fresh process each, ${rounds} alternating rounds\n`,
     );
     process.stdout.write(`${'repository'.padEnd(20)}${'median'.padStart(9)}   each round (s), median server CPU\n`);
     const row = (name: string, rs: StartResult[], m: number) =>
-      `${name.padEnd(20)}${secs(m).padStart(7)} s   ${rs.map((r) => secs(r.ms)).join(' ')}   CPU ${secs(median(rs.map((r) => r.cpuMs)))} s\n`;
+      `${name.padEnd(20)}${secs(m).padStart(7)} s   ${rs.map((r) => secs(r.ms)).join(' ')} ` +
+      `  CPU ${secs(median(rs.map((r) => r.cpuMs)))} s\n`;
     process.stdout.write(row('local folder', local, localMs));
     process.stdout.write(row('S3 (radosgw), cold', cold, coldMs));
     process.stdout.write(row('S3, warm cache', warm, warmMs));
     const cpuRatio = median(cold.map((r) => r.cpuMs)) / median(local.map((r) => r.cpuMs));
     process.stdout.write(
-      `  S3 cold / local: ${ratio.toFixed(2)} (medians), server CPU ${cpuRatio.toFixed(2)}; per round ${cold.map((c, i) => (c.ms / local[i]!.ms).toFixed(2)).join(' ')}, median ${roundRatio.toFixed(2)}\n`,
+      `  S3 cold / local: ${ratio.toFixed(2)} (medians), server CPU ${cpuRatio.toFixed(2)}; per round ` +
+      `${cold.map((c, i) => (c.ms / local[i]!.ms).toFixed(2)).join(' ')}, median ${roundRatio.toFixed(2)}\n`,
     );
     const stage = (f: (r: StartResult) => number | undefined) => secs(median(cold.map((r) => f(r) ?? Number.NaN)));
     process.stdout.write(
-      `  S3 cold stages (medians): first download begins ${stage((r) => r.firstDownloadMs)} s (SDK import, client, listing), ` +
+      `  S3 cold stages (medians): first download begins ` +
+      `${stage((r) => r.firstDownloadMs)} s (SDK import, client, listing), ` +
         `last download ends ${stage((r) => r.lastDownloadMs)} s, READY ${secs(coldMs)} s\n`,
     );
     process.stdout.write(`  load average before ${loadBefore}, after ${loadAfter}\n`);

@@ -52,7 +52,11 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 }
 
-function ensembleConfig(name: string, steps: Array<{ model: string; from: string; to: string }>, outputs: number): string {
+function ensembleConfig(
+  name: string,
+  steps: Array<{ model: string; from: string; to: string }>,
+  outputs: number,
+): string {
   return `name: "${name}"
 platform: "ensemble"
 max_batch_size: 64
@@ -60,7 +64,8 @@ input [ { name: "input" data_type: TYPE_FP32 dims: [ ${LAYERS[0]} ] } ]
 output [ { name: "output" data_type: TYPE_FP32 dims: [ ${outputs} ] } ]
 ensemble_scheduling {
   step [
-${steps.map((s) => `    { model_name: "${s.model}" model_version: -1 input_map { key: "input" value: "${s.from}" } output_map { key: "output" value: "${s.to}" } }`).join(',\n')}
+${steps.map((s) => `    { model_name: "${s.model}" model_version: -1 input_map { key: "input" value: "${s.from}" }
+  output_map { key: "output" value: "${s.to}" } }`).join(',\n')}
   ]
 }
 `;
@@ -83,7 +88,10 @@ async function buildRepository(): Promise<string> {
       HEAD[1]!,
     ),
   );
-  await writeIfChanged(path.join(repo, 'single', 'config.pbtxt'), ensembleConfig('single', [{ model: 'mlp', from: 'input', to: 'output' }], LAYERS.at(-1)!));
+  await writeIfChanged(
+    path.join(repo, 'single', 'config.pbtxt'),
+    ensembleConfig('single', [{ model: 'mlp', from: 'input', to: 'output' }], LAYERS.at(-1)!),
+  );
   await mkdir(path.join(repo, 'pipeline', '1'), { recursive: true });
   await mkdir(path.join(repo, 'single', '1'), { recursive: true });
   return repo;
@@ -115,7 +123,8 @@ try {
     const out = new Map<string, WrkResult[]>(models.map((m) => [m, []]));
     for (const m of models) await runWrk(url(m), body, c, 1); // warm-up
     for (let r = 0; r < ROUNDS; r++) {
-      for (const m of r % 2 === 0 ? models : [...models].reverse()) out.get(m)!.push(await runWrk(url(m), body, c, SECONDS));
+      for (const m of r % 2 === 0 ? models : [...models].reverse())
+        out.get(m)!.push(await runWrk(url(m), body, c, SECONDS));
     }
     return out;
   };
@@ -131,12 +140,27 @@ try {
   const single = summary(c32.get('single')!);
   const pipe = summary(c32.get('pipeline')!);
   printTable(
-    `ensemble vs its slowest step alone, concurrency 32, HTTP binary, wrk -t1, median of ${ROUNDS} × ${SECONDS}s (alternating)`,
+    `ensemble vs its slowest step alone, concurrency 32, HTTP binary, ` +
+    `wrk -t1, median of ${ROUNDS} × ${SECONDS}s (alternating)`,
     ['variant', 'infer/s', 'p50 µs', 'p99 µs', 'errors', 'vs mlp alone'],
     [
       ['mlp alone', fmt(alone.rps), fmt(alone.p50), fmt(alone.p99), String(alone.errors), '1.00'],
-      ['single-step ensemble (mlp)', fmt(single.rps), fmt(single.p50), fmt(single.p99), String(single.errors), fmt(single.rps / alone.rps, 2)],
-      ['pipeline (mlp → head)', fmt(pipe.rps), fmt(pipe.p50), fmt(pipe.p99), String(pipe.errors), fmt(pipe.rps / alone.rps, 2)],
+      [
+        'single-step ensemble (mlp)',
+        fmt(single.rps),
+        fmt(single.p50),
+        fmt(single.p99),
+        String(single.errors),
+        fmt(single.rps / alone.rps, 2),
+      ],
+      [
+        'pipeline (mlp → head)',
+        fmt(pipe.rps),
+        fmt(pipe.p50),
+        fmt(pipe.p99),
+        String(pipe.errors),
+        fmt(pipe.rps / alone.rps, 2),
+      ],
     ],
   );
 
@@ -154,7 +178,8 @@ try {
     ],
   );
   process.stdout.write(
-    '\nThe single-step ensemble adds only the ensemble machinery; the pipeline also runs the head (768→16) and its queue.\n',
+    '\nThe single-step ensemble adds only the ensemble machinery; ' +
+    'the pipeline also runs the head (768→16) and its queue.\n',
   );
 } finally {
   await nereid.proc.stop();
@@ -191,7 +216,8 @@ try {
     const base = median(samples.get('mlp alone')!);
     const byHand = median(samples.get('mlp, then head, by hand')!);
     printTable(
-      `in-process Server.infer(), one at a time, median of ${fmt(samples.get('mlp alone')!.length)} calls each (interleaved)`,
+      `in-process Server.infer(), one at a time, median of ` +
+      `${fmt(samples.get('mlp alone')!.length)} calls each (interleaved)`,
       ['variant', 'p50 µs', 'vs mlp alone µs', 'vs by hand µs'],
       [...samples].map(([name, xs]) => {
         const p50 = median(xs);

@@ -57,7 +57,9 @@ interface LoadRun {
   clientCpu: number;
 }
 
-/** Runs `argv` through sh, which prints its waited children's CPU time (fields cutime, cstime of its own stat) after it. */
+/**
+ * Runs `argv` through sh, which prints its waited children's CPU time (fields cutime, cstime of its own stat) after it.
+ */
 function runCounted(argv: string[]): Promise<{ out: string; clientCpu: number }> {
   return new Promise((resolve, reject) => {
     const child = spawn('sh', ['-c', '"$@"; echo; echo NEREID_CHILD_STAT $(cat /proc/$$/stat)', 'sh', ...argv], {
@@ -85,7 +87,9 @@ function luaString(buf: Buffer): string {
 export async function wrkLoad(url: string, req: HttpBody, connections: number, seconds: number): Promise<LoadRun> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-grpc-http-'));
   const file = path.join(dir, 'req.lua');
-  const headers = Object.entries(req.headers).map(([k, v]) => `wrk.headers[${JSON.stringify(k)}] = ${JSON.stringify(v)}`);
+  const headers = Object.entries(req.headers).map(
+    ([k, v]) => `wrk.headers[${JSON.stringify(k)}] = ${JSON.stringify(v)}`,
+  );
   writeFileSync(
     file,
     [
@@ -93,14 +97,25 @@ export async function wrkLoad(url: string, req: HttpBody, connections: number, s
       `wrk.body = ${luaString(req.body)}`,
       ...headers,
       'function done(summary, latency, requests)',
-      '  local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status',
+      '  local errs = summary.errors.connect + summary.errors.read + ' +
+      'summary.errors.write + summary.errors.timeout + summary.errors.status',
       '  io.write(string.format("NEREID_RESULT %f %d\\n", summary.requests / (summary.duration / 1e6), errs))',
       'end',
       '',
     ].join('\n'),
   );
   try {
-    const { out, clientCpu } = await runCounted(['wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', file, url]);
+    const { out, clientCpu } = await runCounted([
+      'wrk',
+      '-t1',
+      `-c${connections}`,
+      `-d${seconds}s`,
+      '--timeout',
+      '10s',
+      '-s',
+      file,
+      url,
+    ]);
     const m = /NEREID_RESULT (\S+) (\d+)/.exec(out);
     if (!m) throw new Error(`wrk produced no result:\n${out}`);
     return { callsPerSec: Number(m[1]), failed: Number(m[2]), clientCpu };
@@ -109,7 +124,13 @@ export async function wrkLoad(url: string, req: HttpBody, connections: number, s
   }
 }
 
-export async function h2loadLoad(port: number, body: Buffer, clients: number, streams: number, seconds: number): Promise<LoadRun> {
+export async function h2loadLoad(
+  port: number,
+  body: Buffer,
+  clients: number,
+  streams: number,
+  seconds: number,
+): Promise<LoadRun> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-grpc-http-'));
   const file = path.join(dir, 'body.bin');
   writeFileSync(file, body);
@@ -146,15 +167,30 @@ interface Served {
   count?: (model: string) => Promise<number>;
 }
 
-async function measurePoint(s: Served, model: BenchModel, name: string, load: LoadKind, conc: number, seconds: number): Promise<Point> {
+async function measurePoint(
+  s: Served,
+  model: BenchModel,
+  name: string,
+  load: LoadKind,
+  conc: number,
+  seconds: number,
+): Promise<Point> {
   const pid = s.pid;
   const [main0, all0, n0] = [cpuSeconds(pid, pid), cpuSeconds(pid), await s.count?.(name)];
   let run: LoadRun;
   if (load === 'http') {
-    run = await wrkLoad(`http://127.0.0.1:${s.http}/v2/models/${name}/infer`, binaryBody(model.inputName, model.outputName, model.inputSize), conc, seconds);
+    run = await wrkLoad(
+      `http://127.0.0.1:${s.http}/v2/models/${name}/infer`,
+      binaryBody(model.inputName, model.outputName, model.inputSize),
+      conc,
+      seconds,
+    );
   } else {
     const body = modelInferBody(name, model.inputName, model.outputName, model.inputSize);
-    run = load === 'grpc' ? await h2loadLoad(s.grpc, body, conc, 1, seconds) : await h2loadLoad(s.grpc, body, Math.max(1, conc / 8), 8, seconds);
+    run =
+      load === 'grpc'
+        ? await h2loadLoad(s.grpc, body, conc, 1, seconds)
+        : await h2loadLoad(s.grpc, body, Math.max(1, conc / 8), 8, seconds);
   }
   const [main1, all1, n1] = [cpuSeconds(pid, pid), cpuSeconds(pid), await s.count?.(name)];
   const calls = Math.max(1, n0 === undefined || n1 === undefined ? run.callsPerSec * seconds : n1 - n0);
@@ -173,10 +209,17 @@ async function startFloors(replyBytes: number): Promise<Array<{ served: Served; 
   for (const kind of ['http', 'http2', 'grpc-js'] as const) {
     const port = await freePort();
     const proc = new Proc(
-      spawn(process.execPath, [path.join(DIST, 'bench', 'transport-floor.js'), kind, String(port), String(replyBytes)], { stdio: ['ignore', 'ignore', 'inherit'] }),
+      spawn(
+        process.execPath,
+        [path.join(DIST, 'bench', 'transport-floor.js'), kind, String(port), String(replyBytes)],
+        { stdio: ['ignore', 'ignore', 'inherit'] },
+      ),
     );
     await waitForPort(port);
-    out.push({ served: { label: `${kind} floor `, pid: proc.child.pid!, http: port, grpc: port }, stop: () => proc.stop() });
+    out.push({
+      served: { label: `${kind} floor `, pid: proc.child.pid!, http: port, grpc: port },
+      stop: () => proc.stop(),
+    });
   }
   return out;
 }
@@ -220,7 +263,10 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
     const start = async (label: string, dist?: string) => {
       const n = await startNereid(model.repository, [], dist === undefined ? {} : { dist });
       const count = (name: string) => successCount(n.metrics, name);
-      servers.push({ served: { label, pid: n.proc.child.pid!, http: n.http, grpc: n.grpc, count }, stop: () => n.proc.stop() });
+      servers.push({
+        served: { label, pid: n.proc.child.pid!, http: n.http, grpc: n.grpc, count },
+        stop: () => n.proc.stop(),
+      });
     };
     await start('');
     if (o.baseDist !== undefined) await start('base ', path.resolve(o.baseDist));
@@ -238,16 +284,19 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
         });
       };
       for (const name of names) {
-        for (const { served } of servers) for (const load of o.loads) turn(served, name, load, `${served.label}${load}\u0000${name}`);
+        for (const { served } of servers)
+          for (const load of o.loads) turn(served, name, load, `${served.label}${load}\u0000${name}`);
       }
       for (const { served } of floors) {
         for (const load of o.loads) {
-          if ((load === 'http') === served.label.startsWith('http floor')) turn(served, names[0]!, load, `${served.label}${load}\u0000(fixed reply)`);
+          if ((load === 'http') === served.label.startsWith('http floor'))
+            turn(served, names[0]!, load, `${served.label}${load}\u0000(fixed reply)`);
         }
       }
       // Warm-up: every point once, briefly.
       for (const name of names) {
-        for (const { served } of servers) for (const load of o.loads) await measurePoint(served, model, name, load, o.concurrency, 1);
+        for (const { served } of servers)
+          for (const load of o.loads) await measurePoint(served, model, name, load, o.concurrency, 1);
       }
       for (let r = 0; r < o.rounds; r++) {
         const order = r % 2 === 0 ? turns : [...turns].reverse();
@@ -258,12 +307,28 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
     }
     const after = load3();
     const c = o.concurrency;
-    const loadName: Record<LoadKind, string> = { http: `wrk -c${c}`, grpc: `h2load -c${c} -m1`, grpc4x8: `h2load -c${Math.max(1, c / 8)} -m8` };
+    const loadName: Record<LoadKind, string> = {
+      http: `wrk -c${c}`,
+      grpc: `h2load -c${c} -m1`,
+      grpc4x8: `h2load -c${Math.max(1, c / 8)} -m8`,
+    };
     process.stdout.write(
-      `\n${model.label}: gRPC ModelInfer vs HTTP binary infer, same server, batch 1, ${c} in flight, ${o.seconds}s per point, ` +
+      `\n${model.label}: gRPC ModelInfer vs HTTP binary infer, same ` +
+      `server, batch 1, ${c} in flight, ${o.seconds}s per point, ` +
         `${o.rounds} alternated rounds (medians); load average ${before} before, ${after} after\n`,
     );
-    const header = ['model', 'load', 'tool', 'calls/s', 'x http', 'x http paired', 'main µs/call', 'process µs/call', 'tool µs/call', 'failed'];
+    const header = [
+      'model',
+      'load',
+      'tool',
+      'calls/s',
+      'x http',
+      'x http paired',
+      'main µs/call',
+      'process µs/call',
+      'tool µs/call',
+      'failed',
+    ];
     const rows: string[][] = [];
     for (const [key, pts] of points) {
       const [load, name] = key.split('\u0000') as [string, string];
@@ -288,7 +353,8 @@ export async function grpcVsHttp(models: BenchModel[], o: GrpcHttpOptions): Prom
       ]);
     }
     const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-    const line = (cells: string[]) => cells.map((s, i) => (i < 3 ? s.padEnd(widths[i]!) : s.padStart(widths[i]!))).join('  ');
+    const line = (cells: string[]) =>
+      cells.map((s, i) => (i < 3 ? s.padEnd(widths[i]!) : s.padStart(widths[i]!))).join('  ');
     process.stdout.write(`${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
     for (const r of rows) process.stdout.write(`${line(r)}\n`);
   }

@@ -82,7 +82,14 @@ try {
         const [c1, n1] = [cpuSeconds(process.pid, process.pid), inferCount()];
         const key = `${name}\u0000${clients * streams}`;
         if (!points.has(key)) points.set(key, []);
-        points.get(key)!.push({ rps: h.requestsPerSec, meanUs: h.meanUs, cpuUs: ((c1 - c0) * 1e6) / Math.max(1, n1 - n0), failed: h.failed });
+        points
+          .get(key)!
+          .push({
+            rps: h.requestsPerSec,
+            meanUs: h.meanUs,
+            cpuUs: ((c1 - c0) * 1e6) / Math.max(1, n1 - n0),
+            failed: h.failed,
+          });
       }
     }
   }
@@ -94,14 +101,21 @@ try {
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 process.stdout.write(
-  `\ngRPC library, unary ModelInfer on ${tiny.label} (one in-process Server), h2load -t1, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
+  `\ngRPC library, unary ModelInfer on ${tiny.label} (one in-process Server), ` +
+  `h2load -t1, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
 );
-process.stdout.write(`${'library'.padEnd(26)}${'conc'.padStart(5)}${'calls/s'.padStart(10)}${'mean µs'.padStart(10)}${'main µs/call'.padStart(14)}${'failed'.padStart(8)}\n`);
+process.stdout.write(
+  `${'library'.padEnd(26)}${'conc'.padStart(5)}${'calls/s'.padStart(10)}` +
+  `${'mean µs'.padStart(10)}${'main µs/call'.padStart(14)}${'failed'.padStart(8)}\n`,
+);
 for (const [key, pts] of points) {
   const [name, conc] = key.split('\u0000');
   process.stdout.write(
-    `${name!.padEnd(26)}${conc!.padStart(5)}${median(pts.map((p) => p.rps)).toFixed(0).padStart(10)}${median(pts.map((p) => p.meanUs)).toFixed(0).padStart(10)}` +
-      `${median(pts.map((p) => p.cpuUs)).toFixed(1).padStart(14)}${String(pts.reduce((n, p) => n + p.failed, 0)).padStart(8)}\n`,
+    `${name!.padEnd(26)}${conc!.padStart(5)}` +
+      `${median(pts.map((p) => p.rps)).toFixed(0).padStart(10)}` +
+      `${median(pts.map((p) => p.meanUs)).toFixed(0).padStart(10)}` +
+      `${median(pts.map((p) => p.cpuUs)).toFixed(1).padStart(14)}` +
+      `${String(pts.reduce((n, p) => n + p.failed, 0)).padStart(8)}\n`,
   );
 }
 process.exit(0);

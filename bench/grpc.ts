@@ -25,7 +25,11 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { ModelInferRequestSchema, type ModelInferResponse, type ModelStatisticsResponse } from '../src/gen/grpc_service_pb.js';
+import {
+  ModelInferRequestSchema,
+  type ModelInferResponse,
+  type ModelStatisticsResponse,
+} from '../src/gen/grpc_service_pb.js';
 import { GrpcFrontend, inferenceServiceDefinition } from '../src/frontends/grpc/index.js';
 import { encodeInferResponse } from '../src/frontends/grpc/infer-encode.js';
 import type { ServerApi } from '../src/core/server-api.js';
@@ -87,7 +91,14 @@ export function parseH2load(out: string): H2loadResult {
 }
 
 /** h2load's arguments (one thread) for posting the framed request in `file` to ModelInfer on `port`. */
-export function h2loadArgs(port: number, file: string, clients: number, streams: number, seconds: number, extra: readonly string[] = []): string[] {
+export function h2loadArgs(
+  port: number,
+  file: string,
+  clients: number,
+  streams: number,
+  seconds: number,
+  extra: readonly string[] = [],
+): string[] {
   return [
     '-t1',
     `-c${clients}`,
@@ -104,7 +115,13 @@ export function h2loadArgs(port: number, file: string, clients: number, streams:
 }
 
 /** Runs h2load (one thread) posting `body` to ModelInfer on `port`. */
-export function runH2load(port: number, body: Buffer, clients: number, streams: number, seconds: number): Promise<H2loadResult> {
+export function runH2load(
+  port: number,
+  body: Buffer,
+  clients: number,
+  streams: number,
+  seconds: number,
+): Promise<H2loadResult> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-h2load-'));
   const file = path.join(dir, 'body.bin');
   writeFileSync(file, body);
@@ -131,7 +148,13 @@ export async function startCeilingServer(reply: Buffer): Promise<{ port: number;
   const server = new grpc.Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const identity = (b: Buffer) => b;
   server.addService(
-    { ModelInfer: { ...inferenceServiceDefinition.ModelInfer!, requestDeserialize: identity, responseSerialize: identity } },
+    {
+      ModelInfer: {
+        ...inferenceServiceDefinition.ModelInfer!,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+      },
+    },
     { ModelInfer: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => cb(null, reply) },
   );
   const port = await new Promise<number>((resolve, reject) =>
@@ -169,11 +192,15 @@ function grpcCall<T>(port: number, method: string, request: unknown): Promise<T>
   const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
   const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
   return new Promise<T>((resolve, reject) => {
-    (client as unknown as Record<string, Function>)[method]!.call(client, request, (err: Error | null, res: T) => {
-      client.close();
-      if (err) reject(err);
-      else resolve(res);
-    });
+    (client as unknown as Record<string, (...args: unknown[]) => void>)[method]!.call(
+      client,
+      request,
+      (err: Error | null, res: T) => {
+        client.close();
+        if (err) reject(err);
+        else resolve(res);
+      },
+    );
   });
 }
 
@@ -187,14 +214,25 @@ function fmt(n: number, digits = 0): string {
 }
 
 /** Measures the three servers for one model and prints a table. */
-export async function grpcSection(models: BenchModel[], seconds: number, points: Array<[number, number]>): Promise<void> {
+export async function grpcSection(
+  models: BenchModel[],
+  seconds: number,
+  points: Array<[number, number]>,
+): Promise<void> {
   for (const model of models) {
     const body = modelInferBody(model.plainName, model.inputName, model.outputName, model.inputSize);
     const fixed: InferResponse = {
       modelName: model.plainName,
       modelVersion: '1',
       id: '',
-      outputs: [{ name: model.outputName, datatype: 'FP32', shape: [1, model.outputSize], data: new Uint8Array(model.outputSize * 4) }],
+      outputs: [
+        {
+          name: model.outputName,
+          datatype: 'FP32',
+          shape: [1, model.outputSize],
+          data: new Uint8Array(model.outputSize * 4),
+        },
+      ],
     };
     const ceiling = await startCeilingServer(encodeInferResponse(fixed));
     const frontend = new GrpcFrontend(instantServer(fixed), { port: 0, address: '127.0.0.1' });
@@ -202,8 +240,13 @@ export async function grpcSection(models: BenchModel[], seconds: number, points:
     const nereid = await startNereid(model.repository, []);
     const rows: string[][] = [];
     try {
-      const check = await grpcCall<ModelInferResponse>(nereid.grpc, 'ModelInfer', fromBinary(ModelInferRequestSchema, body.subarray(5)));
-      if (check.rawOutputContents[0]?.byteLength !== model.outputSize * 4) throw new Error('Nereid returned an unexpected ModelInfer response');
+      const check = await grpcCall<ModelInferResponse>(
+        nereid.grpc,
+        'ModelInfer',
+        fromBinary(ModelInferRequestSchema, body.subarray(5)),
+      );
+      if (check.rawOutputContents[0]?.byteLength !== model.outputSize * 4)
+        throw new Error('Nereid returned an unexpected ModelInfer response');
       for (const [clients, streams] of points) {
         const c = await runH2load(ceiling.port, body, clients, streams, seconds);
         const f = await runH2load(frontendPort, body, clients, streams, seconds);
@@ -230,10 +273,21 @@ export async function grpcSection(models: BenchModel[], seconds: number, points:
       await nereid.proc.stop();
     }
     const widths = [8, 12, 8, 12, 8, 12, 8, 8, 7];
-    const header = ['c x m', 'grpc-js/s', 'mean us', 'frontend/s', 'mean us', 'nereid/s', 'mean us', 'x ceil', 'errors'];
+    const header = [
+      'c x m',
+      'grpc-js/s',
+      'mean us',
+      'frontend/s',
+      'mean us',
+      'nereid/s',
+      'mean us',
+      'x ceil',
+      'errors',
+    ];
     const line = (cells: string[]) => cells.map((s, i) => s.padStart(widths[i]!)).join('  ');
     process.stdout.write(
-      `\n${model.label}: gRPC ModelInfer, h2load -t1 (clients x streams), ${seconds}s per point\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
+      `\n${model.label}: gRPC ModelInfer, h2load -t1 (clients x streams), ${seconds}s ` +
+      `per point\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
     );
     for (const r of rows) process.stdout.write(`${line(r)}\n`);
   }

@@ -45,7 +45,10 @@ const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? 30);
 const WARMUP_ROUNDS = Number(process.env.HOSTILE_WARMUP ?? 4);
 /** How long the server is left alone after the storm before the settled reading. */
 const SETTLE_MS = 10_000;
-/** How long the server is left alone after the warm-up before the collection (V8 shrinks its young generation after 5 s of low allocation). */
+/**
+ * How long the server is left alone after the warm-up before the collection (V8 shrinks its young generation after 5 s
+ * of low allocation).
+ */
 const START_QUIET_MS = 7000;
 /** Requests per second in the soak; unset: 80 % of the rate measured closed-loop just before it. */
 const SOAK_RPS = process.env.SOAK_RPS === undefined ? undefined : Number(process.env.SOAK_RPS);
@@ -97,7 +100,11 @@ function readProbe(file: string): Probe | undefined {
 
 function memory(pid: number, probeFile: string): MemorySample {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const sample = { rss: statusKiB(status, 'VmRSS') / 1024, anon: statusKiB(status, 'RssAnon') / 1024, file: statusKiB(status, 'RssFile') / 1024 };
+  const sample = {
+    rss: statusKiB(status, 'VmRSS') / 1024,
+    anon: statusKiB(status, 'RssAnon') / 1024,
+    file: statusKiB(status, 'RssFile') / 1024,
+  };
   const probe = readProbe(probeFile);
   if (probe === undefined) return sample;
   const prefix = `${path.basename(probeFile)}.thread-`;
@@ -121,13 +128,19 @@ function memory(pid: number, probeFile: string): MemorySample {
 }
 
 function describe(label: string, m: MemorySample, base?: MemorySample): string {
-  const delta = base === undefined ? '' : ` (${signed(m.rss - base.rss)} MiB, ${signed(((m.rss - base.rss) / base.rss) * 100)} %)`;
+  const delta =
+    base === undefined ? '' : ` (${signed(m.rss - base.rss)} MiB, ${signed(((m.rss - base.rss) / base.rss) * 100)} %)`;
   const js =
     m.heapUsed === undefined
       ? ''
-      : `  heap ${m.heapUsed.toFixed(1)}/${m.heapTotal!.toFixed(1)} (new ${m.newSpace!.toFixed(1)}) external ${m.external!.toFixed(1)} arrayBuffers ${m.arrayBuffers!.toFixed(1)}` +
-        (m.workers!.count === 0 ? '' : `  workers' heap ${m.workers!.heapUsed.toFixed(1)}/${m.workers!.heapTotal.toFixed(1)} (${m.workers!.count})`);
-  return `${label.padEnd(22)}RSS ${m.rss.toFixed(1)} MiB${delta}  [anon ${m.anon.toFixed(1)} file ${m.file.toFixed(1)}]${js}`;
+      : `  heap ${m.heapUsed.toFixed(1)}/${m.heapTotal!.toFixed(1)} (new ${m.newSpace!.toFixed(1)}) ` +
+        `external ${m.external!.toFixed(1)} arrayBuffers ${m.arrayBuffers!.toFixed(1)}` +
+        (m.workers!.count === 0
+          ? ''
+          : `  workers' heap ${m.workers!.heapUsed.toFixed(1)}/` +
+            `${m.workers!.heapTotal.toFixed(1)} (${m.workers!.count})`);
+  return `${label.padEnd(22)}RSS ${m.rss.toFixed(1)} MiB${delta} ` +
+    ` [anon ${m.anon.toFixed(1)} file ${m.file.toFixed(1)}]${js}`;
 }
 
 interface Mapping {
@@ -146,7 +159,14 @@ function mappings(pid: number): Mapping[] {
     const head = /^([0-9a-f]+)-([0-9a-f]+) (\S+) \S+ \S+ \S+\s*(.*)$/.exec(line);
     if (head !== null) {
       const start = parseInt(head[1]!, 16);
-      current = { range: `${head[1]}-${head[2]}`, start, perms: head[3]!, name: head[4] || '[anon]', size: (parseInt(head[2]!, 16) - start) / MiB, rss: 0 };
+      current = {
+        range: `${head[1]}-${head[2]}`,
+        start,
+        perms: head[3]!,
+        name: head[4] || '[anon]',
+        size: (parseInt(head[2]!, 16) - start) / MiB,
+        rss: 0,
+      };
       rows.push(current);
     } else if (current !== undefined && line.startsWith('Rss:')) {
       current.rss = Number(/(\d+)/.exec(line)?.[1] ?? 0) / 1024;
@@ -176,7 +196,11 @@ function mappingKinds(list: readonly Mapping[]): Record<'heap' | 'arenas' | 'ano
     else if (
       m.name === '[anon]' &&
       m.start % ARENA === 0 &&
-      (m.size * MiB === ARENA || (next !== undefined && next.perms.startsWith('---') && next.name === '[anon]' && Math.round((m.size + next.size) * MiB) === ARENA))
+      (m.size * MiB === ARENA ||
+        (next !== undefined &&
+          next.perms.startsWith('---') &&
+          next.name === '[anon]' &&
+          Math.round((m.size + next.size) * MiB) === ARENA))
     )
       out.arenas += m.rss;
     else out.anon += m.rss;
@@ -188,7 +212,8 @@ function kindsGrowth(before: readonly Mapping[], after: readonly Mapping[]): str
   const a = mappingKinds(before);
   const b = mappingKinds(after);
   const keys = ['heap', 'arenas', 'anon', 'file'] as const;
-  return `  resident by kind (MiB, start -> settled): ${keys.map((k) => `${k} ${a[k].toFixed(1)} -> ${b[k].toFixed(1)} (${signed(b[k] - a[k])})`).join(', ')}`;
+  return `  resident by kind (MiB, start -> settled): ` +
+    `${keys.map((k) => `${k} ${a[k].toFixed(1)} -> ${b[k].toFixed(1)} (${signed(b[k] - a[k])})`).join(', ')}`;
 }
 
 function mappingGrowth(before: readonly Mapping[], after: readonly Mapping[], n = 10): string {
@@ -197,21 +222,35 @@ function mappingGrowth(before: readonly Mapping[], after: readonly Mapping[], n 
   const rows = after.map((m) => ({ ...m, growth: m.rss - (old.get(key(m)) ?? 0) })).sort((a, b) => b.growth - a.growth);
   const anonCount = (list: readonly Mapping[]): number => list.filter((m) => m.name === '[anon]').length;
   return [
-    `  mappings ${before.length} -> ${after.length} (anonymous ${anonCount(before)} -> ${anonCount(after)}); most grown:`,
-    ...rows.slice(0, n).map((r) => `    ${signed(r.growth).padStart(7)} MiB to ${r.rss.toFixed(1).padStart(6)} of ${r.size.toFixed(1).padStart(7)} MiB  ${r.name}${old.has(key(r)) ? '' : ' (new)'}`),
+    `  mappings ${before.length} -> ${after.length} (anonymous ` +
+    `${anonCount(before)} -> ${anonCount(after)}); most grown:`,
+    ...rows
+      .slice(0, n)
+      .map(
+        (r) =>
+          `    ${signed(r.growth).padStart(7)} MiB to ${r.rss.toFixed(1).padStart(6)} of ` +
+          `${r.size.toFixed(1).padStart(7)} MiB  ${r.name}${old.has(key(r)) ? '' : ' (new)'}`,
+      ),
   ].join('\n');
 }
 
-/** The malloc variables the server started with (after a re-execution by nereid serve, what it set; glibc cuts GLIBC_TUNABLES at its first ':' there). */
+/**
+ * The malloc variables the server started with (after a re-execution by nereid serve, what it set; glibc cuts
+ * GLIBC_TUNABLES at its first ':' there).
+ */
 function mallocSetting(pid: number): string {
   const vars = readFileSync(`/proc/${pid}/environ`, 'utf8')
     .split('\0')
     .filter((v) => v.startsWith('MALLOC_') || v.startsWith('GLIBC_TUNABLES=') || v.startsWith('NEREID_MALLOC_'));
-  if (vars.some((v) => v.startsWith('NEREID_MALLOC_TUNED='))) return `set by nereid serve: GLIBC_TUNABLES=${NEREID_TUNABLES}`;
+  if (vars.some((v) => v.startsWith('NEREID_MALLOC_TUNED=')))
+    return `set by nereid serve: GLIBC_TUNABLES=${NEREID_TUNABLES}`;
   return vars.length === 0 ? 'glibc defaults' : vars.join(' ');
 }
 
-/** The young generation's sizing options on the server's command line (after a re-execution by nereid serve, what it added). */
+/**
+ * The young generation's sizing options on the server's command line (after a re-execution by nereid serve, what it
+ * added).
+ */
 function youngGenerationSetting(pid: number): string {
   const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
   const opts = args.filter((a) => /^--(?:(?:max|min)[-_]semi[-_]space[-_]size|max[-_]heap[-_]size)/.test(a));
@@ -243,36 +282,86 @@ function hostileRequests(): Hostile[] {
   const infer = '/v2/models/simple/infer';
   const spaces = Buffer.alloc(96 * 1024 * 1024, 0x20);
   const bomb = gzipSync(spaces); // ~96 KiB that inflates past the 64 MiB limit
-  // The same bomb with a trailer that claims 1,000 bytes, and a zlib one (no trailer): both must be inflated to the limit to be refused.
+  // The same bomb with a trailer that claims 1,000 bytes, and a zlib one (no trailer): both must be inflated to the
+  // limit to be refused.
   const liar = Buffer.from(bomb);
   liar.writeUInt32LE(1000, liar.byteLength - 4);
   const deflateBomb = deflateSync(spaces);
   const deep = Buffer.from(`{"inputs":${'['.repeat(200_000)}${']'.repeat(200_000)}}`);
   const bigHeader = 'x'.repeat(60 * 1024);
   const manyInputs = Buffer.from(
-    JSON.stringify({ inputs: Array.from({ length: 5000 }, (_, i) => ({ name: `IN${i}`, datatype: 'INT32', shape: [1], data: [i] })) }),
+    JSON.stringify({
+      inputs: Array.from({ length: 5000 }, (_, i) => ({ name: `IN${i}`, datatype: 'INT32', shape: [1], data: [i] })),
+    }),
   );
   return [
-    { kind: 'gzip bomb', path: infer, headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' }, body: bomb },
-    { kind: 'lying bomb', path: infer, headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' }, body: liar },
-    { kind: 'deflate bomb', path: infer, headers: { 'content-encoding': 'deflate', 'content-type': 'application/json' }, body: deflateBomb },
+    {
+      kind: 'gzip bomb',
+      path: infer,
+      headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' },
+      body: bomb,
+    },
+    {
+      kind: 'lying bomb',
+      path: infer,
+      headers: { 'content-encoding': 'gzip', 'content-type': 'application/json' },
+      body: liar,
+    },
+    {
+      kind: 'deflate bomb',
+      path: infer,
+      headers: { 'content-encoding': 'deflate', 'content-type': 'application/json' },
+      body: deflateBomb,
+    },
     { kind: 'deep JSON', path: infer, headers: { 'content-type': 'application/json' }, body: deep },
     { kind: 'huge header', path: infer, headers: { 'x-filler': bigHeader }, body: Buffer.from('{}') },
     { kind: 'broken JSON', path: infer, headers: {}, body: Buffer.from('{"inputs":[{"name":"INPUT0",'.repeat(2000)) },
     { kind: 'many inputs', path: infer, headers: {}, body: manyInputs },
-    { kind: 'wrong type', path: infer, headers: {}, body: Buffer.from('{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":["a"]}]}') },
-    { kind: 'overflow', path: infer, headers: {}, body: Buffer.from(`{"inputs":[{"name":"INPUT0","datatype":"FP64","shape":[1],"data":[1e309]}]}`) },
-    { kind: 'bad binary', path: infer, headers: { 'inference-header-content-length': '99999999' }, body: Buffer.from('{"inputs":[]}') },
+    {
+      kind: 'wrong type',
+      path: infer,
+      headers: {},
+      body: Buffer.from('{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[1,16],"data":["a"]}]}'),
+    },
+    {
+      kind: 'overflow',
+      path: infer,
+      headers: {},
+      body: Buffer.from(`{"inputs":[{"name":"INPUT0","datatype":"FP64","shape":[1],"data":[1e309]}]}`),
+    },
+    {
+      kind: 'bad binary',
+      path: infer,
+      headers: { 'inference-header-content-length': '99999999' },
+      body: Buffer.from('{"inputs":[]}'),
+    },
     { kind: 'small', path: infer, headers: {}, body: Buffer.from('{"inputs":[') },
-    { kind: 'new connection', path: infer, headers: { connection: 'close' }, body: Buffer.from('{"inputs":['), fresh: true },
+    {
+      kind: 'new connection',
+      path: infer,
+      headers: { connection: 'close' },
+      body: Buffer.from('{"inputs":['),
+      fresh: true,
+    },
     { kind: 'valid', path: infer, headers: { 'content-type': 'application/json' }, body: validBody },
   ];
 }
 
-function send(port: number, agent: http.Agent, r: { path: string; headers: Record<string, string>; body: Buffer; fresh?: boolean }): Promise<number> {
+function send(
+  port: number,
+  agent: http.Agent,
+  r: { path: string; headers: Record<string, string>; body: Buffer; fresh?: boolean },
+): Promise<number> {
   return new Promise((resolve) => {
     const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path: r.path, agent: r.fresh === true ? false : agent, headers: { ...r.headers, 'content-length': String(r.body.byteLength) } },
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: r.path,
+        agent: r.fresh === true ? false : agent,
+        headers: { ...r.headers, 'content-length': String(r.body.byteLength) },
+      },
       (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode ?? 0));
@@ -301,7 +390,12 @@ async function probeCollection(probeFile: string): Promise<void> {
 }
 
 /** Closed loop at `concurrency` for `seconds`: the rate the server sustains for valid requests. */
-async function capacity(port: number, agent: http.Agent, valid: Parameters<typeof send>[2], seconds: number): Promise<number> {
+async function capacity(
+  port: number,
+  agent: http.Agent,
+  valid: Parameters<typeof send>[2],
+  seconds: number,
+): Promise<number> {
   const end = Date.now() + seconds * 1000;
   let done = 0;
   await Promise.all(
@@ -324,7 +418,10 @@ async function main(): Promise<void> {
     nodeArgs: ['--import', pathToFileURL(path.join(DIST, 'bench', 'memory-probe.js')).href, ...SERVER_NODE_ARGS],
   });
   const pid = server.proc.child.pid!;
-  console.log(`server: Node ${process.versions.node}, malloc ${mallocSetting(pid)}, young generation ${youngGenerationSetting(pid)}`);
+  console.log(
+    `server: Node ${process.versions.node}, malloc ${mallocSetting(pid)}, ` +
+    `young generation ${youngGenerationSetting(pid)}`,
+  );
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
   const snapshot = (): void => {
     if (SERVER_NODE_ARGS.some((a) => a.startsWith('--heapsnapshot-signal'))) process.kill(pid, 'SIGUSR2');
@@ -332,8 +429,10 @@ async function main(): Promise<void> {
   try {
     const valid = { path: '/v2/models/simple/infer', headers: { 'content-type': 'application/json' }, body: validBody };
     const all = hostileRequests();
-    const kinds = KINDS === undefined ? all.filter((k) => !EXTRA_KINDS.has(k.kind)) : all.filter((k) => KINDS.includes(k.kind));
-    if (kinds.length === 0) throw new Error(`HOSTILE_KINDS names no known kind; known: ${all.map((k) => k.kind).join(', ')}`);
+    const kinds =
+      KINDS === undefined ? all.filter((k) => !EXTRA_KINDS.has(k.kind)) : all.filter((k) => KINDS.includes(k.kind));
+    if (kinds.length === 0)
+      throw new Error(`HOSTILE_KINDS names no known kind; known: ${all.map((k) => k.kind).join(', ')}`);
     console.log(describe('loaded', memory(pid, probeFile)));
     // Warm-up: valid requests, then the storm's mix a few times at concurrency 2, so what the
     // server allocates once (code, pools, the first of each path) is in the start.
@@ -372,8 +471,12 @@ async function main(): Promise<void> {
     );
     clearInterval(peakTimer);
     const stormSecs = (Date.now() - t0) / 1000;
-    console.log(`hostile storm: ${REQUESTS} requests (${kinds.map((k) => k.kind).join(', ')}), concurrency ${CONCURRENCY}, ${stormSecs.toFixed(1)} s`);
-    for (const [kind, m] of statuses) console.log(`  ${kind.padEnd(12)} ${[...m].map(([c, n]) => `${c}x${n}`).join(' ')}`);
+    console.log(
+      `hostile storm: ${REQUESTS} requests (${kinds.map((k) => k.kind).join(', ')}), ` +
+      `concurrency ${CONCURRENCY}, ${stormSecs.toFixed(1)} s`,
+    );
+    for (const [kind, m] of statuses)
+      console.log(`  ${kind.padEnd(12)} ${[...m].map(([c, n]) => `${c}x${n}`).join(' ')}`);
     const afterStorm = memory(pid, probeFile);
     console.log(describe('after storm', afterStorm, start));
     console.log(`peak during storm      RSS ${peak.toFixed(1)} MiB`);
@@ -397,17 +500,20 @@ async function main(): Promise<void> {
     const stormRatio = (settled.rss - start.rss) / start.rss;
     const stormBar = (): void =>
       console.log(
-        `bar: storm  ${start.rss.toFixed(1)} -> ${settled.rss.toFixed(1)} MiB settled, ${signed(stormRatio * 100)} % (bar < ${STORM_BAR * 100} %): ${stormRatio < STORM_BAR ? 'met' : 'NOT met'}`,
+        `bar: storm  ${start.rss.toFixed(1)} -> ${settled.rss.toFixed(1)} MiB settled, ${signed(stormRatio * 100)} ` +
+        `% (bar < ${STORM_BAR * 100} %): ${stormRatio < STORM_BAR ? 'met' : 'NOT met'}`,
       );
     if (SOAK_SECONDS <= 0) {
       stormBar();
       return;
     }
 
-    // Soak: valid requests at a steady rate, open loop (a tick's requests go out whether or not the last tick's came back).
+    // Soak: valid requests at a steady rate, open loop (a tick's requests go out whether or not the last tick's came
+    // back).
     const measured = SOAK_RPS === undefined ? await capacity(server.http, agent, valid, 5) : undefined;
     const rps = SOAK_RPS ?? Math.max(10, Math.round(0.8 * measured!));
-    if (measured !== undefined) console.log(`capacity (closed loop, concurrency ${CONCURRENCY}) ${measured.toFixed(0)} req/s; soak at 80 %`);
+    if (measured !== undefined)
+      console.log(`capacity (closed loop, concurrency ${CONCURRENCY}) ${measured.toFixed(0)} req/s; soak at 80 %`);
     await sleep(2000);
     const soakStart = memory(pid, probeFile);
     console.log(describe('soak start', soakStart, start));
@@ -433,7 +539,9 @@ async function main(): Promise<void> {
       if (Date.now() - lastSample >= 30_000) {
         const m = memory(pid, probeFile);
         samples.push(m.rss);
-        console.log(describe(`  soak ${Math.round((Date.now() - (soakEnd - SOAK_SECONDS * 1000)) / 1000)} s`, m, soakStart));
+        console.log(
+          describe(`  soak ${Math.round((Date.now() - (soakEnd - SOAK_SECONDS * 1000)) / 1000)} s`, m, soakStart),
+        );
         lastSample = Date.now();
       }
       const wait = 100 - (Date.now() - tick);
@@ -449,7 +557,8 @@ async function main(): Promise<void> {
     const soakRatio = (soakFinal.rss - soakStart.rss) / soakStart.rss;
     stormBar();
     console.log(
-      `bar: soak   ${soakStart.rss.toFixed(1)} -> ${soakFinal.rss.toFixed(1)} MiB over ${SOAK_SECONDS} s, ${signed(soakRatio * 100)} % (bar < ${SOAK_BAR * 100} %): ${soakRatio < SOAK_BAR ? 'met' : 'NOT met'}`,
+      `bar: soak   ${soakStart.rss.toFixed(1)} -> ${soakFinal.rss.toFixed(1)} MiB over ${SOAK_SECONDS} s, ` +
+      `${signed(soakRatio * 100)} % (bar < ${SOAK_BAR * 100} %): ${soakRatio < SOAK_BAR ? 'met' : 'NOT met'}`,
     );
   } finally {
     agent.destroy();

@@ -32,15 +32,21 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const onlyModels = process.env.BENCH_MODELS?.split(',');
 
 /** The points measured per model: which variant, at which concurrency. */
-const POINTS: ReadonlyArray<{ batched: boolean; c: number }> = (process.env.BENCH_POINTS ?? 'u1,u8,b8,b32').split(',').map((p) => {
-  const m = /^([ub])(\d+)$/.exec(p.trim());
-  if (!m) throw new Error(`BENCH_POINTS: '${p}' is not u<concurrency> or b<concurrency>`);
-  return { batched: m[1] === 'b', c: Number(m[2]) };
-});
+const POINTS: ReadonlyArray<{ batched: boolean; c: number }> = (process.env.BENCH_POINTS ?? 'u1,u8,b8,b32')
+  .split(',')
+  .map((p) => {
+    const m = /^([ub])(\d+)$/.exec(p.trim());
+    if (!m) throw new Error(`BENCH_POINTS: '${p}' is not u<concurrency> or b<concurrency>`);
+    return { batched: m[1] === 'b', c: Number(m[2]) };
+  });
 /** Another build's dist folder, whose server is measured in the same turns. */
 const BASELINE = process.env.BENCH_BASELINE;
 const startBaseline: typeof startNereid | undefined = BASELINE
-  ? ((await import(pathToFileURL(path.join(path.resolve(BASELINE), 'bench', 'processes.js')).href)) as { startNereid: typeof startNereid }).startNereid
+  ? (
+      (await import(pathToFileURL(path.join(path.resolve(BASELINE), 'bench', 'processes.js')).href)) as {
+        startNereid: typeof startNereid;
+      }
+    ).startNereid
   : undefined;
 
 /** CPU seconds (user + system) a process used so far, from /proc. */
@@ -52,7 +58,8 @@ function cpuSeconds(pid: number): number {
 /** The 1, 5 and 15 minute load averages, as /proc/loadavg gives them. */
 const loadAverage = (): string => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const fmt = (n: number, d = 0): string => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+const fmt = (n: number, d = 0): string =>
+  n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
 
 /** The median of the per-round ratios a[r] / b[r], and their range. */
 const perRound = (a: number[], b: number[]): string => {
@@ -66,17 +73,33 @@ interface Sample {
   cpu: number[];
 }
 
-for (const model of (await buildBenchModels()).filter((m) => !onlyModels || onlyModels.some((o) => m.plainName.includes(o)))) {
+const selected = (m: { plainName: string }) => !onlyModels || onlyModels.some((o) => m.plainName.includes(o));
+for (const model of (await buildBenchModels()).filter(selected)) {
   const auto = await startNereid(model.repository, []);
   const off = await startNereid(model.repository, ['--backend-config=onnxruntime,inline_execution=off']);
   const baseline = startBaseline ? await startBaseline(model.repository, []) : undefined;
   const naive = await startNaive(model.onnxFile);
   const servers: Array<{ label: string; proc: Proc; url: (batched: boolean) => string }> = [
     ...(baseline
-      ? [{ label: 'baseline', proc: baseline.proc, url: (b: boolean) => `http://127.0.0.1:${baseline.http}/v2/models/${b ? model.batchedName : model.plainName}/infer` }]
+      ? [
+          {
+            label: 'baseline',
+            proc: baseline.proc,
+            url: (b: boolean) =>
+              `http://127.0.0.1:${baseline.http}/v2/models/${b ? model.batchedName : model.plainName}/infer`,
+          },
+        ]
       : []),
-    { label: 'inline auto', proc: auto.proc, url: (b) => `http://127.0.0.1:${auto.http}/v2/models/${b ? model.batchedName : model.plainName}/infer` },
-    { label: 'thread (off)', proc: off.proc, url: (b) => `http://127.0.0.1:${off.http}/v2/models/${b ? model.batchedName : model.plainName}/infer` },
+    {
+      label: 'inline auto',
+      proc: auto.proc,
+      url: (b) => `http://127.0.0.1:${auto.http}/v2/models/${b ? model.batchedName : model.plainName}/infer`,
+    },
+    {
+      label: 'thread (off)',
+      proc: off.proc,
+      url: (b) => `http://127.0.0.1:${off.http}/v2/models/${b ? model.batchedName : model.plainName}/infer`,
+    },
     { label: 'naive', proc: naive.proc, url: () => `http://127.0.0.1:${naive.port}/` },
   ];
   const body = binaryBody(model.inputName, model.outputName, model.inputSize);
@@ -109,7 +132,18 @@ for (const model of (await buildBenchModels()).filter((m) => !onlyModels || only
   } finally {
     for (const s of servers) await s.proc.stop();
   }
-  const header = ['model', 'conc', 'server', 'req/s', 'p50us', 'cpu%', 'x naive', 'Δp50us', 'x naive per round', 'rounds req/s'];
+  const header = [
+    'model',
+    'conc',
+    'server',
+    'req/s',
+    'p50us',
+    'cpu%',
+    'x naive',
+    'Δp50us',
+    'x naive per round',
+    'rounds req/s',
+  ];
   const rows: string[][] = [];
   for (const p of POINTS) {
     const nv = samples.get(`${p.batched}|${p.c}|naive`)!;
@@ -131,7 +165,10 @@ for (const model of (await buildBenchModels()).filter((m) => !onlyModels || only
   }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]): string => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
-  process.stdout.write(`\n${model.label}: inline execution vs the session thread vs naive, HTTP binary, wrk -t1, median of ${ROUNDS} rounds of ${SECONDS}s, errors ${errors}, load average ${loads.join(' -> ')}\n`);
+  process.stdout.write(
+    `\n${model.label}: inline execution vs the session thread vs naive, HTTP binary, wrk -t1, median ` +
+    `of ${ROUNDS} rounds of ${SECONDS}s, errors ${errors}, load average ${loads.join(' -> ')}\n`,
+  );
   process.stdout.write(`${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
   for (const r of rows) process.stdout.write(`${line(r)}\n`);
 }

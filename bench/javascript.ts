@@ -51,7 +51,10 @@ async function buildRepository(): Promise<string> {
   await mkdir(path.join(root, 'identity_onnx', '1'), { recursive: true });
   await writeFile(path.join(root, 'identity_js', 'config.pbtxt'), config('identity_js', 'backend: "javascript"'));
   await writeFile(path.join(root, 'identity_js', '1', 'model.mjs'), IDENTITY_MJS);
-  await writeFile(path.join(root, 'identity_onnx', 'config.pbtxt'), config('identity_onnx', 'platform: "onnxruntime_onnx"'));
+  await writeFile(
+    path.join(root, 'identity_onnx', 'config.pbtxt'),
+    config('identity_onnx', 'platform: "onnxruntime_onnx"'),
+  );
   await writeFile(
     path.join(root, 'identity_onnx', '1', 'model.onnx'),
     buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['batch', SIZE] }]).toBytes(),
@@ -118,14 +121,22 @@ rows.push([
   '',
 ]);
 table(
-  `identity FP32[${SIZE}], binary HTTP, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point: javascript (model.mjs, worker thread) vs onnxruntime, one server, alternating`,
+  `identity FP32[${SIZE}], binary HTTP, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per ` +
+  `point: javascript (model.mjs, worker thread) vs onnxruntime, one server, alternating`,
   ['round', 'onnx/s', 'p50us', 'p99us', 'js/s', 'p50us', 'p99us', 'Δp50us', 'errors'],
   rows,
 );
-process.stdout.write(`bar: JavaScript p50 within ${BAR_US} µs of ONNX: ${delta <= BAR_US ? 'met' : 'MISSED'} (median Δp50 ${fmt(delta)} µs)\n`);
+process.stdout.write(
+  `bar: JavaScript p50 within ${BAR_US} µs of ONNX: ` +
+  `${delta <= BAR_US ? 'met' : 'MISSED'} (median Δp50 ${fmt(delta)} µs)\n`,
+);
 
 /** Sequential in-process calls for `seconds`: p50 and p99 in µs. */
-async function inProcess(server: Server, model: string, seconds: number): Promise<{ p50: number; p99: number; perSec: number }> {
+async function inProcess(
+  server: Server,
+  model: string,
+  seconds: number,
+): Promise<{ p50: number; p99: number; perSec: number }> {
   const data = new Uint8Array(new Float32Array(SIZE).fill(0.5).buffer);
   const request = { model, inputs: [{ name: 'INPUT0', datatype: 'FP32' as const, shape: [1, SIZE], data }] };
   for (let i = 0; i < 200; i++) await server.infer(request);
@@ -151,7 +162,16 @@ try {
     for (const m of order) got.set(m, await inProcess(server, m, Math.min(SECONDS, 2)));
     const o = got.get('identity_onnx')!;
     const j = got.get('identity_js')!;
-    inRows.push([String(round + 1), fmt(o.perSec), fmt(o.p50, 1), fmt(o.p99, 1), fmt(j.perSec), fmt(j.p50, 1), fmt(j.p99, 1), fmt(j.p50 - o.p50, 1)]);
+    inRows.push([
+      String(round + 1),
+      fmt(o.perSec),
+      fmt(o.p50, 1),
+      fmt(o.p99, 1),
+      fmt(j.perSec),
+      fmt(j.p50, 1),
+      fmt(j.p99, 1),
+      fmt(j.p50 - o.p50, 1),
+    ]);
   }
 } finally {
   await server.stop();

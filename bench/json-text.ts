@@ -64,13 +64,22 @@ async function measure(url: string, pid: number, format: string, c: number): Pro
   const all1 = cpuSeconds(pid);
   const n = Math.max(1, w.requests);
   const mainUs = ((main1 - main0) * 1e6) / n;
-  return { rps: w.requestsPerSec, p50us: w.p50us, mainUs, otherUs: ((all1 - all0) * 1e6) / n - mainUs, errors: w.errors + w.non2xx };
+  return {
+    rps: w.requestsPerSec,
+    p50us: w.p50us,
+    mainUs,
+    otherUs: ((all1 - all0) * 1e6) / n - mainUs,
+    errors: w.errors + w.non2xx,
+  };
 }
 
 const current = await startNereid(medium.repository);
-const base = BASE_DIST === undefined ? undefined : await startNereid(medium.repository, [], { dist: path.resolve(BASE_DIST) });
+const base =
+  BASE_DIST === undefined ? undefined : await startNereid(medium.repository, [], { dist: path.resolve(BASE_DIST) });
 const naive = await startNaive(medium.onnxFile);
-const servers: Array<{ label: string; port: number; pid: number }> = [{ label: 'this build', port: current.http, pid: current.proc.child.pid! }];
+const servers: Array<{ label: string; port: number; pid: number }> = [
+  { label: 'this build', port: current.http, pid: current.proc.child.pid! },
+];
 if (base !== undefined) servers.unshift({ label: 'base', port: base.http, pid: base.proc.child.pid! });
 const points = new Map<string, Point[]>();
 const loads: string[] = [];
@@ -81,7 +90,11 @@ try {
       for (const format of FORMATS) {
         for (const c of CONCURRENCY) {
           const targets = [
-            ...servers.map((s) => ({ label: s.label, url: `http://127.0.0.1:${s.port}/v2/models/${model}/infer`, pid: s.pid })),
+            ...servers.map((s) => ({
+              label: s.label,
+              url: `http://127.0.0.1:${s.port}/v2/models/${model}/infer`,
+              pid: s.pid,
+            })),
             { label: 'naive', url: `http://127.0.0.1:${naive.port}/`, pid: naive.proc.child.pid! },
           ];
           for (const t of targets) {
@@ -125,11 +138,24 @@ for (const model of [medium.plainName, medium.batchedName]) {
     }
   }
 }
-const header = ['model', 'body', 'conc', 'server', 'req/s', 'p50us', 'x naive', 'main us/req', 'other us/req', 'errors'];
+const header = [
+  'model',
+  'body',
+  'conc',
+  'server',
+  'req/s',
+  'p50us',
+  'x naive',
+  'main us/req',
+  'other us/req',
+  'errors',
+];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join('  ');
 process.stdout.write(
-  `\nJSON outputs formatted on the session thread: medians of ${ROUNDS} alternating rounds, wrk -t1, ${SECONDS}s per point; load averages at round starts ${loads.join(' ')}` +
-    `${BASE_DIST === undefined ? '' : `; base = ${BASE_DIST}`}\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
+  `\nJSON outputs formatted on the session thread: medians of ${ROUNDS} alternating rounds, ` +
+  `wrk -t1, ${SECONDS}s per point; load averages at round starts ${loads.join(' ')}` +
+    `${BASE_DIST === undefined ? '' : `; base = ${BASE_DIST}`}\n` +
+    `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
 );
 for (const r of rows) process.stdout.write(`${line(r)}\n`);

@@ -45,13 +45,19 @@ const requests: string[] = [];
 const outputs: Float32Array[] = [];
 for (let k = 0; k < VARIANTS; k++) {
   const data = Array.from({ length: IN }, (_, i) => Math.fround(Math.sin(i * 1.3 + k * 0.01) * 2));
-  requests.push(JSON.stringify({ inputs: [{ name: 'input', shape: [1, IN], datatype: 'FP32', data }], outputs: [{ name: 'output' }] }));
+  requests.push(
+    JSON.stringify({
+      inputs: [{ name: 'input', shape: [1, IN], datatype: 'FP32', data }],
+      outputs: [{ name: 'output' }],
+    }),
+  );
   const o = new Float32Array(OUT);
   for (let i = 0; i < OUT; i++) o[i] = Math.cos(i * 0.7 + k * 0.013) * (1 + k / 9);
   outputs.push(o);
 }
 for (const o of outputs) {
-  if (previousEncode(o) !== encodeJsonTensorData('o', 'FP32', new Uint8Array(o.buffer), OUT)) throw new Error('encoders differ');
+  if (previousEncode(o) !== encodeJsonTensorData('o', 'FP32', new Uint8Array(o.buffer), OUT))
+    throw new Error('encoders differ');
 }
 
 function timeUs(f: (k: number) => unknown, calls: number): number {
@@ -62,12 +68,26 @@ function timeUs(f: (k: number) => unknown, calls: number): number {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 const cases: [string, (k: number) => unknown, (k: number) => unknown][] = [
-  [`decode: request body, ${IN} FP32 (${requests[0]!.length} bytes)`, (k) => previousParse(requests[k]!), (k) => parseJsonText(requests[k]!)],
-  [`encode: output data, ${OUT} FP32`, (k) => previousEncode(outputs[k]!), (k) => encodeJsonTensorData('o', 'FP32', new Uint8Array(outputs[k]!.buffer), OUT)],
+  [
+    `decode: request body, ${IN} FP32 (${requests[0]!.length} bytes)`,
+    (k) => previousParse(requests[k]!),
+    (k) => parseJsonText(requests[k]!),
+  ],
+  [
+    `encode: output data, ${OUT} FP32`,
+    (k) => previousEncode(outputs[k]!),
+    (k) => encodeJsonTensorData('o', 'FP32', new Uint8Array(outputs[k]!.buffer), OUT),
+  ],
 ];
-process.stdout.write(`\nJSON tensors in process: previous vs current, median of ${ROUNDS} alternated rounds of 200 calls\n`);
+process.stdout.write(
+  `\nJSON tensors in process: previous vs current, median of ${ROUNDS} alternated rounds of 200 calls\n`,
+);
 for (const [label, prev, cur] of cases) {
-  for (let i = 0; i < 200; i++) (prev(i % VARIANTS), cur(i % VARIANTS)); // warm-up
+  for (let i = 0; i < 200; i++) {
+    // warm-up
+    prev(i % VARIANTS);
+    cur(i % VARIANTS);
+  }
   const a: number[] = [];
   const b: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -76,5 +96,7 @@ for (const [label, prev, cur] of cases) {
   }
   const pa = median(a);
   const pb = median(b);
-  process.stdout.write(`${label}: previous ${pa.toFixed(1)} µs, current ${pb.toFixed(1)} µs, previous/current ${(pa / pb).toFixed(2)}\n`);
+  process.stdout.write(
+    `${label}: previous ${pa.toFixed(1)} µs, current ${pb.toFixed(1)} µs, previous/current ${(pa / pb).toFixed(2)}\n`,
+  );
 }

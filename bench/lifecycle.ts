@@ -43,7 +43,8 @@ export async function writeSmallModelRepository(count: number): Promise<string> 
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
     );
@@ -78,12 +79,25 @@ function processCpuMs(pid: number | undefined): number {
  * until the readiness probe answers 200, polling every 10 ms. `extraArgs`
  * and `env` go to the server (credentials, cache folders).
  */
-export async function coldStart(repository: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<ColdStartResult> {
+export async function coldStart(
+  repository: string,
+  extraArgs: string[] = [],
+  env: Record<string, string> = {},
+): Promise<ColdStartResult> {
   const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
   const started = performance.now();
   const proc = startNode(
     path.join(DIST, 'src', 'cli', 'main.js'),
-    ['serve', `--model-repository=${repository}`, `--http-port=${http}`, `--grpc-port=${grpc}`, `--metrics-port=${metrics}`, '--http-address=127.0.0.1', '--grpc-address=127.0.0.1', ...extraArgs],
+    [
+      'serve',
+      `--model-repository=${repository}`,
+      `--http-port=${http}`,
+      `--grpc-port=${grpc}`,
+      `--metrics-port=${metrics}`,
+      '--http-address=127.0.0.1',
+      '--grpc-address=127.0.0.1',
+      ...extraArgs,
+    ],
     env,
   );
   try {
@@ -100,7 +114,9 @@ export async function coldStart(repository: string, extraArgs: string[] = [], en
     }
     const readyMs = performance.now() - started;
     const cpuMs = processCpuMs(proc.child.pid);
-    const index = (await (await fetch(`http://127.0.0.1:${http}/v2/repository/index`, { method: 'POST', body: '{"ready":true}' })).json()) as unknown[];
+    const index = (await (
+      await fetch(`http://127.0.0.1:${http}/v2/repository/index`, { method: 'POST', body: '{"ready":true}' })
+    ).json()) as unknown[];
     return { readyMs, cpuMs, readyModels: index.length };
   } finally {
     await proc.stop();
@@ -114,20 +130,29 @@ async function coldSection(): Promise<void> {
   try {
     const variants = [
       { name: 'shared session threads', args: [] as string[], runs: [] as ColdStartResult[] },
-      { name: 'a thread per session', args: ['--backend-config=onnxruntime,session_threads=0'], runs: [] as ColdStartResult[] },
+      {
+        name: 'a thread per session',
+        args: ['--backend-config=onnxruntime,session_threads=0'],
+        runs: [] as ColdStartResult[],
+      },
     ];
     // The first start warms the OS file cache and is not counted.
     await coldStart(repo);
     for (let round = 0; round < rounds; round++) {
       for (const v of round % 2 === 0 ? variants : [...variants].reverse()) v.runs.push(await coldStart(repo, v.args));
     }
-    process.stdout.write(`\ncold start: ${count} small ONNX models, local repository, ${rounds} alternating rounds (spawn -> readiness 200; server CPU time by then)\n`);
+    process.stdout.write(
+      `\ncold start: ${count} small ONNX models, local repository, ${rounds} ` +
+      `alternating rounds (spawn -> readiness 200; server CPU time by then)\n`,
+    );
     for (const v of variants) {
       const ms = v.runs.map((r) => r.readyMs).sort((a, b) => a - b);
       const cpu = v.runs.map((r) => r.cpuMs).sort((a, b) => a - b);
       const median = (a: number[]) => a[Math.floor(a.length / 2)]!;
       process.stdout.write(
-        `  ${v.name.padEnd(24)} ready median ${median(ms).toFixed(0).padStart(6)} ms (min ${ms[0]!.toFixed(0)}, max ${ms[ms.length - 1]!.toFixed(0)})  CPU median ${median(cpu).toFixed(0).padStart(6)} ms  READY ${v.runs.map((r) => r.readyModels).join('/')}\n`,
+        `  ${v.name.padEnd(24)} ready median ${median(ms).toFixed(0).padStart(6)} ms (min ${ms[0]!.toFixed(0)}, max ` +
+        `${ms[ms.length - 1]!.toFixed(0)})  CPU median ${median(cpu).toFixed(0).padStart(6)} ` +
+        `ms  READY ${v.runs.map((r) => r.readyModels).join('/')}\n`,
       );
     }
     process.stdout.write(`  bar: shared session threads (the default) <= 3000 ms\n`);
@@ -188,12 +213,15 @@ async function swapSection(): Promise<void> {
     await reloads;
 
     const row = (name: string, r: typeof steady) =>
-      `  ${name.padEnd(22)} ${r.requestsPerSec.toFixed(0).padStart(8)} req/s  p50 ${(r.p50us / 1000).toFixed(2).padStart(6)} ms  p99 ${(r.p99us / 1000).toFixed(2).padStart(6)} ms  failed ${r.errors + r.non2xx}`;
+      `  ${name.padEnd(22)} ${r.requestsPerSec.toFixed(0).padStart(8)} req/s  p50 ` +
+      `${(r.p50us / 1000).toFixed(2).padStart(6)} ms  p99 ` +
+      `${(r.p99us / 1000).toFixed(2).padStart(6)} ms  failed ${r.errors + r.non2xx}`;
     process.stdout.write(`\nswap under load: ${model.label}, ${concurrency} connections, ${SECONDS} s per point\n`);
     process.stdout.write(`${row('steady', steady)}\n`);
     process.stdout.write(`${row(`during ${swaps} swaps`, during)}\n`);
     process.stdout.write(
-      `  p99 during swaps / steady p99: ${(during.p99us / steady.p99us).toFixed(2)} (bar: <= 2.00); failed loads ${failedLoads}; failed requests ${during.errors + during.non2xx} (bar: 0)\n`,
+      `  p99 during swaps / steady p99: ${(during.p99us / steady.p99us).toFixed(2)} (bar: <= 2.00); ` +
+      `failed loads ${failedLoads}; failed requests ${during.errors + during.non2xx} (bar: 0)\n`,
     );
   } finally {
     await proc.stop();

@@ -87,7 +87,10 @@ function serve(port: number, workers: number): void {
           return;
         }
         const body = routes.get(req.url ?? '');
-        res.writeHead(body ? 200 : 404, { 'content-type': 'application/json', 'content-length': String(body?.length ?? 2) });
+        res.writeHead(body ? 200 : 404, {
+          'content-type': 'application/json',
+          'content-length': String(body?.length ?? 2),
+        });
         res.end(body ?? '{}');
       });
     })
@@ -107,7 +110,9 @@ function serveGrpc(port: number): void {
     responseDeserialize: identity,
   });
   const bytes = (b: Uint8Array) => Buffer.from(b);
-  const serverMetadata = bytes(toBinary(ServerMetadataResponseSchema, create(ServerMetadataResponseSchema, { name: 'trivial', version: '0' })));
+  const serverMetadata = bytes(
+    toBinary(ServerMetadataResponseSchema, create(ServerMetadataResponseSchema, { name: 'trivial', version: '0' })),
+  );
   const tensor = (name: string) => ({ name, datatype: 'INT32', shape: [-1n, 16n] });
   const metadata = bytes(
     toBinary(
@@ -121,7 +126,12 @@ function serveGrpc(port: number): void {
       }),
     ),
   );
-  const config = bytes(toBinary(ModelConfigResponseSchema, create(ModelConfigResponseSchema, { config: { name: MODEL, maxBatchSize: 8 } })));
+  const config = bytes(
+    toBinary(
+      ModelConfigResponseSchema,
+      create(ModelConfigResponseSchema, { config: { name: MODEL, maxBatchSize: 8 } }),
+    ),
+  );
   const inferResponse = create(ModelInferResponseSchema, {
     modelName: MODEL,
     modelVersion: '1',
@@ -129,7 +139,9 @@ function serveGrpc(port: number): void {
     rawOutputContents: [new Uint8Array(64)],
   });
   const infer = bytes(toBinary(ModelInferResponseSchema, inferResponse));
-  const streamInfer = bytes(toBinary(ModelStreamInferResponseSchema, create(ModelStreamInferResponseSchema, { inferResponse })));
+  const streamInfer = bytes(
+    toBinary(ModelStreamInferResponseSchema, create(ModelStreamInferResponseSchema, { inferResponse })),
+  );
   type Unary = grpc.handleUnaryCall<Buffer, Buffer>;
   const fixed = (reply: Buffer): Unary => (_call, callback) => callback(null, reply);
   const server = new grpc.Server();
@@ -206,7 +218,14 @@ interface RunResult {
   cpuUsPerRequest: number;
 }
 
-async function runWrk(cpu: string, url: string, body: Buffer, headerLength: number, connections: number, seconds: number): Promise<RunResult> {
+async function runWrk(
+  cpu: string,
+  url: string,
+  body: Buffer,
+  headerLength: number,
+  connections: number,
+  seconds: number,
+): Promise<RunResult> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-loadtool-'));
   const file = path.join(dir, 'req.lua');
   writeFileSync(
@@ -217,39 +236,75 @@ wrk.headers["Content-Type"] = "application/octet-stream"
 wrk.headers["Inference-Header-Content-Length"] = "${headerLength}"
 function done(summary, latency, requests)
   io.write(string.format("WRK_RESULT %f %f %f %d %d\\n", summary.requests / (summary.duration / 1e6),
-    latency:percentile(50), latency:percentile(99), summary.errors.status + summary.errors.connect + summary.errors.read, summary.requests))
+    latency:percentile(50), latency:percentile(99),
+    summary.errors.status + summary.errors.connect + summary.errors.read, summary.requests))
 end
 `,
   );
   // GNU time reports wrk's CPU seconds, for the CPU cost per request.
   const wrkArgs = ['taskset', '-c', cpu, 'wrk', '-t1', `-c${connections}`, `-d${seconds}s`, '-s', file, url];
   // Without GNU time on PATH the CPU column is left empty.
-  const out = await capture('time', ['-f', 'CPU_SECONDS %U %S', ...wrkArgs]).catch(() => capture(wrkArgs[0]!, wrkArgs.slice(1)));
+  const out = await capture('time', ['-f', 'CPU_SECONDS %U %S', ...wrkArgs]).catch(() =>
+    capture(wrkArgs[0]!, wrkArgs.slice(1)),
+  );
   const m = /WRK_RESULT (\S+) (\S+) (\S+) (\d+) (\d+)/.exec(out);
   const t = /CPU_SECONDS (\S+) (\S+)/.exec(out);
   if (!m) throw new Error(`wrk produced no result:\n${out}`);
   const cpuUs = t ? (Number(t[1]) + Number(t[2])) * 1e6 : Number.NaN;
-  return { rps: Number(m[1]), p50us: Number(m[2]), p99us: Number(m[3]), errors: Number(m[4]), cpuUsPerRequest: cpuUs / Number(m[5]) };
+  return {
+    rps: Number(m[1]),
+    p50us: Number(m[2]),
+    p99us: Number(m[3]),
+    errors: Number(m[4]),
+    cpuUsPerRequest: cpuUs / Number(m[5]),
+  };
 }
 
 
 /** h2load drives gRPC's ModelInfer: one HTTP/2 connection carrying `streams` concurrent calls. */
-async function runH2load(cpu: string, port: number, message: Uint8Array, streams: number, seconds: number): Promise<RunResult> {
+async function runH2load(
+  cpu: string,
+  port: number,
+  message: Uint8Array,
+  streams: number,
+  seconds: number,
+): Promise<RunResult> {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-loadtool-'));
   const file = path.join(dir, 'req.bin');
   const frame = Buffer.alloc(5 + message.byteLength);
   frame.writeUInt32BE(message.byteLength, 1);
   frame.set(message, 5);
   writeFileSync(file, frame);
-  const args = ['taskset', '-c', cpu, 'h2load', '-c1', `-m${streams}`, `-D${seconds}`, '-H', 'content-type: application/grpc', '-H', 'te: trailers', '-d', file,
-    `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelInfer`];
+  const args = [
+    'taskset',
+    '-c',
+    cpu,
+    'h2load',
+    '-c1',
+    `-m${streams}`,
+    `-D${seconds}`,
+    '-H',
+    'content-type: application/grpc',
+    '-H',
+    'te: trailers',
+    '-d',
+    file,
+    `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelInfer`,
+  ];
   const out = await capture('time', ['-f', 'CPU_SECONDS %U %S', ...args]).catch(() => capture(args[0]!, args.slice(1)));
   const rps = /finished in \S+, (\S+) req\/s/.exec(out);
   const done = /requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded/.exec(out);
   const t = /CPU_SECONDS (\S+) (\S+)/.exec(out);
   if (!rps || !done) throw new Error(`h2load produced no result:\n${out}`);
   const lat = /time for request:\s+(\S+)\s+(\S+)\s+(\S+)/.exec(out);
-  const toUs = (v: string | undefined) => (v === undefined ? Number.NaN : v.endsWith('ms') ? Number.parseFloat(v) * 1000 : v.endsWith('us') ? Number.parseFloat(v) : Number.parseFloat(v) * 1e6);
+  const toUs = (v: string | undefined) =>
+    v === undefined
+      ? Number.NaN
+      : v.endsWith('ms')
+        ? Number.parseFloat(v) * 1000
+        : v.endsWith('us')
+          ? Number.parseFloat(v)
+          : Number.parseFloat(v) * 1e6;
   const cpuUs = t ? (Number(t[1]) + Number(t[2])) * 1e6 : Number.NaN;
   return {
     rps: Number(rps[1]),
@@ -260,12 +315,46 @@ async function runH2load(cpu: string, port: number, message: Uint8Array, streams
   };
 }
 
-async function runNereidPerf(cpuList: string, port: number, connections: number, seconds: number, extra: string[] = []): Promise<RunResult> {
+async function runNereidPerf(
+  cpuList: string,
+  port: number,
+  connections: number,
+  seconds: number,
+  extra: string[] = [],
+): Promise<RunResult> {
   // Three windows of `seconds / 3.6` (each window lasts 1.2x the interval), stability not required.
   const intervalMs = Math.max(200, Math.round((seconds * 1000) / 3.6));
-  const args = ['-m', MODEL, '-u', `127.0.0.1:${port}`, '--concurrency-range', String(connections), '-p', String(intervalMs), '-r', '3', '-s', '1000000', ...extra];
+  const args = [
+    '-m',
+    MODEL,
+    '-u',
+    `127.0.0.1:${port}`,
+    '--concurrency-range',
+    String(connections),
+    '-p',
+    String(intervalMs),
+    '-r',
+    '3',
+    '-s',
+    '1000000',
+    ...extra,
+  ];
   // A short first run warms the JIT; CPU is counted over the measured run only and divided by its requests.
-  const warm = ['-m', MODEL, '-u', `127.0.0.1:${port}`, '--concurrency-range', String(connections), '-p', '300', '-r', '1', '-s', '1000000', ...extra];
+  const warm = [
+    '-m',
+    MODEL,
+    '-u',
+    `127.0.0.1:${port}`,
+    '--concurrency-range',
+    String(connections),
+    '-p',
+    '300',
+    '-r',
+    '1',
+    '-s',
+    '1000000',
+    ...extra,
+  ];
   const script = `const m = await import(${JSON.stringify(PERF_INDEX)});
 await m.runPerf(${JSON.stringify(warm)}, { stdout: { write() {} }, stderr: process.stderr });
 const c0 = process.cpuUsage();
@@ -278,7 +367,13 @@ console.log('CPU_US', c.user + c.system); process.exit(code);`;
   const count = /Request count: (\d+)/.exec(out);
   const cpu = /CPU_US (\d+)/.exec(out);
   if (!rps) throw new Error(`nereid perf produced no result:\n${out}`);
-  return { rps: Number(rps[1]), p50us: Number(p50?.[1]), p99us: Number(p99?.[1]), errors: 0, cpuUsPerRequest: Number(cpu?.[1]) / Number(count?.[1]) };
+  return {
+    rps: Number(rps[1]),
+    p50us: Number(p50?.[1]),
+    p99us: Number(p99?.[1]),
+    errors: 0,
+    cpuUsPerRequest: Number(cpu?.[1]) / Number(count?.[1]),
+  };
 }
 
 function report(title: string, baseline: string, rounds: Array<{ base: RunResult; ours: RunResult }>): void {
@@ -290,18 +385,22 @@ function report(title: string, baseline: string, rounds: Array<{ base: RunResult
   const w = Math.max(13, baseline.length + 6);
   let text =
     `\n${title}\n` +
-    `round   ${`${baseline} req/s`.padStart(w)}   nereid perf req/s   ratio   ${`${baseline} p50/p99 us`.padStart(16)}   perf p50/p99 us   CPU us/req ${baseline} / perf\n`;
+    `round   ${`${baseline} req/s`.padStart(w)}   nereid perf req/s   ratio   ` +
+    `${`${baseline} p50/p99 us`.padStart(16)}   perf p50/p99 us   CPU us/req ${baseline} / perf\n`;
   rounds.forEach((r, i) => {
     text +=
-      `${String(i + 1).padStart(5)}   ${fmt(r.base.rps).padStart(w)}   ${fmt(r.ours.rps).padStart(17)}   ${(r.ours.rps / r.base.rps).toFixed(2).padStart(5)}` +
-      `   ${`${Math.round(r.base.p50us)}/${Math.round(r.base.p99us)}`.padStart(16)}   ${`${r.ours.p50us}/${r.ours.p99us}`.padStart(15)}` +
+      `${String(i + 1).padStart(5)}   ${fmt(r.base.rps).padStart(w)}   ` +
+      `${fmt(r.ours.rps).padStart(17)}   ${(r.ours.rps / r.base.rps).toFixed(2).padStart(5)}` +
+      `   ${`${Math.round(r.base.p50us)}/${Math.round(r.base.p99us)}`.padStart(16)} ` +
+      `  ${`${r.ours.p50us}/${r.ours.p99us}`.padStart(15)}` +
       `   ${r.base.cpuUsPerRequest.toFixed(1).padStart(8)} / ${r.ours.cpuUsPerRequest.toFixed(1)}\n`;
   });
   text +=
     `median ratio nereid perf / ${baseline}: ${ratio.toFixed(2)}  ${
-      baseline.startsWith('wrk') ? `(bar: >= 0.80) ${ratio >= 0.8 ? 'PASS' : 'BELOW BAR'}` : '(reported against h2load; no bar)'
-    }\n` +
-    `median CPU per request: ${baseline} ${baseCpu.toFixed(1)} us, nereid perf ${oursCpu.toFixed(1)} us\n`;
+      baseline.startsWith('wrk')
+        ? `(bar: >= 0.80) ${ratio >= 0.8 ? 'PASS' : 'BELOW BAR'}`
+        : '(reported against h2load; no bar)'
+    }\n` + `median CPU per request: ${baseline} ${baseCpu.toFixed(1)} us, nereid perf ${oursCpu.toFixed(1)} us\n`;
   const errors = rounds.reduce((a, r) => a + r.base.errors, 0);
   if (errors > 0) text += `note: ${baseline} saw ${errors} failed requests\n`;
   process.stdout.write(text);
@@ -327,9 +426,13 @@ async function main(): Promise<void> {
   if (want('http')) {
     const workers = Math.max(1, cpus - 1);
     const port = await freePort();
-    const server: ChildProcess = spawn('taskset', ['-c', serverCpus, process.execPath, SELF, '--serve', String(port), String(workers)], {
-      stdio: 'inherit',
-    });
+    const server: ChildProcess = spawn(
+      'taskset',
+      ['-c', serverCpus, process.execPath, SELF, '--serve', String(port), String(workers)],
+      {
+        stdio: 'inherit',
+      },
+    );
     try {
       await waitForServer(port);
       const req = encodeHttpInferBody(inputs, ['OUTPUT0'], 'binary', 'binary');
@@ -342,7 +445,8 @@ async function main(): Promise<void> {
         rounds.push({ base, ours });
       }
       report(
-        `HTTP: trivial node:http server (${workers} worker(s) on CPU ${serverCpus}), load generators on CPU ${clientCpu}, ` +
+        `HTTP: trivial node:http server (${workers} worker(s) on ` +
+        `CPU ${serverCpus}), load generators on CPU ${clientCpu}, ` +
           `concurrency ${concurrency}, ${seconds}s per run`,
         'wrk -t1',
         rounds,
@@ -354,7 +458,11 @@ async function main(): Promise<void> {
 
   if (want('grpc')) {
     const port = await freePort();
-    const server: ChildProcess = spawn('taskset', ['-c', serverCpus, process.execPath, SELF, '--serve-grpc', String(port)], { stdio: 'inherit' });
+    const server: ChildProcess = spawn(
+      'taskset',
+      ['-c', serverCpus, process.execPath, SELF, '--serve-grpc', String(port)],
+      { stdio: 'inherit' },
+    );
     try {
       await new Promise((r) => setTimeout(r, 1000));
       const message = toBinary(

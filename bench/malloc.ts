@@ -34,7 +34,10 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONCURRENCY = Number(process.env.MALLOC_BENCH_CONCURRENCY ?? 2);
 const SIZES_KIB = (process.env.MALLOC_BENCH_SIZES ?? '256,1024,4096,16384').split(',').map(Number);
-const VARIANTS = (process.env.MALLOC_BENCH_VARIANTS ?? `NEREID_MALLOC_TUNING=off;MALLOC_MMAP_THRESHOLD_=131072;GLIBC_TUNABLES=${NEREID_TUNABLES}`)
+const VARIANTS = (
+  process.env.MALLOC_BENCH_VARIANTS ??
+  `NEREID_MALLOC_TUNING=off;MALLOC_MMAP_THRESHOLD_=131072;GLIBC_TUNABLES=${NEREID_TUNABLES}`
+)
   .split(';')
   .map((v) => v.trim())
   .filter((v) => v !== '');
@@ -53,7 +56,8 @@ function median(values: readonly number[]): number {
 /** The environment of a setting: its assignments, and every other MALLOC_* variable removed. */
 function variantEnv(spec: string): Record<string, string | undefined> {
   const env: Record<string, string | undefined> = {};
-  for (const key of Object.keys(process.env)) if (key.startsWith('MALLOC_') || key === 'GLIBC_TUNABLES' || key === 'NEREID_MALLOC_TUNING') env[key] = undefined;
+  for (const key of Object.keys(process.env))
+    if (key.startsWith('MALLOC_') || key === 'GLIBC_TUNABLES' || key === 'NEREID_MALLOC_TUNING') env[key] = undefined;
   for (const pair of spec.split(/\s+/)) {
     const eq = pair.indexOf('=');
     if (eq <= 0) throw new Error(`MALLOC_BENCH_VARIANTS: '${pair}' is not NAME=VALUE`);
@@ -104,7 +108,10 @@ function identityBinary(elements: number): Request {
   return {
     path: '/v2/models/identity/infer',
     body: Buffer.concat([header, Buffer.from(values.buffer)]),
-    headers: { 'content-type': 'application/octet-stream', 'inference-header-content-length': String(header.byteLength) },
+    headers: {
+      'content-type': 'application/octet-stream',
+      'inference-header-content-length': String(header.byteLength),
+    },
   };
 }
 
@@ -142,12 +149,19 @@ async function closedLoop(pool: Pool, pid: number, r: Request, concurrency: numb
     }),
   );
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
-  return { perSec: done / secs, cpuMs: ((cpuSeconds(pid) - cpu0) * 1000) / done, faults: (minorFaults(pid) - faults0) / done };
+  return {
+    perSec: done / secs,
+    cpuMs: ((cpuSeconds(pid) - cpu0) * 1000) / done,
+    faults: (minorFaults(pid) - faults0) / done,
+  };
 }
 
 const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-malloc-'));
 mkdirSync(path.join(repo, 'identity', '1'), { recursive: true });
-writeFileSync(path.join(repo, 'identity', '1', 'model.onnx'), buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]).toBytes());
+writeFileSync(
+  path.join(repo, 'identity', '1', 'model.onnx'),
+  buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]).toBytes(),
+);
 writeFileSync(
   path.join(repo, 'identity', 'config.pbtxt'),
   `platform: "onnxruntime_onnx"
@@ -158,7 +172,10 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
 );
 mkdirSync(path.join(repo, 'mlp_tiny', '1'), { recursive: true });
-writeFileSync(path.join(repo, 'mlp_tiny', '1', 'model.onnx'), buildMlp(TINY_LAYERS, 1, { inputName: 'input', outputName: 'output' }).builder.toBytes());
+writeFileSync(
+  path.join(repo, 'mlp_tiny', '1', 'model.onnx'),
+  buildMlp(TINY_LAYERS, 1, { inputName: 'input', outputName: 'output' }).builder.toBytes(),
+);
 writeFileSync(
   path.join(repo, 'mlp_tiny', 'config.pbtxt'),
   `platform: "onnxruntime_onnx"
@@ -188,10 +205,16 @@ try {
   const points: Point[] = [];
   for (const kib of SIZES_KIB) {
     const r = identityBinary((kib * 1024) / 4);
-    points.push({ label: `${kib >= 1024 ? `${kib / 1024} MiB` : `${kib} KiB`} binary c${CONCURRENCY}`, run: (s) => closedLoop(s.pool, s.pid, r, CONCURRENCY) });
+    points.push({
+      label: `${kib >= 1024 ? `${kib / 1024} MiB` : `${kib} KiB`} binary c${CONCURRENCY}`,
+      run: (s) => closedLoop(s.pool, s.pid, r, CONCURRENCY),
+    });
   }
   const json = identityJson((SIZES_KIB[0]! * 1024) / 4);
-  points.push({ label: `${SIZES_KIB[0]} KiB JSON c${CONCURRENCY}`, run: (s) => closedLoop(s.pool, s.pid, json, CONCURRENCY) });
+  points.push({
+    label: `${SIZES_KIB[0]} KiB JSON c${CONCURRENCY}`,
+    run: (s) => closedLoop(s.pool, s.pid, json, CONCURRENCY),
+  });
   const tiny = jsonBody('input', 'output', TINY_LAYERS[0]!);
   points.push({
     label: 'tiny MLP JSON c32 (wrk)',
@@ -200,7 +223,11 @@ try {
       const faults0 = minorFaults(s.pid);
       const w = await runWrk(`http://127.0.0.1:${s.http}/v2/models/mlp_tiny/infer`, tiny, 32, SECONDS);
       if (w.errors + w.non2xx > 0) throw new Error(`tiny MLP: ${w.errors} errors, ${w.non2xx} not 2xx`);
-      return { perSec: w.requestsPerSec, cpuMs: ((cpuSeconds(s.pid) - cpu0) * 1000) / w.requests, faults: (minorFaults(s.pid) - faults0) / w.requests };
+      return {
+        perSec: w.requestsPerSec,
+        cpuMs: ((cpuSeconds(s.pid) - cpu0) * 1000) / w.requests,
+        faults: (minorFaults(s.pid) - faults0) / w.requests,
+      };
     },
   });
 
@@ -209,7 +236,10 @@ try {
     const r = identityBinary(1024);
     const res = await s.pool.request({ method: 'POST', path: r.path, body: r.body, headers: r.headers });
     const reply = Buffer.from(await res.body.arrayBuffer());
-    if (res.statusCode !== 200 || reply.subarray(reply.byteLength - 4096).compare(r.body.subarray(r.body.byteLength - 4096)) !== 0) {
+    if (
+      res.statusCode !== 200 ||
+      reply.subarray(reply.byteLength - 4096).compare(r.body.subarray(r.body.byteLength - 4096)) !== 0
+    ) {
       throw new Error(`${s.label}: the identity did not give its input back (status ${res.statusCode})`);
     }
   }
@@ -237,8 +267,12 @@ try {
   }
   const header = ['point', 'setting', 'req/s', 'vs first', 'CPU ms/req', 'faults/req', 'rounds req/s'];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
-  process.stdout.write(`\nglibc malloc settings, ${SECONDS}s per point and setting, ${ROUNDS} rounds in turns (medians)\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join('  ');
+  process.stdout.write(
+    `\nglibc malloc settings, ${SECONDS}s per point and setting, ${ROUNDS} rounds in ` +
+    `turns (medians)\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
+  );
   for (const r of rows) process.stdout.write(`${line(r)}\n`);
   for (const s of servers) {
     const m = residentMiB(s.pid);

@@ -106,7 +106,11 @@ interface ModelStats {
 async function modelStats(port: number, model: string): Promise<ModelStats | undefined> {
   try {
     const j = (await (await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`)).json()) as {
-      model_stats: Array<{ inference_count: number; execution_count: number; batch_stats?: Array<{ compute_infer: { ns: number } }> }>;
+      model_stats: Array<{
+        inference_count: number;
+        execution_count: number;
+        batch_stats?: Array<{ compute_infer: { ns: number } }>;
+      }>;
     };
     const s = j.model_stats[0]!;
     let computeNs = 0;
@@ -172,11 +176,16 @@ async function measure(t: Target, format: string): Promise<Point> {
 function bestCeiling(): number {
   let best = 0;
   for (const threads of [1, 2]) {
-    const r = spawnSync(process.execPath, [path.join(DIST, 'bench', 'ceiling.js'), medium.onnxFile, String(medium.inputSize), '64', '2'], {
-      encoding: 'utf8',
-      env: { ...process.env, CEILING_THREADS: String(threads) },
-    });
-    for (const l of r.stdout.split('\n')) if (l.trim() !== '') best = Math.max(best, (JSON.parse(l) as { inferPerSec: number }).inferPerSec);
+    const r = spawnSync(
+      process.execPath,
+      [path.join(DIST, 'bench', 'ceiling.js'), medium.onnxFile, String(medium.inputSize), '64', '2'],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, CEILING_THREADS: String(threads) },
+      },
+    );
+    for (const l of r.stdout.split('\n'))
+      if (l.trim() !== '') best = Math.max(best, (JSON.parse(l) as { inferPerSec: number }).inferPerSec);
   }
   return best;
 }
@@ -186,11 +195,28 @@ const current = await startNereid(medium.repository, ARGS, { env: envOf(process.
 const base =
   BASE_DIST === undefined && process.env.MEDIUM_BASE_ENV === undefined
     ? undefined
-    : await startNereid(medium.repository, BASE_ARGS, { env: envOf(process.env.MEDIUM_BASE_ENV), ...(BASE_DIST === undefined ? {} : { dist: path.resolve(BASE_DIST) }) });
+    : await startNereid(medium.repository, BASE_ARGS, {
+        env: envOf(process.env.MEDIUM_BASE_ENV),
+        ...(BASE_DIST === undefined ? {} : { dist: path.resolve(BASE_DIST) }),
+      });
 const naive = await startNaive(medium.onnxFile);
 const targets: Target[] = [
-  ...(base === undefined ? [] : [{ label: 'base', url: `http://127.0.0.1:${base.http}/v2/models/${medium.batchedName}/infer`, pid: base.proc.child.pid!, statsPort: base.http }]),
-  { label: 'this build', url: `http://127.0.0.1:${current.http}/v2/models/${medium.batchedName}/infer`, pid: current.proc.child.pid!, statsPort: current.http },
+  ...(base === undefined
+    ? []
+    : [
+        {
+          label: 'base',
+          url: `http://127.0.0.1:${base.http}/v2/models/${medium.batchedName}/infer`,
+          pid: base.proc.child.pid!,
+          statsPort: base.http,
+        },
+      ]),
+  {
+    label: 'this build',
+    url: `http://127.0.0.1:${current.http}/v2/models/${medium.batchedName}/infer`,
+    pid: current.proc.child.pid!,
+    statsPort: current.http,
+  },
   { label: 'naive', url: `http://127.0.0.1:${naive.port}/`, pid: naive.proc.child.pid!, statsPort: undefined },
 ];
 const points = new Map<string, Point[]>();
@@ -245,14 +271,32 @@ for (const format of FORMATS) {
     ]);
   }
 }
-const header = ['body', 'server', 'req/s', 'p50us', 'x ceiling', 'x naive', 'cores', 'main us', 'session us', 'other us', 'batch', 'run busy', 'idle', 'errors'];
+const header = [
+  'body',
+  'server',
+  'req/s',
+  'p50us',
+  'x ceiling',
+  'x naive',
+  'cores',
+  'main us',
+  'session us',
+  'other us',
+  'batch',
+  'run busy',
+  'idle',
+  'errors',
+];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join('  ');
 process.stdout.write(
-  `\n${medium.label}, dynamic batching, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point, medians of ${ROUNDS} alternating rounds; ` +
-    `ceiling ${fmt(ceil)} infer/s (onnxruntime alone, batch 64, best of 1 and 2 intra-op threads; before/after: ${ceilings.map((c) => fmt(c)).join(' / ')}); ` +
+  `\n${medium.label}, dynamic batching, wrk -t1 -c${CONCURRENCY}, ` +
+  `${SECONDS}s per point, medians of ${ROUNDS} alternating rounds; ` +
+    `ceiling ${fmt(ceil)} infer/s (onnxruntime alone, batch 64, best of 1 and 2 ` +
+    `intra-op threads; before/after: ${ceilings.map((c) => fmt(c)).join(' / ')}); ` +
     `load averages at round starts ${loads.join(' ')}${BASE_DIST === undefined ? '' : `; base = ${BASE_DIST}`}\n` +
-    'CPU per request (us): main thread, session thread (the busiest other thread), the rest; cores: server CPU over wall time; ' +
+    'CPU per request (us): main thread, session thread (the busiest ' +
+    'other thread), the rest; cores: server CPU over wall time; ' +
     'run busy: share of the wall time the session ran; idle: idle share of the machine\n' +
     `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
 );

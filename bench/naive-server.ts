@@ -41,14 +41,30 @@ const server = http.createServer((req, res) => {
           JSON.stringify({
             model_name: 'm',
             model_version: '1',
-            outputs: [{ name: outputName, datatype: 'FP32', shape: tensor.dims, parameters: { binary_data_size: values.byteLength } }],
+            outputs: [
+              {
+                name: outputName,
+                datatype: 'FP32',
+                shape: tensor.dims,
+                parameters: { binary_data_size: values.byteLength },
+              },
+            ],
           }),
         );
-        res.writeHead(200, { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': json.length });
+        res.writeHead(200, {
+          'Content-Type': 'application/octet-stream',
+          'Inference-Header-Content-Length': json.length,
+        });
         res.end(Buffer.concat([json, Buffer.from(values.buffer, values.byteOffset, values.byteLength)]));
       } else {
         res.writeHead(200, { 'Content-Type': 'application/json' });
-        res.end(JSON.stringify({ model_name: 'm', model_version: '1', outputs: [{ name: outputName, datatype: 'FP32', shape: tensor.dims, data: Array.from(values) }] }));
+        res.end(
+          JSON.stringify({
+            model_name: 'm',
+            model_version: '1',
+            outputs: [{ name: outputName, datatype: 'FP32', shape: tensor.dims, data: Array.from(values) }],
+          }),
+        );
       }
     } catch (err) {
       res.writeHead(400, { 'Content-Type': 'application/json' });

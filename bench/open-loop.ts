@@ -222,7 +222,8 @@ function pump(): void {
 
 for (let i = 0; i < config.connections; i++) all.push(new Connection());
 const warmEnd = Date.now() + 30_000;
-while (warmed + counts.otherErrors < config.connections && Date.now() < warmEnd) await new Promise((r) => setTimeout(r, 5));
+while (warmed + counts.otherErrors < config.connections && Date.now() < warmEnd)
+  await new Promise((r) => setTimeout(r, 5));
 if (warmed < config.connections) throw new Error(`only ${warmed} of ${config.connections} connections warmed up`);
 warming = false;
 counts.otherErrors = 0;

@@ -27,7 +27,13 @@ import { runWrk, type WrkResult } from './wrk.js';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 3);
 const TTFT_REQUESTS = Number(process.env.BENCH_OPENAI_TTFT ?? 300);
-const EXAMPLES = path.resolve(path.dirname(new URL(import.meta.url).pathname), '..', '..', 'examples', 'model_repository');
+const EXAMPLES = path.resolve(
+  path.dirname(new URL(import.meta.url).pathname),
+  '..',
+  '..',
+  'examples',
+  'model_repository',
+);
 
 const TEXTS = Array.from({ length: 16 }, (_, i) => `query ${i} about a small model server and fast vector search`);
 
@@ -35,12 +41,16 @@ const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
-const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
 /** The /v2 binary body holding the tokens /v1/embeddings makes of TEXTS (padded to the longest, as it pads). */
 function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
   const dir = path.join(EXAMPLES, 'text_embedder');
-  const tokenizer = new Tokenizer(JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')), JSON.parse(readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')));
+  const tokenizer = new Tokenizer(
+    JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')),
+    JSON.parse(readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')),
+  );
   const ids = TEXTS.map((t) => tokenizer.encode(t).ids);
   const seq = Math.max(...ids.map((x) => x.length));
   const rows = ids.length;
@@ -52,7 +62,12 @@ function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
     return Buffer.from(a.buffer);
   };
   const parts = [tensor((row, s) => row[s]!), tensor(() => 1), tensor(() => 0)];
-  const input = (name: string, b: Buffer) => ({ name, datatype: 'INT64', shape: [rows, seq], parameters: { binary_data_size: b.byteLength } });
+  const input = (name: string, b: Buffer) => ({
+    name,
+    datatype: 'INT64',
+    shape: [rows, seq],
+    parameters: { binary_data_size: b.byteLength },
+  });
   const header = Buffer.from(
     JSON.stringify({
       inputs: [input('input_ids', parts[0]!), input('attention_mask', parts[1]!), input('token_type_ids', parts[2]!)],
@@ -61,7 +76,10 @@ function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
   );
   return {
     body: Buffer.concat([header, ...parts]),
-    headers: { 'Content-Type': 'application/octet-stream', 'Inference-Header-Content-Length': String(header.byteLength) },
+    headers: {
+      'Content-Type': 'application/octet-stream',
+      'Inference-Header-Content-Length': String(header.byteLength),
+    },
   };
 }
 
@@ -69,7 +87,9 @@ function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
 function firstTokenUs(agent: http.Agent, port: number, pathName: string, body: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const start = process.hrtime.bigint();
-    const req = http.request({ host: '127.0.0.1', port, path: pathName, method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+    const options = { host: '127.0.0.1', port, path: pathName, method: 'POST', agent };
+    const headers = { 'content-type': 'application/json' };
+    const req = http.request({ ...options, headers }, (res) => {
       let seen = false;
       let buf = '';
       res.setEncoding('utf8');
@@ -90,13 +110,21 @@ function firstTokenUs(agent: http.Agent, port: number, pathName: string, body: s
 }
 
 /** Streams for `seconds` with `concurrency` clients; returns tokens (events with text) per second. */
-async function tokensPerSecond(port: number, pathName: string, body: string, concurrency: number, seconds: number): Promise<number> {
+async function tokensPerSecond(
+  port: number,
+  pathName: string,
+  body: string,
+  concurrency: number,
+  seconds: number,
+): Promise<number> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: concurrency });
   const end = Date.now() + seconds * 1000;
   let tokens = 0;
   const one = () =>
     new Promise<void>((resolve, reject) => {
-      const req = http.request({ host: '127.0.0.1', port, path: pathName, method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+      const options = { host: '127.0.0.1', port, path: pathName, method: 'POST', agent };
+      const headers = { 'content-type': 'application/json' };
+      const req = http.request({ ...options, headers }, (res) => {
         let rest = '';
         res.setEncoding('utf8');
         res.on('data', (d: string) => {
@@ -122,14 +150,21 @@ async function tokensPerSecond(port: number, pathName: string, body: string, con
 
 async function main(): Promise<void> {
   const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-openai-'));
-  for (const m of ['text_embedder', 'tiny_llm']) cpSync(path.join(EXAMPLES, m), path.join(repo, m), { recursive: true });
+  for (const m of ['text_embedder', 'tiny_llm'])
+    cpSync(path.join(EXAMPLES, m), path.join(repo, m), { recursive: true });
   const server = await startNereid(repo, ['--allow-grpc=false', '--allow-metrics=false']);
   const port = server.http;
   try {
     // (a) embeddings
-    const v1 = { body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'float' })), headers: { 'Content-Type': 'application/json' } };
+    const v1 = {
+      body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'float' })),
+      headers: { 'Content-Type': 'application/json' },
+    };
     // What the official openai client sends by default (it decodes the base64 itself).
-    const v1b64 = { body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'base64' })), headers: { 'Content-Type': 'application/json' } };
+    const v1b64 = {
+      body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'base64' })),
+      headers: { 'Content-Type': 'application/json' },
+    };
     const v2 = v2EmbeddingBody();
     const v1Url = `http://127.0.0.1:${port}/v1/embeddings`;
     const v2Url = `http://127.0.0.1:${port}/v2/models/text_embedder/infer`;
@@ -146,13 +181,15 @@ async function main(): Promise<void> {
     const errors = [...a1, ...a1b, ...a2].reduce((n, w) => n + w.errors + w.non2xx, 0);
     const rps = (ws: WrkResult[]) => median(ws.map((w) => w.requestsPerSec));
     const line = (label: string, ws: WrkResult[]) =>
-      `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us\n`;
+      `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} ` +
+      `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us\n`;
     process.stdout.write(
       `\n(a) embeddings, 16 texts per request, concurrency 8, ${ROUNDS} alternated rounds of ${SECONDS}s (medians)\n` +
         line('/v1/embeddings, floats in JSON', a1) +
         line('/v1/embeddings, base64 (client default)', a1b) +
         line('/v2 infer, binary, same tokens', a2) +
-        `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
+        `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ` +
+        `${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
     );
 
     // (b) time to first token
@@ -185,8 +222,17 @@ async function main(): Promise<void> {
 
     // (c) streamed tokens per second at concurrency 32
     const words = Array.from({ length: 64 }, (_, i) => `w${i}`).join(' ');
-    const chat64 = JSON.stringify({ model: 'tiny_llm', messages: [{ role: 'user', content: words }], stream: true, max_tokens: 64 });
-    const gen64 = JSON.stringify({ text_input: `<|user|>\n${words}<|end|>\n<|assistant|>\n`, stream: true, max_tokens: 64 });
+    const chat64 = JSON.stringify({
+      model: 'tiny_llm',
+      messages: [{ role: 'user', content: words }],
+      stream: true,
+      max_tokens: 64,
+    });
+    const gen64 = JSON.stringify({
+      text_input: `<|user|>\n${words}<|end|>\n<|assistant|>\n`,
+      stream: true,
+      max_tokens: 64,
+    });
     const c1: number[] = [];
     const c2: number[] = [];
     for (let r = 0; r < ROUNDS; r++) {
@@ -194,7 +240,8 @@ async function main(): Promise<void> {
       c2.push(await tokensPerSecond(port, '/v2/models/tiny_llm/generate_stream', gen64, 32, SECONDS));
     }
     process.stdout.write(
-      `\n(c) streamed tokens per second, concurrency 32, 64 tokens per answer, ${ROUNDS} alternated rounds (medians)\n` +
+      `\n(c) streamed tokens per second, concurrency 32, 64 tokens ` +
+      `per answer, ${ROUNDS} alternated rounds (medians)\n` +
         `  /v1/chat/completions stream     ${fmt(median(c1))} tokens/s\n` +
         `  /v2 generate_stream             ${fmt(median(c2))} tokens/s\n` +
         `  ratio v1/v2: ${fmt(median(c1) / median(c2), 2)}x\n`,

@@ -46,7 +46,9 @@ interface Run {
   endMs: number;
 }
 
-/** An instance that runs batches one after another, each for a + c·n virtual ms, and takes a second while it runs one. */
+/**
+ * An instance that runs batches one after another, each for a + c·n virtual ms, and takes a second while it runs one.
+ */
 class TimedInstance implements BackendInstance {
   readonly maxInFlight = 2;
   private readonly waiting: Run[] = [];
@@ -56,7 +58,11 @@ class TimedInstance implements BackendInstance {
 
   execute(requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
     return new Promise((resolve) => {
-      this.waiting.push({ size: requests.length, done: () => resolve(requests.map(() => ({ outputs: [], parameters: {} }))), endMs: 0 });
+      this.waiting.push({
+        size: requests.length,
+        done: () => resolve(requests.map(() => ({ outputs: [], parameters: {} }))),
+        endMs: 0,
+      });
       this.startNext();
     });
   }
@@ -188,7 +194,8 @@ const header = ['batch cost', 'capacity (32 closed loops)', '2x open loop', 'goo
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const line = (cells: string[]): string => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
 process.stdout.write(
-  `\nThe dynamic batcher alone, in virtual time (max_batch_size ${MAX_BATCH}, max_queue_size ${MAX_QUEUE}, one instance taking a second batch; bars: goodput ≥ 0.9, p99 ≤ 3)\n`,
+  `\nThe dynamic batcher alone, in virtual time (max_batch_size ${MAX_BATCH}, max_queue_size ` +
+  `${MAX_QUEUE}, one instance taking a second batch; bars: goodput ≥ 0.9, p99 ≤ 3)\n`,
 );
 process.stdout.write(`${line(header)}\n`);
 for (const r of rows) process.stdout.write(`${line(r)}\n`);

@@ -76,7 +76,13 @@ interface OpenLoopResult {
  * Runs the generator (bench/open-loop.ts) in its own process: an open loop at
  * `rate`, or with `closed` a closed loop over that many connections.
  */
-function generate(port: number, urlPath: string, req: HttpBody, load: { rate: number } | { closed: number }, seconds: number): Promise<OpenLoopResult> {
+function generate(
+  port: number,
+  urlPath: string,
+  req: HttpBody,
+  load: { rate: number } | { closed: number },
+  seconds: number,
+): Promise<OpenLoopResult> {
   const closed = 'closed' in load;
   const config = {
     port,
@@ -90,7 +96,12 @@ function generate(port: number, urlPath: string, req: HttpBody, load: { rate: nu
     warmPath: '/v2/health/live',
     closed,
   };
-  const command = [...GENERATOR_PREFIX, process.execPath, path.join(DIST, 'bench', 'open-loop.js'), JSON.stringify(config)];
+  const command = [
+    ...GENERATOR_PREFIX,
+    process.execPath,
+    path.join(DIST, 'bench', 'open-loop.js'),
+    JSON.stringify(config),
+  ];
   return new Promise((resolve, reject) => {
     const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
@@ -123,7 +134,10 @@ async function modelStats(port: number): Promise<ServedStats> {
     model_stats: Array<{
       execution_count: number;
       inference_count: number;
-      inference_stats: Record<'success' | 'queue' | 'compute_input' | 'compute_infer' | 'compute_output', { count: number; ns: number }>;
+      inference_stats: Record<
+        'success' | 'queue' | 'compute_input' | 'compute_infer' | 'compute_output',
+        { count: number; ns: number }
+      >;
     }>;
   };
   const m = doc.model_stats[0]!;
@@ -175,7 +189,9 @@ function threadSeconds(pid: number): Map<number, number> {
   return out;
 }
 
-/** A thread's time on a CPU and waiting for one (ns, /proc/PID/task/TID/schedstat), and its voluntary context switches. */
+/**
+ * A thread's time on a CPU and waiting for one (ns, /proc/PID/task/TID/schedstat), and its voluntary context switches.
+ */
 function schedstat(pid: number, tid: number): { runNs: number; waitNs: number; sleeps: number } {
   try {
     const [run, wait] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').trim().split(' ').map(Number);
@@ -216,9 +232,13 @@ const body = binaryBody(medium.inputName, medium.outputName, medium.inputSize);
 const nodeArgs = process.env['OVERLOAD_NODE_ARGS']?.split(' ') ?? [];
 const BASELINE = process.env['OVERLOAD_BASELINE'];
 type Started = Awaited<ReturnType<typeof startNereid>>;
-const servers: Array<{ name: string; nereid: Started }> = [{ name: 'this', nereid: await startNereid(repo, [], { nodeArgs }) }];
+const servers: Array<{ name: string; nereid: Started }> = [
+  { name: 'this', nereid: await startNereid(repo, [], { nodeArgs }) },
+];
 if (BASELINE !== undefined) {
-  const mod = (await import(pathToFileURL(path.join(path.resolve(BASELINE), 'bench', 'processes.js')).href)) as { startNereid: typeof startNereid };
+  const mod = (await import(pathToFileURL(path.join(path.resolve(BASELINE), 'bench', 'processes.js')).href)) as {
+    startNereid: typeof startNereid;
+  };
   servers.push({ name: 'baseline', nereid: await mod.startNereid(repo, [], { nodeArgs }) });
 }
 const cores = os.availableParallelism();
@@ -231,7 +251,8 @@ try {
     const before = await modelStats(nereid.http);
     const t0 = process.hrtime.bigint();
     const threads0 = threadSeconds(pid);
-    const busiest = [...threads0.keys()].filter((t) => t !== pid).sort((a, b) => threads0.get(b)! - threads0.get(a)!)[0] ?? pid;
+    const busiest =
+      [...threads0.keys()].filter((t) => t !== pid).sort((a, b) => threads0.get(b)! - threads0.get(a)!)[0] ?? pid;
     const [st0, sm0] = [schedstat(pid, busiest), schedstat(pid, pid)];
     const p0 = cpuSeconds(pid);
     const m0 = machineTicks();
@@ -268,7 +289,8 @@ try {
       mainUsPerRequest: (1e6 * main) / Math.max(1, out.sent),
       server:
         `mean request ${us(after.requestNs, before.requestNs)} µs = queue ${us(after.queueNs, before.queueNs)} + ` +
-        `compute ${us(after.computeNs, before.computeNs)} (of which the run ${us(after.inferNs, before.inferNs)}), mean batch ${fmt((after.inferences - before.inferences) / batches, 1)}`,
+        `compute ${us(after.computeNs, before.computeNs)} (of which the run ${us(after.inferNs, before.inferNs)}), ` +
+        `mean batch ${fmt((after.inferences - before.inferences) / batches, 1)}`,
     };
   };
 
@@ -288,7 +310,9 @@ try {
       fmt(p.mainUsPerRequest),
       `${fmt(p.generatorPct)}${o.late > 0 ? ` (${o.late} late, max ${fmt(o.maxLagUs / 1000, 1)} ms)` : ''}`,
       `${fmt(p.machinePct)} / ${fmt(p.othersPct)}`,
-      p.server + (o.otherErrors > 0 ? `; ${o.otherErrors} other errors` : '') + (o.unsent > 0 ? `; ${o.unsent} never sent` : ''),
+      p.server +
+        (o.otherErrors > 0 ? `; ${o.otherErrors} other errors` : '') +
+        (o.unsent > 0 ? `; ${o.unsent} never sent` : ''),
     ]);
   };
 
@@ -318,11 +342,27 @@ try {
   }
   for (const { name, nereid } of servers) row('after', name, await point(nereid, 'closed c64', { closed: 64 }));
 
-  const header = ['round', 'server', 'point', 'ok/s', 'p50 µs', 'p99 µs', 'refused', 'CPU % main / session / process', 'runnable % main / session (sleeps)', 'main µs/req', 'generator CPU %', 'machine / others %', 'server'];
+  const header = [
+    'round',
+    'server',
+    'point',
+    'ok/s',
+    'p50 µs',
+    'p99 µs',
+    'refused',
+    'CPU % main / session / process',
+    'runnable % main / session (sleeps)',
+    'main µs/req',
+    'generator CPU %',
+    'machine / others %',
+    'server',
+  ];
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((x) => x[i]!.length)));
-  const line = (cells: string[]): string => cells.map((c, i) => (i === cells.length - 1 ? c : c.padStart(widths[i]!))).join('  ');
+  const line = (cells: string[]): string =>
+    cells.map((c, i) => (i === cells.length - 1 ? c : c.padStart(widths[i]!))).join('  ');
   process.stdout.write(
-    `\n${medium.label}, dynamic batching, max_queue_size 64: overload at ${FACTOR}x capacity, ${SECONDS}s per point, ${ROUNDS} rounds, ` +
+    `\n${medium.label}, dynamic batching, max_queue_size 64: overload ` +
+    `at ${FACTOR}x capacity, ${SECONDS}s per point, ${ROUNDS} rounds, ` +
       `${cores} cores, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`,
   );
   process.stdout.write(`${line(header)}\n`);
@@ -340,7 +380,8 @@ try {
     process.stdout.write(`${tag}${summary('accepted p99 / p99 at c64', xs.map((x) => x.p99vs64), '≤ 3')}\n`);
     process.stdout.write(`${tag}${summary('accepted p99 / p99 at c32', xs.map((x) => x.p99vs32), '≤ 3')}\n`);
   }
-  if (againstBaseline.length > 0) process.stdout.write(`${summary('goodput/capacity, this / baseline, per round', againstBaseline, 'none')}\n`);
+  if (againstBaseline.length > 0)
+    process.stdout.write(`${summary('goodput/capacity, this / baseline, per round', againstBaseline, 'none')}\n`);
 } finally {
   for (const { nereid } of servers) await nereid.proc.stop();
 }

@@ -47,7 +47,12 @@ export class Proc {
 }
 
 /** `env` adds to this process's environment; an undefined value removes a variable. */
-export function startNode(script: string, args: string[], env: Record<string, string | undefined> = {}, nodeArgs: readonly string[] = []): Proc {
+export function startNode(
+  script: string,
+  args: string[],
+  env: Record<string, string | undefined> = {},
+  nodeArgs: readonly string[] = [],
+): Proc {
   const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
     stdio: ['ignore', 'ignore', 'inherit'],
     env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
@@ -84,7 +89,11 @@ export async function startNereid(
 
 export async function startNaive(modelFile: string, noSpin = false): Promise<{ proc: Proc; port: number }> {
   const port = await freePort();
-  const proc = startNode(path.join(DIST, 'bench', 'naive-server.js'), [modelFile, String(port), ...(noSpin ? ['--no-spin'] : [])]);
+  const proc = startNode(path.join(DIST, 'bench', 'naive-server.js'), [
+    modelFile,
+    String(port),
+    ...(noSpin ? ['--no-spin'] : []),
+  ]);
   const end = Date.now() + 30000;
   while (Date.now() < end) {
     try {

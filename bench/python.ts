@@ -115,13 +115,24 @@ async function roundTrip(): Promise<void> {
       const t = f32('INPUT0', [elements], elements);
       const s = await timeIt(() => inst.execute([req([t], 1, ['OUTPUT0'])], timer), SECONDS);
       const gbps = ((2 * t.data.byteLength) / (s.meanUs * 1e-6)) / 1e9;
-      rows.push([`identity ${label}`, String(t.data.byteLength), fmt(s.meanUs, 1), fmt(s.p50Us, 1), fmt(s.p99Us, 1), fmt(gbps, 2)]);
+      rows.push([
+        `identity ${label}`,
+        String(t.data.byteLength),
+        fmt(s.meanUs, 1),
+        fmt(s.p50Us, 1),
+        fmt(s.p99Us, 1),
+        fmt(gbps, 2),
+      ]);
     }
   } finally {
     await inst.close();
     await model.close();
   }
-  table('Python worker round trip (execute() through model.py, pipes)', ['case', 'bytes', 'mean µs', 'p50 µs', 'p99 µs', 'GB/s both ways'], rows);
+  table(
+    'Python worker round trip (execute() through model.py, pipes)',
+    ['case', 'bytes', 'mean µs', 'p50 µs', 'p99 µs', 'GB/s both ways'],
+    rows,
+  );
 }
 
 const TORCH_MLP = `
@@ -193,7 +204,15 @@ async function torchVsOrt(): Promise<void> {
       const so = await timeIt(() => ortInst.execute([req([x], batch, ['OUTPUT__0'])], timer), SECONDS);
       const ipsT = (batch * 1e6) / st.meanUs;
       const ipsO = (batch * 1e6) / so.meanUs;
-      rows.push([String(batch), fmt(ipsT), fmt(st.p50Us), fmt(ipsO), fmt(so.p50Us), fmt(ipsT / ipsO, 2), maxDiff.toExponential(1)]);
+      rows.push([
+        String(batch),
+        fmt(ipsT),
+        fmt(st.p50Us),
+        fmt(ipsO),
+        fmt(so.p50Us),
+        fmt(ipsT / ipsO, 2),
+        maxDiff.toExponential(1),
+      ]);
     }
   } finally {
     for (const i of instances) await i.close();

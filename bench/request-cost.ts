@@ -90,7 +90,8 @@ function writeCachedModel(repo: string): void {
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 `,
@@ -102,7 +103,12 @@ function cachedBody(): HttpBody {
   const raw = Buffer.from(new Int32Array(Array.from({ length: 16 }, (_, i) => i)).buffer);
   const header = Buffer.from(
     JSON.stringify({
-      inputs: ['INPUT0', 'INPUT1'].map((name) => ({ name, datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } })),
+      inputs: ['INPUT0', 'INPUT1'].map((name) => ({
+        name,
+        datatype: 'INT32',
+        shape: [1, 16],
+        parameters: { binary_data_size: 64 },
+      })),
       outputs: ['OUTPUT0', 'OUTPUT1'].map((name) => ({ name, parameters: { binary_data: true } })),
     }),
   );
@@ -119,7 +125,10 @@ const FULL = 'full_queue';
 function writeFullModel(repo: string): void {
   mkdirSync(path.join(repo, FULL, '1'), { recursive: true });
   // The first execution never ends (until the server stops), the one after it waits in the queue of one.
-  writeFileSync(path.join(repo, FULL, '1', 'model.mjs'), 'export default class { execute() { return new Promise(() => {}); } }\n');
+  writeFileSync(
+    path.join(repo, FULL, '1', 'model.mjs'),
+    'export default class { execute() { return new Promise(() => {}); } }\n',
+  );
   writeFileSync(
     path.join(repo, FULL, 'config.pbtxt'),
     `name: "${FULL}"
@@ -252,7 +261,12 @@ function stageOf(node: ProfileNode): Stage | undefined {
 }
 
 /** Main-thread µs per stage over samples taken between `fromUs` and `toUs` (monotonic clock, µs). */
-function attribute(profile: Profile, fromUs: number, toUs: number, selfTimes?: Map<string, number>): Map<Stage, number> {
+function attribute(
+  profile: Profile,
+  fromUs: number,
+  toUs: number,
+  selfTimes?: Map<string, number>,
+): Map<Stage, number> {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parent = new Map<number, number>();
   for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
@@ -300,12 +314,17 @@ function median(xs: number[]): number {
 
 const tiny = (await buildBenchModels()).find((m) => m.plainName === 'mlp_tiny')!;
 const inferModel = process.env.COST_MODEL ?? tiny.plainName;
-if (inferModel !== tiny.plainName && inferModel !== tiny.batchedName) throw new Error(`COST_MODEL: ${inferModel} is neither ${tiny.plainName} nor ${tiny.batchedName}`);
+if (inferModel !== tiny.plainName && inferModel !== tiny.batchedName)
+  throw new Error(`COST_MODEL: ${inferModel} is neither ${tiny.plainName} nor ${tiny.batchedName}`);
 const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
 const cacheRepo = mkdtempSync(path.join(tmpdir(), 'nereid-cost-cache-'));
 writeCachedModel(cacheRepo);
 writeFullModel(cacheRepo);
-const serveArgs = [`--model-repository=${tiny.repository}`, `--model-repository=${cacheRepo}`, `--cache-config=local,size=${16 * 1024 * 1024}`];
+const serveArgs = [
+  `--model-repository=${tiny.repository}`,
+  `--model-repository=${cacheRepo}`,
+  `--cache-config=local,size=${16 * 1024 * 1024}`,
+];
 
 interface Target {
   label: string;
@@ -319,18 +338,58 @@ const nereid = await startServe(serveArgs, []);
 const base = BASE_DIST === undefined ? undefined : await startServe(serveArgs, [], path.resolve(BASE_DIST));
 const naive = await startNaive(tiny.onnxFile);
 const targets: Target[] = [
-  { label: 'nereid infer', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${inferModel}/infer`, body },
+  {
+    label: 'nereid infer',
+    pid: () => nereid.proc.child.pid!,
+    url: () => `http://127.0.0.1:${nereid.http}/v2/models/${inferModel}/infer`,
+    body,
+  },
   { label: 'naive infer', pid: () => naive.proc.child.pid!, url: () => `http://127.0.0.1:${naive.port}/`, body },
-  { label: 'nereid health', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/health/ready`, body: HEALTH },
-  { label: 'nereid cache hit', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
-  { label: 'nereid refusal', pid: () => nereid.proc.child.pid!, url: () => `http://127.0.0.1:${nereid.http}/v2/models/${FULL}/infer`, body },
+  {
+    label: 'nereid health',
+    pid: () => nereid.proc.child.pid!,
+    url: () => `http://127.0.0.1:${nereid.http}/v2/health/ready`,
+    body: HEALTH,
+  },
+  {
+    label: 'nereid cache hit',
+    pid: () => nereid.proc.child.pid!,
+    url: () => `http://127.0.0.1:${nereid.http}/v2/models/${CACHED}/infer`,
+    body: cachedBody(),
+  },
+  {
+    label: 'nereid refusal',
+    pid: () => nereid.proc.child.pid!,
+    url: () => `http://127.0.0.1:${nereid.http}/v2/models/${FULL}/infer`,
+    body,
+  },
 ];
 if (base !== undefined) {
   targets.push(
-    { label: 'base infer', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${inferModel}/infer`, body },
-    { label: 'base health', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/health/ready`, body: HEALTH },
-    { label: 'base cache hit', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${CACHED}/infer`, body: cachedBody() },
-    { label: 'base refusal', pid: () => base.proc.child.pid!, url: () => `http://127.0.0.1:${base.http}/v2/models/${FULL}/infer`, body },
+    {
+      label: 'base infer',
+      pid: () => base.proc.child.pid!,
+      url: () => `http://127.0.0.1:${base.http}/v2/models/${inferModel}/infer`,
+      body,
+    },
+    {
+      label: 'base health',
+      pid: () => base.proc.child.pid!,
+      url: () => `http://127.0.0.1:${base.http}/v2/health/ready`,
+      body: HEALTH,
+    },
+    {
+      label: 'base cache hit',
+      pid: () => base.proc.child.pid!,
+      url: () => `http://127.0.0.1:${base.http}/v2/models/${CACHED}/infer`,
+      body: cachedBody(),
+    },
+    {
+      label: 'base refusal',
+      pid: () => base.proc.child.pid!,
+      url: () => `http://127.0.0.1:${base.http}/v2/models/${FULL}/infer`,
+      body,
+    },
   );
 }
 const points = new Map<string, CostPoint[]>(targets.map((t) => [t.label, []]));
@@ -349,7 +408,11 @@ try {
 
 /** The profiled pass: per stage, scaled to the main thread's measured CPU over the same interval. */
 type Profiled = 'infer' | 'cache hit' | 'health';
-const PROFILED_POINT: Record<Profiled, string> = { infer: 'nereid infer', 'cache hit': 'nereid cache hit', health: 'nereid health' };
+const PROFILED_POINT: Record<Profiled, string> = {
+  infer: 'nereid infer',
+  'cache hit': 'nereid cache hit',
+  health: 'nereid health',
+};
 
 async function profileStages(
   target: Profiled,
@@ -357,7 +420,11 @@ async function profileStages(
   const selfTimes: Map<string, number> | undefined = TOP > 0 ? new Map() : undefined;
   const profDir = mkdtempSync(path.join(tmpdir(), 'nereid-cost-prof-'));
   try {
-    const profiled = await startServe(serveArgs, ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=250']);
+    const profiled = await startServe(serveArgs, [
+      '--cpu-prof',
+      `--cpu-prof-dir=${profDir}`,
+      '--cpu-prof-interval=250',
+    ]);
     let fromUs = 0;
     let toUs = 0;
     let point: CostPoint;
@@ -379,7 +446,12 @@ async function profileStages(
       .filter((f) => f.endsWith('.cpuprofile'))
       .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
     if (files.length === 0) return undefined;
-    const raw = attribute(JSON.parse(readFileSync(path.join(profDir, files[0]!), 'utf8')) as Profile, fromUs, toUs, selfTimes);
+    const raw = attribute(
+      JSON.parse(readFileSync(path.join(profDir, files[0]!), 'utf8')) as Profile,
+      fromUs,
+      toUs,
+      selfTimes,
+    );
     // Shares of the profile, of the CPU measured without the profiler (which costs the thread CPU of its own).
     let sampled = 0;
     for (const v of raw.values()) sampled += v;
@@ -397,24 +469,35 @@ const TOP = Number(process.env.COST_TOP ?? 0);
 const profiles =
   process.env.COST_PROFILE === '0'
     ? {}
-    : { infer: await profileStages('infer'), 'cache hit': await profileStages('cache hit'), health: await profileStages('health') };
+    : {
+        infer: await profileStages('infer'),
+        'cache hit': await profileStages('cache hit'),
+        health: await profileStages('health'),
+      };
 rmSync(cacheRepo, { recursive: true, force: true });
 
 const f1 = (v: number) => v.toFixed(1);
 process.stdout.write(
-  `\nEvent-loop cost per request: ${tiny.label} (${inferModel}, binary) and a response-cache hit, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
+  `\nEvent-loop cost per request: ${tiny.label} (${inferModel}, binary) and a response-cache ` +
+  `hit, wrk -t1 -c${CONCURRENCY}, ${SECONDS}s per point, ${ROUNDS} alternated rounds (medians)\n`,
 );
-process.stdout.write(`${'point'.padEnd(18)}${'req/s'.padStart(9)}${'p50 µs'.padStart(9)}${'main µs/req'.padStart(13)}${'process µs/req'.padStart(16)}\n`);
+process.stdout.write(
+  `${'point'.padEnd(18)}${'req/s'.padStart(9)}${'p50 µs'.padStart(9)}` +
+  `${'main µs/req'.padStart(13)}${'process µs/req'.padStart(16)}\n`,
+);
 for (const [label, pts] of points) {
   process.stdout.write(
-    `${label.padEnd(18)}${median(pts.map((p) => p.wrk.requestsPerSec)).toFixed(0).padStart(9)}${median(pts.map((p) => p.wrk.p50us)).toFixed(0).padStart(9)}` +
+    `${label.padEnd(18)}${median(pts.map((p) => p.wrk.requestsPerSec)).toFixed(0).padStart(9)}` +
+      `${median(pts.map((p) => p.wrk.p50us)).toFixed(0).padStart(9)}` +
       `${f1(median(pts.map((p) => p.mainUs))).padStart(13)}${f1(median(pts.map((p) => p.processUs))).padStart(16)}\n`,
   );
 }
-const paired = (a: string, b: string, f: (p: CostPoint) => number) => median(points.get(a)!.map((p, i) => f(p) - f(points.get(b)![i]!)));
+const paired = (a: string, b: string, f: (p: CostPoint) => number) =>
+  median(points.get(a)!.map((p, i) => f(p) - f(points.get(b)![i]!)));
 process.stdout.write(
   `nereid - naive (infer): main thread ${f1(paired('nereid infer', 'naive infer', (p) => p.mainUs))} µs/req, ` +
-    `p50 ${paired('nereid infer', 'naive infer', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 ≤ naive + 40 µs at c1)\n` +
+    `p50 ${paired('nereid infer', 'naive infer', (p) => p.wrk.p50us).toFixed(0)} ` +
+    `µs (bar: p50 ≤ naive + 40 µs at c1)\n` +
     `cache hit - health: main thread ${f1(paired('nereid cache hit', 'nereid health', (p) => p.mainUs))} µs/req, ` +
     `p50 ${paired('nereid cache hit', 'nereid health', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 within 30 µs)\n`,
 );
@@ -431,15 +514,21 @@ if (base !== undefined) {
       `p50 ${paired('base cache hit', 'base health', (p) => p.wrk.p50us).toFixed(0)} µs (${BASE_DIST})\n`,
   );
 }
-const withStages = Object.entries(profiles).filter((e): e is [string, NonNullable<(typeof e)[1]>] => e[1] !== undefined);
+const withStages = Object.entries(profiles).filter(
+  (e): e is [string, NonNullable<(typeof e)[1]>] => e[1] !== undefined,
+);
 if (withStages.length > 0) {
   process.stdout.write(
-    '\nNereid main thread by stage, µs per request (a CPU profile sampled every 250 µs, scaled to the thread\'s CPU measured above;\n' +
-      'a thread preempted in a system call is sampled there, so "write" also holds the waits for the core after the socket write)\n',
+    "\nNereid main thread by stage, µs per request (a CPU profile " +
+    "sampled every 250 µs, scaled to the thread's CPU measured above;\n" +
+      'a thread preempted in a system call is sampled there, so "write" ' +
+      'also holds the waits for the core after the socket write)\n',
   );
   process.stdout.write(`${'stage'.padEnd(22)}${withStages.map(([k]) => k.padStart(11)).join('')}\n`);
   for (const s of STAGES) {
-    process.stdout.write(`${s.padEnd(22)}${withStages.map(([, v]) => f1(v.stages.get(s)! / v.requests).padStart(11)).join('')}\n`);
+    process.stdout.write(
+      `${s.padEnd(22)}${withStages.map(([, v]) => f1(v.stages.get(s)! / v.requests).padStart(11)).join('')}\n`,
+    );
   }
   const totals = withStages.map(([, v]) => {
     let t = 0;

@@ -21,7 +21,8 @@
  * inline (inline execution vs the session thread vs naive, with server CPU),
  * grpclibs (@grpc/grpc-js against @connectrpc/connect-node under the same ModelInfer),
  * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
- * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and another build),
+ * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and
+ * another build),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
@@ -53,10 +54,14 @@ function printTable(title: string, header: string[], rows: string[][]): void {
 }
 
 export function ceiling(model: BenchModel, batches: number[], threads: number): Map<number, number> {
-  const r = spawnSync(process.execPath, [path.join(DIST, 'bench', 'ceiling.js'), model.onnxFile, String(model.inputSize), batches.join(','), '2'], {
-    encoding: 'utf8',
-    env: { ...process.env, CEILING_THREADS: String(threads) },
-  });
+  const r = spawnSync(
+    process.execPath,
+    [path.join(DIST, 'bench', 'ceiling.js'), model.onnxFile, String(model.inputSize), batches.join(','), '2'],
+    {
+      encoding: 'utf8',
+      env: { ...process.env, CEILING_THREADS: String(threads) },
+    },
+  );
   const out = new Map<number, number>();
   for (const line of r.stdout.split('\n')) {
     if (!line.trim()) continue;
@@ -79,11 +84,16 @@ async function measure(url: string, model: BenchModel, format: BodyFormat, c: nu
 }
 
 /** The model's inference and execution counts from the metrics endpoint. */
-async function scrapeCounts(metricsPort: number, modelName: string): Promise<{ inferences: number; executions: number } | undefined> {
+async function scrapeCounts(
+  metricsPort: number,
+  modelName: string,
+): Promise<{ inferences: number; executions: number } | undefined> {
   try {
     const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
     const count = new RegExp(`^nv_inference_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
-    const exec = new RegExp(`^nv_inference_exec_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
+    const exec = new RegExp(`^nv_inference_exec_count\\{model="${modelName}",version="1"[^}]*\\} (\\S+)`, 'm').exec(
+      text,
+    );
     if (!count || !exec) return undefined;
     return { inferences: Number(count[1]), executions: Number(exec[1]) };
   } catch {
@@ -111,7 +121,12 @@ async function httpSection(models: BenchModel[]): Promise<void> {
     try {
       for (const format of formats) {
         for (const c of conc) {
-          const n = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
+          const n = await measure(
+            `http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`,
+            model,
+            format,
+            c,
+          );
           const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
           rows.push([
             format,
@@ -133,12 +148,17 @@ async function httpSection(models: BenchModel[]): Promise<void> {
       await naive.proc.stop();
     }
     printTable(
-      `${model.label}: Nereid (default scheduler) vs naive node:http + onnxruntime wrapper, batch 1 per request, wrk -t1, ${SECONDS}s per point`,
+      `${model.label}: Nereid (default scheduler) vs naive node:http + ` +
+      `onnxruntime wrapper, batch 1 per request, wrk -t1, ${SECONDS}s per point`,
       ['body', 'conc', 'nereid/s', 'p50us', 'p99us', 'naive/s', 'p50us', 'p99us', 'ratio', 'Δp50us', 'errors'],
       rows,
     );
     const ceil = ceiling(model, [1, 8, 32, 64], 1);
-    printTable(`${model.label}: in-process onnxruntime ceiling (1 intra-op thread, no spinning)`, ['batch', 'infer/s'], [...ceil].map(([b, v]) => [String(b), fmt(v)]));
+    printTable(
+      `${model.label}: in-process onnxruntime ceiling (1 intra-op thread, no spinning)`,
+      ['batch', 'infer/s'],
+      [...ceil].map(([b, v]) => [String(b), fmt(v)]),
+    );
   }
 }
 
@@ -155,9 +175,19 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
       for (const format of formats) {
         for (const c of conc) {
           const before = await scrapeCounts(nereid.metrics, model.batchedName);
-          const d = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.batchedName}/infer`, model, format, c);
+          const d = await measure(
+            `http://127.0.0.1:${nereid.http}/v2/models/${model.batchedName}/infer`,
+            model,
+            format,
+            c,
+          );
           const meanBatch = meanBatchBetween(before, await scrapeCounts(nereid.metrics, model.batchedName));
-          const p = await measure(`http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`, model, format, c);
+          const p = await measure(
+            `http://127.0.0.1:${nereid.http}/v2/models/${model.plainName}/infer`,
+            model,
+            format,
+            c,
+          );
           const b = await measure(`http://127.0.0.1:${naive.port}/`, model, format, c);
           rows.push([
             format,
@@ -180,11 +210,28 @@ async function batchingSection(models: BenchModel[]): Promise<void> {
       await naive.proc.stop();
     }
     printTable(
-      `${model.label}: dynamic batching vs default scheduler vs naive wrapper; ceiling = best in-process batch (${fmt(best)} infer/s)`,
-      ['body', 'conc', 'batched/s', 'p50us', 'p99us', 'meanBatch*', 'unbatched/s', 'naive/s', 'naive p50', 'x naive', 'x ceiling', 'errors'],
+      `${model.label}: dynamic batching vs default scheduler vs naive ` +
+      `wrapper; ceiling = best in-process batch (${fmt(best)} infer/s)`,
+      [
+        'body',
+        'conc',
+        'batched/s',
+        'p50us',
+        'p99us',
+        'meanBatch*',
+        'unbatched/s',
+        'naive/s',
+        'naive p50',
+        'x naive',
+        'x ceiling',
+        'errors',
+      ],
       rows,
     );
-    process.stdout.write('* mean executed batch size during the point, from the metrics (nv_inference_count / nv_inference_exec_count, differences)\n');
+    process.stdout.write(
+      '* mean executed batch size during the point, from the metrics ' +
+      '(nv_inference_count / nv_inference_exec_count, differences)\n',
+    );
   }
 }
 

@@ -63,8 +63,10 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
   acc_dynamic: `platform: "onnxruntime_onnx"
 max_batch_size: ${SEQUENCES}
 dynamic_batching { }
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] }, { name: "STATE_IN" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] }, { name: "STATE_OUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] },
+  { name: "STATE_IN" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] },
+  { name: "STATE_OUT" data_type: TYPE_FP32 dims: [ ${SIZE} ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
 };
@@ -86,11 +88,22 @@ function binaryRequest(header: object, ...tensors: Buffer[]): { body: Buffer; he
   };
 }
 
-const tensor = (name: string) => ({ name, datatype: 'FP32', shape: [1, SIZE], parameters: { binary_data_size: SIZE * 4 } });
+const tensor = (name: string) => ({
+  name,
+  datatype: 'FP32',
+  shape: [1, SIZE],
+  parameters: { binary_data_size: SIZE * 4 },
+});
 const outputs = [{ name: 'OUTPUT', parameters: { binary_data: true } }];
 const sequenceBody = (id: number, start: boolean, end = false) =>
-  binaryRequest({ parameters: { sequence_id: id, sequence_start: start, sequence_end: end }, inputs: [tensor('INPUT')], outputs }, ones);
-const dynamicHeader = { inputs: [tensor('INPUT'), tensor('STATE_IN')], outputs: [...outputs, { name: 'STATE_OUT', parameters: { binary_data: true } }] };
+  binaryRequest(
+    { parameters: { sequence_id: id, sequence_start: start, sequence_end: end }, inputs: [tensor('INPUT')], outputs },
+    ones,
+  );
+const dynamicHeader = {
+  inputs: [tensor('INPUT'), tensor('STATE_IN')],
+  outputs: [...outputs, { name: 'STATE_OUT', parameters: { binary_data: true } }],
+};
 const dynamicBody = (state: Buffer) => binaryRequest(dynamicHeader, ones, state);
 
 const nereid = await startNereid(repo, []);
@@ -98,7 +111,12 @@ const pool = new Pool(`http://127.0.0.1:${nereid.http}`, { connections: SEQUENCE
 let errors = 0;
 try {
   const post = async (model: string, r: { body: Buffer; headers: Record<string, string> }): Promise<Buffer> => {
-    const res = await pool.request({ method: 'POST', path: `/v2/models/${model}/infer`, body: r.body, headers: r.headers });
+    const res = await pool.request({
+      method: 'POST',
+      path: `/v2/models/${model}/infer`,
+      body: r.body,
+      headers: r.headers,
+    });
     const chunks: Buffer[] = [];
     for await (const c of res.body) chunks.push(c as Buffer);
     if (res.statusCode !== 200) {
@@ -113,7 +131,10 @@ try {
   const check = await post('acc_sequence', sequenceBody(1, false, true));
   if (check.readFloatLE(check.byteLength - 4) !== 4) throw new Error('the accumulator did not keep its state');
 
-  /** 64 workers, each its own sequence (START on its first request of the round, END after the time is up), for `seconds`. */
+  /**
+   * 64 workers, each its own sequence (START on its first request of the round, END after the time is up), for
+   * `seconds`.
+   */
   const round = async (sequences: boolean, seconds: number, base: number): Promise<number> => {
     const end = Date.now() + seconds * 1000;
     let done = 0;
@@ -177,18 +198,22 @@ try {
   const dynPerSec = totals.dynamic.n / totals.dynamic.s;
   const cpuPerReq = (t: { n: number; cpu: number }) => (t.cpu * 1000) / t.n;
   process.stdout.write(
-    `\nAccumulator FP32 [${SIZE}], ${SEQUENCES} live sequences at concurrency ${SEQUENCES}, binary HTTP, ${SECONDS}s per way (${ROUNDS} alternating pairs of rounds)\n`,
+    `\nAccumulator FP32 [${SIZE}], ${SEQUENCES} live sequences at concurrency ${SEQUENCES}, ` +
+    `binary HTTP, ${SECONDS}s per way (${ROUNDS} alternating pairs of rounds)\n`,
   );
   process.stdout.write(`${'scheduler'.padEnd(46)}  ${'infer/s'.padStart(10)}  ${'server CPU us/infer'.padStart(20)}\n`);
   process.stdout.write(
-    `${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ${fmt(seqPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.sequence), 1).padStart(20)}\n`,
+    `${'sequence batcher (oldest, server-side state)'.padEnd(46)}  ` +
+    `${fmt(seqPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.sequence), 1).padStart(20)}\n`,
   );
   process.stdout.write(
-    `${'dynamic batcher (client carries the state)'.padEnd(46)}  ${fmt(dynPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.dynamic), 1).padStart(20)}\n`,
+    `${'dynamic batcher (client carries the state)'.padEnd(46)}  ` +
+    `${fmt(dynPerSec).padStart(10)}  ${fmt(cpuPerReq(totals.dynamic), 1).padStart(20)}\n`,
   );
   process.stdout.write(`per pair sequence / dynamic: ${ratios.map((x) => fmt(x, 2)).join(' ')}\n`);
   process.stdout.write(
-    `sequence / dynamic: ${fmt(median(ratios), 2)}x median of pairs (bar: >= 0.8x), ${fmt(seqPerSec / dynPerSec, 2)}x of totals; ` +
+    `sequence / dynamic: ${fmt(median(ratios), 2)}x median of pairs ` +
+    `(bar: >= 0.8x), ${fmt(seqPerSec / dynPerSec, 2)}x of totals; ` +
       `CPU per infer ${fmt(cpuPerReq(totals.dynamic) / cpuPerReq(totals.sequence), 2)}x; errors: ${errors}\n`,
   );
 } finally {

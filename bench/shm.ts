@@ -100,7 +100,14 @@ try {
   await post('/v2/systemsharedmemory/region/out/register', JSON.stringify({ key: outKey, offset: 0, byte_size: 4 }));
 
   const shmBody = JSON.stringify({
-    inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1, ELEMENTS], parameters: { shared_memory_region: 'in', shared_memory_byte_size: BYTES } }],
+    inputs: [
+      {
+        name: 'INPUT0',
+        datatype: 'FP32',
+        shape: [1, ELEMENTS],
+        parameters: { shared_memory_region: 'in', shared_memory_byte_size: BYTES },
+      },
+    ],
     outputs: [{ name: 'OUTPUT0', parameters: { shared_memory_region: 'out', shared_memory_byte_size: 4 } }],
   });
   const header = Buffer.from(
@@ -110,14 +117,18 @@ try {
     }),
   );
   const binaryBody = Buffer.concat([header, inputBytes]);
-  const binaryHeaders = { 'Inference-Header-Content-Length': String(header.byteLength), 'Content-Type': 'application/octet-stream' };
+  const binaryHeaders = {
+    'Inference-Header-Content-Length': String(header.byteLength),
+    'Content-Type': 'application/octet-stream',
+  };
 
   // Both ways give the same sum back.
   await post('/v2/models/sum_fp32/infer', shmBody);
   const viaShm = readFileSync(`/dev/shm${outKey}`).readFloatLE(0);
   const reply = await post('/v2/models/sum_fp32/infer', binaryBody, binaryHeaders);
   const viaHttp = reply.readFloatLE(reply.byteLength - 4);
-  if (viaShm !== 917504 || viaHttp !== 917504) throw new Error(`sums differ: shm ${viaShm}, HTTP ${viaHttp}, expected 917504`);
+  if (viaShm !== 917504 || viaHttp !== 917504)
+    throw new Error(`sums differ: shm ${viaShm}, HTTP ${viaHttp}, expected 917504`);
 
   const [http, shm] = (await compare([
     async () => {
@@ -129,7 +140,10 @@ try {
   ])) as [Point, Point];
   const w = [18, 12, 10];
   const row = (cells: string[]) => cells.map((c, i) => c.padStart(w[i]!)).join('  ');
-  process.stdout.write(`\n4 MiB FP32 input (summed by the model), concurrency 1, ${SECONDS}s per way: system shared memory vs binary HTTP\n`);
+  process.stdout.write(
+    `\n4 MiB FP32 input (summed by the model), concurrency 1, ` +
+    `${SECONDS}s per way: system shared memory vs binary HTTP\n`,
+  );
   process.stdout.write(`${row(['transport', 'requests/s', 'p50 us'])}\n`);
   process.stdout.write(`${row(['binary HTTP', fmt(http.perSec, 1), fmt(http.p50us)])}\n`);
   process.stdout.write(`${row(['system shm', fmt(shm.perSec, 1), fmt(shm.p50us)])}\n`);

@@ -187,7 +187,13 @@ function sseStream(port: number): Promise<{ responses: number; ms: number }> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path: '/v2/models/stream_counter/generate_stream', headers: { 'Content-Length': String(body.length) } },
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/v2/models/stream_counter/generate_stream',
+        headers: { 'Content-Length': String(body.length) },
+      },
       (res) => {
         let responses = 0;
         let tail = '';
@@ -229,7 +235,18 @@ function h2loadStreams(port: number, calls: number): number | undefined {
   writeFileSync(file, grpcFrame(toBinary(ModelInferRequestSchema, request)));
   const r = spawnSync(
     'h2load',
-    ['-t1', '-c1', '-m1', `-n${calls}`, `-d${file}`, '-H', 'content-type: application/grpc', '-H', 'te: trailers', `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelStreamInfer`],
+    [
+      '-t1',
+      '-c1',
+      '-m1',
+      `-n${calls}`,
+      `-d${file}`,
+      '-H',
+      'content-type: application/grpc',
+      '-H',
+      'te: trailers',
+      `http://127.0.0.1:${port}/inference.GRPCInferenceService/ModelStreamInfer`,
+    ],
     { encoding: 'utf8' },
   );
   rmSync(dir, { recursive: true, force: true });
@@ -262,7 +279,11 @@ function stubPid(serverPid: number): number | undefined {
 }
 
 /** µs of CPU per response of the server's event loop and of the Python worker while `work` runs. */
-async function cpuPerResponse<T>(serverPid: number, responses: number, work: () => Promise<T>): Promise<{ result: T; serverUs: number; pythonUs: number }> {
+async function cpuPerResponse<T>(
+  serverPid: number,
+  responses: number,
+  work: () => Promise<T>,
+): Promise<{ result: T; serverUs: number; pythonUs: number }> {
   const py = stubPid(serverPid);
   const s0 = mainThreadCpuNs(serverPid);
   const p0 = py === undefined ? NaN : mainThreadCpuNs(py);
@@ -311,24 +332,34 @@ try {
   h2loadStreams(nereid.grpc, 2); // warm-up
   const h2 = await cpuPerResponse(pid, RUNS * N, async () => h2loadStreams(nereid.grpc, RUNS));
   const viaH2load = h2.result;
-  process.stdout.write(`\nDecoupled Python model, ${N} responses per request (one INT32 each), ${RUNS} streams per transport, one at a time\n`);
   process.stdout.write(
-    `${'transport'.padEnd(30)}${'median resp/s'.padStart(15)}${'min'.padStart(10)}${'max'.padStart(10)}${'bar'.padStart(10)}${'server us/resp'.padStart(16)}${'python us/resp'.padStart(16)}${'client us/resp'.padStart(16)}\n`,
+    `\nDecoupled Python model, ${N} responses per request (one ` +
+    `INT32 each), ${RUNS} streams per transport, one at a time\n`,
+  );
+  process.stdout.write(
+    `${'transport'.padEnd(30)}${'median resp/s'.padStart(15)}${'min'.padStart(10)}${'max'.padStart(10)}` +
+    `${'bar'.padStart(10)}${'server us/resp'.padStart(16)}` +
+    `${'python us/resp'.padStart(16)}${'client us/resp'.padStart(16)}\n`,
   );
   const us = (x: number): string => (Number.isFinite(x) ? x.toFixed(1) : '-').padStart(16);
   for (const [label, rates, serverUs, pythonUs, clientUs] of rows) {
     const med = median(rates);
     process.stdout.write(
-      `${label.padEnd(30)}${med.toFixed(0).padStart(15)}${Math.min(...rates).toFixed(0).padStart(10)}${Math.max(...rates).toFixed(0).padStart(10)}${(med >= 20000 ? 'met' : 'NOT met').padStart(10)}${us(serverUs)}${us(pythonUs)}${us(clientUs)}\n`,
+      `${label.padEnd(30)}${med.toFixed(0).padStart(15)}` +
+        `${Math.min(...rates).toFixed(0).padStart(10)}${Math.max(...rates).toFixed(0).padStart(10)}` +
+        `${(med >= 20000 ? 'met' : 'NOT met').padStart(10)}${us(serverUs)}${us(pythonUs)}${us(clientUs)}\n`,
     );
   }
   process.stdout.write(
     viaH2load === undefined
       ? 'gRPC, h2load client: no result (is h2load installed?)\n'
-      : `gRPC, h2load client (${RUNS} calls in a row, mean): ${viaH2load.toFixed(0)} resp/s (bar: ${viaH2load >= 20000 ? 'met' : 'NOT met'}); server ${h2.serverUs.toFixed(1)} us/resp, python ${h2.pythonUs.toFixed(1)} us/resp\n`,
+      : `gRPC, h2load client (${RUNS} calls in a row, mean): ${viaH2load.toFixed(0)} resp/s (bar: ` +
+        `${viaH2load >= 20000 ? 'met' : 'NOT met'}); server ${h2.serverUs.toFixed(1)} ` +
+        `us/resp, python ${h2.pythonUs.toFixed(1)} us/resp\n`,
   );
   process.stdout.write(
-    'us/resp: CPU time per response of the server\'s event-loop thread, of the Python worker and of this client process (Linux schedstat); unlike resp/s it hardly moves with the load of the machine\n',
+    "us/resp: CPU time per response of the server's event-loop thread, of the Python worker and of this " +
+    "client process (Linux schedstat); unlike resp/s it hardly moves with the load of the machine\n",
   );
 } finally {
   client.close();

@@ -51,7 +51,13 @@ if (kind === 'http') {
   const server = new grpc.Server(channelOptionsFor({}));
   const identity = (b: Buffer) => b;
   server.addService(
-    { ModelInfer: { ...inferenceServiceDefinition.ModelInfer!, requestDeserialize: identity, responseSerialize: identity } },
+    {
+      ModelInfer: {
+        ...inferenceServiceDefinition.ModelInfer!,
+        requestDeserialize: identity,
+        responseSerialize: identity,
+      },
+    },
     { ModelInfer: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => cb(null, reply) },
   );
   server.bindAsync(`127.0.0.1:${port}`, grpc.ServerCredentials.createInsecure(), (e) => {

@@ -45,7 +45,8 @@ ${headers}
 function done(summary, latency, requests)
   local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
   io.write(string.format("NEREID_RESULT %f %f %f %d %d %d %f\\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs, summary.errors.status,
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs,
+    summary.errors.status,
     summary.requests, summary.duration / 1e6))
 end
 `;
@@ -56,7 +57,9 @@ export async function runWrk(url: string, req: HttpBody, connections: number, se
   const file = path.join(dir, 'req.lua');
   writeFileSync(file, script(req));
   const out = await new Promise<string>((resolve, reject) => {
-    const p = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', file, url], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn('wrk', ['-t1', `-c${connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', file, url], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let text = '';
     p.stdout.on('data', (d) => (text += d));
     p.stderr.on('data', (d) => (text += d));

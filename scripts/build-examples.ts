@@ -61,7 +61,10 @@ function fraudPreprocess(): OnnxModelBuilder {
   return b;
 }
 
-/** Ensembles: a folder with a committed config.pbtxt and an empty version folder, made here (git keeps no empty folders). */
+/**
+ * Ensembles: a folder with a committed config.pbtxt and an empty version folder, made here (git keeps no empty
+ * folders).
+ */
 export const EXAMPLE_ENSEMBLE_VERSION_DIRS: readonly string[] = ['fraud_pipeline/1'];
 
 export const EXAMPLE_MODELS: readonly ExampleModel[] = [
@@ -69,17 +72,28 @@ export const EXAMPLE_MODELS: readonly ExampleModel[] = [
   {
     file: 'fraud_detector/1/model.onnx',
     build: () =>
-      buildMlp([10, 32, 16, 1], 42, { inputName: 'input_features', outputName: 'fraud_probability', outputActivation: 'sigmoid' }).builder,
+      buildMlp([10, 32, 16, 1], 42, {
+        inputName: 'input_features',
+        outputName: 'fraud_probability',
+        outputActivation: 'sigmoid',
+      }).builder,
   },
   {
     file: 'fraud_detector_large/1/model.onnx',
     build: () =>
-      buildMlp([10, 64, 64, 1], 43, { inputName: 'input_features', outputName: 'fraud_probability', outputActivation: 'sigmoid' }).builder,
+      buildMlp([10, 64, 64, 1], 43, {
+        inputName: 'input_features',
+        outputName: 'fraud_probability',
+        outputActivation: 'sigmoid',
+      }).builder,
   },
   { file: 'simple/1/model.onnx', build: () => buildAddSubModel('INT32', 16) },
   { file: 'simple_versioned/1/model.onnx', build: () => buildAddSubModel('FP32', 4) },
   { file: 'simple_versioned/2/model.onnx', build: mulSubModel },
-  { file: 'autocomplete_mlp/1/model.onnx', build: () => buildMlp([4, 8, 2], 7, { inputName: 'x', outputName: 'scores' }).builder },
+  {
+    file: 'autocomplete_mlp/1/model.onnx',
+    build: () => buildMlp([4, 8, 2], 7, { inputName: 'x', outputName: 'scores' }).builder,
+  },
   { file: 'image_classifier/1/model.onnx', build: imageClassifier },
   { file: 'text_embedder/1/model.onnx', build: textEmbedderModel },
 ];
@@ -146,7 +160,9 @@ if (invokedDirectly) {
   const target = process.argv[2] ? resolve(process.argv[2]) : defaultExamplesDir();
   buildExampleModels(target).then(
     (r) => {
-      process.stdout.write(`example models in ${target}: ${r.written.length} written, ${r.unchanged.length} up to date\n`);
+      process.stdout.write(
+        `example models in ${target}: ${r.written.length} written, ${r.unchanged.length} up to date\n`,
+      );
     },
     (err: unknown) => {
       process.stderr.write(`build-examples failed: ${err instanceof Error ? err.message : String(err)}\n`);

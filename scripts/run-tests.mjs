@@ -57,7 +57,9 @@ function total(name) {
 let status = r.status ?? 1;
 const skipped = total('skipped') + total('todo');
 if (skipped > 0) {
-  const names = [...report.matchAll(/^\s*ok \d+ - (.*) # (?:SKIP|TODO)(.*)$/gm)].map((m) => `  ${m[1]}${m[2] ? ` (${m[2].trim()})` : ''}`);
+  const names = [...report.matchAll(/^\s*ok \d+ - (.*) # (?:SKIP|TODO)(.*)$/gm)].map(
+    (m) => `  ${m[1]}${m[2] ? ` (${m[2].trim()})` : ''}`,
+  );
   if (process.env.CI === 'true') {
     console.error(`\nCI=true: ${skipped} test(s) skipped; in CI a skipped test is a failure:\n${names.join('\n')}`);
     if (status === 0) status = 1;

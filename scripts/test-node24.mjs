@@ -28,13 +28,22 @@ if (node === undefined) {
   mkdirSync(dir, { recursive: true });
   // Its own tiny project: the `node` package fetches the platform binary in an install script,
   // which npm 11 runs only when allowed (npm 10 runs it anyway).
-  writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ private: true, allowScripts: { node: true } }, null, 2) + '\n');
+  writeFileSync(
+    path.join(dir, 'package.json'),
+    JSON.stringify({ private: true, allowScripts: { node: true } }, null, 2) + '\n',
+  );
   writeFileSync(path.join(dir, '.npmrc'), 'ignore-scripts=false\nfund=false\naudit=false\n');
   const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
   // Under `npm test` the parent npm exports its own settings (ignore-scripts among them) as
   // npm_config_* variables, which would override the .npmrc above: drop them, and say it on the command line too.
-  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.toLowerCase().startsWith('npm_config_')));
-  const r = spawnSync(npm, ['install', '--no-save', '--ignore-scripts=false', `node@${MAJOR}`], { cwd: dir, stdio: 'inherit', env });
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !k.toLowerCase().startsWith('npm_config_')),
+  );
+  const r = spawnSync(npm, ['install', '--no-save', '--ignore-scripts=false', `node@${MAJOR}`], {
+    cwd: dir,
+    stdio: 'inherit',
+    env,
+  });
   if (r.status !== 0) {
     console.error(`could not install node@${MAJOR} from the npm registry into ${dir}`);
     process.exit(1);
@@ -46,5 +55,8 @@ if (node === undefined) {
   }
 }
 console.log(`\n== the test suite on Node ${execFileSync(node, ['--version'], { encoding: 'utf8' }).trim()} ==`);
-const r = spawnSync(node, [path.join(root, 'scripts', 'run-tests.mjs'), ...process.argv.slice(2)], { cwd: root, stdio: 'inherit' });
+const r = spawnSync(node, [path.join(root, 'scripts', 'run-tests.mjs'), ...process.argv.slice(2)], {
+  cwd: root,
+  stdio: 'inherit',
+});
 process.exit(r.status ?? 1);

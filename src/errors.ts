@@ -84,7 +84,11 @@ const make =
  */
 export const Errors = {
   // Models and versions
-  modelNotFound: make('NRD_MODEL_NOT_FOUND', 'NOT_FOUND', (m: string) => `Request for unknown model: '${m}' is not found`),
+  modelNotFound: make(
+    'NRD_MODEL_NOT_FOUND',
+    'NOT_FOUND',
+    (m: string) => `Request for unknown model: '${m}' is not found`,
+  ),
   modelNoAvailableVersions: make(
     'NRD_MODEL_NO_VERSIONS',
     'NOT_FOUND',
@@ -101,10 +105,14 @@ export const Errors = {
     (m: string, v: string) => `Request for unknown model: '${m}' version ${v} is not at ready state`,
   ),
   // Triton's two texts (GetModelVersionFromString): a negative (or zero) number, or no integer at all.
-  invalidModelVersion: make('NRD_INVALID_MODEL_VERSION', 'INVALID_ARG', (v: string, why: 'non-positive' | 'not-integer') =>
-    why === 'non-positive'
-      ? `invalid model version specified '${v}' , version should be an integral value > 0`
-      : `failed to get model version from specified version string '${v}' (details: stol), version should be an integral value > 0`,
+  invalidModelVersion: make(
+    'NRD_INVALID_MODEL_VERSION',
+    'INVALID_ARG',
+    (v: string, why: 'non-positive' | 'not-integer') =>
+      why === 'non-positive'
+        ? `invalid model version specified '${v}' , version should be an integral value > 0`
+        : `failed to get model version from specified version string '` +
+          `${v}' (details: stol), version should be an integral value > 0`,
   ),
   statsModelNotAvailable: make(
     'NRD_STATS_MODEL_NOT_AVAILABLE',
@@ -193,7 +201,8 @@ export const Errors = {
   tooManyChunks: make(
     'NRD_TOO_MANY_CHUNKS',
     'INVALID_ARG',
-    (max: number) => `Chunked request body exceeds maximum of ${max} non-empty chunks. Send fewer or larger HTTP chunks.`,
+    (max: number) =>
+      `Chunked request body exceeds maximum of ${max} non-empty chunks. Send fewer or larger HTTP chunks.`,
   ),
   unsupported: make('NRD_UNSUPPORTED', 'UNSUPPORTED', (msg: string) => msg),
 
@@ -203,7 +212,8 @@ export const Errors = {
   sequenceBatchSize: make(
     'NRD_SEQUENCE_BATCH_SIZE',
     'INVALID_ARG',
-    (m: string) => `inference request to model '${m}' must specify batch-size 1 due to requirements of sequence batcher`,
+    (m: string) =>
+      `inference request to model '${m}' must specify batch-size 1 due to requirements of sequence batcher`,
   ),
   sequenceNoCorrelationId: make(
     'NRD_SEQUENCE_NO_CORRELATION_ID',
@@ -214,10 +224,15 @@ export const Errors = {
     'NRD_SEQUENCE_NOT_STARTED',
     'INVALID_ARG',
     (id: string, m: string) =>
-      `inference request for sequence ${id} to model '${m}' must specify the START flag on the first request of the sequence`,
+      `inference request for sequence ${id} to model '${m}' must ` +
+      `specify the START flag on the first request of the sequence`,
   ),
   sequenceCorrelationIdType: make('NRD_SEQUENCE_CORRELATION_ID_TYPE', 'INVALID_ARG', (msg: string) => msg),
-  sequenceBacklogTimeout: make('NRD_SEQUENCE_BACKLOG_TIMEOUT', 'UNAVAILABLE', () => 'timeout of the corresponding sequence has been expired'),
+  sequenceBacklogTimeout: make(
+    'NRD_SEQUENCE_BACKLOG_TIMEOUT',
+    'UNAVAILABLE',
+    () => 'timeout of the corresponding sequence has been expired',
+  ),
   sequenceStateMissing: make(
     'NRD_SEQUENCE_STATE_MISSING',
     'INTERNAL',
@@ -227,7 +242,11 @@ export const Errors = {
 
   // Configuration and loading
   config: make('NRD_CONFIG', 'INVALID_ARG', (msg: string) => msg),
-  loadFailed: make('NRD_LOAD_FAILED', 'INVALID_ARG', (m: string, why: string) => `load failed for model '${m}': ${why}`),
+  loadFailed: make(
+    'NRD_LOAD_FAILED',
+    'INVALID_ARG',
+    (m: string, why: string) => `load failed for model '${m}': ${why}`,
+  ),
   // Triton reports a load whose model could not be read (missing, bad overrides) as INTERNAL with this text.
   pollFailed: make(
     'NRD_POLL_FAILED',
@@ -236,7 +255,11 @@ export const Errors = {
   ),
   unknownRepository: make('NRD_UNKNOWN_REPOSITORY', 'INVALID_ARG', (msg: string) => msg),
   invalidModelName: make('NRD_INVALID_MODEL_NAME', 'INVALID_ARG', (msg: string) => msg),
-  warmupFailed: make('NRD_WARMUP_FAILED', 'INVALID_ARG', (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`),
+  warmupFailed: make(
+    'NRD_WARMUP_FAILED',
+    'INVALID_ARG',
+    (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`,
+  ),
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
   /**
@@ -299,8 +322,16 @@ export const Errors = {
     'ALREADY_EXISTS',
     (r: string) => `shared memory region '${r}' already in manager`,
   ),
-  shmOpenFailed: make('NRD_SHM_OPEN_FAILED', 'INTERNAL', (key: string) => `Unable to open shared memory region: '${key}'`),
-  shmInvalidRegion: make('NRD_SHM_INVALID_REGION', 'INTERNAL', (key: string) => `Invalid shared memory region: '${key}'`),
+  shmOpenFailed: make(
+    'NRD_SHM_OPEN_FAILED',
+    'INTERNAL',
+    (key: string) => `Unable to open shared memory region: '${key}'`,
+  ),
+  shmInvalidRegion: make(
+    'NRD_SHM_INVALID_REGION',
+    'INTERNAL',
+    (key: string) => `Invalid shared memory region: '${key}'`,
+  ),
   shmRegisterInvalidArgs: make(
     'NRD_SHM_REGISTER_INVALID_ARGS',
     'INVALID_ARG',
@@ -312,7 +343,8 @@ export const Errors = {
     'NRD_SHM_OUTPUT_TOO_SMALL',
     'INTERNAL',
     (output: string, have: number, need: number) =>
-      `shared memory size specified with the request for output '${output}' (${have} bytes) should be at least ${need} bytes to hold the results`,
+      `shared memory size specified with the request for output '${output}' ` +
+      `(${have} bytes) should be at least ${need} bytes to hold the results`,
   ),
   // A decoupled model on an endpoint that takes one response (HTTP infer, gRPC ModelInfer): each frontend's own text.
   decoupledNotSupported: make('NRD_DECOUPLED_NOT_SUPPORTED', 'UNSUPPORTED', (what: string) => what),
@@ -321,14 +353,20 @@ export const Errors = {
   generateResponseCount: make(
     'NRD_GENERATE_RESPONSE_COUNT',
     'INTERNAL',
-    () => 'generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses',
+    () =>
+      'generate expects model to produce exactly 1 response, use generate ' +
+      'stream for model that generates various number of responses',
   ),
   // Response cache configuration (start-up)
   cacheConfig: make('NRD_CACHE_CONFIG', 'INVALID_ARG', (msg: string) => msg),
   traceUnsupported: make('NRD_TRACE_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support trace'),
   // Trace settings of a model that is not ready (HTTP and gRPC alike).
   traceUnknownModel: make('NRD_TRACE_UNKNOWN_MODEL', 'INVALID_ARG', (m: string) => `Request for unknown model : ${m}`),
-  loggingUnsupported: make('NRD_LOGGING_UNSUPPORTED', 'UNAVAILABLE', () => 'the server does not support dynamic logging'),
+  loggingUnsupported: make(
+    'NRD_LOGGING_UNSUPPORTED',
+    'UNAVAILABLE',
+    () => 'the server does not support dynamic logging',
+  ),
   // Triton's exact queue-full text: the request id prefix appears only when the request has an id.
   maxQueueSizeExceeded: make(
     'NRD_QUEUE_FULL',
@@ -337,6 +375,14 @@ export const Errors = {
   ),
   // Triton's HTTP endpoint answers an unknown log_format with UNAVAILABLE (503) and this text; its gRPC
   // endpoint says it otherwise, as INVALID_ARG (badParameter there).
-  invalidLogFormat: make('NRD_LOG_FORMAT', 'UNAVAILABLE', (format: string) => `invalid argument for --log_format, got: ${format}`),
-  socketInUse: make('NRD_SOCKET_IN_USE', 'UNAVAILABLE', (address: string, port: number) => `Socket '${address}:${port}' already in use `),
+  invalidLogFormat: make(
+    'NRD_LOG_FORMAT',
+    'UNAVAILABLE',
+    (format: string) => `invalid argument for --log_format, got: ${format}`,
+  ),
+  socketInUse: make(
+    'NRD_SOCKET_IN_USE',
+    'UNAVAILABLE',
+    (address: string, port: number) => `Socket '${address}:${port}' already in use `,
+  ),
 } as const;

@@ -43,12 +43,16 @@ const pad = (n: number, width = 2): string => String(n).padStart(width, '0');
 export function formatTextLine(record: Record<string, unknown>, format: 'default' | 'ISO8601'): string {
   const level = typeof record['level'] === 'number' ? record['level'] : 30;
   const letter = LEVEL_LETTER[level] ?? 'I';
-  const t = new Date(typeof record['time'] === 'string' || typeof record['time'] === 'number' ? record['time'] : Date.now());
+  const t = new Date(
+    typeof record['time'] === 'string' || typeof record['time'] === 'number' ? record['time'] : Date.now(),
+  );
   const pid = typeof record['pid'] === 'number' ? record['pid'] : process.pid;
   const head =
     format === 'ISO8601'
-      ? `${t.getUTCFullYear()}-${pad(t.getUTCMonth() + 1)}-${pad(t.getUTCDate())}T${pad(t.getUTCHours())}:${pad(t.getUTCMinutes())}:${pad(t.getUTCSeconds())}Z ${letter} ${pid} nereid]`
-      : `${letter}${pad(t.getMonth() + 1)}${pad(t.getDate())} ${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds() * 1000, 6)} ${pid} nereid]`;
+      ? `${t.getUTCFullYear()}-${pad(t.getUTCMonth() + 1)}-${pad(t.getUTCDate())}T${pad(t.getUTCHours())}:` +
+        `${pad(t.getUTCMinutes())}:${pad(t.getUTCSeconds())}Z ${letter} ${pid} nereid]`
+      : `${letter}${pad(t.getMonth() + 1)}${pad(t.getDate())} ${pad(t.getHours())}:${pad(t.getMinutes())}:` +
+        `${pad(t.getSeconds())}.${pad(t.getMilliseconds() * 1000, 6)} ${pid} nereid]`;
   let line = `${head} ${typeof record['msg'] === 'string' ? record['msg'] : ''}`;
   for (const [key, value] of Object.entries(record)) {
     if (HEADER_KEYS.has(key)) continue;
@@ -64,8 +68,14 @@ export class LogSink {
   private readonly out: pino.DestinationStream & { flushSync?: () => void };
 
   constructor(destination: number | string, format: LogFormat | undefined, switches: LogSwitches) {
-    this.out = pino.destination(typeof destination === 'string' ? { dest: destination, append: true, mkdir: true, sync: true } : { dest: destination, sync: true });
-    const tty = typeof destination === 'number' && (destination === 2 ? process.stderr.isTTY : destination === 1 ? process.stdout.isTTY : false);
+    this.out = pino.destination(
+      typeof destination === 'string'
+        ? { dest: destination, append: true, mkdir: true, sync: true }
+        : { dest: destination, sync: true },
+    );
+    const tty =
+      typeof destination === 'number' &&
+      (destination === 2 ? process.stderr.isTTY : destination === 1 ? process.stdout.isTTY : false);
     this.format = format ?? (tty ? 'default' : 'json');
     this.switches = switches;
   }
@@ -116,7 +126,10 @@ export function createLogger(options: LoggerOptions = {}): Logger {
 }
 
 /** Applies new switches or format to a logger made by createLogger (the logging extension). */
-export function reconfigureLogger(logger: Logger, change: { switches?: Partial<LogSwitches>; format?: LogFormat }): void {
+export function reconfigureLogger(
+  logger: Logger,
+  change: { switches?: Partial<LogSwitches>; format?: LogFormat },
+): void {
   const sink = sinks.get(logger);
   if (sink === undefined) return;
   if (change.switches) sink.switches = { ...sink.switches, ...change.switches };

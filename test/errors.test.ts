@@ -20,7 +20,16 @@ function sources(dir: string): string[] {
   });
 }
 
-const CLASSES: TritonErrorClass[] = ['INTERNAL', 'NOT_FOUND', 'INVALID_ARG', 'UNAVAILABLE', 'UNSUPPORTED', 'ALREADY_EXISTS', 'CANCELLED', 'UNKNOWN'];
+const CLASSES: TritonErrorClass[] = [
+  'INTERNAL',
+  'NOT_FOUND',
+  'INVALID_ARG',
+  'UNAVAILABLE',
+  'UNSUPPORTED',
+  'ALREADY_EXISTS',
+  'CANCELLED',
+  'UNKNOWN',
+];
 
 /** Every error the catalogue can make, with the helper that made it. */
 function catalogue(): Array<{ helper: string; error: NereidError }> {
@@ -41,7 +50,8 @@ test('each code maps to one class, so to one HTTP status and one gRPC code', () 
   for (const { helper, error } of catalogue()) {
     assert.match(error.code, /^NRD_[A-Z0-9_]+$/, helper);
     const seen = classOf.get(error.code);
-    if (seen !== undefined && seen !== error.errorClass) clashes.push(`${error.code}: ${seen} and ${error.errorClass} (${helper})`);
+    if (seen !== undefined && seen !== error.errorClass)
+      clashes.push(`${error.code}: ${seen} and ${error.errorClass} (${helper})`);
     classOf.set(error.code, error.errorClass);
   }
   assert.deepEqual(clashes, []);
@@ -49,7 +59,9 @@ test('each code maps to one class, so to one HTTP status and one gRPC code', () 
   assert.equal(new Set(Object.values(MODEL_REPORTED_CODES)).size, CLASSES.length);
   for (const cls of CLASSES) assert.equal(Errors.modelReported(cls, 'm').errorClass, cls);
   // The status tables follow Triton's.
-  const statuses = Object.fromEntries(CLASSES.map((cls) => [cls, [Errors.modelReported(cls, '').httpStatus, Errors.modelReported(cls, '').grpcStatus]]));
+  const statuses = Object.fromEntries(
+    CLASSES.map((cls) => [cls, [Errors.modelReported(cls, '').httpStatus, Errors.modelReported(cls, '').grpcStatus]]),
+  );
   assert.deepEqual(statuses, {
     INTERNAL: [500, 13],
     NOT_FOUND: [404, 5],
@@ -74,10 +86,12 @@ test('the code literals outside the catalogue are its codes, with its classes', 
       if (!classOf.has(m[1]!)) problems.push(`${where}: '${m[1]}' is no code of the catalogue`);
     }
     // Errors are made by the catalogue's helpers, not in place with a code of their own choosing.
-    for (const m of text.matchAll(/new NereidError\(\s*'(NRD_[A-Z0-9_]+)'/g)) problems.push(`${where}: ${m[1]} made in place`);
+    for (const m of text.matchAll(/new NereidError\(\s*'(NRD_[A-Z0-9_]+)'/g))
+      problems.push(`${where}: ${m[1]} made in place`);
     // A subclass's super call must agree with the catalogue.
     for (const m of text.matchAll(/super\(\s*'(NRD_[A-Z0-9_]+)',\s*'([A-Z_]+)'/g)) {
-      if (classOf.get(m[1]!) !== m[2]) problems.push(`${where}: ${m[1]} made as ${m[2]}, the catalogue says ${classOf.get(m[1]!)}`);
+      if (classOf.get(m[1]!) !== m[2])
+        problems.push(`${where}: ${m[1]} made as ${m[2]}, the catalogue says ${classOf.get(m[1]!)}`);
     }
   }
   assert.deepEqual(problems, []);

@@ -12,9 +12,22 @@ function tempFile(t: { after: (fn: () => void) => void }): string {
 }
 
 test("Triton's default and ISO8601 line formats", () => {
-  const record = { level: 40, time: '2026-12-01T10:22:23.123Z', pid: 4242, msg: 'model loaded', model: 'simple', reason: 'has spaces' };
-  assert.match(formatTextLine(record, 'default'), /^W1201 \d\d:22:23\.123000 4242 nereid\] model loaded model=simple reason="has spaces"\n$/);
-  assert.equal(formatTextLine(record, 'ISO8601'), '2026-12-01T10:22:23Z W 4242 nereid] model loaded model=simple reason="has spaces"\n');
+  const record = {
+    level: 40,
+    time: '2026-12-01T10:22:23.123Z',
+    pid: 4242,
+    msg: 'model loaded',
+    model: 'simple',
+    reason: 'has spaces',
+  };
+  assert.match(
+    formatTextLine(record, 'default'),
+    /^W1201 \d\d:22:23\.123000 4242 nereid\] model loaded model=simple reason="has spaces"\n$/,
+  );
+  assert.equal(
+    formatTextLine(record, 'ISO8601'),
+    '2026-12-01T10:22:23Z W 4242 nereid] model loaded model=simple reason="has spaces"\n',
+  );
   assert.match(formatTextLine({ ...record, level: 50 }, 'ISO8601'), / E 4242 nereid\]/);
   assert.match(formatTextLine({ ...record, level: 20 }, 'default'), /^V1201 /);
 });
@@ -22,7 +35,10 @@ test("Triton's default and ISO8601 line formats", () => {
 test('JSON lines carry an ISO timestamp and each key once, written to --log-file', (t) => {
   const file = tempFile(t);
   const logger = createLogger({ level: 'info', format: 'json', destination: file });
-  logger.child({ model: 'simple', version: 1 }).child({ model: 'simple', instance: 'simple_0' }).info('instance started');
+  logger
+    .child({ model: 'simple', version: 1 })
+    .child({ model: 'simple', instance: 'simple_0' })
+    .info('instance started');
   const line = readFileSync(file, 'utf8').trim();
   assert.equal(line.match(/"model"/g)?.length, 1, line);
   const record = JSON.parse(line) as Record<string, unknown>;

@@ -11,19 +11,25 @@ import path from 'node:path';
 import { buildIdentityModel } from '../src/onnx/builder.js';
 import { TempRepository } from './helpers/repository.js';
 
-// Resolved through package.json "exports", as an application resolves it; a variable keeps tsc from resolving it at build time.
+// Resolved through package.json "exports", as an application resolves it; a variable keeps tsc from resolving it at
+// build time.
 const PACKAGE = 'nereid';
 const nereid = (await import(PACKAGE)) as typeof import('../src/index.js');
 const { Server, Errors, NereidError, makeTensor, typedView, decodeBytesElements } = nereid;
 
 function identityRepo(model: string, shape: number[], config: string): TempRepository {
   const repo = new TempRepository();
-  repo.file(model, '1/model.onnx', buildIdentityModel([{ name: 'x', datatype: 'FP32', shape: ['batch', ...shape] }]).toBytes());
+  repo.file(
+    model,
+    '1/model.onnx',
+    buildIdentityModel([{ name: 'x', datatype: 'FP32', shape: ['batch', ...shape] }]).toBytes(),
+  );
   repo.config(model, config);
   return repo;
 }
 
-const fp32 = (name: string, shape: number[], values: number[]) => makeTensor(name, 'FP32', shape, new Uint8Array(new Float32Array(values).buffer));
+const fp32 = (name: string, shape: number[], values: number[]) =>
+  makeTensor(name, 'FP32', shape, new Uint8Array(new Float32Array(values).buffer));
 
 test("the package's own name resolves to the public API", () => {
   assert.equal(typeof Server, 'function');
@@ -94,7 +100,10 @@ test('poll mode: a model whose folder is removed is unloaded', async (t) => {
   // Wait for a poll to notice (bounded: fail rather than hang); no claim about how fast it is.
   for (let i = 0; i < 600 && (await ready('goes')); i++) await new Promise((r) => setTimeout(r, 100));
   assert.equal(await ready('goes'), false);
-  await assert.rejects(server.infer({ model: 'goes', inputs: [] }), (err: unknown) => err instanceof NereidError && err.errorClass === 'NOT_FOUND');
+  await assert.rejects(
+    server.infer({ model: 'goes', inputs: [] }),
+    (err: unknown) => err instanceof NereidError && err.errorClass === 'NOT_FOUND',
+  );
   assert.equal(await ready('stays'), true);
   const index = await server.repositoryIndex();
   assert.ok(!index.some((e) => e.name === 'goes' && e.state === 'READY'), JSON.stringify(index));

@@ -27,7 +27,13 @@ export const MAX_TOKEN_LENGTH = 512;
 export const DEFAULT_FAILURE_LIMIT = 20;
 
 export type AuthFailureReason = 'missing' | 'malformed' | 'unknown' | 'scope' | 'rate_limited';
-export const AUTH_FAILURE_REASONS: readonly AuthFailureReason[] = ['missing', 'malformed', 'unknown', 'scope', 'rate_limited'];
+export const AUTH_FAILURE_REASONS: readonly AuthFailureReason[] = [
+  'missing',
+  'malformed',
+  'unknown',
+  'scope',
+  'rate_limited',
+];
 
 /** Why a request is refused, with its HTTP and gRPC status. */
 export interface AuthFailure {
@@ -59,11 +65,23 @@ const MALFORMED: AuthFailure = {
   grpcStatus: 16,
   message: `the Authorization header must be 'Bearer <secret>' with a secret of 1 to ${MAX_TOKEN_LENGTH} characters`,
 };
-const UNKNOWN: AuthFailure = { code: 'NRD_AUTH_UNKNOWN_KEY', reason: 'unknown', httpStatus: 401, grpcStatus: 16, message: 'unknown key' };
+const UNKNOWN: AuthFailure = {
+  code: 'NRD_AUTH_UNKNOWN_KEY',
+  reason: 'unknown',
+  httpStatus: 401,
+  grpcStatus: 16,
+  message: 'unknown key',
+};
 
 function forbidden(keyName: string, group: ApiGroup, model: string | undefined): AuthFailure {
   const what = model === undefined ? `'${group}'` : `'${group}' on model '${model}'`;
-  return { code: 'NRD_AUTH_FORBIDDEN', reason: 'scope', httpStatus: 403, grpcStatus: 7, message: `key '${keyName}' has no scope for ${what}` };
+  return {
+    code: 'NRD_AUTH_FORBIDDEN',
+    reason: 'scope',
+    httpStatus: 403,
+    grpcStatus: 7,
+    message: `key '${keyName}' has no scope for ${what}`,
+  };
 }
 
 function rateLimited(retryAfterSecs: number): AuthFailure {
@@ -108,7 +126,13 @@ export class AccessControl {
   private table: KeyTable;
   private readonly limiter: FailureLimiter;
   /** Failed checks since start, by reason (`nereid_auth_failures_total{reason}`). */
-  readonly failures: Record<AuthFailureReason, number> = { missing: 0, malformed: 0, unknown: 0, scope: 0, rate_limited: 0 };
+  readonly failures: Record<AuthFailureReason, number> = {
+    missing: 0,
+    malformed: 0,
+    unknown: 0,
+    scope: 0,
+    rate_limited: 0,
+  };
 
   constructor(table: KeyTable, options: AccessControlOptions = {}) {
     this.table = table;
@@ -134,7 +158,12 @@ export class AccessControl {
    * header means anonymous; a header that does not name a key is refused
    * even where anonymous would be let through.
    */
-  check(authorization: string | undefined, address: string | undefined, group: ApiGroup, model?: string): AuthFailure | undefined {
+  check(
+    authorization: string | undefined,
+    address: string | undefined,
+    group: ApiGroup,
+    model?: string,
+  ): AuthFailure | undefined {
     const who = this.authenticate(authorization, address);
     return isAuthFailure(who) ? who : this.authorize(who, address, group, model);
   }
@@ -204,7 +233,12 @@ export function readKeysText(file: string): string {
     throw new KeysFileError(file, 1, '', `cannot read the keys file: ${(err as Error).message}`);
   }
   if (size > MAX_KEYS_FILE_BYTES) {
-    throw new KeysFileError(file, 1, '', `the keys file is ${size} bytes, more than the ${MAX_KEYS_FILE_BYTES} accepted`);
+    throw new KeysFileError(
+      file,
+      1,
+      '',
+      `the keys file is ${size} bytes, more than the ${MAX_KEYS_FILE_BYTES} accepted`,
+    );
   }
   try {
     return readFileSync(file, 'utf8');

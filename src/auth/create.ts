@@ -18,15 +18,19 @@ export interface CreatedKey {
 export function createKey(name: string, scopes: readonly string[]): CreatedKey {
   const problem = keyNameProblem(name);
   if (problem !== undefined) throw new Error(problem);
-  if (name === ANONYMOUS) throw new Error(`'${ANONYMOUS}' is what requests without a key get; it has no secret (add its entry by hand)`);
+  if (name === ANONYMOUS)
+    throw new Error(`'${ANONYMOUS}' is what requests without a key get; it has no secret (add its entry by hand)`);
   if (scopes.length === 0) throw new Error('give the key at least one scope, e.g. --scopes=inference:my_model,health');
   try {
     new Grants(scopes);
   } catch (err) {
-    if (err instanceof ScopeError) throw new Error(err.message);
+    if (err instanceof ScopeError) throw new Error(err.message, { cause: err });
     throw err;
   }
   const secret = SECRET_PREFIX + randomBytes(32).toString('base64url');
-  const entry = stringify([{ name, sha256: secretDigest(secret), scopes: [...scopes] }], { flowCollectionPadding: true, defaultStringType: 'PLAIN' });
+  const entry = stringify([{ name, sha256: secretDigest(secret), scopes: [...scopes] }], {
+    flowCollectionPadding: true,
+    defaultStringType: 'PLAIN',
+  });
   return { secret, entry };
 }

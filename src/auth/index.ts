@@ -14,7 +14,15 @@ export {
   type AuthFailure,
   type AuthFailureReason,
 } from './access.js';
-export { ANONYMOUS, KeysFileError, keyNameProblem, parseKeysFile, type KeyEntry, type KeyTable, type Principal } from './keys-file.js';
+export {
+  ANONYMOUS,
+  KeysFileError,
+  keyNameProblem,
+  parseKeysFile,
+  type KeyEntry,
+  type KeyTable,
+  type Principal,
+} from './keys-file.js';
 export { API_GROUPS, Grants, MODEL_GROUPS, ScopeError, isApiGroup, parseScope, type ApiGroup } from './scopes.js';
 export { KeysFileWatcher, type KeysWatcherOptions } from './watcher.js';
 export { createKey, type CreatedKey } from './create.js';

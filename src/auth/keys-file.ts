@@ -93,11 +93,13 @@ export function parseKeysFile(file: string, text: string): KeyTable {
   const seq = keysNode as unknown as { items: Array<YamlNode | null> };
   seq.items.forEach((item, i) => {
     const where = `keys[${i}]`;
-    if (!isMap(item)) fail(at(item ?? (keysNode as YamlNode)), where, 'expected a mapping with name, sha256 and scopes');
+    if (!isMap(item))
+      fail(at(item ?? (keysNode as YamlNode)), where, 'expected a mapping with name, sha256 and scopes');
     const fields = new Map<string, { key: YamlNode; value: YamlNode | null }>();
     for (const pair of mapOf(item as YamlNode).items) {
       const key = scalarKey(pair.key, fail, at);
-      if (!ENTRY_FIELDS.has(key)) fail(at(pair.key as YamlNode), `${where}.${key}`, 'unknown field (a key has name, sha256 and scopes)');
+      if (!ENTRY_FIELDS.has(key))
+        fail(at(pair.key as YamlNode), `${where}.${key}`, 'unknown field (a key has name, sha256 and scopes)');
       const value = pair.value as YamlNode | null;
       if (isAlias(value)) fail(at(value), `${where}.${key}`, 'YAML aliases are not accepted in a keys file');
       fields.set(key, { key: pair.key as YamlNode, value });
@@ -109,11 +111,13 @@ export function parseKeysFile(file: string, text: string): KeyTable {
     const problem = keyNameProblem(name);
     if (problem !== undefined) fail(at(nameField!.value), `${where}.name`, problem);
     const prior = names.get(name);
-    if (prior !== undefined) fail(at(nameField!.value), `${where}.name`, `duplicate name '${name}' (first at line ${prior})`);
+    if (prior !== undefined)
+      fail(at(nameField!.value), `${where}.name`, `duplicate name '${name}' (first at line ${prior})`);
     names.set(name, at(nameField!.value));
 
     const scopesField = fields.get('scopes');
-    if (scopesField === undefined) fail(itemLine, `${where}.scopes`, "missing (a list such as [ \"inference:my_model\", \"health\" ])");
+    if (scopesField === undefined)
+      fail(itemLine, `${where}.scopes`, 'missing (a list such as [ "inference:my_model", "health" ])');
     const scopesNode = scopesField!.value;
     if (!isSeq(scopesNode)) fail(at(scopesNode ?? scopesField!.key), `${where}.scopes`, 'expected a list of scopes');
     const scopes: string[] = [];
@@ -140,11 +144,17 @@ export function parseKeysFile(file: string, text: string): KeyTable {
 
     const hashField = fields.get('sha256');
     if (name === ANONYMOUS) {
-      if (hashField !== undefined) fail(at(hashField.key), `${where}.sha256`, `'${ANONYMOUS}' is what requests without a key get: it has no secret`);
+      if (hashField !== undefined)
+        fail(
+          at(hashField.key),
+          `${where}.sha256`,
+          `'${ANONYMOUS}' is what requests without a key get: it has no secret`,
+        );
       anonymous = grants!;
       return;
     }
-    if (hashField === undefined) fail(itemLine, `${where}.sha256`, 'missing (the hex SHA-256 of the secret; `nereid keys create` prints one)');
+    if (hashField === undefined)
+      fail(itemLine, `${where}.sha256`, 'missing (the hex SHA-256 of the secret; `nereid keys create` prints one)');
     // A hash of digits alone reads as a YAML number: take its text as written.
     const hashNode = hashField!.value;
     const hash =
@@ -153,7 +163,11 @@ export function parseKeysFile(file: string, text: string): KeyTable {
         : stringValue(hashNode, `${where}.sha256`, fail, at);
     if (!HEX64.test(hash)) {
       const shown = hash.length > 80 ? `${hash.slice(0, 80)}...` : hash;
-      fail(at(hashField!.value), `${where}.sha256`, `expected 64 hexadecimal digits (a SHA-256), got '${shown}' (${hash.length} characters)`);
+      fail(
+        at(hashField!.value),
+        `${where}.sha256`,
+        `expected 64 hexadecimal digits (a SHA-256), got '${shown}' (${hash.length} characters)`,
+      );
     }
     const sha256 = hash.toLowerCase();
     const same = byHash.get(sha256);

@@ -34,7 +34,13 @@ export const API_GROUPS: readonly ApiGroup[] = [
 ];
 
 /** The groups whose scope may be narrowed to models by a glob. */
-export const MODEL_GROUPS: ReadonlySet<ApiGroup> = new Set<ApiGroup>(['inference', 'metadata', 'model-config', 'statistics', 'openai']);
+export const MODEL_GROUPS: ReadonlySet<ApiGroup> = new Set<ApiGroup>([
+  'inference',
+  'metadata',
+  'model-config',
+  'statistics',
+  'openai',
+]);
 
 const GROUPS: ReadonlySet<string> = new Set(API_GROUPS);
 
@@ -76,9 +82,12 @@ export function parseScope(text: string): ParsedScope {
   if (colon < 0) return { group: name, models: MODEL_GROUPS.has(name) ? '*' : undefined };
   const models = text.slice(colon + 1);
   if (!MODEL_GROUPS.has(name)) {
-    throw new ScopeError(`scope '${name}' takes no model pattern (only ${[...MODEL_GROUPS].join(', ')} do), got '${text}'`);
+    throw new ScopeError(
+      `scope '${name}' takes no model pattern (only ${[...MODEL_GROUPS].join(', ')} do), got '${text}'`,
+    );
   }
-  if (models === '') throw new ScopeError(`scope '${text}' has an empty model pattern (write '${name}' or '${name}:*' for every model)`);
+  if (models === '')
+    throw new ScopeError(`scope '${text}' has an empty model pattern (write '${name}' or '${name}:*' for every model)`);
   return { group: name, models };
 }
 

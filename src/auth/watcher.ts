@@ -102,11 +102,21 @@ export class KeysFileWatcher {
     try {
       const bytes = await readFile(this.file);
       if (bytes.byteLength > MAX_KEYS_FILE_BYTES) {
-        throw new KeysFileError(this.file, 1, '', `the keys file is ${bytes.byteLength} bytes, more than the ${MAX_KEYS_FILE_BYTES} accepted`);
+        throw new KeysFileError(
+          this.file,
+          1,
+          '',
+          `the keys file is ${bytes.byteLength} bytes, more than the ${MAX_KEYS_FILE_BYTES} accepted`,
+        );
       }
       text = bytes.toString('utf8');
     } catch (err) {
-      this.refuse(err instanceof KeysFileError ? err : new KeysFileError(this.file, 1, '', `cannot read the keys file: ${(err as Error).message}`), '');
+      this.refuse(
+        err instanceof KeysFileError
+          ? err
+          : new KeysFileError(this.file, 1, '', `cannot read the keys file: ${(err as Error).message}`),
+        '',
+      );
       return;
     }
     if (text === this.lastText || this.closed) return;

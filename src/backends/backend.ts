@@ -8,7 +8,14 @@ import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
 import type { CancellationSignal } from '../types/cancellation.js';
-import type { InferRequest, InferResponse, JsonOutputHint, ParameterValue, RequestTrace, StreamResponse } from '../types/api.js';
+import type {
+  InferRequest,
+  InferResponse,
+  JsonOutputHint,
+  ParameterValue,
+  RequestTrace,
+  StreamResponse,
+} from '../types/api.js';
 
 export type { ParameterValue } from '../types/api.js';
 
@@ -62,7 +69,11 @@ export interface ResponseSender {
 
 /** One response, in the order of the requests given to execute(). */
 export type BackendResponse =
-  | { readonly outputs: readonly Tensor[]; readonly parameters?: Readonly<Record<string, ParameterValue>>; readonly error?: undefined }
+  | {
+      readonly outputs: readonly Tensor[];
+      readonly parameters?: Readonly<Record<string, ParameterValue>>;
+      readonly error?: undefined;
+    }
   | { readonly error: NereidError; readonly outputs?: undefined };
 
 /**
@@ -190,7 +201,9 @@ export interface Backend {
    * when auto-complete is enabled.
    */
   autoCompleteConfig?(ctx: AutoCompleteContext): Promise<ModelConfig>;
-  /** Whether models with model_transaction_policy { decoupled: true } may load (they get a ResponseSender per request). */
+  /**
+   * Whether models with model_transaction_policy { decoupled: true } may load (they get a ResponseSender per request).
+   */
   readonly supportsDecoupled?: boolean;
   /** Default instance count for KIND_CPU groups without `count` (Triton: 2 for onnxruntime, else 1). */
   readonly defaultCpuInstanceCount?: number;

@@ -165,7 +165,8 @@ function entryBytes(key: string, response: CachedResponse): number {
   for (const t of response.outputs) {
     n += TENSOR_OVERHEAD_BYTES + t.name.length + t.datatype.length + 8 * t.shape.length + t.data.byteLength;
   }
-  if (response.parameters) n += JSON.stringify(response.parameters, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)).length;
+  if (response.parameters)
+    n += JSON.stringify(response.parameters, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v)).length;
   return n;
 }
 
@@ -180,7 +181,6 @@ function copyResponse(response: CachedResponse): CachedResponse {
   return response.parameters === undefined ? { outputs } : { outputs, parameters: { ...response.parameters } };
 }
 
-const SEPARATOR = Buffer.from([0]);
 /** Requests up to this many key bytes use the bytes themselves as the key; larger ones a SHA-256 digest. */
 const LITERAL_KEY_LIMIT = 1024;
 
@@ -234,22 +234,33 @@ export function cacheKey(
  * value (`--cache-config <name>,<key>=<value>`). Undefined when none is
  * configured. Throws a start-up error for anything it cannot honour.
  */
-export function createResponseCache(settings: Readonly<Record<string, Readonly<Record<string, string>>>> | undefined): ResponseCache | undefined {
+export function createResponseCache(
+  settings: Readonly<Record<string, Readonly<Record<string, string>>>> | undefined,
+): ResponseCache | undefined {
   if (settings === undefined) return undefined;
   const names = Object.keys(settings);
   if (names.length === 0) return undefined;
   for (const name of names) {
     if (name !== 'local') {
-      throw Errors.cacheConfig(`--cache-config: cache '${name}' is not available; the 'local' cache is the only one built in (--cache-config=local,size=<bytes>)`);
+      throw Errors.cacheConfig(
+        `--cache-config: cache '${name}' is not available; the 'local' ` +
+        `cache is the only one built in (--cache-config=local,size=<bytes>)`,
+      );
     }
   }
   const local = settings['local']!;
   for (const key of Object.keys(local)) {
-    if (key !== 'size') throw Errors.cacheConfig(`--cache-config: the local cache has no setting '${key}'; its only setting is 'size' (bytes)`);
+    if (key !== 'size')
+      throw Errors.cacheConfig(
+        `--cache-config: the local cache has no setting '${key}'; its only setting is 'size' (bytes)`,
+      );
   }
   const raw = local['size'];
   if (raw === undefined) {
-    throw Errors.cacheConfig("Failed to initialize LocalCache: config didn't contain a valid 'size' field. (--cache-config=local,size=<bytes>)");
+    throw Errors.cacheConfig(
+      "Failed to initialize LocalCache: config didn't contain a " +
+      "valid 'size' field. (--cache-config=local,size=<bytes>)",
+    );
   }
   if (!/^\d+$/.test(raw.trim())) {
     throw Errors.cacheConfig(`--cache-config local,size=${raw}: the size must be a whole number of bytes`);
@@ -258,7 +269,8 @@ export function createResponseCache(settings: Readonly<Record<string, Readonly<R
   if (!Number.isSafeInteger(size)) throw Errors.cacheConfig(`--cache-config local,size=${raw}: the size is too large`);
   if (size < MIN_ENTRY_BYTES) {
     throw Errors.cacheConfig(
-      `--cache-config local,size=${raw}: the cache could not hold a single response; the smallest entry takes ${MIN_ENTRY_BYTES} bytes`,
+      `--cache-config local,size=${raw}: the cache could not hold a ` +
+      `single response; the smallest entry takes ${MIN_ENTRY_BYTES} bytes`,
     );
   }
   return new ResponseCache(size);
@@ -270,7 +282,9 @@ export function parseCacheConfigFlags(values: readonly string[]): Record<string,
   for (const arg of values) {
     const comma = arg.indexOf(',');
     if (comma <= 0) {
-      throw Errors.cacheConfig(`No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got ${arg}`);
+      throw Errors.cacheConfig(
+        `No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got ${arg}`,
+      );
     }
     const eq = arg.indexOf('=', comma + 1);
     const setting = eq < 0 ? '' : arg.slice(comma + 1, eq);
@@ -293,7 +307,15 @@ export function cacheGauges(cache: ResponseCache): Array<[string, string, () => 
     ['nv_cache_num_misses', 'Response cache lookups that found none', () => c.misses],
     ['nv_cache_num_lookups', 'Response cache lookups', () => c.lookups],
     ['nv_cache_num_evictions', 'Responses evicted from the response cache to make room', () => c.evictions],
-    ['nv_cache_lookup_duration', 'Time spent in response cache lookups (hits and misses), microseconds', () => Math.floor(c.lookupUs)],
-    ['nv_cache_insertion_duration', 'Time spent storing responses in the response cache, microseconds', () => Math.floor(c.insertionUs)],
+    [
+      'nv_cache_lookup_duration',
+      'Time spent in response cache lookups (hits and misses), microseconds',
+      () => Math.floor(c.lookupUs),
+    ],
+    [
+      'nv_cache_insertion_duration',
+      'Time spent storing responses in the response cache, microseconds',
+      () => Math.floor(c.insertionUs),
+    ],
   ];
 }

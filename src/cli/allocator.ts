@@ -35,7 +35,9 @@ export type AllocatorPlan =
   | { readonly kind: 'reexec'; readonly env: NodeJS.ProcessEnv; readonly execArgv: readonly string[] }
   | { readonly kind: 'keep' };
 
-/** The user's own malloc setting, if any: a MALLOC_* variable, a glibc.malloc tunable, or another allocator preloaded. */
+/**
+ * The user's own malloc setting, if any: a MALLOC_* variable, a glibc.malloc tunable, or another allocator preloaded.
+ */
 function userSetting(env: NodeJS.ProcessEnv): string | undefined {
   const vars = Object.keys(env)
     .filter((k) => k.startsWith('MALLOC_'))
@@ -51,21 +53,34 @@ function optedOut(env: NodeJS.ProcessEnv): boolean {
   return (env[OPT_OUT_VAR] ?? '').toLowerCase() === 'off';
 }
 
-/** The user's own young-generation sizing, if any: a semi-space option or --max-heap-size, on the command line or in NODE_OPTIONS. */
+/**
+ * The user's own young-generation sizing, if any: a semi-space option or --max-heap-size, on the command line or in
+ * NODE_OPTIONS.
+ */
 export function userYoungGeneration(env: NodeJS.ProcessEnv, execArgv: readonly string[]): string | undefined {
   const options = [...execArgv, ...(env['NODE_OPTIONS'] ?? '').split(/\s+/)];
   return options.find((o) => /^--(?:(?:max|min)-semi-space-size|max-heap-size)(?:=|$)/.test(o.replace(/_/g, '-')));
 }
 
 function mallocPlanned(env: NodeJS.ProcessEnv, f: AllocatorFacts): boolean {
-  return env[MARK_VAR] === undefined && !optedOut(env) && userSetting(env) === undefined && f.platform === 'linux' && f.glibc !== undefined;
+  return (
+    env[MARK_VAR] === undefined &&
+    !optedOut(env) &&
+    userSetting(env) === undefined &&
+    f.platform === 'linux' &&
+    f.glibc !== undefined
+  );
 }
 
 /**
  * What to do at start: re-execute with the malloc tunables and the young generation's cap
  * (whichever of the two the user has not set), or run as is.
  */
-export function planAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts, execArgv: readonly string[] = []): AllocatorPlan {
+export function planAllocator(
+  env: NodeJS.ProcessEnv,
+  facts: () => AllocatorFacts,
+  execArgv: readonly string[] = [],
+): AllocatorPlan {
   if (env[MARK_VAR] !== undefined || env[V8_MARK_VAR] !== undefined) return { kind: 'keep' };
   const f = facts();
   if (!f.canReexec) return { kind: 'keep' };
@@ -83,15 +98,21 @@ export function planAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFact
 }
 
 /** One line for the start-up log: the young generation's sizing this process runs with, and why. */
-export function describeYoungGeneration(env: NodeJS.ProcessEnv, execArgv: readonly string[], canReexec: boolean): string {
+export function describeYoungGeneration(
+  env: NodeJS.ProcessEnv,
+  execArgv: readonly string[],
+  canReexec: boolean,
+): string {
   if (env[V8_MARK_VAR] !== undefined) {
-    return `V8 young generation: semi-spaces up to ${SEMI_SPACE_MB} MiB (${NEREID_V8_FLAG}, set by nereid at start; NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing)`;
+    return `V8 young generation: semi-spaces up to ${SEMI_SPACE_MB} MiB (${NEREID_V8_FLAG}, ` +
+      `set by nereid at start; NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing)`;
   }
   const user = userYoungGeneration(env, execArgv);
   if (user !== undefined) return `V8 young generation: as the options set it (${user}); nereid adds nothing`;
   return canReexec
     ? "V8 young generation: V8's own sizing"
-    : `V8 young generation: V8's own sizing (Node ${process.versions.node} cannot re-execute itself in place; NODE_OPTIONS=${NEREID_V8_FLAG} caps it)`;
+    : `V8 young generation: V8's own sizing (Node ${process.versions.node} cannot ` +
+      `re-execute itself in place; NODE_OPTIONS=${NEREID_V8_FLAG} caps it)`;
 }
 
 /** One line for the start-up log: which malloc setting this process runs with, and why. */
@@ -105,7 +126,8 @@ export function describeAllocator(env: NodeJS.ProcessEnv, facts: () => Allocator
   if (f.platform !== 'linux' || f.glibc === undefined) return 'malloc: not glibc, left as it is';
   if (optedOut(env)) return `glibc malloc: defaults, sliding mmap threshold (${OPT_OUT_VAR}=off)`;
   return (
-    `glibc malloc: defaults, sliding mmap threshold (Node ${process.versions.node} cannot re-execute itself in place; ` +
+    `glibc malloc: defaults, sliding mmap threshold (Node ` +
+    `${process.versions.node} cannot re-execute itself in place; ` +
     `GLIBC_TUNABLES=${NEREID_TUNABLES} in the environment bounds what bursts of large requests leave resident)`
   );
 }
@@ -125,7 +147,11 @@ export function processFacts(): AllocatorFacts {
       report.excludeNetwork = excluded;
     }
   }
-  return { platform: process.platform, glibc, canReexec: typeof (process as { execve?: Execve }).execve === 'function' };
+  return {
+    platform: process.platform,
+    glibc,
+    canReexec: typeof (process as { execve?: Execve }).execve === 'function',
+  };
 }
 
 /**
@@ -142,7 +168,10 @@ export function applyAllocatorTuning(): string[] {
     const execve = (process as { execve?: Execve }).execve!;
     execve(process.execPath, [process.execPath, ...plan.execArgv, ...process.argv.slice(1)], plan.env);
   }
-  const lines = [describeAllocator(process.env, facts), describeYoungGeneration(process.env, process.execArgv, facts().canReexec)];
+  const lines = [
+    describeAllocator(process.env, facts),
+    describeYoungGeneration(process.env, process.execArgv, facts().canReexec),
+  ];
   const before = process.env[MARK_VAR];
   if (before !== undefined) {
     delete process.env[MARK_VAR];

@@ -237,10 +237,16 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   const allowMetrics = f.bool('allow-metrics', true);
   const warnings: string[] = [];
   const strictGiven = f.has('strict-model-config');
-  if (strictGiven) warnings.push("Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.");
+  if (strictGiven)
+    warnings.push(
+      "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.",
+    );
   const disableAutoComplete = f.bool('disable-auto-complete-config', false);
   if (disableAutoComplete && strictGiven && !f.bool('strict-model-config', false)) {
-    warnings.push("Warning: Overriding deprecated '--strict-model-config' from False to True in favor of '--disable-auto-complete-config'!");
+    warnings.push(
+      "Warning: Overriding deprecated '--strict-model-config' from " +
+      "False to True in favor of '--disable-auto-complete-config'!",
+    );
   }
   const verbose = f.int('log-verbose', 0);
   const switches: LogSwitches = {
@@ -262,7 +268,8 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     logFrequency: f.string('trace-log-frequency'),
   });
   warnings.push(...trace.warnings);
-  const logLevel = verbose > 0 ? 'debug' : switches.info ? 'info' : switches.warning ? 'warn' : switches.error ? 'error' : 'silent';
+  const logLevel =
+    verbose > 0 ? 'debug' : switches.info ? 'info' : switches.warning ? 'warn' : switches.error ? 'error' : 'silent';
   const cfg: ServeConfig = {
     server: {
       modelRepositories: repos.length > 0 ? repos : [defaultModelRepository()],
@@ -342,26 +349,37 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     for (let j = i + 1; j < ports.length; j++) {
       const [a, pa, ea] = ports[i]!;
       const [b, pb, eb] = ports[j]!;
-      if (ea && eb && pa === pb && pa !== 0) throw Errors.config(`the ${a} and ${b} ports are both ${pa}; each service needs its own port`);
+      if (ea && eb && pa === pb && pa !== 0)
+        throw Errors.config(`the ${a} and ${b} ports are both ${pa}; each service needs its own port`);
     }
   }
   if (cfg.grpc.compressionLevel && !['none', 'low', 'medium', 'high'].includes(cfg.grpc.compressionLevel)) {
-    throw Errors.config(`--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`);
+    throw Errors.config(
+      `--grpc-infer-response-compression-level must be none, low, medium or high, got '${cfg.grpc.compressionLevel}'`,
+    );
   }
   return cfg;
 }
 
-/** --cache-config (and the deprecated --response-cache-byte-size) as tritonserver reads them; checked again when the cache is built. */
+/**
+ * --cache-config (and the deprecated --response-cache-byte-size) as tritonserver reads them; checked again when the
+ * cache is built.
+ */
 function cacheSettings(f: FlagReader, warnings: string[]): Record<string, Record<string, string>> | undefined {
   const configs = f.all('cache-config');
   const sizeGiven = f.has('response-cache-byte-size');
   if (sizeGiven && configs.length > 0) {
-    throw Errors.cacheConfig('Incompatible flags --response-cache-byte-size and --cache-config both provided. Please provide one or the other.');
+    throw Errors.cacheConfig(
+      'Incompatible flags --response-cache-byte-size and ' +
+      '--cache-config both provided. Please provide one or the other.',
+    );
   }
   if (sizeGiven) {
     const size = String(f.int('response-cache-byte-size', 0));
     warnings.push(
-      `Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache implementation with the provided byte size for its config. Please use '--cache-config' instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${size}'`,
+      `Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache ` +
+      `implementation with the provided byte size for its config. Please use '--cache-config' ` +
+      `instead. The equivalent --cache-config CLI args would be: '--cache-config=local,size=${size}'`,
     );
     const settings = { local: { size } };
     createResponseCache(settings);
@@ -376,7 +394,10 @@ function cacheSettings(f: FlagReader, warnings: string[]): Record<string, Record
 function authSettings(f: FlagReader): ServeConfig['auth'] {
   const keysFile = f.string('auth-keys');
   const failureLimit = f.int('auth-failure-limit', DEFAULT_FAILURE_LIMIT);
-  if (failureLimit < 0) throw Errors.config(`--auth-failure-limit must be 0 (no limit) or a number of failures a minute, got ${failureLimit}`);
+  if (failureLimit < 0)
+    throw Errors.config(
+      `--auth-failure-limit must be 0 (no limit) or a number of failures a minute, got ${failureLimit}`,
+    );
   if (keysFile === undefined) {
     if (f.has('auth-failure-limit')) throw Errors.config('--auth-failure-limit needs --auth-keys');
     return undefined;
@@ -389,7 +410,10 @@ function authSettings(f: FlagReader): ServeConfig['auth'] {
  * The keys file read and checked at start (a problem stops the start, naming
  * file, line and field), then watched: a change applies within two seconds.
  */
-function startAccessControl(auth: NonNullable<ServeConfig['auth']>, logger: Logger): { access: AccessControl; watcher: KeysFileWatcher } {
+function startAccessControl(
+  auth: NonNullable<ServeConfig['auth']>,
+  logger: Logger,
+): { access: AccessControl; watcher: KeysFileWatcher } {
   let text: string;
   let access: AccessControl;
   try {
@@ -400,11 +424,18 @@ function startAccessControl(auth: NonNullable<ServeConfig['auth']>, logger: Logg
   }
   const keys = access.keys;
   logger.info(
-    { file: auth.keysFile, keys: [...keys.byHash.values()].map((k) => k.name), anonymous: keys.anonymous.grants.scopes },
+    {
+      file: auth.keysFile,
+      keys: [...keys.byHash.values()].map((k) => k.name),
+      anonymous: keys.anonymous.grants.scopes,
+    },
     'API keys required (--auth-keys)',
   );
   if (keys.anonymousGiven && !keys.anonymous.grants.allows('health')) {
-    logger.warn({ file: auth.keysFile }, "the keys file's anonymous entry has no 'health' scope: health probes need a key");
+    logger.warn(
+      { file: auth.keysFile },
+      "the keys file's anonymous entry has no 'health' scope: health probes need a key",
+    );
   }
   const watcher = new KeysFileWatcher(auth.keysFile, text, (table) => access.replaceKeys(table), logger);
   watcher.start();
@@ -452,7 +483,8 @@ export interface RunningServer {
 /** Starts everything `nereid serve` starts. Throws on startup failure (after cleaning up). */
 export async function startServing(cfg: ServeConfig, logger: Logger): Promise<RunningServer> {
   for (const repo of cfg.server.modelRepositories) {
-    if (!isRemoteRepository(repo) && !existsSync(repo)) throw Errors.config(`model repository '${repo}' does not exist`);
+    if (!isRemoteRepository(repo) && !existsSync(repo))
+      throw Errors.config(`model repository '${repo}' does not exist`);
   }
   if (cfg.ignored.length > 0) {
     logger.warn(`accepted for compatibility, has no effect: ${cfg.ignored.map((flag) => `--${flag}`).join(', ')}`);
@@ -481,25 +513,39 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         modelMetrics: v.config.modelMetrics,
       }),
     );
-    if (server.responseCache) for (const [name, help, read] of cacheGauges(server.responseCache)) metrics.addScrapeGauge(name, help, read);
+    if (server.responseCache)
+      for (const [name, help, read] of cacheGauges(server.responseCache)) metrics.addScrapeGauge(name, help, read);
     server.on('versionUnloaded', (v) => metrics.detach(v.stats));
     if (access !== undefined) {
       metrics.addScrapeCounter(
         'nereid_auth_failures_total',
-        'Requests refused by --auth-keys, by reason: missing (no key where one is needed), malformed (not Bearer), unknown (no such key), scope (the key lacks the scope), rate_limited',
+        'Requests refused by --auth-keys, by reason: missing (no key where one is needed), malformed ' +
+        '(not Bearer), unknown (no such key), scope (the key lacks the scope), rate_limited',
         'reason',
         () => AUTH_FAILURE_REASONS.map((reason) => [reason, access.failures[reason]] as const),
       );
     }
-    metrics.addScrapeGauge('nereid_server_ready', 'Whether /v2/health/ready answers ready (1) or not (0); with --strict-readiness every model to be served is ready', () => (server.isReady() ? 1 : 0));
+    metrics.addScrapeGauge(
+      'nereid_server_ready',
+      'Whether /v2/health/ready answers ready (1) or not (0); ' +
+      'with --strict-readiness every model to be served is ready',
+      () => (server.isReady() ? 1 : 0),
+    );
   }
   // One store of each setting, shared by both protocols, as in Triton.
   // /v2/logging starts from the command line's settings and changes the logger in place.
   const logSettings = new LogSettings(
     (state) =>
       reconfigureLogger(logger, {
-        switches: { error: state.log_error, warning: state.log_warning, info: state.log_info, verbose: state.log_verbose_level },
-        format: (LOG_FORMATS as readonly string[]).includes(state.log_format) ? (state.log_format as LogFormat) : undefined,
+        switches: {
+          error: state.log_error,
+          warning: state.log_warning,
+          info: state.log_info,
+          verbose: state.log_verbose_level,
+        },
+        format: (LOG_FORMATS as readonly string[]).includes(state.log_format)
+          ? (state.log_format as LogFormat)
+          : undefined,
       }),
     {
       log_file: cfg.log.file ?? '',
@@ -523,7 +569,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   if (metrics) {
     metrics.addScrapeCounter(
       'nereid_trace_spans_dropped_total',
-      'OpenTelemetry spans dropped, by reason: the export queue was full (queue_full) or the collector did not take them (export_failed)',
+      'OpenTelemetry spans dropped, by reason: the export queue was full ' +
+      '(queue_full) or the collector did not take them (export_failed)',
       'reason',
       () => [
         ['queue_full', tracer.droppedSpans.queueFull],
@@ -552,9 +599,18 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
-  const grpcOptions = { ...cfg.grpc, shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000, logger, logSettings, tracer, access };
+  const grpcOptions = {
+    ...cfg.grpc,
+    shutdownGraceMs: (cfg.server.exitTimeoutSecs ?? 30) * 1000,
+    logger,
+    logSettings,
+    tracer,
+    access,
+  };
   const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, grpcOptions) : undefined;
-  const metricsFrontend = metrics ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address, access }) : undefined;
+  const metricsFrontend = metrics
+    ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address, access })
+    : undefined;
   const ports: RunningServer['ports'] = {};
   // The stop sequence: readiness turns false at once while liveness stays true and the HTTP port keeps
   // answering probes (no keep-alive from here on); gRPC clients get GOAWAY and reconnect elsewhere;

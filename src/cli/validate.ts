@@ -14,7 +14,8 @@ import { FlagReader, parseFlags } from './flags.js';
 export async function runValidate(argv: readonly string[]): Promise<number> {
   if (argv.includes('--help')) {
     process.stdout.write(
-      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] [--disable-auto-complete-config] [--backend-config=...]\n',
+      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] ' +
+      '[--disable-auto-complete-config] [--backend-config=...]\n',
     );
     return 0;
   }
@@ -37,11 +38,16 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
   const models = await listModels(repos.length > 0 ? repos : [defaultModelRepository()], sources);
   await sources.close();
   let bad = models.failures.length;
-  for (const failure of models.failures) process.stdout.write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
+  for (const failure of models.failures)
+    process.stdout.write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
   const folders: Array<{ name: string; dir: string }> = [];
   const lines = new Map<string, string>();
   for (const [name, where] of models) {
-    if ('duplicate' in where) lines.set(name, `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`);
+    if ('duplicate' in where)
+      lines.set(
+        name,
+        `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`,
+      );
     else if ('dir' in where) folders.push({ name, dir: where.dir }); // (every model is copied by this listing)
   }
   // The checks loading runs, with its messages, without loading anything (core/model-check.ts).
@@ -59,7 +65,11 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
     // One line per failing version, as a server's repository index lists them.
     if (m.error !== '' || c === undefined) lines.set(m.name, `FAIL ${m.name}: ${m.error}`);
     else if (failed.length > 0) {
-      const each = m.versions.map((v) => (v.state === 'READY' ? `ok   ${m.name} (version ${v.version})` : `FAIL ${m.name} (version ${v.version}): ${v.reason}`));
+      const each = m.versions.map((v) =>
+        v.state === 'READY'
+          ? `ok   ${m.name} (version ${v.version})`
+          : `FAIL ${m.name} (version ${v.version}): ${v.reason}`,
+      );
       lines.set(m.name, each.join('\n'));
     }
     else lines.set(m.name, `ok   ${m.name} (${c.platform || c.backend}, max_batch_size ${c.maxBatchSize})`);

@@ -27,11 +27,15 @@ export function throwIfAborted(what: string, c: CallContext): void {
 
 export function checkParameters(where: string, p: Parameters | undefined): void {
   if (p === undefined) return;
-  if (typeof p !== 'object' || p === null || Array.isArray(p)) throw new InvalidInputError(`${where}: parameters must be an object`);
+  if (typeof p !== 'object' || p === null || Array.isArray(p))
+    throw new InvalidInputError(`${where}: parameters must be an object`);
   for (const [k, v] of Object.entries(p)) {
     const t = typeof v;
     if (t !== 'string' && t !== 'boolean' && t !== 'bigint' && !(t === 'number' && Number.isFinite(v))) {
-      throw new InvalidInputError(`${where}: parameter '${k}' is ${v === null ? 'null' : t}; a parameter is a string, a finite number, a boolean or a bigint`);
+      throw new InvalidInputError(
+        `${where}: parameter '${k}' is ${v === null ? 'null' : t}; a ` +
+        `parameter is a string, a finite number, a boolean or a bigint`,
+      );
     }
   }
 }

@@ -38,7 +38,8 @@ interface Backoff {
 const NO_OPTIONS: CallOptions = {};
 
 function checkName(what: string, name: unknown): string {
-  if (typeof name !== 'string' || name === '') throw new InvalidInputError(`${what} must be a non-empty string, not ${JSON.stringify(name)}`);
+  if (typeof name !== 'string' || name === '')
+    throw new InvalidInputError(`${what} must be a non-empty string, not ${JSON.stringify(name)}`);
   return name;
 }
 
@@ -46,14 +47,17 @@ function checkVersion(model: string, version: unknown): string {
   if (version === undefined || version === '') return '';
   const text = typeof version === 'number' ? String(version) : version;
   if (typeof text !== 'string' || !/^[0-9]+$/.test(text)) {
-    throw new InvalidInputError(`version of model '${model}' must be a version number like "1", not ${JSON.stringify(version)}`);
+    throw new InvalidInputError(
+      `version of model '${model}' must be a version number like "1", not ${JSON.stringify(version)}`,
+    );
   }
   return text;
 }
 
 function checkTimeout(where: string, ms: unknown): number | undefined {
   if (ms === undefined) return undefined;
-  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) throw new InvalidInputError(`${where}: timeout must be a number of milliseconds > 0, not ${String(ms)}`);
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0)
+    throw new InvalidInputError(`${where}: timeout must be a number of milliseconds > 0, not ${String(ms)}`);
   return ms;
 }
 
@@ -81,18 +85,25 @@ export class InferenceClient {
   private readonly backoff: Backoff | undefined;
 
   constructor(options: ClientOptions) {
-    if (typeof options !== 'object' || options === null) throw new InvalidInputError('InferenceClient needs options: { url }');
+    if (typeof options !== 'object' || options === null)
+      throw new InvalidInputError('InferenceClient needs options: { url }');
     let u: URL;
     try {
       u = new URL(options.url);
     } catch {
-      throw new InvalidInputError(`url ${JSON.stringify(options.url)} is not a URL like http://localhost:8000 or grpc://localhost:8001`);
+      throw new InvalidInputError(
+        `url ${JSON.stringify(options.url)} is not a URL like http://localhost:8000 or grpc://localhost:8001`,
+      );
     }
     if (options.tensorFormat !== undefined && options.tensorFormat !== 'binary' && options.tensorFormat !== 'json') {
-      throw new InvalidInputError(`tensorFormat must be "binary" or "json", not ${JSON.stringify(options.tensorFormat)}`);
+      throw new InvalidInputError(
+        `tensorFormat must be "binary" or "json", not ${JSON.stringify(options.tensorFormat)}`,
+      );
     }
     if (options.compression !== undefined && options.compression !== 'gzip' && options.compression !== 'deflate') {
-      throw new InvalidInputError(`compression must be "gzip" or "deflate", not ${JSON.stringify(options.compression)}`);
+      throw new InvalidInputError(
+        `compression must be "gzip" or "deflate", not ${JSON.stringify(options.compression)}`,
+      );
     }
     if (options.connections !== undefined && (!Number.isSafeInteger(options.connections) || options.connections < 1)) {
       throw new InvalidInputError(`connections must be an integer >= 1, not ${String(options.connections)}`);
@@ -101,7 +112,9 @@ export class InferenceClient {
       throw new InvalidInputError(`url ${JSON.stringify(options.url)}: the scheme must be http, https, grpc or grpcs`);
     }
     if ((u.pathname !== '/' && u.pathname !== '') || u.search !== '' || u.hash !== '') {
-      throw new InvalidInputError(`url ${JSON.stringify(options.url)} must name only the server (scheme, host and port), no path`);
+      throw new InvalidInputError(
+        `url ${JSON.stringify(options.url)} must name only the server (scheme, host and port), no path`,
+      );
     }
     this.url = options.url;
     this.timeout = checkTimeout('client options', options.timeout);
@@ -121,7 +134,8 @@ export class InferenceClient {
         break;
       case 'grpc:':
       case 'grpcs:':
-        if (options.tensorFormat === 'json') throw new InvalidInputError('tensorFormat "json" is for HTTP; gRPC always sends raw tensor bytes');
+        if (options.tensorFormat === 'json')
+          throw new InvalidInputError('tensorFormat "json" is for HTTP; gRPC always sends raw tensor bytes');
         if (options.compression === 'deflate') throw new InvalidInputError('compression over gRPC is "gzip"');
         this.protocol = 'grpc';
         this.transport = new GrpcTransport({
@@ -133,7 +147,9 @@ export class InferenceClient {
         });
         break;
       default:
-        throw new InvalidInputError(`url ${JSON.stringify(options.url)}: the scheme must be http, https, grpc or grpcs`);
+        throw new InvalidInputError(
+          `url ${JSON.stringify(options.url)}: the scheme must be http, https, grpc or grpcs`,
+        );
     }
   }
 
@@ -141,11 +157,13 @@ export class InferenceClient {
     if (retry === undefined || retry === false) return undefined;
     const r = retry === true ? {} : retry;
     const attempts = r.attempts ?? 3;
-    if (!Number.isSafeInteger(attempts) || attempts < 1) throw new InvalidInputError(`retry.attempts must be an integer >= 1, not ${String(attempts)}`);
+    if (!Number.isSafeInteger(attempts) || attempts < 1)
+      throw new InvalidInputError(`retry.attempts must be an integer >= 1, not ${String(attempts)}`);
     const initialDelay = r.initialDelay ?? 50;
     const maxDelay = r.maxDelay ?? 2000;
     for (const [k, v] of [['initialDelay', initialDelay], ['maxDelay', maxDelay]] as const) {
-      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new InvalidInputError(`retry.${k} must be a number of milliseconds >= 0`);
+      if (typeof v !== 'number' || !Number.isFinite(v) || v < 0)
+        throw new InvalidInputError(`retry.${k} must be a number of milliseconds >= 0`);
     }
     return { attempts, initialDelay, maxDelay };
   }
@@ -153,7 +171,8 @@ export class InferenceClient {
   private context(o: CallOptions | undefined): CallContext {
     const opts = o ?? NO_OPTIONS;
     const timeout = opts.timeout === undefined ? this.timeout : checkTimeout('call options', opts.timeout);
-    if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) throw new InvalidInputError('signal must be an AbortSignal');
+    if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal))
+      throw new InvalidInputError('signal must be an AbortSignal');
     return { signal: opts.signal, timeout, headers: opts.headers };
   }
 
@@ -216,12 +235,14 @@ export class InferenceClient {
     if (typeof r !== 'object' || r === null) throw new InvalidInputError('infer needs a request: { model, inputs }');
     const model = checkName('model', r.model);
     const version = checkVersion(model, r.version);
-    if (r.id !== undefined && typeof r.id !== 'string') throw new InvalidInputError(`request id must be a string, not ${typeof r.id}`);
+    if (r.id !== undefined && typeof r.id !== 'string')
+      throw new InvalidInputError(`request id must be a string, not ${typeof r.id}`);
     checkParameters(`request for model '${model}'`, r.parameters);
     const inputs = wireInputs(model, r.inputs);
     for (const t of inputs) checkParameters(`input '${t.name}'`, t.parameters);
     if (r.outputs !== undefined) {
-      if (!Array.isArray(r.outputs)) throw new InvalidInputError(`request for model '${model}': outputs must be an array`);
+      if (!Array.isArray(r.outputs))
+        throw new InvalidInputError(`request for model '${model}': outputs must be an array`);
       const seen = new Set<string>();
       for (const o of r.outputs) {
         const name = checkName(`request for model '${model}': an output's name`, o?.name);
@@ -234,7 +255,15 @@ export class InferenceClient {
         }
       }
     }
-    return { model, version, id: r.id ?? '', inputs, outputs: r.outputs, parameters: r.parameters, bytesAsStrings: r.bytesAsStrings === true };
+    return {
+      model,
+      version,
+      id: r.id ?? '',
+      inputs,
+      outputs: r.outputs,
+      parameters: r.parameters,
+      bytesAsStrings: r.bytesAsStrings === true,
+    };
   }
 
   /** Runs one inference; outputs come back as typed arrays of their datatypes. */
@@ -274,12 +303,19 @@ export class InferenceClient {
   loadModel(model: string, options?: LoadModelOptions): Promise<void> {
     checkName('model', model);
     const c = this.context(options);
-    const config = options?.config === undefined ? undefined : typeof options.config === 'string' ? options.config : JSON.stringify(options.config);
+    const config =
+      options?.config === undefined
+        ? undefined
+        : typeof options.config === 'string'
+          ? options.config
+          : JSON.stringify(options.config);
     const files = options?.files;
     if (files !== undefined) {
-      if (config === undefined) throw new InvalidInputError(`load of model '${model}': files override a model only together with a config`);
+      if (config === undefined)
+        throw new InvalidInputError(`load of model '${model}': files override a model only together with a config`);
       for (const [k, v] of Object.entries(files)) {
-        if (!(v instanceof Uint8Array)) throw new InvalidInputError(`load of model '${model}': file '${k}' must be a Uint8Array`);
+        if (!(v instanceof Uint8Array))
+          throw new InvalidInputError(`load of model '${model}': file '${k}' must be a Uint8Array`);
       }
     }
     return this.run('model load', c, () => this.transport.loadModel(model, { config, files }, c));
@@ -308,7 +344,8 @@ export class InferenceClient {
 
   /** Changes trace settings (null clears a model's override) and returns the settings in effect. */
   updateTraceSettings(settings: TraceSettingsUpdate, model?: string, options?: CallOptions): Promise<TraceSettings> {
-    if (typeof settings !== 'object' || settings === null) throw new InvalidInputError('updateTraceSettings needs an object of settings');
+    if (typeof settings !== 'object' || settings === null)
+      throw new InvalidInputError('updateTraceSettings needs an object of settings');
     if (model !== undefined) checkName('model', model);
     const c = this.context(options);
     return this.run('trace settings', c, () => this.transport.traceSettings(model ?? '', settings, c));
@@ -320,7 +357,8 @@ export class InferenceClient {
   }
 
   updateLogSettings(settings: LogSettingsUpdate, options?: CallOptions): Promise<LogSettings> {
-    if (typeof settings !== 'object' || settings === null) throw new InvalidInputError('updateLogSettings needs an object of settings');
+    if (typeof settings !== 'object' || settings === null)
+      throw new InvalidInputError('updateLogSettings needs an object of settings');
     const c = this.context(options);
     return this.run('log settings', c, () => this.transport.logSettings(settings, c));
   }
@@ -333,22 +371,32 @@ export class InferenceClient {
   }
 
   /** Registers `byteSize` bytes of the shared-memory object `key` (from `offset`) under `name`. */
-  registerSystemSharedMemory(name: string, key: string, byteSize: number, options?: CallOptions & { offset?: number }): Promise<void> {
+  registerSystemSharedMemory(
+    name: string,
+    key: string,
+    byteSize: number,
+    options?: CallOptions & { offset?: number },
+  ): Promise<void> {
     checkName('region name', name);
     checkName('shared memory key', key);
     const offset = options?.offset ?? 0;
     for (const [k, v] of [['byteSize', byteSize], ['offset', offset]] as const) {
-      if (!Number.isSafeInteger(v) || v < 0) throw new InvalidInputError(`region '${name}': ${k} must be an integer >= 0, not ${String(v)}`);
+      if (!Number.isSafeInteger(v) || v < 0)
+        throw new InvalidInputError(`region '${name}': ${k} must be an integer >= 0, not ${String(v)}`);
     }
     const c = this.context(options);
-    return this.run('shared memory registration', c, () => this.transport.registerSystemSharedMemory(name, key, byteSize, offset, c));
+    return this.run('shared memory registration', c, () =>
+      this.transport.registerSystemSharedMemory(name, key, byteSize, offset, c),
+    );
   }
 
   /** Unregisters one region, or every region when no name is given. */
   unregisterSystemSharedMemory(name?: string, options?: CallOptions): Promise<void> {
     if (name !== undefined) checkName('region name', name);
     const c = this.context(options);
-    return this.run('shared memory unregistration', c, () => this.transport.unregisterSystemSharedMemory(name ?? '', c));
+    return this.run('shared memory unregistration', c, () =>
+      this.transport.unregisterSystemSharedMemory(name ?? '', c),
+    );
   }
 
   /** Closes the connections; calls after this fail. */

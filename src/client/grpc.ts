@@ -5,13 +5,19 @@
  * inputs travel as raw_input_contents and outputs are read from
  * raw_output_contents as views.
  */
-import { create, fromBinary, toBinary, type DescMessage, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import {
+  create,
+  fromBinary,
+  toBinary,
+  type DescMessage,
+  type MessageInitShape,
+  type MessageShape,
+} from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
 import {
   GRPCInferenceService,
   InferParameterSchema,
   ModelInferRequestSchema,
-  ModelInferResponseSchema,
   ModelStreamInferResponseSchema,
   type InferParameter,
   type ModelInferRequest,
@@ -20,7 +26,14 @@ import {
 } from '../gen/grpc_service_pb.js';
 import { modelConfigToJson } from '../config/json.js';
 import { abortFailure, exactInteger, throwIfAborted } from './call.js';
-import { AbortError, ConnectionError, InferenceServerError, ProtocolError, STATUS_CODES, TimeoutError } from './errors.js';
+import {
+  AbortError,
+  ConnectionError,
+  InferenceServerError,
+  ProtocolError,
+  STATUS_CODES,
+  TimeoutError,
+} from './errors.js';
 import { answerShape, emptyData, outputData, sharedMemoryOutputs } from './tensors.js';
 import type { CallContext, LoadArguments, Transport, WireRequest } from './transport.js';
 import type {
@@ -55,12 +68,16 @@ export function grpcAddress(url: string): string {
 
 /** A sentence for a grpc-js failure; a connection that could not be made names the server. */
 export function describeGrpcError(err: grpc.ServiceError, address: string): string {
-  if (err.code === grpc.status.UNAVAILABLE) return `unable to connect to ${address}: ${err.details || 'unavailable'} (is the server running?)`;
+  if (err.code === grpc.status.UNAVAILABLE)
+    return `unable to connect to ${address}: ${err.details || 'unavailable'} (is the server running?)`;
   return err.details || err.message;
 }
 
 function isConnectionFailure(err: grpc.ServiceError): boolean {
-  return err.code === grpc.status.UNAVAILABLE && /No connection established|ECONNREFUSED|ECONNRESET|Connection dropped|connect/i.test(err.details ?? '');
+  return (
+    err.code === grpc.status.UNAVAILABLE &&
+    /No connection established|ECONNREFUSED|ECONNRESET|Connection dropped|connect/i.test(err.details ?? '')
+  );
 }
 
 export interface GrpcTransportOptions {
@@ -81,8 +98,11 @@ export class GrpcTransport implements Transport {
 
   constructor(o: GrpcTransportOptions) {
     this.address = o.address;
-    const asBuffer = (v: string | Buffer | undefined) => (v === undefined ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
-    const creds = o.secure ? grpc.credentials.createSsl(asBuffer(o.tls?.ca), asBuffer(o.tls?.key), asBuffer(o.tls?.cert)) : grpc.credentials.createInsecure();
+    const asBuffer = (v: string | Buffer | undefined) =>
+      v === undefined ? null : Buffer.isBuffer(v) ? v : Buffer.from(v);
+    const creds = o.secure
+      ? grpc.credentials.createSsl(asBuffer(o.tls?.ca), asBuffer(o.tls?.key), asBuffer(o.tls?.cert))
+      : grpc.credentials.createInsecure();
     const options: grpc.ChannelOptions = { 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 };
     if (o.compression !== undefined) options['grpc.default_compression_algorithm'] = o.compression === 'gzip' ? 2 : 1;
     this.client = new grpc.Client(o.address, creds, options);
@@ -97,7 +117,9 @@ export class GrpcTransport implements Transport {
     return md;
   }
 
-  private codec<K extends keyof Methods>(key: K): [(m: MessageShape<Input<K>>) => Buffer, (b: Buffer) => MessageShape<Output<K>>] {
+  private codec<K extends keyof Methods>(
+    key: K,
+  ): [(m: MessageShape<Input<K>>) => Buffer, (b: Buffer) => MessageShape<Output<K>>] {
     let pair = this.serializers.get(key);
     if (pair === undefined) {
       const m = GRPCInferenceService.method[key];
@@ -112,7 +134,8 @@ export class GrpcTransport implements Transport {
   private failure(what: string, err: grpc.ServiceError, c: CallContext): Error {
     if (err.code === grpc.status.CANCELLED && c.signal?.aborted) return new AbortError(what, c.signal.reason);
     if (err.code === grpc.status.DEADLINE_EXCEEDED && c.timeout !== undefined) return new TimeoutError(what, c.timeout);
-    if (isConnectionFailure(err)) return new ConnectionError(`${what}: ${describeGrpcError(err, this.address)}`, { cause: err });
+    if (isConnectionFailure(err))
+      return new ConnectionError(`${what}: ${describeGrpcError(err, this.address)}`, { cause: err });
     if (err.code === grpc.status.INTERNAL && /parse|deserializ/i.test(err.details ?? '')) {
       return new ProtocolError(`${what}: the answer does not parse: ${err.details}`, { cause: err });
     }
@@ -120,7 +143,12 @@ export class GrpcTransport implements Transport {
   }
 
   /** One unary call; the caller's signal cancels it, a timeout becomes the call's deadline. */
-  private unary<K extends keyof Methods>(key: K, request: MessageInitShape<Input<K>> | MessageShape<Input<K>>, what: string, c: CallContext) {
+  private unary<K extends keyof Methods>(
+    key: K,
+    request: MessageInitShape<Input<K>> | MessageShape<Input<K>>,
+    what: string,
+    c: CallContext,
+  ) {
     return new Promise<MessageShape<Output<K>>>((resolve, reject) => {
       throwIfAborted(what, c);
       const m = GRPCInferenceService.method[key];
@@ -133,7 +161,7 @@ export class GrpcTransport implements Transport {
           return deserialize(b);
         } catch (err) {
           // grpc-js turns a throwing deserializer into an INTERNAL status naming it.
-          throw new Error(`failed to parse the answer: ${(err as Error).message}`);
+          throw new Error(`failed to parse the answer: ${(err as Error).message}`, { cause: err });
         }
       }, message, this.metadataFor(c), options, (err, res) => {
         if (onAbort !== undefined) c.signal!.removeEventListener('abort', onAbort);
@@ -172,8 +200,15 @@ export class GrpcTransport implements Transport {
 
   async modelMetadata(model: string, version: string, c: CallContext): Promise<ModelMetadata> {
     const r = await this.unary('modelMetadata', { name: model, version }, `metadata of model '${model}'`, c);
-    const tensors = (list: typeof r.inputs) => list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape.map(Number) }));
-    return { name: r.name, versions: [...r.versions], platform: r.platform, inputs: tensors(r.inputs), outputs: tensors(r.outputs) };
+    const tensors = (list: typeof r.inputs) =>
+      list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape.map(Number) }));
+    return {
+      name: r.name,
+      versions: [...r.versions],
+      platform: r.platform,
+      inputs: tensors(r.inputs),
+      outputs: tensors(r.outputs),
+    };
   }
 
   async modelConfig(model: string, version: string, c: CallContext): Promise<ModelConfig> {
@@ -184,7 +219,9 @@ export class GrpcTransport implements Transport {
 
   infer(r: WireRequest, c: CallContext): Promise<InferResult> {
     const what = `inference request to model '${r.model}'`;
-    return this.unary('modelInfer', inferMessage(r, false), what, c).then((res) => readInferResponse(what, res, r.bytesAsStrings, sharedMemoryOutputs(r)));
+    return this.unary('modelInfer', inferMessage(r, false), what, c).then((res) =>
+      readInferResponse(what, res, r.bytesAsStrings, sharedMemoryOutputs(r)),
+    );
   }
 
   async *stream(r: WireRequest, c: CallContext): AsyncGenerator<InferResult, void, undefined> {
@@ -218,7 +255,8 @@ export class GrpcTransport implements Transport {
           throw new ProtocolError(`${what}: a streamed answer does not parse: ${(err as Error).message}`);
         }
         if (msg.errorMessage !== '') throw new InferenceServerError('grpc', STATUS_CODES.UNKNOWN, msg.errorMessage);
-        if (msg.inferResponse === undefined) throw new ProtocolError(`${what}: a streamed answer has neither a response nor an error`);
+        if (msg.inferResponse === undefined)
+          throw new ProtocolError(`${what}: a streamed answer has neither a response nor an error`);
         const result = readInferResponse(what, msg.inferResponse, r.bytesAsStrings, sharedMemoryOutputs(r));
         // A bare final flag (asked for, so the end is known without waiting for the stream to close) is not a response.
         if (!(result.final === true && result.outputs.length === 0)) yield result;
@@ -232,6 +270,7 @@ export class GrpcTransport implements Transport {
       c.signal?.removeEventListener('abort', onAbort);
       // Stopped early (break, error): cancelling the call cancels the request on the server.
       if (!done) call.cancel();
+      // eslint-disable-next-line no-unsafe-finally -- an abort is the cause of whatever else ended the stream
       if (c.signal?.aborted && !done) throw abortFailure(what, c);
     }
   }
@@ -248,9 +287,13 @@ export class GrpcTransport implements Transport {
   }
 
   async loadModel(model: string, args: LoadArguments, c: CallContext): Promise<void> {
-    const p: Record<string, { parameterChoice: { case: 'stringParam'; value: string } | { case: 'bytesParam'; value: Uint8Array } }> = {};
+    const p: Record<
+      string,
+      { parameterChoice: { case: 'stringParam'; value: string } | { case: 'bytesParam'; value: Uint8Array } }
+    > = {};
     if (args.config !== undefined) p['config'] = { parameterChoice: { case: 'stringParam', value: args.config } };
-    for (const [path, bytes] of Object.entries(args.files ?? {})) p[`file:${path}`] = { parameterChoice: { case: 'bytesParam', value: bytes } };
+    for (const [path, bytes] of Object.entries(args.files ?? {}))
+      p[`file:${path}`] = { parameterChoice: { case: 'bytesParam', value: bytes } };
     await this.unary('repositoryModelLoad', { modelName: model, parameters: p }, `load of model '${model}'`, c);
   }
 
@@ -312,16 +355,24 @@ export class GrpcTransport implements Transport {
     }
     const r = await this.unary('traceSetting', { settings, modelName: model }, 'trace settings', c);
     const out: TraceSettings = {};
-    for (const [k, v] of Object.entries(r.settings)) out[k] = k === 'trace_level' || v.value.length !== 1 ? [...v.value] : v.value[0]!;
+    for (const [k, v] of Object.entries(r.settings))
+      out[k] = k === 'trace_level' || v.value.length !== 1 ? [...v.value] : v.value[0]!;
     return out;
   }
 
   async logSettings(update: LogSettingsUpdate | undefined, c: CallContext): Promise<LogSettings> {
-    type Choice = { case: 'boolParam'; value: boolean } | { case: 'uint32Param'; value: number } | { case: 'stringParam'; value: string };
+    type Choice =
+      | { case: 'boolParam'; value: boolean }
+      | { case: 'uint32Param'; value: number }
+      | { case: 'stringParam'; value: string };
     const settings: Record<string, { parameterChoice: Choice }> = {};
     for (const [k, v] of Object.entries(update ?? {})) {
       const choice: Choice =
-        typeof v === 'boolean' ? { case: 'boolParam', value: v } : typeof v === 'number' ? { case: 'uint32Param', value: v } : { case: 'stringParam', value: String(v) };
+        typeof v === 'boolean'
+          ? { case: 'boolParam', value: v }
+          : typeof v === 'number'
+            ? { case: 'uint32Param', value: v }
+            : { case: 'stringParam', value: String(v) };
       settings[k] = { parameterChoice: choice };
     }
     const r = await this.unary('logSettings', { settings }, 'log settings', c);
@@ -332,10 +383,21 @@ export class GrpcTransport implements Transport {
 
   async systemSharedMemoryStatus(name: string, c: CallContext): Promise<SharedMemoryStatus[]> {
     const r = await this.unary('systemSharedMemoryStatus', { name }, 'shared memory status', c);
-    return Object.values(r.regions).map((s) => ({ name: s.name, key: s.key, offset: Number(s.offset), byteSize: Number(s.byteSize) }));
+    return Object.values(r.regions).map((s) => ({
+      name: s.name,
+      key: s.key,
+      offset: Number(s.offset),
+      byteSize: Number(s.byteSize),
+    }));
   }
 
-  async registerSystemSharedMemory(name: string, key: string, byteSize: number, offset: number, c: CallContext): Promise<void> {
+  async registerSystemSharedMemory(
+    name: string,
+    key: string,
+    byteSize: number,
+    offset: number,
+    c: CallContext,
+  ): Promise<void> {
     await this.unary(
       'systemSharedMemoryRegister',
       { name, key, offset: BigInt(offset), byteSize: BigInt(byteSize) },
@@ -361,13 +423,20 @@ function grpcParameter(v: unknown): MessageInitShape<typeof InferParameterSchema
     case 'string':
       return { parameterChoice: { case: 'stringParam', value: v } };
     case 'bigint':
-      return v > 0x7fffffffffffffffn ? { parameterChoice: { case: 'uint64Param', value: v } } : { parameterChoice: { case: 'int64Param', value: v } };
+      return v > 0x7fffffffffffffffn
+        ? { parameterChoice: { case: 'uint64Param', value: v } }
+        : { parameterChoice: { case: 'int64Param', value: v } };
     default:
-      return Number.isInteger(v) ? { parameterChoice: { case: 'int64Param', value: BigInt(v as number) } } : { parameterChoice: { case: 'doubleParam', value: v as number } };
+      return Number.isInteger(v)
+        ? { parameterChoice: { case: 'int64Param', value: BigInt(v as number) } }
+        : { parameterChoice: { case: 'doubleParam', value: v as number } };
   }
 }
 
-function grpcParameters(p: Parameters | undefined, shm?: SharedMemoryRef): Record<string, MessageInitShape<typeof InferParameterSchema>> {
+function grpcParameters(
+  p: Parameters | undefined,
+  shm?: SharedMemoryRef,
+): Record<string, MessageInitShape<typeof InferParameterSchema>> {
   const out: Record<string, MessageInitShape<typeof InferParameterSchema>> = {};
   if (p !== undefined) for (const k in p) out[k] = grpcParameter(p[k]);
   if (shm !== undefined) {
@@ -386,7 +455,8 @@ function inferMessage(r: WireRequest, streamed: boolean): MessageInitShape<typeo
       name: t.name,
       datatype: t.datatype,
       shape: t.shape.map((d) => BigInt(d)),
-      parameters: t.parameters === undefined && t.sharedMemory === undefined ? {} : grpcParameters(t.parameters, t.sharedMemory),
+      parameters:
+        t.parameters === undefined && t.sharedMemory === undefined ? {} : grpcParameters(t.parameters, t.sharedMemory),
     };
   });
   const outputs =
@@ -431,26 +501,42 @@ function readInferResponse(
 ): InferResult {
   const raw = res.rawOutputContents;
   if (raw.length !== 0 && raw.length !== res.outputs.length) {
-    throw new ProtocolError(`${what}: the answer has ${res.outputs.length} outputs but ${raw.length} raw_output_contents`);
+    throw new ProtocolError(
+      `${what}: the answer has ${res.outputs.length} outputs but ${raw.length} raw_output_contents`,
+    );
   }
   const outputs: InferOutput[] = new Array(res.outputs.length);
   for (let i = 0; i < res.outputs.length; i++) {
     const o = res.outputs[i]!;
     const shape = answerShape(what, o.name, o.shape);
-    let parameters = readParameters(o.parameters);
+    const parameters = readParameters(o.parameters);
     const sharedMemory = inShm?.get(o.name);
     if (sharedMemory !== undefined) {
       // Written into the region the request named: its raw entry is empty.
       const data = emptyDataChecked(what, o.name, o.datatype);
-      outputs[i] = { name: o.name, datatype: o.datatype as InferOutput['datatype'], shape, data, ...(parameters ? { parameters } : {}), sharedMemory };
+      outputs[i] = {
+        name: o.name,
+        datatype: o.datatype as InferOutput['datatype'],
+        shape,
+        data,
+        ...(parameters ? { parameters } : {}),
+        sharedMemory,
+      };
       continue;
     }
     if (raw.length === 0 && o.contents !== undefined) {
-      throw new ProtocolError(`${what}: output '${o.name}' came in typed contents; the client reads raw_output_contents only`);
+      throw new ProtocolError(
+        `${what}: output '${o.name}' came in typed contents; the client reads raw_output_contents only`,
+      );
     }
     const data = outputData(what, o.name, o.datatype, shape, raw[i] ?? new Uint8Array(0), bytesAsStrings);
-    outputs[i] = { name: o.name, datatype: o.datatype as InferOutput['datatype'], shape, data, ...(parameters ? { parameters } : {}) };
-    parameters = undefined;
+    outputs[i] = {
+      name: o.name,
+      datatype: o.datatype as InferOutput['datatype'],
+      shape,
+      data,
+      ...(parameters ? { parameters } : {}),
+    };
   }
   const parameters = readParameters(res.parameters);
   let final: boolean | undefined;

@@ -80,7 +80,11 @@ export class HttpTransport implements Transport {
     this.baseHeaders = { ...(o.headers ?? {}) };
     if (o.compression !== undefined) this.baseHeaders['accept-encoding'] = 'gzip, deflate';
     const connect = o.tls ? { ca: o.tls.ca, key: o.tls.key, cert: o.tls.cert } : undefined;
-    this.pool = new Pool(o.origin, { connections: o.connections ?? null, pipelining: 1, ...(connect ? { connect } : {}) });
+    this.pool = new Pool(o.origin, {
+      connections: o.connections ?? null,
+      pipelining: 1,
+      ...(connect ? { connect } : {}),
+    });
   }
 
   private headersFor(c: CallContext, extra?: Record<string, string>): Record<string, string> {
@@ -122,7 +126,9 @@ export class HttpTransport implements Transport {
         else if (encoding === 'deflate') bytes = await inflate(bytes);
         else throw new Error(`unknown Content-Encoding '${encoding}'`);
       } catch (err) {
-        throw new ProtocolError(`${what}: the answer's ${encoding} body does not decompress: ${(err as Error).message}`);
+        throw new ProtocolError(
+          `${what}: the answer's ${encoding} body does not decompress: ${(err as Error).message}`,
+        );
       }
     }
     return { status: res.statusCode, headers: res.headers, body: bytes };
@@ -130,10 +136,13 @@ export class HttpTransport implements Transport {
 
   private failure(what: string, err: unknown, c: CallContext, signal: AbortSignal | undefined): Error {
     if (signal?.aborted) return abortFailure(what, c);
-    if (isNetworkError(err)) return new ConnectionError(`${what}: ${describeNetworkError(err, this.origin)}`, { cause: err });
+    if (isNetworkError(err))
+      return new ConnectionError(`${what}: ${describeNetworkError(err, this.origin)}`, { cause: err });
     const e = err as { code?: string; message?: string };
     if (e.code === 'HPE_INVALID_CONSTANT' || e.code?.startsWith('HPE_')) {
-      return new ProtocolError(`${what}: the answer from ${this.origin} is not valid HTTP (${e.message ?? e.code})`, { cause: err });
+      return new ProtocolError(`${what}: the answer from ${this.origin} is not valid HTTP (${e.message ?? e.code})`, {
+        cause: err,
+      });
     }
     return new ConnectionError(`${what}: ${describeNetworkError(err, this.origin)}`, { cause: err });
   }
@@ -142,7 +151,13 @@ export class HttpTransport implements Transport {
     return new InferenceServerError('http', reply.status, errorText(reply.status, reply.body.toString('utf8')));
   }
 
-  private async json(what: string, method: 'GET' | 'POST', path: string, body: string | undefined, c: CallContext): Promise<unknown> {
+  private async json(
+    what: string,
+    method: 'GET' | 'POST',
+    path: string,
+    body: string | undefined,
+    c: CallContext,
+  ): Promise<unknown> {
     const reply = await this.send(what, method, path, body, c);
     if (reply.status !== 200) throw this.serverError(reply);
     return parseJson(what, reply.body);
@@ -182,7 +197,13 @@ export class HttpTransport implements Transport {
   }
 
   async modelConfig(model: string, version: string, c: CallContext): Promise<ModelConfig> {
-    const doc = await this.json(`configuration of model '${model}'`, 'GET', `${modelPath(model, version)}/config`, undefined, c);
+    const doc = await this.json(
+      `configuration of model '${model}'`,
+      'GET',
+      `${modelPath(model, version)}/config`,
+      undefined,
+      c,
+    );
     if (!isObject(doc)) throw new ProtocolError(`configuration of model '${model}': the answer is not a JSON object`);
     return doc;
   }
@@ -210,7 +231,8 @@ export class HttpTransport implements Transport {
     if (binary && r.outputs === undefined) parameters = { ...(parameters ?? {}), binary_data_output: true };
     let text = '{';
     if (r.id !== '') text += `"id":${JSON.stringify(r.id)},`;
-    if (parameters !== undefined) text += `"parameters":${hasBigint(parameters) ? jsonText(parameters) : JSON.stringify(parameters)},`;
+    if (parameters !== undefined)
+      text += `"parameters":${hasBigint(parameters) ? jsonText(parameters) : JSON.stringify(parameters)},`;
     text += '"inputs":[';
     const chunks: Uint8Array[] = [];
     for (let i = 0; i < r.inputs.length; i++) {
@@ -275,7 +297,7 @@ export class HttpTransport implements Transport {
       throw this.failure(what, err, c, signal);
     }
     if (res.statusCode !== 200) {
-      let text = '';
+      let text: string;
       try {
         text = await res.body.text();
       } catch (err) {
@@ -305,7 +327,10 @@ export class HttpTransport implements Transport {
       // A consumer that stops early (break, an error) closes the connection, which cancels the request on the server.
       if (!finished) res.body.destroy();
     }
-    if (pending.trim() !== '') throw new ProtocolError(`${what}: the event stream ended inside an event: ${JSON.stringify(pending.slice(0, 200))}`);
+    if (pending.trim() !== '')
+      throw new ProtocolError(
+        `${what}: the event stream ended inside an event: ${JSON.stringify(pending.slice(0, 200))}`,
+      );
   }
 
   private cachedMetadata(model: string, version: string, c: CallContext): Promise<ModelMetadata> {
@@ -323,7 +348,8 @@ export class HttpTransport implements Transport {
     const doc = await this.json('repository index', 'POST', '/v2/repository/index', JSON.stringify({ ready }), c);
     if (!Array.isArray(doc)) throw new ProtocolError('repository index: the answer is not a JSON array');
     return doc.map((e, i) => {
-      if (!isObject(e) || typeof e['name'] !== 'string') throw new ProtocolError(`repository index: entry ${i} has no name`);
+      if (!isObject(e) || typeof e['name'] !== 'string')
+        throw new ProtocolError(`repository index: entry ${i} has no name`);
       const out: { name: string; version?: string; state?: string; reason?: string } = { name: e['name'] };
       for (const k of ['version', 'state', 'reason'] as const) if (typeof e[k] === 'string') out[k] = e[k] as string;
       return out;
@@ -342,40 +368,73 @@ export class HttpTransport implements Transport {
 
   unloadModel(model: string, unloadDependents: boolean, c: CallContext): Promise<void> {
     const body = unloadDependents ? JSON.stringify({ parameters: { unload_dependents: true } }) : undefined;
-    return this.empty(`unload of model '${model}'`, `/v2/repository/models/${encodeURIComponent(model)}/unload`, body, c);
+    return this.empty(
+      `unload of model '${model}'`,
+      `/v2/repository/models/${encodeURIComponent(model)}/unload`,
+      body,
+      c,
+    );
   }
 
   async statistics(model: string, version: string, c: CallContext): Promise<ModelStatistics[]> {
     const path = model === '' ? '/v2/models/stats' : `${modelPath(model, version)}/stats`;
     const doc = await this.json('statistics', 'GET', path, undefined, c);
-    if (!isObject(doc) || !Array.isArray(doc['model_stats'])) throw new ProtocolError('statistics: the answer has no model_stats list');
+    if (!isObject(doc) || !Array.isArray(doc['model_stats']))
+      throw new ProtocolError('statistics: the answer has no model_stats list');
     return doc['model_stats'] as ModelStatistics[];
   }
 
   async traceSettings(model: string, update: TraceSettingsUpdate | undefined, c: CallContext): Promise<TraceSettings> {
     const path = model === '' ? '/v2/trace/setting' : `/v2/models/${encodeURIComponent(model)}/trace/setting`;
-    const doc = await this.json('trace settings', update ? 'POST' : 'GET', path, update ? JSON.stringify(update) : undefined, c);
+    const doc = await this.json(
+      'trace settings',
+      update ? 'POST' : 'GET',
+      path,
+      update ? JSON.stringify(update) : undefined,
+      c,
+    );
     if (!isObject(doc)) throw new ProtocolError('trace settings: the answer is not a JSON object');
     return doc as TraceSettings;
   }
 
   async logSettings(update: LogSettingsUpdate | undefined, c: CallContext): Promise<LogSettings> {
-    const doc = await this.json('log settings', update ? 'POST' : 'GET', '/v2/logging', update ? JSON.stringify(update) : undefined, c);
+    const doc = await this.json(
+      'log settings',
+      update ? 'POST' : 'GET',
+      '/v2/logging',
+      update ? JSON.stringify(update) : undefined,
+      c,
+    );
     if (!isObject(doc)) throw new ProtocolError('log settings: the answer is not a JSON object');
     return doc as unknown as LogSettings;
   }
 
   async systemSharedMemoryStatus(name: string, c: CallContext): Promise<SharedMemoryStatus[]> {
-    const path = name === '' ? '/v2/systemsharedmemory/status' : `/v2/systemsharedmemory/region/${encodeURIComponent(name)}/status`;
+    const path =
+      name === ''
+        ? '/v2/systemsharedmemory/status'
+        : `/v2/systemsharedmemory/region/${encodeURIComponent(name)}/status`;
     const doc = await this.json('shared memory status', 'GET', path, undefined, c);
     if (!Array.isArray(doc)) throw new ProtocolError('shared memory status: the answer is not a JSON array');
     return doc.map((e: unknown, i) => {
-      if (!isObject(e) || typeof e['name'] !== 'string') throw new ProtocolError(`shared memory status: entry ${i} has no name`);
-      return { name: e['name'], key: String(e['key'] ?? ''), offset: Number(e['offset'] ?? 0), byteSize: Number(e['byte_size'] ?? 0) };
+      if (!isObject(e) || typeof e['name'] !== 'string')
+        throw new ProtocolError(`shared memory status: entry ${i} has no name`);
+      return {
+        name: e['name'],
+        key: String(e['key'] ?? ''),
+        offset: Number(e['offset'] ?? 0),
+        byteSize: Number(e['byte_size'] ?? 0),
+      };
     });
   }
 
-  registerSystemSharedMemory(name: string, key: string, byteSize: number, offset: number, c: CallContext): Promise<void> {
+  registerSystemSharedMemory(
+    name: string,
+    key: string,
+    byteSize: number,
+    offset: number,
+    c: CallContext,
+  ): Promise<void> {
     return this.empty(
       `registration of shared memory region '${name}'`,
       `/v2/systemsharedmemory/region/${encodeURIComponent(name)}/register`,
@@ -385,7 +444,10 @@ export class HttpTransport implements Transport {
   }
 
   unregisterSystemSharedMemory(name: string, c: CallContext): Promise<void> {
-    const path = name === '' ? '/v2/systemsharedmemory/unregister' : `/v2/systemsharedmemory/region/${encodeURIComponent(name)}/unregister`;
+    const path =
+      name === ''
+        ? '/v2/systemsharedmemory/unregister'
+        : `/v2/systemsharedmemory/region/${encodeURIComponent(name)}/unregister`;
     return this.empty(`unregistration of shared memory region '${name}'`, path, undefined, c);
   }
 
@@ -398,14 +460,18 @@ function parseJson(what: string, body: Buffer): unknown {
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw new ProtocolError(`${what}: the answer is not JSON (${(err as Error).message}): ${JSON.stringify(body.toString('utf8', 0, 200))}`);
+    throw new ProtocolError(
+      `${what}: the answer is not JSON (${(err as Error).message}): ${JSON.stringify(body.toString('utf8', 0, 200))}`,
+    );
   }
 }
 
 /** The JSON text of an input's `data`. */
 function jsonData(name: string, datatype: Datatype, shape: readonly number[], bytes: Uint8Array): string {
   if (datatype === 'FP16' || datatype === 'BF16') {
-    throw new InvalidInputError(`input '${name}' is ${datatype}, which the JSON format cannot carry; use the binary tensor format`);
+    throw new InvalidInputError(
+      `input '${name}' is ${datatype}, which the JSON format cannot carry; use the binary tensor format`,
+    );
   }
   return encodeJsonTensorData(name, datatype, bytes, elementCount(shape));
 }
@@ -414,7 +480,9 @@ export function readServerMetadata(doc: unknown): ServerMetadata {
   if (!isObject(doc) || typeof doc['name'] !== 'string' || typeof doc['version'] !== 'string') {
     throw new ProtocolError('server metadata: the answer has no name or version');
   }
-  const ext = Array.isArray(doc['extensions']) ? doc['extensions'].filter((e): e is string => typeof e === 'string') : [];
+  const ext = Array.isArray(doc['extensions'])
+    ? doc['extensions'].filter((e): e is string => typeof e === 'string')
+    : [];
   return { name: doc['name'], version: doc['version'], extensions: ext };
 }
 
@@ -422,7 +490,12 @@ function readTensorMetadata(what: string, list: unknown): TensorMetadata[] {
   if (list === undefined) return [];
   if (!Array.isArray(list)) throw new ProtocolError(`${what}: inputs and outputs must be lists`);
   return list.map((t, i) => {
-    if (!isObject(t) || typeof t['name'] !== 'string' || typeof t['datatype'] !== 'string' || !Array.isArray(t['shape'])) {
+    if (
+      !isObject(t) ||
+      typeof t['name'] !== 'string' ||
+      typeof t['datatype'] !== 'string' ||
+      !Array.isArray(t['shape'])
+    ) {
       throw new ProtocolError(`${what}: tensor ${i} lacks a name, datatype or shape`);
     }
     return { name: t['name'], datatype: t['datatype'], shape: (t['shape'] as unknown[]).map(Number) };
@@ -459,7 +532,12 @@ function readParameters(v: unknown): Parameters | undefined {
 }
 
 /** Reads an infer answer: the JSON header, then each binary output's bytes in order. */
-function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inShm: Map<string, SharedMemoryRef> | undefined): InferResult {
+function readInferReply(
+  what: string,
+  reply: Reply,
+  bytesAsStrings: boolean,
+  inShm: Map<string, SharedMemoryRef> | undefined,
+): InferResult {
   const lengthText = header(reply.headers, HEADER_LENGTH);
   const body = reply.body;
   let doc: unknown;
@@ -467,7 +545,10 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
   if (lengthText !== undefined) {
     const n = Number(lengthText);
     if (!Number.isSafeInteger(n) || n < 0 || n > body.byteLength) {
-      throw new ProtocolError(`${what}: Inference-Header-Content-Length ${JSON.stringify(lengthText)} does not fit a body of ${body.byteLength} bytes`);
+      throw new ProtocolError(
+        `${what}: Inference-Header-Content-Length ${JSON.stringify(lengthText)} ` +
+        `does not fit a body of ${body.byteLength} bytes`,
+      );
     }
     doc = parseJson(what, body.subarray(0, n));
     binary = body.subarray(n);
@@ -495,7 +576,9 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
     let sharedMemory;
     if (size !== undefined) {
       if (typeof size !== 'number' || !Number.isSafeInteger(size) || size < 0 || offset + size > binary.byteLength) {
-        throw new ProtocolError(`${what}: output '${name}' declares ${String(size)} binary bytes but ${binary.byteLength - offset} remain`);
+        throw new ProtocolError(
+          `${what}: output '${name}' declares ${String(size)} binary bytes but ${binary.byteLength - offset} remain`,
+        );
       }
       data = outputData(what, name, datatype, shape, binary.subarray(offset, offset + size), bytesAsStrings);
       offset += size;
@@ -503,7 +586,8 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
       data = jsonOutputData(what, name, datatype, shape, o['data'], bytesAsStrings);
     } else if (inShm?.has(name)) {
       // The server wrote it into the region the request named; the answer carries no bytes for it.
-      if (!isDatatype(datatype)) throw new ProtocolError(`${what}: output '${name}' has an unknown datatype ${JSON.stringify(datatype)}`);
+      if (!isDatatype(datatype))
+        throw new ProtocolError(`${what}: output '${name}' has an unknown datatype ${JSON.stringify(datatype)}`);
       data = emptyData(datatype);
       sharedMemory = inShm.get(name);
     } else if (elementCount(shape) === 0) {
@@ -512,10 +596,19 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
       throw new ProtocolError(`${what}: output '${name}' has neither data nor binary_data_size`);
     }
     const parameters = readParameters(p);
-    outputs[i] = { name, datatype, shape, data, ...(parameters ? { parameters } : {}), ...(sharedMemory ? { sharedMemory } : {}) };
+    outputs[i] = {
+      name,
+      datatype,
+      shape,
+      data,
+      ...(parameters ? { parameters } : {}),
+      ...(sharedMemory ? { sharedMemory } : {}),
+    };
   }
   if (offset !== binary.byteLength) {
-    throw new ProtocolError(`${what}: the answer has ${binary.byteLength - offset} bytes after its outputs' binary data`);
+    throw new ProtocolError(
+      `${what}: the answer has ${binary.byteLength - offset} bytes after its outputs' binary data`,
+    );
   }
   const parameters = readParameters(doc['parameters']);
   return {
@@ -527,7 +620,14 @@ function readInferReply(what: string, reply: Reply, bytesAsStrings: boolean, inS
   };
 }
 
-function jsonOutputData(what: string, name: string, datatype: Datatype, shape: number[], data: unknown, bytesAsStrings: boolean) {
+function jsonOutputData(
+  what: string,
+  name: string,
+  datatype: Datatype,
+  shape: number[],
+  data: unknown,
+  bytesAsStrings: boolean,
+) {
   let bytes: Uint8Array;
   try {
     bytes = decodeJsonTensorData(name, datatype, shape, data, Number.MAX_SAFE_INTEGER);
@@ -548,11 +648,15 @@ function generateBody(r: WireRequest, metadata: ModelMetadata): string {
   };
   if (r.id !== '') add('id', JSON.stringify(r.id));
   for (const t of r.inputs) {
-    if (t.sharedMemory !== undefined) throw new InvalidInputError(`input '${t.name}': streams over HTTP cannot read inputs from shared memory; use gRPC`);
+    if (t.sharedMemory !== undefined)
+      throw new InvalidInputError(
+        `input '${t.name}': streams over HTTP cannot read inputs from shared memory; use gRPC`,
+      );
     if (!known.has(t.name)) throw new InvalidInputError(`input '${t.name}' is not an input of model '${r.model}'`);
     add(t.name, jsonData(t.name, t.datatype, t.shape, t.bytes!));
   }
-  if (r.outputs !== undefined) throw new InvalidInputError(`streams over HTTP return every output; leave outputs out or use gRPC`);
+  if (r.outputs !== undefined)
+    throw new InvalidInputError(`streams over HTTP return every output; leave outputs out or use gRPC`);
   if (r.parameters !== undefined) add('parameters', jsonText(r.parameters));
   return text + '}';
 }
@@ -583,7 +687,12 @@ function readGenerateEvent(what: string, r: WireRequest, metadata: ModelMetadata
     const value = doc[meta.name];
     const values = Array.isArray(value) ? value : [value];
     const shape = filledShape(meta.shape, values.length);
-    outputs.push({ name: meta.name, datatype: meta.datatype as Datatype, shape, data: jsonOutputData(what, meta.name, meta.datatype as Datatype, shape, values, r.bytesAsStrings) });
+    outputs.push({
+      name: meta.name,
+      datatype: meta.datatype as Datatype,
+      shape,
+      data: jsonOutputData(what, meta.name, meta.datatype as Datatype, shape, values, r.bytesAsStrings),
+    });
   }
   const outputNames = new Set(metadata.outputs.map((t) => t.name));
   for (const [k, v] of Object.entries(doc)) {

@@ -40,7 +40,8 @@ export class SystemSharedMemoryRegion {
    * The key is what `registerSystemSharedMemory` takes.
    */
   static create(key: string, byteSize: number, options: { exclusive?: boolean } = {}): SystemSharedMemoryRegion {
-    if (!Number.isSafeInteger(byteSize) || byteSize <= 0) throw new InvalidInputError(`shared memory region size must be an integer > 0, not ${byteSize}`);
+    if (!Number.isSafeInteger(byteSize) || byteSize <= 0)
+      throw new InvalidInputError(`shared memory region size must be an integer > 0, not ${byteSize}`);
     const file = sharedMemoryPath(key);
     const flags = constants.O_RDWR | constants.O_CREAT | (options.exclusive === false ? 0 : constants.O_EXCL);
     const fd = openSync(file, flags, 0o600);
@@ -62,7 +63,9 @@ export class SystemSharedMemoryRegion {
   private check(what: string, offset: number, length: number): void {
     if (this.fd < 0) throw new InvalidInputError(`shared memory region '${this.key}' is closed`);
     if (!Number.isSafeInteger(offset) || offset < 0 || offset + length > this.byteSize) {
-      throw new InvalidInputError(`${what} of ${length} bytes at offset ${offset} does not fit region '${this.key}' of ${this.byteSize} bytes`);
+      throw new InvalidInputError(
+        `${what} of ${length} bytes at offset ${offset} does not fit region '${this.key}' of ${this.byteSize} bytes`,
+      );
     }
   }
 
@@ -107,13 +110,21 @@ export class SystemSharedMemoryRegion {
   ): TensorData {
     const offset = options.offset ?? 0;
     if (datatype === 'BYTES') {
-      if (options.byteSize === undefined) throw new InvalidInputError(`reading BYTES from region '${this.key}' needs the byteSize`);
+      if (options.byteSize === undefined)
+        throw new InvalidInputError(`reading BYTES from region '${this.key}' needs the byteSize`);
       const raw = this.read(options.byteSize, offset);
       const count = elementCount(shape);
       // The server wrote `count` length-prefixed elements; what follows them in the window is not part of the tensor.
       let end = 0;
       for (let i = 0; i < count && end + 4 <= raw.byteLength; i++) end += 4 + raw.readUInt32LE(end);
-      return outputData(`region '${this.key}'`, 'tensor', datatype, shape, raw.subarray(0, Math.min(end, raw.byteLength)), options.bytesAsStrings === true);
+      return outputData(
+        `region '${this.key}'`,
+        'tensor',
+        datatype,
+        shape,
+        raw.subarray(0, Math.min(end, raw.byteLength)),
+        options.bytesAsStrings === true,
+      );
     }
     const size = elementCount(shape) * datatypeInfo(datatype).byteSize;
     return outputData(`region '${this.key}'`, 'tensor', datatype, shape, this.read(size, offset), false);

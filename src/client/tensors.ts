@@ -31,7 +31,8 @@ function describe(v: unknown): string {
 }
 
 function checkShape(where: string, shape: unknown): readonly number[] {
-  if (!Array.isArray(shape)) throw new InvalidInputError(`${where}: shape must be an array of dims, not ${describe(shape)}`);
+  if (!Array.isArray(shape))
+    throw new InvalidInputError(`${where}: shape must be an array of dims, not ${describe(shape)}`);
   for (const d of shape) {
     if (typeof d !== 'number' || !Number.isSafeInteger(d) || d < 0) {
       throw new InvalidInputError(`${where}: shape ${JSON.stringify(shape)} has ${String(d)}; dims are integers >= 0`);
@@ -41,8 +42,10 @@ function checkShape(where: string, shape: unknown): readonly number[] {
 }
 
 export function checkSharedMemory(where: string, ref: SharedMemoryRef): SharedMemoryRef {
-  if (typeof ref !== 'object' || ref === null) throw new InvalidInputError(`${where}: sharedMemory must be { region, byteSize, offset? }`);
-  if (typeof ref.region !== 'string' || ref.region === '') throw new InvalidInputError(`${where}: sharedMemory.region must name a registered region`);
+  if (typeof ref !== 'object' || ref === null)
+    throw new InvalidInputError(`${where}: sharedMemory must be { region, byteSize, offset? }`);
+  if (typeof ref.region !== 'string' || ref.region === '')
+    throw new InvalidInputError(`${where}: sharedMemory.region must name a registered region`);
   for (const k of ['byteSize', 'offset'] as const) {
     const v = ref[k];
     if (k === 'offset' && v === undefined) continue;
@@ -59,7 +62,10 @@ export function checkSharedMemory(where: string, ref: SharedMemoryRef): SharedMe
  */
 export function tensorBytes(where: string, datatype: Datatype, data: InputData): { bytes: Uint8Array; count: number } {
   if (datatype === 'BYTES') {
-    if (!Array.isArray(data)) throw new InvalidInputError(`${where} is BYTES: data must be an array of strings or Uint8Arrays, not ${describe(data)}`);
+    if (!Array.isArray(data))
+      throw new InvalidInputError(
+        `${where} is BYTES: data must be an array of strings or Uint8Arrays, not ${describe(data)}`,
+      );
     for (let i = 0; i < data.length; i++) {
       const e: unknown = data[i];
       if (typeof e !== 'string' && !(e instanceof Uint8Array)) {
@@ -73,18 +79,24 @@ export function tensorBytes(where: string, datatype: Datatype, data: InputData):
   if (ArrayBuffer.isView(data)) {
     if (!(data instanceof Ctor)) {
       const want = datatype === 'FP16' || datatype === 'BF16' ? 'a Uint16Array of raw 16-bit words' : `a ${Ctor.name}`;
-      throw new InvalidInputError(`${where} is ${datatype}: data must be ${want} or a plain array, not ${describe(data)}`);
+      throw new InvalidInputError(
+        `${where} is ${datatype}: data must be ${want} or a plain array, not ${describe(data)}`,
+      );
     }
     const a = data as unknown as ArrayLike<unknown> & ArrayBufferView;
     return { bytes: bytesOf(a), count: a.length };
   }
-  if (!Array.isArray(data)) throw new InvalidInputError(`${where}: data must be an array or a typed array, not ${describe(data)}`);
+  if (!Array.isArray(data))
+    throw new InvalidInputError(`${where}: data must be an array or a typed array, not ${describe(data)}`);
   return { bytes: fromPlainArray(where, datatype, data as readonly unknown[]), count: data.length };
 }
 
 function fromPlainArray(where: string, datatype: Datatype, values: readonly unknown[]): Uint8Array {
   const bad = (i: number, want: string) =>
-    new InvalidInputError(`${where} is ${datatype}: element ${i} is ${JSON.stringify(String(values[i]))} (${describe(values[i])}), not ${want}`);
+    new InvalidInputError(
+      `${where} is ${datatype}: element ${i} is ` +
+      `${JSON.stringify(String(values[i]))} (${describe(values[i])}), not ${want}`,
+    );
   switch (datatype) {
     case 'BOOL': {
       const out = new Uint8Array(values.length);
@@ -135,7 +147,8 @@ function fromPlainArray(where: string, datatype: Datatype, values: readonly unkn
       for (let i = 0; i < values.length; i++) {
         const v = values[i];
         const n = typeof v === 'bigint' ? Number(v) : v;
-        if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max) throw bad(i, `an integer in ${datatype}'s range`);
+        if (typeof n !== 'number' || !Number.isInteger(n) || n < min || n > max)
+          throw bad(i, `an integer in ${datatype}'s range`);
         out[i] = n;
       }
       return bytesOf(out);
@@ -157,27 +170,50 @@ export function wireInputs(model: string, inputs: readonly InferInput[]): WireIn
     if (seen.has(input.name)) throw new InvalidInputError(`${where} is given twice`);
     seen.add(input.name);
     if (typeof input.datatype !== 'string' || !isDatatype(input.datatype)) {
-      throw new InvalidInputError(`${where}: unknown datatype ${JSON.stringify(input.datatype)} (one of ${DATATYPE_LIST})`);
+      throw new InvalidInputError(
+        `${where}: unknown datatype ${JSON.stringify(input.datatype)} (one of ${DATATYPE_LIST})`,
+      );
     }
     const shape = checkShape(where, input.shape);
     if (input.sharedMemory !== undefined) {
       if (input.data !== undefined) throw new InvalidInputError(`${where}: give either data or sharedMemory, not both`);
-      out[i] = { name: input.name, datatype: input.datatype, shape, bytes: undefined, sharedMemory: checkSharedMemory(where, input.sharedMemory), parameters: input.parameters };
+      out[i] = {
+        name: input.name,
+        datatype: input.datatype,
+        shape,
+        bytes: undefined,
+        sharedMemory: checkSharedMemory(where, input.sharedMemory),
+        parameters: input.parameters,
+      };
       continue;
     }
-    if (input.data === undefined || input.data === null) throw new InvalidInputError(`${where} has no data (give data or sharedMemory)`);
+    if (input.data === undefined || input.data === null)
+      throw new InvalidInputError(`${where} has no data (give data or sharedMemory)`);
     const { bytes, count } = tensorBytes(where, input.datatype, input.data);
     const expected = elementCount(shape);
     if (count !== expected) {
-      throw new InvalidInputError(`${where}: shape ${shapeToString(shape)} holds ${expected} elements but data has ${count}`);
+      throw new InvalidInputError(
+        `${where}: shape ${shapeToString(shape)} holds ${expected} elements but data has ${count}`,
+      );
     }
-    out[i] = { name: input.name, datatype: input.datatype, shape, bytes, sharedMemory: undefined, parameters: input.parameters };
+    out[i] = {
+      name: input.name,
+      datatype: input.datatype,
+      shape,
+      bytes,
+      sharedMemory: undefined,
+      parameters: input.parameters,
+    };
   }
   return out;
 }
 
 /** A typed array over `bytes` (a view when aligned, else an aligned copy). */
-function view(Ctor: NonNullable<ReturnType<typeof datatypeInfo>['arrayType']>, bytes: Uint8Array, size: number): TensorData {
+function view(
+  Ctor: NonNullable<ReturnType<typeof datatypeInfo>['arrayType']>,
+  bytes: Uint8Array,
+  size: number,
+): TensorData {
   const n = bytes.byteLength / size;
   if (bytes.byteOffset % size === 0) return new Ctor(bytes.buffer, bytes.byteOffset, n) as TensorData;
   const copy = new Uint8Array(bytes.byteLength);
@@ -194,7 +230,10 @@ export function outputData(
   bytes: Uint8Array,
   bytesAsStrings: boolean,
 ): TensorData {
-  if (!isDatatype(datatype)) throw new ProtocolError(`${what}: output '${name}' of the answer has an unknown datatype ${JSON.stringify(datatype)}`);
+  if (!isDatatype(datatype))
+    throw new ProtocolError(
+      `${what}: output '${name}' of the answer has an unknown datatype ${JSON.stringify(datatype)}`,
+    );
   const count = elementCount(shape);
   if (datatype === 'BYTES') {
     let elements: Uint8Array[];
@@ -204,7 +243,10 @@ export function outputData(
       throw new ProtocolError(`${what}: output '${name}' of the answer: ${(err as Error).message}`);
     }
     if (elements.length !== count) {
-      throw new ProtocolError(`${what}: output '${name}' of the answer has ${elements.length} BYTES elements but its shape ${shapeToString(shape)} holds ${count}`);
+      throw new ProtocolError(
+        `${what}: output '${name}' of the answer has ${elements.length} ` +
+        `BYTES elements but its shape ${shapeToString(shape)} holds ${count}`,
+      );
     }
     if (bytesAsStrings) return elements.map((e) => Buffer.from(e.buffer, e.byteOffset, e.byteLength).toString('utf8'));
     return elements.map((e) => Buffer.from(e.buffer, e.byteOffset, e.byteLength));
@@ -212,7 +254,8 @@ export function outputData(
   const info = datatypeInfo(datatype);
   if (bytes.byteLength !== count * info.byteSize) {
     throw new ProtocolError(
-      `${what}: output '${name}' of the answer has ${bytes.byteLength} bytes but ${datatype} of shape ${shapeToString(shape)} needs ${count * info.byteSize}`,
+      `${what}: output '${name}' of the answer has ${bytes.byteLength} bytes but ` +
+      `${datatype} of shape ${shapeToString(shape)} needs ${count * info.byteSize}`,
     );
   }
   return view(info.arrayType!, bytes, info.byteSize);
@@ -233,7 +276,10 @@ export function answerShape(what: string, name: string, dims: unknown): number[]
     const d = dims[i];
     const n = typeof d === 'bigint' ? Number(d) : d;
     if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) {
-      throw new ProtocolError(`${what}: output '${name}' of the answer has a bad shape ${JSON.stringify(dims, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`);
+      throw new ProtocolError(
+        `${what}: output '${name}' of the answer has a bad shape ` +
+        `${JSON.stringify(dims, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v))}`,
+      );
     }
     out[i] = n;
   }
@@ -241,11 +287,18 @@ export function answerShape(what: string, name: string, dims: unknown): number[]
 }
 
 /** The outputs a request asked the server to write into shared memory, by name (undefined when none). */
-export function sharedMemoryOutputs(r: { readonly outputs: readonly RequestedOutput[] | undefined }): Map<string, SharedMemoryRef> | undefined {
+export function sharedMemoryOutputs(r: {
+  readonly outputs: readonly RequestedOutput[] | undefined;
+}): Map<string, SharedMemoryRef> | undefined {
   let out: Map<string, SharedMemoryRef> | undefined;
   if (r.outputs === undefined) return undefined;
   for (const o of r.outputs) {
-    if (o.sharedMemory !== undefined) (out ??= new Map()).set(o.name, { region: o.sharedMemory.region, byteSize: o.sharedMemory.byteSize, offset: o.sharedMemory.offset ?? 0 });
+    if (o.sharedMemory !== undefined)
+      (out ??= new Map()).set(o.name, {
+        region: o.sharedMemory.region,
+        byteSize: o.sharedMemory.byteSize,
+        offset: o.sharedMemory.offset ?? 0,
+      });
   }
   return out;
 }

@@ -61,7 +61,13 @@ export interface Transport {
   traceSettings(model: string, update: TraceSettingsUpdate | undefined, c: CallContext): Promise<TraceSettings>;
   logSettings(update: LogSettingsUpdate | undefined, c: CallContext): Promise<LogSettings>;
   systemSharedMemoryStatus(name: string, c: CallContext): Promise<SharedMemoryStatus[]>;
-  registerSystemSharedMemory(name: string, key: string, byteSize: number, offset: number, c: CallContext): Promise<void>;
+  registerSystemSharedMemory(
+    name: string,
+    key: string,
+    byteSize: number,
+    offset: number,
+    c: CallContext,
+  ): Promise<void>;
   unregisterSystemSharedMemory(name: string, c: CallContext): Promise<void>;
   close(): Promise<void>;
 }

@@ -28,7 +28,8 @@ export interface TensorDataByType {
 export type TensorData = TensorDataByType[Datatype];
 
 /** What an input's `data` may be: the typed array of its datatype, or a plain array converted on sending. */
-export type InputData = TensorData | readonly number[] | readonly bigint[] | readonly boolean[] | readonly string[] | readonly Uint8Array[];
+export type InputData =
+  TensorData | readonly number[] | readonly bigint[] | readonly boolean[] | readonly string[] | readonly Uint8Array[];
 
 /** A request, response or tensor parameter. Integers beyond 2^53 come back as bigint. */
 export type ParameterValue = string | number | boolean | bigint;

@@ -64,7 +64,8 @@ export async function completeBackendFields(
   } else if (config.name !== modelName) {
     const pos = lookupPosition(where.positions, 'name');
     throw new ConfigError(
-      `name "${config.name}" does not match the model's directory "${modelName}": the directory name must equal the model name`,
+      `name "${config.name}" does not match the model's directory "` +
+      `${modelName}": the directory name must equal the model name`,
       { file: where.file, line: pos?.line, column: pos?.column, field: 'name', model: modelName },
     );
   }

@@ -78,7 +78,10 @@ export function validateEnsembleModels(
   ];
   if (missing.length > 0) {
     const at = steps.findIndex((_, i) => configs[i] === undefined);
-    c.fail(`ensemble_scheduling.step[${at}].model_name`, `ensemble ${name} contains models that are not available or ambiguous: ${missing.join(', ')}`);
+    c.fail(
+      `ensemble_scheduling.step[${at}].model_name`,
+      `ensemble ${name} contains models that are not available or ambiguous: ${missing.join(', ')}`,
+    );
   }
 
   const tensors = new Map<string, TensorInfo>();
@@ -99,13 +102,15 @@ export function validateEnsembleModels(
     if (known.dataType !== seen.dataType) {
       c.fail(
         path,
-        `${subject}inconsistent data type: ${enumName(DataTypeSchema, known.dataType ?? 0)} is inferred from model ${known.model} while ${enumName(DataTypeSchema, seen.dataType ?? 0)} is inferred from model ${seen.model}`,
+        `${subject}inconsistent data type: ${enumName(DataTypeSchema, known.dataType ?? 0)} is inferred from model ` +
+        `${known.model} while ${enumName(DataTypeSchema, seen.dataType ?? 0)} is inferred from model ${seen.model}`,
       );
     }
     if (!sameDims(known.dims, seen.dims) && !sameDims(known.fullDims, seen.fullDims)) {
       c.fail(
         path,
-        `${subject}inconsistent shape: ${showDims(known.fullDims)} is inferred from model ${known.model} while ${showDims(seen.fullDims)} is inferred from model ${seen.model}`,
+        `${subject}inconsistent shape: ${showDims(known.fullDims)} is inferred from model ` +
+        `${known.model} while ${showDims(seen.fullDims)} is inferred from model ${seen.model}`,
       );
     }
   };
@@ -117,21 +122,29 @@ export function validateEnsembleModels(
     if (model.maxBatchSize !== 0 && model.maxBatchSize < ensemble.maxBatchSize) {
       c.fail(
         `${path}.model_name`,
-        `ensemble ${name} allows maximum batch size ${ensemble.maxBatchSize}, but it contains model ${stepName} which only allows maximum batch size to be ${model.maxBatchSize}`,
+        `ensemble ${name} allows maximum batch size ${ensemble.maxBatchSize}, but it contains ` +
+        `model ${stepName} which only allows maximum batch size to be ${model.maxBatchSize}`,
       );
     }
     const stepBatching = model.maxBatchSize > 0;
     const inputNames = new Set(model.input.map((io) => io.name));
     for (const [stepTensor, ensembleTensor] of Object.entries(step.inputMap)) {
       if (!inputNames.has(stepTensor)) {
-        c.fail(`${path}.input_map[${stepTensor}]`, `in ensemble ${name}, ensemble tensor ${ensembleTensor} is mapping to non-existing input ${stepTensor} in model ${stepName}`);
+        c.fail(
+          `${path}.input_map[${stepTensor}]`,
+          `in ensemble ${name}, ensemble tensor ${ensembleTensor} is ` +
+          `mapping to non-existing input ${stepTensor} in model ${stepName}`,
+        );
       }
     }
     for (const io of model.input) {
       const mapped = Object.entries(step.inputMap).filter(([stepTensor]) => stepTensor === io.name);
       if (mapped.length === 0) {
         if (io.optional) continue;
-        c.fail(`${path}.input_map`, `in ensemble ${name}, input ${io.name} in model ${stepName} is not mapped to any ensemble tensors`);
+        c.fail(
+          `${path}.input_map`,
+          `in ensemble ${name}, input ${io.name} in model ${stepName} is not mapped to any ensemble tensors`,
+        );
       }
       const [, ensembleTensor] = mapped[0]!;
       const seen = TensorInfo.of(stepName, stepBatching, io.dataType, io.dims);
@@ -144,7 +157,11 @@ export function validateEnsembleModels(
     const sibling = TensorInfo.symbol(stepName);
     for (const [stepTensor, ensembleTensor] of Object.entries(step.outputMap)) {
       if (!outputNames.has(stepTensor)) {
-        c.fail(`${path}.output_map[${stepTensor}]`, `in ensemble ${name}, ensemble tensor ${ensembleTensor} is mapped from non-existing output ${stepTensor} in model ${stepName}`);
+        c.fail(
+          `${path}.output_map[${stepTensor}]`,
+          `in ensemble ${name}, ensemble tensor ${ensembleTensor} is mapped ` +
+          `from non-existing output ${stepTensor} in model ${stepName}`,
+        );
       }
       const io = model.output.find((o) => o.name === stepTensor)!;
       const seen = TensorInfo.of(stepName, stepBatching, io.dataType, io.dims);
@@ -181,7 +198,8 @@ export function validateEnsembleModels(
       if (next.prev.some((p) => p.label !== first)) {
         c.fail(
           'ensemble_scheduling',
-          `in ensemble ${name}, step of model '${next.model}' receives inputs originated from different decoupled models`,
+          `in ensemble ${name}, step of model '${next.model}' ` +
+          `receives inputs originated from different decoupled models`,
         );
       }
       if (next.sibling !== undefined) {
@@ -208,7 +226,10 @@ export function validateEnsembleModels(
  * A chain of ensembles that leads back to `start` (`[a, b, a]`), or
  * undefined. `configOf` gives any model's config by name.
  */
-export function findEnsembleCycle(start: string, configOf: (modelName: string) => ModelConfig | undefined): string[] | undefined {
+export function findEnsembleCycle(
+  start: string,
+  configOf: (modelName: string) => ModelConfig | undefined,
+): string[] | undefined {
   const onPath: string[] = [];
   const done = new Set<string>();
   const visit = (model: string): string[] | undefined => {

@@ -19,7 +19,13 @@ export {
   type ModelConfigSource,
   type ReadModelConfigOptions,
 } from './read.js';
-export { completeBackendFields, Backend, Platform, DefaultFilename, type BackendFieldsContext } from './backend-fields.js';
+export {
+  completeBackendFields,
+  Backend,
+  Platform,
+  DefaultFilename,
+  type BackendFieldsContext,
+} from './backend-fields.js';
 export {
   normalizeModelConfig,
   normalizeInstanceGroups,
@@ -29,4 +35,9 @@ export {
 } from './normalize.js';
 export { validateModelConfig, type ValidateOptions } from './validate.js';
 export { modelConfigToJson, modelConfigFromJson } from './json.js';
-export { validateEnsembleModels, findEnsembleCycle, type StepConfigLookup, type EnsembleModelsResult } from './ensemble-models.js';
+export {
+  validateEnsembleModels,
+  findEnsembleCycle,
+  type StepConfigLookup,
+  type EnsembleModelsResult,
+} from './ensemble-models.js';

@@ -12,7 +12,15 @@
  * schema once to put the fields in declaration order (toJson writes them by
  * field number) and to rewrite the 64-bit integers and floats.
  */
-import { ScalarType, fromJson, toJson, type DescField, type DescMessage, type JsonObject, type JsonValue } from '@bufbuild/protobuf';
+import {
+  ScalarType,
+  fromJson,
+  toJson,
+  type DescField,
+  type DescMessage,
+  type JsonObject,
+  type JsonValue,
+} from '@bufbuild/protobuf';
 import { ModelConfigSchema, type ModelConfig } from '../gen/model_config_pb.js';
 import { ConfigError } from './errors.js';
 
@@ -44,7 +52,8 @@ function fieldForm(field: DescField, value: JsonValue): JsonValue {
       if (field.mapKind === 'enum') return value;
       const out: JsonObject = {};
       for (const [key, item] of Object.entries(value as JsonObject)) {
-        out[key] = field.mapKind === 'message' ? tritonForm(field.message, item as JsonObject) : scalarForm(field.scalar, item);
+        out[key] =
+          field.mapKind === 'message' ? tritonForm(field.message, item as JsonObject) : scalarForm(field.scalar, item);
       }
       return out;
     }
@@ -121,7 +130,8 @@ function fixEnumCase(desc: DescMessage, obj: Record<string, unknown>): void {
         obj[key] = fixName(value);
         break;
       case 'message':
-        if (typeof value === 'object' && !Array.isArray(value)) fixEnumCase(field.message, value as Record<string, unknown>);
+        if (typeof value === 'object' && !Array.isArray(value))
+          fixEnumCase(field.message, value as Record<string, unknown>);
         break;
       case 'list':
         if (!Array.isArray(value)) break;
@@ -181,7 +191,8 @@ function roundFloats(desc: DescMessage, msg: Record<string, unknown>): void {
       case 'map': {
         const map = value as Record<string, unknown>;
         for (const key of Object.keys(map)) {
-          if (field.mapKind === 'scalar' && field.scalar === ScalarType.FLOAT) map[key] = Math.fround(map[key] as number);
+          if (field.mapKind === 'scalar' && field.scalar === ScalarType.FLOAT)
+            map[key] = Math.fround(map[key] as number);
           else if (field.mapKind === 'message') roundFloats(field.message, map[key] as Record<string, unknown>);
         }
         break;

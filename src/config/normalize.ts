@@ -58,8 +58,12 @@ export function normalizeModelConfig(config: ModelConfig, opts: NormalizeOptions
   // Ensembles have neither instances nor buffers of their own.
   if (scheduling.case !== 'ensembleScheduling') {
     config.optimization ??= create(ModelOptimizationPolicySchema);
-    config.optimization.inputPinnedMemory ??= create(ModelOptimizationPolicy_PinnedMemoryBufferSchema, { enable: true });
-    config.optimization.outputPinnedMemory ??= create(ModelOptimizationPolicy_PinnedMemoryBufferSchema, { enable: true });
+    config.optimization.inputPinnedMemory ??= create(ModelOptimizationPolicy_PinnedMemoryBufferSchema, {
+      enable: true,
+    });
+    config.optimization.outputPinnedMemory ??= create(ModelOptimizationPolicy_PinnedMemoryBufferSchema, {
+      enable: true,
+    });
     normalizeInstanceGroups(config, opts);
   }
   return config;

@@ -13,7 +13,10 @@ export const CONFIG_FOLDER_NAME = 'configs';
 export interface ReadModelConfigOptions {
   /** `--model-config-name`: use `configs/<name>.pbtxt` when it exists. */
   modelConfigName?: string;
-  /** The model's name in display paths; by default the folder's own name (cached and override copies name theirs otherwise). */
+  /**
+   * The model's name in display paths; by default the folder's own name (cached and override copies name theirs
+   * otherwise).
+   */
   modelName?: string;
 }
 

@@ -97,7 +97,8 @@ export class TextWalker {
       if ((nameTok.type === '}' || nameTok.type === '>') && open === undefined) {
         this.fail(`unexpected "${nameTok.type}": there is no open block to close`, nameTok, path);
       }
-      if (nameTok.type === '[') this.fail('extension fields ("[...]") are not part of a model configuration', nameTok, path);
+      if (nameTok.type === '[')
+        this.fail('extension fields ("[...]") are not part of a model configuration', nameTok, path);
       if (nameTok.type === 'int') {
         this.fail(`expected a field name, got ${nameTok.text} (fields are named, not numbered)`, nameTok, path);
       }
@@ -106,7 +107,11 @@ export class TextWalker {
     const name = nameTok.text;
     const field = desc.fields.find((f) => f.name === name);
     if (field === undefined) {
-      this.fail(`unknown field "${name}" in ${desc.name}${unknownFieldHint(name, desc)}`, nameTok, joinPath(path, name));
+      this.fail(
+        `unknown field "${name}" in ${desc.name}${unknownFieldHint(name, desc)}`,
+        nameTok,
+        joinPath(path, name),
+      );
     }
     const fieldPath = joinPath(path, name);
 
@@ -120,9 +125,8 @@ export class TextWalker {
         const other = seenOneof.get(field.oneof.name);
         if (other !== undefined) {
           this.fail(
-            `"${name}" cannot be used together with "${other.name}" (line ${other.at.line}): only one of ${field.oneof.fields
-              .map((f) => `"${f.name}"`)
-              .join(', ')} may be set`,
+            `"${name}" cannot be used together with "${other.name}" (line ${other.at.line}): ` +
+              `only one of ${field.oneof.fields.map((f) => `"${f.name}"`).join(', ')} may be set`,
             nameTok,
             fieldPath,
           );
@@ -220,7 +224,10 @@ export class TextWalker {
     this.readFields(desc, path, { token: open, close: open.type === '{' ? '}' : '>', label });
   }
 
-  /** A `{ key: … value: … }` block. The key may come after the value, so the value's positions are re-keyed once the key is known. */
+  /**
+   * A `{ key: … value: … }` block. The key may come after the value, so the value's positions are re-keyed once
+   * the key is known.
+   */
   private readMapEntry(field: DescField & { fieldKind: 'map' }, startTok: Token, mapPath: string): void {
     const open = this.scanner.next();
     if (open.type !== '{' && open.type !== '<') {
@@ -242,7 +249,11 @@ export class TextWalker {
           this.fail(`entry of "${field.name}" opened here is never closed: a "${close}" is missing`, open, mapPath);
         }
         if (tok.type !== 'identifier' || (tok.text !== 'key' && tok.text !== 'value')) {
-          this.fail(`expected "key" or "value" in an entry of "${field.name}", got ${describeToken(tok)}`, tok, mapPath);
+          this.fail(
+            `expected "key" or "value" in an entry of "${field.name}", got ${describeToken(tok)}`,
+            tok,
+            mapPath,
+          );
         }
         if (tok.text === 'key') {
           if (keyTok !== undefined) this.fail(`"key" is set twice in an entry of "${field.name}"`, tok, mapPath);
@@ -330,9 +341,14 @@ export class TextWalker {
         this.fail(`"${label}" expects a number, got ${negative ? '-' : ''}${describeToken(tok)}`, first, path);
       }
       default: {
-        if (tok.type === 'float') this.fail(`"${label}" expects a whole number, got ${negative ? '-' : ''}${tok.text}`, first, path);
+        if (tok.type === 'float')
+          this.fail(`"${label}" expects a whole number, got ${negative ? '-' : ''}${tok.text}`, first, path);
         if (tok.type === 'string') {
-          this.fail(`"${label}" expects an integer, got ${describeToken(tok)} (write the number without quotes)`, first, path);
+          this.fail(
+            `"${label}" expects an integer, got ${describeToken(tok)} (write the number without quotes)`,
+            first,
+            path,
+          );
         }
         if (tok.type !== 'int') this.fail(`"${label}" expects an integer, got ${describeToken(tok)}`, first, path);
         let value = intValue(tok);
@@ -365,7 +381,11 @@ export class TextWalker {
           : near !== undefined
             ? ` (did you mean ${near}?)`
             : '';
-      this.fail(`${tok.text} is not a valid value for "${label}"${hint}; expected one of ${names.join(', ')}`, tok, path);
+      this.fail(
+        `${tok.text} is not a valid value for "${label}"${hint}; expected one of ${names.join(', ')}`,
+        tok,
+        path,
+      );
     }
     if (tok.type === 'int') {
       const value = negative ? -intValue(tok) : intValue(tok);
@@ -381,7 +401,11 @@ export class TextWalker {
         path,
       );
     }
-    this.fail(`"${label}" expects one of ${names.join(', ')}, got ${negative ? '-' : ''}${describeToken(tok)}`, first, path);
+    this.fail(
+      `"${label}" expects one of ${names.join(', ')}, got ${negative ? '-' : ''}${describeToken(tok)}`,
+      first,
+      path,
+    );
   }
 }
 

@@ -24,11 +24,18 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
   const { config } = c;
   const model = config.name;
   if (config.platform !== Platform.ensemble) {
-    c.fail('ensemble_scheduling', `ensemble scheduling cannot be set for model '${model}' whose platform is not ensemble (platform is "${config.platform}")`);
+    c.fail(
+      'ensemble_scheduling',
+      `ensemble scheduling cannot be set for model '${model}' whose ` +
+      `platform is not ensemble (platform is "${config.platform}")`,
+    );
   }
-  if (config.instanceGroup.length !== 0) c.fail('instance_group', `instance group should not be specified for ensemble '${model}'`);
-  if (config.optimization !== undefined) c.fail('optimization', `optimization should not be specified for ensemble '${model}'`);
-  if (config.modelWarmup.length !== 0) c.fail('model_warmup', `model_warmup can not be specified for ensemble '${model}'`);
+  if (config.instanceGroup.length !== 0)
+    c.fail('instance_group', `instance group should not be specified for ensemble '${model}'`);
+  if (config.optimization !== undefined)
+    c.fail('optimization', `optimization should not be specified for ensemble '${model}'`);
+  if (config.modelWarmup.length !== 0)
+    c.fail('model_warmup', `model_warmup can not be specified for ensemble '${model}'`);
   if (ens.step.length === 0) c.fail('ensemble_scheduling', `must specify 'step' for ensemble '${model}'`);
 
   const tensors = new Map<string, TensorNode>();
@@ -95,7 +102,10 @@ export function validateEnsemble(c: ConfigChecker, ens: ModelEnsembling): void {
     if (n === undefined) c.fail(`output[${i}]`, `ensemble output '${io.name}' for ensemble ${model}' is not used`);
     if (!n.ready) {
       const missing = firstUnreadySource(n);
-      const why = missing !== undefined && missing !== n ? `: at least one of its depending tensors, '${missing.name}', is not connected` : '';
+      const why =
+        missing !== undefined && missing !== n
+          ? `: at least one of its depending tensors, '${missing.name}', is not connected`
+          : '';
       c.fail(`output[${i}]`, `output '${io.name}' for ensemble '${model}' is not written${why}`);
     }
     outputs.add(io.name);

@@ -23,7 +23,10 @@ export function validateIO(c: ConfigChecker): void {
     checkShape(c, 'input', path, io);
     const subject = `input "${io.name}"`;
     if ((io.format === ModelInput_Format.NHWC || io.format === ModelInput_Format.NCHW) && io.dims.length !== 3) {
-      c.fail(`${path}.format`, `model input NHWC/NCHW require 3 dims for ${c.config.name} (${subject} has dims ${formatDims(io.dims)})`);
+      c.fail(
+        `${path}.format`,
+        `model input NHWC/NCHW require 3 dims for ${c.config.name} (${subject} has dims ${formatDims(io.dims)})`,
+      );
     }
     checkTensorRTOnly(c, path, subject, io);
   });
@@ -53,9 +56,11 @@ function checkUniqueNames(c: ConfigChecker, kind: string, ios: readonly { name: 
  */
 function checkShape(c: ConfigChecker, kind: string, path: string, io: ModelInput | ModelOutput): void {
   const model = c.config.name;
-  if (io.name === '') c.fail(path, `model ${kind} must specify 'name' for ${model} (${kind} entry ${path.slice(kind.length)} has none)`);
+  if (io.name === '')
+    c.fail(path, `model ${kind} must specify 'name' for ${model} (${kind} entry ${path.slice(kind.length)} has none)`);
   const triton = `model ${kind} '${io.name}'`;
-  if (io.dataType === DataType.TYPE_INVALID) c.fail(`${path}.data_type`, `${triton} must specify 'data_type' for ${model}`);
+  if (io.dataType === DataType.TYPE_INVALID)
+    c.fail(`${path}.data_type`, `${triton} must specify 'data_type' for ${model}`);
   if (!isKnownEnum(DataTypeSchema, io.dataType)) {
     c.fail(`${path}.data_type`, `${triton} data_type ${io.dataType} is not a known data type for ${model}`);
   }
@@ -65,12 +70,14 @@ function checkShape(c: ConfigChecker, kind: string, path: string, io: ModelInput
   if (io.reshape !== undefined && io.reshape.shape.length === 0 && c.config.maxBatchSize === 0) {
     c.fail(
       `${path}.reshape`,
-      `${triton} cannot have empty reshape for non-batching model as scalar tensors are not supported for ${model} (an empty reshape needs max_batch_size > 0)`,
+      `${triton} cannot have empty reshape for non-batching model as scalar tensors ` +
+      `are not supported for ${model} (an empty reshape needs max_batch_size > 0)`,
     );
   }
   const dimRule = 'must be integer >= 1, or -1 to indicate a variable-size dimension';
   io.dims.forEach((d, j) => {
-    if (d < 1n && d !== WILDCARD) c.fail(`${path}.dims[${j}]`, `${triton} dimension ${dimRule} for ${model} (got ${d})`);
+    if (d < 1n && d !== WILDCARD)
+      c.fail(`${path}.dims[${j}]`, `${triton} dimension ${dimRule} for ${model} (got ${d})`);
   });
   if (io.reshape === undefined) return;
   const shape = io.reshape.shape;
@@ -82,7 +89,8 @@ function checkShape(c: ConfigChecker, kind: string, path: string, io: ModelInput
   const dimsCount = elementCount(io.dims);
   const reshapeCount = elementCount(shape);
   // An empty reshape (a scalar) is fine for dims holding exactly one element.
-  const mismatch = `${triton} has different size for dims and reshape for ${model} (dims ${formatDims(io.dims)} and reshape ${formatDims(shape)} do not hold the same number of elements)`;
+  const mismatch = `${triton} has different size for dims and reshape for ${model} (dims ` +
+    `${formatDims(io.dims)} and reshape ${formatDims(shape)} do not hold the same number of elements)`;
   if (dimsCount !== reshapeCount && !(reshapeCount === 0n && dimsCount === 1n)) c.fail(`${path}.reshape`, mismatch);
   if (dimsCount === WILDCARD) {
     // Between -1s, each run of fixed dims must hold the same number of elements: [2, 4, -1, 6] → [8, -1, 1, 6].
@@ -91,7 +99,8 @@ function checkShape(c: ConfigChecker, kind: string, path: string, io: ModelInput
     if (a.length !== b.length) {
       c.fail(
         `${path}.reshape`,
-        `${triton} has different number of variable-size dimensions for dims and reshape for ${model} (dims ${formatDims(io.dims)}, reshape ${formatDims(shape)})`,
+        `${triton} has different number of variable-size dimensions for dims and reshape ` +
+        `for ${model} (dims ${formatDims(io.dims)}, reshape ${formatDims(shape)})`,
       );
     }
     if (a.some((v, k) => v !== b[k])) c.fail(`${path}.reshape`, mismatch);
@@ -128,17 +137,22 @@ function checkTensorRTOnly(c: ConfigChecker, path: string, subject: string, io: 
   const trt = c.config.platform === Platform.tensorrtPlan;
   const model = c.config.name;
   if (io.isShapeTensor && !trt) {
-    c.fail(`${path}.is_shape_tensor`, `shape tensors are only supported for TensorRT platform for ${model} (${subject} sets is_shape_tensor)`);
+    c.fail(
+      `${path}.is_shape_tensor`,
+      `shape tensors are only supported for TensorRT platform for ${model} (${subject} sets is_shape_tensor)`,
+    );
   }
   if (io.isNonLinearFormatIo) {
     if (!trt) {
       c.fail(
         `${path}.is_non_linear_format_io`,
-        `Non-linear IO format is only supported for the TensorRT platform for ${model} (${subject} sets is_non_linear_format_io)`,
+        `Non-linear IO format is only supported for the TensorRT ` +
+        `platform for ${model} (${subject} sets is_non_linear_format_io)`,
       );
     }
     const kind = subject.startsWith('input') ? 'input' : 'output';
-    if (io.dims.length !== 3) c.fail(`${path}.dims`, `Non-linear IO format ${kind} requires 3 dims for ${model} (${subject})`);
+    if (io.dims.length !== 3)
+      c.fail(`${path}.dims`, `Non-linear IO format ${kind} requires 3 dims for ${model} (${subject})`);
   }
 }
 
@@ -150,15 +164,27 @@ function checkBatchIO(c: ConfigChecker): void {
   config.batchInput.forEach((bi, i) => {
     const path = `batch_input[${i}]`;
     const kind = enumName(BatchInput_KindSchema, bi.kind);
-    if (!isKnownEnum(BatchInput_KindSchema, bi.kind)) c.fail(`${path}.kind`, `unknown batch input kind '${kind}' for ${model} (batch_input ${i})`);
+    if (!isKnownEnum(BatchInput_KindSchema, bi.kind))
+      c.fail(`${path}.kind`, `unknown batch input kind '${kind}' for ${model} (batch_input ${i})`);
     if (bi.sourceInput.length !== 1) {
-      c.fail(`${path}.source_input`, `batch input kind '${kind}' expects 1 source input, got ${bi.sourceInput.length} for ${model} (batch_input ${i})`);
+      c.fail(
+        `${path}.source_input`,
+        `batch input kind '${kind}' expects 1 source input, got ` +
+        `${bi.sourceInput.length} for ${model} (batch_input ${i})`,
+      );
     }
     if (bi.dataType !== DataType.TYPE_INT32 && bi.dataType !== DataType.TYPE_FP32) {
-      c.fail(`${path}.data_type`, `batch input data type must be TYPE_INT32 or TYPE_FP32 for ${model} (batch_input ${i})`);
+      c.fail(
+        `${path}.data_type`,
+        `batch input data type must be TYPE_INT32 or TYPE_FP32 for ${model} (batch_input ${i})`,
+      );
     }
     bi.sourceInput.forEach((name, j) => {
-      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `unknown source input name '${name}' for ${model} (batch_input ${i}: not a model input)`);
+      if (!inputs.has(name))
+        c.fail(
+          `${path}.source_input[${j}]`,
+          `unknown source input name '${name}' for ${model} (batch_input ${i}: not a model input)`,
+        );
     });
   });
   config.batchOutput.forEach((bo, i) => {
@@ -168,15 +194,31 @@ function checkBatchIO(c: ConfigChecker): void {
       c.fail(`${path}.kind`, `unknown batch output kind '${kind}' for ${model} (batch_output ${i})`);
     }
     if (bo.sourceInput.length !== 1) {
-      c.fail(`${path}.source_input`, `batch output kind '${kind}' expects 1 source input, got ${bo.sourceInput.length} for ${model} (batch_output ${i})`);
+      c.fail(
+        `${path}.source_input`,
+        `batch output kind '${kind}' expects 1 source input, got ` +
+        `${bo.sourceInput.length} for ${model} (batch_output ${i})`,
+      );
     }
     bo.sourceInput.forEach((name, j) => {
-      if (!inputs.has(name)) c.fail(`${path}.source_input[${j}]`, `unknown source input name '${name}' for ${model} (batch_output ${i}: not a model input)`);
+      if (!inputs.has(name))
+        c.fail(
+          `${path}.source_input[${j}]`,
+          `unknown source input name '${name}' for ${model} (batch_output ${i}: not a model input)`,
+        );
     });
     const targets = new Set<string>();
     bo.targetName.forEach((name, j) => {
-      if (!outputs.has(name)) c.fail(`${path}.target_name[${j}]`, `unknown target output name '${name}' for ${model} (batch_output ${i}: not a model output)`);
-      if (targets.has(name)) c.fail(`${path}.target_name[${j}]`, `target output name '${name}' can only be specified once for ${model} (batch_output ${i})`);
+      if (!outputs.has(name))
+        c.fail(
+          `${path}.target_name[${j}]`,
+          `unknown target output name '${name}' for ${model} (batch_output ${i}: not a model output)`,
+        );
+      if (targets.has(name))
+        c.fail(
+          `${path}.target_name[${j}]`,
+          `target output name '${name}' can only be specified once for ${model} (batch_output ${i})`,
+        );
       targets.add(name);
     });
   });

@@ -43,10 +43,17 @@ export function validateModelConfig(
 
   // A runtime names a library inside the backend folder; it must not lead out of it.
   if (config.runtime !== '' && (config.runtime.startsWith('/') || config.runtime.split(/[\\/]/).includes('..'))) {
-    c.fail('runtime', `runtime "${config.runtime}" must name a library inside the backend directory, not a path out of it`);
+    c.fail(
+      'runtime',
+      `runtime "${config.runtime}" must name a library inside the backend directory, not a path out of it`,
+    );
   }
   if (config.maxBatchSize < 0) {
-    c.fail('max_batch_size', `'max_batch_size' must be non-negative value for ${config.name} (got ${config.maxBatchSize}; 0 means no batching)`);
+    c.fail(
+      'max_batch_size',
+      `'max_batch_size' must be non-negative value for ${config.name} ` +
+      `(got ${config.maxBatchSize}; 0 means no batching)`,
+    );
   }
   validateVersionPolicy(c);
 
@@ -62,7 +69,8 @@ export function validateModelConfig(
   if (config.modelTransactionPolicy?.decoupled && config.responseCache?.enable) {
     c.fail(
       'response_cache.enable',
-      `Response Cache does not currently support model ${config.name} with 'decoupled' transaction policy. Please disable the response cache.`,
+      `Response Cache does not currently support model ${config.name} with ` +
+      `'decoupled' transaction policy. Please disable the response cache.`,
     );
   }
   validateModelMetrics(c);
@@ -78,23 +86,30 @@ function validateIdentity(c: ConfigChecker): void {
     if (config.platform === '') {
       c.fail(
         'backend',
-        `must specify 'platform' or 'backend' for '${config.name}' (no "backend" is set and none could be inferred from the model files)`,
+        `must specify 'platform' or 'backend' for '${config.name}' (no ` +
+        `"backend" is set and none could be inferred from the model files)`,
       );
     }
     if (config.platform !== Platform.ensemble) {
-      c.fail('platform', `unexpected platform type '${config.platform}' for ${config.name} (a platform Nereid does not know, and no "backend" is set)`);
+      c.fail(
+        'platform',
+        `unexpected platform type '${config.platform}' for ${config.name} ` +
+        `(a platform Nereid does not know, and no "backend" is set)`,
+      );
     }
   } else if (config.platform === Platform.ensemble) {
     c.fail(
       'backend',
-      `Ensemble model '${config.name}' must have platform type 'ensemble' and empty backend type (backend is "${config.backend}")`,
+      `Ensemble model '${config.name}' must have platform type 'ensemble' ` +
+      `and empty backend type (backend is "${config.backend}")`,
     );
   }
   const platforms = BACKEND_PLATFORMS[config.backend];
   if (platforms !== undefined && !platforms.includes(config.platform)) {
     c.fail(
       config.platform === '' ? 'backend' : 'platform',
-      `unexpected 'platform' and 'backend' pair, got:${config.platform}, ${config.backend} (backend "${config.backend}" goes with ${platforms.map((p) => `"${p}"`).join(' or ')})`,
+      `unexpected 'platform' and 'backend' pair, got:${config.platform}, ${config.backend} ` +
+      `(backend "${config.backend}" goes with ${platforms.map((p) => `"${p}"`).join(' or ')})`,
     );
   }
 }
@@ -102,11 +117,15 @@ function validateIdentity(c: ConfigChecker): void {
 function validateVersionPolicy(c: ConfigChecker): void {
   const policy = c.config.versionPolicy;
   if (policy === undefined) {
-    c.fail('version_policy', `must specify 'version policy' for ${c.config.name} (normalisation sets latest { num_versions: 1 })`);
+    c.fail(
+      'version_policy',
+      `must specify 'version policy' for ${c.config.name} (normalisation sets latest { num_versions: 1 })`,
+    );
   }
   if (policy.policyChoice.case === 'specific') {
     policy.policyChoice.value.versions.forEach((v, i) => {
-      if (v < 0n) c.fail(`version_policy.specific.versions[${i}]`, `version_policy: versions must be 0 or more, got ${v}`);
+      if (v < 0n)
+        c.fail(`version_policy.specific.versions[${i}]`, `version_policy: versions must be 0 or more, got ${v}`);
     });
   }
 }
@@ -116,15 +135,22 @@ function validateModelMetrics(c: ConfigChecker): void {
   if (metrics === undefined) return;
   metrics.metricControl.forEach((mc, i) => {
     const path = `model_metrics.metric_control[${i}]`;
-    if (mc.metricIdentifier === undefined) c.fail(path, `metric control must specify 'metric_identifier' (model_metrics.metric_control ${i})`);
+    if (mc.metricIdentifier === undefined)
+      c.fail(path, `metric control must specify 'metric_identifier' (model_metrics.metric_control ${i})`);
     if (mc.metricIdentifier.family === '') {
-      c.fail(`${path}.metric_identifier`, `metric identifier must specify non-empty 'family' (model_metrics.metric_control ${i})`);
+      c.fail(
+        `${path}.metric_identifier`,
+        `metric identifier must specify non-empty 'family' (model_metrics.metric_control ${i})`,
+      );
     }
     if (mc.metricOptions.case !== 'histogramOptions') {
       c.fail(path, `metric control must specify 'histogram_options' (model_metrics.metric_control ${i})`);
     }
     if (mc.metricOptions.value.buckets.length === 0) {
-      c.fail(`${path}.histogram_options`, `histogram options must specify non-empty 'buckets' (model_metrics.metric_control ${i})`);
+      c.fail(
+        `${path}.histogram_options`,
+        `histogram options must specify non-empty 'buckets' (model_metrics.metric_control ${i})`,
+      );
     }
   });
 }
@@ -143,7 +169,8 @@ function validateInstanceGroups(c: ConfigChecker, opts: ValidateOptions): void {
         if (group.gpus.length > 0) {
           c.fail(
             `${path}.gpus`,
-            `${triton} has kind ${enumName(ModelInstanceGroup_KindSchema, group.kind)} but specifies one or more GPUs (gpus may only be listed for KIND_GPU)`,
+            `${triton} has kind ${enumName(ModelInstanceGroup_KindSchema, group.kind)} ` +
+            `but specifies one or more GPUs (gpus may only be listed for KIND_GPU)`,
           );
         }
         break;
@@ -160,10 +187,12 @@ function validateInstanceGroups(c: ConfigChecker, opts: ValidateOptions): void {
           const count = opts.gpuCount;
           group.gpus.forEach((id, j) => {
             if (id < 0 || id >= count) {
-              const seen = count === 0 ? 'none (the server sees no GPUs)' : Array.from({ length: count }, (_, k) => k).join(', ');
+              const seen =
+                count === 0 ? 'none (the server sees no GPUs)' : Array.from({ length: count }, (_, k) => k).join(', ');
               c.fail(
                 `${path}.gpus[${j}]`,
-                `${triton} specifies invalid or unsupported gpu id ${id}. GPUs with at least the minimum required CUDA compute compatibility are: ${seen}`,
+                `${triton} specifies invalid or unsupported gpu id ${id}. GPUs with at ` +
+                `least the minimum required CUDA compute compatibility are: ${seen}`,
               );
             }
           });
@@ -180,14 +209,16 @@ function validateInstanceGroups(c: ConfigChecker, opts: ValidateOptions): void {
       if (config.platform !== Platform.tensorrtPlan) {
         c.fail(
           `${path}.profile`,
-          `${triton} and platform ${config.platform} specifies profile field which is only supported for TensorRT models`,
+          `${triton} and platform ${config.platform} specifies ` +
+          `profile field which is only supported for TensorRT models`,
         );
       }
       group.profile.forEach((p, j) => {
         if (!/^\d+$/.test(p)) {
           c.fail(
             `${path}.profile[${j}]`,
-            `${triton} and platform ${config.platform} specifies invalid profile ${p}. The field should contain the string representation of a non-negative integer.`,
+            `${triton} and platform ${config.platform} specifies invalid profile ${p}. The ` +
+            `field should contain the string representation of a non-negative integer.`,
           );
         }
       });

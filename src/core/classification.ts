@@ -29,7 +29,9 @@ export function classify(
   modelName: string,
 ): Tensor {
   if (output.datatype === 'BYTES') {
-    throw Errors.invalidRequest(`class result not available for output '${output.name}' due to unsupported type 'BYTES' for model '${modelName}'`);
+    throw Errors.invalidRequest(
+      `class result not available for output '${output.name}' due to unsupported type 'BYTES' for model '${modelName}'`,
+    );
   }
   const raw = typedView(output);
   const isFloat = output.datatype.startsWith('FP') || output.datatype === 'BF16';
@@ -37,7 +39,8 @@ export function classify(
   for (let i = 0; i < raw.length; i++) {
     const x = raw[i]!;
     if (output.datatype === 'FP16') values[i] = fp16ToNumber(x as number);
-    else if (output.datatype === 'BF16') values[i] = new Float32Array(new Uint32Array([(x as number) << 16]).buffer)[0]!;
+    else if (output.datatype === 'BF16')
+      values[i] = new Float32Array(new Uint32Array([(x as number) << 16]).buffer)[0]!;
     else values[i] = x;
   }
   const batch = batching && output.shape.length > 0 ? output.shape[0]! : 1;

@@ -18,7 +18,10 @@ export function isEnsembleConfig(config: ModelConfig): boolean {
 
 /** The part of the manager's model registry the checks read. */
 interface ServingModel {
-  readonly versions: ReadonlyMap<number, { readonly version: number; readonly state: string; readonly config: ModelConfig }>;
+  readonly versions: ReadonlyMap<
+    number,
+    { readonly version: number; readonly state: string; readonly config: ModelConfig }
+  >;
 }
 
 /** Builds one ensemble version: READY at once (its step models were loaded before it). */

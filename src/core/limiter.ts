@@ -4,7 +4,8 @@ export class Limiter {
   private readonly waiting: Array<() => void> = [];
 
   constructor(readonly limit: number) {
-    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`a limiter needs a limit of at least 1, got ${limit}`);
+    if (!Number.isInteger(limit) || limit < 1)
+      throw new RangeError(`a limiter needs a limit of at least 1, got ${limit}`);
   }
 
   /** Runs `fn` once a slot is free; the slot is released when it settles. */

@@ -13,7 +13,13 @@ import { missingVersionMessage } from '../repository/index.js';
 import { Errors } from '../errors.js';
 import { checkEnsembleSteps } from './ensembles.js';
 import { DependencyErrors, type VersionStatus, dependencyProblem, ensembleDependencies } from './model-dependencies.js';
-import { type LoaderOptions, type PreparedModel, checkVersion, describeLoadError, prepareModel } from './model-loader.js';
+import {
+  type LoaderOptions,
+  type PreparedModel,
+  checkVersion,
+  describeLoadError,
+  prepareModel,
+} from './model-loader.js';
 
 export interface ModelCheck {
   readonly name: string;
@@ -79,7 +85,17 @@ export async function checkModels(
       deps.map((d) => {
         const dep = results.get(d.model)!;
         const ready = dep.versions.filter((v) => v.state === 'READY');
-        return [d.model, { versions: new Map(ready.map((v) => [v.version, { version: v.version, state: 'READY' as const, config: dep.prepared!.config }])) }];
+        return [
+          d.model,
+          {
+            versions: new Map(
+              ready.map((v) => [
+                v.version,
+                { version: v.version, state: 'READY' as const, config: dep.prepared!.config },
+              ]),
+            ),
+          },
+        ];
       }),
     );
     try {
@@ -90,5 +106,10 @@ export async function checkModels(
   };
   for (const name of results.keys()) checkEnsemble(name);
 
-  return [...results].map(([name, r]) => ({ name, config: r.prepared?.config, error: r.error, versions: r.error ? [] : r.versions }));
+  return [...results].map(([name, r]) => ({
+    name,
+    config: r.prepared?.config,
+    error: r.error,
+    versions: r.error ? [] : r.versions,
+  }));
 }

@@ -37,11 +37,13 @@ export const DependencyErrors = {
     `ensemble ${model} contains models that are not available or ambiguous: ${names.join(', ')}`,
   invalid: (model: string, dep: string, why: string) =>
     `ensemble '${model}' depends on '${dep}' which is not valid. Model '${dep}' failed with error: ${why}`,
-  noLoadedVersion: (model: string, dep: string) => `ensemble '${model}' depends on '${dep}' which has no loaded version.`,
+  noLoadedVersion: (model: string, dep: string) =>
+    `ensemble '${model}' depends on '${dep}' which has no loaded version.`,
   versionNotLoaded: (model: string, dep: string, version: number) =>
     `ensemble '${model}' depends on '${dep}' whose required version ${version} is not loaded.`,
   circular: (chain: readonly string[]) =>
-    `circular dependency between ensembles: ${chain[0]} -> ... -> ${chain[chain.length - 2]} -> ${chain[chain.length - 1]}`,
+    `circular dependency between ensembles: ${chain[0]} -> ... ` +
+    `-> ${chain[chain.length - 2]} -> ${chain[chain.length - 1]}`,
 };
 
 /** The reason a version that was unloaded on request carries (not a failure). */

@@ -82,7 +82,8 @@ export async function resolveModelConfig(
   }
   if (!backendName) {
     throw Errors.config(
-      `model '${name}': no backend or platform is set in ${file ?? 'its configuration'} and none could be inferred from the model files`,
+      `model '${name}': no backend or platform is set in ` +
+      `${file ?? 'its configuration'} and none could be inferred from the model files`,
     );
   }
   const backendPromise = getBackend(backendName);
@@ -91,7 +92,8 @@ export async function resolveModelConfig(
     normalizeModelConfig(config, { defaultCpuInstanceCount: 1, gpuCount: options.gpuCount });
     validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
     throw Errors.config(
-      `unable to find backend library for backend '${backendName}', try specifying runtime on the model configuration. ` +
+      `unable to find backend library for backend '${backendName}', ` +
+      `try specifying runtime on the model configuration. ` +
         `(model '${name}'; the backends available here: ${knownBackends().join(', ')})`,
     );
   }
@@ -119,7 +121,8 @@ export async function resolveModelConfig(
   validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
   if (config.modelTransactionPolicy?.decoupled && !backend.supportsDecoupled) {
     throw Errors.config(
-      `model '${name}': the ${backend.name} backend does not support models with the decoupled transaction policy (model_transaction_policy { decoupled: true })`,
+      `model '${name}': the ${backend.name} backend does not support models with the ` +
+      `decoupled transaction policy (model_transaction_policy { decoupled: true })`,
     );
   }
   return { config, backend, available, where };
@@ -147,7 +150,12 @@ function makeScheduler(v: ModelVersion, instances: ModelInstance[], states: Stat
   const active = instances.filter((i) => !i.passive);
   const choice = v.config.schedulingChoice;
   if (choice.case === 'sequenceBatching') {
-    return new SequenceBatcher(v.modelName, active, v.stats, { maxBatchSize: v.config.maxBatchSize, batching: choice.value, states, logger });
+    return new SequenceBatcher(v.modelName, active, v.stats, {
+      maxBatchSize: v.config.maxBatchSize,
+      batching: choice.value,
+      states,
+      logger,
+    });
   }
   if (choice.case === 'dynamicBatching' && v.config.maxBatchSize > 0) {
     const ragged = new Set(v.config.input.filter((i) => i.allowRaggedBatch).map((i) => i.name));
@@ -172,7 +180,11 @@ function planInstances(config: ModelConfig): PlannedInstance[] {
   const planned: PlannedInstance[] = [];
   for (const group of config.instanceGroup) {
     const kind =
-      group.kind === ModelInstanceGroup_Kind.GPU ? 'GPU' : group.kind === ModelInstanceGroup_Kind.MODEL ? 'MODEL' : 'CPU';
+      group.kind === ModelInstanceGroup_Kind.GPU
+        ? 'GPU'
+        : group.kind === ModelInstanceGroup_Kind.MODEL
+          ? 'MODEL'
+          : 'CPU';
     const devices = kind === 'GPU' ? (group.gpus.length > 0 ? group.gpus : [0]) : [0];
     for (const deviceId of devices) {
       for (let i = 0; i < group.count; i++) {
@@ -260,7 +272,11 @@ async function warmUp(v: ModelVersion, modelDir: string, logger: Logger): Promis
  * files, sequence state files, warm-up samples), without loading the model or
  * starting instances.
  */
-export async function checkVersion(prepared: PreparedModel, version: number, options: LoaderOptions): Promise<string | undefined> {
+export async function checkVersion(
+  prepared: PreparedModel,
+  version: number,
+  options: LoaderOptions,
+): Promise<string | undefined> {
   const { name, config, backend, modelDir } = prepared;
   if (backend === undefined) return undefined;
   try {
@@ -333,7 +349,9 @@ export async function prepareModel(
   const { config, backend, available, where } = await resolveModelConfig(name, modelDir, options, configOverride);
   const { versions: selected, missing } = selectVersionsDetailed(config.versionPolicy, available);
   if (selected.length === 0 && missing.length === 0) {
-    throw Errors.config(`model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`);
+    throw Errors.config(
+      `model '${name}': no version folder to serve (found ${available.length === 0 ? 'none' : available.join(', ')})`,
+    );
   }
   const labels = await readLabels(modelDir, config);
   return { name, modelDir, config, where, backend, selected, missing, labels };
@@ -351,7 +369,8 @@ export async function loadPreparedVersions(prepared: PreparedModel, options: Loa
   };
   for (const n of prepared.selected) versions.set(n, make(n));
   if (backend === undefined) for (const v of versions.values()) createEnsembleVersion(v, options.server);
-  else await Promise.all([...versions.values()].map((v) => loadVersionWithRetries(v, backend, modelDir, labels, options)));
+  else
+    await Promise.all([...versions.values()].map((v) => loadVersionWithRetries(v, backend, modelDir, labels, options)));
   for (const n of prepared.missing) {
     const v = make(n);
     v.setState('UNAVAILABLE', missingVersionMessage(name, n));

@@ -19,7 +19,9 @@ export function validateModelName(name: string): void {
   const trimmed = name.trim();
   if (trimmed === '') throw Errors.invalidModelName('Model name cannot be empty. Please enter a valid name to deploy.');
   if (trimmed === '..' || trimmed.includes('/')) {
-    throw Errors.invalidModelName(`invalid model name '${name}', model name must not contain path traversal characters`);
+    throw Errors.invalidModelName(
+      `invalid model name '${name}', model name must not contain path traversal characters`,
+    );
   }
 }
 
@@ -41,7 +43,10 @@ export interface OverrideFolder {
  * Writes the `file:` overrides into a new temporary folder. Every path must
  * stay inside it; an error names the parameter at fault.
  */
-export async function writeOverrideFolder(model: string, files: Readonly<Record<string, Uint8Array>>): Promise<OverrideFolder> {
+export async function writeOverrideFolder(
+  model: string,
+  files: Readonly<Record<string, Uint8Array>>,
+): Promise<OverrideFolder> {
   const safe = model.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
   const dir = await mkdtemp(path.join(tmpdir(), `nereid-override-${safe}-`));
   const remove = () => rm(dir, { recursive: true, force: true });
@@ -64,7 +69,10 @@ export async function writeOverrideFolder(model: string, files: Readonly<Record<
         await mkdir(parent, { recursive: true });
         await writeFile(target, files[key]!);
       } catch (err) {
-        throw Errors.pollFailed(model, `Invalid file parameter '${key}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        throw Errors.pollFailed(
+          model,
+          `Invalid file parameter '${key}': ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+        );
       }
     }
   } catch (err) {

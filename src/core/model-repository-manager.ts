@@ -16,7 +16,15 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import { Errors, NereidError, asNereidError } from '../errors.js';
-import { ModelSources, fingerprintDir, isDuplicate, isNotCopied, listModels, type RepositoryEntry, type RepositoryListing } from '../repository/index.js';
+import {
+  ModelSources,
+  fingerprintDir,
+  isDuplicate,
+  isNotCopied,
+  listModels,
+  type RepositoryEntry,
+  type RepositoryListing,
+} from '../repository/index.js';
 import { Limiter } from './limiter.js';
 import {
   DependencyErrors,
@@ -215,7 +223,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       if (!best) throw Errors.modelNoAvailableVersions(name);
       return best;
     }
-    if (!/^\d+$/.test(version)) throw Errors.invalidModelVersion(version, /^-?\d+$/.test(version) ? 'non-positive' : 'not-integer');
+    if (!/^\d+$/.test(version))
+      throw Errors.invalidModelVersion(version, /^-?\d+$/.test(version) ? 'non-positive' : 'not-integer');
     const v = entry.versions.get(Number(version));
     if (!v) throw Errors.modelVersionNotFound(name, version);
     if (v.state !== 'READY') throw Errors.modelVersionNotReady(name, version);
@@ -296,7 +305,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         const e: RepositoryIndexEntry = { name, version: String(v.version), state: v.state };
         const restarts = v.state === 'READY' ? v.restartCount : 0;
         if (v.reason) e.reason = v.reason;
-        else if (restarts > 0) e.reason = `instance processes restarted ${restarts} time${restarts === 1 ? '' : 's'} after dying`;
+        else if (restarts > 0)
+          e.reason = `instance processes restarted ${restarts} time${restarts === 1 ? '' : 's'} after dying`;
         out.push(e);
       }
     }
@@ -429,12 +439,18 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         }
         if (fp !== entry.settlingFingerprint) {
           entry.settlingFingerprint = fp;
-          this.logger.debug({ model: name }, 'model folder changed; loading it once it stays unchanged for a poll period');
+          this.logger.debug(
+            { model: name },
+            'model folder changed; loading it once it stays unchanged for a poll period',
+          );
           continue;
         }
         entry.settlingFingerprint = '';
         await this.loadEntry(entry, { explicit: true, fingerprint: fp }).catch((err) =>
-          this.logger.warn({ model: name, reason: describeLoadError(err) }, 'reload failed; the previous version keeps serving'),
+          this.logger.warn(
+            { model: name, reason: describeLoadError(err) },
+            'reload failed; the previous version keeps serving',
+          ),
         );
       }
     } catch (err) {
@@ -446,7 +462,14 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
 
   private versionStateChanged(v: ModelVersion, previous: ModelState): void {
     if (this.listenerCount('stateChange') === 0) return;
-    this.emit('stateChange', { model: v.modelName, version: v.version, state: v.state, previous, reason: v.reason, source: v });
+    this.emit('stateChange', {
+      model: v.modelName,
+      version: v.version,
+      state: v.state,
+      previous,
+      reason: v.reason,
+      source: v,
+    });
   }
 
   /** Why a model did not load, in Triton's words; undefined when it serves every version. */
@@ -543,7 +566,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * Loads (when needed) every dependency of `entry` and checks each serves
    * what is required. Throws Triton's dependency errors.
    */
-  private async ensureDependencies(entry: ModelEntry, deps: readonly ModelDependency[], chain: readonly string[]): Promise<void> {
+  private async ensureDependencies(
+    entry: ModelEntry,
+    deps: readonly ModelDependency[],
+    chain: readonly string[],
+  ): Promise<void> {
     if (deps.length === 0) return;
     await this.refreshIndex();
     const missing = [...new Set(deps.map((d) => d.model))].filter((m) => !this.models.get(m)?.inRepository);
@@ -623,7 +650,10 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         for (const v of old) v.setState('UNAVAILABLE', reason);
         dependent.dependencyLoss = reason;
       });
-      this.logger.warn({ model: dependent.name, dependency: name }, 'model stopped serving: a model it depends on is gone');
+      this.logger.warn(
+        { model: dependent.name, dependency: name },
+        'model stopped serving: a model it depends on is gone',
+      );
       await this.dependencyGone(dependent.name, onPurpose);
     }
   }
@@ -634,7 +664,10 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       // A dependent being loaded or unloaded right now settles by itself (and may be waiting on `name`).
       if (dependent.dependencyLoss === '' || dependent.busy || this.stopping) continue;
       await this.loadEntry(dependent, {}).catch((err) =>
-        this.logger.warn({ model: dependent.name, reason: describeLoadError(err) }, 'a dependent model did not come back'),
+        this.logger.warn(
+          { model: dependent.name, reason: describeLoadError(err) },
+          'a dependent model did not come back',
+        ),
       );
     }
   }

@@ -12,8 +12,14 @@ import type { InferRequest, RequestedOutput } from '../types/api.js';
 
 /** The per-model facts the hot path needs, computed once at load. */
 export class ModelSignature {
-  readonly inputs = new Map<string, { config: ModelInput; datatype: string; dims: number[]; reshape: number[] | undefined }>();
-  readonly outputs = new Map<string, { config: ModelOutput; datatype: string; dims: number[]; reshape: number[] | undefined }>();
+  readonly inputs = new Map<
+    string,
+    { config: ModelInput; datatype: string; dims: number[]; reshape: number[] | undefined }
+  >();
+  readonly outputs = new Map<
+    string,
+    { config: ModelOutput; datatype: string; dims: number[]; reshape: number[] | undefined }
+  >();
   readonly outputNames: string[];
   readonly requiredInputs: string[];
   readonly maxBatchSize: number;
@@ -78,12 +84,16 @@ const NON_NEGATIVE_INT = /^\d+$/;
 
 function intParam(name: string, value: ParameterValue, id: string | undefined): number {
   if (typeof value === 'bigint') {
-    if (value < 0n) throw withPrefix(Errors.badParameter(`parameter '${name}' must be a non-negative integer, got ${value}`), id);
+    if (value < 0n)
+      throw withPrefix(Errors.badParameter(`parameter '${name}' must be a non-negative integer, got ${value}`), id);
     return Number(value);
   }
   if (typeof value === 'number' && Number.isInteger(value) && value >= 0) return value;
   if (typeof value === 'string' && NON_NEGATIVE_INT.test(value)) return Number(value);
-  throw withPrefix(Errors.badParameter(`parameter '${name}' must be a non-negative integer, got ${JSON.stringify(String(value))}`), id);
+  throw withPrefix(
+    Errors.badParameter(`parameter '${name}' must be a non-negative integer, got ${JSON.stringify(String(value))}`),
+    id,
+  );
 }
 
 /** Validates `request` for the model and builds the backend's view of it (`sender`: decoupled models). */
@@ -102,7 +112,8 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
     seen.add(t.name);
     const spec = sig.inputs.get(t.name);
     if (!spec) throw withPrefix(Errors.unknownInput(t.name, model), id);
-    if (t.datatype !== spec.datatype) throw withPrefix(Errors.inputDatatype(t.name, model, spec.datatype, t.datatype), id);
+    if (t.datatype !== spec.datatype)
+      throw withPrefix(Errors.inputDatatype(t.name, model, spec.datatype, t.datatype), id);
     let shape = t.shape;
     if (batching) {
       if (shape.length === 0) {
@@ -120,7 +131,10 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
     if (!dimsMatch(spec.dims, itemShape)) {
       const full = batching ? [-1, ...spec.dims] : spec.dims;
       const note = batching
-        ? ' NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended to each input shape. If you want to specify the full shape including the batch dim in your input dims config, try setting max_batch_size to zero. See the model configuration docs for more info on max_batch_size.'
+        ? ' NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be prepended ' +
+          'to each input shape. If you want to specify the full shape including the batch dim in your input dims ' +
+          'config, try setting max_batch_size to zero. See the ' +
+          'model configuration docs for more info on max_batch_size.'
         : '';
       const err = Errors.inputShape(t.name, model, shapeToString(full), shapeToString(shape));
       throw withPrefix(new NereidError(err.code, err.errorClass, err.message + note), id);
@@ -153,13 +167,16 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
   if (seen.size < sig.requiredInputs.length || sig.requiredInputs.some((n) => !seen.has(n))) {
     const missing = sig.requiredInputs.filter((n) => !seen.has(n));
     const expected =
-      sig.requiredInputs.length === sig.inputs.size ? String(sig.inputs.size) : `between ${sig.requiredInputs.length} and ${sig.inputs.size}`;
+      sig.requiredInputs.length === sig.inputs.size
+        ? String(sig.inputs.size)
+        : `between ${sig.requiredInputs.length} and ${sig.inputs.size}`;
     throw withPrefix(
       Errors.inputCount(
         expected,
         seen.size,
         model,
-        `Got input(s) [${[...seen].map((n) => `'${n}'`).join(', ')}], but missing required input(s) [${missing.map((n) => `'${n}'`).join(', ')}]. Please provide all required input(s).`,
+        `Got input(s) [${[...seen].map((n) => `'${n}'`).join(', ')}], but missing required input(s) ` +
+        `[${missing.map((n) => `'${n}'`).join(', ')}]. Please provide all required input(s).`,
       ),
       id,
     );
@@ -177,7 +194,10 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
       if (!sig.outputs.has(name)) throw withPrefix(Errors.unknownOutput(name, model), id);
       const k = outs[i]!.classification;
       if (k !== undefined && (!Number.isInteger(k) || k < 1)) {
-        throw withPrefix(Errors.badParameter(`classification count for output '${name}' must be a positive integer, got ${k}`), id);
+        throw withPrefix(
+          Errors.badParameter(`classification count for output '${name}' must be a positive integer, got ${k}`),
+          id,
+        );
       }
       requestedNames[i] = name;
     }
@@ -211,7 +231,10 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
       if (typeof v !== 'boolean') throw withPrefix(Errors.badParameter(`parameter '${key}' must be a boolean`), id);
       if (v) {
         if (correlationId === 0n || correlationId === '') {
-          throw withPrefix(Errors.badParameter(`parameter '${key}' requires a non-zero or non-empty 'sequence_id'`), id);
+          throw withPrefix(
+            Errors.badParameter(`parameter '${key}' requires a non-zero or non-empty 'sequence_id'`),
+            id,
+          );
         }
         flags |= bit;
       }

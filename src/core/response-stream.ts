@@ -111,7 +111,10 @@ export class ResponseStream implements ResponseSender, AsyncIterableIterator<Str
 
 /** The responses of `request` from `server`: its inferStream(), or one infer() where it has none. */
 export function streamResponses(
-  server: { infer(r: InferRequest): Promise<InferResponse>; inferStream?(r: InferRequest): AsyncIterable<StreamResponse> },
+  server: {
+    infer(r: InferRequest): Promise<InferResponse>;
+    inferStream?(r: InferRequest): AsyncIterable<StreamResponse>;
+  },
   request: InferRequest,
 ): AsyncIterable<StreamResponse> {
   if (server.inferStream !== undefined) return server.inferStream(request);

@@ -50,7 +50,10 @@ export interface ServerApi {
   modelMetadata(name: string, version?: string): ModelMetadata;
   /** The completed configuration. Throws like modelMetadata. */
   modelConfig(name: string, version?: string): ModelConfig;
-  /** The completed configuration in Triton's JSON form (what `GET /v2/models/{m}/config` serves). Throws like modelMetadata. */
+  /**
+   * The completed configuration in Triton's JSON form (what `GET /v2/models/{m}/config` serves). Throws like
+   * modelMetadata.
+   */
   modelConfigJson(name: string, version?: string): Record<string, unknown>;
   /**
    * The model version's folder on local disk (where files beside

@@ -73,7 +73,10 @@ function outputNamed(produced: readonly Tensor[], name: string, hint: number): T
   return undefined;
 }
 
-/** What InferResponse.cacheHit holds: the version's statistics (its identity) and the entry, by key and serial, not held. */
+/**
+ * What InferResponse.cacheHit holds: the version's statistics (its identity) and the entry, by key and serial, not
+ * held.
+ */
 class CacheHit implements CacheHitTicket {
   readonly kind = 'cache-hit';
   constructor(
@@ -164,7 +167,11 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     this.responseCache = createResponseCache(options.cacheConfig);
     this.repository.on('versionReady', (v) => {
       if (v.config.responseCache?.enable && !this.responseCache) {
-        this.logger.warn({ model: v.modelName }, 'response_cache is enabled for the model but the server has no cache (--cache-config=local,size=<bytes>); responses are not cached');
+        this.logger.warn(
+          { model: v.modelName },
+          'response_cache is enabled for the model but the server has no cache ' +
+          '(--cache-config=local,size=<bytes>); responses are not cached',
+        );
       }
       this.emit('versionReady', v);
     });
@@ -251,7 +258,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const v = this.resolveVersion(name, version);
     for (const inst of v.instances) {
       if (inst.backend.isReady) {
-        let ok = false;
+        let ok: boolean;
         try {
           ok = await Promise.race([
             inst.backend.isReady(),
@@ -304,10 +311,19 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       return this.inferCached(v, request, prepared, cache);
     }
     const response = await this.schedule(v, request, prepared);
-    return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+    return this.buildResponse(
+      v,
+      request,
+      prepared.requestedOutputs,
+      prepared.backendRequest.requestedOutputs,
+      response,
+    );
   }
 
-  /** infer() of a traced request: the same steps between REQUEST_START and REQUEST_END (kept apart so untraced requests pay nothing). */
+  /**
+   * infer() of a traced request: the same steps between REQUEST_START and REQUEST_END (kept apart so untraced requests
+   * pay nothing).
+   */
   private async inferTraced(v: ModelVersion, request: InferRequest, trace: RequestTrace): Promise<InferResponse> {
     trace.setModel(v.modelName, String(v.version), request.id ?? '');
     trace.stamp('REQUEST_START');
@@ -318,7 +334,13 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
         return await this.inferCached(v, request, prepared, cache);
       }
       const response = await this.schedule(v, request, prepared);
-      return this.buildResponse(v, request, prepared.requestedOutputs, prepared.backendRequest.requestedOutputs, response);
+      return this.buildResponse(
+        v,
+        request,
+        prepared.requestedOutputs,
+        prepared.backendRequest.requestedOutputs,
+        response,
+      );
     } finally {
       trace.stamp('REQUEST_END');
     }
@@ -348,7 +370,13 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     cache.addLookupTime(lookupNs);
     if (hit !== undefined) {
       // Answered synchronously: a hit pays no extra promise.
-      const built = this.buildResponse(v, request, prepared.requestedOutputs, br.requestedOutputs, hit.response as BackendResponse);
+      const built = this.buildResponse(
+        v,
+        request,
+        prepared.requestedOutputs,
+        br.requestedOutputs,
+        hit.response as BackendResponse,
+      );
       const out: InferResponse = { ...built, cacheHit: new CacheHit(v.stats, key, hit.serial) };
       v.stats.recordCacheHit(Number(process.hrtime.bigint() - startNs), 0, lookupNs);
       return out;
@@ -393,7 +421,11 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   }
 
   /** Hands a prepared request to the version's scheduler; resolves with the backend's response. */
-  private async schedule(v: ModelVersion, request: InferRequest, prepared: ReturnType<typeof prepareRequest>): Promise<BackendResponse> {
+  private async schedule(
+    v: ModelVersion,
+    request: InferRequest,
+    prepared: ReturnType<typeof prepareRequest>,
+  ): Promise<BackendResponse> {
     const scheduler = v.scheduler!;
     v.inflight += 1;
     let response: BackendResponse;
@@ -462,7 +494,15 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const signal = request.signal;
     const traced = request.trace === undefined ? undefined : new DecoupledTrace(request.trace, v, request.id ?? '');
     const stream = new ResponseStream(
-      (resp) => this.buildResponse(v, request, prepared!.requestedOutputs, prepared!.backendRequest.requestedOutputs, resp, true),
+      (resp) =>
+        this.buildResponse(
+          v,
+          request,
+          prepared!.requestedOutputs,
+          prepared!.backendRequest.requestedOutputs,
+          resp,
+          true,
+        ),
       () => {
         traced?.part();
         if (counted) v.requestDone();
@@ -526,7 +566,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     if (count !== 1 || only === undefined) {
       throw Errors.modelExecution(
         request.model,
-        `the decoupled model sent ${count} responses where exactly one was expected; use a streaming API (gRPC ModelStreamInfer or generate_stream) for it`,
+        `the decoupled model sent ${count} responses where exactly one was expected; ` +
+        `use a streaming API (gRPC ModelStreamInfer or generate_stream) for it`,
       );
     }
     return only;
@@ -559,7 +600,13 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
         const known = spec.dims.reduce((p, d) => (d === -1 ? p : p * d), 1);
         const dims = spec.dims.map((d) => (d === -1 ? count / known : d));
         // The JSON text is flat: it stays valid under the configured dims.
-        t = { name: t.name, datatype: t.datatype, shape: batch === undefined ? dims : [batch, ...dims], data: t.data, jsonData: t.jsonData };
+        t = {
+          name: t.name,
+          datatype: t.datatype,
+          shape: batch === undefined ? dims : [batch, ...dims],
+          data: t.data,
+          jsonData: t.jsonData,
+        };
       }
       const k = requested?.[i]?.classification;
       if (k !== undefined && k > 0) t = classify(t, k, batching, v.labels.get(name), v.modelName);

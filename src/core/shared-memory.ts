@@ -103,7 +103,8 @@ export class SharedMemoryLease {
 
   /** The same bytes read now, on this thread (`buffer`: byteSize long, or a new one). */
   readNow(buffer: Buffer = Buffer.allocUnsafe(this.byteSize)): Buffer {
-    if (this.released) throw Errors.internal(`shared memory region '${this.region.name}' was read after its request let go of it`);
+    if (this.released)
+      throw Errors.internal(`shared memory region '${this.region.name}' was read after its request let go of it`);
     const size = this.byteSize;
     const position = this.region.offset + this.offset;
     let done = 0;
@@ -112,7 +113,8 @@ export class SharedMemoryLease {
       if (n === 0) break;
       done += n;
     }
-    if (done !== size) throw Errors.shmBounds(`Invalid offset + byte size for shared memory region: '${this.region.name}'`);
+    if (done !== size)
+      throw Errors.shmBounds(`Invalid offset + byte size for shared memory region: '${this.region.name}'`);
     return buffer;
   }
 
@@ -123,7 +125,8 @@ export class SharedMemoryLease {
 
   /** @internal One more user of the region until the returned function is called. */
   hold(): () => void {
-    if (this.released) throw Errors.internal(`shared memory region '${this.region.name}' was used after its request let go of it`);
+    if (this.released)
+      throw Errors.internal(`shared memory region '${this.region.name}' was used after its request let go of it`);
     const region = this.region;
     const owner = this.owner;
     region.users += 1;
@@ -219,10 +222,12 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
   registerSystem(name: string, key: string, offset: number, byteSize: number): void {
     if (!this.allowed) throw Errors.clientShmDisabled();
     const stripped = key.replace(/^\/+/, '');
-    if (stripped === '') throw Errors.shmInvalidKey(`cannot register shared memory region '${name}' - invalid shm key '${key}'`);
+    if (stripped === '')
+      throw Errors.shmInvalidKey(`cannot register shared memory region '${name}' - invalid shm key '${key}'`);
     if (stripped.startsWith(RESERVED_KEY_PREFIX)) {
       throw Errors.shmInvalidKey(
-        `cannot register shared memory region '${name}' with key '${key}' as the key contains the reserved prefix '${RESERVED_KEY_PREFIX}'`,
+        `cannot register shared memory region '${name}' with key '${key}' ` +
+        `as the key contains the reserved prefix '${RESERVED_KEY_PREFIX}'`,
       );
     }
     if (this.regions.has(name)) throw Errors.shmAlreadyRegistered(name);
@@ -237,7 +242,8 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
     try {
       const st = fstatSync(fd);
       if (!st.isFile()) throw Errors.shmInvalidRegion(key);
-      if (!Number.isSafeInteger(offset + byteSize) || offset + byteSize > st.size) throw Errors.shmRegisterInvalidArgs(name);
+      if (!Number.isSafeInteger(offset + byteSize) || offset + byteSize > st.size)
+        throw Errors.shmRegisterInvalidArgs(name);
     } catch (err) {
       closeSync(fd);
       throw err;
@@ -251,7 +257,12 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
   }
 
   systemStatus(name?: string): SystemRegionStatus[] {
-    const status = (r: Region): SystemRegionStatus => ({ name: r.name, key: r.key, offset: r.offset, byte_size: r.byteSize });
+    const status = (r: Region): SystemRegionStatus => ({
+      name: r.name,
+      key: r.key,
+      offset: r.offset,
+      byte_size: r.byteSize,
+    });
     if (name === undefined || name === '') return [...this.regions.values()].map(status);
     const r = this.regions.get(name);
     if (!r) throw Errors.systemShmRegionNotFound(name);
@@ -280,7 +291,8 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
   acquire(name: string, offset: number, byteSize: number): SharedMemoryLease {
     const r = this.regions.get(name);
     if (!r) throw Errors.shmRegionNotFound(name);
-    if (!(offset >= 0 && offset < r.byteSize)) throw Errors.shmBounds(`Invalid offset for shared memory region: '${name}'`);
+    if (!(offset >= 0 && offset < r.byteSize))
+      throw Errors.shmBounds(`Invalid offset for shared memory region: '${name}'`);
     if (!(byteSize >= 0) || !Number.isSafeInteger(offset + byteSize) || offset + byteSize > r.byteSize) {
       throw Errors.shmBounds(`Invalid offset + byte size for shared memory region: '${name}'`);
     }
@@ -316,7 +328,11 @@ export class SharedMemoryRegistry implements SharedMemoryApi {
 }
 
 /** Output sizes Triton checks before writing into a region (INTERNAL, as its allocator reports it). */
-export function checkOutputFits(lease: SharedMemoryLease, outputName: string, byteSize: number): NereidError | undefined {
+export function checkOutputFits(
+  lease: SharedMemoryLease,
+  outputName: string,
+  byteSize: number,
+): NereidError | undefined {
   if (byteSize <= lease.byteSize) return undefined;
   return Errors.shmOutputTooSmall(outputName, lease.byteSize, byteSize);
 }

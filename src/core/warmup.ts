@@ -57,17 +57,25 @@ export async function prepareWarmup(modelName: string, modelDir: string, config:
     for (const inputName of Object.keys(setting.inputs).sort()) {
       const spec = setting.inputs[inputName]!;
       if (!known.has(inputName)) {
-        throw Errors.config(`${where}: '${inputName}' is not an input of the model (inputs${sequence ? ', sequence control and state inputs' : ''}: ${[...known].join(', ')})`);
+        throw Errors.config(
+          `${where}: '${inputName}' is not an input of the model (inputs` +
+          `${sequence ? ', sequence control and state inputs' : ''}: ${[...known].join(', ')})`,
+        );
       }
       const datatype = datatypeFromConfigEnum(spec.dataType);
       if (!datatype) throw Errors.config(`${where}: input '${inputName}' has no valid data_type`);
       const want = expected.get(inputName);
       if (want !== undefined && datatype !== want) {
-        throw Errors.config(`${where}: input '${inputName}' has data_type TYPE_${configTypeName(datatype)}, but the model expects TYPE_${configTypeName(want)}`);
+        throw Errors.config(
+          `${where}: input '${inputName}' has data_type TYPE_${configTypeName(datatype)}, ` +
+          `but the model expects TYPE_${configTypeName(want)}`,
+        );
       }
       const dims = spec.dims.map(Number);
       if (dims.some((d) => d < 0)) {
-        throw Errors.config(`${where}: warmup setting expects all variable-size dimensions are specified for input '${inputName}'`);
+        throw Errors.config(
+          `${where}: warmup setting expects all variable-size dimensions are specified for input '${inputName}'`,
+        );
       }
       const elements = dims.reduce((p, d) => p * d, 1);
       const isBytes = datatype === 'BYTES';
@@ -90,14 +98,17 @@ export async function prepareWarmup(modelName: string, modelDir: string, config:
             bytes = await readFile(full);
           } catch (err) {
             const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-            throw Errors.config(`${where}: input '${inputName}': cannot read input_data_file '${file}' (${full}): ${code}`);
+            throw Errors.config(
+              `${where}: input '${inputName}': cannot read input_data_file '${file}' (${full}): ${code}`,
+            );
           }
           if (isBytes) {
             data = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
           } else {
             if (bytes.byteLength < byteSize) {
               throw Errors.config(
-                `${where}: input '${inputName}': warmup setting expects ${byteSize} bytes, but the data provided from ${file} only has ${bytes.byteLength} bytes`,
+                `${where}: input '${inputName}': warmup setting expects ${byteSize} bytes, ` +
+                `but the data provided from ${file} only has ${bytes.byteLength} bytes`,
               );
             }
             data = new Uint8Array(bytes.buffer, bytes.byteOffset, byteSize);

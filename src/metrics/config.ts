@@ -37,7 +37,12 @@ export interface LatencySettings {
 export const DEFAULT_QUANTILES: readonly number[] = [0.5, 0.9, 0.95, 0.99, 0.999];
 
 export function parseMetricsConfig(config: MetricsOptions['metricsConfig']): LatencySettings {
-  const settings: LatencySettings = { counters: true, histograms: false, summaries: false, quantiles: [...DEFAULT_QUANTILES] };
+  const settings: LatencySettings = {
+    counters: true,
+    histograms: false,
+    summaries: false,
+    quantiles: [...DEFAULT_QUANTILES],
+  };
   if (!config) return settings;
   const entries: Array<[string, string]> = Array.isArray(config)
     ? (config as readonly string[]).map((kv): [string, string] => {

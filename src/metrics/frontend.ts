@@ -58,8 +58,16 @@ export class MetricsFrontend {
     if (refused !== undefined) {
       const body = JSON.stringify({ error: refused.message });
       const extra: Record<string, string> =
-        refused.httpStatus === 401 ? { 'WWW-Authenticate': 'Bearer' } : refused.retryAfterSecs !== undefined ? { 'Retry-After': String(refused.retryAfterSecs) } : {};
-      res.writeHead(refused.httpStatus, { 'Content-Type': 'application/json', 'Content-Length': String(Buffer.byteLength(body)), ...extra });
+        refused.httpStatus === 401
+          ? { 'WWW-Authenticate': 'Bearer' }
+          : refused.retryAfterSecs !== undefined
+            ? { 'Retry-After': String(refused.retryAfterSecs) }
+            : {};
+      res.writeHead(refused.httpStatus, {
+        'Content-Type': 'application/json',
+        'Content-Length': String(Buffer.byteLength(body)),
+        ...extra,
+      });
       res.end(body);
       return;
     }

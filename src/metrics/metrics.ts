@@ -68,9 +68,21 @@ export class Metrics implements SeriesSource<ModelReporter> {
     this.registerModelFamilies();
     if (cpuOn) {
       this.cpu = {
-        utilization: new Gauge({ name: 'nv_cpu_utilization', help: 'Share of CPU time spent busy over the last interval, 0.0 to 1.0', registers: [this.registry] }),
-        memoryTotal: new Gauge({ name: 'nv_cpu_memory_total_bytes', help: 'Host memory size, bytes', registers: [this.registry] }),
-        memoryUsed: new Gauge({ name: 'nv_cpu_memory_used_bytes', help: 'Host memory in use (total minus available), bytes', registers: [this.registry] }),
+        utilization: new Gauge({
+          name: 'nv_cpu_utilization',
+          help: 'Share of CPU time spent busy over the last interval, 0.0 to 1.0',
+          registers: [this.registry],
+        }),
+        memoryTotal: new Gauge({
+          name: 'nv_cpu_memory_total_bytes',
+          help: 'Host memory size, bytes',
+          registers: [this.registry],
+        }),
+        memoryUsed: new Gauge({
+          name: 'nv_cpu_memory_used_bytes',
+          help: 'Host memory in use (total minus available), bytes',
+          registers: [this.registry],
+        }),
       };
     }
     if (this.cpu || this.nvidiaSmi) {
@@ -102,7 +114,8 @@ export class Metrics implements SeriesSource<ModelReporter> {
   }
 
   private reporterOf(model: string, version: string): ModelReporter | undefined {
-    for (const [stats, reporter] of this.reporters) if (stats.modelName === model && stats.version === version) return reporter;
+    for (const [stats, reporter] of this.reporters)
+      if (stats.modelName === model && stats.version === version) return reporter;
     return undefined;
   }
 
@@ -163,18 +176,34 @@ export class Metrics implements SeriesSource<ModelReporter> {
     return this.reporters.values();
   }
 
-  private family(name: string, help: string, type: 'counter' | 'gauge' | 'histogram' | 'summary', read: SeriesReader<ModelReporter>): void {
+  private family(
+    name: string,
+    help: string,
+    type: 'counter' | 'gauge' | 'histogram' | 'summary',
+    read: SeriesReader<ModelReporter>,
+  ): void {
     const family = new Family<ModelReporter>(name, help, type, this, read);
     this.registry.registerMetric(family as unknown as Metric<string>);
   }
 
   private registerModelFamilies(): void {
-    this.family('nv_inference_request_success', 'Inference requests that succeeded (requests, not batch elements)', 'counter', (r, out) => {
-      out.push({ labels: r.labels, value: r.success });
-    });
-    this.family('nv_inference_request_failure', 'Inference requests that failed, by reason (REJECTED, CANCELED, BACKEND, OTHER)', 'counter', (r, out) => {
-      for (let i = 0; i < FAILURE_REASONS.length; i++) out.push({ labels: r.failureLabels[i]!, value: r.failures[i]! });
-    });
+    this.family(
+      'nv_inference_request_success',
+      'Inference requests that succeeded (requests, not batch elements)',
+      'counter',
+      (r, out) => {
+        out.push({ labels: r.labels, value: r.success });
+      },
+    );
+    this.family(
+      'nv_inference_request_failure',
+      'Inference requests that failed, by reason (REJECTED, CANCELED, BACKEND, OTHER)',
+      'counter',
+      (r, out) => {
+        for (let i = 0; i < FAILURE_REASONS.length; i++)
+          out.push({ labels: r.failureLabels[i]!, value: r.failures[i]! });
+      },
+    );
     this.family('nv_inference_count', 'Batch elements inferred, cache hits not counted', 'counter', (r, out) => {
       out.push({ labels: r.labels, value: r.inferenceCount });
     });
@@ -183,11 +212,31 @@ export class Metrics implements SeriesSource<ModelReporter> {
     });
     if (this.latency.counters) {
       const counters: Array<[string, string, (r: ModelReporter) => number]> = [
-        ['nv_inference_request_duration_us', 'Total end-to-end time of successful requests, microseconds (cache hits counted)', (r) => r.requestUs],
-        ['nv_inference_queue_duration_us', 'Total time successful requests spent queued, microseconds (cache hits counted)', (r) => r.queueUs],
-        ['nv_inference_compute_input_duration_us', 'Total time spent preparing inputs for successful requests, microseconds', (r) => r.computeInputUs],
-        ['nv_inference_compute_infer_duration_us', 'Total time spent running the model for successful requests, microseconds', (r) => r.computeInferUs],
-        ['nv_inference_compute_output_duration_us', 'Total time spent handling outputs of successful requests, microseconds', (r) => r.computeOutputUs],
+        [
+          'nv_inference_request_duration_us',
+          'Total end-to-end time of successful requests, microseconds (cache hits counted)',
+          (r) => r.requestUs,
+        ],
+        [
+          'nv_inference_queue_duration_us',
+          'Total time successful requests spent queued, microseconds (cache hits counted)',
+          (r) => r.queueUs,
+        ],
+        [
+          'nv_inference_compute_input_duration_us',
+          'Total time spent preparing inputs for successful requests, microseconds',
+          (r) => r.computeInputUs,
+        ],
+        [
+          'nv_inference_compute_infer_duration_us',
+          'Total time spent running the model for successful requests, microseconds',
+          (r) => r.computeInferUs,
+        ],
+        [
+          'nv_inference_compute_output_duration_us',
+          'Total time spent handling outputs of successful requests, microseconds',
+          (r) => r.computeOutputUs,
+        ],
       ];
       for (const [name, help, value] of counters) {
         this.family(name, help, 'counter', (r, out) => {
@@ -197,9 +246,21 @@ export class Metrics implements SeriesSource<ModelReporter> {
       // Only models whose responses are cached have these series, as in Triton.
       const cacheCounters: Array<[string, string, (r: ModelReporter) => number]> = [
         ['nv_cache_num_hits_per_model', 'Requests of the model answered from the response cache', (r) => r.cacheHits],
-        ['nv_cache_hit_duration_per_model', 'Time spent in response cache lookups that hit, microseconds', (r) => r.cacheHitUs],
-        ['nv_cache_num_misses_per_model', 'Requests of the model the response cache could not answer', (r) => r.cacheMisses],
-        ['nv_cache_miss_duration_per_model', 'Time spent on response cache misses (lookup and insertion), microseconds', (r) => r.cacheMissUs],
+        [
+          'nv_cache_hit_duration_per_model',
+          'Time spent in response cache lookups that hit, microseconds',
+          (r) => r.cacheHitUs,
+        ],
+        [
+          'nv_cache_num_misses_per_model',
+          'Requests of the model the response cache could not answer',
+          (r) => r.cacheMisses,
+        ],
+        [
+          'nv_cache_miss_duration_per_model',
+          'Time spent on response cache misses (lookup and insertion), microseconds',
+          (r) => r.cacheMissUs,
+        ],
       ];
       for (const [name, help, value] of cacheCounters) {
         this.family(name, help, 'counter', (r, out) => {
@@ -207,22 +268,47 @@ export class Metrics implements SeriesSource<ModelReporter> {
         });
       }
     }
-    this.family('nv_inference_pending_request_count', 'Requests accepted and not yet executing, right now', 'gauge', (r, out) => {
-      out.push({ labels: r.labels, value: r.info.pendingCount() });
-    });
-    this.family('nereid_model_instance_restarts_total', 'Restarts of the model version\'s instance processes after they died (process backends)', 'counter', (r, out) => {
-      out.push({ labels: r.labels, value: r.info.restartCount?.() ?? 0 });
-    });
-    this.family('nv_model_load_duration_secs', 'How long loading this model version took, seconds', 'gauge', (r, out) => {
-      out.push({ labels: r.labels, value: r.info.loadDurationSecs });
-    });
-    this.family('nereid_model_warmup_duration_seconds', 'How long the model_warmup samples of this model version took before it became READY, seconds', 'gauge', (r, out) => {
-      out.push({ labels: r.labels, value: r.info.warmupDurationSecs ?? 0 });
-    });
+    this.family(
+      'nv_inference_pending_request_count',
+      'Requests accepted and not yet executing, right now',
+      'gauge',
+      (r, out) => {
+        out.push({ labels: r.labels, value: r.info.pendingCount() });
+      },
+    );
+    this.family(
+      'nereid_model_instance_restarts_total',
+      "Restarts of the model version's instance processes after they died (process backends)",
+      'counter',
+      (r, out) => {
+        out.push({ labels: r.labels, value: r.info.restartCount?.() ?? 0 });
+      },
+    );
+    this.family(
+      'nv_model_load_duration_secs',
+      'How long loading this model version took, seconds',
+      'gauge',
+      (r, out) => {
+        out.push({ labels: r.labels, value: r.info.loadDurationSecs });
+      },
+    );
+    this.family(
+      'nereid_model_warmup_duration_seconds',
+      'How long the model_warmup samples of this model version took before it became READY, seconds',
+      'gauge',
+      (r, out) => {
+        out.push({ labels: r.labels, value: r.info.warmupDurationSecs ?? 0 });
+      },
+    );
     if (this.latency.histograms) {
-      this.family('nv_inference_first_response_histogram_ms', 'Time from receiving a request to its first response, milliseconds', 'histogram', (r, out) => {
-        r.firstResponseMs?.export('nv_inference_first_response_histogram_ms', r.labels, out);
-      });
+      this.family(
+        'nv_inference_first_response_histogram_ms',
+        'Time from receiving a request to its first response, milliseconds',
+        'histogram',
+        (r, out) => {
+          r.firstResponseMs?.export('nv_inference_first_response_histogram_ms', r.labels, out);
+        },
+      );
     }
     if (this.latency.summaries) {
       const helps = [
@@ -238,12 +324,32 @@ export class Metrics implements SeriesSource<ModelReporter> {
     }
     // Beyond Triton: latency and batch-size distributions.
     const histograms: Array<[string, string, (r: ModelReporter) => import('./family.js').FixedHistogram]> = [
-      ['nereid_request_duration_seconds', 'End-to-end duration of successful inference requests in seconds', (r) => r.requestSeconds],
-      ['nereid_queue_duration_seconds', 'Time successful inference requests spent queued, in seconds', (r) => r.queueSeconds],
-      ['nereid_compute_duration_seconds', 'Compute time (input + infer + output) of successful inference requests, in seconds', (r) => r.computeSeconds],
+      [
+        'nereid_request_duration_seconds',
+        'End-to-end duration of successful inference requests in seconds',
+        (r) => r.requestSeconds,
+      ],
+      [
+        'nereid_queue_duration_seconds',
+        'Time successful inference requests spent queued, in seconds',
+        (r) => r.queueSeconds,
+      ],
+      [
+        'nereid_compute_duration_seconds',
+        'Compute time (input + infer + output) of successful inference requests, in seconds',
+        (r) => r.computeSeconds,
+      ],
       ['nv_inference_batch_size', 'Batch size of each model execution', (r) => r.batchSizes],
-      ['nereid_time_to_first_token_seconds', 'Streamed OpenAI completions: time from receiving the request to its first token, in seconds', (r) => r.firstTokenSeconds],
-      ['nereid_inter_token_latency_seconds', 'Streamed OpenAI completions: time between two tokens of one response, in seconds', (r) => r.interTokenSeconds],
+      [
+        'nereid_time_to_first_token_seconds',
+        'Streamed OpenAI completions: time from receiving the request to its first token, in seconds',
+        (r) => r.firstTokenSeconds,
+      ],
+      [
+        'nereid_inter_token_latency_seconds',
+        'Streamed OpenAI completions: time between two tokens of one response, in seconds',
+        (r) => r.interTokenSeconds,
+      ],
     ];
     for (const [name, help, histogram] of histograms) {
       this.family(name, help, 'histogram', (r, out) => {
@@ -305,9 +411,24 @@ export class Metrics implements SeriesSource<ModelReporter> {
     const registers = [this.registry];
     const labelNames = ['gpu_uuid'] as const;
     return {
-      utilization: new Gauge({ name: 'nv_gpu_utilization', help: 'Share of time the GPU was busy, 0.0 to 1.0', labelNames, registers }),
-      memoryTotal: new Gauge({ name: 'nv_gpu_memory_total_bytes', help: 'GPU memory size, bytes', labelNames, registers }),
-      memoryUsed: new Gauge({ name: 'nv_gpu_memory_used_bytes', help: 'GPU memory in use, bytes', labelNames, registers }),
+      utilization: new Gauge({
+        name: 'nv_gpu_utilization',
+        help: 'Share of time the GPU was busy, 0.0 to 1.0',
+        labelNames,
+        registers,
+      }),
+      memoryTotal: new Gauge({
+        name: 'nv_gpu_memory_total_bytes',
+        help: 'GPU memory size, bytes',
+        labelNames,
+        registers,
+      }),
+      memoryUsed: new Gauge({
+        name: 'nv_gpu_memory_used_bytes',
+        help: 'GPU memory in use, bytes',
+        labelNames,
+        registers,
+      }),
       powerUsage: new Gauge({ name: 'nv_gpu_power_usage', help: 'GPU power draw, watts', labelNames, registers }),
       powerLimit: new Gauge({ name: 'nv_gpu_power_limit', help: 'GPU power limit, watts', labelNames, registers }),
       energy: new Counter({

@@ -18,7 +18,9 @@ export interface AttachInfo {
   warmupDurationSecs?: number;
   /** Restarts of the version's instance processes so far, read at scrape (0 for in-process backends). */
   restartCount?: () => number;
-  /** The model's responses are cached (response_cache enabled and a server cache): nv_cache_*_per_model series exist. */
+  /**
+   * The model's responses are cached (response_cache enabled and a server cache): nv_cache_*_per_model series exist.
+   */
   cacheEnabled?: boolean;
   /** config model_metrics: histogram buckets per metric family. */
   modelMetrics?: ModelMetrics | undefined;
@@ -39,8 +41,14 @@ export function histogramBuckets(modelMetrics: ModelMetrics | undefined): {
   const warnings: string[] = [];
   for (const control of modelMetrics?.metricControl ?? []) {
     const family = control.metricIdentifier?.family ?? '';
-    if ((CUSTOMIZABLE_HISTOGRAMS as readonly string[]).includes(family) && control.metricOptions.case === 'histogramOptions') {
-      buckets.set(family, [...control.metricOptions.value.buckets].sort((a, b) => a - b));
+    if (
+      (CUSTOMIZABLE_HISTOGRAMS as readonly string[]).includes(family) &&
+      control.metricOptions.case === 'histogramOptions'
+    ) {
+      buckets.set(
+        family,
+        [...control.metricOptions.value.buckets].sort((a, b) => a - b),
+      );
     } else {
       warnings.push(`Metric family '${family}' in 'metric_identifier' is not a customizable metric in Triton core.`);
     }
@@ -108,7 +116,9 @@ export class ModelReporter implements StatisticsObserver {
     this.labels = labels;
     this.failureLabels = FAILURE_REASONS.map((reason) => ({ ...labels, reason }));
     const firstResponse = histogramBuckets(info.modelMetrics).buckets.get('nv_inference_first_response_histogram_ms');
-    this.firstResponseMs = latency.histograms ? new FixedHistogram(firstResponse ?? FIRST_RESPONSE_BUCKETS_MS) : undefined;
+    this.firstResponseMs = latency.histograms
+      ? new FixedHistogram(firstResponse ?? FIRST_RESPONSE_BUCKETS_MS)
+      : undefined;
     this.summaries = latency.summaries
       ? SUMMARY_NAMES.map(
           (name) =>
@@ -124,7 +134,13 @@ export class ModelReporter implements StatisticsObserver {
       : undefined;
   }
 
-  requestSucceeded(requestNs: number, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+  requestSucceeded(
+    requestNs: number,
+    queueNs: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
     this.success += 1;
     if (this.latency.counters) {
       // Whole microseconds per request, as Triton adds them.

@@ -53,7 +53,14 @@ export function parseMeminfo(text: string): MemoryFigures | undefined {
 }
 
 /** The fields asked of nvidia-smi, in this order. */
-export const NVIDIA_SMI_FIELDS = ['uuid', 'utilization.gpu', 'memory.total', 'memory.used', 'power.draw', 'power.limit'] as const;
+export const NVIDIA_SMI_FIELDS = [
+  'uuid',
+  'utilization.gpu',
+  'memory.total',
+  'memory.used',
+  'power.draw',
+  'power.limit',
+] as const;
 
 export interface GpuSample {
   uuid: string;

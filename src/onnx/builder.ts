@@ -85,7 +85,12 @@ export class OnnxModelBuilder {
     return this;
   }
 
-  node(opType: string, inputs: readonly string[], outputs: readonly string[], attributes: Record<string, AttributeValue> = {}): this {
+  node(
+    opType: string,
+    inputs: readonly string[],
+    outputs: readonly string[],
+    attributes: Record<string, AttributeValue> = {},
+  ): this {
     this.nodes.push(
       create(NodeProtoSchema, {
         name: `${opType.toLowerCase()}_${this.nodeCount++}`,
@@ -141,7 +146,10 @@ function valueInfo(name: string, datatype: Datatype, shape: readonly Dim[]): Val
     type: create(TypeProtoSchema, {
       value: {
         case: 'tensorType',
-        value: create(TypeProto_TensorSchema, { elemType: onnxElemTypeOf(datatype), shape: create(TensorShapeProtoSchema, { dim }) }),
+        value: create(TypeProto_TensorSchema, {
+          elemType: onnxElemTypeOf(datatype),
+          shape: create(TensorShapeProtoSchema, { dim }),
+        }),
       },
     }),
   });
@@ -174,8 +182,17 @@ function attributeProto(name: string, v: AttributeValue): AttributeProto {
   if ('s' in v) return create(AttributeProtoSchema, { name, type: T.STRING, s: Buffer.from(v.s, 'utf8') });
   if ('ints' in v) return create(AttributeProtoSchema, { name, type: T.INTS, ints: v.ints.map((x) => BigInt(x)) });
   if ('floats' in v) return create(AttributeProtoSchema, { name, type: T.FLOATS, floats: [...v.floats] });
-  if ('strings' in v) return create(AttributeProtoSchema, { name, type: T.STRINGS, strings: v.strings.map((s) => Buffer.from(s, 'utf8')) });
-  return create(AttributeProtoSchema, { name, type: T.TENSOR, t: tensorProto(name, v.t.datatype, v.t.dims, v.t.values) });
+  if ('strings' in v)
+    return create(AttributeProtoSchema, {
+      name,
+      type: T.STRINGS,
+      strings: v.strings.map((s) => Buffer.from(s, 'utf8')),
+    });
+  return create(AttributeProtoSchema, {
+    name,
+    type: T.TENSOR,
+    t: tensorProto(name, v.t.datatype, v.t.dims, v.t.values),
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -311,7 +328,11 @@ export function buildIdentityModel(tensors: readonly IdentitySpec[], outputPrefi
  * OUTPUT1 = INPUT0 - INPUT1, all of `datatype` and shape [batch, size] (or
  * [size] when `batchDim` is null).
  */
-export function buildAddSubModel(datatype: Datatype, size: number, batchDim: string | null = 'batch'): OnnxModelBuilder {
+export function buildAddSubModel(
+  datatype: Datatype,
+  size: number,
+  batchDim: string | null = 'batch',
+): OnnxModelBuilder {
   const shape: Dim[] = batchDim === null ? [size] : [batchDim, size];
   const b = new OnnxModelBuilder({ name: 'add_sub' });
   b.input('INPUT0', datatype, shape).input('INPUT1', datatype, shape);

@@ -5,7 +5,12 @@
  */
 import { open, type FileHandle } from 'node:fs/promises';
 import { fromBinary } from '@bufbuild/protobuf';
-import { ModelProtoSchema, OperatorSetIdProtoSchema, ValueInfoProtoSchema, type ValueInfoProto } from '../gen/onnx_pb.js';
+import {
+  ModelProtoSchema,
+  OperatorSetIdProtoSchema,
+  ValueInfoProtoSchema,
+  type ValueInfoProto,
+} from '../gen/onnx_pb.js';
 import type { Datatype } from '../tensor/datatype.js';
 import { datatypeFromOnnx, onnxElemTypeName } from './datatypes.js';
 
@@ -59,13 +64,17 @@ export function parseOnnxModelInfo(bytes: Uint8Array, source = 'model'): OnnxMod
   try {
     model = fromBinary(ModelProtoSchema, bytes, { readUnknownFields: false });
   } catch (err) {
-    throw new OnnxParseError(`${source} is not a valid ONNX model: ${err instanceof Error ? err.message : String(err)}`);
+    throw new OnnxParseError(
+      `${source} is not a valid ONNX model: ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
   const graph = model.graph;
   // Random bytes sometimes decode as a protobuf message; a model must at least
   // name its IR version and have a graph with outputs.
   if (model.irVersion <= 0n || !graph || graph.output.length === 0) {
-    throw new OnnxParseError(`${source} is not a valid ONNX model: no ${model.irVersion <= 0n ? 'ir_version' : 'graph outputs'}`);
+    throw new OnnxParseError(
+      `${source} is not a valid ONNX model: no ${model.irVersion <= 0n ? 'ir_version' : 'graph outputs'}`,
+    );
   }
   const initializerNames = new Set(graph.initializer.map((t) => t.name));
   const inputs: OnnxTensorInfo[] = [];
@@ -88,10 +97,18 @@ export function parseOnnxModelInfo(bytes: Uint8Array, source = 'model'): OnnxMod
 function tensorInfo(vi: ValueInfoProto): OnnxTensorInfo {
   const t = vi.type?.value;
   if (t?.case !== 'tensorType') {
-    return { name: vi.name, datatype: undefined, onnxType: t?.case?.replace(/Type$/, '') ?? 'undefined', dims: [], hasShape: false };
+    return {
+      name: vi.name,
+      datatype: undefined,
+      onnxType: t?.case?.replace(/Type$/, '') ?? 'undefined',
+      dims: [],
+      hasShape: false,
+    };
   }
   const shape = t.value.shape;
-  const dims = shape ? shape.dim.map((d) => (d.value.case === 'dimValue' && d.value.value >= 0n ? Number(d.value.value) : -1)) : [];
+  const dims = shape
+    ? shape.dim.map((d) => (d.value.case === 'dimValue' && d.value.value >= 0n ? Number(d.value.value) : -1))
+    : [];
   return {
     name: vi.name,
     datatype: datatypeFromOnnx(t.value.elemType),
@@ -132,7 +149,8 @@ class FileReader {
 
   private async ensure(n: number): Promise<void> {
     if (this.pos >= this.windowStart && this.pos + n <= this.windowStart + this.window.length) return;
-    if (this.pos + n > this.size) throw new Error(`truncated at byte ${this.pos} (need ${n} bytes, file has ${this.size})`);
+    if (this.pos + n > this.size)
+      throw new Error(`truncated at byte ${this.pos} (need ${n} bytes, file has ${this.size})`);
     const want = Math.min(Math.max(n, 64 * 1024), this.size - this.pos);
     const buf = Buffer.allocUnsafe(want);
     const { bytesRead } = await this.fh.read(buf, 0, want, this.pos);
@@ -166,7 +184,8 @@ class FileReader {
   }
 
   skip(n: number): void {
-    if (this.pos + n > this.size) throw new Error(`field of ${n} bytes at byte ${this.pos} runs past the end of the file`);
+    if (this.pos + n > this.size)
+      throw new Error(`field of ${n} bytes at byte ${this.pos} runs past the end of the file`);
     this.pos += n;
   }
 }
@@ -214,7 +233,8 @@ async function scanTensorName(r: FileReader, end: number): Promise<string> {
   let name = '';
   while (r.pos < end) {
     const { field, wire } = await readTag(r);
-    if (field === TENSOR_NAME && wire === WIRE_LEN) name = Buffer.from(await r.bytes(await lengthOf(r))).toString('utf8');
+    if (field === TENSOR_NAME && wire === WIRE_LEN)
+      name = Buffer.from(await r.bytes(await lengthOf(r))).toString('utf8');
     else await skipField(r, wire);
   }
   if (r.pos !== end) throw new Error(`initializer overruns its length at byte ${r.pos}`);
@@ -261,10 +281,14 @@ async function scanModel(r: FileReader, source: string): Promise<OnnxModelInfo> 
       }
     }
   } catch (err) {
-    throw new OnnxParseError(`${source} is not a valid ONNX model: ${err instanceof Error ? err.message : String(err)}`);
+    throw new OnnxParseError(
+      `${source} is not a valid ONNX model: ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
   if (irVersion <= 0n || !sawGraph || graphOutputs.length === 0) {
-    throw new OnnxParseError(`${source} is not a valid ONNX model: no ${irVersion <= 0n ? 'ir_version' : 'graph outputs'}`);
+    throw new OnnxParseError(
+      `${source} is not a valid ONNX model: no ${irVersion <= 0n ? 'ir_version' : 'graph outputs'}`,
+    );
   }
   const inputs: OnnxTensorInfo[] = [];
   const overridable: OnnxTensorInfo[] = [];

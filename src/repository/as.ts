@@ -79,7 +79,10 @@ async function openAzure(url: string, parts: AzureUrl, env: NodeJS.ProcessEnv): 
           : new identity.DefaultAzureCredential(clientId ? { managedIdentityClientId: clientId } : {});
       service = new blob.BlobServiceClient(where, token, options);
     } else {
-      throw Errors.repositoryUnavailable(url, `unknown AZURE_STORAGE_AUTH_TYPE '${authType}' (expected key, managed_identity or default)`);
+      throw Errors.repositoryUnavailable(
+        url,
+        `unknown AZURE_STORAGE_AUTH_TYPE '${authType}' (expected key, managed_identity or default)`,
+      );
     }
   }
   return new AzureStore(service.getContainerClient(parts.container), parts, where);
@@ -124,14 +127,21 @@ class AzureStore implements ObjectStore {
     const code = e.details?.errorCode ?? (typeof e.code === 'string' ? e.code : undefined);
     const message = errorText(err).split('\n')[0] ?? '';
     const container = this.parts.container;
-    if (e.name === 'CredentialUnavailableError' || e.name === 'AuthenticationError' || e.name === 'AggregateAuthenticationError') {
-      return `no usable Azure credential (set AZURE_STORAGE_KEY, AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_AUTH_TYPE): ${message}`;
+    if (
+      e.name === 'CredentialUnavailableError' ||
+      e.name === 'AuthenticationError' ||
+      e.name === 'AggregateAuthenticationError'
+    ) {
+      return `no usable Azure credential (set AZURE_STORAGE_KEY, ` +
+        `AZURE_STORAGE_CONNECTION_STRING or AZURE_STORAGE_AUTH_TYPE): ${message}`;
     }
     if (code === 'ContainerNotFound') return `container '${container}' does not exist (ContainerNotFound)`;
-    if (code === 'AuthenticationFailed' || code === 'InvalidAuthenticationInfo') return `the credentials were rejected (${code})`;
+    if (code === 'AuthenticationFailed' || code === 'InvalidAuthenticationInfo')
+      return `the credentials were rejected (${code})`;
     if (e.statusCode === 403) return `access to container '${container}' is denied (${code ?? 'HTTP 403'})`;
     if (e.statusCode === 404) return `container '${container}' or its blobs were not found (${code ?? 'HTTP 404'})`;
-    if (code === 'ConditionNotMet') return 'a blob changed while it was being downloaded (ConditionNotMet); the next poll retries';
+    if (code === 'ConditionNotMet')
+      return 'a blob changed while it was being downloaded (ConditionNotMet); the next poll retries';
     return e.statusCode ? `${code ?? 'error'} (HTTP ${e.statusCode}): ${message}` : message;
   }
 

@@ -33,12 +33,18 @@ export function credentialFor(scheme: 's3' | 'gs' | 'as', url: string, env: Node
   try {
     parsed = JSON.parse(readFileSync(file, 'utf8'));
   } catch (err) {
-    throw Errors.repositoryUnavailable(url, `cannot read the credential file TRITON_CLOUD_CREDENTIAL_PATH='${file}': ${(err as Error).message}`);
+    throw Errors.repositoryUnavailable(
+      url,
+      `cannot read the credential file TRITON_CLOUD_CREDENTIAL_PATH='${file}': ${(err as Error).message}`,
+    );
   }
   const section = (parsed as Record<string, unknown> | null)?.[scheme];
   if (section === undefined) return undefined;
   if (typeof section !== 'object' || section === null || Array.isArray(section)) {
-    throw Errors.repositoryUnavailable(url, `credential file '${file}': "${scheme}" must be an object of URL prefix to credential`);
+    throw Errors.repositoryUnavailable(
+      url,
+      `credential file '${file}': "${scheme}" must be an object of URL prefix to credential`,
+    );
   }
   let best: string | undefined;
   for (const prefix of Object.keys(section)) {
@@ -50,7 +56,8 @@ export function credentialFor(scheme: 's3' | 'gs' | 'as', url: string, env: Node
   if (wantString ? typeof value !== 'string' : typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw Errors.repositoryUnavailable(
       url,
-      `credential file '${file}': "${scheme}"."${best}" must be ${wantString ? 'the path of a JSON key file' : 'an object'}`,
+      `credential file '${file}': "${scheme}"."${best}" must be ` +
+      `${wantString ? 'the path of a JSON key file' : 'an object'}`,
     );
   }
   return value;

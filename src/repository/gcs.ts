@@ -41,7 +41,10 @@ async function openGcs(url: string, parts: GcsUrl, env: NodeJS.ProcessEnv): Prom
   if (emulator) {
     // The SDK reads the variable itself and fails on a bare host:port.
     if (!/^https?:\/\//.test(emulator)) {
-      throw Errors.repositoryUnavailable(url, `STORAGE_EMULATOR_HOST='${emulator}' must start with http:// or https://`);
+      throw Errors.repositoryUnavailable(
+        url,
+        `STORAGE_EMULATOR_HOST='${emulator}' must start with http:// or https://`,
+      );
     }
     options.apiEndpoint = emulator;
     options.useAuthWithCustomEndpoint = false;

@@ -22,5 +22,10 @@ export {
   type DuplicateModel,
   type RepositoryEntry,
 } from './scan.js';
-export { selectVersions, selectVersionsDetailed, missingVersionMessage, type VersionSelection } from './version-policy.js';
+export {
+  selectVersions,
+  selectVersionsDetailed,
+  missingVersionMessage,
+  type VersionSelection,
+} from './version-policy.js';
 export { fingerprintDir } from './change-detection.js';

@@ -50,9 +50,16 @@ interface Manifest {
   copies: Record<string, CopyRecord>;
 }
 
-/** The cache root for a scheme: flag, then NEREID_MODEL_CACHE_DIR, then Triton's mount folder variable, then the temp folder. */
+/**
+ * The cache root for a scheme: flag, then NEREID_MODEL_CACHE_DIR, then Triton's mount folder variable, then the temp
+ * folder.
+ */
 export function cacheRoot(explicit: string | undefined, scheme: 's3' | 'gs' | 'as', env: NodeJS.ProcessEnv): string {
-  const tritonVar = { s3: 'TRITON_AWS_MOUNT_DIRECTORY', gs: 'TRITON_GCS_MOUNT_DIRECTORY', as: 'TRITON_AZURE_MOUNT_DIRECTORY' }[scheme];
+  const tritonVar = {
+    s3: 'TRITON_AWS_MOUNT_DIRECTORY',
+    gs: 'TRITON_GCS_MOUNT_DIRECTORY',
+    as: 'TRITON_AZURE_MOUNT_DIRECTORY',
+  }[scheme];
   const chosen = explicit || env.NEREID_MODEL_CACHE_DIR || env[tritonVar] || path.join(tmpdir(), 'nereid-model-cache');
   return path.resolve(chosen);
 }
@@ -90,7 +97,10 @@ export class ModelCache {
   readonly totals: DownloadStats = { files: 0, bytes: 0, reused: 0 };
   /** Copy folders on disk by model: the repository folder as listed once, then kept up to date here. */
   private onDisk: Promise<Map<string, Set<string>>> | undefined;
-  /** The objects of each copy this process made, by folder name (earlier copies for reuse, without reading the manifest). */
+  /**
+   * The objects of each copy this process made, by folder name (earlier copies for reuse, without reading the
+   * manifest).
+   */
   private readonly madeHere = new Map<string, CopyRecord>();
   /** The manifest as read from disk (once, when a copy first needs an earlier one's files). */
   private manifestRead: Promise<Record<string, CopyRecord>> | undefined;
@@ -198,7 +208,12 @@ export class ModelCache {
     );
     const timer = setInterval(() => {
       this.logger.info(
-        { model, repository: this.url, files: `${stats.files}/${toFetch.length}`, bytes: `${stats.bytes}/${totalBytes}` },
+        {
+          model,
+          repository: this.url,
+          files: `${stats.files}/${toFetch.length}`,
+          bytes: `${stats.bytes}/${totalBytes}`,
+        },
         `downloading model '${model}': ${totalBytes > 0 ? Math.floor((100 * stats.bytes) / totalBytes) : 100}%`,
       );
     }, PROGRESS_INTERVAL_MS);
@@ -220,7 +235,14 @@ export class ModelCache {
       clearInterval(timer);
     }
     this.logger.info(
-      { model, repository: this.url, files: stats.files, bytes: stats.bytes, reused: stats.reused, ms: Date.now() - started },
+      {
+        model,
+        repository: this.url,
+        files: stats.files,
+        bytes: stats.bytes,
+        reused: stats.reused,
+        ms: Date.now() - started,
+      },
       `downloaded model '${model}'`,
     );
     return stats;
@@ -260,7 +282,10 @@ export class ModelCache {
       await rm(temporary, { force: true }).catch(() => undefined);
       // A cache removed in the meantime needs none.
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-        this.logger.warn({ dir: this.root, err: (err as Error).message }, 'could not write the manifest of the download cache');
+        this.logger.warn(
+          { dir: this.root, err: (err as Error).message },
+          'could not write the manifest of the download cache',
+        );
       }
     }
   }
@@ -290,7 +315,8 @@ export class ModelCache {
     const byModel = new Map<string, Set<string>>();
     for (const name of await listDir(this.root)) {
       if (name.startsWith(PARTIAL)) {
-        if (!isOwnedByLiveProcess(name)) this.sweeping.push(rm(path.join(this.root, name), { recursive: true, force: true }).catch(() => undefined));
+        if (!isOwnedByLiveProcess(name))
+          this.sweeping.push(rm(path.join(this.root, name), { recursive: true, force: true }).catch(() => undefined));
         continue;
       }
       // Anything else (the manifest, folders of an earlier layout) is not a copy.
@@ -304,7 +330,9 @@ export class ModelCache {
   }
 
   /** Complete copies to take unchanged files from, newest first. */
-  private async previousCopies(names: ReadonlySet<string>): Promise<Array<{ dir: string; objects: Map<string, StoredObject> }>> {
+  private async previousCopies(
+    names: ReadonlySet<string>,
+  ): Promise<Array<{ dir: string; objects: Map<string, StoredObject> }>> {
     const found: Array<{ dir: string; objects: Map<string, StoredObject>; at: number }> = [];
     let onFile: Record<string, CopyRecord> | undefined;
     for (const name of names) {
@@ -315,7 +343,12 @@ export class ModelCache {
         record = onFile[name];
       }
       // A copy the manifest does not know (not written yet, or lost with a crash) has nothing to give.
-      if (record) found.push({ dir: path.join(this.root, name), objects: new Map(record.objects.map((o) => [o.path, o])), at: record.at });
+      if (record)
+        found.push({
+          dir: path.join(this.root, name),
+          objects: new Map(record.objects.map((o) => [o.path, o])),
+          at: record.at,
+        });
     }
     return found.sort((a, b) => b.at - a.at);
   }

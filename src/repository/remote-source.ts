@@ -33,7 +33,11 @@ export interface RemoteSourceOptions {
 export function createRemoteModelSource(url: string, options: RemoteSourceOptions): RemoteModelSource {
   const scheme = remoteScheme(url);
   const location =
-    scheme === 's3' ? parseS3Url(url, options.env) : scheme === 'gs' ? parseGcsUrl(url, options.env) : parseAzureUrl(url, options.env);
+    scheme === 's3'
+      ? parseS3Url(url, options.env)
+      : scheme === 'gs'
+        ? parseGcsUrl(url, options.env)
+        : parseAzureUrl(url, options.env);
   return new RemoteModelSource(location, options);
 }
 
@@ -92,7 +96,10 @@ export class RemoteModelSource implements ModelSource {
       );
     } catch (err) {
       if (err instanceof NereidError) throw err;
-      throw Errors.repositoryUnavailable(this.location, `cannot download model '${modelName}': ${store.describeError(err)}`);
+      throw Errors.repositoryUnavailable(
+        this.location,
+        `cannot download model '${modelName}': ${store.describeError(err)}`,
+      );
     }
     return { dir, release: async () => {} };
   }

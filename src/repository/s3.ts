@@ -29,7 +29,8 @@ export interface S3Url {
 }
 
 /** Triton's pattern for the host:port forms; anything else is `bucket/path`. */
-const ENDPOINT_FORM = /^s3:\/\/(http:\/\/|https:\/\/|)([0-9a-zA-Z\-.]+):([0-9]+)\/([0-9a-z.-]+)((?:\/[0-9a-zA-Z.\-_]+)*)$/;
+const ENDPOINT_FORM =
+  /^s3:\/\/(http:\/\/|https:\/\/|)([0-9a-zA-Z\-.]+):([0-9]+)\/([0-9a-z.-]+)((?:\/[0-9a-zA-Z.\-_]+)*)$/;
 
 export function parseS3UrlParts(url: string): S3Url {
   let rest = url.slice('s3://'.length);
@@ -66,7 +67,8 @@ export function parseS3UrlParts(url: string): S3Url {
   if (bucket.includes(':')) {
     throw Errors.repositoryUrl(
       url,
-      `'${bucket}' is neither a bucket name nor host:port followed by /bucket[/path] (bucket in lower case; path of letters, digits, '.', '-', '_')`,
+      `'${bucket}' is neither a bucket name nor host:port followed by /bucket[/path] ` +
+      `(bucket in lower case; path of letters, digits, '.', '-', '_')`,
     );
   }
   return { bucket, prefix };
@@ -86,7 +88,11 @@ async function openS3(url: string, parts: S3Url, env: NodeJS.ProcessEnv): Promis
   const profile = cred ? cred.profile : env.AWS_PROFILE;
   const keys =
     keyId && secret
-      ? { accessKeyId: keyId, secretAccessKey: secret, sessionToken: (cred ? cred.session_token : env.AWS_SESSION_TOKEN) || undefined }
+      ? {
+          accessKeyId: keyId,
+          secretAccessKey: secret,
+          sessionToken: (cred ? cred.session_token : env.AWS_SESSION_TOKEN) || undefined,
+        }
       : undefined;
   const region = cred?.region || env.AWS_REGION || env.AWS_DEFAULT_REGION || undefined;
   const plainHttp = parts.endpoint?.startsWith('http:') === true;
@@ -97,7 +103,11 @@ async function openS3(url: string, parts: S3Url, env: NodeJS.ProcessEnv): Promis
     return new S3Store(client, parts, leanAccess(new URL(parts.endpoint), keys, region));
   }
   const made = await client();
-  return new S3Store(made, parts, parts.endpoint ? await clientAccess(made.client, new URL(parts.endpoint)) : undefined);
+  return new S3Store(
+    made,
+    parts,
+    parts.endpoint ? await clientAccess(made.client, new URL(parts.endpoint)) : undefined,
+  );
 }
 
 interface Keys {
@@ -112,7 +122,13 @@ interface SdkClient {
   client: S3Client;
 }
 
-async function newClient(parts: S3Url, keys: Keys | undefined, profile: string | undefined, region: string | undefined, plainHttp: boolean): Promise<SdkClient> {
+async function newClient(
+  parts: S3Url,
+  keys: Keys | undefined,
+  profile: string | undefined,
+  region: string | undefined,
+  plainHttp: boolean,
+): Promise<SdkClient> {
   const sdk = loadSdk();
   const config: S3ClientConfig = {
     maxAttempts: 3,
@@ -192,12 +208,24 @@ interface DirectAccess {
  * The client is made only when an answer needs it.
  */
 function leanAccess(endpoint: URL, keys: Keys, region: string): DirectAccess {
-  const { SignatureV4 } = createRequire(import.meta.url)('@smithy/signature-v4') as typeof import('@smithy/signature-v4');
-  const signer = new SignatureV4({ credentials: keys, region, service: 's3', sha256: NodeSha256, uriEscapePath: false, applyChecksum: false });
+  const { SignatureV4 } = createRequire(import.meta.url)(
+    '@smithy/signature-v4',
+  ) as typeof import('@smithy/signature-v4');
+  const signer = new SignatureV4({
+    credentials: keys,
+    region,
+    service: 's3',
+    sha256: NodeSha256,
+    uriEscapePath: false,
+    applyChecksum: false,
+  });
   return { endpoint, agent: agentFor(endpoint), sign: (request) => signer.sign(request) };
 }
 
-/** The same for a store whose credentials or region come from the SDK's chains: the client's own signer and clock offset. */
+/**
+ * The same for a store whose credentials or region come from the SDK's chains: the client's own signer and clock
+ * offset.
+ */
 async function clientAccess(client: S3Client, endpoint: URL): Promise<DirectAccess> {
   const region = await client.config.region();
   const signer = await client.config.signer();
@@ -367,7 +395,9 @@ export class S3Store implements ObjectStore {
   private async directList(prefix: string): Promise<StoredObject[] | undefined> {
     const direct = this.direct;
     if (!direct) return undefined;
-    const { parseXML } = createRequire(import.meta.url)('@aws-sdk/xml-builder') as typeof import('@aws-sdk/xml-builder');
+    const { parseXML } = createRequire(import.meta.url)(
+      '@aws-sdk/xml-builder',
+    ) as typeof import('@aws-sdk/xml-builder');
     const objects: StoredObject[] = [];
     let token: string | undefined;
     let pages = 0;
@@ -382,16 +412,22 @@ export class S3Store implements ObjectStore {
           if (refusesDirect(response.statusCode)) this.direct = undefined;
           return undefined;
         }
-        const result = (parseXML((await readAll(response)).toString('utf8')) as { ListBucketResult?: ListBucketResult }).ListBucketResult;
+        const result = (parseXML((await readAll(response)).toString('utf8')) as { ListBucketResult?: ListBucketResult })
+          .ListBucketResult;
         if (!result) return undefined;
         pages++;
-        const contents = result.Contents === undefined ? [] : Array.isArray(result.Contents) ? result.Contents : [result.Contents];
+        const contents =
+          result.Contents === undefined ? [] : Array.isArray(result.Contents) ? result.Contents : [result.Contents];
         for (const o of contents) {
           const key = typeof o.Key === 'string' ? o.Key : '';
           const size = Number(o.Size ?? 0);
           if (!Number.isSafeInteger(size) || size < 0) return undefined;
           if (key.length <= this.root.length || !key.startsWith(this.root)) continue;
-          objects.push({ path: key.slice(this.root.length), size, version: unquote(typeof o.ETag === 'string' ? o.ETag : '') });
+          objects.push({
+            path: key.slice(this.root.length),
+            size,
+            version: unquote(typeof o.ETag === 'string' ? o.ETag : ''),
+          });
         }
         token = result.IsTruncated === 'true' ? result.NextContinuationToken : undefined;
         if (result.IsTruncated === 'true' && (typeof token !== 'string' || token === '')) return undefined;
@@ -429,7 +465,12 @@ export class S3Store implements ObjectStore {
     return out.Body as Readable;
   }
 
-  private request(direct: DirectAccess, path: string, query: Record<string, string>, headers: Record<string, string> = {}): SignableRequest {
+  private request(
+    direct: DirectAccess,
+    path: string,
+    query: Record<string, string>,
+    headers: Record<string, string> = {},
+  ): SignableRequest {
     const { endpoint } = direct;
     return {
       method: 'GET',
@@ -461,7 +502,12 @@ export class S3Store implements ObjectStore {
     const headers: Record<string, string> = object.version ? { 'if-match': `"${object.version}"` } : {};
     let response: IncomingMessage;
     try {
-      response = await send(direct, await direct.sign(this.request(direct, `/${this.parts.bucket}/${encodeKey(this.root + object.path)}`, {}, headers)));
+      response = await send(
+        direct,
+        await direct.sign(
+          this.request(direct, `/${this.parts.bucket}/${encodeKey(this.root + object.path)}`, {}, headers),
+        ),
+      );
     } catch {
       return undefined;
     }
@@ -512,7 +558,10 @@ export class S3Store implements ObjectStore {
   }
 }
 
-/** A refusal of the request itself (not of one object) says the store wants what only the SDK does (redirects, other signing). */
+/**
+ * A refusal of the request itself (not of one object) says the store wants what only the SDK does (redirects, other
+ * signing).
+ */
 function refusesDirect(status: number | undefined): boolean {
   return status === 400 || status === 403 || status === 301 || status === 307;
 }

@@ -4,7 +4,13 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { asNereidError } from '../errors.js';
 import { silentLogger } from '../logger.js';
-import { LocalModelSource, createModelSource, isDirectory, type ModelSource, type ModelSourceOptions } from './model-source.js';
+import {
+  LocalModelSource,
+  createModelSource,
+  isDirectory,
+  type ModelSource,
+  type ModelSourceOptions,
+} from './model-source.js';
 
 export interface FoundModel {
   /** The repository it was found in, as given. */
@@ -115,11 +121,18 @@ export class ModelSources {
 }
 
 /** One entry per model folder name across all repositories, sorted by name. */
-export async function listModels(repositories: readonly string[], sources: ModelSources = new ModelSources(), options: ListOptions = {}): Promise<RepositoryListing> {
+export async function listModels(
+  repositories: readonly string[],
+  sources: ModelSources = new ModelSources(),
+  options: ListOptions = {},
+): Promise<RepositoryListing> {
   const copy = options.copy ?? true;
   const listing = new RepositoryListing();
   const names = new Map<string, string[]>();
-  const perRepository = new Map<string, { source: ModelSource; names: string[] } | { stale: Map<string, string>; source: ModelSource }>();
+  const perRepository = new Map<
+    string,
+    { source: ModelSource; names: string[] } | { stale: Map<string, string>; source: ModelSource }
+  >();
   for (const repository of repositories) {
     let source: ModelSource;
     try {
@@ -131,7 +144,10 @@ export async function listModels(repositories: readonly string[], sources: Model
       const message = asNereidError(err).message;
       listing.failures.push({ repository, message });
       const stale = sources.previous(repository);
-      sources.logger.error({ repository, reason: message }, stale ? 'model repository not readable; its models stay as they were' : 'model repository not readable');
+      sources.logger.error(
+        { repository, reason: message },
+        stale ? 'model repository not readable; its models stay as they were' : 'model repository not readable',
+      );
       if (stale) {
         perRepository.set(repository, { stale, source: sources.get(repository) });
         for (const name of stale.keys()) names.set(name, [...(names.get(name) ?? []), repository]);
@@ -165,7 +181,10 @@ export async function listModels(repositories: readonly string[], sources: Model
         const message = asNereidError(err).message;
         const before = sources.previous(job.repository)?.get(job.name);
         listing.failures.push({ repository: job.repository, model: job.name, message });
-        sources.logger.error({ repository: job.repository, model: job.name, reason: message }, 'model could not be copied from its repository');
+        sources.logger.error(
+          { repository: job.repository, model: job.name, reason: message },
+          'model could not be copied from its repository',
+        );
         if (before !== undefined) dirs.set(job.name, before);
       }
     }
@@ -181,7 +200,8 @@ export async function listModels(repositories: readonly string[], sources: Model
   }
   for (const [repository, r] of perRepository) {
     // A listing that copied nothing of a cloud repository leaves its last good copies as they were.
-    if (!('stale' in r) && (copy || r.source instanceof LocalModelSource)) sources.remember(repository, byRepository.get(repository) ?? new Map());
+    if (!('stale' in r) && (copy || r.source instanceof LocalModelSource))
+      sources.remember(repository, byRepository.get(repository) ?? new Map());
   }
   for (const name of [...names.keys()].sort()) {
     const where = names.get(name)!;

@@ -51,7 +51,9 @@ export class DefaultScheduler implements Scheduler {
     return new Promise((resolve) => this.drainWaiters.push(resolve));
   }
 
-  /** An idle instance (the most recently used, whose thread is likeliest awake), else the least loaded one with room. */
+  /**
+   * An idle instance (the most recently used, whose thread is likeliest awake), else the least loaded one with room.
+   */
   private pick(): ModelInstance | undefined {
     const idle = this.idle.pop();
     if (idle) return idle;
@@ -66,7 +68,9 @@ export class DefaultScheduler implements Scheduler {
     this.executing += 1;
     instance.inFlight += 1;
     instance.busy = true;
-    void executeBatch(instance, [item], item.request.batchSize, this.stats, this.modelName).then(() => this.release(instance));
+    void executeBatch(instance, [item], item.request.batchSize, this.stats, this.modelName).then(() =>
+      this.release(instance),
+    );
   }
 
   private release(instance: ModelInstance): void {

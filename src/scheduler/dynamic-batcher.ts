@@ -120,7 +120,13 @@ class OrderedRequest extends ScheduledRequest {
     this.enqueueNs = original.enqueueNs;
   }
 
-  override succeed(response: BackendResponse, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+  override succeed(
+    response: BackendResponse,
+    queueNs: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
     if (this.done) return;
     this.done = true;
     this.response = response;
@@ -168,7 +174,10 @@ class BatchFormation implements CandidateSink {
   /** Requests accepted into the pending batch, and their total batch size. */
   count = 0;
   size = 0;
-  /** The last point where the pending batch was worth sending now (preferred size, or the largest within the preferred sizes). */
+  /**
+   * The last point where the pending batch was worth sending now (preferred size, or the largest within the preferred
+   * sizes).
+   */
   markCount = 0;
   markSize = 0;
   /** The next request cannot join (too large or different shapes). */
@@ -283,7 +292,13 @@ export class DynamicBatcher implements Scheduler {
     this.chosenSizes = new Set([...preferred].filter((s) => s !== this.maxBatchSize));
     this.delayNs = batching.maxQueueDelayMicroseconds * 1000n;
     this.preserveOrdering = batching.preserveOrdering;
-    this.formation = new BatchFormation(this.maxBatchSize, this.maxPreferred, preferred, options.raggedInputs, options.maxBatchSize > 0);
+    this.formation = new BatchFormation(
+      this.maxBatchSize,
+      this.maxPreferred,
+      preferred,
+      options.raggedInputs,
+      options.maxBatchSize > 0,
+    );
     // One slot per instance for the batch it runs, and one more for a batch
     // waiting inside it where its backend takes one (BackendInstance.maxInFlight):
     // that batch starts the moment the running one ends. Until it starts, its
@@ -394,7 +409,7 @@ export class DynamicBatcher implements Scheduler {
       if (f.count === 0) break;
       const waited = now - f.oldestNs;
       const delayExceeded = this.delayNs !== 0n && waited >= this.delayNs;
-      let count = 0;
+      let count: number;
       if (f.markCount !== 0 && !delayExceeded) {
         count = f.markCount;
       } else if (f.blocked || f.size >= this.maxPreferred || this.delayNs === 0n) {
@@ -428,7 +443,12 @@ export class DynamicBatcher implements Scheduler {
     // Halves: with more slots the queue would go in pieces too small to run well
     // (an instance that merges them runs them together again anyway).
     const slots = Math.min(2, this.free.length);
-    if (slots < 2 || count < 2 * SPREAD_MIN_REQUESTS || this.free[this.free.length - 1]!.backend.spreadBatches?.() !== true) return count;
+    if (
+      slots < 2 ||
+      count < 2 * SPREAD_MIN_REQUESTS ||
+      this.free[this.free.length - 1]!.backend.spreadBatches?.() !== true
+    )
+      return count;
     const share = Math.ceil(this.queue.size / slots);
     return share >= count ? count : Math.max(SPREAD_MIN_REQUESTS, share);
   }

@@ -10,7 +10,14 @@
 import type { InferenceCaller } from '../backends/backend.js';
 import { Cancellation } from '../types/cancellation.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
-import type { InferRequest, InferResponse, RequestTrace, RequestedOutput, StepTimingsSink, StreamResponse } from '../types/api.js';
+import type {
+  InferRequest,
+  InferResponse,
+  RequestTrace,
+  RequestedOutput,
+  StepTimingsSink,
+  StreamResponse,
+} from '../types/api.js';
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import { type Tensor, retagTensor } from '../tensor/tensor.js';
@@ -102,7 +109,9 @@ abstract class EnsembleRunBase implements StepTimingsSink {
     this.computeOutputNs += computeOutputNs;
   }
 
-  /** The client went away: the steps still waiting or running see it (a decoupled step's model through is_cancelled()). */
+  /**
+   * The client went away: the steps still waiting or running see it (a decoupled step's model through is_cancelled()).
+   */
   handleEvent(): void {
     this.cancellation.abort();
   }
@@ -281,7 +290,11 @@ export class EnsembleScheduler implements Scheduler {
       // The step's own error, said to come from the step's model when it does not say so itself.
       const error = e.message.includes(`'${step.modelName}'`)
         ? e
-        : new NereidError(e.code, e.errorClass, `in ensemble '${this.modelName}', step model '${step.modelName}' failed: ${e.message}`);
+        : new NereidError(
+            e.code,
+            e.errorClass,
+            `in ensemble '${this.modelName}', step model '${step.modelName}' failed: ${e.message}`,
+          );
       run.item.fail(error, run.cancellation.aborted ? 'CANCELED' : 'OTHER');
     }
     // Steps that have not started will not start; launch() counts them down.
@@ -316,7 +329,8 @@ export class EnsembleScheduler implements Scheduler {
       if (!t) {
         item.fail(
           Errors.invalidRequest(
-            `in ensemble '${this.modelName}', [request id: ${item.request.id || '<id_unknown>'}] unexpected deadlock, at least one output is not set while no more ensemble steps can be made`,
+            `in ensemble '${this.modelName}', [request id: ${item.request.id || '<id_unknown>'}] ` +
+            `unexpected deadlock, at least one output is not set while no more ensemble steps can be made`,
           ),
           'OTHER',
         );
@@ -495,11 +509,17 @@ export class EnsembleStreamRun extends EnsembleRunBase {
   }
 
   /** Reads one step launch's responses as they come; its limiter slot (if any) is freed with the final one. */
-  private async consume(index: number, iteration: number, stepRequest: InferRequest, limiter?: StepLimiter): Promise<void> {
+  private async consume(
+    index: number,
+    iteration: number,
+    stepRequest: InferRequest,
+    limiter?: StepLimiter,
+  ): Promise<void> {
     let first = true;
     let open = true;
     try {
-      const responses = this.server.inferStream !== undefined ? this.server.inferStream(stepRequest) : this.single(stepRequest);
+      const responses =
+        this.server.inferStream !== undefined ? this.server.inferStream(stepRequest) : this.single(stepRequest);
       for await (const r of responses) {
         if (r.final) {
           open = false;
@@ -579,7 +599,11 @@ export class EnsembleStreamRun extends EnsembleRunBase {
     const e = asNereidError(err);
     const error = e.message.includes(`'${step.modelName}'`)
       ? e
-      : new NereidError(e.code, e.errorClass, `in ensemble '${this.ensembleName}', step model '${step.modelName}' failed: ${e.message}`);
+      : new NereidError(
+          e.code,
+          e.errorClass,
+          `in ensemble '${this.ensembleName}', step model '${step.modelName}' failed: ${e.message}`,
+        );
     // The steps still streaming stop: nobody reads them any more.
     this.cancellation.abort();
     this.item.fail(error, this.item.signal?.aborted ? 'CANCELED' : 'OTHER');
@@ -596,7 +620,13 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       if (last) {
         const item = this.item;
         const queueNs = Number(this.startNs - item.enqueueNs);
-        this.stats.recordExecution(item.request.batchSize, 1, this.computeInputNs, this.computeInferNs, this.computeOutputNs);
+        this.stats.recordExecution(
+          item.request.batchSize,
+          1,
+          this.computeInputNs,
+          this.computeInferNs,
+          this.computeOutputNs,
+        );
         item.succeed({ outputs: [] }, queueNs, this.computeInputNs, this.computeInferNs, this.computeOutputNs);
       }
     }

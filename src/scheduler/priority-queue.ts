@@ -5,7 +5,11 @@
  * level; requests whose timeout expired under a DELAY policy move behind the
  * unexpired ones of their level.
  */
-import { ModelQueuePolicy_TimeoutAction, type ModelDynamicBatching, type ModelQueuePolicy } from '../gen/model_config_pb.js';
+import {
+  ModelQueuePolicy_TimeoutAction,
+  type ModelDynamicBatching,
+  type ModelQueuePolicy,
+} from '../gen/model_config_pb.js';
 import { Errors, type NereidError } from '../errors.js';
 import { Fifo } from './fifo.js';
 import type { ScheduledRequest } from './scheduled-request.js';
@@ -117,7 +121,10 @@ export class PriorityQueue {
   listener: QueueListener | undefined;
 
   constructor(
-    batching: Pick<ModelDynamicBatching, 'priorityLevels' | 'defaultPriorityLevel' | 'defaultQueuePolicy' | 'priorityQueuePolicy'>,
+    batching: Pick<
+      ModelDynamicBatching,
+      'priorityLevels' | 'defaultPriorityLevel' | 'defaultQueuePolicy' | 'priorityQueuePolicy'
+    >,
   ) {
     this.maxLevel = Number(batching.priorityLevels);
     this.defaultLevel = this.maxLevel === 0 ? 0 : Number(batching.defaultPriorityLevel);
@@ -197,7 +204,8 @@ export class PriorityQueue {
     level.waiting.push(entry);
     level.live += 1;
     this.liveCount += 1;
-    if (deadlineNs !== 0n && (this.nextDeadlineNs === 0n || deadlineNs < this.nextDeadlineNs)) this.nextDeadlineNs = deadlineNs;
+    if (deadlineNs !== 0n && (this.nextDeadlineNs === 0n || deadlineNs < this.nextDeadlineNs))
+      this.nextDeadlineNs = deadlineNs;
     if (item.signal) item.signal.addEventListener('abort', entry);
     return undefined;
   }
@@ -328,7 +336,11 @@ export class PriorityQueue {
     const found = levels[lo];
     if (found && found.level === levelNumber) return found;
     const configured = this.levelPolicies.get(levelNumber);
-    const level = new LevelQueue(levelNumber, configured ?? this.defaultPolicy, configured !== undefined || this.maxLevel === 0);
+    const level = new LevelQueue(
+      levelNumber,
+      configured ?? this.defaultPolicy,
+      configured !== undefined || this.maxLevel === 0,
+    );
     levels.splice(lo, 0, level);
     return level;
   }

@@ -48,7 +48,13 @@ export class ScheduledRequest {
   }
 
   /** Success: records the request's statistics with its batch's compute times. */
-  succeed(response: BackendResponse, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+  succeed(
+    response: BackendResponse,
+    queueNs: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
     if (this.done) return;
     this.done = true;
     const requestNs = Number(process.hrtime.bigint() - this.receivedNs);

@@ -64,7 +64,14 @@ class StageTimer implements ExecutionTimer {
 }
 
 /** A traced request's execution, at the times the batch's stages ended (with TENSORS, its outputs). */
-function traceCompute(trace: RequestTrace, start: bigint, inputEnd: bigint, inferEnd: bigint, end: bigint, response: BackendResponse | undefined): void {
+function traceCompute(
+  trace: RequestTrace,
+  start: bigint,
+  inputEnd: bigint,
+  inferEnd: bigint,
+  end: bigint,
+  response: BackendResponse | undefined,
+): void {
   trace.stamp('COMPUTE_START', start);
   trace.stamp('COMPUTE_INPUT_END', inputEnd);
   trace.stamp('COMPUTE_OUTPUT_START', inferEnd);

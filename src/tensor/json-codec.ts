@@ -41,7 +41,8 @@ export function requestElementCount(inputName: string, shape: readonly number[])
     for (const d of shape) exact *= BigInt(d);
     if (exact > INT64_MAX) {
       throw Errors.malformedBody(
-        `invalid shape for input '${inputName}': shape [${shape.map((d) => BigInt(d)).join(',')}] causes total element count to exceed maximum size of ${INT64_MAX}`,
+        `invalid shape for input '${inputName}': shape [${shape.map((d) => BigInt(d)).join(',')}] ` +
+        `causes total element count to exceed maximum size of ${INT64_MAX}`,
       );
     }
   }
@@ -69,7 +70,8 @@ export function decodeJsonTensorData(
   const elementSize = datatype === undefined ? 0 : datatypeInfo(datatype).byteSize;
   if (elementSize > 1 && elementCount > Number(INT64_MAX / BigInt(elementSize))) {
     throw Errors.malformedBody(
-      `byte size overflow for input '${inputName}': element count (${elementCount}) * data type size (${elementSize}) exceeds maximum allowed size (${INT64_MAX})`,
+      `byte size overflow for input '${inputName}': element count (${elementCount}) ` +
+      `* data type size (${elementSize}) exceeds maximum allowed size (${INT64_MAX})`,
     );
   }
   const byteSize = elementCount * elementSize;
@@ -91,7 +93,8 @@ export function decodeJsonTensorData(
 
 function jsonInputTooLarge(inputName: string, byteSize: number, max: number): NereidError {
   return Errors.bodyTooLarge(
-    `JSON input '${inputName}' has a byte_size (${byteSize} bytes) that exceeds the maximum allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`,
+    `JSON input '${inputName}' has a byte_size (${byteSize} bytes) that exceeds the maximum ` +
+    `allowed value of ${max} bytes. Use --http-max-input-size to increase the limit.`,
   );
 }
 
@@ -110,7 +113,8 @@ function overflowError(t: Target, v: unknown): NereidError {
   const text = v instanceof JsonNumberOverflow ? v.literal : String(v);
   const shown = text.length > 40 ? `${text.slice(0, 20)}...(${text.length} characters)` : text;
   return Errors.malformedBody(
-    `unable to parse 'data' for input '${t.inputName}': the number ${shown} overflows the input's data type ${t.datatype}`,
+    `unable to parse 'data' for input '${t.inputName}': the number ` +
+    `${shown} overflows the input's data type ${t.datatype}`,
   );
 }
 
@@ -125,7 +129,9 @@ const isInt: ElementCheck = (v) =>
     ? Number.isInteger(v) && v >= -TWO_POW_63 && v < TWO_POW_63
     : typeof v === 'bigint' && v >= INT64_MIN && v <= INT64_MAX;
 const isUint: ElementCheck = (v) =>
-  typeof v === 'number' ? Number.isInteger(v) && v >= 0 && v < TWO_POW_64 : typeof v === 'bigint' && v >= 0n && v < UINT64_LIMIT;
+  typeof v === 'number'
+    ? Number.isInteger(v) && v >= 0 && v < TWO_POW_64
+    : typeof v === 'bigint' && v >= 0n && v < UINT64_LIMIT;
 const isNumber: ElementCheck = (v) => typeof v === 'number' || typeof v === 'bigint';
 
 /** Where decoded elements go: a typed array over the output bytes plus its element check. */
@@ -164,7 +170,10 @@ function makeTarget(inputName: string, datatype: Datatype, out: Uint8Array, coun
   }
 }
 
-/** A finite literal too large for the float type (FP32 beyond its max, or a long integer beyond a double's). Infinity literals pass. */
+/**
+ * A finite literal too large for the float type (FP32 beyond its max, or a long integer beyond a double's). Infinity
+ * literals pass.
+ */
 function overflowsFloat(datatype: Datatype, v: number | bigint): boolean {
   if (typeof v === 'bigint') {
     const x = Number(v);
@@ -173,7 +182,10 @@ function overflowsFloat(datatype: Datatype, v: number | bigint): boolean {
   return datatype === 'FP32' && (v > FLT_MAX || v < -FLT_MAX) && Number.isFinite(v);
 }
 
-/** Why `v` failed the target's check: an integer or literal beyond the type's range (400), or a wrong kind of value (Triton's 500). */
+/**
+ * Why `v` failed the target's check: an integer or literal beyond the type's range (400), or a wrong kind of value
+ * (Triton's 500).
+ */
 function elementError(t: Target, v: unknown): NereidError {
   if (v instanceof JsonNumberOverflow) return overflowError(t, v);
   if (!t.float && t.datatype !== 'BOOL') {
@@ -313,7 +325,9 @@ function formatDoubles(a: Float32Array | Float64Array, count: number): string {
 }
 
 function shapeMismatch(name: string): NereidError {
-  return Errors.internal(`Failed to write 'data' field: output tensor shape does not match size of output for '${name}'`);
+  return Errors.internal(
+    `Failed to write 'data' field: output tensor shape does not match size of output for '${name}'`,
+  );
 }
 
 /** A typed view over `data` (copied only when misaligned). */
@@ -370,10 +384,12 @@ function encodeJsonBytes(name: string, data: Uint8Array, elementCount: number): 
   const parts = new Array<string>(elementCount);
   let off = 0;
   for (let i = 0; i < elementCount; i++) {
-    if (off + 4 > buf.byteLength) throw Errors.internal(`output tensor shape does not match size of output for '${name}'`);
+    if (off + 4 > buf.byteLength)
+      throw Errors.internal(`output tensor shape does not match size of output for '${name}'`);
     const len = buf.readUInt32LE(off);
     off += 4;
-    if (off + len > buf.byteLength) throw Errors.internal(`output tensor shape does not match size of output for '${name}'`);
+    if (off + len > buf.byteLength)
+      throw Errors.internal(`output tensor shape does not match size of output for '${name}'`);
     parts[i] = JSON.stringify(buf.toString('utf8', off, off + len));
     off += len;
   }

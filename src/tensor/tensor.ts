@@ -102,14 +102,16 @@ export function decodeBytesElements(data: Uint8Array, tensorName = ''): Uint8Arr
   while (off < data.byteLength) {
     if (off + 4 > data.byteLength) {
       throw new Error(
-        `BYTES tensor '${tensorName}': element ${out.length} has a truncated length prefix at byte ${off} (need 4 bytes, ${data.byteLength - off} left)`,
+        `BYTES tensor '${tensorName}': element ${out.length} has a truncated length ` +
+        `prefix at byte ${off} (need 4 bytes, ${data.byteLength - off} left)`,
       );
     }
     const len = view.getUint32(off, true);
     off += 4;
     if (off + len > data.byteLength) {
       throw new Error(
-        `BYTES tensor '${tensorName}': element ${out.length} declares ${len} bytes at byte ${off - 4} but only ${data.byteLength - off} remain`,
+        `BYTES tensor '${tensorName}': element ${out.length} declares ${len} ` +
+        `bytes at byte ${off - 4} but only ${data.byteLength - off} remain`,
       );
     }
     out.push(data.subarray(off, off + len));

@@ -61,7 +61,9 @@ function parseLevel(option: string, text: string): number {
 function parseMode(text: string): TraceMode {
   const v = text.toLowerCase();
   if (v === 'triton' || v === 'opentelemetry') return v;
-  throw Errors.config(`invalid value for trace mode option: ${text}. Available options are "triton" and "opentelemetry"`);
+  throw Errors.config(
+    `invalid value for trace mode option: ${text}. Available options are "triton" and "opentelemetry"`,
+  );
 }
 
 interface ConfigEntry {
@@ -76,7 +78,10 @@ function parseConfigEntry(arg: string): ConfigEntry {
   const eq = arg.indexOf('=', comma + 1);
   let mode: TraceMode | '' = '';
   if (comma === 0) {
-    throw Errors.config(`No trace mode specified. --trace-config option format is <trace mode>,<setting>=<value> or <setting>=<value>. Got ${arg}`);
+    throw Errors.config(
+      `No trace mode specified. --trace-config option format is <trace ` +
+      `mode>,<setting>=<value> or <setting>=<value>. Got ${arg}`,
+    );
   }
   // A comma after the '=' belongs to the value (opentelemetry,resource=a=b,c has none before it).
   const firstEq = arg.indexOf('=');
@@ -97,7 +102,8 @@ export function parseResourceAttributes(text: string | undefined): Record<string
   if (text === undefined || text.trim() === '') return out;
   for (const pair of text.split(',')) {
     const eq = pair.indexOf('=');
-    if (eq <= 0) throw Errors.config(`OTEL_RESOURCE_ATTRIBUTES must be key=value pairs separated by commas, got '${pair}'`);
+    if (eq <= 0)
+      throw Errors.config(`OTEL_RESOURCE_ATTRIBUTES must be key=value pairs separated by commas, got '${pair}'`);
     try {
       out[decodeURIComponent(pair.slice(0, eq).trim())] = decodeURIComponent(pair.slice(eq + 1).trim());
     } catch {
@@ -113,7 +119,9 @@ function checkWritable(flag: string, file: string): void {
   try {
     accessSync(target, constants.W_OK);
   } catch (err) {
-    throw Errors.config(`${flag}: the trace file '${file}' cannot be written (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    throw Errors.config(
+      `${flag}: the trace file '${file}' cannot be written (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+    );
   }
 }
 
@@ -125,7 +133,10 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
   let fileFlag = '--trace-file';
 
   if (flags.file !== undefined) {
-    warnings.push("Warning: '--trace-file' has been deprecated and will be removed in future releases. Please use '--trace-config triton,file=<filepath> instead.");
+    warnings.push(
+      "Warning: '--trace-file' has been deprecated and will be removed in future " +
+      "releases. Please use '--trace-config triton,file=<filepath> instead.",
+    );
   }
   for (const text of flags.level) {
     const l = parseLevel('--trace-level', text);
@@ -133,19 +144,29 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
     level |= l;
   }
   if (flags.level.length > 0) {
-    warnings.push("Warning: '--trace-level' has been deprecated and will be removed in future releases. Please use '--trace-config level=<OFF|TIMESTAMPS|TENSORS> instead.");
+    warnings.push(
+      "Warning: '--trace-level' has been deprecated and will be removed in future " +
+      "releases. Please use '--trace-config level=<OFF|TIMESTAMPS|TENSORS> instead.",
+    );
   }
   if (flags.rate !== undefined) {
-    warnings.push("Warning: '--trace-rate' has been deprecated and will be removed in future releases. Please use '--trace-config rate=<rate value> instead.");
+    warnings.push(
+      "Warning: '--trace-rate' has been deprecated and will be removed in " +
+      "future releases. Please use '--trace-config rate=<rate value> instead.",
+    );
     options.rate = parseInt32('--trace-rate', flags.rate, 0);
   }
   if (flags.count !== undefined) {
-    warnings.push("Warning: '--trace-count' has been deprecated and will be removed in future releases. Please use '--trace-config count=<count value> instead.");
+    warnings.push(
+      "Warning: '--trace-count' has been deprecated and will be removed in " +
+      "future releases. Please use '--trace-config count=<count value> instead.",
+    );
     options.count = parseInt32('--trace-count', flags.count, -1);
   }
   if (flags.logFrequency !== undefined) {
     warnings.push(
-      "Warning: '--trace-log-frequency' has been deprecated and will be removed in future releases. Please use '--trace-config triton,log-frequency=<log frequency value> instead.",
+      "Warning: '--trace-log-frequency' has been deprecated and will be removed in future " +
+      "releases. Please use '--trace-config triton,log-frequency=<log frequency value> instead.",
     );
     options.logFrequency = parseInt32('--trace-log-frequency', flags.logFrequency, 0);
   }
@@ -157,11 +178,15 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
     const option = `--trace-config ${e.setting}`;
     switch (e.setting) {
       case 'rate':
-        if (flags.rate !== undefined) warnings.push("Warning: Overriding deprecated '--trace-rate' in favor of provided rate value in --trace-config!");
+        if (flags.rate !== undefined)
+          warnings.push(
+            "Warning: Overriding deprecated '--trace-rate' in favor of provided rate value in --trace-config!",
+          );
         options.rate = parseInt32(option, e.value, 0);
         break;
       case 'level': {
-        if (flags.level.length > 0) warnings.push("Warning: Overriding deprecated '--trace-level' in favor of provided level in --trace-config!");
+        if (flags.level.length > 0)
+          warnings.push("Warning: Overriding deprecated '--trace-level' in favor of provided level in --trace-config!");
         const l = parseLevel(option, e.value);
         explicitOff ||= l === LEVEL_OFF;
         level |= l;
@@ -171,7 +196,8 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
         mode = parseMode(e.value);
         break;
       case 'count':
-        if (flags.count !== undefined) warnings.push("Warning: Overriding deprecated '--trace-count' in favor of provided count in --trace-config!");
+        if (flags.count !== undefined)
+          warnings.push("Warning: Overriding deprecated '--trace-count' in favor of provided count in --trace-config!");
         options.count = parseInt32(option, e.value, -1);
         break;
       default:
@@ -187,12 +213,16 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
     if (e.mode === 'triton') {
       const option = `--trace-config triton,${e.setting}`;
       if (e.setting === 'file') {
-        if (flags.file !== undefined) warnings.push("Warning: Overriding deprecated '--trace-file' in favor of provided file in --trace-config!");
+        if (flags.file !== undefined)
+          warnings.push("Warning: Overriding deprecated '--trace-file' in favor of provided file in --trace-config!");
         file = e.value;
         fileFlag = '--trace-config triton,file';
       } else if (e.setting === 'log-frequency') {
         if (flags.logFrequency !== undefined) {
-          warnings.push("Warning: Overriding deprecated '--trace-log-frequency' in favor of provided log-frequency in --trace-config!");
+          warnings.push(
+            "Warning: Overriding deprecated '--trace-log-frequency' " +
+            "in favor of provided log-frequency in --trace-config!",
+          );
         }
         options.logFrequency = parseInt32(option, e.value, 0);
       } else {
@@ -209,7 +239,8 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
         } catch {
           throw bad(option, `Invalid URL. Got ${e.value}`);
         }
-        if (url.protocol !== 'http:' && url.protocol !== 'https:') throw bad(option, `the URL must be http:// or https://. Got ${e.value}`);
+        if (url.protocol !== 'http:' && url.protocol !== 'https:')
+          throw bad(option, `the URL must be http:// or https://. Got ${e.value}`);
         otel.url = e.value;
         break;
       }
@@ -223,12 +254,17 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
       case 'bsp_schedule_delay':
       case 'bsp_max_export_batch_size': {
         const v = parseUint32(option, e.value);
-        if (v === 0 && e.setting !== 'bsp_schedule_delay') throw bad(option, `Invalid option value. Got ${e.value} (must be at least 1)`);
+        if (v === 0 && e.setting !== 'bsp_schedule_delay')
+          throw bad(option, `Invalid option value. Got ${e.value} (must be at least 1)`);
         otel.bsp.set(e.setting, v);
         break;
       }
       default:
-        throw bad(option, `unknown trace setting '${e.setting}'; opentelemetry mode takes url, resource, bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size`);
+        throw bad(
+          option,
+          `unknown trace setting '${e.setting}'; opentelemetry mode takes url, resource, ` +
+          `bsp_max_queue_size, bsp_schedule_delay and bsp_max_export_batch_size`,
+        );
     }
   }
   options.level = explicitOff ? LEVEL_OFF : level;
@@ -239,9 +275,12 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
       options.file = file;
     }
   } else {
-    if (flags.file !== undefined) warnings.push("Warning: '--trace-file' is deprecated and will be ignored with opentelemetry tracing mode. ");
+    if (flags.file !== undefined)
+      warnings.push("Warning: '--trace-file' is deprecated and will be ignored with opentelemetry tracing mode. ");
     if (flags.logFrequency !== undefined) {
-      warnings.push("Warning: '--trace-log-frequency' is deprecated and will be ignored with opentelemetry tracing mode.");
+      warnings.push(
+        "Warning: '--trace-log-frequency' is deprecated and will be ignored with opentelemetry tracing mode.",
+      );
     }
     const bsp = (setting: string, envName: string, fallback: number): number => {
       const given = otel.bsp.get(setting);
@@ -249,7 +288,10 @@ export function parseTraceFlags(flags: TraceFlags, env: NodeJS.ProcessEnv = proc
       const fromEnv = env[envName];
       return fromEnv === undefined ? fallback : parseUint32(envName, fromEnv);
     };
-    const resource: Record<string, string> = { 'service.name': 'nereid', ...parseResourceAttributes(env.OTEL_RESOURCE_ATTRIBUTES) };
+    const resource: Record<string, string> = {
+      'service.name': 'nereid',
+      ...parseResourceAttributes(env.OTEL_RESOURCE_ATTRIBUTES),
+    };
     for (const [k, v] of otel.resources) resource[k] = v;
     const o: OtelOptions = {
       url: otel.url,

@@ -62,7 +62,8 @@ export class TritonFileSink implements TraceGroupSink {
     const name = `${this.file}.${this.index++}`;
     // Off the event loop; a failure is logged, as Triton logs it, and never reaches a request.
     this.writes = this.writes.then(() =>
-      writeFile(name, body).catch((err: unknown) => this.logger?.error({ err, file: name }, 'failed creating trace file')),
+      writeFile(name, body).catch((err: unknown) => this.logger?.error({ err, file: name }, 'failed ' +
+        'creating trace file')),
     );
   }
 

@@ -9,7 +9,14 @@
  * An export never delays a request: spans past the queue bound, and those
  * of a batch the collector did not take, are dropped and counted.
  */
-import { ROOT_CONTEXT, SpanKind, type Span, type SpanContext, type Tracer as OtelTracer, trace as traceApi } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  type Span,
+  type SpanContext,
+  type Tracer as OtelTracer,
+  trace as traceApi,
+} from '@opentelemetry/api';
 import { ExportResultCode, TraceState, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -37,7 +44,8 @@ export interface OtelOptions {
 }
 
 /** hrtime (ns) → the wall-clock time the SDK takes, measured once: spans keep the monotonic clock's durations. */
-const EPOCH_OFFSET_NS = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) - process.hrtime.bigint();
+const EPOCH_OFFSET_NS =
+  BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) - process.hrtime.bigint();
 
 function wallTime(ns: bigint): [number, number] {
   const t = ns + EPOCH_OFFSET_NS;
@@ -116,7 +124,10 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       this.dropped.exportFailed += count;
       if (!this.failing) {
         this.failing = true;
-        this.logger?.warn({ url: options.url, err: error }, `trace export failed; ${count} spans dropped (counted in nereid_trace_spans_dropped_total)`);
+        this.logger?.warn(
+          { url: options.url, err: error },
+          `trace export failed; ${count} spans dropped (counted in nereid_trace_spans_dropped_total)`,
+        );
       }
     });
     const batch = new BatchSpanProcessor(exporter, {
@@ -124,7 +135,12 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       scheduledDelayMillis: options.bspScheduleDelayMs,
       maxExportBatchSize: Math.min(options.bspMaxExportBatchSize, options.bspMaxQueueSize),
     });
-    const processor = new CountingProcessor(batch, exporter, options.bspMaxQueueSize, (n) => (this.dropped.queueFull += n));
+    const processor = new CountingProcessor(
+      batch,
+      exporter,
+      options.bspMaxQueueSize,
+      (n) => (this.dropped.queueFull += n),
+    );
     this.provider = new BasicTracerProvider({
       resource: resourceFromAttributes({ ...options.resource }),
       sampler: new AlwaysOnSampler(),
@@ -146,7 +162,11 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       };
       parent = traceApi.setSpanContext(ROOT_CONTEXT, ctx);
     }
-    group.root = this.tracer.startSpan('InferRequest', { kind: SpanKind.SERVER, startTime: wallTime(process.hrtime.bigint()) }, parent);
+    group.root = this.tracer.startSpan(
+      'InferRequest',
+      { kind: SpanKind.SERVER, startTime: wallTime(process.hrtime.bigint()) },
+      parent,
+    );
   }
 
   stamped(trace: Trace, name: TraceStampName, ns: bigint): void {
@@ -180,7 +200,13 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       stack.push(span);
     } else if (name === 'COMPUTE_START') {
       const parentSpan = stack[stack.length - 1] ?? root;
-      stack.push(this.tracer.startSpan('compute', { kind: SpanKind.SERVER, startTime: time }, traceApi.setSpan(ROOT_CONTEXT, parentSpan)));
+      stack.push(
+        this.tracer.startSpan(
+          'compute',
+          { kind: SpanKind.SERVER, startTime: time },
+          traceApi.setSpan(ROOT_CONTEXT, parentSpan),
+        ),
+      );
     }
     const top = stack[stack.length - 1];
     if (top === undefined) return;

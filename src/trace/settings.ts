@@ -149,7 +149,8 @@ export class TraceSettings {
 
   /** Applies a POST trace/setting body for `model` ('' = global); nothing changes when it throws. */
   updateFromJson(model: string, body: unknown): void {
-    const req: JsonObject = typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
+    const req: JsonObject =
+      typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
     if (req['trace_file'] !== undefined) {
       throw Errors.unsupported('trace file location can not be updated through network protocol');
     }
@@ -269,7 +270,8 @@ function readNumber(
   if (typeof v !== 'string') throw Errors.jsonValue(NON_STRING);
   const parsed = stoi(v);
   if (parsed === 'invalid') throw Errors.invalidRequest(`Unable to parse '${key}', got: ${v}`);
-  if (parsed === 'range') throw Errors.invalidRequest(`Unable to parse '${key}', value is out of range ${range}, got: ${v}`);
+  if (parsed === 'range')
+    throw Errors.invalidRequest(`Unable to parse '${key}', value is out of range ${range}, got: ${v}`);
   if (field === 'count' && parsed < -1) {
     throw Errors.invalidRequest(`Unable to parse 'trace_count'. Expecting value >= -1, got:${v}`);
   }

@@ -19,7 +19,10 @@ const ZERO_SPAN = '0000000000000000';
  * The context in `traceparent` (and `tracestate`), or 'invalid' when the
  * header is there but malformed, or undefined when there is none.
  */
-export function parseTraceparent(header: string | undefined, state: string | undefined): RemoteContext | 'invalid' | undefined {
+export function parseTraceparent(
+  header: string | undefined,
+  state: string | undefined,
+): RemoteContext | 'invalid' | undefined {
   if (header === undefined) return undefined;
   const value = header.trim();
   if (value.length < 55) return 'invalid';

@@ -6,7 +6,14 @@
 import type { Logger } from 'pino';
 import { OtelExporter, type OtelOptions } from './otel.js';
 import { TritonFileSink } from './file-sink.js';
-import { LEVEL_OFF, LEVEL_TENSORS, type ModeOptions, type TraceMode, TraceSettings, type TraceValues } from './settings.js';
+import {
+  LEVEL_OFF,
+  LEVEL_TENSORS,
+  type ModeOptions,
+  type TraceMode,
+  TraceSettings,
+  type TraceValues,
+} from './settings.js';
 import { Trace, TraceGroup, type TraceGroupSink } from './trace.js';
 import { parseTraceparent } from './traceparent.js';
 
@@ -48,7 +55,8 @@ export class Tracer {
       this.file = new TritonFileSink(options.file, options.logger);
       this.settings.onReplaced = (old) => this.file!.replaced(old);
     }
-    if (this.mode === 'opentelemetry' && options.otel !== undefined) this.otel = new OtelExporter(options.otel, options.logger);
+    if (this.mode === 'opentelemetry' && options.otel !== undefined)
+      this.otel = new OtelExporter(options.otel, options.logger);
     this.sink = this.file ?? this.otel ?? DISCARD;
   }
 

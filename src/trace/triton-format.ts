@@ -25,7 +25,12 @@ export function formatG(x: number): string {
   return fixed;
 }
 
-function numbers(t: Tensor, read: (view: DataView, offset: number) => number | bigint, size: number, float: boolean): string {
+function numbers(
+  t: Tensor,
+  read: (view: DataView, offset: number) => number | bigint,
+  size: number,
+  float: boolean,
+): string {
   const d = t.data;
   const view = new DataView(d.buffer, d.byteOffset, d.byteLength);
   const n = Math.floor(d.byteLength / size);
@@ -92,7 +97,8 @@ export function traceEntriesJson(trace: Trace): string {
   const parts: string[] = [];
   const id = trace.id;
   if (trace.modelName !== '') {
-    let head = `{"id":${id},"model_name":${JSON.stringify(trace.modelName)},"model_version":${versionNumber(trace.modelVersion)}`;
+    let head = `{"id":${id},"model_name":${JSON.stringify(trace.modelName)},"model_version":` +
+      `${versionNumber(trace.modelVersion)}`;
     if (trace.requestId !== '') head += `,"request_id":${JSON.stringify(trace.requestId)}`;
     if (trace.parent !== undefined) head += `,"parent_id":${trace.parent.id}`;
     parts.push(head + '}');

@@ -38,7 +38,10 @@ export interface InferRequest {
   readonly parameters?: Readonly<Record<string, ParameterValue>>;
   /** Aborting cancels the request while it waits in a queue. An AbortSignal or a core `Cancellation`. */
   readonly signal?: CancellationSignal;
-  /** Also told the request's durations when it succeeds (an ensemble sums its steps' this way). Set on ensemble steps, which a stopping server still runs. */
+  /**
+   * Also told the request's durations when it succeeds (an ensemble sums its steps' this way). Set on ensemble steps,
+   * which a stopping server still runs.
+   */
   readonly stepTimings?: StepTimingsSink;
   /** Outputs the caller will write as JSON (a hint: backends may ignore it). */
   readonly jsonOutputs?: JsonOutputHint | undefined;

@@ -29,7 +29,13 @@ class BatchStats {
 
 /** Receives every recorded event; the metrics module implements it. */
 export interface StatisticsObserver {
-  requestSucceeded(requestNs: number, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void;
+  requestSucceeded(
+    requestNs: number,
+    queueNs: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void;
   requestFailed(reason: FailureReason, requestNs: number): void;
   executed(batchSize: number, requestCount: number): void;
   /** A request answered from the response cache: success without execution. */
@@ -95,14 +101,22 @@ export class ModelVersionStatistics {
   }
 
   /** One successful request: its end-to-end time, time queued and its batch's compute times. */
-  recordSuccess(requestNs: number, queueNs: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+  recordSuccess(
+    requestNs: number,
+    queueNs: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
     this.success.add(requestNs);
     this.queue.add(queueNs);
     this.computeInput.add(computeInputNs);
     this.computeInfer.add(computeInferNs);
     this.computeOutput.add(computeOutputNs);
-    if (this.currentObserver) this.currentObserver.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
-    else if (this.holding) this.notify((o) => o.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs));
+    if (this.currentObserver)
+      this.currentObserver.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs);
+    else if (this.holding)
+      this.notify((o) => o.requestSucceeded(requestNs, queueNs, computeInputNs, computeInferNs, computeOutputNs));
   }
 
   /**
@@ -131,7 +145,13 @@ export class ModelVersionStatistics {
   }
 
   /** One model execution of `batchSize` batch elements made of `requestCount` requests. */
-  recordExecution(batchSize: number, requestCount: number, computeInputNs: number, computeInferNs: number, computeOutputNs: number): void {
+  recordExecution(
+    batchSize: number,
+    requestCount: number,
+    computeInputNs: number,
+    computeInferNs: number,
+    computeOutputNs: number,
+  ): void {
     this.executionCount += 1;
     this.inferenceCount += batchSize;
     this.lastInference = Date.now();

@@ -29,7 +29,8 @@ ${extra}`,
 
 const bearer = (s: string): string => `Bearer ${s}`;
 
-test('the Bearer scheme is read case-insensitively; anything else, an empty or an oversized token is not a token', () => {
+test('the Bearer scheme is read case-insensitively; anything ' +
+  'else, an empty or an oversized token is not a token', () => {
   assert.equal(bearerToken('Bearer abc'), 'abc');
   assert.equal(bearerToken('bearer abc'), 'abc');
   assert.equal(bearerToken('BEARER abc'), 'abc');
@@ -66,7 +67,8 @@ test('401 without a key or with an unknown one, 403 for a key without the scope,
 test('after N failures a minute an address gets 429 with the seconds to wait, other addresses do not', () => {
   let now = 1_000_000;
   const access = new AccessControl(table(), { failureLimit: 3, now: () => now });
-  for (let i = 0; i < 3; i++) assert.equal(access.check(bearer(`guess${i}`), '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
+  for (let i = 0; i < 3; i++)
+    assert.equal(access.check(bearer(`guess${i}`), '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
   now += 20_000;
   const limited = access.check(bearer(FRAUD), '10.0.0.1', 'inference', 'fraud_a')!;
   assert.equal(limited.httpStatus, 429);

@@ -115,7 +115,11 @@ async function startStack(
   });
   const metrics = new Metrics({ allowCpuMetrics: false, allowGpuMetrics: false });
   const metricsFrontend = new MetricsFrontend(metrics, { port: 0, address: '127.0.0.1', access });
-  const ports = { http: (await http.start()).port, grpc: (await grpcFrontend.start()).port, metrics: (await metricsFrontend.start()).port };
+  const ports = {
+    http: (await http.start()).port,
+    grpc: (await grpcFrontend.start()).port,
+    metrics: (await metricsFrontend.start()).port,
+  };
   const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
   const client = new Client(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure());
   return {
@@ -130,17 +134,25 @@ async function startStack(
   };
 }
 
-function grpcCall<T = unknown>(client: grpc.Client, method: string, request: unknown, secret?: string | { raw: string }): Promise<{ ok?: T; error?: grpc.ServiceError }> {
+function grpcCall<T = unknown>(
+  client: grpc.Client,
+  method: string,
+  request: unknown,
+  secret?: string | { raw: string },
+): Promise<{ ok?: T; error?: grpc.ServiceError }> {
   const md = new grpc.Metadata();
   if (typeof secret === 'string') md.set('authorization', `Bearer ${secret}`);
   else if (secret !== undefined) md.set('authorization', secret.raw);
   return new Promise((resolve) => {
-    const fn = (client as unknown as Record<string, Function>)[method]!;
-    fn.call(client, request, md, (err: grpc.ServiceError | null, res: T) => resolve(err ? { error: err } : { ok: res }));
+    const fn = (client as unknown as Record<string, (...args: unknown[]) => void>)[method]!;
+    fn.call(client, request, md, (err: grpc.ServiceError | null, res: T) =>
+      resolve(err ? { error: err } : { ok: res }),
+    );
   });
 }
 
-const bearer = (secret: string | undefined): Record<string, string> => (secret === undefined ? {} : { Authorization: `Bearer ${secret}` });
+const bearer = (secret: string | undefined): Record<string, string> =>
+  secret === undefined ? {} : { Authorization: `Bearer ${secret}` };
 
 let repo: TempRepository;
 let core: Server;
@@ -154,12 +166,20 @@ let wide: string;
 
 before(async () => {
   repo = new TempRepository().addSub(MODEL).addSub(OTHER);
-  core = new Server({ modelRepositories: [repo.dir], modelControlMode: 'explicit', loadModels: [MODEL, OTHER], logger: silentLogger });
+  core = new Server({
+    modelRepositories: [repo.dir],
+    modelControlMode: 'explicit',
+    loadModels: [MODEL, OTHER],
+    logger: silentLogger,
+  });
   await core.start();
   recorder = recording(core);
   let entries = '';
   for (const group of API_GROUPS) {
-    const scope = group === 'metadata' || group === 'inference' || group === 'model-config' || group === 'statistics' ? `${group}:${MODEL}` : group;
+    const scope =
+      group === 'metadata' || group === 'inference' || group === 'model-config' || group === 'statistics'
+        ? `${group}:${MODEL}`
+        : group;
     const key = createKey(`only-${group}`, [scope]);
     perScope.set(group, key.secret);
     entries += key.entry;
@@ -182,13 +202,21 @@ describe('every scope opens its API group and no other', () => {
   test('HTTP: a key with one scope gets 403 elsewhere; no key gets 401 except for health', async () => {
     for (const [group, method, path, body] of HTTP_CALLS) {
       const anonymous = await call(stack.http, method, path, { body });
-      assert.equal(anonymous.status, group === 'health' ? 200 : 401, `${method} ${path} without a key: ${anonymous.body}`);
+      assert.equal(
+        anonymous.status,
+        group === 'health' ? 200 : 401,
+        `${method} ${path} without a key: ${anonymous.body}`,
+      );
       if (anonymous.status === 401) assert.equal(anonymous.headers['www-authenticate'], 'Bearer');
       for (const scope of API_GROUPS) {
         const r = await call(stack.http, method, path, { body, headers: bearer(perScope.get(scope)) });
         const open = scope === group || group === 'health';
         assert.equal(r.status, open ? 200 : 403, `${method} ${path} with only '${scope}': ${r.body}`);
-        if (!open) assert.match(String((json(r) as { error: string }).error), new RegExp(`^key 'only-${scope}' has no scope for '${group}'`));
+        if (!open)
+          assert.match(
+            String((json(r) as { error: string }).error),
+            new RegExp(`^key 'only-${scope}' has no scope for '${group}'`),
+          );
       }
     }
   });
@@ -196,11 +224,13 @@ describe('every scope opens its API group and no other', () => {
   test('gRPC: the same, as PERMISSION_DENIED and UNAUTHENTICATED', async () => {
     for (const [group, method, request] of GRPC_CALLS) {
       const anonymous = await grpcCall(stack.grpc, method, request);
-      if (group === 'health') assert.equal(anonymous.error, undefined, `${method} without a key: ${anonymous.error?.details}`);
+      if (group === 'health')
+        assert.equal(anonymous.error, undefined, `${method} without a key: ${anonymous.error?.details}`);
       else assert.equal(anonymous.error?.code, grpc.status.UNAUTHENTICATED, `${method} without a key`);
       for (const scope of API_GROUPS) {
         const r = await grpcCall(stack.grpc, method, request, perScope.get(scope));
-        if (scope === group || group === 'health') assert.equal(r.error, undefined, `${method} with only '${scope}': ${r.error?.details}`);
+        if (scope === group || group === 'health')
+          assert.equal(r.error, undefined, `${method} with only '${scope}': ${r.error?.details}`);
         else assert.equal(r.error?.code, grpc.status.PERMISSION_DENIED, `${method} with only '${scope}'`);
       }
     }
@@ -217,46 +247,84 @@ describe('every scope opens its API group and no other', () => {
 
 describe('model patterns', () => {
   test('a key narrowed by a glob reaches the models it matches', async () => {
-    const ok = await call(stack.http, 'POST', `/v2/models/${MODEL}/infer`, { body: INFER_BODY, headers: bearer(narrow) });
+    const ok = await call(stack.http, 'POST', `/v2/models/${MODEL}/infer`, {
+      body: INFER_BODY,
+      headers: bearer(narrow),
+    });
     assert.equal(ok.status, 200, ok.body.toString());
     assert.deepEqual((json(ok) as { outputs: Array<{ data: number[] }> }).outputs[0]!.data, Array(16).fill(2));
-    const other = await call(stack.http, 'POST', `/v2/models/${OTHER}/infer`, { body: INFER_BODY, headers: bearer(narrow) });
+    const other = await call(stack.http, 'POST', `/v2/models/${OTHER}/infer`, {
+      body: INFER_BODY,
+      headers: bearer(narrow),
+    });
     assert.equal(other.status, 403);
-    assert.equal((json(other) as { error: string }).error, `key 'narrow' has no scope for 'inference' on model '${OTHER}'`);
+    assert.equal(
+      (json(other) as { error: string }).error,
+      `key 'narrow' has no scope for 'inference' on model '${OTHER}'`,
+    );
     assert.equal((await call(stack.http, 'GET', `/v2/models/${MODEL}`, { headers: bearer(narrow) })).status, 200);
     assert.equal((await call(stack.http, 'GET', `/v2/models/${OTHER}`, { headers: bearer(narrow) })).status, 403);
     assert.equal((await grpcCall(stack.grpc, 'ModelInfer', grpcInfer(MODEL), narrow)).error, undefined);
-    assert.equal((await grpcCall(stack.grpc, 'ModelInfer', grpcInfer(OTHER), narrow)).error?.code, grpc.status.PERMISSION_DENIED);
-    assert.equal((await grpcCall(stack.grpc, 'ModelMetadata', { name: OTHER }, narrow)).error?.code, grpc.status.PERMISSION_DENIED);
+    assert.equal(
+      (await grpcCall(stack.grpc, 'ModelInfer', grpcInfer(OTHER), narrow)).error?.code,
+      grpc.status.PERMISSION_DENIED,
+    );
+    assert.equal(
+      (await grpcCall(stack.grpc, 'ModelMetadata', { name: OTHER }, narrow)).error?.code,
+      grpc.status.PERMISSION_DENIED,
+    );
   });
 
-  test('a model outside the scopes gets the same 403 whether it exists or not, and the server is never asked', async () => {
+  test('a model outside the scopes gets the same 403 whether it ' +
+    'exists or not, and the server is never asked', async () => {
     const replies: HttpReply[] = [];
     const details: string[] = [];
     for (const model of [OTHER, 'no_such_model']) {
       recorder.calls.length = 0;
-      for (const [path, body] of [[`/v2/models/${model}/infer`, INFER_BODY], [`/v2/models/${model}`, undefined], [`/v2/models/${model}/config`, undefined], [`/v2/models/${model}/stats`, undefined]] as const) {
+      for (const [path, body] of [
+        [`/v2/models/${model}/infer`, INFER_BODY],
+        [`/v2/models/${model}`, undefined],
+        [`/v2/models/${model}/config`, undefined],
+        [`/v2/models/${model}/stats`, undefined],
+      ] as const) {
         const r = await call(stack.http, body === undefined ? 'GET' : 'POST', path, { body, headers: bearer(narrow) });
         replies.push(r);
       }
-      for (const [method, request] of [['ModelInfer', grpcInfer(model)], ['ModelMetadata', { name: model }], ['ModelConfig', { name: model }], ['ModelStatistics', { name: model }]] as const) {
+      for (const [method, request] of [
+        ['ModelInfer', grpcInfer(model)],
+        ['ModelMetadata', { name: model }],
+        ['ModelConfig', { name: model }],
+        ['ModelStatistics', { name: model }],
+      ] as const) {
         const r = await grpcCall(stack.grpc, method, request, narrow);
         assert.equal(r.error?.code, grpc.status.PERMISSION_DENIED);
         details.push(r.error!.details.replace(model, 'M'));
       }
       assert.deepEqual(recorder.calls, [], `the server was asked about '${model}'`);
     }
-    const shape = (r: HttpReply, model: string) => ({ status: r.status, headers: { ...r.headers, date: '', 'content-length': '' }, body: r.body.toString().replace(model, 'M') });
+    const shape = (r: HttpReply, model: string) => ({
+      status: r.status,
+      headers: { ...r.headers, date: '', 'content-length': '' },
+      body: r.body.toString().replace(model, 'M'),
+    });
     for (let i = 0; i < 4; i++) assert.deepEqual(shape(replies[i]!, OTHER), shape(replies[i + 4]!, 'no_such_model'));
     assert.deepEqual(details.slice(0, 4), details.slice(4));
     // Where the key opens the group, an unknown model is the server's own 404.
-    assert.equal((await call(stack.http, 'POST', '/v2/models/no_such_model/infer', { body: INFER_BODY, headers: bearer(wide) })).status, 404);
+    assert.equal(
+      (await call(stack.http, 'POST', '/v2/models/no_such_model/infer', { body: INFER_BODY, headers: bearer(wide) }))
+        .status,
+      404,
+    );
   });
 
   test("every model's statistics list only the models in the key's scopes", async () => {
-    const names = (r: HttpReply) => (json(r) as { model_stats: Array<{ name: string }> }).model_stats.map((s) => s.name).sort();
+    const names = (r: HttpReply) =>
+      (json(r) as { model_stats: Array<{ name: string }> }).model_stats.map((s) => s.name).sort();
     assert.deepEqual(names(await call(stack.http, 'GET', '/v2/models/stats', { headers: bearer(narrow) })), [MODEL]);
-    assert.deepEqual(names(await call(stack.http, 'GET', '/v2/models/stats', { headers: bearer(wide) })), [OTHER, MODEL].sort());
+    assert.deepEqual(
+      names(await call(stack.http, 'GET', '/v2/models/stats', { headers: bearer(wide) })),
+      [OTHER, MODEL].sort(),
+    );
     const g = await grpcCall<{ modelStats: Array<{ name: string }> }>(stack.grpc, 'ModelStatistics', {}, narrow);
     assert.deepEqual(g.ok?.modelStats.map((s) => s.name), [MODEL]);
     const all = await grpcCall<{ modelStats: Array<{ name: string }> }>(stack.grpc, 'ModelStatistics', {}, wide);
@@ -269,7 +337,11 @@ describe('model patterns', () => {
         const md = new grpc.Metadata();
         md.set('authorization', `Bearer ${narrow}`);
         const messages: ModelStreamInferResponse[] = [];
-        const s = (stack.grpc as unknown as { ModelStreamInfer(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer(md);
+        const s = (
+          stack.grpc as unknown as {
+            ModelStreamInfer(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse>;
+          }
+        ).ModelStreamInfer(md);
         s.on('data', (m) => messages.push(m));
         s.on('error', (error: grpc.ServiceError) => resolve({ messages, error }));
         s.on('end', () => resolve({ messages }));
@@ -295,7 +367,10 @@ describe('credentials that are not a key', () => {
     assert.equal((await call(stack.http, 'GET', '/v2', { headers: bearer('not-a-key') })).status, 401);
     const huge = await grpcCall(stack.grpc, 'ServerMetadata', {}, { raw: `Bearer ${'A'.repeat(6000)}` });
     assert.equal(huge.error?.code, grpc.status.UNAUTHENTICATED);
-    assert.equal((await grpcCall(stack.grpc, 'ServerMetadata', {}, { raw: 'Basic abc' })).error?.code, grpc.status.UNAUTHENTICATED);
+    assert.equal(
+      (await grpcCall(stack.grpc, 'ServerMetadata', {}, { raw: 'Basic abc' })).error?.code,
+      grpc.status.UNAUTHENTICATED,
+    );
     // Still serving.
     assert.equal((await call(stack.http, 'GET', '/v2', { headers: bearer(wide) })).status, 200);
   });
@@ -313,7 +388,8 @@ describe('the failure limit', () => {
     const limited = new AccessControl(parseKeysFile('keys.yaml', `keys:\n${key.entry}`), { failureLimit: 3 });
     const s = await startStack(core, limited);
     try {
-      for (let i = 0; i < 3; i++) assert.equal((await call(s.http, 'GET', '/v2', { headers: bearer(`guess-${i}`) })).status, 401);
+      for (let i = 0; i < 3; i++)
+        assert.equal((await call(s.http, 'GET', '/v2', { headers: bearer(`guess-${i}`) })).status, 401);
       const r = await call(s.http, 'GET', '/v2', { headers: bearer(key.secret) });
       assert.equal(r.status, 429);
       const wait = Number(r.headers['retry-after']);
@@ -335,20 +411,35 @@ describe("Triton's restricted-API headers", () => {
   test('keep working alongside keys: both are needed', async () => {
     const key = createKey('k', ['inference']);
     const both = new AccessControl(parseKeysFile('keys.yaml', `keys:\n${key.entry}`), { failureLimit: 0 });
-    const s = await startStack(core, both, { restrictedApis: ['inference:x-team=blue'], restrictedProtocols: ['inference:team=blue'] });
+    const s = await startStack(core, both, {
+      restrictedApis: ['inference:x-team=blue'],
+      restrictedProtocols: ['inference:team=blue'],
+    });
     try {
       const path = `/v2/models/${MODEL}/infer`;
       assert.equal((await call(s.http, 'POST', path, { body: INFER_BODY, headers: { 'x-team': 'blue' } })).status, 401);
       const noHeader = await call(s.http, 'POST', path, { body: INFER_BODY, headers: bearer(key.secret) });
       assert.equal(noHeader.status, 403);
       assert.match((json(noHeader) as { error: string }).error, /This API is restricted, expecting header 'x-team'/);
-      assert.equal((await call(s.http, 'POST', path, { body: INFER_BODY, headers: { ...bearer(key.secret), 'x-team': 'blue' } })).status, 200);
+      assert.equal(
+        (await call(s.http, 'POST', path, { body: INFER_BODY, headers: { ...bearer(key.secret), 'x-team': 'blue' } }))
+          .status,
+        200,
+      );
       const md = new grpc.Metadata();
       md.set('authorization', `Bearer ${key.secret}`);
-      assert.equal((await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), key.secret)).error?.code, grpc.status.UNAVAILABLE);
+      assert.equal(
+        (await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), key.secret)).error?.code,
+        grpc.status.UNAVAILABLE,
+      );
       const ok = await new Promise<grpc.ServiceError | null>((resolve) => {
         md.set('triton-grpc-protocol-team', 'blue');
-        (s.grpc as unknown as Record<string, Function>)['ModelInfer']!.call(s.grpc, grpcInfer(MODEL), md, (err: grpc.ServiceError | null) => resolve(err));
+        (s.grpc as unknown as Record<string, (...args: unknown[]) => void>)['ModelInfer']!.call(
+          s.grpc,
+          grpcInfer(MODEL),
+          md,
+          (err: grpc.ServiceError | null) => resolve(err),
+        );
       });
       assert.equal(ok, null);
     } finally {

@@ -47,7 +47,16 @@ test('a YAML file gives each key its grants, found by the hash of its secret', (
 test('a JSON file is read the same way, and an anonymous entry sets what requests without a key get', () => {
   const table = parseKeysFile(
     'keys.json',
-    JSON.stringify({ keys: [{ name: 'anonymous', scopes: ['metadata', 'health'] }, { name: 'a', sha256: H1, scopes: ['metrics'] }] }, null, 2),
+    JSON.stringify(
+      {
+        keys: [
+          { name: 'anonymous', scopes: ['metadata', 'health'] },
+          { name: 'a', sha256: H1, scopes: ['metrics'] },
+        ],
+      },
+      null,
+      2,
+    ),
   );
   assert.ok(table.anonymous.grants.allows('metadata', 'anything'));
   assert.ok(!table.anonymous.grants.allows('inference', 'anything'));
@@ -65,20 +74,73 @@ test('each mistake names the file, the line and the field', () => {
     ['{"keys": [}', 1, '', /not valid YAML or JSON/],
     ['- a\n- b\n', 1, '', /expected a mapping with a 'keys' list/],
     ['other: 1\n', 1, 'other', /unknown field/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [health]\n  - name: a\n    sha256: ' + H2 + '\n    scopes: [health]\n', 5, 'keys[1].name', /duplicate name 'a' \(first at line 2\)/],
-    ['keys:\n  - name: a\n    sha256: abc123\n    scopes: [health]\n', 3, 'keys[0].sha256', /expected 64 hexadecimal digits.*'abc123' \(6 characters\)/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes:\n      - health\n      - inferense:x\n', 6, 'keys[0].scopes[1]', /unknown scope 'inferense:x'/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: ["health:x"]\n', 4, 'keys[0].scopes[0]', /takes no model pattern/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: ["inference:"]\n', 4, 'keys[0].scopes[0]', /empty model pattern/],
+    [
+      'keys:\n  - name: a\n    sha256: ' +
+        H1 +
+        '\n    scopes: [health]\n  - name: a\n    sha256: ' +
+        H2 +
+        '\n    scopes: [health]\n',
+      5,
+      'keys[1].name',
+      /duplicate name 'a' \(first at line 2\)/,
+    ],
+    [
+      'keys:\n  - name: a\n    sha256: abc123\n    scopes: [health]\n',
+      3,
+      'keys[0].sha256',
+      /expected 64 hexadecimal digits.*'abc123' \(6 characters\)/,
+    ],
+    [
+      'keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes:\n      - health\n      - inferense:x\n',
+      6,
+      'keys[0].scopes[1]',
+      /unknown scope 'inferense:x'/,
+    ],
+    [
+      'keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: ["health:x"]\n',
+      4,
+      'keys[0].scopes[0]',
+      /takes no model pattern/,
+    ],
+    [
+      'keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: ["inference:"]\n',
+      4,
+      'keys[0].scopes[0]',
+      /empty model pattern/,
+    ],
     ['keys:\n  - name: a\n    sha256: ' + H1 + '\n', 2, 'keys[0].scopes', /missing/],
     ['keys:\n  - name: a\n    scopes: [health]\n', 2, 'keys[0].sha256', /missing/],
     ['keys:\n  - sha256: ' + H1 + '\n    scopes: [health]\n', 2, 'keys[0].name', /missing/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [health]\n    scope: [x]\n', 5, 'keys[0].scope', /unknown field/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [health]\n  - name: b\n    sha256: ' + H1 + '\n    scopes: [health]\n', 6, 'keys[1].sha256', /the same secret as key 'a'/],
-    ['keys:\n  - name: anonymous\n    sha256: ' + H1 + '\n    scopes: [health]\n', 3, 'keys[0].sha256', /has no secret/],
+    [
+      'keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [health]\n    scope: [x]\n',
+      5,
+      'keys[0].scope',
+      /unknown field/,
+    ],
+    [
+      'keys:\n  - name: a\n    sha256: ' +
+        H1 +
+        '\n    scopes: [health]\n  - name: b\n    sha256: ' +
+        H1 +
+        '\n    scopes: [health]\n',
+      6,
+      'keys[1].sha256',
+      /the same secret as key 'a'/,
+    ],
+    [
+      'keys:\n  - name: anonymous\n    sha256: ' + H1 + '\n    scopes: [health]\n',
+      3,
+      'keys[0].sha256',
+      /has no secret/,
+    ],
     ['keys:\n  - name: "a b"\n    sha256: ' + H1 + '\n    scopes: [health]\n', 2, 'keys[0].name', /not a key name/],
     ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: health\n', 4, 'keys[0].scopes', /expected a list/],
-    ['keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [7]\n', 4, 'keys[0].scopes[0]', /expected a string, got 7/],
+    [
+      'keys:\n  - name: a\n    sha256: ' + H1 + '\n    scopes: [7]\n',
+      4,
+      'keys[0].scopes[0]',
+      /expected a string, got 7/,
+    ],
     ['keys: 3\n', 1, 'keys', /expected a list of keys/],
     ['', 1, '', /expected a mapping/],
   ];
@@ -101,7 +163,10 @@ test('a hash of digits alone, which YAML reads as a number, is taken as written'
 test('a missing file is an error naming it', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-keys-'));
   const file = path.join(dir, 'absent.yaml');
-  assert.throws(() => readKeysFile(file), (err: unknown) => err instanceof KeysFileError && err.message.startsWith(`${file}:1: cannot read`));
+  assert.throws(
+    () => readKeysFile(file),
+    (err: unknown) => err instanceof KeysFileError && err.message.startsWith(`${file}:1: cannot read`),
+  );
   writeFileSync(path.join(dir, 'k.yaml'), `keys:\n  - name: a\n    sha256: ${H1}\n    scopes: [health]\n`);
   assert.equal(readKeysFile(path.join(dir, 'k.yaml')).byHash.size, 1);
 });

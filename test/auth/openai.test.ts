@@ -18,7 +18,8 @@ describe('the openai scope', () => {
   const embedder = createKey('embedder', ['openai:text_*']);
   const everything = createKey('everything', ['openai', 'inference']);
   let s: OpenAiServer;
-  const client = (apiKey: string) => new OpenAI({ baseURL: `http://127.0.0.1:${s.httpPort}/v1`, apiKey, maxRetries: 0 });
+  const client = (apiKey: string) =>
+    new OpenAI({ baseURL: `http://127.0.0.1:${s.httpPort}/v1`, apiKey, maxRetries: 0 });
 
   before(async () => {
     const file = path.join(dir, 'keys.yaml');
@@ -44,15 +45,26 @@ describe('the openai scope', () => {
   test('a model outside the scope, in the body or the path, is 403 whether it exists or not', async () => {
     const answers: Array<{ status: number; body: unknown }> = [];
     for (const model of ['tiny_llm', 'no_such_model']) {
-      const r = await post(s.httpPort, '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }] }, { Authorization: `Bearer ${embedder.secret}` });
+      const r = await post(
+        s.httpPort,
+        '/v1/chat/completions',
+        { model, messages: [{ role: 'user', content: 'hi' }] },
+        { Authorization: `Bearer ${embedder.secret}` },
+      );
       answers.push({ status: r.status, body: r.text.replace(model, 'M') });
-      await assert.rejects(client(embedder.secret).models.retrieve(model), (err: unknown) => err instanceof OpenAI.PermissionDeniedError);
+      await assert.rejects(
+        client(embedder.secret).models.retrieve(model),
+        (err: unknown) => err instanceof OpenAI.PermissionDeniedError,
+      );
     }
     assert.equal(answers[0]!.status, 403);
     assert.deepEqual(answers[0], answers[1]);
     assert.match(String(answers[0]!.body), /"type":"permission_error".*"code":"insufficient_scope"/);
     // With the scope, an unknown model is the frontend's own 404.
-    await assert.rejects(client(everything.secret).models.retrieve('no_such_model'), (err: unknown) => err instanceof OpenAI.NotFoundError);
+    await assert.rejects(
+      client(everything.secret).models.retrieve('no_such_model'),
+      (err: unknown) => err instanceof OpenAI.NotFoundError,
+    );
   });
 
   test('no key or a wrong key is 401; the openai scope does not open /v2', async () => {
@@ -60,7 +72,9 @@ describe('the openai scope', () => {
     const none = await fetch(`http://127.0.0.1:${s.httpPort}/v1/models`);
     assert.equal(none.status, 401);
     assert.equal(((await none.json()) as { error: { code: string } }).error.code, 'invalid_api_key');
-    const v2 = await fetch(`http://127.0.0.1:${s.httpPort}/v2/models/text_embedder`, { headers: { Authorization: `Bearer ${embedder.secret}` } });
+    const v2 = await fetch(`http://127.0.0.1:${s.httpPort}/v2/models/text_embedder`, {
+      headers: { Authorization: `Bearer ${embedder.secret}` },
+    });
     assert.equal(v2.status, 403);
     const ready = await fetch(`http://127.0.0.1:${s.httpPort}/v2/health/ready`);
     assert.equal(ready.status, 200);

@@ -13,7 +13,13 @@ import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { createKey, secretDigest } from '../../src/auth/index.js';
-import { LOOPBACK_PORTS, NEREID_MAIN, startServe, type ServePorts, type ServeProcess } from '../helpers/serve-process.js';
+import {
+  LOOPBACK_PORTS,
+  NEREID_MAIN,
+  startServe,
+  type ServePorts,
+  type ServeProcess,
+} from '../helpers/serve-process.js';
 import { TempRepository } from '../helpers/repository.js';
 import { call } from '../frontends/http/helpers.js';
 
@@ -58,7 +64,12 @@ describe('nereid serve --auth-keys', () => {
     client = { secret, entry };
     writeKeys(keysFile, client.entry + monitor.entry);
     repo = new TempRepository().addSub('simple');
-    serve = startServe([`--model-repository=${repo.dir}`, `--auth-keys=${keysFile}`, '--auth-failure-limit=0', ...LOOPBACK_PORTS]);
+    serve = startServe([
+      `--model-repository=${repo.dir}`,
+      `--auth-keys=${keysFile}`,
+      '--auth-failure-limit=0',
+      ...LOOPBACK_PORTS,
+    ]);
     ports = await serve.ports;
   });
 
@@ -69,8 +80,15 @@ describe('nereid serve --auth-keys', () => {
   });
 
   test('a key made by nereid keys create opens its scopes; failures count by reason', async () => {
-    assert.equal((await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(client.secret) })).status, 200);
-    assert.equal((await call(ports.http, 'GET', '/v2/models/simple/config', { headers: bearer(client.secret) })).status, 403);
+    assert.equal(
+      (await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(client.secret) }))
+        .status,
+      200,
+    );
+    assert.equal(
+      (await call(ports.http, 'GET', '/v2/models/simple/config', { headers: bearer(client.secret) })).status,
+      403,
+    );
     assert.equal((await call(ports.http, 'GET', '/v2/models/simple', { headers: bearer('guess') })).status, 401);
     assert.equal((await call(ports.http, 'GET', '/v2/models/simple')).status, 401);
     const scrape = await call(ports.metrics, 'GET', '/metrics', { headers: bearer(monitor.secret) });
@@ -83,14 +101,19 @@ describe('nereid serve --auth-keys', () => {
     assert.match(text, /^nereid_auth_failures_total\{reason="rate_limited"\} 0$/m);
   });
 
-  test('the file reloads under load: an unchanged key never fails, an added key starts and a removed key stops working', async () => {
+  test('the file reloads under load: an unchanged key never fails, an ' +
+    'added key starts and a removed key stops working', async () => {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 8 });
     const statuses = new Map<number, number>();
     let stop = false;
     // A bounded loop: 8 clients, each at most 400 requests, ending early once the file work is done.
     const loop = async () => {
       for (let i = 0; i < 400 && !stop; i++) {
-        const r = await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(client.secret), agent });
+        const r = await call(ports.http, 'POST', '/v2/models/simple/infer', {
+          body: INFER,
+          headers: bearer(client.secret),
+          agent,
+        });
         statuses.set(r.status, (statuses.get(r.status) ?? 0) + 1);
       }
     };
@@ -103,7 +126,9 @@ describe('nereid serve --auth-keys', () => {
       }
     };
     const newcomer = createKey('newcomer', ['inference:simple']);
-    const works = async (secret: string) => (await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(secret) })).status === 200;
+    const works = async (secret: string) =>
+      (await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(secret) })).status ===
+      200;
     for (let round = 0; round < 3; round++) {
       writeKeys(keysFile, client.entry + monitor.entry + newcomer.entry);
       await until('the added key working', () => works(newcomer.secret));
@@ -120,8 +145,11 @@ describe('nereid serve --auth-keys', () => {
   test('a request admitted before its key is removed finishes', async () => {
     const leaving = createKey('leaving', ['inference:simple']);
     writeKeys(keysFile, client.entry + monitor.entry + leaving.entry);
-    const ready = async () => (await call(ports.http, 'GET', '/v2/models/simple', { headers: bearer(client.secret) })).status === 200;
-    const works = async () => (await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(leaving.secret) })).status === 200;
+    const ready = async () =>
+      (await call(ports.http, 'GET', '/v2/models/simple', { headers: bearer(client.secret) })).status === 200;
+    const works = async () =>
+      (await call(ports.http, 'POST', '/v2/models/simple/infer', { body: INFER, headers: bearer(leaving.secret) }))
+        .status === 200;
     for (let i = 0; !(await works()); i++) {
       assert.ok(i < 600, 'the key was not taken');
       await new Promise((r) => setTimeout(r, 25));
@@ -131,7 +159,13 @@ describe('nereid serve --auth-keys', () => {
     const body = Buffer.from(INFER);
     const reply = new Promise<number>((resolve, reject) => {
       const req = http.request(
-        { host: '127.0.0.1', port: ports.http, method: 'POST', path: '/v2/models/simple/infer', headers: { ...bearer(leaving.secret), 'Content-Length': String(body.byteLength) } },
+        {
+          host: '127.0.0.1',
+          port: ports.http,
+          method: 'POST',
+          path: '/v2/models/simple/infer',
+          headers: { ...bearer(leaving.secret), 'Content-Length': String(body.byteLength) },
+        },
         (res) => {
           res.resume();
           res.on('end', () => resolve(res.statusCode ?? 0));
@@ -172,9 +206,15 @@ describe('bad keys files and bad flags stop the start', () => {
       ['scope.yaml', "scope.yaml:4: keys[0].scopes[0]: unknown scope 'inferance'"],
     ];
     writeFileSync(path.join(dir, 'notyaml.yaml'), 'keys: [\n  {name: a\n');
-    writeFileSync(path.join(dir, 'dup.yaml'), `keys:\n${h}${h}`.replace(/sha256: \S+\n(?=[^]*sha256)/, `sha256: ${'a'.repeat(64)}\n`));
+    writeFileSync(
+      path.join(dir, 'dup.yaml'),
+      `keys:\n${h}${h}`.replace(/sha256: \S+\n(?=[^]*sha256)/, `sha256: ${'a'.repeat(64)}\n`),
+    );
     writeFileSync(path.join(dir, 'hash.yaml'), 'keys:\n- name: a\n  sha256: xyz\n  scopes: [health]\n');
-    writeFileSync(path.join(dir, 'scope.yaml'), `keys:\n- name: a\n  sha256: ${'b'.repeat(64)}\n  scopes: [inferance]\n`);
+    writeFileSync(
+      path.join(dir, 'scope.yaml'),
+      `keys:\n- name: a\n  sha256: ${'b'.repeat(64)}\n  scopes: [inferance]\n`,
+    );
     for (const [name, expected] of cases) {
       const file = path.join(dir, name);
       const r = await start([`--auth-keys=${file}`]);
@@ -185,7 +225,10 @@ describe('bad keys files and bad flags stop the start', () => {
 
   test('--auth-failure-limit needs --auth-keys and a count', async () => {
     assert.match((await start(['--auth-failure-limit=5'])).stderr, /--auth-failure-limit needs --auth-keys/);
-    assert.match((await start([`--auth-keys=${path.join(dir, 'x')}`, '--auth-failure-limit=-1'])).stderr, /--auth-failure-limit must be 0/);
+    assert.match(
+      (await start([`--auth-keys=${path.join(dir, 'x')}`, '--auth-failure-limit=-1'])).stderr,
+      /--auth-failure-limit must be 0/,
+    );
   });
 
   test('keys create refuses a bad name or scope, and needs a name and a scope', () => {

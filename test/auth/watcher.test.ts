@@ -11,7 +11,8 @@ function recordingLogger() {
   const records: Array<Record<string, unknown>> = [];
   const stream = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split('\n'))
+        if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
@@ -39,7 +40,10 @@ function setUp(watch: boolean) {
   replaceFile(file, `keys:\n${first.entry}`);
   const access = AccessControl.fromFile(file, { failureLimit: 0 });
   const { logger, records } = recordingLogger();
-  const watcher = new KeysFileWatcher(file, readKeysText(file), (t) => access.replaceKeys(t), logger, { pollMs: 200, watch });
+  const watcher = new KeysFileWatcher(file, readKeysText(file), (t) => access.replaceKeys(t), logger, {
+    pollMs: 200,
+    watch,
+  });
   watcher.start();
   const done = (): void => {
     watcher.close();
@@ -48,10 +52,12 @@ function setUp(watch: boolean) {
   return { file, first, access, watcher, records, done };
 }
 
-const allowed = (access: AccessControl, secret: string): boolean => access.check(`Bearer ${secret}`, 'a', 'inference', 'm') === undefined;
+const allowed = (access: AccessControl, secret: string): boolean =>
+  access.check(`Bearer ${secret}`, 'a', 'inference', 'm') === undefined;
 
 for (const watch of [true, false]) {
-  test(`a key added to the file starts working and a removed one stops, without a restart (${watch ? 'watch' : 'poll only'})`, async () => {
+  test(`a key added to the file starts working and a removed one stops, ` +
+    `without a restart (${watch ? 'watch' : 'poll only'})`, async () => {
     const s = setUp(watch);
     try {
       assert.ok(allowed(s.access, s.first.secret));
@@ -82,7 +88,13 @@ test('a file that no longer parses keeps the previous keys and logs file:line an
     assert.equal(e.file, s.file);
     assert.equal(e.line, 7);
     assert.equal(e.field, 'keys[1].sha256');
-    assert.match(String(e.msg), new RegExp(`keeping the previous keys: ${s.file.replace(/[.]/g, '\\.')}:7: keys\\[1\\]\\.sha256: expected 64 hexadecimal digits`));
+    assert.match(
+      String(e.msg),
+      new RegExp(
+        `keeping the previous keys: ${s.file.replace(/[.]/g, '\\.')}:7: ` +
+        `keys\\[1\\]\\.sha256: expected 64 hexadecimal digits`,
+      ),
+    );
     rmSync(s.file);
     await s.watcher.reload();
     assert.ok(allowed(s.access, s.first.secret));

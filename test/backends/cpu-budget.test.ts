@@ -3,7 +3,13 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { cpuBudget, defaultSpinMicros, parseCfsQuota, parseCpuMax, readCgroupCpuQuota } from '../../src/backends/cpu-budget.js';
+import {
+  cpuBudget,
+  defaultSpinMicros,
+  parseCfsQuota,
+  parseCpuMax,
+  readCgroupCpuQuota,
+} from '../../src/backends/cpu-budget.js';
 
 function fixture(files: Record<string, string>): string {
   const root = mkdtempSync(path.join(tmpdir(), 'nereid-cgroup-'));

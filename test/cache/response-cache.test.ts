@@ -14,7 +14,8 @@ function t(name: string, values: number[], shape = [values.length], datatype: 'I
   return { name, datatype, shape, data: new Uint8Array(data.buffer) };
 }
 
-test('the key covers model, version and its load, input names, types, shapes, bytes and requested outputs, not input order', () => {
+test('the key covers model, version and its load, input names, types, ' +
+  'shapes, bytes and requested outputs, not input order', () => {
   const base = cacheKey('m', 1, [t('A', [1, 2]), t('B', [3])], ['OUT']);
   assert.equal(cacheKey('m', 1, [t('B', [3]), t('A', [1, 2])], ['OUT']), base, 'inputs are taken in name order');
   const differing = [
@@ -85,8 +86,14 @@ test('an unloaded version drops only its own entries', () => {
 test('cache configuration: tritonserver flag formats and clear start-up errors', () => {
   assert.equal(createResponseCache(undefined), undefined);
   assert.equal(createResponseCache(parseCacheConfigFlags(['local,size=1048576']))!.size, 1048576);
-  assert.throws(() => parseCacheConfigFlags(['size=100']), /No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got size=100/);
-  assert.throws(() => parseCacheConfigFlags(['local,size']), /--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size/);
+  assert.throws(
+    () => parseCacheConfigFlags(['size=100']),
+    /No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got size=100/,
+  );
+  assert.throws(
+    () => parseCacheConfigFlags(['local,size']),
+    /--cache-config option format is '<cache name>,<setting>=<value>'. Got local,size/,
+  );
   assert.throws(() => parseCacheConfigFlags(['local,size=']), /option format/);
   assert.throws(() => createResponseCache({ local: { size: 'lots' } }), (e: Error & { code?: string }) => {
     assert.equal(e.code, 'NRD_CACHE_CONFIG');
@@ -94,8 +101,14 @@ test('cache configuration: tritonserver flag formats and clear start-up errors',
     return true;
   });
   assert.throws(() => createResponseCache({ local: { size: '-5' } }), /whole number of bytes/);
-  assert.throws(() => createResponseCache({ local: { size: '10' } }), new RegExp(`could not hold a single response; the smallest entry takes ${MIN_ENTRY_BYTES} bytes`));
-  assert.throws(() => createResponseCache({ local: {} as Record<string, string> }), /didn't contain a valid 'size' field/);
+  assert.throws(
+    () => createResponseCache({ local: { size: '10' } }),
+    new RegExp(`could not hold a single response; the smallest entry takes ${MIN_ENTRY_BYTES} bytes`),
+  );
+  assert.throws(
+    () => createResponseCache({ local: {} as Record<string, string> }),
+    /didn't contain a valid 'size' field/,
+  );
   assert.throws(() => createResponseCache({ local: { size: '1000', ttl: '5' } }), /no setting 'ttl'/);
   assert.throws(() => createResponseCache({ redis: { host: 'x' } }), /cache 'redis' is not available/);
 });

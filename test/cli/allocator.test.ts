@@ -20,10 +20,14 @@ const facts = (f: Partial<AllocatorFacts> = {}) => () => ({ ...GLIBC_LINUX, ...f
 /** A user's own young-generation option, so that a test of the malloc part sees the malloc part alone. */
 const OWN_SEMI = ['--max-semi-space-size=16'];
 
-test('on Linux with glibc and an untouched environment, serve re-executes with the fixed mmap threshold and huge pages', () => {
+test('on Linux with glibc and an untouched environment, serve ' +
+  're-executes with the fixed mmap threshold and huge pages', () => {
   const plan = planAllocator({ PATH: '/usr/bin' }, facts(), OWN_SEMI);
   assert.equal(plan.kind, 'reexec');
-  assert.equal(plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'], 'glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=1');
+  assert.equal(
+    plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'],
+    'glibc.malloc.mmap_threshold=131072:glibc.malloc.hugetlb=1',
+  );
   assert.equal(plan.kind === 'reexec' && plan.env['PATH'], '/usr/bin');
   assert.deepEqual(plan.kind === 'reexec' && plan.execArgv, OWN_SEMI);
   // The re-executed process does not plan again.
@@ -38,10 +42,17 @@ test("serve caps V8's semi-spaces on re-execution, ahead of the process's own op
   assert.deepEqual(plan.execArgv, [NEREID_V8_FLAG, '--import', 'probe.js']);
   assert.equal(plan.env['GLIBC_TUNABLES'], NEREID_TUNABLES);
   assert.deepEqual(planAllocator(plan.env, facts(), plan.execArgv), { kind: 'keep' });
-  assert.match(describeYoungGeneration(plan.env, plan.execArgv, true), /semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start; NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing\)/);
+  assert.match(
+    describeYoungGeneration(plan.env, plan.execArgv, true),
+    new RegExp(
+      String.raw`semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start; ` +
+      String.raw`NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing\)`,
+    ),
+  );
 });
 
-test("the user's own young-generation option wins (command line or NODE_OPTIONS, dashes or underscores, --max-heap-size too)", () => {
+test("the user's own young-generation option wins (command line or " +
+  "NODE_OPTIONS, dashes or underscores, --max-heap-size too)", () => {
   for (const [env, execArgv, named] of [
     [{}, ['--max-semi-space-size=32'], '--max-semi-space-size=32'],
     [{}, ['--max_semi_space_size=4'], '--max_semi_space_size=4'],
@@ -53,10 +64,16 @@ test("the user's own young-generation option wins (command line or NODE_OPTIONS,
     const plan = planAllocator(env, facts(), execArgv);
     // Only the malloc tunables are added; the options stay as they were.
     assert.deepEqual(plan.kind === 'reexec' && plan.execArgv, execArgv, named);
-    assert.equal(describeYoungGeneration(env, execArgv, true), `V8 young generation: as the options set it (${named}); nereid adds nothing`);
+    assert.equal(
+      describeYoungGeneration(env, execArgv, true),
+      `V8 young generation: as the options set it (${named}); nereid adds nothing`,
+    );
   }
   // Options that merely start like one are not it.
-  assert.equal(userYoungGeneration({ NODE_OPTIONS: '--max-old-space-size=4096' }, ['--max-semi-space-size-x=1']), undefined);
+  assert.equal(
+    userYoungGeneration({ NODE_OPTIONS: '--max-old-space-size=4096' }, ['--max-semi-space-size-x=1']),
+    undefined,
+  );
 });
 
 test('with the malloc setting the user\'s own, the re-execution adds the young generation\'s cap alone', () => {
@@ -66,11 +83,17 @@ test('with the malloc setting the user\'s own, the re-execution adds the young g
   assert.deepEqual(plan.execArgv, [NEREID_V8_FLAG]);
   assert.equal(plan.env['GLIBC_TUNABLES'], undefined);
   assert.equal(plan.env['NEREID_MALLOC_TUNED'], undefined);
-  assert.equal(describeAllocator(plan.env, facts()), 'malloc: as the environment sets it (MALLOC_ARENA_MAX=2); nereid adds nothing');
+  assert.equal(
+    describeAllocator(plan.env, facts()),
+    'malloc: as the environment sets it (MALLOC_ARENA_MAX=2); nereid adds nothing',
+  );
   assert.deepEqual(planAllocator(plan.env, facts(), plan.execArgv), { kind: 'keep' });
   // Off glibc the same: the cap is V8's, not the C library's.
   const elsewhere = planAllocator({}, facts({ platform: 'darwin', glibc: undefined }), []);
-  assert.deepEqual(elsewhere.kind === 'reexec' && [elsewhere.execArgv, elsewhere.env['GLIBC_TUNABLES']], [[NEREID_V8_FLAG], undefined]);
+  assert.deepEqual(elsewhere.kind === 'reexec' && [elsewhere.execArgv, elsewhere.env['GLIBC_TUNABLES']], [
+    [NEREID_V8_FLAG],
+    undefined,
+  ]);
 });
 
 test("GLIBC_TUNABLES without malloc tunables keeps the user's and gets nereid's appended", () => {
@@ -82,8 +105,14 @@ test("the user's own malloc setting wins: nereid adds nothing and says what is i
   for (const [env, named] of [
     [{ MALLOC_MMAP_THRESHOLD_: '65536' }, 'MALLOC_MMAP_THRESHOLD_=65536'],
     [{ MALLOC_ARENA_MAX: '2' }, 'MALLOC_ARENA_MAX=2'],
-    [{ GLIBC_TUNABLES: 'glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1048576' }, 'GLIBC_TUNABLES glibc.malloc.trim_threshold=1048576'],
-    [{ LD_PRELOAD: '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2' }, 'LD_PRELOAD /usr/lib/x86_64-linux-gnu/libjemalloc.so.2'],
+    [
+      { GLIBC_TUNABLES: 'glibc.pthread.rseq=0:glibc.malloc.trim_threshold=1048576' },
+      'GLIBC_TUNABLES glibc.malloc.trim_threshold=1048576',
+    ],
+    [
+      { LD_PRELOAD: '/usr/lib/x86_64-linux-gnu/libjemalloc.so.2' },
+      'LD_PRELOAD /usr/lib/x86_64-linux-gnu/libjemalloc.so.2',
+    ],
   ] as const) {
     assert.deepEqual(planAllocator(env, facts(), OWN_SEMI), { kind: 'keep' }, named);
     assert.equal(describeAllocator(env, facts()), `malloc: as the environment sets it (${named}); nereid adds nothing`);
@@ -101,8 +130,17 @@ test('no re-execution off glibc, off Linux, or on a Node without process.execve 
   assert.deepEqual(planAllocator({}, facts({ platform: 'darwin' }), OWN_SEMI), { kind: 'keep' });
   assert.equal(describeAllocator({}, facts({ glibc: undefined })), 'malloc: not glibc, left as it is');
   assert.deepEqual(planAllocator({}, facts({ canReexec: false })), { kind: 'keep' });
-  assert.match(describeAllocator({}, facts({ canReexec: false })), /cannot re-execute itself in place; GLIBC_TUNABLES=glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 in the environment/);
-  assert.match(describeYoungGeneration({}, [], false), /V8's own sizing \(Node [\d.]+ cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it\)/);
+  assert.match(
+    describeAllocator({}, facts({ canReexec: false })),
+    new RegExp(
+      String.raw`cannot re-execute itself in place; GLIBC_TUNABLES=glibc\.malloc\.mmap_threshold=131072:glibc\.malloc` +
+      String.raw`\.hugetlb=1 in the environment`,
+    ),
+  );
+  assert.match(
+    describeYoungGeneration({}, [], false),
+    /V8's own sizing \(Node [\d.]+ cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it\)/,
+  );
 });
 
 test('the facts of this process: glibc is found on a glibc Linux', () => {
@@ -122,33 +160,53 @@ function startEnvironment(pid: number): Map<string, string> {
   return out;
 }
 
-/** Serves a repository with `env` over this environment's malloc variables (removed), and returns the start-up log and environment. */
+/**
+ * Serves a repository with `env` over this environment's malloc variables (removed), and returns the start-up log and
+ * environment.
+ */
 async function served(
   env: NodeJS.ProcessEnv,
   t: { after(fn: () => Promise<void> | void): void },
 ): Promise<{ log: string; environ: Map<string, string>; cmdline: string[] }> {
   const repo = new TempRepository().addSub('simple');
   t.after(() => repo.cleanup());
-  const clean: NodeJS.ProcessEnv = { GLIBC_TUNABLES: undefined, LD_PRELOAD: undefined, NEREID_MALLOC_TUNING: undefined, NODE_OPTIONS: undefined };
+  const clean: NodeJS.ProcessEnv = {
+    GLIBC_TUNABLES: undefined,
+    LD_PRELOAD: undefined,
+    NEREID_MALLOC_TUNING: undefined,
+    NODE_OPTIONS: undefined,
+  };
   for (const k of Object.keys(process.env)) if (k.startsWith('MALLOC_')) clean[k] = undefined;
   const s = startServe([`--model-repository=${repo.dir}`, ...LOOPBACK_PORTS], { env: { ...clean, ...env } });
   t.after(() => s.stop());
   const ports = await s.ports;
   assert.equal((await fetch(`http://127.0.0.1:${ports.http}/v2/health/ready`)).status, 200);
   // The process that serves is the one started (a re-execution keeps the PID).
-  return { log: s.stderr(), environ: startEnvironment(s.pid), cmdline: readFileSync(`/proc/${s.pid}/cmdline`, 'utf8').split('\0') };
+  return {
+    log: s.stderr(),
+    environ: startEnvironment(s.pid),
+    cmdline: readFileSync(`/proc/${s.pid}/cmdline`, 'utf8').split('\0'),
+  };
 }
 
 const canReexec = typeof (process as { execve?: unknown }).execve === 'function';
 const onGlibcLinux = process.platform === 'linux' && processFacts().glibc !== undefined;
 
-test('nereid serve runs with the tunables in effect (on a Node that can re-execute in place) and logs the setting once', { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
+test('nereid serve runs with the tunables in effect (on a Node that can re-execute in place) and ' +
+  'logs the setting once', { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
   const { log, environ } = await served({}, t);
   const lines = log.split('\n').filter((l) => l.includes('malloc'));
   assert.equal(lines.length, 1, log);
   if (canReexec) {
-    assert.match(lines[0]!, /glibc malloc: glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 \(set by nereid at start/);
-    assert.equal(environ.get('GLIBC_TUNABLES')?.startsWith('glibc.malloc.mmap_threshold=131072'), true, [...environ.keys()].join(' '));
+    assert.match(
+      lines[0]!,
+      /glibc malloc: glibc\.malloc\.mmap_threshold=131072:glibc\.malloc\.hugetlb=1 \(set by nereid at start/,
+    );
+    assert.equal(
+      environ.get('GLIBC_TUNABLES')?.startsWith('glibc.malloc.mmap_threshold=131072'),
+      true,
+      [...environ.keys()].join(' '),
+    );
     assert.equal(environ.get('NEREID_MALLOC_TUNED'), '');
   } else {
     assert.match(lines[0]!, /defaults, sliding mmap threshold \(Node [\d.]+ cannot re-execute itself in place/);
@@ -156,22 +214,31 @@ test('nereid serve runs with the tunables in effect (on a Node that can re-execu
   }
 });
 
-test("nereid serve keeps the user's own malloc variable and adds nothing", { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
-  const { log, environ } = await served({ MALLOC_MMAP_THRESHOLD_: '65536' }, t);
-  assert.match(log, /malloc: as the environment sets it \(MALLOC_MMAP_THRESHOLD_=65536\); nereid adds nothing/);
-  assert.equal(environ.get('MALLOC_MMAP_THRESHOLD_'), '65536');
-  assert.equal(environ.has('GLIBC_TUNABLES'), false);
-  assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
-});
+test(
+  "nereid serve keeps the user's own malloc variable and adds nothing",
+  { skip: !onGlibcLinux && 'needs Linux with glibc' },
+  async (t) => {
+    const { log, environ } = await served({ MALLOC_MMAP_THRESHOLD_: '65536' }, t);
+    assert.match(log, /malloc: as the environment sets it \(MALLOC_MMAP_THRESHOLD_=65536\); nereid adds nothing/);
+    assert.equal(environ.get('MALLOC_MMAP_THRESHOLD_'), '65536');
+    assert.equal(environ.has('GLIBC_TUNABLES'), false);
+    assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
+  },
+);
 
-test('NEREID_MALLOC_TUNING=off serves with glibc defaults', { skip: !onGlibcLinux && 'needs Linux with glibc' }, async (t) => {
-  const { log, environ } = await served({ NEREID_MALLOC_TUNING: 'off' }, t);
-  assert.match(log, /glibc malloc: defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
-  assert.equal(environ.has('GLIBC_TUNABLES'), false);
-  assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
-});
+test(
+  'NEREID_MALLOC_TUNING=off serves with glibc defaults',
+  { skip: !onGlibcLinux && 'needs Linux with glibc' },
+  async (t) => {
+    const { log, environ } = await served({ NEREID_MALLOC_TUNING: 'off' }, t);
+    assert.match(log, /glibc malloc: defaults, sliding mmap threshold \(NEREID_MALLOC_TUNING=off\)/);
+    assert.equal(environ.has('GLIBC_TUNABLES'), false);
+    assert.equal(environ.has('NEREID_MALLOC_TUNED'), false);
+  },
+);
 
-test("nereid serve runs with V8's semi-spaces capped (on a Node that can re-execute in place) and logs it once", { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
+test("nereid serve runs with V8's semi-spaces capped (on a Node that can re-execute in place) " +
+  "and logs it once", { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
   const { log, cmdline } = await served({}, t);
   const lines = log.split('\n').filter((l) => l.includes('young generation'));
   assert.equal(lines.length, 1, log);
@@ -184,8 +251,16 @@ test("nereid serve runs with V8's semi-spaces capped (on a Node that can re-exec
   }
 });
 
-test("nereid serve keeps the user's semi-space option (NODE_OPTIONS, 0 for V8's own sizing) and adds none", { skip: process.platform !== 'linux' && 'reads /proc' }, async (t) => {
-  const { log, cmdline } = await served({ NODE_OPTIONS: '--max-semi-space-size=0' }, t);
-  assert.match(log, /V8 young generation: as the options set it \(--max-semi-space-size=0\); nereid adds nothing/);
-  assert.equal(cmdline.some((a) => a.includes('semi-space')), false, cmdline.join(' '));
-});
+test(
+  "nereid serve keeps the user's semi-space option (NODE_OPTIONS, 0 for V8's own sizing) and adds none",
+  { skip: process.platform !== 'linux' && 'reads /proc' },
+  async (t) => {
+    const { log, cmdline } = await served({ NODE_OPTIONS: '--max-semi-space-size=0' }, t);
+    assert.match(log, /V8 young generation: as the options set it \(--max-semi-space-size=0\); nereid adds nothing/);
+    assert.equal(
+      cmdline.some((a) => a.includes('semi-space')),
+      false,
+      cmdline.join(' '),
+    );
+  },
+);

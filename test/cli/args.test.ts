@@ -29,8 +29,12 @@ test('the tokenizer splits long, short and bundled options, values and positiona
     { kind: 'short', letter: 'm', name: 'model-name', value: 'n', arg: '-m' },
     { kind: 'short', letter: 'Q', name: undefined, value: undefined, arg: '-Q' },
   ]);
-  assert.deepEqual(tokenize(['--url'], SPECS), [{ kind: 'long', name: 'url', value: undefined, inline: false, arg: '--url' }]);
-  assert.deepEqual(tokenize(['--', '--url=x'], SPECS), [{ kind: 'long', name: '', value: undefined, inline: false, arg: '--' }]);
+  assert.deepEqual(tokenize(['--url'], SPECS), [
+    { kind: 'long', name: 'url', value: undefined, inline: false, arg: '--url' },
+  ]);
+  assert.deepEqual(tokenize(['--', '--url=x'], SPECS), [
+    { kind: 'long', name: '', value: undefined, inline: false, arg: '--' },
+  ]);
 });
 
 test('serve: --flag=value, --flag value, repeated flags and booleans given every way', () => {
@@ -52,7 +56,10 @@ test('serve: --flag=value, --flag value, repeated flags and booleans given every
   assert.equal(c.grpc.enabled, true);
   assert.equal(c.http.port, 9000);
   // A bare boolean does not take a following word that is no boolean.
-  assert.throws(() => buildServeConfig(['--strict-readiness', 'models']), /unexpected argument 'models' \(flags look like --name=value\)/);
+  assert.throws(
+    () => buildServeConfig(['--strict-readiness', 'models']),
+    /unexpected argument 'models' \(flags look like --name=value\)/,
+  );
 });
 
 test('serve: what is not a known flag is refused with its text', () => {

@@ -35,7 +35,8 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
-const inferBody = (seconds: number) => JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [seconds] }] });
+const inferBody = (seconds: number) =>
+  JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1], data: [seconds] }] });
 
 async function until(what: string, check: () => Promise<boolean> | boolean): Promise<void> {
   for (let i = 0; i < 400; i++) {
@@ -47,14 +48,21 @@ async function until(what: string, check: () => Promise<boolean> | boolean): Pro
 
 const statusOf = (url: string, init?: RequestInit) => fetch(url, init).then((r) => r.status);
 
-test('on SIGTERM readiness turns false at once while liveness stays true and the in-flight request finishes', async (t) => {
+test('on SIGTERM readiness turns false at once while liveness ' +
+  'stays true and the in-flight request finishes', async (t) => {
   const repo = new TempRepository().config('slow', SLOW_CONFIG).file('slow', '1/model.py', MARKING_SLOW_MODEL);
   t.after(() => repo.cleanup());
-  const s = startServe([`--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`, '--exit-timeout-secs=60', ...LOOPBACK_PORTS]);
+  const s = startServe([
+    `--model-repository=${repo.dir}`,
+    `--backend-config=python,python-executable=${PYTHON}`,
+    '--exit-timeout-secs=60',
+    ...LOOPBACK_PORTS,
+  ]);
   t.after(() => s.stop());
   const { http, grpc, metrics } = await s.ports;
   const base = `http://127.0.0.1:${http}`;
-  const readyGauge = async () => /^nereid_server_ready (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metrics}/metrics`)).text())?.[1];
+  const readyGauge = async () =>
+    /^nereid_server_ready (\d)$/m.exec(await (await fetch(`http://127.0.0.1:${metrics}/metrics`)).text())?.[1];
   assert.equal(await statusOf(`${base}/v2/health/ready`), 200);
   assert.equal(await readyGauge(), '1');
 
@@ -96,7 +104,12 @@ test('on SIGTERM readiness turns false at once while liveness stays true and the
 test('--grpc-max-connection-age makes the server send GOAWAY to a connected HTTP/2 client', async (t) => {
   const repo = new TempRepository().addSub('simple');
   t.after(() => repo.cleanup());
-  const s = startServe([`--model-repository=${repo.dir}`, '--grpc-max-connection-age=300', '--grpc-max-connection-age-grace=200', ...LOOPBACK_PORTS]);
+  const s = startServe([
+    `--model-repository=${repo.dir}`,
+    '--grpc-max-connection-age=300',
+    '--grpc-max-connection-age-grace=200',
+    ...LOOPBACK_PORTS,
+  ]);
   t.after(() => s.stop());
   const { grpc } = await s.ports;
   const session = http2.connect(`http://127.0.0.1:${grpc}`);
@@ -109,12 +122,16 @@ test('--grpc-max-connection-age makes the server send GOAWAY to a connected HTTP
   assert.equal(goaway, http2.constants.NGHTTP2_NO_ERROR);
 });
 
-test('connection ageing flags: 0 leaves the limit unset as in tritonserver, a negative age is an error naming the flag', () => {
+test('connection ageing flags: 0 leaves the limit unset as in ' +
+  'tritonserver, a negative age is an error naming the flag', () => {
   const unset = buildServeConfig(['--grpc-max-connection-age=0', '--grpc-max-connection-age-grace=0']);
   assert.equal(unset.grpc.maxConnectionAgeMs, undefined);
   assert.equal(unset.grpc.maxConnectionAgeGraceMs, undefined);
   const set = buildServeConfig(['--grpc-max-connection-age=60000', '--grpc-max-connection-age-grace=10000']);
   assert.equal(set.grpc.maxConnectionAgeMs, 60000);
   assert.equal(set.grpc.maxConnectionAgeGraceMs, 10000);
-  assert.throws(() => buildServeConfig(['--grpc-max-connection-age-grace=-5']), /--grpc-max-connection-age-grace must be 0 \(no limit\) or a positive number/);
+  assert.throws(
+    () => buildServeConfig(['--grpc-max-connection-age-grace=-5']),
+    /--grpc-max-connection-age-grace must be 0 \(no limit\) or a positive number/,
+  );
 });

@@ -16,7 +16,14 @@ test('tritonserver defaults', () => {
 });
 
 test('booleans take true/false, on/off, 1/0; repeated repositories add up', () => {
-  const c = buildServeConfig(['--model-repository', 'a', '--model-store=b', '--strict-readiness=off', '--exit-on-error=0', '--allow-grpc=FALSE']);
+  const c = buildServeConfig([
+    '--model-repository',
+    'a',
+    '--model-store=b',
+    '--strict-readiness=off',
+    '--exit-on-error=0',
+    '--allow-grpc=FALSE',
+  ]);
   assert.deepEqual(c.server.modelRepositories, ['a', 'b']);
   assert.equal(c.server.strictReadiness, false);
   assert.equal(c.server.exitOnError, false);
@@ -49,8 +56,11 @@ test('the deprecated strict-model-config disables auto-complete', () => {
 });
 
 test("--strict-model-config prints Triton's deprecation warnings", () => {
-  const deprecated = "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.";
-  const overridden = "Warning: Overriding deprecated '--strict-model-config' from False to True in favor of '--disable-auto-complete-config'!";
+  const deprecated =
+    "Warning: '--strict-model-config' has been deprecated! Please use '--disable-auto-complete-config' instead.";
+  const overridden =
+    "Warning: Overriding deprecated '--strict-model-config' from " +
+    "False to True in favor of '--disable-auto-complete-config'!";
   const strict = buildServeConfig(['--strict-model-config=true']);
   assert.deepEqual(strict.warnings, [deprecated]);
   assert.equal(strict.server.disableAutoCompleteConfig, true);
@@ -60,23 +70,36 @@ test("--strict-model-config prints Triton's deprecation warnings", () => {
   assert.deepEqual(buildServeConfig(['--disable-auto-complete-config']).warnings, []);
 });
 
-test('--cache-config and the deprecated --response-cache-byte-size configure the local cache; bad values stop the start', () => {
-  assert.deepEqual(buildServeConfig(['--cache-config=local,size=1048576']).server.cacheConfig, { local: { size: '1048576' } });
+test('--cache-config and the deprecated --response-cache-byte-size ' +
+  'configure the local cache; bad values stop the start', () => {
+  assert.deepEqual(buildServeConfig(['--cache-config=local,size=1048576']).server.cacheConfig, {
+    local: { size: '1048576' },
+  });
   const deprecated = buildServeConfig(['--response-cache-byte-size=4096']);
   assert.deepEqual(deprecated.server.cacheConfig, { local: { size: '4096' } });
-  assert.match(deprecated.warnings.join('\n'), /'--response-cache-byte-size' has been deprecated!.*'--cache-config=local,size=4096'/);
+  assert.match(
+    deprecated.warnings.join('\n'),
+    /'--response-cache-byte-size' has been deprecated!.*'--cache-config=local,size=4096'/,
+  );
   assert.equal(buildServeConfig([]).server.cacheConfig, undefined);
   assert.throws(
     () => buildServeConfig(['--cache-config=local,size=1000', '--response-cache-byte-size=1000']),
     /Incompatible flags --response-cache-byte-size and --cache-config both provided/,
   );
-  assert.throws(() => buildServeConfig(['--cache-config=local,size=big']), /size=big: the size must be a whole number of bytes/);
+  assert.throws(
+    () => buildServeConfig(['--cache-config=local,size=big']),
+    /size=big: the size must be a whole number of bytes/,
+  );
   assert.throws(() => buildServeConfig(['--cache-config=local,size=8']), /could not hold a single response/);
   assert.throws(() => buildServeConfig(['--response-cache-byte-size=8']), /could not hold a single response/);
 });
 
 test('cloud repository URLs and --model-cache-dir reach the server options', () => {
-  const c = buildServeConfig(['--model-repository=s3://bucket/models', '--model-repository=/local', '--model-cache-dir=/var/cache/nereid']);
+  const c = buildServeConfig([
+    '--model-repository=s3://bucket/models',
+    '--model-repository=/local',
+    '--model-cache-dir=/var/cache/nereid',
+  ]);
   assert.deepEqual(c.server.modelRepositories, ['s3://bucket/models', '/local']);
   assert.equal(c.server.modelCacheDir, '/var/cache/nereid');
   assert.equal(buildServeConfig([]).server.modelCacheDir, undefined);
@@ -87,7 +110,12 @@ test('model control flags reach the server: poll period, load threads, load retr
   assert.equal(d.server.repositoryPollSecs, 15);
   assert.equal(d.server.modelLoadThreadCount, 4);
   assert.equal(d.server.modelLoadRetryCount, 0);
-  const c = buildServeConfig(['--model-control-mode=poll', '--repository-poll-secs=2', '--model-load-thread-count=8', '--model-load-retry-count=3']);
+  const c = buildServeConfig([
+    '--model-control-mode=poll',
+    '--repository-poll-secs=2',
+    '--model-load-thread-count=8',
+    '--model-load-retry-count=3',
+  ]);
   assert.equal(c.server.repositoryPollSecs, 2);
   assert.equal(c.server.modelLoadThreadCount, 8);
   assert.equal(c.server.modelLoadRetryCount, 3);

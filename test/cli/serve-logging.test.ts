@@ -10,7 +10,13 @@ import { buildServeConfig, IGNORED_FLAGS, SERVE_FLAGS } from '../../src/cli/serv
 import { TempRepository } from '../helpers/repository.js';
 
 const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'main.js');
-const PORTS = ['--http-port=0', '--grpc-port=0', '--metrics-port=0', '--http-address=127.0.0.1', '--grpc-address=127.0.0.1'];
+const PORTS = [
+  '--http-port=0',
+  '--grpc-port=0',
+  '--metrics-port=0',
+  '--http-address=127.0.0.1',
+  '--grpc-address=127.0.0.1',
+];
 
 async function waitFor<T>(what: string, probe: () => T | undefined, exited: () => boolean): Promise<T> {
   for (let i = 0; i < 600; i++) {
@@ -22,7 +28,8 @@ async function waitFor<T>(what: string, probe: () => T | undefined, exited: () =
   throw new Error(`gave up waiting for ${what}`);
 }
 
-test('--log-file gets ISO8601 lines, unused flags are named once, and /v2/logging starts from the command line', async (t) => {
+test('--log-file gets ISO8601 lines, unused flags are named once, ' +
+  'and /v2/logging starts from the command line', async (t) => {
   const repo = new TempRepository().addSub('simple');
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-serve-log-'));
   t.after(() => {
@@ -59,13 +66,23 @@ test('--log-file gets ISO8601 lines, unused flags are named once, and /v2/loggin
       return '';
     }
   };
-  const serving = await waitFor('the serving line', () => read().split('\n').find((l) => l.includes('nereid is serving')), () => exited);
+  const serving = await waitFor(
+    'the serving line',
+    () =>
+      read()
+        .split('\n')
+        .find((l) => l.includes('nereid is serving')),
+    () => exited,
+  );
   assert.match(serving, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ nereid\] nereid is serving /);
   const http = Number(/ http=(\d+)/.exec(serving)?.[1]);
   const log = read();
   const noEffect = log.split('\n').filter((l) => l.includes('accepted for compatibility, has no effect'));
   assert.equal(noEffect.length, 1, log);
-  assert.match(noEffect[0]!, / W \d+ nereid\] accepted for compatibility, has no effect: --http-thread-count, --grpc-infer-thread-count$/);
+  assert.match(
+    noEffect[0]!,
+    / W \d+ nereid\] accepted for compatibility, has no effect: --http-thread-count, --grpc-infer-thread-count$/,
+  );
   assert.equal(stderr, '', 'with --log-file nothing goes to stderr');
   const settings = (await (await fetch(`http://127.0.0.1:${http}/v2/logging`)).json()) as Record<string, unknown>;
   assert.deepEqual(settings, {
@@ -78,7 +95,8 @@ test('--log-file gets ISO8601 lines, unused flags are named once, and /v2/loggin
   });
 });
 
-test('no flag is accepted and silently ignored: each one changes the configuration or is listed as having no effect', () => {
+test('no flag is accepted and silently ignored: each one changes ' +
+  'the configuration or is listed as having no effect', () => {
   const base = ['--model-repository=/m'];
   const strip = (argv: string[]) => {
     const c = buildServeConfig(argv) as unknown as Record<string, unknown>;
@@ -96,10 +114,20 @@ test('no flag is accepted and silently ignored: each one changes the configurati
     'http-restricted-api': ['--http-restricted-api=health:k=v'],
     'grpc-restricted-protocol': ['--grpc-restricted-protocol=health:k=v'],
     'grpc-use-ssl': ['--grpc-use-ssl=true', '--grpc-server-cert=c', '--grpc-server-key=k'],
-    'grpc-use-ssl-mutual': ['--grpc-use-ssl-mutual=true', '--grpc-server-cert=c', '--grpc-server-key=k', '--grpc-root-cert=r'],
+    'grpc-use-ssl-mutual': [
+      '--grpc-use-ssl-mutual=true',
+      '--grpc-server-cert=c',
+      '--grpc-server-key=k',
+      '--grpc-root-cert=r',
+    ],
     'grpc-server-cert': ['--grpc-use-ssl=true', '--grpc-server-cert=c', '--grpc-server-key=k'],
     'grpc-server-key': ['--grpc-use-ssl=true', '--grpc-server-cert=c', '--grpc-server-key=k'],
-    'grpc-root-cert': ['--grpc-use-ssl-mutual=true', '--grpc-server-cert=c', '--grpc-server-key=k', '--grpc-root-cert=r'],
+    'grpc-root-cert': [
+      '--grpc-use-ssl-mutual=true',
+      '--grpc-server-cert=c',
+      '--grpc-server-key=k',
+      '--grpc-root-cert=r',
+    ],
     'http-max-input-size': ['--http-max-input-size=77'],
   };
   const silent: string[] = [];
@@ -122,7 +150,11 @@ test('no flag is accepted and silently ignored: each one changes the configurati
     });
     if (!changes) silent.push(name);
   }
-  assert.deepEqual(silent, [], `flags accepted but changing nothing (implement them or list them in IGNORED_FLAGS): ${silent.join(', ')}`);
+  assert.deepEqual(
+    silent,
+    [],
+    `flags accepted but changing nothing (implement them or list them in IGNORED_FLAGS): ${silent.join(', ')}`,
+  );
   for (const name of Object.keys(IGNORED_FLAGS)) {
     const spec = IGNORED_FLAGS[name]!;
     const value = spec.type === 'bool' ? 'true' : spec.type === 'int' ? '1' : 'x';

@@ -15,7 +15,10 @@ interface Started {
 }
 
 function serve(args: string[]): Started {
-  const child = spawn(process.execPath, [MAIN, 'serve', ...args], { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, NEREID_LOG_LEVEL: 'info' } });
+  const child = spawn(process.execPath, [MAIN, 'serve', ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, NEREID_LOG_LEVEL: 'info' },
+  });
   let err = '';
   let resolvePorts: (p: { http: number; grpc: number; metrics: number }) => void = () => {};
   const ports = new Promise<{ http: number; grpc: number; metrics: number }>((r) => (resolvePorts = r));
@@ -35,7 +38,13 @@ function serve(args: string[]): Started {
   return { exit, ports, stderr: () => err, kill: (s) => child.kill(s) };
 }
 
-const PORTS = ['--http-port=0', '--grpc-port=0', '--metrics-port=0', '--http-address=127.0.0.1', '--grpc-address=127.0.0.1'];
+const PORTS = [
+  '--http-port=0',
+  '--grpc-port=0',
+  '--metrics-port=0',
+  '--http-address=127.0.0.1',
+  '--grpc-address=127.0.0.1',
+];
 
 test('nereid serve answers on its ports and exits 0 on SIGTERM after finishing in-flight requests', async (t) => {
   const repo = new TempRepository().addSub('simple');
@@ -52,7 +61,9 @@ test('nereid serve answers on its ports and exits 0 on SIGTERM after finishing i
       { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: Array.from({ length: 16 }, () => 1) },
     ],
   });
-  const inflight = Array.from({ length: 10 }, () => fetch(`http://127.0.0.1:${ports.http}/v2/models/simple/infer`, { method: 'POST', body }));
+  const inflight = Array.from({ length: 10 }, () =>
+    fetch(`http://127.0.0.1:${ports.http}/v2/models/simple/infer`, { method: 'POST', body }),
+  );
   s.kill('SIGTERM');
   const statuses = await Promise.all(inflight.map((p) => p.then((r) => r.status, () => 'refused')));
   assert.equal(await s.exit, 0, s.stderr());
@@ -77,7 +88,9 @@ test('with --exit-on-error=false a broken model is UNAVAILABLE and the rest is s
     await s.exit;
   });
   const ports = await s.ports;
-  const index = (await (await fetch(`http://127.0.0.1:${ports.http}/v2/repository/index`, { method: 'POST' })).json()) as Array<{ name: string; state: string }>;
+  const index = (await (
+    await fetch(`http://127.0.0.1:${ports.http}/v2/repository/index`, { method: 'POST' })
+  ).json()) as Array<{ name: string; state: string }>;
   assert.deepEqual(
     index.map((e) => `${e.name}:${e.state}`),
     ['broken:UNAVAILABLE', 'good:READY'],

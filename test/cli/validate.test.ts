@@ -46,7 +46,8 @@ ensemble_scheduling { step [ ${steps} ] }
 }
 
 const step = (model: string, version = -1, inputs = '{ key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" }') =>
-  `{ model_name: "${model}" model_version: ${version} input_map [ ${inputs} ] output_map [ { key: "OUTPUT0" value: "OUT0" }, { key: "OUTPUT1" value: "OUT1" } ] }`;
+  `{ model_name: "${model}" model_version: ${version} input_map [ ${inputs} ] ` +
+  `output_map [ { key: "OUTPUT0" value: "OUT0" }, { key: "OUTPUT1" value: "OUT1" } ] }`;
 
 function repository(): { repo: TempRepository; broken: string[] } {
   const repo = new TempRepository();
@@ -68,8 +69,14 @@ function repository(): { repo: TempRepository; broken: string[] } {
   // The configuration against the ONNX file.
   bad('output_not_in_model', () => onnx('output_not_in_model', (t) => t.replace('"OUTPUT1"', '"OUTPUT2"')));
   bad('batching_fixed_dim', () => onnx('batching_fixed_dim', undefined, buildAddSubModel('INT32', 16, null).toBytes()));
-  bad('wrong_input_type', () => onnx('wrong_input_type', (t) => t.replace('{ name: "INPUT0" data_type: TYPE_INT32', '{ name: "INPUT0" data_type: TYPE_FP32')));
-  bad('input_count', () => onnx('input_count', (t) => t.replace(`input [ ${IO16(['INPUT0', 'INPUT1'])} ]`, `input [ ${IO16(['INPUT0'])} ]`)));
+  bad('wrong_input_type', () =>
+    onnx('wrong_input_type', (t) =>
+      t.replace('{ name: "INPUT0" data_type: TYPE_INT32', '{ name: "INPUT0" data_type: TYPE_FP32'),
+    ),
+  );
+  bad('input_count', () =>
+    onnx('input_count', (t) => t.replace(`input [ ${IO16(['INPUT0', 'INPUT1'])} ]`, `input [ ${IO16(['INPUT0'])} ]`)),
+  );
   bad('corrupt_file', () => onnx('corrupt_file', undefined, new TextEncoder().encode('not an onnx file')));
   bad('no_model_file', () => {
     repo.config('no_model_file', addSubConfig('no_model_file'));
@@ -79,20 +86,44 @@ function repository(): { repo: TempRepository; broken: string[] } {
   bad('bad_execution_mode', () =>
     onnx('bad_execution_mode', (t) => `${t}parameters { key: "execution_mode" value: { string_value: "3" } }\n`),
   );
-  bad('bad_inline', () => onnx('bad_inline', (t) => `${t}parameters { key: "inline_execution" value: { string_value: "sometimes" } }\n`));
+  bad('bad_inline', () =>
+    onnx('bad_inline', (t) => `${t}parameters { key: "inline_execution" value: { string_value: "sometimes" } }\n`),
+  );
   // The configuration itself.
-  bad('zero_dims', () => onnx('zero_dims', (t) => t.replace('{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ]', '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 0 ]')));
+  bad('zero_dims', () =>
+    onnx('zero_dims', (t) =>
+      t.replace(
+        '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ]',
+        '{ name: "INPUT1" data_type: TYPE_INT32 dims: [ 0 ]',
+      ),
+    ),
+  );
   bad('parse_error', () => onnx('parse_error', (t) => t.replace('max_batch_size: 8', 'max_batch_size: "eight"')));
   bad('name_mismatch', () => onnx('name_mismatch', (t) => t.replace('name: "name_mismatch"', 'name: "other"')));
-  bad('unknown_backend', () => repo.config('unknown_backend', 'backend: "tensorrt"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n').file('unknown_backend', '1/model.plan', 'x'));
-  bad('missing_labels', () => onnx('missing_labels', (t) => t.replace('{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ]', '{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] label_filename: "labels.txt"')));
+  bad('unknown_backend', () =>
+    repo
+      .config('unknown_backend', 'backend: "tensorrt"\nplatform: "tensorrt_plan"\nmax_batch_size: 8\n')
+      .file('unknown_backend', '1/model.plan', 'x'),
+  );
+  bad('missing_labels', () =>
+    onnx('missing_labels', (t) =>
+      t.replace(
+        '{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ]',
+        '{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] label_filename: "labels.txt"',
+      ),
+    ),
+  );
   bad('no_version_folder', () => repo.config('no_version_folder', addSubConfig('no_version_folder')));
-  bad('missing_version', () => onnx('missing_version', (t) => `${t}version_policy { specific { versions: [ 1, 2 ] } }\n`));
+  bad('missing_version', () =>
+    onnx('missing_version', (t) => `${t}version_policy { specific { versions: [ 1, 2 ] } }\n`),
+  );
   bad('warmup_file_missing', () =>
     onnx(
       'warmup_file_missing',
       (t) =>
-        `${t}model_warmup [ { name: "w" batch_size: 1 inputs [ { key: "INPUT0" value: { data_type: TYPE_INT32 dims: [ 16 ] input_data_file: "nope" } }, { key: "INPUT1" value: { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } } ] } ]\n`,
+        `${t}model_warmup [ { name: "w" batch_size: 1 inputs [ { key: "INPUT0" value: { data_type: TYPE_INT32 dims: ` +
+        `[ 16 ] input_data_file: "nope" } }, { key: "INPUT1" value: { ` +
+        `data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } } ] } ]\n`,
     ),
   );
   // Ensembles.
@@ -101,11 +132,25 @@ function repository(): { repo: TempRepository; broken: string[] } {
   bad('step_version', () => ensemble('step_version', ensembleConfig('step_version', step('simple', 2))));
   bad('step_failed', () => ensemble('step_failed', ensembleConfig('step_failed', step('corrupt_file'))));
   bad('step_invalid', () => ensemble('step_invalid', ensembleConfig('step_invalid', step('parse_error'))));
-  bad('unmapped', () => ensemble('unmapped', ensembleConfig('unmapped', step('simple', -1, '{ key: "INPUT0" value: "A" }')).replace(`input [ ${IO16(['A', 'B'])} ]`, `input [ ${IO16(['A'])} ]`)));
+  bad('unmapped', () =>
+    ensemble(
+      'unmapped',
+      ensembleConfig('unmapped', step('simple', -1, '{ key: "INPUT0" value: "A" }')).replace(
+        `input [ ${IO16(['A', 'B'])} ]`,
+        `input [ ${IO16(['A'])} ]`,
+      ),
+    ),
+  );
   bad('no_step', () => ensemble('no_step', ensembleConfig('no_step', '')));
-  bad('batch_too_big', () => ensemble('batch_too_big', ensembleConfig('batch_too_big', step('simple')).replace('max_batch_size: 8', 'max_batch_size: 16')));
+  bad('batch_too_big', () =>
+    ensemble(
+      'batch_too_big',
+      ensembleConfig('batch_too_big', step('simple')).replace('max_batch_size: 8', 'max_batch_size: 16'),
+    ),
+  );
   bad('inconsistent_type', () =>
-    ensemble('inconsistent_type', ensembleConfig('inconsistent_type', step('simple')).replace(`input [ ${IO16(['A', 'B'])} ]`, `input [ ${IO16(['A', 'B'], 'TYPE_FP32')} ]`)),
+    ensemble('inconsistent_type', ensembleConfig('inconsistent_type', step('simple')).replace(`input ` +
+      `[ ${IO16(['A', 'B'])} ]`, `input [ ${IO16(['A', 'B'], 'TYPE_FP32')} ]`)),
   );
   // JavaScript.
   bad('js_no_module', () => {
@@ -143,11 +188,20 @@ function sameAnswer(e: RepositoryIndexEntry, lines: ReadonlyMap<string, string>)
   } else if (e.version === undefined) {
     assert.equal(lines.get(e.name), `FAIL ${e.name}: ${e.reason}`, `validate gives serve's reason for ${e.name}`);
   } else {
-    assert.equal(lines.get(`${e.name}@${e.version}`), `FAIL ${e.name} (version ${e.version}): ${e.reason}`, `validate gives serve's reason for ${e.name}`);
+    assert.equal(
+      lines.get(`${e.name}@${e.version}`),
+      `FAIL ${e.name} (version ${e.version}): ${e.reason}`,
+      `validate gives serve's reason for ${e.name}`,
+    );
   }
 }
 
-async function agree(repo: TempRepository, broken: readonly string[], backendConfig: Record<string, Record<string, string>> = {}, flags: string[] = []): Promise<void> {
+async function agree(
+  repo: TempRepository,
+  broken: readonly string[],
+  backendConfig: Record<string, Record<string, string>> = {},
+  flags: string[] = [],
+): Promise<void> {
   const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger, backendConfig });
   await server.start();
   try {
@@ -173,7 +227,12 @@ test('validate and serve agree with auto-complete off', async (t) => {
   const { repo, broken } = repository();
   t.after(() => repo.cleanup());
   // Without auto-complete an ensemble's own inputs and outputs are checked before its steps, as Triton does.
-  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger, disableAutoCompleteConfig: true });
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    exitOnError: false,
+    logger: silentLogger,
+    disableAutoCompleteConfig: true,
+  });
   await server.start();
   const index = await server.repositoryIndex();
   await server.stop();
@@ -196,19 +255,33 @@ class TritonPythonModel:
     def execute(self, requests):
         return None
 `;
-  const io = `input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\noutput [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n`;
-  repo.config('turns_on', `backend: "python"\nmodel_transaction_policy { decoupled: false }\n${io}`).file('turns_on', '1/model.py', model('dict(decoupled=True)'));
+  const io = `input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ` +
+    `]\noutput [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n`;
+  repo
+    .config('turns_on', `backend: "python"\nmodel_transaction_policy { decoupled: false }\n${io}`)
+    .file('turns_on', '1/model.py', model('dict(decoupled=True)'));
   repo.config('fine', `backend: "python"\n${io}`).file('fine', '1/model.py', model('dict(decoupled=False)'));
   repo.config('no_model_py', `backend: "python"\n${io}`);
   mkdirSync(path.join(repo.dir, 'no_model_py', '1'), { recursive: true });
   repo.config('raises', `backend: "python"\n${io}`).file('raises', '1/model.py', model('dict(streaming=True)'));
-  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger, backendConfig: { python: { 'python-executable': PYTHON } } });
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    exitOnError: false,
+    logger: silentLogger,
+    backendConfig: { python: { 'python-executable': PYTHON } },
+  });
   await server.start();
   const index = await server.repositoryIndex();
   await server.stop();
-  const lines = await validateLines([`--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`]);
+  const lines = await validateLines([
+    `--model-repository=${repo.dir}`,
+    `--backend-config=python,python-executable=${PYTHON}`,
+  ]);
   for (const e of index) sameAnswer(e, lines);
-  assert.match(lines.get('turns_on') ?? '', /trying to change decoupled property in auto-complete-config for model 'turns_on'/);
+  assert.match(
+    lines.get('turns_on') ?? '',
+    /trying to change decoupled property in auto-complete-config for model 'turns_on'/,
+  );
   assert.match(lines.get('raises') ?? '', /contains property other than 'decoupled'/);
   assert.match(lines.get('fine') ?? '', /^ok /);
 });

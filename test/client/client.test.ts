@@ -46,10 +46,18 @@ function everyDatatype(json: boolean) {
     { datatype: 'UINT8', data: Uint8Array.from([0, 255, 7]), back: Uint8Array.from([0, 255, 7]) },
     { datatype: 'UINT16', data: Uint16Array.from([0, 65535, 7]), back: Uint16Array.from([0, 65535, 7]) },
     { datatype: 'UINT32', data: Uint32Array.from([0, 4294967295, 7]), back: Uint32Array.from([0, 4294967295, 7]) },
-    { datatype: 'UINT64', data: BigUint64Array.from([0n, big * 2n, 7n]), back: BigUint64Array.from([0n, big * 2n, 7n]) },
+    {
+      datatype: 'UINT64',
+      data: BigUint64Array.from([0n, big * 2n, 7n]),
+      back: BigUint64Array.from([0n, big * 2n, 7n]),
+    },
     { datatype: 'INT8', data: Int8Array.from([-128, 127, 0]), back: Int8Array.from([-128, 127, 0]) },
     { datatype: 'INT16', data: [-32768, 32767, 5], back: Int16Array.from([-32768, 32767, 5]) },
-    { datatype: 'INT32', data: Int32Array.from([-(2 ** 31), 2 ** 31 - 1, 0]), back: Int32Array.from([-(2 ** 31), 2 ** 31 - 1, 0]) },
+    {
+      datatype: 'INT32',
+      data: Int32Array.from([-(2 ** 31), 2 ** 31 - 1, 0]),
+      back: Int32Array.from([-(2 ** 31), 2 ** 31 - 1, 0]),
+    },
     { datatype: 'INT64', data: BigInt64Array.from([-big, big, 0n]), back: BigInt64Array.from([-big, big, 0n]) },
     { datatype: 'FP32', data: Float32Array.from([1.5, -2.25, 3.125]), back: Float32Array.from([1.5, -2.25, 3.125]) },
     { datatype: 'FP64', data: [Math.PI, -1e300, 0], back: Float64Array.from([Math.PI, -1e300, 0]) },
@@ -129,7 +137,12 @@ for (const p of PROTOCOLS) {
       assert.ok(all.outputs[0]!.data instanceof Int32Array);
       assert.deepEqual([...(all.outputs[0]!.data as Int32Array)], [...A].map((a, i) => a + B[i]!));
       assert.deepEqual([...(all.outputs[1]!.data as Int32Array)], [...A].map((a, i) => a - B[i]!));
-      const one = await client.infer({ model: 'simple', version: '1', inputs: simpleInputs(), outputs: [{ name: 'OUTPUT1' }] });
+      const one = await client.infer({
+        model: 'simple',
+        version: '1',
+        inputs: simpleInputs(),
+        outputs: [{ name: 'OUTPUT1' }],
+      });
       assert.deepEqual(one.outputs.map((o) => o.name), ['OUTPUT1']);
       assert.equal(one.id, '');
     });
@@ -138,7 +151,12 @@ for (const p of PROTOCOLS) {
       const cases = everyDatatype(json);
       const res = await client.infer({
         model: 'all_types',
-        inputs: cases.map((c): InferInput => ({ name: `IN_${c.datatype}`, datatype: c.datatype, shape: [3], data: c.data })),
+        inputs: cases.map((c): InferInput => ({
+          name: `IN_${c.datatype}`,
+          datatype: c.datatype,
+          shape: [3],
+          data: c.data,
+        })),
         // JSON answers cannot carry FP16 or BF16: those two are asked for in the binary test only.
         outputs: cases.filter((c) => !json || !isHalf(c.datatype)).map((c) => ({ name: `OUT_${c.datatype}` })),
         bytesAsStrings: true,
@@ -152,7 +170,10 @@ for (const p of PROTOCOLS) {
         if (Array.isArray(c.back)) assert.deepEqual(out.data, c.back);
         else {
           assert.equal(out.data.constructor, c.back.constructor, `${c.datatype} as ${out.data.constructor.name}`);
-          assert.deepEqual([...(out.data as ArrayLike<unknown> as unknown[])], [...(c.back as ArrayLike<unknown> as unknown[])]);
+          assert.deepEqual(
+            [...(out.data as ArrayLike<unknown> as unknown[])],
+            [...(c.back as ArrayLike<unknown> as unknown[])],
+          );
         }
       }
       if (!json) {
@@ -183,7 +204,11 @@ for (const p of PROTOCOLS) {
     });
 
     test('request parameters reach the model and the server', async () => {
-      const res = await client.infer({ model: 'simple', inputs: simpleInputs(), parameters: { priority: 1, tag: 'x', flag: true } });
+      const res = await client.infer({
+        model: 'simple',
+        inputs: simpleInputs(),
+        parameters: { priority: 1, tag: 'x', flag: true },
+      });
       assert.equal(res.outputs.length, 2);
     });
 
@@ -258,18 +283,35 @@ for (const p of PROTOCOLS) {
 
     test('bad input is refused before sending and names the input', async () => {
       // A client pointed nowhere: a connection attempt would fail differently.
-      const nowhere = new InferenceClient({ url: p.label.startsWith('gRPC') ? 'grpc://127.0.0.1:1' : 'http://127.0.0.1:1' });
+      const nowhere = new InferenceClient({
+        url: p.label.startsWith('gRPC') ? 'grpc://127.0.0.1:1' : 'http://127.0.0.1:1',
+      });
       const refuse = (inputs: InferInput[], pattern: RegExp) =>
         assert.rejects(nowhere.infer({ model: 'simple', inputs }), (err: unknown) => {
           assert.ok(err instanceof InvalidInputError, String(err));
           assert.match(err.message, pattern);
           return true;
         });
-      await refuse([{ name: 'INPUT0', datatype: 'INT32', shape: [1, 15], data: A }], /input 'INPUT0': shape \[1,15\] holds 15 elements but data has 16/);
-      await refuse([{ name: 'INPUT0', datatype: 'INT32', shape: [16], data: new Float32Array(16) }], /input 'INPUT0' is INT32: data must be a Int32Array/);
-      await refuse([{ name: 'X', datatype: 'FP33' as 'FP32', shape: [1], data: [1] }], /input 'X': unknown datatype "FP33"/);
-      await refuse([{ name: 'X', datatype: 'INT8', shape: [2], data: [1, 300] }], /input 'X' is INT8: element 1 is "300"/);
-      await refuse([{ name: 'X', datatype: 'BYTES', shape: [2], data: ['a', 3 as unknown as string] }], /input 'X' is BYTES: element 1 is number/);
+      await refuse(
+        [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 15], data: A }],
+        /input 'INPUT0': shape \[1,15\] holds 15 elements but data has 16/,
+      );
+      await refuse(
+        [{ name: 'INPUT0', datatype: 'INT32', shape: [16], data: new Float32Array(16) }],
+        /input 'INPUT0' is INT32: data must be a Int32Array/,
+      );
+      await refuse(
+        [{ name: 'X', datatype: 'FP33' as 'FP32', shape: [1], data: [1] }],
+        /input 'X': unknown datatype "FP33"/,
+      );
+      await refuse(
+        [{ name: 'X', datatype: 'INT8', shape: [2], data: [1, 300] }],
+        /input 'X' is INT8: element 1 is "300"/,
+      );
+      await refuse(
+        [{ name: 'X', datatype: 'BYTES', shape: [2], data: ['a', 3 as unknown as string] }],
+        /input 'X' is BYTES: element 1 is number/,
+      );
       await refuse([{ name: 'X', datatype: 'INT32', shape: [-1], data: [] }], /input 'X': shape \[-1\] has -1/);
       await refuse([{ name: 'X', datatype: 'INT32', shape: [1] }], /input 'X' has no data/);
       await refuse(
@@ -279,7 +321,10 @@ for (const p of PROTOCOLS) {
         ],
         /input 'X' is given twice/,
       );
-      await assert.rejects(nowhere.infer({ model: 'simple', version: 'latest', inputs: [] }), /version of model 'simple' must be a version number/);
+      await assert.rejects(
+        nowhere.infer({ model: 'simple', version: 'latest', inputs: [] }),
+        /version of model 'simple' must be a version number/,
+      );
       await nowhere.close();
     });
   });

@@ -21,7 +21,10 @@ class ScriptedHttpServer {
     req.resume();
     req.on('end', () => {
       const reply = this.script.shift() ?? this.fallback;
-      res.writeHead(reply.status, { 'content-length': String(Buffer.byteLength(reply.body)), ...(reply.headers ?? {}) });
+      res.writeHead(reply.status, {
+        'content-length': String(Buffer.byteLength(reply.body)),
+        ...(reply.headers ?? {}),
+      });
       res.end(reply.body);
     });
   });
@@ -52,7 +55,10 @@ function binaryAnswer(header: object, binary: Buffer, declaredLength?: string): 
   const json = Buffer.from(JSON.stringify(header));
   return {
     status: 200,
-    headers: { 'inference-header-content-length': declaredLength ?? String(json.byteLength), 'content-type': 'application/octet-stream' },
+    headers: {
+      'inference-header-content-length': declaredLength ?? String(json.byteLength),
+      'content-type': 'application/octet-stream',
+    },
     body: Buffer.concat([json, binary]),
   };
 }
@@ -70,21 +76,64 @@ describe('HTTP answers that do not parse, retries and the pool', () => {
   });
   after(() => fake.stop());
 
-  const out = (size: number) => ({ model_name: 'm', model_version: '1', outputs: [{ name: 'Y', datatype: 'INT32', shape: [1, 4], parameters: { binary_data_size: size } }] });
+  const out = (size: number) => ({
+    model_name: 'm',
+    model_version: '1',
+    outputs: [{ name: 'Y', datatype: 'INT32', shape: [1, 4], parameters: { binary_data_size: size } }],
+  });
 
   test('each broken answer is a ProtocolError saying what was wrong', async () => {
     const client = new InferenceClient({ url });
     const cases: Array<[Reply, RegExp]> = [
       [{ status: 200, body: 'not json' }, /the answer is not JSON/],
-      [binaryAnswer(out(16), Buffer.alloc(16), '9999'), /Inference-Header-Content-Length "9999" does not fit a body of \d+ bytes/],
-      [binaryAnswer(out(8), Buffer.alloc(8)), /output 'Y' of the answer has 8 bytes but INT32 of shape \[1,4\] needs 16/],
+      [
+        binaryAnswer(out(16), Buffer.alloc(16), '9999'),
+        /Inference-Header-Content-Length "9999" does not fit a body of \d+ bytes/,
+      ],
+      [
+        binaryAnswer(out(8), Buffer.alloc(8)),
+        /output 'Y' of the answer has 8 bytes but INT32 of shape \[1,4\] needs 16/,
+      ],
       [binaryAnswer(out(16), Buffer.alloc(10)), /output 'Y' declares 16 binary bytes but 10 remain/],
       [binaryAnswer(out(16), Buffer.alloc(20)), /4 bytes after its outputs' binary data/],
       [binaryAnswer({ model_name: 'm', model_version: '1' }, Buffer.alloc(0)), /the answer has no outputs list/],
-      [binaryAnswer({ model_name: 'm', outputs: [{ name: 'Y', datatype: 'INT33', shape: [4], parameters: { binary_data_size: 16 } }] }, Buffer.alloc(16)), /unknown datatype "INT33"/],
-      [binaryAnswer({ model_name: 'm', outputs: [{ name: 'Y', datatype: 'INT32', shape: [-4], parameters: { binary_data_size: 16 } }] }, Buffer.alloc(16)), /output 'Y' of the answer has a bad shape \[-4\]/],
-      [{ status: 200, body: JSON.stringify({ model_name: 'm', outputs: [{ name: 'Y', datatype: 'INT32', shape: [2], data: [1, 'x'] }] }) }, /output 'Y' of the answer: .*signed-integer/],
-      [{ status: 200, body: JSON.stringify({ model_name: 'm', outputs: [{ name: 'Y', datatype: 'INT32', shape: [2] }] }) }, /output 'Y' has neither data nor binary_data_size/],
+      [
+        binaryAnswer(
+          {
+            model_name: 'm',
+            outputs: [{ name: 'Y', datatype: 'INT33', shape: [4], parameters: { binary_data_size: 16 } }],
+          },
+          Buffer.alloc(16),
+        ),
+        /unknown datatype "INT33"/,
+      ],
+      [
+        binaryAnswer(
+          {
+            model_name: 'm',
+            outputs: [{ name: 'Y', datatype: 'INT32', shape: [-4], parameters: { binary_data_size: 16 } }],
+          },
+          Buffer.alloc(16),
+        ),
+        /output 'Y' of the answer has a bad shape \[-4\]/,
+      ],
+      [
+        {
+          status: 200,
+          body: JSON.stringify({
+            model_name: 'm',
+            outputs: [{ name: 'Y', datatype: 'INT32', shape: [2], data: [1, 'x'] }],
+          }),
+        },
+        /output 'Y' of the answer: .*signed-integer/,
+      ],
+      [
+        {
+          status: 200,
+          body: JSON.stringify({ model_name: 'm', outputs: [{ name: 'Y', datatype: 'INT32', shape: [2] }] }),
+        },
+        /output 'Y' has neither data nor binary_data_size/,
+      ],
     ];
     for (const [reply, pattern] of cases) {
       fake.reset([reply]);
@@ -105,11 +154,19 @@ describe('HTTP answers that do not parse, retries and the pool', () => {
     fake.reset([{ status: 400, body: '{"error":"input is wrong"}' }]);
     await assert.rejects(client.infer(INFER), (err: unknown) => {
       assert.ok(err instanceof InferenceServerError);
-      assert.deepEqual([err.status, err.code, err.message, err.protocol], [400, 'INVALID_ARGUMENT', 'input is wrong', 'http']);
+      assert.deepEqual(
+        [err.status, err.code, err.message, err.protocol],
+        [400, 'INVALID_ARGUMENT', 'input is wrong', 'http'],
+      );
       return true;
     });
     fake.reset([{ status: 502, body: 'Bad gateway' }]);
-    await assert.rejects(client.serverMetadata(), { name: 'InferenceServerError', status: 502, code: 'UNAVAILABLE', message: 'HTTP 502: Bad gateway' });
+    await assert.rejects(client.serverMetadata(), {
+      name: 'InferenceServerError',
+      status: 502,
+      code: 'UNAVAILABLE',
+      message: 'HTTP 502: Bad gateway',
+    });
     await client.close();
   });
 
@@ -154,13 +211,26 @@ describe('gRPC answers that do not parse and retries', () => {
   const plan: { metadata: Array<grpc.StatusObject | Buffer>; infer: Buffer[] } = { metadata: [], infer: [] };
   let metadataCalls = 0;
   const identity = (b: Buffer) => b;
-  const unary = (path: string) => ({ path, requestStream: false, responseStream: false, requestSerialize: identity, requestDeserialize: identity, responseSerialize: identity, responseDeserialize: identity });
+  const unary = (path: string) => ({
+    path,
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: identity,
+    requestDeserialize: identity,
+    responseSerialize: identity,
+    responseDeserialize: identity,
+  });
 
   before(async () => {
     server = new grpc.Server();
-    const ok = Buffer.from(toBinary(ServerMetadataResponseSchema, create(ServerMetadataResponseSchema, { name: 'triton', version: '1' })));
+    const ok = Buffer.from(
+      toBinary(ServerMetadataResponseSchema, create(ServerMetadataResponseSchema, { name: 'triton', version: '1' })),
+    );
     server.addService(
-      { ServerMetadata: unary('/inference.GRPCInferenceService/ServerMetadata'), ModelInfer: unary('/inference.GRPCInferenceService/ModelInfer') } as grpc.ServiceDefinition,
+      {
+        ServerMetadata: unary('/inference.GRPCInferenceService/ServerMetadata'),
+        ModelInfer: unary('/inference.GRPCInferenceService/ModelInfer'),
+      } as grpc.ServiceDefinition,
       {
         ServerMetadata: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => {
           metadataCalls++;
@@ -173,7 +243,9 @@ describe('gRPC answers that do not parse and retries', () => {
       },
     );
     const port = await new Promise<number>((resolve, reject) =>
-      server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+      server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) =>
+        err ? reject(err) : resolve(p),
+      ),
     );
     url = `grpc://127.0.0.1:${port}`;
   });
@@ -182,7 +254,10 @@ describe('gRPC answers that do not parse and retries', () => {
   test('bytes that are not a message, and outputs that do not fit their shape, are ProtocolErrors', async () => {
     const client = new InferenceClient({ url });
     plan.infer.push(Buffer.from([0xff, 0xff, 0xff, 0xff]));
-    await assert.rejects(client.infer(INFER), (err: unknown) => err instanceof ProtocolError && /does not parse/.test(err.message));
+    await assert.rejects(
+      client.infer(INFER),
+      (err: unknown) => err instanceof ProtocolError && /does not parse/.test(err.message),
+    );
     const short = create(ModelInferResponseSchema, {
       modelName: 'm',
       modelVersion: '1',
@@ -190,8 +265,18 @@ describe('gRPC answers that do not parse and retries', () => {
       rawOutputContents: [new Uint8Array(6)],
     });
     plan.infer.push(Buffer.from(toBinary(ModelInferResponseSchema, short)));
-    await assert.rejects(client.infer(INFER), /output 'Y' of the answer has 6 bytes but INT32 of shape \[1,4\] needs 16/);
-    const missing = create(ModelInferResponseSchema, { modelName: 'm', outputs: [{ name: 'Y', datatype: 'INT32', shape: [1n] }, { name: 'Z', datatype: 'INT32', shape: [1n] }], rawOutputContents: [new Uint8Array(4)] });
+    await assert.rejects(
+      client.infer(INFER),
+      /output 'Y' of the answer has 6 bytes but INT32 of shape \[1,4\] needs 16/,
+    );
+    const missing = create(ModelInferResponseSchema, {
+      modelName: 'm',
+      outputs: [
+        { name: 'Y', datatype: 'INT32', shape: [1n] },
+        { name: 'Z', datatype: 'INT32', shape: [1n] },
+      ],
+      rawOutputContents: [new Uint8Array(4)],
+    });
     plan.infer.push(Buffer.from(toBinary(ModelInferResponseSchema, missing)));
     await assert.rejects(client.infer(INFER), /the answer has 2 outputs but 1 raw_output_contents/);
     await client.close();
@@ -204,7 +289,10 @@ describe('gRPC answers that do not parse and retries', () => {
     metadataCalls = 0;
     await assert.rejects(plain.serverMetadata(), (err: unknown) => {
       assert.ok(err instanceof InferenceServerError);
-      assert.deepEqual([err.status, err.code, err.message, err.protocol], [14, 'UNAVAILABLE', 'model is reloading', 'grpc']);
+      assert.deepEqual(
+        [err.status, err.code, err.message, err.protocol],
+        [14, 'UNAVAILABLE', 'model is reloading', 'grpc'],
+      );
       return true;
     });
     assert.equal(metadataCalls, 1);

@@ -15,7 +15,17 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '.
 
 /** Our files `nereid/client` may load (under dist/src), and the packages. */
 const ALLOWED_FILES = /^(client\/[^/]+|tensor\/[^/]+|gen\/[^/]+|config\/(json|errors)|errors)\.js$/;
-const ALLOWED_PACKAGES = new Set(['undici', '@grpc/grpc-js', '@grpc/proto-loader', '@bufbuild/protobuf', '@js-sdsl/ordered-map', 'protobufjs', 'long', 'lodash.camelcase', '@protobufjs']);
+const ALLOWED_PACKAGES = new Set([
+  'undici',
+  '@grpc/grpc-js',
+  '@grpc/proto-loader',
+  '@bufbuild/protobuf',
+  '@js-sdsl/ordered-map',
+  'protobufjs',
+  'long',
+  'lodash.camelcase',
+  '@protobufjs',
+]);
 
 test("importing 'nereid/client' loads only the client, the tensor codecs and its protocol packages", () => {
   const scratch = mkdtempSync(path.join(tmpdir(), 'nereid-isolation-'));
@@ -42,10 +52,14 @@ new m.InferenceClient({ url: 'grpc://127.0.0.1:1' });
 const maps = (await import('node:fs')).readFileSync('/proc/self/maps', 'utf8');
 console.log(JSON.stringify({ onnxruntime: /onnxruntime/.test(maps) }));
 `;
-    const r = spawnSync(process.execPath, ['--import', `data:text/javascript,${encodeURIComponent(register)}`, '--input-type=module', '-e', script], {
-      cwd: ROOT,
-      encoding: 'utf8',
-    });
+    const r = spawnSync(
+      process.execPath,
+      ['--import', `data:text/javascript,${encodeURIComponent(register)}`, '--input-type=module', '-e', script],
+      {
+        cwd: ROOT,
+        encoding: 'utf8',
+      },
+    );
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(JSON.parse(r.stdout.trim().split('\n').pop()!), { onnxruntime: false });
     const urls = [...new Set(readFileSync(log, 'utf8').trim().split('\n'))].filter((u) => u.startsWith('file:'));

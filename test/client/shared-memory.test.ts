@@ -6,7 +6,12 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { InferenceClient, InferenceServerError, InvalidInputError, SystemSharedMemoryRegion } from '../../src/client/index.js';
+import {
+  InferenceClient,
+  InferenceServerError,
+  InvalidInputError,
+  SystemSharedMemoryRegion,
+} from '../../src/client/index.js';
 import { startClientTestServer, type ClientTestServer } from './helpers.js';
 
 let server: ClientTestServer;
@@ -46,15 +51,26 @@ for (const p of PROTOCOLS) {
           model: 'simple',
           inputs: [
             { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], sharedMemory: { region: 'io', byteSize: 64 } },
-            { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], sharedMemory: { region: 'io', byteSize: 64, offset: 64 } },
+            {
+              name: 'INPUT1',
+              datatype: 'INT32',
+              shape: [1, 16],
+              sharedMemory: { region: 'io', byteSize: 64, offset: 64 },
+            },
           ],
-          outputs: [{ name: 'OUTPUT0', sharedMemory: { region: 'io', byteSize: 64, offset: 128 } }, { name: 'OUTPUT1' }],
+          outputs: [
+            { name: 'OUTPUT0', sharedMemory: { region: 'io', byteSize: 64, offset: 128 } },
+            { name: 'OUTPUT1' },
+          ],
         });
         const [sum, diff] = r.outputs;
         assert.deepEqual(sum!.sharedMemory, { region: 'io', byteSize: 64, offset: 128 });
         assert.equal((sum!.data as Int32Array).length, 0);
         assert.deepEqual(sum!.shape, [1, 16]);
-        assert.deepEqual([...(region.readTensor('INT32', sum!.shape, { offset: 128 }) as Int32Array)], [...a].map((v, i) => v + b[i]!));
+        assert.deepEqual(
+          [...(region.readTensor('INT32', sum!.shape, { offset: 128 }) as Int32Array)],
+          [...a].map((v, i) => v + b[i]!),
+        );
         assert.deepEqual([...(diff!.data as Int32Array)], [...a].map((v, i) => v - b[i]!));
         await client.unregisterSystemSharedMemory('io');
         assert.deepEqual(await client.systemSharedMemoryStatus(), []);
@@ -69,7 +85,10 @@ for (const p of PROTOCOLS) {
       const key = `/nereid_client_small_${process.pid}_${p.label}`;
       const region = SystemSharedMemoryRegion.create(key, 16);
       try {
-        await assert.rejects(client.registerSystemSharedMemory('big', key, 1 << 20), (err: unknown) => err instanceof InferenceServerError);
+        await assert.rejects(
+          client.registerSystemSharedMemory('big', key, 1 << 20),
+          (err: unknown) => err instanceof InferenceServerError,
+        );
         await assert.rejects(
           client.infer({
             model: 'simple',
@@ -94,7 +113,10 @@ for (const p of PROTOCOLS) {
 test('regions refuse writes and reads outside them, and keys that are not one name', () => {
   const region = SystemSharedMemoryRegion.create(`/nereid_client_bounds_${process.pid}`, 8);
   try {
-    assert.throws(() => region.write(new Uint8Array(9)), (err: unknown) => err instanceof InvalidInputError && /does not fit region/.test(err.message));
+    assert.throws(
+      () => region.write(new Uint8Array(9)),
+      (err: unknown) => err instanceof InvalidInputError && /does not fit region/.test(err.message),
+    );
     assert.throws(() => region.read(4, 6), /does not fit region/);
     region.writeTensor('BYTES', ['ab']);
     assert.deepEqual(region.readTensor('BYTES', [1], { byteSize: 8, bytesAsStrings: true }), ['ab']);

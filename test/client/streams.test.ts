@@ -38,7 +38,11 @@ for (const p of PROTOCOLS) {
 
     test('a decoupled model streams one result per response, in order', async () => {
       const results: InferResult[] = [];
-      for await (const r of client.stream({ model: 'decoupled', id: 's1', inputs: [{ name: 'IN', datatype: 'INT32', shape: [4], data: [1, 2, 3, 4] }] })) {
+      for await (const r of client.stream({
+        model: 'decoupled',
+        id: 's1',
+        inputs: [{ name: 'IN', datatype: 'INT32', shape: [4], data: [1, 2, 3, 4] }],
+      })) {
         results.push(r);
       }
       assert.deepEqual(
@@ -71,7 +75,11 @@ for (const p of PROTOCOLS) {
     test('an error of the server ends the stream with its message', async () => {
       await assert.rejects(
         async () => {
-          for await (const r of client.stream({ model: 'decoupled', inputs: [{ name: 'IN', datatype: 'FP32', shape: [1], data: [1.5] }] })) void r;
+          for await (const r of client.stream({
+            model: 'decoupled',
+            inputs: [{ name: 'IN', datatype: 'FP32', shape: [1], data: [1.5] }],
+          }))
+            void r;
         },
         (err: unknown) => {
           assert.equal((err as Error).name, 'InferenceServerError');
@@ -145,7 +153,12 @@ for (const p of PROTOCOLS) {
     test('a timeout rejects with TimeoutError', async () => {
       const file = marker();
       await assert.rejects(
-        client.infer({ model: 'slow', inputs: [{ name: 'IN', datatype: 'INT32', shape: [1], data: [1] }], parameters: { marker: file }, timeout: 300 }),
+        client.infer({
+          model: 'slow',
+          inputs: [{ name: 'IN', datatype: 'INT32', shape: [1], data: [1] }],
+          parameters: { marker: file },
+          timeout: 300,
+        }),
         (err: unknown) => {
           assert.ok(err instanceof TimeoutError, String(err));
           assert.equal(err.code, 'DEADLINE_EXCEEDED');

@@ -23,7 +23,12 @@ async function model(name: string, files: Record<string, string[]>): Promise<str
   return dir;
 }
 
-async function complete(name: string, dir: string, init: { platform?: string; backend?: string } = {}, versions?: string[]): Promise<ModelConfig> {
+async function complete(
+  name: string,
+  dir: string,
+  init: { platform?: string; backend?: string } = {},
+  versions?: string[],
+): Promise<ModelConfig> {
   const config = create(ModelConfigSchema, init);
   return completeBackendFields(config, name, dir, versions ?? ['1']);
 }
@@ -45,17 +50,27 @@ describe('completeBackendFields', () => {
     const dir = await model('folder_name', { '1': ['model.py'] });
     const file = 'folder_name/config.pbtxt';
     const { config, positions } = parseModelConfigWithPositions('backend: "python"\nname: "other"\n', file);
-    await assert.rejects(completeBackendFields(config, 'folder_name', dir, ['1'], { file, positions }), (err: unknown) => {
-      assert.ok(err instanceof ConfigError);
-      assert.equal(err.message, `${file}:2:1: name "other" does not match the model's directory "folder_name": the directory name must equal the model name`);
-      return true;
-    });
+    await assert.rejects(
+      completeBackendFields(config, 'folder_name', dir, ['1'], { file, positions }),
+      (err: unknown) => {
+        assert.ok(err instanceof ConfigError);
+        assert.equal(
+          err.message,
+          `${file}:2:1: name "other" does not match the model's directory ` +
+          `"folder_name": the directory name must equal the model name`,
+        );
+        return true;
+      },
+    );
   });
 
   it('probes model.onnx (file) for onnxruntime', async () => {
     const dir = await model('onnx_file', { '1': ['model.onnx'] });
     const c = await complete('onnx_file', dir);
-    assert.deepEqual([c.platform, c.backend, c.defaultModelFilename], ['onnxruntime_onnx', 'onnxruntime', 'model.onnx']);
+    assert.deepEqual(
+      [c.platform, c.backend, c.defaultModelFilename],
+      ['onnxruntime_onnx', 'onnxruntime', 'model.onnx'],
+    );
   });
 
   it('probes model.onnx as a folder too', async () => {

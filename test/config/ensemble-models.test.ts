@@ -46,13 +46,22 @@ output [ { name: "OUT", data_type: TYPE_INT64, dims: [ -1 ] } ]`),
 
 const lookup = (name: string) => MODELS[name];
 
-function ensemble(steps: string, io = 'input [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ]\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 2 ] } ]') {
-  const text = `name: "pipeline"\nplatform: "ensemble"\nmax_batch_size: 8\n${io}\nensemble_scheduling {\n  step [\n${steps}\n  ]\n}\n`;
+function ensemble(
+  steps: string,
+  io = 'input [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ' +
+    ']\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 2 ] } ]',
+) {
+  const text = `name: "pipeline"\nplatform: "ensemble"\nmax_batch_size: ` +
+    `8\n${io}\nensemble_scheduling {\n  step [\n${steps}\n  ]\n}\n`;
   return parseModelConfigWithPositions(text, FILE);
 }
 
-const TOKENIZE = '    { model_name: "tokenize", model_version: -1, input_map { key: "TEXT" value: "TEXT" }, output_map { key: "IDS" value: "ids" } }';
-const CLASSIFY = '    { model_name: "classify", model_version: -1, input_map { key: "input_ids" value: "ids" }, output_map { key: "logits" value: "LOGITS" } }';
+const TOKENIZE =
+  '    { model_name: "tokenize", model_version: -1, input_map { key: ' +
+  '"TEXT" value: "TEXT" }, output_map { key: "IDS" value: "ids" } }';
+const CLASSIFY =
+  '    { model_name: "classify", model_version: -1, input_map { key: ' +
+  '"input_ids" value: "ids" }, output_map { key: "logits" value: "LOGITS" } }';
 
 function rejects(parsed: ReturnType<typeof ensemble>, detail: RegExp, line?: number): void {
   assert.throws(
@@ -77,31 +86,71 @@ describe('validateEnsembleModels', () => {
   });
 
   it('reports step models that are not available, in Triton\'s words', () => {
-    rejects(ensemble(TOKENIZE.replace('"tokenize", model_version: -1', '"tokenise", model_version: 3')), /ensemble pipeline contains models that are not available or ambiguous: tokenise$/, 8);
+    rejects(
+      ensemble(TOKENIZE.replace('"tokenize", model_version: -1', '"tokenise", model_version: 3')),
+      /ensemble pipeline contains models that are not available or ambiguous: tokenise$/,
+      8,
+    );
   });
 
   it('a map must name a real input or output of the step model', () => {
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "input_ids"', 'key: "ids_in"')}`), /in ensemble pipeline, ensemble tensor ids is mapping to non-existing input ids_in in model classify/, 9);
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "logits"', 'key: "probs"')}`), /in ensemble pipeline, ensemble tensor LOGITS is mapped from non-existing output probs in model classify/, 9);
+    rejects(
+      ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "input_ids"', 'key: "ids_in"')}`),
+      /in ensemble pipeline, ensemble tensor ids is mapping to non-existing input ids_in in model classify/,
+      9,
+    );
+    rejects(
+      ensemble(`${TOKENIZE},\n${CLASSIFY.replace('key: "logits"', 'key: "probs"')}`),
+      /in ensemble pipeline, ensemble tensor LOGITS is mapped from non-existing output probs in model classify/,
+      9,
+    );
   });
 
   it('every required input of a step must be fed', () => {
     const classifyTwoInputs = CLASSIFY.replace('key: "input_ids" value: "ids"', 'key: "mask" value: "ids"');
-    rejects(ensemble(`${TOKENIZE},\n${classifyTwoInputs}`), /in ensemble pipeline, input input_ids in model classify is not mapped to any ensemble tensors/);
+    rejects(
+      ensemble(`${TOKENIZE},\n${classifyTwoInputs}`),
+      /in ensemble pipeline, input input_ids in model classify is not mapped to any ensemble tensors/,
+    );
   });
 
   it('a tensor keeps one data type', () => {
-    const io = 'input [ { name: "TEXT", data_type: TYPE_FP32, dims: [ 1 ] } ]\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 2 ] } ]';
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /in ensemble pipeline, ensemble tensor TEXT: inconsistent data type: TYPE_FP32 is inferred from model pipeline while TYPE_STRING is inferred from model tokenize/, 8);
+    const io =
+      'input [ { name: "TEXT", data_type: TYPE_FP32, dims: [ 1 ] } ' +
+      ']\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 2 ] } ]';
+    rejects(
+      ensemble(`${TOKENIZE},\n${CLASSIFY}`, io),
+      new RegExp(
+        String.raw`in ensemble pipeline, ensemble tensor TEXT: inconsistent data type: TYPE_FP32 is inferred from ` +
+        String.raw`model pipeline while TYPE_STRING is inferred from model tokenize`,
+      ),
+      8,
+    );
   });
 
   it('a tensor keeps a compatible shape', () => {
-    const io = 'input [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ]\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 3 ] } ]';
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY}`, io), /in ensemble pipeline, ensemble tensor LOGITS: inconsistent shape: \[-1,3\] is inferred from model pipeline while \[-1,2\] is inferred from model classify/, 9);
+    const io =
+      'input [ { name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] } ' +
+      ']\noutput [ { name: "LOGITS", data_type: TYPE_FP32, dims: [ 3 ] } ]';
+    rejects(
+      ensemble(`${TOKENIZE},\n${CLASSIFY}`, io),
+      new RegExp(
+        String.raw`in ensemble pipeline, ensemble tensor LOGITS: inconsistent shape: \[-1,3\] is inferred from model ` +
+        String.raw`pipeline while \[-1,2\] is inferred from model classify`,
+      ),
+      9,
+    );
   });
 
   it('a step model must take batches as large as the ensemble', () => {
-    rejects(ensemble(`${TOKENIZE},\n${CLASSIFY.replace('"classify"', '"small"')}`), /ensemble pipeline allows maximum batch size 8, but it contains model small which only allows maximum batch size to be 2/, 9);
+    rejects(
+      ensemble(`${TOKENIZE},\n${CLASSIFY.replace('"classify"', '"small"')}`),
+      new RegExp(
+        String.raw`ensemble pipeline allows maximum batch size 8, but it contains model small which only allows ` +
+        String.raw`maximum batch size to be 2`,
+      ),
+      9,
+    );
   });
 
   it('a decoupled step makes the ensemble decoupled', () => {
@@ -114,19 +163,31 @@ describe('validateEnsembleModels', () => {
     const steps = [
       '    { model_name: "stream", input_map { key: "TEXT" value: "TEXT" }, output_map { key: "IDS" value: "a" } }',
       '    { model_name: "tokenize", input_map { key: "TEXT" value: "TEXT" }, output_map { key: "IDS" value: "b" } }',
-      '    { model_name: "join", input_map [ { key: "A" value: "a" }, { key: "B" value: "b" } ], output_map { key: "OUT" value: "ids" } }',
+      '    { model_name: "join", input_map [ { key: "A" value: "a" }, { ' +
+      'key: "B" value: "b" } ], output_map { key: "OUT" value: "ids" } }',
       CLASSIFY,
     ].join(',\n');
-    rejects(ensemble(steps), /in ensemble pipeline, step of model 'join' receives inputs originated from different decoupled models/);
+    rejects(
+      ensemble(steps),
+      /in ensemble pipeline, step of model 'join' receives inputs originated from different decoupled models/,
+    );
   });
 });
 
 describe('findEnsembleCycle', () => {
   const e = (name: string, ...steps: string[]) =>
-    cfg(`name: "${name}"\nplatform: "ensemble"\nensemble_scheduling { ${steps.map((s) => `step { model_name: "${s}" }`).join(' ')} }`);
+    cfg(
+      `name: "${name}"\nplatform: "ensemble"\nensemble_scheduling { ` +
+      `${steps.map((s) => `step { model_name: "${s}" }`).join(' ')} }`,
+    );
 
   it('finds a loop through other ensembles', () => {
-    const configs: Record<string, ModelConfig> = { a: e('a', 'tokenize', 'b'), b: e('b', 'c'), c: e('c', 'a'), tokenize: MODELS['tokenize']! };
+    const configs: Record<string, ModelConfig> = {
+      a: e('a', 'tokenize', 'b'),
+      b: e('b', 'c'),
+      c: e('c', 'a'),
+      tokenize: MODELS['tokenize']!,
+    };
     assert.deepEqual(findEnsembleCycle('a', (n) => configs[n]), ['a', 'b', 'c', 'a']);
   });
 
@@ -136,7 +197,12 @@ describe('findEnsembleCycle', () => {
   });
 
   it('a diamond is not a loop', () => {
-    const configs: Record<string, ModelConfig> = { top: e('top', 'l', 'r'), l: e('l', 'tokenize'), r: e('r', 'tokenize'), tokenize: MODELS['tokenize']! };
+    const configs: Record<string, ModelConfig> = {
+      top: e('top', 'l', 'r'),
+      l: e('l', 'tokenize'),
+      r: e('r', 'tokenize'),
+      tokenize: MODELS['tokenize']!,
+    };
     assert.equal(findEnsembleCycle('top', (n) => configs[n]), undefined);
   });
 });

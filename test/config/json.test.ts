@@ -36,16 +36,19 @@ sequence_batching {
   state [ { input_name: "s_in", output_name: "s_out", data_type: TYPE_INT32, dims: [ 2 ],
             initial_state [ { name: "init", data_type: TYPE_INT32, dims: [ 2 ], zero_data: true } ] } ]
 }
-instance_group [ { name: "g", kind: KIND_GPU, count: 2, gpus: [ 0 ], secondary_devices [ { kind: KIND_NVDLA, device_id: 7 } ],
+instance_group [ { name: "g", kind: KIND_GPU, count: 2, gpus: [ 0 ], secondary_devices [ { kind: KIND_NVDLA,
+  device_id: 7 } ],
                    rate_limiter { resources [ { name: "R", count: 3 } ], priority: 2 } } ]
 cc_model_filenames { key: "7.5" value: "model_75.onnx" }
 metric_tags { key: "team" value: "fraud" }
 parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/env.tar.gz" } }
-model_warmup [ { name: "w", batch_size: 2, count: 1, inputs { key: "x" value: { data_type: TYPE_FP32, dims: [ 3, 4, 4 ], random_data: true } } } ]
+model_warmup [ { name: "w", batch_size: 2, count: 1, inputs { key: "x" value: { data_type: TYPE_FP32, dims: [ 3, 4,
+  4 ], random_data: true } } } ]
 model_transaction_policy { decoupled: false }
 response_cache { enable: false }
 optimization { cuda { graphs: true, graph_spec [ { batch_size: 4, input { key: "x" value: { dim: [ 3, 4, 4 ] } } } ] } }
-model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration" }, histogram_options { buckets: [ 0.5, 1, 2.5 ] } } ] }
+model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration" },
+  histogram_options { buckets: [ 0.5, 1, 2.5 ] } } ] }
 `;
 
 describe('modelConfigToJson', () => {
@@ -109,10 +112,18 @@ describe('modelConfigToJson', () => {
       parameters: {},
       model_warmup: [],
     });
-    assert.deepEqual(Object.keys(json).slice(0, 6), ['name', 'platform', 'backend', 'runtime', 'version_policy', 'max_batch_size']);
+    assert.deepEqual(Object.keys(json).slice(0, 6), [
+      'name',
+      'platform',
+      'backend',
+      'runtime',
+      'version_policy',
+      'max_batch_size',
+    ]);
   });
 
   it('prints 64-bit integers as JSON numbers', () => {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- walks the printed JSON document freely
     const json = modelConfigToJson(parseModelConfig(FULL, 'full/config.pbtxt')) as any;
     assert.deepEqual(json.input[0].dims, [3, -1, -1]);
     assert.deepEqual(json.input[1].reshape, { shape: [] });
@@ -128,6 +139,7 @@ describe('modelConfigToJson', () => {
   });
 
   it('prints enums by name, float32 values in short form, and oneof members only when set', () => {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- walks the printed JSON document freely
     const json = modelConfigToJson(parseModelConfig(FULL, 'full/config.pbtxt')) as any;
     assert.equal(json.input[0].format, 'FORMAT_NCHW');
     assert.equal(json.instance_group[0].kind, 'KIND_GPU');
@@ -150,7 +162,13 @@ describe('modelConfigToJson', () => {
 
   it('leaves out message fields that are not set', () => {
     const json = modelConfigToJson(parseModelConfig('name: "m"\n', 'm/config.pbtxt'));
-    for (const key of ['version_policy', 'optimization', 'model_transaction_policy', 'response_cache', 'model_metrics']) {
+    for (const key of [
+      'version_policy',
+      'optimization',
+      'model_transaction_policy',
+      'response_cache',
+      'model_metrics',
+    ]) {
       assert.ok(!(key in json), key);
     }
     assert.equal(json['max_batch_size'], 0);
@@ -174,7 +192,10 @@ describe('modelConfigFromJson', () => {
         maxBatchSize: '4',
         input: [{ name: 'x', data_type: 'type_fp32', dims: ['3', 4] }],
         instance_group: [{ kind: 'kind_gpu', gpus: [0] }],
-        dynamic_batching: { max_queue_delay_microseconds: '100', priority_queue_policy: { '1': { timeout_action: 'delay' } } },
+        dynamic_batching: {
+          max_queue_delay_microseconds: '100',
+          priority_queue_policy: { '1': { timeout_action: 'delay' } },
+        },
       }),
     );
     assert.equal(config.maxBatchSize, 4);

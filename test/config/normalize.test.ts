@@ -44,25 +44,47 @@ describe('normalizeModelConfig', () => {
   });
 
   it('KIND_AUTO becomes GPU with GPUs present, CPU without', () => {
-    assert.equal(normalized('name: "m"\n', { defaultCpuInstanceCount: 1, gpuCount: 2 }).instanceGroup[0]!.kind, Kind.GPU);
+    assert.equal(
+      normalized('name: "m"\n', { defaultCpuInstanceCount: 1, gpuCount: 2 }).instanceGroup[0]!.kind,
+      Kind.GPU,
+    );
     assert.equal(normalized('name: "m"\n').instanceGroup[0]!.kind, Kind.CPU);
   });
 
   it('KIND_AUTO listing a missing GPU becomes CPU', () => {
-    const g = normalized('name: "m"\ninstance_group { gpus: [ 0, 4 ] }\n', { defaultCpuInstanceCount: 1, gpuCount: 2 }).instanceGroup[0]!;
+    const g = normalized('name: "m"\ninstance_group { gpus: [ 0, 4 ] }\n', { defaultCpuInstanceCount: 1, gpuCount: 2 })
+      .instanceGroup[0]!;
     assert.equal(g.kind, Kind.CPU);
   });
 
   it('KIND_GPU with no gpus gets every visible GPU', () => {
-    const g = normalized('name: "m"\ninstance_group { kind: KIND_GPU count: 3 }\n', { defaultCpuInstanceCount: 1, gpuCount: 2 }).instanceGroup[0]!;
+    const g = normalized('name: "m"\ninstance_group { kind: KIND_GPU count: 3 }\n', {
+      defaultCpuInstanceCount: 1,
+      gpuCount: 2,
+    }).instanceGroup[0]!;
     assert.deepEqual([g.count, g.gpus], [3, [0, 1]]);
   });
 
   it('an unset CPU count takes defaultCpuInstanceCount; GPU groups default to 1', () => {
-    assert.equal(normalized('name: "m"\nbackend: "onnxruntime"\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 2);
-    assert.equal(normalized('name: "m"\nbackend: "python"\n', { defaultCpuInstanceCount: 1, gpuCount: 0 }).instanceGroup[0]!.count, 1);
-    assert.equal(normalized('name: "m"\ninstance_group { count: 5 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 5);
-    assert.equal(normalized('name: "m"\ninstance_group { count: -3 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!.count, 2);
+    assert.equal(
+      normalized('name: "m"\nbackend: "onnxruntime"\n', { defaultCpuInstanceCount: 2, gpuCount: 0 }).instanceGroup[0]!
+        .count,
+      2,
+    );
+    assert.equal(
+      normalized('name: "m"\nbackend: "python"\n', { defaultCpuInstanceCount: 1, gpuCount: 0 }).instanceGroup[0]!.count,
+      1,
+    );
+    assert.equal(
+      normalized('name: "m"\ninstance_group { count: 5 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 })
+        .instanceGroup[0]!.count,
+      5,
+    );
+    assert.equal(
+      normalized('name: "m"\ninstance_group { count: -3 }\n', { defaultCpuInstanceCount: 2, gpuCount: 0 })
+        .instanceGroup[0]!.count,
+      2,
+    );
     assert.equal(normalized('name: "m"\n', { defaultCpuInstanceCount: 2, gpuCount: 1 }).instanceGroup[0]!.count, 1);
   });
 
@@ -70,7 +92,9 @@ describe('normalizeModelConfig', () => {
     const db = normalized('name: "m"\nmax_batch_size: 8\ndynamic_batching { }\n').schedulingChoice;
     assert.ok(db.case === 'dynamicBatching');
     assert.deepEqual(db.value.preferredBatchSize, [8]);
-    const kept = normalized('name: "m"\nmax_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 2, 4 ] }\n').schedulingChoice;
+    const kept = normalized(
+      'name: "m"\nmax_batch_size: 8\ndynamic_batching { preferred_batch_size: [ 2, 4 ] }\n',
+    ).schedulingChoice;
     assert.ok(kept.case === 'dynamicBatching');
     assert.deepEqual(kept.value.preferredBatchSize, [2, 4]);
     const noBatch = normalized('name: "m"\ndynamic_batching { }\n').schedulingChoice;

@@ -76,6 +76,9 @@ describe('readModelConfig', () => {
   it('reports a config.pbtxt that is a folder', async () => {
     const dir = await modelDir('odd', {});
     await mkdir(join(dir, 'config.pbtxt'));
-    await assert.rejects(readModelConfig(dir), /odd\/config\.pbtxt: cannot read the model configuration: it is a directory/);
+    await assert.rejects(
+      readModelConfig(dir),
+      /odd\/config\.pbtxt: cannot read the model configuration: it is a directory/,
+    );
   });
 });

@@ -7,7 +7,13 @@ const texts = (data: Uint8Array) => decodeBytesElements(data).map((b) => Buffer.
 
 test('top-K per batch item, highest first, with labels', () => {
   const scores = new Float32Array([0.1, 0.7, 0.2, 0.9, 0.05, 0.05]);
-  const out = classify({ name: 'P', datatype: 'FP32', shape: [2, 3], data: bytesOf(scores) }, 2, true, ['cat', 'dog', 'eel'], 'm');
+  const out = classify(
+    { name: 'P', datatype: 'FP32', shape: [2, 3], data: bytesOf(scores) },
+    2,
+    true,
+    ['cat', 'dog', 'eel'],
+    'm',
+  );
   assert.equal(out.datatype, 'BYTES');
   assert.deepEqual(out.shape, [2, 2]);
   const s = texts(out.data);
@@ -17,7 +23,13 @@ test('top-K per batch item, highest first, with labels', () => {
 });
 
 test('K larger than the class count is capped; integers print as integers; no labels', () => {
-  const out = classify({ name: 'P', datatype: 'INT32', shape: [3], data: bytesOf(new Int32Array([4, 9, 1])) }, 10, false, undefined, 'm');
+  const out = classify(
+    { name: 'P', datatype: 'INT32', shape: [3], data: bytesOf(new Int32Array([4, 9, 1])) },
+    10,
+    false,
+    undefined,
+    'm',
+  );
   assert.deepEqual(out.shape, [3]);
   assert.deepEqual(texts(out.data), ['9:1', '4:0', '1:2']);
 });

@@ -10,7 +10,8 @@ import { PYTHON, fixtureDir, missingPythonModule } from '../backends/python/help
 const noNumpy = missingPythonModule('numpy');
 const a = Array.from({ length: 16 }, (_, i) => i);
 
-test('a python process dying mid-request fails only that request, restarts, and the restart shows in the index', { skip: noNumpy }, async (t) => {
+test('a python process dying mid-request fails only that request, restarts, ' +
+  'and the restart shows in the index', { skip: noNumpy }, async (t) => {
   const repo = new TempRepository().addSub('simple');
   repo.file('crashy', '1/model.py', readFileSync(`${fixtureDir('crash_on_request')}/model.py`));
   repo.config(
@@ -23,7 +24,10 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
   );
   t.after(() => repo.cleanup());
-  const server = new Server({ modelRepositories: [repo.dir], backendConfig: { python: { 'python-executable': PYTHON } } });
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    backendConfig: { python: { 'python-executable': PYTHON } },
+  });
   await server.start();
   t.after(() => server.stop());
 

@@ -1,4 +1,7 @@
-/** Strict readiness (Triton's --strict-readiness, the default): not ready while a model that should be loaded is not READY. */
+/**
+ * Strict readiness (Triton's --strict-readiness, the default): not ready while a model that should be loaded is not
+ * READY.
+ */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Server } from '../../src/core/server.js';
@@ -34,14 +37,27 @@ test('a model found in two repositories keeps the server not ready (400 on /v2/h
   assert.equal((await fetch(`http://127.0.0.1:${port}/v2/health/live`)).status, 200);
 });
 
-test('explicit mode: a duplicate asked for with --load-model keeps the server not ready; one not asked for does not', async (t) => {
+test('explicit mode: a duplicate asked for with --load-model keeps ' +
+  'the server not ready; one not asked for does not', async (t) => {
   const [a, b] = twoRepositoriesWithADuplicate(t);
-  const asked = new Server({ modelRepositories: [a.dir, b.dir], modelControlMode: 'explicit', loadModels: ['good', 'dup'], exitOnError: false, logger: silentLogger });
+  const asked = new Server({
+    modelRepositories: [a.dir, b.dir],
+    modelControlMode: 'explicit',
+    loadModels: ['good', 'dup'],
+    exitOnError: false,
+    logger: silentLogger,
+  });
   await asked.start();
   t.after(() => asked.stop());
   assert.equal(asked.isReady(), false);
 
-  const notAsked = new Server({ modelRepositories: [a.dir, b.dir], modelControlMode: 'explicit', loadModels: ['good'], exitOnError: false, logger: silentLogger });
+  const notAsked = new Server({
+    modelRepositories: [a.dir, b.dir],
+    modelControlMode: 'explicit',
+    loadModels: ['good'],
+    exitOnError: false,
+    logger: silentLogger,
+  });
   await notAsked.start();
   t.after(() => notAsked.stop());
   assert.equal(notAsked.isReady(), true);
@@ -49,7 +65,12 @@ test('explicit mode: a duplicate asked for with --load-model keeps the server no
 
 test('with --strict-readiness=false the server is ready while a duplicate fails', async (t) => {
   const [a, b] = twoRepositoriesWithADuplicate(t);
-  const server = new Server({ modelRepositories: [a.dir, b.dir], exitOnError: false, strictReadiness: false, logger: silentLogger });
+  const server = new Server({
+    modelRepositories: [a.dir, b.dir],
+    exitOnError: false,
+    strictReadiness: false,
+    logger: silentLogger,
+  });
   await server.start();
   t.after(() => server.stop());
   assert.equal(server.isReady(), true);

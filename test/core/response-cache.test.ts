@@ -21,7 +21,8 @@ const CONFIG = (name: string, cache: boolean) => `name: "${name}"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 ${cache ? 'response_cache { enable: true }' : ''}
 `;
@@ -46,12 +47,16 @@ describe('the response cache in a served repository', () => {
   let repo: TempRepository;
   let running: RunningServer;
   let grpc: Harness;
-  const infer = (model: string, a: number, id = 'r') => call(running.ports.http!, 'POST', `/v2/models/${model}/infer`, { body: body(a, id) });
+  const infer = (model: string, a: number, id = 'r') =>
+    call(running.ports.http!, 'POST', `/v2/models/${model}/infer`, { body: body(a, id) });
   const stats = async (model: string): Promise<Stats> =>
-    (json(await call(running.ports.http!, 'GET', `/v2/models/${model}/stats`)) as { model_stats: Stats[] }).model_stats[0]!;
+    (json(await call(running.ports.http!, 'GET', `/v2/models/${model}/stats`)) as { model_stats: Stats[] })
+      .model_stats[0]!;
 
   before(async () => {
-    repo = new TempRepository().addSub('cached', [1], CONFIG('cached', true)).addSub('plain', [1], CONFIG('plain', false));
+    repo = new TempRepository()
+      .addSub('cached', [1], CONFIG('cached', true))
+      .addSub('plain', [1], CONFIG('plain', false));
     // Two entries of this model fit, a third evicts the least recently used.
     const cfg = buildServeConfig([
       `--model-repository=${repo.dir}`,
@@ -90,11 +95,9 @@ describe('the response cache in a served repository', () => {
     assert.ok(s.inference_stats['cache_miss']!.ns > 0);
     assert.equal(s.inference_stats['compute_infer']!.count, 1);
 
-    const g = await unary<{ modelStats: Array<{ inferenceStats: { cacheHit: { count: bigint }; cacheMiss: { count: bigint } } }> }>(
-      grpc.client,
-      'ModelStatistics',
-      { name: 'cached', version: '' },
-    );
+    const g = await unary<{
+      modelStats: Array<{ inferenceStats: { cacheHit: { count: bigint }; cacheMiss: { count: bigint } } }>;
+    }>(grpc.client, 'ModelStatistics', { name: 'cached', version: '' });
     assert.equal(Number(g.modelStats[0]!.inferenceStats.cacheHit.count), 1);
     assert.equal(Number(g.modelStats[0]!.inferenceStats.cacheMiss.count), 1);
   });
@@ -172,7 +175,8 @@ describe('the response cache in a served repository', () => {
   });
 });
 
-test('an ensemble and its steps may cache: a repeated ensemble request is a hit at the ensemble, a repeated step input a hit at the step', async (t) => {
+test('an ensemble and its steps may cache: a repeated ensemble request is a ' +
+  'hit at the ensemble, a repeated step input a hit at the step', async (t) => {
   const repo = new TempRepository().addSub('step', [1], CONFIG('step', true));
   const io = (n: string) => `{ name: "${n}" data_type: TYPE_INT32 dims: [ 16 ] }`;
   repo.config(
@@ -182,7 +186,9 @@ platform: "ensemble"
 max_batch_size: 8
 input [ ${io('A')}, ${io('B')} ]
 output [ ${io('SUM')}, ${io('DIFF')} ]
-ensemble_scheduling { step [ { model_name: "step" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "SUM" } output_map { key: "OUTPUT1" value: "DIFF" } } ] }
+ensemble_scheduling { step [ { model_name: "step" model_version: -1 input_map { key: "INPUT0" value: "A" }
+  input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "SUM" }
+    output_map { key: "OUTPUT1" value: "DIFF" } } ] }
 response_cache { enable: true }
 `,
   );
@@ -201,7 +207,8 @@ response_cache { enable: true }
   const [ens] = server.modelStatistics('pipeline');
   assert.equal(ens!.inference_stats.cache_hit.count, 1);
   assert.equal(ens!.inference_stats.cache_miss.count, 1);
-  // The step saw one request (the ensemble's hit never reached it), then a direct call with the same inputs hits the step's cache.
+  // The step saw one request (the ensemble's hit never reached it), then a direct call with the same inputs hits the
+  // step's cache.
   await server.infer({ model: 'step', inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', b)] });
   const [step] = server.modelStatistics('step');
   assert.equal(step!.execution_count, 1);
@@ -209,8 +216,13 @@ response_cache { enable: true }
   assert.equal(step!.inference_stats.cache_hit.count, 1);
 });
 
-test('replayCacheHit: true for the version and entry that answered, false for another version, an entry stored anew, or no ticket of ours', async (t) => {
-  const repo = new TempRepository().addSub('cached', [1, 2], CONFIG('cached', true).replace('instance_group', 'version_policy: { all: {} }\ninstance_group'));
+test('replayCacheHit: true for the version and entry that answered, false for ' +
+  'another version, an entry stored anew, or no ticket of ours', async (t) => {
+  const repo = new TempRepository().addSub(
+    'cached',
+    [1, 2],
+    CONFIG('cached', true).replace('instance_group', 'version_policy: { all: {} }\ninstance_group'),
+  );
   t.after(() => repo.cleanup());
   // Room for two entries of this model.
   const server = new Server({ modelRepositories: [repo.dir], cacheConfig: { local: { size: '1400' } } });
@@ -261,7 +273,9 @@ export default class {
       await new Promise((r) => setTimeout(r, 1500));
     }
     return requests.map((r) => ({
-      outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => v * ${factor}) }],
+      outputs: [
+        { name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => v * ${factor}) },
+      ],
     }));
   }
 }
@@ -309,7 +323,8 @@ response_cache { enable: true }
     repo.cleanup();
   });
 
-  test("a reloaded version never answers from the entries the old one stored, even while the old one drains", async () => {
+  test("a reloaded version never answers from the entries the " +
+    "old one stored, even while the old one drains", async () => {
     assert.deepEqual(out(await infer(1)), [10, 10]);
     assert.deepEqual(out(await infer(1)), [10, 10], 'a hit on the first version');
     const slow = infer(99);
@@ -321,7 +336,11 @@ response_cache { enable: true }
     assert.deepEqual(out(await infer(1)), [20, 20], 'the reloaded version runs the request itself');
     assert.deepEqual(out(await infer(1)), [20, 20], 'and then hits its own entry');
     assert.deepEqual(out(await slow), [990, 990], 'the request in flight finished on the old version');
-    assert.deepEqual(out(await infer(99)), [1980, 1980], 'what the old version stored while draining is not the new one\'s answer');
+    assert.deepEqual(
+      out(await infer(99)),
+      [1980, 1980],
+      "what the old version stored while draining is not the new one's answer",
+    );
     assert.deepEqual(out(await infer(1)), [20, 20]);
   });
 });

@@ -13,7 +13,11 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { type ModelInferRequest, ModelInferRequestSchema, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
+import {
+  type ModelInferRequest,
+  ModelInferRequestSchema,
+  type ModelStreamInferResponse,
+} from '../../src/gen/grpc_service_pb.js';
 import { Server } from '../../src/core/server.js';
 import { HttpFrontend } from '../../src/frontends/http/index.js';
 import { silentLogger } from '../../src/logger.js';
@@ -48,7 +52,8 @@ output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
-const CONTROL = (name: string, kind: string) => `{ name: "${name}" control [ { kind: ${kind} int32_false_true: [ 0, 1 ] } ] }`;
+const CONTROL = (name: string, kind: string) =>
+  `{ name: "${name}" control [ { kind: ${kind} int32_false_true: [ 0, 1 ] } ] }`;
 const INT_IO = `input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]`;
 
@@ -85,7 +90,8 @@ platform: "onnxruntime_onnx"
 max_batch_size: 8
 sequence_batching {
   oldest { max_candidate_sequences: 8 }
-  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ] initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ]
+    initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
 }
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -115,7 +121,8 @@ platform: "ensemble"
 max_batch_size: 8
 input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
-ensemble_scheduling { step [ { model_name: "accumulator" model_version: -1 input_map { key: "INPUT" value: "IN" } output_map { key: "OUTPUT" value: "OUT" } } ] }
+ensemble_scheduling { step [ { model_name: "accumulator" model_version: -1 input_map { key: "INPUT" value: "IN" }
+  output_map { key: "OUTPUT" value: "OUT" } } ] }
 `;
 
 const PROBE_ENSEMBLE = `name: "probe_ensemble"
@@ -128,7 +135,8 @@ output [
   { name: "SEEN_CORRID" data_type: TYPE_STRING dims: [ 1 ] }
 ]
 ensemble_scheduling { step [ { model_name: "probe" model_version: -1 input_map { key: "INPUT" value: "IN" }
-  output_map { key: "OUTPUT" value: "SUM" } output_map { key: "FLAGS" value: "SEEN_FLAGS" } output_map { key: "CORRID" value: "SEEN_CORRID" } } ] }
+  output_map { key: "OUTPUT" value: "SUM" } output_map { key: "FLAGS" value: "SEEN_FLAGS" }
+    output_map { key: "CORRID" value: "SEEN_CORRID" } } ] }
 `;
 
 let repo: TempRepository;
@@ -141,7 +149,11 @@ before(async () => {
   repo = new TempRepository()
     .config('simple_sequence', SIMPLE_SEQUENCE)
     .file('simple_sequence', '1/model.onnx', buildSequenceControlModel(false).toBytes())
-    .config('one_instance_sequence', SIMPLE_SEQUENCE.replace('"simple_sequence"', '"one_instance_sequence"').replace('{ kind: KIND_CPU }', '{ kind: KIND_CPU count: 1 }'))
+    .config(
+      'one_instance_sequence',
+      SIMPLE_SEQUENCE.replace('"simple_sequence"', '"one_instance_sequence"')
+        .replace('{ kind: KIND_CPU }', '{ kind: KIND_CPU count: 1 }'),
+    )
     .file('one_instance_sequence', '1/model.onnx', buildSequenceControlModel(false).toBytes())
     .config('simple_dyna_sequence', SIMPLE_DYNA_SEQUENCE)
     .file('simple_dyna_sequence', '1/model.onnx', buildSequenceControlModel(true).toBytes())
@@ -182,7 +194,12 @@ after(async () => {
 });
 
 /** One HTTP request of a sequence: INPUT = [[value]], JSON in and out. */
-async function httpStep(model: string, sequenceId: number | string, value: number, flags: { start?: boolean; end?: boolean } = {}) {
+async function httpStep(
+  model: string,
+  sequenceId: number | string,
+  value: number,
+  flags: { start?: boolean; end?: boolean } = {},
+) {
   const parameters: Record<string, unknown> = { sequence_id: sequenceId };
   if (flags.start) parameters['sequence_start'] = true;
   if (flags.end) parameters['sequence_end'] = true;
@@ -211,7 +228,10 @@ async function streamExample(model: string, ids: [bigint, bigint, string]): Prom
           modelName: model,
           id: `${id}_${i}`,
           parameters: {
-            sequence_id: { parameterChoice: typeof id === 'bigint' ? { case: 'int64Param', value: id } : { case: 'stringParam', value: id } },
+            sequence_id: {
+              parameterChoice:
+                typeof id === 'bigint' ? { case: 'int64Param', value: id } : { case: 'stringParam', value: id },
+            },
             sequence_start: { parameterChoice: { case: 'boolParam', value: i === 0 } },
             sequence_end: { parameterChoice: { case: 'boolParam', value: i === count - 1 } },
           },
@@ -223,7 +243,9 @@ async function streamExample(model: string, ids: [bigint, bigint, string]): Prom
   }
   const messages = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
     const got: ModelStreamInferResponse[] = [];
-    const s = (g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+    const s = (
+      g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
+    ).ModelStreamInfer();
     s.on('data', (m) => got.push(m));
     s.on('error', reject);
     s.on('end', () => resolve(got));
@@ -254,7 +276,8 @@ describe('Triton example sequence models', () => {
     assert.deepEqual(got, [1, ...VALUES]);
   });
 
-  test('simple_sequence (direct, one instance): a sequence alone in slot 1 runs behind a not-READY padding request in slot 0', async () => {
+  test('simple_sequence (direct, one instance): a sequence alone in slot ' +
+    '1 runs behind a not-READY padding request in slot 0', async () => {
     // 2001 takes slot 0 and 2002 slot 1; both stay open.
     assert.equal((await httpStep('one_instance_sequence', 2001, 5, { start: true })).doc.outputs![0]!.data[0], 6);
     assert.equal((await httpStep('one_instance_sequence', 2002, 7, { start: true })).doc.outputs![0]!.data[0], 8);
@@ -265,7 +288,11 @@ describe('Triton example sequence models', () => {
     const after = server.modelStatistics('one_instance_sequence')[0]!;
     assert.equal(after.inference_stats.success.count - before.inference_stats.success.count, 1);
     assert.equal(after.execution_count - before.execution_count, 1);
-    assert.equal(after.inference_count - before.inference_count, 2, 'the execution ran a batch of 2: the padding and 2002');
+    assert.equal(
+      after.inference_count - before.inference_count,
+      2,
+      'the execution ran a batch of 2: the padding and 2002',
+    );
     assert.equal((await httpStep('one_instance_sequence', 2001, 1, { end: true })).doc.outputs![0]!.data[0], 1);
   });
 
@@ -277,7 +304,8 @@ describe('Triton example sequence models', () => {
     assert.deepEqual(results.get(uuid), [21, ...VALUES.map(neg)]);
   });
 
-  test('simple_dyna_sequence: the CORRID control carries the id and the END request adds it (the --dyna example)', async () => {
+  test('simple_dyna_sequence: the CORRID control carries the id and ' +
+    'the END request adds it (the --dyna example)', async () => {
     // The example's third, string-id sequence needs simple_string_dyna_sequence (a string CORRID), which
     // Triton's example repository does not hold; a string id for this UINT64 CORRID is refused (see below).
     const ints = await streamIntsOnly('simple_dyna_sequence', 2002n, 2003n);
@@ -289,20 +317,28 @@ describe('Triton example sequence models', () => {
     assert.deepEqual(ints.get('2003'), expected1);
   });
 
-  test('errors: no START, no sequence id, a sequence id of the wrong type, a string id for a UINT64 CORRID', async () => {
+  test('errors: no START, no sequence id, a sequence id of the ' +
+    'wrong type, a string id for a UINT64 CORRID', async () => {
     const noStart = await httpStep('simple_sequence', 424242, 1);
     assert.equal(noStart.status, 400);
     assert.equal(
       noStart.doc.error,
-      "inference request for sequence 424242 to model 'simple_sequence' must specify the START flag on the first request of the sequence",
+      "inference request for sequence 424242 to model 'simple_sequence' " +
+      "must specify the START flag on the first request of the sequence",
     );
     const noId = await call(httpPort, 'POST', '/v2/models/simple_sequence/infer', {
       body: JSON.stringify({ inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }] }),
     });
     assert.equal(noId.status, 400);
-    assert.equal((json(noId) as { error: string }).error, "inference request to model 'simple_sequence' must specify a non-zero or non-empty correlation ID");
+    assert.equal(
+      (json(noId) as { error: string }).error,
+      "inference request to model 'simple_sequence' must specify a non-zero or non-empty correlation ID",
+    );
     const wrongType = await call(httpPort, 'POST', '/v2/models/simple_sequence/infer', {
-      body: JSON.stringify({ parameters: { sequence_id: true }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }] }),
+      body: JSON.stringify({
+        parameters: { sequence_id: true },
+        inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [1] }],
+      }),
     });
     assert.equal(wrongType.status, 500);
     assert.match((json(wrongType) as { error: string }).error, /^Unable to parse 'sequence_id'/);
@@ -310,7 +346,8 @@ describe('Triton example sequence models', () => {
     assert.equal(stringId.status, 400);
     assert.equal(
       stringId.doc.error,
-      "[request id: <id_unknown>] sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'",
+      "[request id: <id_unknown>] sequence batching control 'CORRID' data-type " +
+      "is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'",
     );
     // A string of digits is still a string id (Triton), so a UINT64 CORRID refuses it too.
     const digits = await httpStep('simple_dyna_sequence', '1002', 1, { start: true });
@@ -323,7 +360,9 @@ describe('Triton example sequence models', () => {
   test('a uint64 sequence id beyond 2^53 reaches the CORRID control exactly', async () => {
     // OUTPUT = 1 + START + int32(CORRID) * END: int32 keeps the low 32 bits of 2^60 + 5, i.e. 5.
     const r = await call(httpPort, 'POST', '/v2/models/simple_dyna_sequence/infer', {
-      body: `{"parameters":{"sequence_id":1152921504606846981,"sequence_start":true,"sequence_end":true},"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[1]}]}`,
+      body:
+        '{"parameters":{"sequence_id":1152921504606846981,"sequence_start":true,"sequence_end":true},' +
+        '"inputs":[{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[1]}]}',
     });
     const doc = json(r) as { outputs: Array<{ data: number[] }> };
     assert.equal(r.status, 200, JSON.stringify(doc));
@@ -358,7 +397,9 @@ async function streamIntsOnly(model: string, id0: bigint, id1: bigint): Promise<
   }
   const messages = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
     const got: ModelStreamInferResponse[] = [];
-    const s = (g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+    const s = (
+      g.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
+    ).ModelStreamInfer();
     s.on('data', (m) => got.push(m));
     s.on('error', reject);
     s.on('end', () => resolve(got));
@@ -377,11 +418,19 @@ async function streamIntsOnly(model: string, id0: bigint, id1: bigint): Promise<
 }
 
 describe('implicit state', () => {
-  test('an ONNX accumulator keeps a state per sequence (uint64 and string ids) and starts from initial_state', async () => {
+  test('an ONNX accumulator keeps a state per sequence (uint64 ' +
+    'and string ids) and starts from initial_state', async () => {
     const step = async (id: number | string, values: number[], flags: { start?: boolean; end?: boolean } = {}) => {
-      const parameters: Record<string, unknown> = { sequence_id: id, sequence_start: flags.start ?? false, sequence_end: flags.end ?? false };
+      const parameters: Record<string, unknown> = {
+        sequence_id: id,
+        sequence_start: flags.start ?? false,
+        sequence_end: flags.end ?? false,
+      };
       const r = await call(httpPort, 'POST', '/v2/models/accumulator/infer', {
-        body: JSON.stringify({ parameters, inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 4], data: values }] }),
+        body: JSON.stringify({
+          parameters,
+          inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 4], data: values }],
+        }),
       });
       const doc = json(r) as { outputs: Array<{ name: string; data: number[] }> };
       assert.equal(r.status, 200, JSON.stringify(doc));
@@ -397,16 +446,24 @@ describe('implicit state', () => {
     assert.deepEqual(await step(7, [1, 1, 1, 1]), [2, 3, 4, 5]);
     assert.deepEqual(await step('s-1', [0.5, 0, 0, 0]), [10.5, 10, 10, 10]);
     assert.deepEqual(await step(7, [1, 1, 1, 1], { end: true }), [3, 4, 5, 6]);
-    assert.deepEqual(await step(7, [5, 5, 5, 5], { start: true, end: true }), [5, 5, 5, 5], 'a new sequence starts from zeros');
+    assert.deepEqual(
+      await step(7, [5, 5, 5, 5], { start: true, end: true }),
+      [5, 5, 5, 5],
+      'a new sequence starts from zeros',
+    );
     const stats = server.modelStatistics('accumulator')[0]!;
     assert.equal(stats.inference_count, 6);
     assert.equal(stats.inference_stats.success.count, 6);
   });
 
-  test('the Python backend sees the correlation id, the flags, the START control and its state', { skip: noNumpy }, async () => {
+  test('the Python backend sees the correlation id, the flags, the ' +
+    'START control and its state', { skip: noNumpy }, async () => {
     const step = async (id: number | string, value: number, parameters: Record<string, unknown>) => {
       const r = await call(httpPort, 'POST', '/v2/models/probe/infer', {
-        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [value] }] }),
+        body: JSON.stringify({
+          parameters: { sequence_id: id, ...parameters },
+          inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [1, 1], data: [value] }],
+        }),
       });
       const doc = json(r) as { outputs: Array<{ name: string; data: unknown[] }> };
       assert.equal(r.status, 200, JSON.stringify(doc));
@@ -415,36 +472,74 @@ describe('implicit state', () => {
     assert.deepEqual(await step(31, 4, { sequence_start: true }), { OUTPUT: 4, FLAGS: 1, CORRID: '31', STARTED: 1 });
     assert.deepEqual(await step(31, 5, {}), { OUTPUT: 9, FLAGS: 0, CORRID: '31', STARTED: 0 });
     assert.deepEqual(await step(31, 6, { sequence_end: true }), { OUTPUT: 15, FLAGS: 2, CORRID: '31', STARTED: 0 });
-    assert.deepEqual(await step('order-9', 2, { sequence_start: true, sequence_end: true }), { OUTPUT: 2, FLAGS: 3, CORRID: 'order-9', STARTED: 1 });
+    assert.deepEqual(await step('order-9', 2, { sequence_start: true, sequence_end: true }), {
+      OUTPUT: 2,
+      FLAGS: 3,
+      CORRID: 'order-9',
+      STARTED: 1,
+    });
   });
 
-  test("through an ensemble: the step gets the request's correlation id and flags, and its state follows the sequence", async () => {
-    const step = async (model: string, id: number | string, input: { datatype: string; data: unknown[] }, parameters: Record<string, unknown>) => {
+  test("through an ensemble: the step gets the request's correlation " +
+    "id and flags, and its state follows the sequence", async () => {
+    const step = async (
+      model: string,
+      id: number | string,
+      input: { datatype: string; data: unknown[] },
+      parameters: Record<string, unknown>,
+    ) => {
       const shape = [1, input.data.length];
       const r = await call(httpPort, 'POST', `/v2/models/${model}/infer`, {
-        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'IN', shape, ...input }] }),
+        body: JSON.stringify({
+          parameters: { sequence_id: id, ...parameters },
+          inputs: [{ name: 'IN', shape, ...input }],
+        }),
       });
       const doc = json(r) as { outputs: Array<{ name: string; data: unknown[] }> };
       assert.equal(r.status, 200, JSON.stringify(doc));
       return Object.fromEntries(doc.outputs.map((o) => [o.name, o.data]));
     };
     const fp32 = (data: number[]) => ({ datatype: 'FP32', data });
-    assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 2, 3, 4]), { sequence_start: true }), { OUT: [1, 2, 3, 4] });
-    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([9, 9, 9, 9]), { sequence_start: true }), { OUT: [9, 9, 9, 9] });
+    assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 2, 3, 4]), { sequence_start: true }), {
+      OUT: [1, 2, 3, 4],
+    });
+    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([9, 9, 9, 9]), { sequence_start: true }), {
+      OUT: [9, 9, 9, 9],
+    });
     assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 1, 1, 1]), {}), { OUT: [2, 3, 4, 5] });
     assert.deepEqual(await step('acc_ensemble', 70, fp32([1, 1, 1, 1]), { sequence_end: true }), { OUT: [3, 4, 5, 6] });
-    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([1, 0, 0, 0]), { sequence_end: true }), { OUT: [10, 9, 9, 9] });
+    assert.deepEqual(await step('acc_ensemble', 'e-2', fp32([1, 0, 0, 0]), { sequence_end: true }), {
+      OUT: [10, 9, 9, 9],
+    });
     // Without START the step's sequence batcher refuses the id, as it would a direct request.
     const r = await call(httpPort, 'POST', '/v2/models/acc_ensemble/infer', {
-      body: JSON.stringify({ parameters: { sequence_id: 70 }, inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 4], data: [0, 0, 0, 0] }] }),
+      body: JSON.stringify({
+        parameters: { sequence_id: 70 },
+        inputs: [{ name: 'IN', datatype: 'FP32', shape: [1, 4], data: [0, 0, 0, 0] }],
+      }),
     });
     assert.equal(r.status, 400);
-    assert.match((json(r) as { error: string }).error, /must specify the START flag on the first request of the sequence/);
+    assert.match(
+      (json(r) as { error: string }).error,
+      /must specify the START flag on the first request of the sequence/,
+    );
     if (noNumpy) return;
     const int32 = (v: number) => ({ datatype: 'INT32', data: [v] });
-    assert.deepEqual(await step('probe_ensemble', 41, int32(4), { sequence_start: true }), { SUM: [4], SEEN_FLAGS: [1], SEEN_CORRID: ['41'] });
-    assert.deepEqual(await step('probe_ensemble', 41, int32(5), {}), { SUM: [9], SEEN_FLAGS: [0], SEEN_CORRID: ['41'] });
-    assert.deepEqual(await step('probe_ensemble', 41, int32(6), { sequence_end: true }), { SUM: [15], SEEN_FLAGS: [2], SEEN_CORRID: ['41'] });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(4), { sequence_start: true }), {
+      SUM: [4],
+      SEEN_FLAGS: [1],
+      SEEN_CORRID: ['41'],
+    });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(5), {}), {
+      SUM: [9],
+      SEEN_FLAGS: [0],
+      SEEN_CORRID: ['41'],
+    });
+    assert.deepEqual(await step('probe_ensemble', 41, int32(6), { sequence_end: true }), {
+      SUM: [15],
+      SEEN_FLAGS: [2],
+      SEEN_CORRID: ['41'],
+    });
     assert.deepEqual(await step('probe_ensemble', 'ens-9', int32(2), { sequence_start: true, sequence_end: true }), {
       SUM: [2],
       SEEN_FLAGS: [3],
@@ -455,7 +550,10 @@ describe('implicit state', () => {
   test('a TorchScript model takes the START control and its state by argument name', { skip: noTorch }, async () => {
     const step = async (id: number, values: number[], parameters: Record<string, unknown>) => {
       const r = await call(httpPort, 'POST', '/v2/models/torch_acc/infer', {
-        body: JSON.stringify({ parameters: { sequence_id: id, ...parameters }, inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 2], data: values }] }),
+        body: JSON.stringify({
+          parameters: { sequence_id: id, ...parameters },
+          inputs: [{ name: 'INPUT', datatype: 'FP32', shape: [1, 2], data: values }],
+        }),
       });
       const doc = json(r) as { outputs: Array<{ name: string; data: number[] }> };
       assert.equal(r.status, 200, JSON.stringify(doc));

@@ -12,7 +12,11 @@ function addSubRequest(model: string, version?: string) {
   return { model, version, inputs: [int32Tensor('INPUT0', a), int32Tensor('INPUT1', b)] };
 }
 
-async function expectError(p: Promise<unknown> | (() => unknown), code: string, errorClass?: string): Promise<NereidError> {
+async function expectError(
+  p: Promise<unknown> | (() => unknown),
+  code: string,
+  errorClass?: string,
+): Promise<NereidError> {
   try {
     await (typeof p === 'function' ? p() : p);
   } catch (err) {
@@ -24,10 +28,15 @@ async function expectError(p: Promise<unknown> | (() => unknown), code: string, 
   assert.fail(`expected error ${code}`);
 }
 
-test('a good model serves while a broken config and a corrupt ONNX file stay UNAVAILABLE with their reasons', async (t) => {
+test('a good model serves while a broken config and a corrupt ' +
+  'ONNX file stay UNAVAILABLE with their reasons', async (t) => {
   const repo = new TempRepository()
     .addSub('good')
-    .config('broken_config', 'name: "broken_config"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ 0 ] } ]\noutput [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n')
+    .config(
+      'broken_config',
+      'name: "broken_config"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 4\ninput [ { name: "x" ' +
+      'data_type: TYPE_FP32 dims: [ 0 ] } ]\noutput [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n',
+    )
     .file('broken_config', '1/model.onnx', 'not used')
     .addSub('corrupt')
     .file('corrupt', '1/model.onnx', 'this is not an onnx file');
@@ -84,7 +93,8 @@ test('version policy: latest 2 serves the two highest; requests pick the highest
 max_batch_size: 8
 version_policy: { latest: { num_versions: 2 } }
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
   );
@@ -220,8 +230,10 @@ test('poll mode picks up a model added to the repository', async (t) => {
 });
 
 test('a sequence-batching model loads and refuses a request without a correlation id', async (t) => {
-  const io = `input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+  const io = `input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+    { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 `;
   const repo = new TempRepository()
     .addSub('good')

@@ -19,7 +19,9 @@ import { TempRepository } from '../helpers/repository.js';
 
 const N = 16;
 const int32Bytes = (values: number[]) => Buffer.from(new Int32Array(values).buffer);
-const int32s = (t: Tensor | undefined) => [...new Int32Array(t!.data.buffer.slice(t!.data.byteOffset, t!.data.byteOffset + t!.data.byteLength))];
+const int32s = (t: Tensor | undefined) => [
+  ...new Int32Array(t!.data.buffer.slice(t!.data.byteOffset, t!.data.byteOffset + t!.data.byteLength)),
+];
 const A = Array.from({ length: N }, (_, i) => i + 1);
 const B = Array.from({ length: N }, (_, i) => 1000 * i);
 const C = Array.from({ length: N }, (_, i) => -7 * i);
@@ -43,11 +45,15 @@ before(async () => {
   const config = `platform: "onnxruntime_onnx"
 max_batch_size: 8
 dynamic_batching { max_queue_delay_microseconds: 100000 preferred_batch_size: [ 2 ] }
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ ${N} ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ ${N} ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ ${N} ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ ${N} ] } ]
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ ${N} ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ ${N} ]
+  } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ ${N} ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ ${N} ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
-  repo = new TempRepository().config('add_sub', config).file('add_sub', '1/model.onnx', buildAddSubModel('INT32', N).toBytes());
+  repo = new TempRepository()
+    .config('add_sub', config)
+    .file('add_sub', '1/model.onnx', buildAddSubModel('INT32', N).toBytes());
   server = new Server({ modelRepositories: [repo.dir], logger: silentLogger, allowClientShm: true });
   await server.start();
   writeRegionFile();
@@ -82,7 +88,8 @@ test('inputs in a region are read by the session thread, in one batch with input
   try {
     // Request 1: INPUT0 = B from the region, INPUT1 = C in memory. Request 2: INPUT0 in memory, INPUT1 = A and
     // request 3 both from the region, so the batch's feeds interleave parts in memory and parts in the file.
-    const fromRegion = (name: string, offset: number) => shm.inputTensor(name, 'INT32', [1, N], { region: 'abc', offset, byteSize: 4 * N });
+    const fromRegion = (name: string, offset: number) =>
+      shm.inputTensor(name, 'INT32', [1, N], { region: 'abc', offset, byteSize: 4 * N });
     const r1 = server.infer({ model: 'add_sub', inputs: [fromRegion('INPUT0', 64), memoryInput('INPUT1', C)] });
     const r2 = server.infer({ model: 'add_sub', inputs: [memoryInput('INPUT0', C), fromRegion('INPUT1', 0)] });
     const [a, b] = await Promise.all([r1, r2]);
@@ -131,7 +138,10 @@ test('a region whose object shrank after registering fails the request; the serv
     const input0 = shm.inputTensor('INPUT0', 'INT32', [1, N], { region: 'abc', offset: 128, byteSize: 4 * N });
     const input1 = shm.inputTensor('INPUT1', 'INT32', [1, N], { region: 'abc', offset: 0, byteSize: 4 * N });
     truncateSync(file, 100);
-    await assert.rejects(server.infer({ model: 'add_sub', inputs: [input0, input1] }), /input 'INPUT0': the file holding it ended after 0 of its 64 bytes/);
+    await assert.rejects(
+      server.infer({ model: 'add_sub', inputs: [input0, input1] }),
+      /input 'INPUT0': the file holding it ended after 0 of its 64 bytes/,
+    );
   } finally {
     shm.release();
     writeRegionFile();

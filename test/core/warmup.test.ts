@@ -14,17 +14,21 @@ function config(name: string, instances: number, warmup: string, maxBatch = 8): 
 platform: "onnxruntime_onnx"
 max_batch_size: ${maxBatch}
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: ${instances} } ]
 ${warmup}`;
 }
 
-const input = (name: string, data: string) => `{ key: "${name}" value: { data_type: TYPE_INT32 dims: [ 16 ] ${data} } }`;
+const input = (name: string, data: string) =>
+  `{ key: "${name}" value: { data_type: TYPE_INT32 dims: [ 16 ] ${data} } }`;
 
 /** Two samples: zeros, batch 2, three times; file + random data, batch 1, once. */
 const WARMUP = `model_warmup [
-  { name: "zeros" batch_size: 2 count: 3 inputs ${input('INPUT0', 'zero_data: true')} inputs ${input('INPUT1', 'zero_data: true')} },
-  { name: "from_file" batch_size: 1 inputs ${input('INPUT0', 'input_data_file: "in0.bin"')} inputs ${input('INPUT1', 'random_data: true')} },
+  { name: "zeros" batch_size: 2 count: 3 inputs ${input('INPUT0', 'zero_data: true')}
+    inputs ${input('INPUT1', 'zero_data: true')} },
+  { name: "from_file" batch_size: 1 inputs ${input('INPUT0', 'input_data_file: "in0.bin"')}
+    inputs ${input('INPUT1', 'random_data: true')} },
   { name: "skipped" batch_size: 0 inputs ${input('INPUT0', 'zero_data: true')} }
 ]
 `;
@@ -33,7 +37,8 @@ function int32File(values: number[]): Uint8Array {
   return new Uint8Array(new Int32Array(values).buffer);
 }
 
-test('warm-up runs every sample count times on every instance before READY, and counts in the statistics and metrics', async (t) => {
+test('warm-up runs every sample count times on every instance before ' +
+  'READY, and counts in the statistics and metrics', async (t) => {
   const repo = new TempRepository().addSub('w', [1], config('w', 2, WARMUP)).file('w', 'warmup/in0.bin', int32File(a));
   t.after(() => repo.cleanup());
   const server = new Server({ modelRepositories: [repo.dir], modelControlMode: 'explicit' });
@@ -90,8 +95,11 @@ test('warm-up runs every sample count times on every instance before READY, and 
   assert.equal(r.outputs.length, 2);
 });
 
-test('bad warm-up settings and data make the version UNAVAILABLE with a reason naming them; other models serve', async (t) => {
-  const sampleWith = (data: string) => `model_warmup [ { name: "s" batch_size: 1 inputs ${input('INPUT0', data)} inputs ${input('INPUT1', 'zero_data: true')} } ]\n`;
+test('bad warm-up settings and data make the version UNAVAILABLE ' +
+  'with a reason naming them; other models serve', async (t) => {
+  const sampleWith = (data: string) =>
+    `model_warmup [ { name: "s" batch_size: 1 inputs ${input('INPUT0', data)} ` +
+    `inputs ${input('INPUT1', 'zero_data: true')} } ]\n`;
   const repo = new TempRepository()
     .addSub('good')
     .addSub('missing_file', [1], config('missing_file', 1, sampleWith('input_data_file: "nope.bin"')))
@@ -101,12 +109,22 @@ test('bad warm-up settings and data make the version UNAVAILABLE with a reason n
     .addSub(
       'wrong_dims',
       [1],
-      config('wrong_dims', 1, `model_warmup [ { name: "s" batch_size: 1 inputs { key: "INPUT0" value: { data_type: TYPE_INT32 dims: [ 5 ] zero_data: true } } inputs ${input('INPUT1', 'zero_data: true')} } ]\n`),
+      config(
+        'wrong_dims',
+        1,
+        `model_warmup [ { name: "s" batch_size: 1 inputs { key: "INPUT0" value: { data_type: ` +
+        `TYPE_INT32 dims: [ 5 ] zero_data: true } } inputs ${input('INPUT1', 'zero_data: true')} } ]\n`,
+      ),
     )
     .addSub(
       'unknown_input',
       [1],
-      config('unknown_input', 1, `model_warmup [ { name: "s" batch_size: 1 inputs { key: "NOPE" value: { data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } } } ]\n`),
+      config(
+        'unknown_input',
+        1,
+        `model_warmup [ { name: "s" batch_size: 1 inputs { key: "NOPE" value: ` +
+        `{ data_type: TYPE_INT32 dims: [ 16 ] zero_data: true } } } ]\n`,
+      ),
     );
   t.after(() => repo.cleanup());
   const server = new Server({ modelRepositories: [repo.dir], exitOnError: false });
@@ -117,8 +135,17 @@ test('bad warm-up settings and data make the version UNAVAILABLE with a reason n
     assert.equal(index.get(m)!.state, 'UNAVAILABLE', m);
     return index.get(m)!.reason!;
   };
-  assert.match(reason('missing_file'), /model 'missing_file' model_warmup 's': input 'INPUT0': cannot read input_data_file 'nope\.bin' \(.*warmup\/nope\.bin\): ENOENT/);
-  assert.match(reason('short_file'), /warmup setting expects 64 bytes, but the data provided from short\.bin only has 12 bytes/);
+  assert.match(
+    reason('missing_file'),
+    new RegExp(
+      String.raw`model 'missing_file' model_warmup 's': input 'INPUT0': cannot read input_data_file 'nope\.bin' ` +
+      String.raw`\(.*warmup\/nope\.bin\): ENOENT`,
+    ),
+  );
+  assert.match(
+    reason('short_file'),
+    /warmup setting expects 64 bytes, but the data provided from short\.bin only has 12 bytes/,
+  );
   assert.match(reason('no_data'), /warmup setting expects input 'INPUT0' to have input_data_type set/);
   assert.match(reason('wrong_dims'), /^failed to run warmup sample 's': /);
   assert.match(reason('unknown_input'), /'NOPE' is not an input of the model/);
@@ -145,14 +172,17 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 ${warmup}`;
 }
 
-const int32Input = (name: string, data: string, type = 'TYPE_INT32') => `inputs { key: "${name}" value: { data_type: ${type} dims: [ 1 ] ${data} } }`;
+const int32Input = (name: string, data: string, type = 'TYPE_INT32') =>
+  `inputs { key: "${name}" value: { data_type: ${type} dims: [ 1 ] ${data} } }`;
 
-test('warm-up of a sequence model: the sample gives the control inputs and the state itself, as Triton\'s warm-up bypasses the sequence batcher', async (t) => {
+test('warm-up of a sequence model: the sample gives the control inputs and the ' +
+  'state itself, as Triton\'s warm-up bypasses the sequence batcher', async (t) => {
   const accumulator = `name: "acc"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 sequence_batching {
-  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ] initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ]
+    initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
 }
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -162,16 +192,21 @@ model_warmup [ { name: "step" batch_size: 2 count: 2
   inputs { key: "STATE_IN" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]
 `;
   const repo = new TempRepository()
-    .config('seq', sequenceConfig('seq', `model_warmup [ { name: "one_step" batch_size: 1 count: 3 ${int32Input('INPUT', 'random_data: true')} ${int32Input('START', 'input_data_file: "one.bin"')} ${int32Input('READY', 'input_data_file: "one.bin"')} } ]`))
+    .config('seq', sequenceConfig('seq', `model_warmup [ { name: "one_step" batch_size: 1 count: 3 ` +
+      `${int32Input('INPUT', 'random_data: true')} ${int32Input('START', 'input_data_file: "one.bin"')} ` +
+      `${int32Input('READY', 'input_data_file: "one.bin"')} } ]`))
     .file('seq', '1/model.onnx', buildSequenceControlModel(false).toBytes())
     .file('seq', 'warmup/one.bin', int32File([1]))
     .config('acc', accumulator)
     .file('acc', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes())
     // The sample leaves the control inputs out: the model runs without them and fails, as in Triton.
-    .config('no_controls', sequenceConfig('no_controls', `model_warmup [ { name: "bare" batch_size: 1 ${int32Input('INPUT', 'zero_data: true')} } ]`))
+    .config('no_controls', sequenceConfig('no_controls', `model_warmup [ { name: ` +
+      `"bare" batch_size: 1 ${int32Input('INPUT', 'zero_data: true')} } ]`))
     .file('no_controls', '1/model.onnx', buildSequenceControlModel(false).toBytes())
     // A control input of another type than its control's is refused, naming both.
-    .config('wrong_type', sequenceConfig('wrong_type', `model_warmup [ { name: "typed" batch_size: 1 ${int32Input('INPUT', 'zero_data: true')} ${int32Input('START', 'zero_data: true', 'TYPE_FP32')} ${int32Input('READY', 'zero_data: true')} } ]`))
+    .config('wrong_type', sequenceConfig('wrong_type', `model_warmup [ { name: "typed" batch_size: 1 ` +
+      `${int32Input('INPUT', 'zero_data: true')} ${int32Input('START', 'zero_data: true', 'TYPE_FP32')} ` +
+      `${int32Input('READY', 'zero_data: true')} } ]`))
     .file('wrong_type', '1/model.onnx', buildSequenceControlModel(false).toBytes());
   t.after(() => repo.cleanup());
   const server = new Server({ modelRepositories: [repo.dir], exitOnError: false });
@@ -188,7 +223,10 @@ model_warmup [ { name: "step" batch_size: 2 count: 2
   assert.equal(index.get('no_controls')!.state, 'UNAVAILABLE');
   assert.match(index.get('no_controls')!.reason!, /^failed to run warmup sample 'bare': .*START/);
   assert.equal(index.get('wrong_type')!.state, 'UNAVAILABLE');
-  assert.match(index.get('wrong_type')!.reason!, /model 'wrong_type' model_warmup 'typed': input 'START' has data_type TYPE_FP32, but the model expects TYPE_INT32/);
+  assert.match(
+    index.get('wrong_type')!.reason!,
+    /model 'wrong_type' model_warmup 'typed': input 'START' has data_type TYPE_FP32, but the model expects TYPE_INT32/,
+  );
 
   // Warm-up took no sequence slot: a sequence runs from its start as usual.
   const step = async (value: number, start: boolean, end: boolean) => {

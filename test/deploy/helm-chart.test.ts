@@ -36,7 +36,10 @@ function flag(c: Container, name: string): string | undefined {
 }
 
 test('helm lint --strict passes with the defaults, the guide values file, and every optional object on', () => {
-  const everything = valuesFiles('serviceMonitor: { enabled: true }\nprometheusRule: { enabled: true }\ngrafanaDashboard: { enabled: true }\nprometheusAdapter: { configMap: { enabled: true } }\nkeda: { enabled: true }\n');
+  const everything = valuesFiles(
+    'serviceMonitor: { enabled: true }\nprometheusRule: { enabled: true }\ngrafanaDashboard: { ' +
+    'enabled: true }\nprometheusAdapter: { configMap: { enabled: true } }\nkeda: { enabled: true }\n',
+  );
   try {
     for (const args of [[], ['-f', TRITON_VALUES], everything.args]) {
       const r = helm(['lint', CHART, '--strict', ...args]);
@@ -47,7 +50,8 @@ test('helm lint --strict passes with the defaults, the guide values file, and ev
   }
 });
 
-test('the guide values file renders unchanged into valid objects: GPU image, probes, rolling update, drain budget, HPA', () => {
+test('the guide values file renders unchanged into valid objects: ' +
+  'GPU image, probes, rolling update, drain budget, HPA', () => {
   const guide = parse(readFileSync(TRITON_VALUES, 'utf8')) as {
     resources: Record<string, unknown>;
     readinessProbe: Record<string, unknown>;
@@ -55,7 +59,13 @@ test('the guide values file renders unchanged into valid objects: GPU image, pro
   };
   const objects = render(['-f', TRITON_VALUES]);
   for (const o of objects) validateObject(o);
-  assert.deepEqual(objects.map((o) => o.kind).sort(), ['Deployment', 'HorizontalPodAutoscaler', 'PodDisruptionBudget', 'Service', 'ServiceAccount']);
+  assert.deepEqual(objects.map((o) => o.kind).sort(), [
+    'Deployment',
+    'HorizontalPodAutoscaler',
+    'PodDisruptionBudget',
+    'Service',
+    'ServiceAccount',
+  ]);
 
   const deployment = only(objects, 'Deployment').spec as { replicas?: number; strategy: unknown };
   assert.equal(deployment.replicas, undefined, 'the HPA owns the replica count');
@@ -76,13 +86,21 @@ test('the guide values file renders unchanged into valid objects: GPU image, pro
   assert.equal(c.startupProbe.periodSeconds * c.startupProbe.failureThreshold, 300);
   const exitTimeout = Number(flag(c, 'exit-timeout-secs'));
   const preStop = Number(c.lifecycle!.preStop.exec.command[1]);
-  assert.ok(pod.terminationGracePeriodSeconds > exitTimeout + preStop, `${pod.terminationGracePeriodSeconds} > ${exitTimeout} + ${preStop}`);
+  assert.ok(
+    pod.terminationGracePeriodSeconds > exitTimeout + preStop,
+    `${pod.terminationGracePeriodSeconds} > ${exitTimeout} + ${preStop}`,
+  );
   assert.equal(flag(c, 'grpc-max-connection-age'), '300000');
   assert.deepEqual(pod.tolerations?.map((t) => t.key), ['nvidia.com/gpu']);
 
   const hpa = only(objects, 'HorizontalPodAutoscaler');
   assert.equal(hpa.apiVersion, 'autoscaling/v2');
-  const spec = hpa.spec as { minReplicas: number; maxReplicas: number; metrics: unknown[]; scaleTargetRef: { name: string } };
+  const spec = hpa.spec as {
+    minReplicas: number;
+    maxReplicas: number;
+    metrics: unknown[];
+    scaleTargetRef: { name: string };
+  };
   assert.equal(spec.minReplicas, guide.autoscaling.minReplicas);
   assert.equal(spec.maxReplicas, guide.autoscaling.maxReplicas);
   assert.deepEqual(spec.metrics, guide.autoscaling.metrics);
@@ -110,7 +128,8 @@ test('the defaults render valid objects: the CPU image, one replica, no HPA, no 
   );
 });
 
-test('every optional object renders valid: ServiceMonitor, PrometheusRule, dashboard and adapter ConfigMaps, KEDA ScaledObject, credentials', () => {
+test('every optional object renders valid: ServiceMonitor, PrometheusRule, ' +
+  'dashboard and adapter ConfigMaps, KEDA ScaledObject, credentials', () => {
   const v = valuesFiles(`
 serviceMonitor: { enabled: true }
 prometheusRule: { enabled: true }
@@ -131,29 +150,43 @@ cloudCredentials:
     const rules = parse(readFileSync(path.join(CHART, 'files', 'prometheus-rules.yaml'), 'utf8')) as unknown;
     assert.deepEqual(only(objects, 'PrometheusRule').spec, rules);
     const dashboard = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-dashboard'))!;
-    assert.deepEqual(JSON.parse(dashboard.data!['nereid-dashboard.json']!), JSON.parse(readFileSync(path.join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')));
+    assert.deepEqual(
+      JSON.parse(dashboard.data!['nereid-dashboard.json']!),
+      JSON.parse(readFileSync(path.join(CHART, 'files', 'grafana-dashboard.json'), 'utf8')),
+    );
     const adapter = objects.find((o) => o.kind === 'ConfigMap' && o.metadata.name.endsWith('-prometheus-adapter'))!;
-    const adapterValues = parse(readFileSync(path.join(CHART, 'files', 'prometheus-adapter-values.yaml'), 'utf8')) as { rules: { custom: unknown[] } };
+    const adapterValues = parse(readFileSync(path.join(CHART, 'files', 'prometheus-adapter-values.yaml'), 'utf8')) as {
+      rules: { custom: unknown[] };
+    };
     assert.deepEqual((parse(adapter.data!['config.yaml']!) as { rules: unknown[] }).rules, adapterValues.rules.custom);
 
-    const scaled = only(objects, 'ScaledObject').spec as { triggers: Array<{ metricType: string; metadata: { query: string; threshold: string } }> };
+    const scaled = only(objects, 'ScaledObject').spec as {
+      triggers: Array<{ metricType: string; metadata: { query: string; threshold: string } }>;
+    };
     assert.equal(scaled.triggers[0]!.metricType, 'Value');
     assert.equal(scaled.triggers[0]!.metadata.threshold, '50000');
-    assert.match(scaled.triggers[0]!.metadata.query, /rate\(nv_inference_queue_duration_us\{namespace="ml", pod=~"nereid-.*"\}\[2m\]\)/);
+    assert.match(
+      scaled.triggers[0]!.metadata.query,
+      /rate\(nv_inference_queue_duration_us\{namespace="ml", pod=~"nereid-.*"\}\[2m\]\)/,
+    );
     assert.equal(objects.some((o) => o.kind === 'HorizontalPodAutoscaler'), false, 'KEDA makes its own HPA');
 
     const pod = podSpec(objects);
     const c = pod.containers[0]!;
     assert.deepEqual(c.args.slice(-2), ['--model-control-mode=explicit', '--load-model=*']);
     assert.deepEqual(c.envFrom, [{ secretRef: { name: 'aws-credentials' } }]);
-    assert.deepEqual(c.env.find((e) => e.name === 'GOOGLE_APPLICATION_CREDENTIALS'), { name: 'GOOGLE_APPLICATION_CREDENTIALS', value: '/var/run/secrets/nereid/credentials/key.json' });
+    assert.deepEqual(
+      c.env.find((e) => e.name === 'GOOGLE_APPLICATION_CREDENTIALS'),
+      { name: 'GOOGLE_APPLICATION_CREDENTIALS', value: '/var/run/secrets/nereid/credentials/key.json' },
+    );
     assert.equal(pod.volumes.find((x) => x.name === 'cloud-credentials')?.secret?.secretName, 'gcs-key');
   } finally {
     v.cleanup();
   }
 });
 
-test('auth.keysSecret mounts the keys file from a Secret (the whole Secret, so updates reach the pod) and passes --auth-keys', () => {
+test('auth.keysSecret mounts the keys file from a Secret (the whole ' +
+  'Secret, so updates reach the pod) and passes --auth-keys', () => {
   const v = valuesFiles(`
 auth: { keysSecret: nereid-keys, keysSecretKey: keys.json, failureLimit: 7 }
 serviceMonitor: { enabled: true, authorization: { secretName: prometheus-key, key: secret } }
@@ -165,14 +198,24 @@ serviceMonitor: { enabled: true, authorization: { secretName: prometheus-key, ke
     const c = pod.containers[0]!;
     assert.equal(flag(c, 'auth-keys'), '/var/run/secrets/nereid/auth/keys.json');
     assert.equal(flag(c, 'auth-failure-limit'), '7');
-    const volume = pod.volumes.find((x) => x.name === 'auth-keys') as { secret: { secretName: string; items?: unknown } };
+    const volume = pod.volumes.find((x) => x.name === 'auth-keys') as {
+      secret: { secretName: string; items?: unknown };
+    };
     assert.deepEqual(volume.secret, { secretName: 'nereid-keys' });
-    const mounts = (c as unknown as { volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean; subPath?: string }> }).volumeMounts;
-    assert.deepEqual(mounts.find((m) => m.name === 'auth-keys'), { name: 'auth-keys', mountPath: '/var/run/secrets/nereid/auth', readOnly: true });
+    const mounts = (
+      c as unknown as { volumeMounts: Array<{ name: string; mountPath: string; readOnly?: boolean; subPath?: string }> }
+    ).volumeMounts;
+    assert.deepEqual(
+      mounts.find((m) => m.name === 'auth-keys'),
+      { name: 'auth-keys', mountPath: '/var/run/secrets/nereid/auth', readOnly: true },
+    );
     // Probes stay on the health endpoints, which need no key.
     assert.equal(c.livenessProbe.httpGet.path, '/v2/health/live');
     const monitor = only(objects, 'ServiceMonitor').spec as { endpoints: Array<{ authorization?: unknown }> };
-    assert.deepEqual(monitor.endpoints[0]!.authorization, { type: 'Bearer', credentials: { name: 'prometheus-key', key: 'secret' } });
+    assert.deepEqual(monitor.endpoints[0]!.authorization, {
+      type: 'Bearer',
+      credentials: { name: 'prometheus-key', key: 'secret' },
+    });
   } finally {
     v.cleanup();
   }
@@ -183,17 +226,45 @@ serviceMonitor: { enabled: true, authorization: { secretName: prometheus-key, ke
 
 const BAD_VALUES: Array<[string, string, RegExp]> = [
   ['autoscaling enabled without metrics', 'autoscaling: { enabled: true, metrics: [] }', /autoscaling\.metrics/],
-  ['maxReplicas below minReplicas', 'autoscaling: { enabled: true, minReplicas: 4, maxReplicas: 2 }', /autoscaling\.maxReplicas \(2\) is less than autoscaling\.minReplicas \(4\)/],
-  ['a GPU request with the CPU image forced', 'image: { flavor: cpu }\nresources: { limits: { nvidia.com/gpu: 1 } }', /image\.flavor is "cpu" but resources ask for nvidia\.com\/gpu: 1/],
-  ['a grace period shorter than the drain', 'exitTimeoutSecs: 60\nterminationGracePeriodSeconds: 40', /terminationGracePeriodSeconds \(40\) must be greater than exitTimeoutSecs \+ preStopSleepSeconds \(65\)/],
-  ['a flag the chart owns in extraArgs', 'extraArgs: ["--exit-timeout-secs=5"]', /extraArgs\[0\] \(--exit-timeout-secs=5\): the chart sets --exit-timeout-secs from exitTimeoutSecs/],
+  [
+    'maxReplicas below minReplicas',
+    'autoscaling: { enabled: true, minReplicas: 4, maxReplicas: 2 }',
+    /autoscaling\.maxReplicas \(2\) is less than autoscaling\.minReplicas \(4\)/,
+  ],
+  [
+    'a GPU request with the CPU image forced',
+    'image: { flavor: cpu }\nresources: { limits: { nvidia.com/gpu: 1 } }',
+    /image\.flavor is "cpu" but resources ask for nvidia\.com\/gpu: 1/,
+  ],
+  [
+    'a grace period shorter than the drain',
+    'exitTimeoutSecs: 60\nterminationGracePeriodSeconds: 40',
+    /terminationGracePeriodSeconds \(40\) must be greater than exitTimeoutSecs \+ preStopSleepSeconds \(65\)/,
+  ],
+  [
+    'a flag the chart owns in extraArgs',
+    'extraArgs: ["--exit-timeout-secs=5"]',
+    /extraArgs\[0\] \(--exit-timeout-secs=5\): the chart sets --exit-timeout-secs from exitTimeoutSecs/,
+  ],
   ['an extra argument that is not a flag', 'extraArgs: ["serve"]', /extraArgs/],
   ['a misspelt key', 'autoscalling: { enabled: true }', /autoscalling/],
   ['an unknown image flavor', 'image: { flavor: tpu }', /image\.flavor/],
-  ['both autoscalers', 'autoscaling: { enabled: true }\nkeda: { enabled: true }', /autoscaling\.enabled and keda\.enabled are both true/],
-  ['a credential file without its key', 'cloudCredentials: { file: { secretName: gcs } }', /cloudCredentials\.file\.key is empty/],
+  [
+    'both autoscalers',
+    'autoscaling: { enabled: true }\nkeda: { enabled: true }',
+    /autoscaling\.enabled and keda\.enabled are both true/,
+  ],
+  [
+    'a credential file without its key',
+    'cloudCredentials: { file: { secretName: gcs } }',
+    /cloudCredentials\.file\.key is empty/,
+  ],
   ['a keys Secret without its key', 'auth: { keysSecret: keys, keysSecretKey: "" }', /auth\.keysSecretKey/],
-  ['--auth-keys in extraArgs', 'extraArgs: ["--auth-keys=/k.yaml"]', /the chart sets --auth-keys from auth\.keysSecret/],
+  [
+    '--auth-keys in extraArgs',
+    'extraArgs: ["--auth-keys=/k.yaml"]',
+    /the chart sets --auth-keys from auth\.keysSecret/,
+  ],
   ['a negative failure limit', 'auth: { failureLimit: -1 }', /failureLimit/],
 ];
 
@@ -213,7 +284,9 @@ for (const [what, values, message] of BAD_VALUES) {
 test('the schema check rejects an object Kubernetes would refuse (a port given as text)', () => {
   const [deployment] = render().filter((o) => o.kind === 'Deployment');
   const broken = structuredClone(deployment!);
-  const spec = broken.spec as { template: { spec: { containers: Array<{ ports: Array<{ containerPort: unknown }> }> } } };
+  const spec = broken.spec as {
+    template: { spec: { containers: Array<{ ports: Array<{ containerPort: unknown }> }> } };
+  };
   spec.template.spec.containers[0]!.ports[0]!.containerPort = 'eight thousand';
   assert.throws(() => validateObject(broken), /containerPort must be integer/);
 });

@@ -57,7 +57,14 @@ export interface HelmResult {
 
 export function helm(args: readonly string[]): HelmResult {
   if (!existsSync(HELM)) throw new Error(`${HELM} is missing: run 'node scripts/fetch-helm.mjs' (npm test does)`);
-  const r = spawnSync(HELM, args, { encoding: 'utf8', env: { ...process.env, HELM_CACHE_HOME: path.join(tmpdir(), 'nereid-helm-cache'), HELM_CONFIG_HOME: path.join(tmpdir(), 'nereid-helm-config') } });
+  const r = spawnSync(HELM, args, {
+    encoding: 'utf8',
+    env: {
+      ...process.env,
+      HELM_CACHE_HOME: path.join(tmpdir(), 'nereid-helm-cache'),
+      HELM_CONFIG_HOME: path.join(tmpdir(), 'nereid-helm-config'),
+    },
+  });
   return { status: r.status, stdout: r.stdout, stderr: r.stderr };
 }
 

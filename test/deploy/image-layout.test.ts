@@ -10,14 +10,17 @@ import { ROOT } from './helm.js';
 
 const PYTHON = process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
 
-test('the image layout script installs production dependencies only, and nereid serve from it serves the example repository and a Python model', async (t) => {
+test('the image layout script installs production dependencies only, and nereid ' +
+  'serve from it serves the example repository and a Python model', async (t) => {
   const dest = mkdtempSync(path.join(tmpdir(), 'nereid-image-'));
   t.after(() => rmSync(dest, { recursive: true, force: true }));
   const built = spawnSync('sh', [path.join(ROOT, 'deploy', 'image-layout.sh'), dest], { encoding: 'utf8' });
   assert.equal(built.status, 0, built.stdout + built.stderr);
 
   // The lockfile marks what only development needs ("dev": true); the layout has exactly the rest.
-  const lock = JSON.parse(readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean; optional?: boolean }> };
+  const lock = JSON.parse(readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, { dev?: boolean; optional?: boolean }>;
+  };
   const top = Object.entries(lock.packages).filter(([p]) => /^node_modules\/(@[^/]+\/)?[^/]+$/.test(p));
   const devOnly = top.filter(([, e]) => e.dev).map(([p]) => p);
   const production = top.filter(([, e]) => !e.dev && !e.optional).map(([p]) => p);
@@ -33,14 +36,29 @@ test('the image layout script installs production dependencies only, and nereid 
   const s = startServe(['serve', ...LOOPBACK_PORTS], { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() });
   t.after(() => s.stop());
   const ports = await s.ports;
-  assert.match(s.stderr(), new RegExp(`"repositories":\\["${path.join(dest, 'examples', 'model_repository')}"\\]`), 'the bundled examples by default');
-  // The malloc setting is logged once; when nereid set it, the re-executed process is still the PID started (the signal below reaches it).
+  assert.match(
+    s.stderr(),
+    new RegExp(`"repositories":\\["${path.join(dest, 'examples', 'model_repository')}"\\]`),
+    'the bundled examples by default',
+  );
+  // The malloc setting is logged once; when nereid set it, the re-executed process is still the PID started (the signal
+  // below reaches it).
   const malloc = s.stderr().split('\n').filter((l) => l.includes('malloc'));
   assert.equal(malloc.length, 1, s.stderr());
-  if (malloc[0]!.includes('set by nereid')) assert.match(readFileSync(`/proc/${s.pid}/environ`, 'utf8'), /(^|\0)NEREID_MALLOC_TUNED=/);
+  if (malloc[0]!.includes('set by nereid'))
+    assert.match(readFileSync(`/proc/${s.pid}/environ`, 'utf8'), /(^|\0)NEREID_MALLOC_TUNED=/);
   const r = await fetch(`http://127.0.0.1:${ports.http}/v2/models/fraud_detector/infer`, {
     method: 'POST',
-    body: JSON.stringify({ inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] }] }),
+    body: JSON.stringify({
+      inputs: [
+        {
+          name: 'input_features',
+          datatype: 'FP32',
+          shape: [1, 10],
+          data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1],
+        },
+      ],
+    }),
   });
   assert.equal(r.status, 200);
   const body = (await r.json()) as { model_name: string; outputs: Array<{ shape: number[]; data: number[] }> };
@@ -53,10 +71,26 @@ test('the image layout script installs production dependencies only, and nereid 
 
   // The Python backend's stubs ship too.
   const repo = new TempRepository()
-    .config('py_identity', 'backend: "python"\nmax_batch_size: 0\ninput [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\noutput [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n')
-    .file('py_identity', '1/model.py', readFileSync(path.join(ROOT, 'test', 'fixtures', 'python_models', 'identity', 'model.py')));
+    .config(
+      'py_identity',
+      'backend: "python"\nmax_batch_size: 0\ninput [ { name: "INPUT0" data_type: TYPE_FP32 ' +
+      'dims: [ 2 ] } ]\noutput [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2 ] } ]\n',
+    )
+    .file(
+      'py_identity',
+      '1/model.py',
+      readFileSync(path.join(ROOT, 'test', 'fixtures', 'python_models', 'identity', 'model.py')),
+    );
   t.after(() => repo.cleanup());
-  const py = startServe(['serve', `--model-repository=${repo.dir}`, `--backend-config=python,python-executable=${PYTHON}`, ...LOOPBACK_PORTS], { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() });
+  const py = startServe(
+    [
+      'serve',
+      `--model-repository=${repo.dir}`,
+      `--backend-config=python,python-executable=${PYTHON}`,
+      ...LOOPBACK_PORTS,
+    ],
+    { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() },
+  );
   t.after(() => py.stop());
   const pyPorts = await py.ports;
   const echoed = await fetch(`http://127.0.0.1:${pyPorts.http}/v2/models/py_identity/infer`, {
@@ -79,7 +113,8 @@ for (const [file, base, layoutArgs] of [
   ['Dockerfile', /^debian:bookworm-slim$/, /image-layout\.sh \/opt\/nereid$/m],
   ['Dockerfile.cuda', /^\$\{CUDA_IMAGE\}$/, /image-layout\.sh \/opt\/nereid --cuda$/m],
 ] as const) {
-  test(`${file}: multi-stage, the layout script's output on a slim base, a numeric non-root user, tini as PID 1 running nereid serve`, () => {
+  test(`${file}: multi-stage, the layout script's output on a slim base, ` +
+    `a numeric non-root user, tini as PID 1 running nereid serve`, () => {
     const stage = finalStage(file);
     assert.ok((stage.all.match(/^FROM /gm) ?? []).length >= 2, 'a build stage and a runtime stage');
     assert.match(stage.from, base);

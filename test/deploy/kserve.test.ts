@@ -19,7 +19,9 @@ interface Runtime {
 }
 
 test('the KServe ClusterServingRuntime speaks v2 on the ports KServe expects, with flags nereid serve accepts', () => {
-  const runtime = parse(readFileSync(path.join(ROOT, 'deploy', 'kserve', 'cluster-serving-runtime.yaml'), 'utf8')) as Runtime;
+  const runtime = parse(
+    readFileSync(path.join(ROOT, 'deploy', 'kserve', 'cluster-serving-runtime.yaml'), 'utf8'),
+  ) as Runtime;
   assert.equal(runtime.apiVersion, 'serving.kserve.io/v1alpha1');
   assert.equal(runtime.kind, 'ClusterServingRuntime');
   assert.deepEqual(runtime.spec.protocolVersions, ['v2', 'grpc-v2']);
@@ -36,10 +38,14 @@ test('the KServe ClusterServingRuntime speaks v2 on the ports KServe expects, wi
 });
 
 test('the arguments the Helm chart passes are flags nereid serve accepts', () => {
-  const v = valuesFiles('modelRepositoryPath: /models\nextraModelRepositoryPaths: [/more]\nextraArgs: ["--model-control-mode=poll", "--repository-poll-secs=30"]');
+  const v = valuesFiles(
+    'modelRepositoryPath: /models\nextraModelRepositoryPaths: [/more]\nextraArgs: ' +
+    '["--model-control-mode=poll", "--repository-poll-secs=30"]',
+  );
   try {
     const deployment = render(v.args).find((o) => o.kind === 'Deployment')!;
-    const args = (deployment.spec as { template: { spec: { containers: Array<{ args: string[] }> } } }).template.spec.containers[0]!.args;
+    const args = (deployment.spec as { template: { spec: { containers: Array<{ args: string[] }> } } }).template.spec
+      .containers[0]!.args;
     const cfg = buildServeConfig(args);
     assert.deepEqual(cfg.server.modelRepositories, ['/models', '/more']);
     assert.equal(cfg.server.exitTimeoutSecs, 30);

@@ -10,7 +10,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { InferParameterSchema, ModelInferRequestSchema, type ModelInferRequest, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
+import {
+  InferParameterSchema,
+  ModelInferRequestSchema,
+  type ModelInferRequest,
+  type ModelStreamInferResponse,
+} from '../../src/gen/grpc_service_pb.js';
 import { Server } from '../../src/core/server.js';
 import { HttpFrontend } from '../../src/frontends/http/server.js';
 import { silentLogger } from '../../src/logger.js';
@@ -22,7 +27,11 @@ import { call, json } from './http/helpers.js';
 const noNumpy = missingPythonModule('numpy');
 const int32Bytes = (values: number[]) => new Uint8Array(new Int32Array(values).buffer);
 
-function streamRequest(values: number[], params: Record<string, string | number | boolean> = {}, id = 'q'): ModelInferRequest {
+function streamRequest(
+  values: number[],
+  params: Record<string, string | number | boolean> = {},
+  id = 'q',
+): ModelInferRequest {
   const parameters: Record<string, MessageInitShape<typeof InferParameterSchema>> = {};
   for (const [k, v] of Object.entries(params)) {
     parameters[k] =
@@ -75,11 +84,19 @@ function sse(port: number, pathName: string, body: object, onEvent?: (data: unkn
     const text = JSON.stringify(body);
     const events: unknown[] = [];
     const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path: pathName, headers: { 'Content-Length': String(Buffer.byteLength(text)) }, agent: false },
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: pathName,
+        headers: { 'Content-Length': String(Buffer.byteLength(text)) },
+        agent: false,
+      },
       (res) => {
         let buf = '';
         res.setEncoding('utf8');
-        const done = (aborted: boolean) => resolve({ status: res.statusCode!, type: String(res.headers['content-type']), events, aborted });
+        const done = (aborted: boolean) =>
+          resolve({ status: res.statusCode!, type: String(res.headers['content-type']), events, aborted });
         res.on('data', (chunk: string) => {
           buf += chunk;
           let i;
@@ -140,7 +157,9 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
   test('the bare final flag becomes an empty response only with triton_enable_empty_final_response', async () => {
     const plain = await streamAll(h.client, [streamRequest([])]);
     assert.equal(plain.messages.length, 0);
-    const withEmpty = await streamAll(h.client, [streamRequest([1], { triton_enable_empty_final_response: true }, 'e1')]);
+    const withEmpty = await streamAll(h.client, [
+      streamRequest([1], { triton_enable_empty_final_response: true }, 'e1'),
+    ]);
     assert.equal(withEmpty.messages.length, 2);
     assert.equal(finalFlag(withEmpty.messages[0]!), false);
     const last = withEmpty.messages[1]!;
@@ -186,7 +205,11 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
       ],
       rawInputContents: [int32Bytes(new Array(16).fill(1)), int32Bytes(new Array(16).fill(2))],
     });
-    const { messages } = await streamAll(h.client, [streamRequest([1, 2], {}, 'a'), simple, streamRequest([3], {}, 'b')]);
+    const { messages } = await streamAll(h.client, [
+      streamRequest([1, 2], {}, 'a'),
+      simple,
+      streamRequest([3], {}, 'b'),
+    ]);
     const ids = messages.map((m) => m.inferResponse!.id).sort();
     assert.deepEqual(ids, ['a', 'a', 'b', 's']);
     const s = messages.find((m) => m.inferResponse!.id === 's')!;
@@ -218,7 +241,10 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
       { IDX: 1, OUT: 5, id: 'g1', model_name: 'decoupled_repeat', model_version: '1' },
       { IDX: 2, OUT: 6, id: 'g1', model_name: 'decoupled_repeat', model_version: '1' },
     ]);
-    const versioned = await sse(port, '/v2/models/decoupled_repeat/versions/1/generate_stream', { IN: 8, parameters: { delay_ms: 10 } });
+    const versioned = await sse(port, '/v2/models/decoupled_repeat/versions/1/generate_stream', {
+      IN: 8,
+      parameters: { delay_ms: 10 },
+    });
     assert.deepEqual(versioned.events, [{ IDX: 0, OUT: 8, model_name: 'decoupled_repeat', model_version: '1' }]);
     const none = await sse(port, '/v2/models/decoupled_repeat/generate_stream', { IN: [] });
     assert.deepEqual(none.events, []);
@@ -227,13 +253,19 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
   });
 
   test('generate answers a single response; more than one is an error; non-decoupled models work too', async () => {
-    const one = await call(port, 'POST', '/v2/models/decoupled_repeat/generate', { body: JSON.stringify({ IN: [7], mode: 'final_with_response' }) });
+    const one = await call(port, 'POST', '/v2/models/decoupled_repeat/generate', {
+      body: JSON.stringify({ IN: [7], mode: 'final_with_response' }),
+    });
     assert.equal(one.status, 200);
     assert.equal(one.headers['content-type'], 'application/json');
     assert.equal(one.body.toString(), '{"IDX":0,"OUT":7,"model_name":"decoupled_repeat","model_version":"1"}');
-    const two = await call(port, 'POST', '/v2/models/decoupled_repeat/generate', { body: JSON.stringify({ IN: [1, 2] }) });
+    const two = await call(port, 'POST', '/v2/models/decoupled_repeat/generate', {
+      body: JSON.stringify({ IN: [1, 2] }),
+    });
     assert.deepEqual(json(two), {
-      error: 'generate expects model to produce exactly 1 response, use generate stream for model that generates various number of responses',
+      error:
+        'generate expects model to produce exactly 1 response, use generate ' +
+        'stream for model that generates various number of responses',
     });
     const simple = await call(port, 'POST', '/v2/models/simple/generate', {
       body: JSON.stringify({ INPUT0: new Array(16).fill(2), INPUT1: new Array(16).fill(1) }),
@@ -245,7 +277,9 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
   });
 
   test('generate refuses JSON that cannot become the inputs with 400 naming the input', async () => {
-    const shape = await call(port, 'POST', '/v2/models/simple/generate', { body: JSON.stringify({ INPUT0: [1, 2, 3], INPUT1: new Array(16).fill(1) }) });
+    const shape = await call(port, 'POST', '/v2/models/simple/generate', {
+      body: JSON.stringify({ INPUT0: [1, 2, 3], INPUT1: new Array(16).fill(1) }),
+    });
     assert.equal(shape.status, 400);
     assert.deepEqual(json(shape), { error: "The schema can not convert input 'INPUT0' to tensor with proper shape" });
     const type = await call(port, 'POST', '/v2/models/simple/generate', {
@@ -253,12 +287,16 @@ describe('decoupled models over gRPC streams and HTTP generate', { skip: noNumpy
     });
     assert.equal(type.status, 400);
     assert.match((json(type) as { error: string }).error, /input 'INPUT0'/);
-    const missing = await call(port, 'POST', '/v2/models/simple/generate', { body: JSON.stringify({ INPUT0: new Array(16).fill(1) }) });
+    const missing = await call(port, 'POST', '/v2/models/simple/generate', {
+      body: JSON.stringify({ INPUT0: new Array(16).fill(1) }),
+    });
     assert.equal(missing.status, 400);
     assert.match((json(missing) as { error: string }).error, /missing required input\(s\) \['INPUT1'\]/);
     const badParam = await call(port, 'POST', '/v2/models/simple/generate', { body: JSON.stringify({ odd: [1] }) });
     assert.equal(badParam.status, 400);
-    assert.deepEqual(json(badParam), { error: "parameter 'odd' has invalid type. It should be either 'int', 'bool', or 'string'." });
+    assert.deepEqual(json(badParam), {
+      error: "parameter 'odd' has invalid type. It should be either 'int', 'bool', or 'string'.",
+    });
     const unknown = await call(port, 'POST', '/v2/models/nope/generate_stream', { body: '{}' });
     assert.equal(unknown.status, 404);
     const get = await call(port, 'GET', '/v2/models/simple/generate');

@@ -51,7 +51,13 @@ test('a quiet time during which the event loop was busy (parsing what came) does
 test('a second collection follows the first once the server has stayed quiet for the settle time', (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
   let n = 0;
-  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => false });
+  const r = new MemoryReclaimer({
+    thresholdBytes: 10 * MiB,
+    quietMs: 1000,
+    settleMs: 6000,
+    collect: () => n++,
+    busy: () => false,
+  });
   r.note(20 * MiB);
   t.mock.timers.tick(1000);
   assert.equal(n, 1);
@@ -67,7 +73,13 @@ test('the second collection is skipped when a body or a busy loop came during th
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
   let n = 0;
   let busy = false;
-  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => busy });
+  const r = new MemoryReclaimer({
+    thresholdBytes: 10 * MiB,
+    quietMs: 1000,
+    settleMs: 6000,
+    collect: () => n++,
+    busy: () => busy,
+  });
   r.note(20 * MiB);
   t.mock.timers.tick(1000);
   assert.equal(n, 1);
@@ -93,7 +105,13 @@ test('stop cancels a waiting collection', (t) => {
   t.mock.timers.tick(10_000);
   assert.equal(runs(), 0);
   let n = 0;
-  const settling = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => n++, busy: () => false });
+  const settling = new MemoryReclaimer({
+    thresholdBytes: 10 * MiB,
+    quietMs: 1000,
+    settleMs: 6000,
+    collect: () => n++,
+    busy: () => false,
+  });
   settling.note(20 * MiB);
   t.mock.timers.tick(1000);
   settling.stop();
@@ -129,7 +147,14 @@ test('the full collection frees unreachable buffers and leaves gc unexposed to n
 test('the second collection is the settle one when given apart from the first', (t) => {
   t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
   const runs: string[] = [];
-  const r = new MemoryReclaimer({ thresholdBytes: 10 * MiB, quietMs: 1000, settleMs: 6000, collect: () => runs.push('full'), settleCollect: () => runs.push('reducing'), busy: () => false });
+  const r = new MemoryReclaimer({
+    thresholdBytes: 10 * MiB,
+    quietMs: 1000,
+    settleMs: 6000,
+    collect: () => runs.push('full'),
+    settleCollect: () => runs.push('reducing'),
+    busy: () => false,
+  });
   r.note(11 * MiB);
   t.mock.timers.tick(1000);
   t.mock.timers.tick(6000);

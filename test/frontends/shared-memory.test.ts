@@ -24,7 +24,9 @@ const B = Array.from({ length: 16 }, (_, i) => 100 * i);
 const SUM = A.map((a, i) => a + B[i]!);
 const DIFF = A.map((a, i) => a - B[i]!);
 const int32Bytes = (values: number[]) => Buffer.from(new Int32Array(values).buffer);
-const int32At = (buf: Buffer, offset: number, n: number) => [...new Int32Array(buf.buffer.slice(buf.byteOffset + offset, buf.byteOffset + offset + n * 4))];
+const int32At = (buf: Buffer, offset: number, n: number) => [
+  ...new Int32Array(buf.buffer.slice(buf.byteOffset + offset, buf.byteOffset + offset + n * 4)),
+];
 
 const tag = `nereid-test-${process.pid}-${randomBytes(3).toString('hex')}`;
 const inputKey = `/${tag}-in`;
@@ -48,7 +50,9 @@ function expectHttpError(r: HttpReply, status: number, message: string | RegExp)
 }
 
 /** An infer body for "simple" with both inputs in the input region and both outputs in the output region. */
-function shmInferBody(overrides: { outputSize?: number; inputRegion?: string; inputOffset?: number; inputSize?: number } = {}) {
+function shmInferBody(
+  overrides: { outputSize?: number; inputRegion?: string; inputOffset?: number; inputSize?: number } = {},
+) {
   return {
     inputs: [
       {
@@ -61,18 +65,34 @@ function shmInferBody(overrides: { outputSize?: number; inputRegion?: string; in
           shared_memory_offset: overrides.inputOffset ?? 0,
         },
       },
-      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], parameters: { shared_memory_region: 'input_data', shared_memory_byte_size: 64, shared_memory_offset: 64 } },
+      {
+        name: 'INPUT1',
+        datatype: 'INT32',
+        shape: [1, 16],
+        parameters: { shared_memory_region: 'input_data', shared_memory_byte_size: 64, shared_memory_offset: 64 },
+      },
     ],
     outputs: [
-      { name: 'OUTPUT0', parameters: { shared_memory_region: 'output_data', shared_memory_byte_size: overrides.outputSize ?? 64 } },
-      { name: 'OUTPUT1', parameters: { shared_memory_region: 'output_data', shared_memory_byte_size: 64, shared_memory_offset: 64 } },
+      {
+        name: 'OUTPUT0',
+        parameters: { shared_memory_region: 'output_data', shared_memory_byte_size: overrides.outputSize ?? 64 },
+      },
+      {
+        name: 'OUTPUT1',
+        parameters: { shared_memory_region: 'output_data', shared_memory_byte_size: 64, shared_memory_offset: 64 },
+      },
     ],
   };
 }
 
 before(async () => {
-  const simpleConfig = readFileSync(new URL('../../../examples/model_repository/simple/config.pbtxt', import.meta.url), 'utf8');
-  repo = new TempRepository().config('simple', simpleConfig).file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
+  const simpleConfig = readFileSync(
+    new URL('../../../examples/model_repository/simple/config.pbtxt', import.meta.url),
+    'utf8',
+  );
+  repo = new TempRepository()
+    .config('simple', simpleConfig)
+    .file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
   server = new Server({ modelRepositories: [repo.dir], logger: silentLogger, allowClientShm: true });
   await server.start();
   http = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
@@ -94,8 +114,15 @@ after(async () => {
 
 describe('system shared memory over HTTP', () => {
   test('register, status, infer through regions, unregister one and all', async () => {
-    assert.equal((await post('/v2/systemsharedmemory/region/input_data/register', { key: inputKey, offset: 0, byte_size: 128 })).status, 200);
-    assert.equal((await post('/v2/systemsharedmemory/region/output_data/register', { key: outputKey, byte_size: 128 })).status, 200);
+    assert.equal(
+      (await post('/v2/systemsharedmemory/region/input_data/register', { key: inputKey, offset: 0, byte_size: 128 }))
+        .status,
+      200,
+    );
+    assert.equal(
+      (await post('/v2/systemsharedmemory/region/output_data/register', { key: outputKey, byte_size: 128 })).status,
+      200,
+    );
     const status = json(await get('/v2/systemsharedmemory/status')) as unknown[];
     assert.deepEqual(
       status.sort((a, b) => String((a as { name: string }).name).localeCompare((b as { name: string }).name)),
@@ -124,8 +151,16 @@ describe('system shared memory over HTTP', () => {
     }
 
     assert.equal((await post('/v2/systemsharedmemory/region/input_data/unregister', {})).status, 200);
-    expectHttpError(await get('/v2/systemsharedmemory/region/input_data/status'), 404, "Unable to find system shared memory region: 'input_data'");
-    expectHttpError(await post('/v2/models/simple/infer', shmInferBody()), 404, "Unable to find shared memory region: 'input_data'");
+    expectHttpError(
+      await get('/v2/systemsharedmemory/region/input_data/status'),
+      404,
+      "Unable to find system shared memory region: 'input_data'",
+    );
+    expectHttpError(
+      await post('/v2/models/simple/infer', shmInferBody()),
+      404,
+      "Unable to find shared memory region: 'input_data'",
+    );
     // Unknown names unregister without complaint, as in Triton.
     assert.equal((await post('/v2/systemsharedmemory/region/never/unregister', {})).status, 200);
     assert.equal((await post('/v2/systemsharedmemory/unregister', {})).status, 200);
@@ -133,9 +168,21 @@ describe('system shared memory over HTTP', () => {
   });
 
   test('bad registrations: missing fields, unknown key, beyond the object, twice, reserved key', async () => {
-    expectHttpError(await post('/v2/systemsharedmemory/region/r/register', { byte_size: 4 }), 400, "Shared memory register request has no 'key' field");
-    expectHttpError(await post('/v2/systemsharedmemory/region/r/register', { key: inputKey }), 400, "Shared memory register request has no 'byte_size' field");
-    expectHttpError(await post('/v2/systemsharedmemory/region/r/register', { key: '/no-such-object-here', byte_size: 4 }), 500, "Unable to open shared memory region: '/no-such-object-here'");
+    expectHttpError(
+      await post('/v2/systemsharedmemory/region/r/register', { byte_size: 4 }),
+      400,
+      "Shared memory register request has no 'key' field",
+    );
+    expectHttpError(
+      await post('/v2/systemsharedmemory/region/r/register', { key: inputKey }),
+      400,
+      "Shared memory register request has no 'byte_size' field",
+    );
+    expectHttpError(
+      await post('/v2/systemsharedmemory/region/r/register', { key: '/no-such-object-here', byte_size: 4 }),
+      500,
+      "Unable to open shared memory region: '/no-such-object-here'",
+    );
     const size = statSync(shmFile(inputKey)).size;
     expectHttpError(
       await post('/v2/systemsharedmemory/region/r/register', { key: inputKey, offset: 8, byte_size: size }),
@@ -143,13 +190,28 @@ describe('system shared memory over HTTP', () => {
       "failed to register shared memory region 'r': invalid args",
     );
     expectHttpError(
-      await post('/v2/systemsharedmemory/region/r/register', { key: '/triton_python_backend_shm_region_1', byte_size: 4 }),
+      await post('/v2/systemsharedmemory/region/r/register', {
+        key: '/triton_python_backend_shm_region_1',
+        byte_size: 4,
+      }),
       400,
-      "cannot register shared memory region 'r' with key '/triton_python_backend_shm_region_1' as the key contains the reserved prefix 'triton_python_backend_shm_region_'",
+      "cannot register shared memory region 'r' with key '/triton_python_backend_shm_region_1' " +
+      "as the key contains the reserved prefix 'triton_python_backend_shm_region_'",
     );
-    assert.equal((await post('/v2/systemsharedmemory/region/r/register', { key: inputKey, byte_size: 16 })).status, 200);
-    expectHttpError(await post('/v2/systemsharedmemory/region/r/register', { key: inputKey, byte_size: 16 }), 400, "shared memory region 'r' already in manager");
-    expectHttpError(await post('/v2/systemsharedmemory/register', { key: inputKey, byte_size: 16 }), 400, "'region name' is necessary to register system shared memory region");
+    assert.equal(
+      (await post('/v2/systemsharedmemory/region/r/register', { key: inputKey, byte_size: 16 })).status,
+      200,
+    );
+    expectHttpError(
+      await post('/v2/systemsharedmemory/region/r/register', { key: inputKey, byte_size: 16 }),
+      400,
+      "shared memory region 'r' already in manager",
+    );
+    expectHttpError(
+      await post('/v2/systemsharedmemory/register', { key: inputKey, byte_size: 16 }),
+      400,
+      "'region name' is necessary to register system shared memory region",
+    );
     assert.equal((await post('/v2/systemsharedmemory/unregister', {})).status, 200);
   });
 
@@ -157,7 +219,11 @@ describe('system shared memory over HTTP', () => {
     await post('/v2/systemsharedmemory/region/input_data/register', { key: inputKey, byte_size: 128 });
     await post('/v2/systemsharedmemory/region/output_data/register', { key: outputKey, byte_size: 128 });
     writeFileSync(shmFile(outputKey), Buffer.alloc(128 + 16, 0xee));
-    expectHttpError(await post('/v2/models/simple/infer', shmInferBody({ inputOffset: 128 })), 400, "Invalid offset for shared memory region: 'input_data'");
+    expectHttpError(
+      await post('/v2/models/simple/infer', shmInferBody({ inputOffset: 128 })),
+      400,
+      "Invalid offset for shared memory region: 'input_data'",
+    );
     expectHttpError(
       await post('/v2/models/simple/infer', shmInferBody({ inputOffset: 100, inputSize: 64 })),
       400,
@@ -171,7 +237,8 @@ describe('system shared memory over HTTP', () => {
     expectHttpError(
       await post('/v2/models/simple/infer', shmInferBody({ outputSize: 32 })),
       500,
-      "shared memory size specified with the request for output 'OUTPUT0' (32 bytes) should be at least 64 bytes to hold the results",
+      "shared memory size specified with the request for output 'OUTPUT0' " +
+      "(32 bytes) should be at least 64 bytes to hold the results",
     );
     assert.ok(readFileSync(shmFile(outputKey)).every((b) => b === 0xee), 'a failed request writes nothing');
     // The server keeps serving.
@@ -217,12 +284,15 @@ describe('system shared memory over gRPC', () => {
 
   test('register, status, infer through regions (unary and streaming), unregister', async () => {
     await unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'in', key: inputKey, offset: 0n, byteSize: 128n });
-    await unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'out', key: outputKey, offset: 0n, byteSize: 128n });
-    const status = await unary<{ regions: Record<string, { name: string; key: string; offset: bigint; byteSize: bigint }> }>(
-      grpcH.client,
-      'SystemSharedMemoryStatus',
-      { name: 'in' },
-    );
+    await unary(grpcH.client, 'SystemSharedMemoryRegister', {
+      name: 'out',
+      key: outputKey,
+      offset: 0n,
+      byteSize: 128n,
+    });
+    const status = await unary<{
+      regions: Record<string, { name: string; key: string; offset: bigint; byteSize: bigint }>;
+    }>(grpcH.client, 'SystemSharedMemoryStatus', { name: 'in' });
     assert.deepEqual(Object.keys(status.regions), ['in']);
     assert.equal(status.regions['in']!.key, inputKey);
     assert.equal(status.regions['in']!.byteSize, 128n);
@@ -249,7 +319,9 @@ describe('system shared memory over gRPC', () => {
     writeFileSync(shmFile(outputKey), Buffer.alloc(128 + 16, 0));
     const streamed = await new Promise<unknown[]>((resolve, reject) => {
       const got: unknown[] = [];
-      const s = (grpcH.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, unknown> }).ModelStreamInfer();
+      const s = (
+        grpcH.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, unknown> }
+      ).ModelStreamInfer();
       s.on('data', (m) => got.push(m));
       s.on('error', reject);
       s.on('end', () => resolve(got));
@@ -276,13 +348,29 @@ describe('system shared memory over gRPC', () => {
 
   test('errors: already registered, beyond the object, CUDA without a GPU', async () => {
     await unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'dup', key: inputKey, offset: 0n, byteSize: 8n });
-    const dup = await callError(unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'dup', key: inputKey, offset: 0n, byteSize: 8n }));
+    const dup = await callError(
+      unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'dup', key: inputKey, offset: 0n, byteSize: 8n }),
+    );
     assert.equal(dup.code, grpc.status.ALREADY_EXISTS);
     assert.equal(dup.details, "shared memory region 'dup' already in manager");
-    const big = await callError(unary(grpcH.client, 'SystemSharedMemoryRegister', { name: 'big', key: inputKey, offset: 0n, byteSize: 1n << 20n }));
+    const big = await callError(
+      unary(grpcH.client, 'SystemSharedMemoryRegister', {
+        name: 'big',
+        key: inputKey,
+        offset: 0n,
+        byteSize: 1n << 20n,
+      }),
+    );
     assert.equal(big.code, grpc.status.INVALID_ARGUMENT);
     assert.equal(big.details, "failed to register shared memory region 'big': invalid args");
-    const cuda = await callError(unary(grpcH.client, 'CudaSharedMemoryRegister', { name: 'c', rawHandle: new Uint8Array(64), deviceId: 0n, byteSize: 4n }));
+    const cuda = await callError(
+      unary(grpcH.client, 'CudaSharedMemoryRegister', {
+        name: 'c',
+        rawHandle: new Uint8Array(64),
+        deviceId: 0n,
+        byteSize: 4n,
+      }),
+    );
     assert.equal(cuda.code, grpc.status.INVALID_ARGUMENT);
     assert.equal(cuda.details, "failed to register CUDA shared memory region: 'c', GPUs not supported");
     await unary(grpcH.client, 'SystemSharedMemoryUnregister', { name: '' });
@@ -296,7 +384,8 @@ test('with client shared memory off (the default) registering answers 501 with t
     assert.throws(
       () => off.sharedMemory.registerSystem('r', inputKey, 0, 4),
       (e: { httpStatus: number; message: string }) =>
-        e.httpStatus === 501 && e.message === "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
+        e.httpStatus === 501 &&
+        e.message === "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.",
     );
     assert.deepEqual(off.sharedMemory.systemStatus(), []);
   } finally {

@@ -46,7 +46,9 @@ export async function startRadosGateway(attempts = 3): Promise<RadosGateway> {
       return await startOnce();
     } catch (err) {
       if (i >= attempts) throw err;
-      process.stderr.write(`radosgw start ${i} of ${attempts} failed, retrying: ${(err as Error).message.split('\n')[0]}\n`);
+      process.stderr.write(
+        `radosgw start ${i} of ${attempts} failed, retrying: ${(err as Error).message.split('\n')[0]}\n`,
+      );
     }
   }
 }
@@ -123,7 +125,9 @@ rgw data = ${dir}/rgw
     children.push(spawnGroup('ceph-osd', ['-c', conf, '-i', '0', '-f']));
     // Pools can only be created once the OSD is up and in.
     await waitFor('the OSD to come up', async () => {
-      const stat = JSON.parse(await run('ceph', ['-c', conf, '--connect-timeout', '10', 'osd', 'stat', '--format', 'json'])) as {
+      const stat = JSON.parse(
+        await run('ceph', ['-c', conf, '--connect-timeout', '10', 'osd', 'stat', '--format', 'json']),
+      ) as {
         num_up_osds?: number;
         num_in_osds?: number;
       };
@@ -133,7 +137,16 @@ rgw data = ${dir}/rgw
     const secretKey = 'nereid-test-secret-key';
     await run(
       'radosgw-admin',
-      ['-c', conf, 'user', 'create', '--uid=test', '--display-name=test', `--access-key=${accessKey}`, `--secret=${secretKey}`],
+      [
+        '-c',
+        conf,
+        'user',
+        'create',
+        '--uid=test',
+        '--display-name=test',
+        `--access-key=${accessKey}`,
+        `--secret=${secretKey}`,
+      ],
       60_000,
     );
     children.push(spawnGroup('radosgw', ['-c', conf, '-n', 'client.rgw.a', '-f']));
@@ -176,7 +189,7 @@ rgw data = ${dir}/rgw
   } catch (err) {
     const logs = logTails(path.join(dir, 'log'));
     await stopAll();
-    throw new Error(`${(err as Error).message}\n${logs}`);
+    throw new Error(`${(err as Error).message}\n${logs}`, { cause: err });
   }
 }
 

@@ -56,7 +56,10 @@ export async function startGcsEmulator(): Promise<GcsEmulator> {
   const host = `http://127.0.0.1:${port}`;
   const storage = new Storage({ apiEndpoint: host, useAuthWithCustomEndpoint: false, projectId: 'nereid-test' });
   const put = async (bucket: string, key: string, body: Uint8Array | string): Promise<void> => {
-    await storage.bucket(bucket).file(key).save(typeof body === 'string' ? Buffer.from(body) : Buffer.from(body), { resumable: false });
+    await storage
+      .bucket(bucket)
+      .file(key)
+      .save(typeof body === 'string' ? Buffer.from(body) : Buffer.from(body), { resumable: false });
   };
   return {
     host,

@@ -9,7 +9,20 @@ import { bytesOf, encodeBytesElements } from '../../src/tensor/tensor.js';
 export type JsonValue = number | bigint | string;
 
 export const HARD_VALUES: Readonly<Record<string, readonly JsonValue[]>> = {
-  FP32: [0.1, -0, 1, -1, NaN, Infinity, -Infinity, 3.4028234663852886e38, 1.401298464324817e-45, 16777216, 1e20, 123456.5],
+  FP32: [
+    0.1,
+    -0,
+    1,
+    -1,
+    NaN,
+    Infinity,
+    -Infinity,
+    3.4028234663852886e38,
+    1.401298464324817e-45,
+    16777216,
+    1e20,
+    123456.5,
+  ],
   FP64: [0.1, -0, 1, 1e21, 1e300, -1e-300, 5e-324, NaN, Infinity, -Infinity, 2 ** 53, 1.5e-7],
   INT8: [-128, 127, 0, -1],
   INT16: [-32768, 32767, 0, 7],

@@ -16,7 +16,18 @@ interface ProtoType {
 }
 
 const root = require('otlp-transformer-0.57/build/src/generated/root.js') as {
-  opentelemetry: { proto: { collector: { trace: { v1: { ExportTraceServiceRequest: ProtoType; ExportTraceServiceResponse: { encode(m: object): { finish(): Uint8Array } } } } } } };
+  opentelemetry: {
+    proto: {
+      collector: {
+        trace: {
+          v1: {
+            ExportTraceServiceRequest: ProtoType;
+            ExportTraceServiceResponse: { encode(m: object): { finish(): Uint8Array } };
+          };
+        };
+      };
+    };
+  };
 };
 const v1 = root.opentelemetry.proto.collector.trace.v1;
 
@@ -56,7 +67,10 @@ const hex = (b: unknown): string => (b === undefined || b === null ? '' : Buffer
 export function decodeTraces(body: Uint8Array): ReceivedSpan[] {
   const msg = v1.ExportTraceServiceRequest.decode(body);
   const obj = v1.ExportTraceServiceRequest.toObject(msg, { longs: String, enums: Number, defaults: true }) as {
-    resourceSpans: Array<{ resource?: { attributes: unknown }; scopeSpans: Array<{ spans: Array<Record<string, unknown>> }> }>;
+    resourceSpans: Array<{
+      resource?: { attributes: unknown };
+      scopeSpans: Array<{ spans: Array<Record<string, unknown>> }>;
+    }>;
   };
   const out: ReceivedSpan[] = [];
   for (const rs of obj.resourceSpans) {
@@ -72,7 +86,10 @@ export function decodeTraces(body: Uint8Array): ReceivedSpan[] {
           startNs: BigInt(s.startTimeUnixNano as string),
           endNs: BigInt(s.endTimeUnixNano as string),
           attributes: attributes(s.attributes),
-          events: ((s.events as Array<{ name: string; timeUnixNano: string }>) ?? []).map((e) => ({ name: e.name, ns: BigInt(e.timeUnixNano) })),
+          events: ((s.events as Array<{ name: string; timeUnixNano: string }>) ?? []).map((e) => ({
+            name: e.name,
+            ns: BigInt(e.timeUnixNano),
+          })),
           resource,
         });
       }
@@ -95,14 +112,20 @@ export class OtlpReceiver {
       const chunks: Buffer[] = [];
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
-        if (req.method !== 'POST' || req.url !== '/v1/traces' || req.headers['content-type'] !== 'application/x-protobuf') {
+        if (
+          req.method !== 'POST' ||
+          req.url !== '/v1/traces' ||
+          req.headers['content-type'] !== 'application/x-protobuf'
+        ) {
           res.writeHead(400).end();
           return;
         }
         this.requests += 1;
         this.spans.push(...decodeTraces(Buffer.concat(chunks)));
         const reply = () =>
-          res.writeHead(200, { 'Content-Type': 'application/x-protobuf' }).end(Buffer.from(v1.ExportTraceServiceResponse.encode({}).finish()));
+          res
+            .writeHead(200, { 'Content-Type': 'application/x-protobuf' })
+            .end(Buffer.from(v1.ExportTraceServiceResponse.encode({}).finish()));
         if (this.holdReplies) this.held.push(reply);
         else reply();
       });

@@ -6,7 +6,8 @@ export function recordingLogger(): { logger: Logger; records: Array<Record<strin
   const records: Array<Record<string, unknown>> = [];
   const stream = new Writable({
     write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split('\n'))
+        if (line.trim()) records.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });

@@ -4,10 +4,23 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** dist/src/cli/main.js of this build. */
-export const NEREID_MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'main.js');
+export const NEREID_MAIN = path.resolve(
+  path.dirname(fileURLToPath(import.meta.url)),
+  '..',
+  '..',
+  'src',
+  'cli',
+  'main.js',
+);
 
 /** Free ports on the loopback interface for all three services. */
-export const LOOPBACK_PORTS = ['--http-port=0', '--grpc-port=0', '--metrics-port=0', '--http-address=127.0.0.1', '--grpc-address=127.0.0.1'];
+export const LOOPBACK_PORTS = [
+  '--http-port=0',
+  '--grpc-port=0',
+  '--metrics-port=0',
+  '--http-address=127.0.0.1',
+  '--grpc-address=127.0.0.1',
+];
 
 export interface ServePorts {
   http: number;

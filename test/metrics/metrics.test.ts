@@ -115,7 +115,12 @@ test('--metrics-config switches latency counters, histograms and summaries', asy
   assert.deepEqual(parseMetricsConfig(['summary_quantiles=0.5:0.05, 0.99:0.001,bad,0.7']).quantiles, [0.5, 0.99]);
   const metrics = new Metrics({
     ...NO_HOST,
-    metricsConfig: ['counter_latencies=false', 'histogram_latencies=true', 'summary_latencies=true', 'summary_quantiles=0.5:0.05,0.99:0.001'],
+    metricsConfig: [
+      'counter_latencies=false',
+      'histogram_latencies=true',
+      'summary_latencies=true',
+      'summary_quantiles=0.5:0.05,0.99:0.001',
+    ],
   });
   const stats = attached(metrics);
   stats.recordSuccess(300_000_000, 1_000, 2_000, 3_000, 4_000);
@@ -215,7 +220,10 @@ test('the exposition passes promtool check metrics (apart from Triton\'s fixed n
 test('CPU gauges come from /proc/stat and /proc/meminfo', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'nereid-proc-'));
   writeFileSync(join(dir, 'stat'), 'cpu  100 0 100 700 100 0 0 0 0 0\ncpu0 50 0 50 350 50 0 0 0 0 0\n');
-  writeFileSync(join(dir, 'meminfo'), 'MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:    4000000 kB\n');
+  writeFileSync(
+    join(dir, 'meminfo'),
+    'MemTotal:       16000000 kB\nMemFree:         1000000 kB\nMemAvailable:    4000000 kB\n',
+  );
   const metrics = new Metrics({ allowGpuMetrics: false, procDir: dir, metricsIntervalMs: 60_000 });
   try {
     const text = await metrics.render();
@@ -238,7 +246,11 @@ test('GPU gauges are absent, without error, when nvidia-smi is missing or fails'
   assert.ok(!(await off.render()).includes('nv_gpu_'));
 });
 
-function get(port: number, path: string, method = 'GET'): Promise<{ status: number; type: string | undefined; body: string }> {
+function get(
+  port: number,
+  path: string,
+  method = 'GET',
+): Promise<{ status: number; type: string | undefined; body: string }> {
   return new Promise((resolve, reject) => {
     const req = httpRequest({ host: '127.0.0.1', port, path, method }, (res) => {
       let body = '';
@@ -297,6 +309,7 @@ test("metric_control sets the first-response buckets; another family loads with 
   assert.equal(sample(text, 'nv_inference_first_response_histogram_ms_bucket', { ...M, le: '50' }), 1);
   const warnings = records.filter((r) => r.level === 40).map((r) => r.msg);
   assert.deepEqual(warnings, [
-    "Metric family 'nv_inference_request_duration_us' in 'metric_identifier' is not a customizable metric in Triton core.",
+    "Metric family 'nv_inference_request_duration_us' in " +
+    "'metric_identifier' is not a customizable metric in Triton core.",
   ]);
 });

@@ -2,7 +2,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpuUtilization, findOnPath, parseMeminfo, parseNvidiaSmi, parseProcStat } from '../../src/metrics/system.js';
 
-// As printed by `nvidia-smi --query-gpu=uuid,utilization.gpu,memory.total,memory.used,power.draw,power.limit --format=csv,noheader,nounits`.
+// As printed by `nvidia-smi --query-gpu=uuid,utilization.gpu,memory.total,memory.used,power.draw,power.limit
+// --format=csv,noheader,nounits`.
 const SMI = [
   'GPU-3b2f6a1e-8f4c-2d7b-9a61-0c5e4f1d2a77, 37, 81559, 1234, 65.23, 700.00',
   'GPU-7c1d0e2f-1a2b-3c4d-5e6f-708192a3b4c5, 0, 16384, 0, [N/A], [N/A]',
@@ -23,7 +24,10 @@ test('nvidia-smi CSV lines become GPU samples in Triton units', () => {
 });
 
 test('nvidia-smi error text yields no GPUs', () => {
-  assert.deepEqual(parseNvidiaSmi('NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n'), []);
+  assert.deepEqual(
+    parseNvidiaSmi('NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n'),
+    [],
+  );
 });
 
 test('CPU utilisation is the busy share of jiffies between two /proc/stat samples', () => {

@@ -26,14 +26,20 @@ test('the bench builds a tiny and a medium MLP with the advertised shapes', asyn
   for (const m of models) {
     const info = await readOnnxModelInfo(m.onnxFile);
     assert.deepEqual(info.inputs.map((t) => [t.name, t.datatype, t.dims]), [[m.inputName, 'FP32', [-1, m.inputSize]]]);
-    assert.deepEqual(info.outputs.map((t) => [t.name, t.datatype, t.dims]), [[m.outputName, 'FP32', [-1, m.outputSize]]]);
+    assert.deepEqual(
+      info.outputs.map((t) => [t.name, t.datatype, t.dims]),
+      [[m.outputName, 'FP32', [-1, m.outputSize]]],
+    );
   }
 });
 
 test('each bench repository serves the model with and without dynamic batching', async () => {
   for (const m of models) {
     const plain = parseModelConfig(await readFile(join(m.repository, m.plainName, 'config.pbtxt'), 'utf8'), 'plain');
-    const batched = parseModelConfig(await readFile(join(m.repository, m.batchedName, 'config.pbtxt'), 'utf8'), 'batched');
+    const batched = parseModelConfig(
+      await readFile(join(m.repository, m.batchedName, 'config.pbtxt'), 'utf8'),
+      'batched',
+    );
     assert.equal(plain.schedulingChoice.case, undefined);
     assert.equal(batched.schedulingChoice.case, 'dynamicBatching');
     assert.equal(plain.maxBatchSize, m.maxBatchSize);
@@ -49,7 +55,10 @@ test('the tiny bench model loads with its config and answers', async () => {
   const model = await backend.loadModel(ctx);
   const inst = await model.createInstance(instanceContext(ctx));
   try {
-    const [r] = await inst.execute([request('a', [makeTensor('input', 'FP32', [2, 10], bytesOf(new Float32Array(20).fill(0.25)))], ['output'], 2)], new RecordingTimer());
+    const [r] = await inst.execute(
+      [request('a', [makeTensor('input', 'FP32', [2, 10], bytesOf(new Float32Array(20).fill(0.25)))], ['output'], 2)],
+      new RecordingTimer(),
+    );
     assert.deepEqual(r?.outputs?.[0]?.shape, [2, 1]);
   } finally {
     await inst.close();

@@ -6,7 +6,10 @@ import { OnnxModelBuilder, buildAddSubModel, buildMlp, mlpForward, seededRandom 
 function closeTo(actual: ArrayLike<number>, expected: ArrayLike<number>, tol = 1e-5): void {
   assert.equal(actual.length, expected.length);
   for (let i = 0; i < actual.length; i++) {
-    assert.ok(Math.abs(actual[i]! - expected[i]!) <= tol * Math.max(1, Math.abs(expected[i]!)), `element ${i}: ${actual[i]} vs ${expected[i]}`);
+    assert.ok(
+      Math.abs(actual[i]! - expected[i]!) <= tol * Math.max(1, Math.abs(expected[i]!)),
+      `element ${i}: ${actual[i]} vs ${expected[i]}`,
+    );
   }
 }
 
@@ -42,7 +45,10 @@ test('the add/sub model adds and subtracts INT32', async () => {
   const session = await ort.InferenceSession.create(buildAddSubModel('INT32', 4).toBytes());
   const a = Int32Array.from([1, 2, 3, 4]);
   const b = Int32Array.from([10, 20, 30, 40]);
-  const out = await session.run({ INPUT0: new ort.Tensor('int32', a, [1, 4]), INPUT1: new ort.Tensor('int32', b, [1, 4]) });
+  const out = await session.run({
+    INPUT0: new ort.Tensor('int32', a, [1, 4]),
+    INPUT1: new ort.Tensor('int32', b, [1, 4]),
+  });
   assert.deepEqual([...(out.OUTPUT0!.data as Int32Array)], [11, 22, 33, 44]);
   assert.deepEqual([...(out.OUTPUT1!.data as Int32Array)], [-9, -18, -27, -36]);
   await session.release();

@@ -22,7 +22,10 @@ test('model-info reads names, datatypes and dims with -1 for symbolic and unknow
       ['c', 'BOOL', []],
     ],
   );
-  assert.deepEqual(info.outputs.map((t) => [t.name, t.datatype, t.dims, t.onnxType]), [['y', 'INT64', [-1, 7], 'INT64']]);
+  assert.deepEqual(
+    info.outputs.map((t) => [t.name, t.datatype, t.dims, t.onnxType]),
+    [['y', 'INT64', [-1, 7], 'INT64']],
+  );
 });
 
 test('a graph input that has an initializer is reported as overridable, not as an input', () => {
@@ -50,8 +53,14 @@ test('model-info reads a file from disk', async () => {
 });
 
 test('bytes that are not an ONNX model give OnnxParseError', async () => {
-  assert.throws(() => parseOnnxModelInfo(new Uint8Array(0), 'empty.onnx'), (e: unknown) => e instanceof OnnxParseError && /empty\.onnx is not a valid ONNX model/.test(e.message));
-  assert.throws(() => parseOnnxModelInfo(Buffer.from('this is certainly not a protobuf message'), 'text.onnx'), OnnxParseError);
+  assert.throws(
+    () => parseOnnxModelInfo(new Uint8Array(0), 'empty.onnx'),
+    (e: unknown) => e instanceof OnnxParseError && /empty\.onnx is not a valid ONNX model/.test(e.message),
+  );
+  assert.throws(
+    () => parseOnnxModelInfo(Buffer.from('this is certainly not a protobuf message'), 'text.onnx'),
+    OnnxParseError,
+  );
   const truncated = buildMlp([10, 4, 1], 1).builder.toBytes().subarray(0, 100);
   assert.throws(() => parseOnnxModelInfo(truncated, 'cut.onnx'), OnnxParseError);
 });
@@ -86,7 +95,11 @@ test('a file that is not an ONNX model gives OnnxParseError naming the file', as
     for (const [name, bytes] of Object.entries(cases)) {
       const path = join(dir, name);
       await writeFile(path, bytes);
-      await assert.rejects(readOnnxModelInfo(path), (e: unknown) => e instanceof OnnxParseError && e.message.startsWith(`${path} is not a valid ONNX model`), name);
+      await assert.rejects(
+        readOnnxModelInfo(path),
+        (e: unknown) => e instanceof OnnxParseError && e.message.startsWith(`${path} is not a valid ONNX model`),
+        name,
+      );
     }
   } finally {
     await rm(dir, { recursive: true, force: true });

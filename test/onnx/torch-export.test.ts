@@ -12,7 +12,15 @@ import { join } from 'node:path';
 import { createOnnxRuntimeBackend } from '../../src/backends/onnxruntime/index.js';
 import { parseOnnxModelInfo, readOnnxModelInfo } from '../../src/onnx/model-info.js';
 import { bytesOf, makeTensor } from '../../src/tensor/tensor.js';
-import { RecordingTimer, TempDir, autoCompleteContext, config, instanceContext, modelContext, request } from '../backends/onnxruntime/fixtures.js';
+import {
+  RecordingTimer,
+  TempDir,
+  autoCompleteContext,
+  config,
+  instanceContext,
+  modelContext,
+  request,
+} from '../backends/onnxruntime/fixtures.js';
 
 const PYTHON = process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
 
@@ -76,7 +84,10 @@ test('a PyTorch-exported model is read, auto-completed and served with PyTorch r
     try {
       const x = floats(await readFile(join(dir, 'x.bin')));
       const expected = floats(await readFile(join(dir, 'y.bin')));
-      const [r] = await inst.execute([request('t', [makeTensor('INPUT__0', 'FP32', [3, 6], bytesOf(x))], ['OUTPUT__0'], 3)], new RecordingTimer());
+      const [r] = await inst.execute(
+        [request('t', [makeTensor('INPUT__0', 'FP32', [3, 6], bytesOf(x))], ['OUTPUT__0'], 3)],
+        new RecordingTimer(),
+      );
       const y = new Float32Array(r!.outputs![0]!.data.slice().buffer);
       assert.deepEqual(r!.outputs![0]!.shape, [3, 2]);
       y.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) < 1e-5, `${v} vs ${expected[i]}`));

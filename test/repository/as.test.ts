@@ -14,9 +14,17 @@ import {
 } from './cloud-scenarios.js';
 
 test('as URLs parse as Triton parses them', () => {
-  assert.deepEqual(parseAzureUrlParts('as://acct/models/path/to/repo'), { account: 'acct', container: 'models', prefix: 'path/to/repo' });
+  assert.deepEqual(parseAzureUrlParts('as://acct/models/path/to/repo'), {
+    account: 'acct',
+    container: 'models',
+    prefix: 'path/to/repo',
+  });
   assert.deepEqual(parseAzureUrlParts('as://acct/models'), { account: 'acct', container: 'models', prefix: '' });
-  assert.deepEqual(parseAzureUrlParts('as://acct.blob.core.windows.net/c/p/'), { account: 'acct', container: 'c', prefix: 'p' });
+  assert.deepEqual(parseAzureUrlParts('as://acct.blob.core.windows.net/c/p/'), {
+    account: 'acct',
+    container: 'c',
+    prefix: 'p',
+  });
   for (const url of ['as://acct', 'as://acct/', 'as:///container/x']) {
     assert.throws(() => createModelSource(url), (err: { code?: string; message: string }) => {
       assert.equal(err.code, 'NRD_REPOSITORY_URL');
@@ -48,7 +56,8 @@ describe('against Azurite', () => {
     await azurite?.stop();
   });
 
-  test('a server on as://account/container/path answers an inference, and a restart with a warm cache downloads nothing', async () => {
+  test('a server on as://account/container/path answers an inference, ' +
+    'and a restart with a warm cache downloads nothing', async () => {
     await serveInferAndRestartFromCache(store, 'serve');
   });
 
@@ -67,7 +76,9 @@ describe('against Azurite', () => {
 
   test('a wrong account key is named as such', async () => {
     const wrong = AZURITE_KEY.replace(/^Eby8/, 'AAAA');
-    const err = await sourceError(store.url('serve'), { AZURE_STORAGE_CONNECTION_STRING: azurite.connectionStringWithKey(wrong) });
+    const err = await sourceError(store.url('serve'), {
+      AZURE_STORAGE_CONNECTION_STRING: azurite.connectionStringWithKey(wrong),
+    });
     assert.equal(err.code, 'NRD_REPOSITORY_UNAVAILABLE');
     assert.match(err.message, /the credentials were rejected|access to container 'nereid-models' is denied/);
   });
@@ -77,6 +88,9 @@ describe('against Azurite', () => {
     const cs = azurite.connectionString.replace(/127\.0\.0\.1:\d+/, `127.0.0.1:${port}`);
     const err = await sourceError(store.url('serve'), { AZURE_STORAGE_CONNECTION_STRING: cs });
     assert.equal(err.code, 'NRD_REPOSITORY_UNAVAILABLE');
-    assert.match(err.message, new RegExp(`cannot connect to http://127.0.0.1:${port}/devstoreaccount1 \\(connection refused\\)`));
+    assert.match(
+      err.message,
+      new RegExp(`cannot connect to http://127.0.0.1:${port}/devstoreaccount1 \\(connection refused\\)`),
+    );
   });
 });

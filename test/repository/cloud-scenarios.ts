@@ -63,7 +63,11 @@ export async function serveInferAndRestartFromCache(store: CloudStore, prefix: s
     await store.uploadDir(repo.dir, prefix);
     await withEnv(store.env, async () => {
       const first = recordingLogger();
-      const server = new Server({ modelRepositories: [store.url(prefix)], modelCacheDir: cacheDir, logger: first.logger });
+      const server = new Server({
+        modelRepositories: [store.url(prefix)],
+        modelCacheDir: cacheDir,
+        logger: first.logger,
+      });
       await server.start();
       try {
         const r = await server.infer(addSubRequest('simple'));
@@ -80,7 +84,11 @@ export async function serveInferAndRestartFromCache(store: CloudStore, prefix: s
       assert.equal(got.reduce((n, r) => n + Number(r.files), 0), 5);
 
       const second = recordingLogger();
-      const again = new Server({ modelRepositories: [store.url(prefix)], modelCacheDir: cacheDir, logger: second.logger });
+      const again = new Server({
+        modelRepositories: [store.url(prefix)],
+        modelCacheDir: cacheDir,
+        logger: second.logger,
+      });
       await again.start();
       try {
         const r = await again.infer(addSubRequest('simple'));
@@ -117,22 +125,37 @@ export async function explicitModeDownloadsOnlyLoadedModels(store: CloudStore, p
       });
       await server.start();
       try {
-        assert.deepEqual(downloads(log.records).map((r) => r.model), ['first'], 'only the start-up model is downloaded');
+        assert.deepEqual(
+          downloads(log.records).map((r) => r.model),
+          ['first'],
+          'only the start-up model is downloaded',
+        );
         const index = new Map((await server.repositoryIndex()).map((e) => [e.name, e.state]));
-        assert.deepEqual([...index.keys()].sort(), ['first', 'never', 'second'], 'the index lists every model of the store');
+        assert.deepEqual(
+          [...index.keys()].sort(),
+          ['first', 'never', 'second'],
+          'the index lists every model of the store',
+        );
         assert.equal(index.get('first'), 'READY');
         assert.notEqual(index.get('second'), 'READY');
         assert.equal((await server.infer(addSubRequest('first'))).outputs.length, 2);
 
         await server.loadModel('second');
-        assert.deepEqual(downloads(log.records).map((r) => r.model), ['first', 'second'], 'a load downloads that model alone');
+        assert.deepEqual(
+          downloads(log.records).map((r) => r.model),
+          ['first', 'second'],
+          'a load downloads that model alone',
+        );
         const r = await server.infer(addSubRequest('second'));
         assert.deepEqual(Array.from(typedView(r.outputs[0]!) as Int32Array), a.map((x) => x + 3));
 
         // A reload of an unchanged model downloads nothing new; a model not in the store is Triton's error.
         await server.loadModel('first');
         assert.equal(downloads(log.records).filter((d) => d.model === 'first').length, 1);
-        await assert.rejects(server.loadModel('absent'), /failed to load 'absent', failed to poll from model repository/);
+        await assert.rejects(
+          server.loadModel('absent'),
+          /failed to load 'absent', failed to poll from model repository/,
+        );
         assert.ok(!downloads(log.records).some((d) => d.model === 'never'), "'never' is never downloaded");
       } finally {
         await server.stop();
@@ -191,7 +214,11 @@ export async function pollSeesChangedObjects(store: CloudStore, prefix: string):
 }
 
 /** A failing cloud repository beside a good local one: the local models serve, the error names the URL. */
-export async function failingRepositoryLeavesOthersServing(store: CloudStore, badUrl: string, cause: RegExp): Promise<void> {
+export async function failingRepositoryLeavesOthersServing(
+  store: CloudStore,
+  badUrl: string,
+  cause: RegExp,
+): Promise<void> {
   const local = new TempRepository().addSub('local_model');
   const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-cache-'));
   try {
@@ -202,7 +229,11 @@ export async function failingRepositoryLeavesOthersServing(store: CloudStore, ba
         assert.match(err.message, cause);
         return true;
       });
-      const server = new Server({ modelRepositories: [local.dir, badUrl], modelCacheDir: cacheDir, exitOnError: false });
+      const server = new Server({
+        modelRepositories: [local.dir, badUrl],
+        modelCacheDir: cacheDir,
+        exitOnError: false,
+      });
       await server.start();
       try {
         assert.equal((await server.infer(addSubRequest('local_model'))).outputs.length, 2);

@@ -52,7 +52,8 @@ describe("against Google's storage emulator", () => {
     await gcs?.stop();
   });
 
-  test('a server on gs://bucket/path answers an inference, and a restart with a warm cache downloads nothing', async () => {
+  test('a server on gs://bucket/path answers an inference, and a ' +
+    'restart with a warm cache downloads nothing', async () => {
     await serveInferAndRestartFromCache(store, 'serve');
   });
 
@@ -65,7 +66,11 @@ describe("against Google's storage emulator", () => {
   });
 
   test('a missing bucket is one clear error and the local repository keeps serving', async () => {
-    await failingRepositoryLeavesOthersServing(store, 'gs://no-such-bucket/models', /bucket 'no-such-bucket' does not exist/);
+    await failingRepositoryLeavesOthersServing(
+      store,
+      'gs://no-such-bucket/models',
+      /bucket 'no-such-bucket' does not exist/,
+    );
   });
 
   test('an unreachable endpoint is named with the cause', async () => {

@@ -1,6 +1,16 @@
 import { afterEach, beforeEach, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -13,7 +23,11 @@ const URL = 's3://bucket/repo';
 /** A store held in memory: key -> contents; the version is the contents' length and first byte. */
 function storeOf(files: Record<string, string>): { objects: StoredObject[]; download: Downloader; fetched: string[] } {
   const fetched: string[] = [];
-  const objects = Object.entries(files).map(([p, body]) => ({ path: p, size: Buffer.byteLength(body), version: `v-${body}` }));
+  const objects = Object.entries(files).map(([p, body]) => ({
+    path: p,
+    size: Buffer.byteLength(body),
+    version: `v-${body}`,
+  }));
   const download: Downloader = async (object, file) => {
     fetched.push(object.path);
     const body = files[object.path];
@@ -38,12 +52,22 @@ function cacheEntries(cache: ModelCache): string[] {
   return readdirSync(cache.root).sort();
 }
 
-test('a copy has every file, nested folders and folder markers included, in a folder named after the model and its fingerprint', async () => {
+test('a copy has every file, nested folders and folder markers included, ' +
+  'in a folder named after the model and its fingerprint', async () => {
   const cache = new ModelCache(dir, URL, silentLogger);
-  const s = storeOf({ 'm/config.pbtxt': 'name: "m"', 'm/1/model.onnx': 'onnx', 'm/1/sub/deep/x.bin': 'xx', 'm/2/': '' });
+  const s = storeOf({
+    'm/config.pbtxt': 'name: "m"',
+    'm/1/model.onnx': 'onnx',
+    'm/1/sub/deep/x.bin': 'xx',
+    'm/2/': '',
+  });
   const got = await cache.materialize('m', s.objects, s.download);
   assert.equal(got, path.join(cache.root, `m@${objectsFingerprint(s.objects)}`));
-  assert.deepEqual(readdirSync(got).sort(), ['1', '2', 'config.pbtxt'], 'the copy folder is the model folder, with nothing else in it');
+  assert.deepEqual(
+    readdirSync(got).sort(),
+    ['1', '2', 'config.pbtxt'],
+    'the copy folder is the model folder, with nothing else in it',
+  );
   assert.equal(readFileSync(path.join(got, 'config.pbtxt'), 'utf8'), 'name: "m"');
   assert.equal(readFileSync(path.join(got, '1', 'model.onnx'), 'utf8'), 'onnx');
   assert.equal(readFileSync(path.join(got, '1', 'sub', 'deep', 'x.bin'), 'utf8'), 'xx');
@@ -63,11 +87,18 @@ test('a copy is complete before its manifest is written: a restart reuses it wit
   const second = new ModelCache(dir, URL, silentLogger);
   assert.equal(await second.materialize('m', s.objects, noDownloads), got);
   await first.flush();
-  const written = JSON.parse(readFileSync(manifest, 'utf8')) as { url: string; copies: Record<string, { objects: StoredObject[] }> };
+  const written = JSON.parse(readFileSync(manifest, 'utf8')) as {
+    url: string;
+    copies: Record<string, { objects: StoredObject[] }>;
+  };
   assert.equal(written.url, URL);
   assert.deepEqual(Object.keys(written.copies), [path.basename(got)]);
   assert.deepEqual(written.copies[path.basename(got)]!.objects, s.objects);
-  assert.deepEqual(cacheEntries(first), [path.basename(got), 'manifest.json'], 'one manifest for the repository, no file per copy');
+  assert.deepEqual(
+    cacheEntries(first),
+    [path.basename(got), 'manifest.json'],
+    'one manifest for the repository, no file per copy',
+  );
 });
 
 test('copies of several models made by two processes all reach the one manifest', async () => {
@@ -79,7 +110,9 @@ test('copies of several models made by two processes all reach the one manifest'
   const db = await b.materialize('b@x', sb.objects, sb.download);
   await a.flush();
   await b.flush();
-  const written = JSON.parse(readFileSync(path.join(dir, path.basename(a.root), 'manifest.json'), 'utf8')) as { copies: Record<string, unknown> };
+  const written = JSON.parse(readFileSync(path.join(dir, path.basename(a.root), 'manifest.json'), 'utf8')) as {
+    copies: Record<string, unknown>;
+  };
   assert.deepEqual(Object.keys(written.copies).sort(), [path.basename(da), path.basename(db)].sort());
   // A model name with '@' in it is still told apart from its fingerprint: a restart reuses both.
   const restarted = new ModelCache(dir, URL, silentLogger);
@@ -87,7 +120,8 @@ test('copies of several models made by two processes all reach the one manifest'
   assert.equal(await restarted.materialize('a', sa.objects, noDownloads), da);
 });
 
-test('a changed model takes its unchanged files from the previous copy, in the same process and after a restart', async () => {
+test('a changed model takes its unchanged files from the previous ' +
+  'copy, in the same process and after a restart', async () => {
   const cache = new ModelCache(dir, URL, silentLogger);
   const v1 = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': 'one' });
   const old = await cache.materialize('m', v1.objects, v1.download);
@@ -123,7 +157,8 @@ test('a failed download leaves no copy and no partial folder, and the next try d
   await cache.flush();
 });
 
-test('an object that arrives with another size than listed fails the copy, whether the file is measured or the count given', async () => {
+test('an object that arrives with another size than listed fails the ' +
+  'copy, whether the file is measured or the count given', async () => {
   const cache = new ModelCache(dir, URL, silentLogger);
   const s = storeOf({ 'm/config.pbtxt': 'c' });
   const listed = [{ path: 'm/config.pbtxt', size: 5, version: 'v' }];
@@ -151,11 +186,21 @@ test('old copies beyond the last three are removed, with no partial or half-remo
   assert.equal(existsSync(dirs[0]!), false);
   assert.equal(readFileSync(path.join(dirs[3]!, '1', 'model.onnx'), 'utf8'), 'four');
   await cache.flush();
-  const written = JSON.parse(readFileSync(path.join(cache.root, 'manifest.json'), 'utf8')) as { copies: Record<string, unknown> };
-  assert.deepEqual(Object.keys(written.copies).sort(), dirs.slice(1).map((d) => path.basename(d)).sort(), 'a removed copy leaves the manifest');
+  const written = JSON.parse(readFileSync(path.join(cache.root, 'manifest.json'), 'utf8')) as {
+    copies: Record<string, unknown>;
+  };
+  assert.deepEqual(
+    Object.keys(written.copies).sort(),
+    dirs
+      .slice(1)
+      .map((d) => path.basename(d))
+      .sort(),
+    'a removed copy leaves the manifest',
+  );
 });
 
-test('a partial folder is never used: one left by a process gone is removed and the copy downloaded again', async () => {
+test('a partial folder is never used: one left by a process ' +
+  'gone is removed and the copy downloaded again', async () => {
   const first = new ModelCache(dir, URL, silentLogger);
   const s = storeOf({ 'm/config.pbtxt': 'c', 'm/1/model.onnx': 'onnx' });
   const got = await first.materialize('m', s.objects, s.download);

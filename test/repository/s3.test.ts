@@ -26,7 +26,11 @@ test('s3 URLs parse as Triton parses them', () => {
     prefix: 'repo',
     endpoint: 'http://localhost:9000',
   });
-  assert.deepEqual(parseS3UrlParts('s3://10.0.0.5:443/bucket'), { bucket: 'bucket', prefix: '', endpoint: 'http://10.0.0.5:443' });
+  assert.deepEqual(parseS3UrlParts('s3://10.0.0.5:443/bucket'), {
+    bucket: 'bucket',
+    prefix: '',
+    endpoint: 'http://10.0.0.5:443',
+  });
   assert.deepEqual(parseS3UrlParts('s3://https://minio.example.com:9000/b-1/x_y/z.v'), {
     bucket: 'b-1',
     prefix: 'x_y/z.v',
@@ -76,7 +80,8 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
     await rgw?.stop();
   });
 
-  test('a server on s3://host:port/bucket/path answers an inference, and a restart with a warm cache downloads nothing', async () => {
+  test('a server on s3://host:port/bucket/path answers an inference, ' +
+    'and a restart with a warm cache downloads nothing', async () => {
     await serveInferAndRestartFromCache(store, 'serve');
   });
 
@@ -88,7 +93,8 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
     await explicitModeDownloadsOnlyLoadedModels(store, 'explicit');
   });
 
-  test('a store named by host:port gets objects by direct signed GETs, escaped keys included; an object that changed is asked again through the SDK, whose error names it', async () => {
+  test('a store named by host:port gets objects by direct signed GETs, escaped keys included; ' +
+    'an object that changed is asked again through the SDK, whose error names it', async () => {
     const contents: Record<string, string> = {
       'm/config.pbtxt': 'name: "m"',
       'm/1/a b+c(1)!*.txt': 'reserved characters',
@@ -130,7 +136,8 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
     }
   });
 
-  test('direct listings follow the pages and read as the SDK reads them; without a region in the environment the SDK client resolves it and signs', async () => {
+  test('direct listings follow the pages and read as the SDK reads them; without a ' +
+    'region in the environment the SDK client resolves it and signs', async () => {
     const keys = ['m/config.pbtxt', 'm/1/a.bin', 'm/1/b&c <d>.bin', 'm/2/e.bin', 'n/config.pbtxt'];
     for (const key of keys) await rgw.put(bucket, `paged/${key}`, key);
     const lean = await parseS3Url(store.url('paged'), store.env).open();
@@ -148,7 +155,11 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
       const listed = await rgw.client.send(new ListObjectsV2Command({ Bucket: bucket, Prefix: 'paged/' }));
       assert.deepEqual(
         direct,
-        (listed.Contents ?? []).map((o) => ({ path: o.Key!.slice('paged/'.length), size: o.Size, version: o.ETag!.replace(/"/g, '') })),
+        (listed.Contents ?? []).map((o) => ({
+          path: o.Key!.slice('paged/'.length),
+          size: o.Size,
+          version: o.ETag!.replace(/"/g, ''),
+        })),
         "keys, sizes and ETags read as the SDK's ListObjectsV2 reads them",
       );
       const sdk = await viaSdk.list('');

@@ -14,7 +14,10 @@ describe('selectVersions', () => {
 
   it('latest { n } serves the n highest, numerically', () => {
     assert.deepEqual(selectVersions(policyOf('version_policy { latest { num_versions: 2 } }'), available), [3, 10]);
-    assert.deepEqual(selectVersions(policyOf('version_policy { latest { num_versions: 9 } }'), available), [1, 2, 3, 10]);
+    assert.deepEqual(
+      selectVersions(policyOf('version_policy { latest { num_versions: 9 } }'), available),
+      [1, 2, 3, 10],
+    );
     assert.deepEqual(selectVersions(policyOf('version_policy { latest { num_versions: 0 } }'), available), []);
   });
 

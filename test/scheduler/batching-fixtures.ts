@@ -107,7 +107,15 @@ export class Harness {
 
   constructor(
     batching: MessageInitShape<typeof ModelDynamicBatchingSchema>,
-    opts: { maxBatchSize?: number; instances?: number; ragged?: string[]; coalesce?: boolean; depth?: number; batchSlots?: number; spread?: boolean } = {},
+    opts: {
+      maxBatchSize?: number;
+      instances?: number;
+      ragged?: string[];
+      coalesce?: boolean;
+      depth?: number;
+      batchSlots?: number;
+      spread?: boolean;
+    } = {},
   ) {
     this.instances = Array.from({ length: opts.instances ?? 1 }, () => {
       const i = new GatedInstance(opts.depth, opts.batchSlots);
@@ -121,11 +129,19 @@ export class Harness {
       'm',
       this.instances.map((b, i) => new ModelInstance(`m_0_${i}`, b)),
       this.stats,
-      { maxBatchSize, batching: config, raggedInputs: new Set(opts.ragged ?? []), coalesceArrivals: opts.coalesce === true },
+      {
+        maxBatchSize,
+        batching: config,
+        raggedInputs: new Set(opts.ragged ?? []),
+        coalesceArrivals: opts.coalesce === true,
+      },
     );
   }
 
-  submit(req: BackendRequest, opts: { priority?: number; timeoutUs?: number; signal?: AbortSignal } = {}): ScheduledRequest {
+  submit(
+    req: BackendRequest,
+    opts: { priority?: number; timeoutUs?: number; signal?: AbortSignal } = {},
+  ): ScheduledRequest {
     const item = new ScheduledRequest(
       req,
       opts.priority ?? 0,

@@ -97,7 +97,14 @@ test('a request cancelled while queued is skipped', async () => {
   const s = new DefaultScheduler('m', [new ModelInstance('a', inst)], stats);
   const results: string[] = [];
   s.enqueue(new ScheduledRequest(request('first'), 0, 0, stats, () => results.push('first'), undefined));
-  const queued = new ScheduledRequest(request('second'), 0, 0, stats, (_r, e) => results.push(e ? `second:${e.code}` : 'second'), undefined);
+  const queued = new ScheduledRequest(
+    request('second'),
+    0,
+    0,
+    stats,
+    (_r, e) => results.push(e ? `second:${e.code}` : 'second'),
+    undefined,
+  );
   s.enqueue(queued);
   queued.fail(Errors.cancelled('inference request'), 'CANCELED');
   inst.releaseOne();
@@ -112,7 +119,8 @@ class DeepInstance extends GatedInstance {
   readonly maxInFlight = 2;
 }
 
-test('an instance that takes two executions is given the next request while it runs one; starts stay in arrival order', async () => {
+test('an instance that takes two executions is given the next request ' +
+  'while it runs one; starts stay in arrival order', async () => {
   const a = new DeepInstance();
   const b = new DeepInstance();
   const stats = new ModelVersionStatistics('m', '1');
@@ -164,6 +172,9 @@ test('a wait the backend reports inside an execution counts as queue time, not c
   assert.equal(st.success.count, 1);
   assert.ok(st.queue.ns >= waitNs, `queue ${st.queue.ns} includes the 50 ms wait`);
   // compute_input is the 1 ms left, plus however long the process took to call execute().
-  assert.ok(st.compute_input.ns >= 1_000_000 && st.compute_input.ns < waitNs, `compute_input ${st.compute_input.ns} excludes the wait`);
+  assert.ok(
+    st.compute_input.ns >= 1_000_000 && st.compute_input.ns < waitNs,
+    `compute_input ${st.compute_input.ns} excludes the wait`,
+  );
   assert.equal(st.compute_infer.ns, 1_000_000);
 });

@@ -180,7 +180,8 @@ test('preserve_ordering releases responses in request order across instances', a
   }
 });
 
-test('lower priority levels are served first, FIFO within a level; 0 or out of range means the default level', async () => {
+test('lower priority levels are served first, FIFO within a ' +
+  'level; 0 or out of range means the default level', async () => {
   const h = new Harness({ priorityLevels: 2n, defaultPriorityLevel: 2n }, { maxBatchSize: 1 });
   const [inst] = h.instances;
   h.submit(request('busy'));
@@ -449,7 +450,11 @@ test('full: true only when every level a request could map to is bounded and ful
   await single.batcher.drain();
 
   const two = new Harness(
-    { priorityLevels: 2n, defaultPriorityLevel: 2n, priorityQueuePolicy: { '1': policy({ maxQueueSize: 1 }), '2': policy({ maxQueueSize: 1 }) } },
+    {
+      priorityLevels: 2n,
+      defaultPriorityLevel: 2n,
+      priorityQueuePolicy: { '1': policy({ maxQueueSize: 1 }), '2': policy({ maxQueueSize: 1 }) },
+    },
     { maxBatchSize: 1 },
   );
   two.submit(request('busy'));
@@ -519,7 +524,8 @@ test('an unbounded queue gives a busy instance its waiting batch as before', asy
   assert.deepEqual(h.order, ['r0', 'r1', 'r2', 'r3', 'r4', 'r5']);
 });
 
-test('when coalescing, a whole batch already queued goes to a free instance at once, not at the end of the turn', async () => {
+test('when coalescing, a whole batch already queued goes to a free ' +
+  'instance at once, not at the end of the turn', async () => {
   const h = new Harness({}, { maxBatchSize: 4, coalesce: true });
   const [inst] = h.instances;
   for (const id of ['r0', 'r1', 'r2']) h.submit(request(id));
@@ -561,7 +567,8 @@ function ids(from: number, to: number): string[] {
   return Array.from({ length: to - from }, (_, i) => `r${from + i}`);
 }
 
-test('an idle instance that asks for it gets what is queued in two halves, running and waiting; one batch when it does not', async () => {
+test('an idle instance that asks for it gets what is queued in two ' +
+  'halves, running and waiting; one batch when it does not', async () => {
   const spread = new Harness({}, { maxBatchSize: 64, depth: 2, coalesce: true, spread: true });
   await queueInOneTurn(spread, 32);
   const [a] = spread.instances;
@@ -616,7 +623,8 @@ test('a busy instance is never asked to spread: its free slot takes what is queu
   }
 });
 
-test('an instance with more batch slots gets several waiting batches under an unbounded queue, one under a bounded one', async () => {
+test('an instance with more batch slots gets several waiting batches ' +
+  'under an unbounded queue, one under a bounded one', async () => {
   const h = new Harness({}, { maxBatchSize: 4, depth: 8, batchSlots: 4 });
   const [a] = h.instances;
   for (let i = 0; i < 6; i++) h.submit(request(`r${i}`));
@@ -629,7 +637,10 @@ test('an instance with more batch slots gets several waiting batches under an un
   }
   assert.deepEqual(h.order, ids(0, 6));
 
-  const bounded = new Harness({ defaultQueuePolicy: policy({ maxQueueSize: 10 }) }, { maxBatchSize: 4, depth: 8, batchSlots: 4 });
+  const bounded = new Harness(
+    { defaultQueuePolicy: policy({ maxQueueSize: 10 }) },
+    { maxBatchSize: 4, depth: 8, batchSlots: 4 },
+  );
   const [b] = bounded.instances;
   for (let i = 0; i < 6; i++) bounded.submit(request(`r${i}`));
   assert.deepEqual(b!.batches, [['r0'], ['r1']], 'a bounded queue counts one waiting batch per instance');

@@ -67,7 +67,12 @@ ensemble_scheduling {
 `;
 
 function int32s(name: string, values: number[]) {
-  return { name, datatype: 'INT32' as const, shape: [values.length], data: new Uint8Array(new Int32Array(values).buffer) };
+  return {
+    name,
+    datatype: 'INT32' as const,
+    shape: [values.length],
+    data: new Uint8Array(new Int32Array(values).buffer),
+  };
 }
 
 async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
@@ -80,10 +85,13 @@ async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamRespons
 function pairs(items: StreamResponse[]): number[][] {
   return items
     .filter((i) => i.response && i.response.outputs.length > 0)
-    .map((i) => ['SCALED', 'POSITION'].map((n) => Number(typedView(i.response!.outputs.find((o) => o.name === n)!)[0])));
+    .map((i) =>
+      ['SCALED', 'POSITION'].map((n) => Number(typedView(i.response!.outputs.find((o) => o.name === n)!)[0])),
+    );
 }
 
-test('an ensemble with a decoupled step streams every response through the steps after it', { skip: noNumpy }, async (t) => {
+test('an ensemble with a decoupled step streams every response ' +
+  'through the steps after it', { skip: noNumpy }, async (t) => {
   const repo = decoupledRepository();
   repo.file('times_ten', '1/model.py', TIMES_TEN);
   repo.config('times_ten', TIMES_TEN_CONFIG);
@@ -94,7 +102,10 @@ test('an ensemble with a decoupled step streams every response through the steps
     repo.cleanup();
     rmSync(markers, { recursive: true, force: true });
   });
-  const server = new Server({ modelRepositories: [repo.dir], backendConfig: { python: { 'python-executable': PYTHON } } });
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    backendConfig: { python: { 'python-executable': PYTHON } },
+  });
   await server.start();
   t.after(() => server.stop());
 
@@ -105,8 +116,11 @@ test('an ensemble with a decoupled step streams every response through the steps
     assert.equal(server.modelConfig('stream_pipeline').modelTransactionPolicy?.decoupled, true);
   });
 
-  await t.test('one ensemble response per decoupled response, joined across steps by origin, then the final flag', async () => {
-    const items = await collect(server.inferStream({ model: 'stream_pipeline', id: 'p1', inputs: [int32s('VALUES', [4, 5, 6])] }));
+  await t.test('one ensemble response per decoupled response, joined ' +
+    'across steps by origin, then the final flag', async () => {
+    const items = await collect(
+      server.inferStream({ model: 'stream_pipeline', id: 'p1', inputs: [int32s('VALUES', [4, 5, 6])] }),
+    );
     assert.deepEqual(
       pairs(items).sort((a, b) => a[1]! - b[1]!),
       [
@@ -130,14 +144,24 @@ test('an ensemble with a decoupled step streams every response through the steps
     assert.equal(items[0]!.error, undefined);
   });
 
-  await t.test('an error response of the decoupled step ends the ensemble with it, naming the ensemble and the step', async () => {
-    const items = await collect(
-      server.inferStream({ model: 'stream_pipeline', inputs: [int32s('VALUES', [1, 2, 3])], parameters: { mode: 'error_response' } }),
-    );
-    const last = items.at(-1)!;
-    assert.equal(last.final, true);
-    assert.match(last.error!.message, /in ensemble 'stream_pipeline', step model 'decoupled_repeat' failed: element 1 is refused/);
-  });
+  await t.test(
+    'an error response of the decoupled step ends the ensemble with it, naming the ensemble and the step',
+    async () => {
+      const items = await collect(
+        server.inferStream({
+          model: 'stream_pipeline',
+          inputs: [int32s('VALUES', [1, 2, 3])],
+          parameters: { mode: 'error_response' },
+        }),
+      );
+      const last = items.at(-1)!;
+      assert.equal(last.final, true);
+      assert.match(
+        last.error!.message,
+        /in ensemble 'stream_pipeline', step model 'decoupled_repeat' failed: element 1 is refused/,
+      );
+    },
+  );
 
   await t.test('cancelling the ensemble request reaches the decoupled step: is_cancelled() turns true', async () => {
     const marker = path.join(markers, 'ensemble-cancel');
@@ -171,8 +195,15 @@ test('an ensemble with a decoupled step streams every response through the steps
   });
 
   await t.test('infer() takes the ensemble when it answers exactly once', async () => {
-    const r = await server.infer({ model: 'stream_pipeline', inputs: [int32s('VALUES', [7])], parameters: { mode: 'final_with_response' } });
+    const r = await server.infer({
+      model: 'stream_pipeline',
+      inputs: [int32s('VALUES', [7])],
+      parameters: { mode: 'final_with_response' },
+    });
     assert.equal(Number(typedView(r.outputs.find((o) => o.name === 'SCALED')!)[0]), 70);
-    await assert.rejects(server.infer({ model: 'stream_pipeline', inputs: [int32s('VALUES', [1, 2])] }), /sent 2 responses/);
+    await assert.rejects(
+      server.infer({ model: 'stream_pipeline', inputs: [int32s('VALUES', [1, 2])] }),
+      /sent 2 responses/,
+    );
   });
 });

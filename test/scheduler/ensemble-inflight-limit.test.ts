@@ -51,7 +51,8 @@ const held: InferenceCaller = {
     return new Promise((resolve) => {
       calls.push({
         request,
-        answer: () => resolve({ modelName: request.model, modelVersion: '1', id: request.id ?? '', outputs: [tensor('Y')] }),
+        answer: () =>
+          resolve({ modelName: request.model, modelVersion: '1', id: request.id ?? '', outputs: [tensor('Y')] }),
       });
     });
   },
@@ -81,7 +82,9 @@ function send(scheduler: EnsembleScheduler, id: string, signal?: Cancellation): 
       flags: 0,
     };
     const stats = new ModelVersionStatistics('chain', '1');
-    scheduler.enqueue(new ScheduledRequest(request, 0, 0, stats, (response, error) => resolve(error ?? response!), signal));
+    scheduler.enqueue(
+      new ScheduledRequest(request, 0, 0, stats, (response, error) => resolve(error ?? response!), signal),
+    );
   });
 }
 

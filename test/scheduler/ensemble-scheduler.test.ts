@@ -79,7 +79,10 @@ parameters [
   );
 }
 
-async function startServer(repo: TempRepository, extra: Partial<ConstructorParameters<typeof Server>[0]> = {}): Promise<Server> {
+async function startServer(
+  repo: TempRepository,
+  extra: Partial<ConstructorParameters<typeof Server>[0]> = {},
+): Promise<Server> {
   const server = new Server({
     modelRepositories: [repo.dir],
     logger: silentLogger,
@@ -100,7 +103,8 @@ function stats(server: Server, model: string): ModelStatistics {
   return server.modelStatistics(model)[0]!;
 }
 
-test('HTTP: an ensemble of two ONNX steps has metadata, config, readiness, answers with its mapped outputs, and rejects bad input as its first step would', async (t) => {
+test('HTTP: an ensemble of two ONNX steps has metadata, config, readiness, answers with ' +
+  'its mapped outputs, and rejects bad input as its first step would', async (t) => {
   const repo = new TempRepository().addSub('simple');
   ensemble(repo, 'chain', CHAIN);
   t.after(() => repo.cleanup());
@@ -127,7 +131,9 @@ test('HTTP: an ensemble of two ONNX steps has metadata, config, readiness, answe
   assert.equal((await call(port, 'GET', '/v2/models/chain/ready')).status, 200);
   const config = json(await call(port, 'GET', '/v2/models/chain/config')) as {
     platform: string;
-    ensemble_scheduling: { step: Array<{ model_name: string; model_version: string; input_map: Record<string, string> }> };
+    ensemble_scheduling: {
+      step: Array<{ model_name: string; model_version: string; input_map: Record<string, string> }>;
+    };
   };
   assert.equal(config.platform, 'ensemble');
   assert.deepEqual(
@@ -166,7 +172,9 @@ test('HTTP: an ensemble of two ONNX steps has metadata, config, readiness, answe
       ],
     });
   const ensembleReply = await call(port, 'POST', '/v2/models/chain/infer', { body: wrongShape('chain', 'A', 'B') });
-  const stepReply = await call(port, 'POST', '/v2/models/simple/infer', { body: wrongShape('simple', 'INPUT0', 'INPUT1') });
+  const stepReply = await call(port, 'POST', '/v2/models/simple/infer', {
+    body: wrongShape('simple', 'INPUT0', 'INPUT1'),
+  });
   assert.equal(ensembleReply.status, 400);
   assert.equal(ensembleReply.status, stepReply.status);
   const ensembleError = (json(ensembleReply) as { error: string }).error;
@@ -180,7 +188,8 @@ test('HTTP: an ensemble of two ONNX steps has metadata, config, readiness, answe
   assert.match((json(unknown) as { error: string }).error, /unexpected inference input 'INPUT0' for model 'chain'/);
 });
 
-test('gRPC: statistics of an ensemble are its own requests with its steps compute time summed; its steps count in their own entries', async (t) => {
+test('gRPC: statistics of an ensemble are its own requests with its steps ' +
+  'compute time summed; its steps count in their own entries', async (t) => {
   const repo = new TempRepository().addSub('simple');
   ensemble(repo, 'chain', CHAIN);
   t.after(() => repo.cleanup());
@@ -205,7 +214,15 @@ test('gRPC: statistics of an ensemble are its own requests with its steps comput
     assert.deepEqual(int32Values(res.rawOutputContents[0]!), Array(batch).fill(A.map((x) => 2 * x)).flat());
   }
   const bad = await callError(
-    unary(h.client, 'ModelInfer', create(ModelInferRequestSchema, { modelName: 'chain', inputs: [{ name: 'A', datatype: 'FP32', shape: [1n, 16n] }], rawInputContents: [new Uint8Array(64)] })),
+    unary(
+      h.client,
+      'ModelInfer',
+      create(ModelInferRequestSchema, {
+        modelName: 'chain',
+        inputs: [{ name: 'A', datatype: 'FP32', shape: [1n, 16n] }],
+        rawInputContents: [new Uint8Array(64)],
+      }),
+    ),
   );
   assert.equal(bad.code, grpc.status.INVALID_ARGUMENT);
   assert.match(bad.details, /'chain'/);
@@ -215,7 +232,11 @@ test('gRPC: statistics of an ensemble are its own requests with its steps comput
   const n = batches.length;
   const samples = batches.reduce((x, y) => x + y, 0);
   assert.equal(ens.inference_stats.success.count, n);
-  assert.equal(ens.inference_stats.fail.count, 0, 'a request refused before it reached the ensemble is no ensemble failure');
+  assert.equal(
+    ens.inference_stats.fail.count,
+    0,
+    'a request refused before it reached the ensemble is no ensemble failure',
+  );
   assert.equal(ens.inference_count, samples);
   assert.equal(ens.execution_count, n);
   assert.deepEqual(
@@ -231,21 +252,24 @@ test('gRPC: statistics of an ensemble are its own requests with its steps comput
   assert.equal(step.inference_count, 2 * samples);
   for (const stage of ['compute_input', 'compute_infer', 'compute_output'] as const) {
     assert.equal(ens.inference_stats[stage].count, n);
-    assert.equal(ens.inference_stats[stage].ns, step.inference_stats[stage].ns, `${stage}: the ensemble's is the sum of its steps'`);
+    assert.equal(
+      ens.inference_stats[stage].ns,
+      step.inference_stats[stage].ns,
+      `${stage}: the ensemble's is the sum of its steps'`,
+    );
   }
   assert.ok(ens.inference_stats.success.ns >= ens.inference_stats.compute_infer.ns);
 
-  const grpcStats = await unary<{ modelStats: Array<{ name: string; inferenceCount: bigint; executionCount: bigint }> }>(
-    h.client,
-    'ModelStatistics',
-    { name: 'chain' },
-  );
+  const grpcStats = await unary<{
+    modelStats: Array<{ name: string; inferenceCount: bigint; executionCount: bigint }>;
+  }>(h.client, 'ModelStatistics', { name: 'chain' });
   assert.equal(grpcStats.modelStats[0]!.name, 'chain');
   assert.equal(grpcStats.modelStats[0]!.inferenceCount, BigInt(samples));
   assert.equal(grpcStats.modelStats[0]!.executionCount, BigInt(n));
 });
 
-test('independent steps run at the same time, and a step starts as soon as its own inputs exist', { skip: noNumpy }, async (t) => {
+test('independent steps run at the same time, and a step starts as ' +
+  'soon as its own inputs exist', { skip: noNumpy }, async (t) => {
   // IN -> meet_b (waits for c's mark) ------------------------------> Y
   // IN -> simple (doubles) -> X -> meet_c (waits for b's mark) -> Z
   // (Y, Z) -> simple -> OUT = Y + Z
@@ -267,10 +291,14 @@ input [ ${INT16('IN')} ]
 output [ ${INT16('OUT')} ]
 ensemble_scheduling {
   step [
-    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "Y" }, { key: "INPUT1" value: "Z" } ] output_map { key: "OUTPUT0" value: "OUT" } },
-    { model_name: "meet_c" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "Z" } },
-    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "IN" }, { key: "INPUT1" value: "IN" } ] output_map { key: "OUTPUT0" value: "X" } },
-    { model_name: "meet_b" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "Y" } }
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "Y" }, { key: "INPUT1" value: "Z" } ]
+      output_map { key: "OUTPUT0" value: "OUT" } },
+    { model_name: "meet_c" model_version: -1 input_map { key: "INPUT0" value: "X" }
+      output_map { key: "OUTPUT0" value: "Z" } },
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "IN" }, { key: "INPUT1" value: "IN" }
+      ] output_map { key: "OUTPUT0" value: "X" } },
+    { model_name: "meet_b" model_version: -1 input_map { key: "INPUT0" value: "IN" }
+      output_map { key: "OUTPUT0" value: "Y" } }
   ]
 }
 `,
@@ -291,12 +319,14 @@ ensemble_scheduling {
   assert.ok(existsSync(path.join(marks, 'b')) && existsSync(path.join(marks, 'c')));
 });
 
-test('a failing step fails the ensemble request with an error naming the step model, counted once per model', { skip: noNumpy }, async (t) => {
+test('a failing step fails the ensemble request with an error naming the ' +
+  'step model, counted once per model', { skip: noNumpy }, async (t) => {
   const repo = new TempRepository().addSub('simple');
   repo.file('refuses', '1/model.py', readFileSync(path.join(fixtureDir('error_response'), 'model.py')));
   repo.config(
     'refuses',
-    `name: "refuses"\nbackend: "python"\nmax_batch_size: 8\ninput [ ${INT16('INPUT0')} ]\noutput [ ${INT16('OUTPUT0')} ]\n`,
+    `name: "refuses"\nbackend: "python"\nmax_batch_size: 8\ninput ` +
+    `[ ${INT16('INPUT0')} ]\noutput [ ${INT16('OUTPUT0')} ]\n`,
   );
   ensemble(
     repo,
@@ -308,8 +338,10 @@ input [ ${INT16('IN')} ]
 output [ ${INT16('OUT')} ]
 ensemble_scheduling {
   step [
-    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "IN" }, { key: "INPUT1" value: "IN" } ] output_map { key: "OUTPUT0" value: "X" } },
-    { model_name: "refuses" model_version: -1 input_map { key: "INPUT0" value: "X" } output_map { key: "OUTPUT0" value: "OUT" } }
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "IN" }, { key: "INPUT1" value: "IN" }
+      ] output_map { key: "OUTPUT0" value: "X" } },
+    { model_name: "refuses" model_version: -1 input_map { key: "INPUT0" value: "X" }
+      output_map { key: "OUTPUT0" value: "OUT" } }
   ]
 }
 `,
@@ -318,7 +350,8 @@ ensemble_scheduling {
   const server = await startServer(repo);
   t.after(() => server.stop());
   const metrics = new Metrics({ allowCpuMetrics: false, allowGpuMetrics: false });
-  for (const v of server.readyVersions()) metrics.attach(v.stats, { pendingCount: () => 0, metricTags: {}, loadDurationSecs: 0 });
+  for (const v of server.readyVersions())
+    metrics.attach(v.stats, { pendingCount: () => 0, metricTags: {}, loadDurationSecs: 0 });
   const h = await startHarness(server);
   t.after(() => h.close());
 
@@ -353,7 +386,8 @@ ensemble_scheduling {
   assert.equal(ok.outputs.length, 2);
 });
 
-test('cancelling an ensemble request cancels its steps that wait in a queue and starts no new ones', { skip: noNumpy }, async (t) => {
+test('cancelling an ensemble request cancels its steps that wait in ' +
+  'a queue and starts no new ones', { skip: noNumpy }, async (t) => {
   // Two steps on one single-instance model: the first holds the instance
   // until the test releases it, the second waits in that model's queue.
   const marks = mkdtempSync(path.join(tmpdir(), 'nereid-gate-'));
@@ -370,9 +404,12 @@ input [ ${INT16('IN')} ]
 output [ ${INT16('OUT')} ]
 ensemble_scheduling {
   step [
-    { model_name: "gate" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "X" } },
-    { model_name: "gate" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "Y" } },
-    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "X" }, { key: "INPUT1" value: "Y" } ] output_map { key: "OUTPUT0" value: "OUT" } }
+    { model_name: "gate" model_version: -1 input_map { key: "INPUT0" value: "IN" }
+      output_map { key: "OUTPUT0" value: "X" } },
+    { model_name: "gate" model_version: -1 input_map { key: "INPUT0" value: "IN" }
+      output_map { key: "OUTPUT0" value: "Y" } },
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "X" }, { key: "INPUT1" value: "Y" } ]
+      output_map { key: "OUTPUT0" value: "OUT" } }
   ]
 }
 `,
@@ -424,7 +461,8 @@ input [ ${INT16('A')}, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] optional: 
 output [ ${INT16('OUT')} ]
 ensemble_scheduling {
   step [
-    { model_name: "echo" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ] output_map { key: "OUTPUT0" value: "OUT" } }
+    { model_name: "echo" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ]
+      output_map { key: "OUTPUT0" value: "OUT" } }
   ]
 }
 `,
@@ -456,11 +494,15 @@ ensemble_scheduling {
   assert.deepEqual(ints(withB.outputs[0]!), A);
   await assert.rejects(
     server.infer({ model: 'maybe', inputs: [int32Tensor('B', B)] }),
-    (err: unknown) => err instanceof NereidError && /missing required input\(s\) \['A'\]/.test(err.message) && /'maybe'/.test(err.message),
+    (err: unknown) =>
+      err instanceof NereidError &&
+      /missing required input\(s\) \['A'\]/.test(err.message) &&
+      /'maybe'/.test(err.message),
   );
 });
 
-test("an ensemble's own max_batch_size and dims: a non-batching ensemble over a batching step, and the batch limit", async (t) => {
+test("an ensemble's own max_batch_size and dims: a non-batching " +
+  "ensemble over a batching step, and the batch limit", async (t) => {
   const repo = new TempRepository().addSub('simple');
   ensemble(
     repo,
@@ -472,7 +514,8 @@ input [ { name: "A" data_type: TYPE_INT32 dims: [ -1, 16 ] }, { name: "B" data_t
 output [ { name: "SUM" data_type: TYPE_INT32 dims: [ -1, 16 ] } ]
 ensemble_scheduling {
   step [
-    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ] output_map { key: "OUTPUT0" value: "SUM" } }
+    { model_name: "simple" model_version: -1 input_map [ { key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" } ]
+      output_map { key: "OUTPUT0" value: "SUM" } }
   ]
 }
 `,
@@ -482,7 +525,10 @@ ensemble_scheduling {
   const server = await startServer(repo);
   t.after(() => server.stop());
   assert.deepEqual(server.modelMetadata('flat').inputs[0]!.shape, [-1, 16]);
-  const r = await server.infer({ model: 'flat', inputs: [int32Tensor('A', [...A, ...A], 2), int32Tensor('B', [...B, ...B], 2)] });
+  const r = await server.infer({
+    model: 'flat',
+    inputs: [int32Tensor('A', [...A, ...A], 2), int32Tensor('B', [...B, ...B], 2)],
+  });
   assert.deepEqual(r.outputs[0]!.shape, [2, 16]);
   assert.deepEqual(ints(r.outputs[0]!), [...A, ...A].map((x) => x + 3));
   const nine = (name: string) => int32Tensor(name, Array(9).fill(A).flat(), 9);
@@ -502,5 +548,8 @@ test('an ensemble request in flight when the server stops finishes its remaining
   const r = await pending;
   assert.deepEqual(ints(r.outputs[0]!), A.map((x) => 2 * x));
   await stopped;
-  await assert.rejects(server.infer({ model: 'chain', inputs: [int32Tensor('A', A), int32Tensor('B', B)] }), NereidError);
+  await assert.rejects(
+    server.infer({ model: 'chain', inputs: [int32Tensor('A', A), int32Tensor('B', B)] }),
+    NereidError,
+  );
 });

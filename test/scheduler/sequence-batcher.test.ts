@@ -10,7 +10,11 @@ import { type MessageInitShape, create } from '@bufbuild/protobuf';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
 import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import type { NereidError } from '../../src/errors.js';
-import { DataType, ModelSequenceBatchingSchema, ModelSequenceBatching_Control_Kind as Kind } from '../../src/gen/model_config_pb.js';
+import {
+  DataType,
+  ModelSequenceBatchingSchema,
+  ModelSequenceBatching_Control_Kind as Kind,
+} from '../../src/gen/model_config_pb.js';
 import { ScheduledRequest } from '../../src/scheduler/scheduled-request.js';
 import { ModelInstance } from '../../src/scheduler/scheduler.js';
 import { SequenceBatcher, type StateSpec } from '../../src/scheduler/sequence-batcher/index.js';
@@ -36,7 +40,8 @@ class SlowAccumulator implements BackendInstance {
         const state = i32(r.inputs.find((t) => t.name === 'STATE_IN'))[0] ?? 0;
         const sum = new Uint8Array(new Int32Array([state + input]).buffer);
         const outputs: Tensor[] = [{ name: 'OUTPUT', datatype: 'INT32', shape: [1, 1], data: sum }];
-        if (r.requestedOutputs.includes('STATE_OUT')) outputs.push({ name: 'STATE_OUT', datatype: 'INT32', shape: [1, 1], data: sum });
+        if (r.requestedOutputs.includes('STATE_OUT'))
+          outputs.push({ name: 'STATE_OUT', datatype: 'INT32', shape: [1, 1], data: sum });
         return { outputs };
       });
     if (this.auto) return Promise.resolve(answer());
@@ -86,7 +91,10 @@ class Harness {
   readonly outcomes: Outcome[] = [];
   private waiters: Array<() => void> = [];
 
-  constructor(seq: SeqInit, options: { instances?: number; maxBatchSize?: number; states?: StateSpec[]; maxInFlight?: number } = {}) {
+  constructor(
+    seq: SeqInit,
+    options: { instances?: number; maxBatchSize?: number; states?: StateSpec[]; maxInFlight?: number } = {},
+  ) {
     this.backends = Array.from({ length: options.instances ?? 1 }, () => new SlowAccumulator(options.maxInFlight));
     const instances = this.backends.map((b, i) => new ModelInstance(`seq_${i}`, b));
     this.batcher = new SequenceBatcher('seq', instances, this.stats, {
@@ -99,7 +107,14 @@ class Harness {
   send(id: string, correlationId: bigint | string, flags = 0, value = 1, batch = 1, timeoutUs = 0): void {
     const request: BackendRequest = {
       id,
-      inputs: [{ name: 'INPUT', datatype: 'INT32', shape: [batch, 1], data: new Uint8Array(new Int32Array(Array(batch).fill(value)).buffer) }],
+      inputs: [
+        {
+          name: 'INPUT',
+          datatype: 'INT32',
+          shape: [batch, 1],
+          data: new Uint8Array(new Int32Array(Array(batch).fill(value)).buffer),
+        },
+      ],
       requestedOutputs: ['OUTPUT'],
       parameters: {},
       batchSize: batch,
@@ -113,7 +128,13 @@ class Harness {
       this.stats,
       (response, error) => {
         this.outcomes.push(
-          error ? { id, error } : { id, output: i32(response!.outputs!.find((t) => t.name === 'OUTPUT'))[0], outputs: response!.outputs!.map((t) => t.name) },
+          error
+            ? { id, error }
+            : {
+                id,
+                output: i32(response!.outputs!.find((t) => t.name === 'OUTPUT'))[0],
+                outputs: response!.outputs!.map((t) => t.name),
+              },
         );
         for (const w of this.waiters.splice(0)) w();
       },
@@ -166,7 +187,8 @@ test('direct: a batch holds one request per sequence; requests of a sequence run
   assert.equal(stats.execution_count, 3);
 });
 
-test('control tensors: START and END only where flagged, READY always, CORRID as uint64, in their configured types', async () => {
+test('control tensors: START and END only where flagged, READY ' +
+  'always, CORRID as uint64, in their configured types', async () => {
   const h = new Harness({ strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS });
   const b = h.backends[0]!;
   b.auto = true;
@@ -192,8 +214,12 @@ test('control tensors: START and END only where flagged, READY always, CORRID as
   );
 });
 
-test('implicit state: each sequence accumulates its own state; START resets it; state outputs stay inside', async () => {
-  const h = new Harness({ strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } }, { states: [ACCUMULATOR_STATE] });
+test('implicit state: each sequence accumulates its own state; ' +
+  'START resets it; state outputs stay inside', async () => {
+  const h = new Harness(
+    { strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } },
+    { states: [ACCUMULATOR_STATE] },
+  );
   h.backends[0]!.auto = true;
   h.send('a1', 1n, START, 5);
   h.send('b1', 'user-b', START, 100);
@@ -210,8 +236,12 @@ test('implicit state: each sequence accumulates its own state; START resets it; 
   assert.deepEqual(firstA.requestedOutputs, ['OUTPUT', 'STATE_OUT']);
 });
 
-test('slots: a new sequence waits in the backlog while all slots are held, and takes the slot an ended one frees', async () => {
-  const h = new Harness({ strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS }, { maxBatchSize: 2, instances: 1 });
+test('slots: a new sequence waits in the backlog while all slots ' +
+  'are held, and takes the slot an ended one frees', async () => {
+  const h = new Harness(
+    { strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS },
+    { maxBatchSize: 2, instances: 1 },
+  );
   const b = h.backends[0]!;
   h.send('a1', 1n, START);
   h.send('b1', 2n, START);
@@ -247,8 +277,12 @@ test('slots: sequences spread over instances and stay pinned to theirs', async (
   assert.deepEqual(seen(h.backends[1]!), ['b1', 'b2']);
 });
 
-test('an instance that takes two executions gets a batch of other sequences behind the running one, never a second request of a running sequence', async () => {
-  const h = new Harness({ strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } }, { maxBatchSize: 2, maxInFlight: 2, states: [ACCUMULATOR_STATE] });
+test('an instance that takes two executions gets a batch of other sequences behind ' +
+  'the running one, never a second request of a running sequence', async () => {
+  const h = new Harness(
+    { strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } },
+    { maxBatchSize: 2, maxInFlight: 2, states: [ACCUMULATOR_STATE] },
+  );
   const b = h.backends[0]!;
   h.send('a1', 1n, START, 1);
   await b.untilBatches(1);
@@ -266,7 +300,10 @@ test('an instance that takes two executions gets a batch of other sequences behi
 });
 
 test('oldest: a batch takes the sequences whose next request is oldest, up to max_batch_size', async () => {
-  const h = new Harness({ strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } }, { maxBatchSize: 2 });
+  const h = new Harness(
+    { strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 4 } } },
+    { maxBatchSize: 2 },
+  );
   const b = h.backends[0]!;
   h.send('a1', 1n, START);
   await b.untilBatches(1);
@@ -285,8 +322,12 @@ test('oldest: a batch takes the sequences whose next request is oldest, up to ma
   await h.untilOutcomes(5);
 });
 
-test('an idle sequence loses its slot after max_sequence_idle_microseconds; the id then needs START again', async (t) => {
-  const h = new Harness({ strategyChoice: { case: 'direct', value: {} }, maxSequenceIdleMicroseconds: 2000n }, { maxBatchSize: 1 });
+test('an idle sequence loses its slot after max_sequence_idle_microseconds; ' +
+  'the id then needs START again', async (t) => {
+  const h = new Harness(
+    { strategyChoice: { case: 'direct', value: {} }, maxSequenceIdleMicroseconds: 2000n },
+    { maxBatchSize: 1 },
+  );
   h.backends[0]!.auto = true;
   // The reaper's timer does not hold the process open (a server's sockets do); this test's does.
   const keepAlive = setInterval(() => {}, 1000);
@@ -317,7 +358,10 @@ test("Triton's errors: no START, no correlation id, batch size > 1, a correlatio
   h.send('str', 'abc', START);
   await h.untilOutcomes(5);
   assert.equal(h.outcome('x').error?.code, 'NRD_SEQUENCE_NOT_STARTED');
-  assert.equal(h.outcome('zero').error?.message, "inference request to model 'seq' must specify a non-zero or non-empty correlation ID");
+  assert.equal(
+    h.outcome('zero').error?.message,
+    "inference request to model 'seq' must specify a non-zero or non-empty correlation ID",
+  );
   assert.equal(h.outcome('empty').error?.code, 'NRD_SEQUENCE_NO_CORRELATION_ID');
   assert.equal(
     h.outcome('big').error?.message,
@@ -341,7 +385,12 @@ test('iterative_sequence is refused at load instead of being served as a plain s
 
 test('oldest with a long max_queue_delay: a preferred batch size or a full batch starts at once', async () => {
   const h = new Harness(
-    { strategyChoice: { case: 'oldest', value: { maxCandidateSequences: 8, preferredBatchSize: [2], maxQueueDelayMicroseconds: 600_000_000n } } },
+    {
+      strategyChoice: {
+        case: 'oldest',
+        value: { maxCandidateSequences: 8, preferredBatchSize: [2], maxQueueDelayMicroseconds: 600_000_000n },
+      },
+    },
     { maxBatchSize: 3 },
   );
   const b = h.backends[0]!;
@@ -358,7 +407,10 @@ test('oldest with a long max_queue_delay: a preferred batch size or a full batch
 });
 
 test('direct with a long max_queue_delay: the batch starts once every active slot has a request', async () => {
-  const h = new Harness({ strategyChoice: { case: 'direct', value: { maxQueueDelayMicroseconds: 600_000_000n } } }, { maxBatchSize: 4 });
+  const h = new Harness(
+    { strategyChoice: { case: 'direct', value: { maxQueueDelayMicroseconds: 600_000_000n } } },
+    { maxBatchSize: 4 },
+  );
   const b = h.backends[0]!;
   b.auto = true;
   h.send('a1', 1n, START);
@@ -367,7 +419,8 @@ test('direct with a long max_queue_delay: the batch starts once every active slo
   assert.deepEqual(ids(b.batches[0]!), ['a1', 'b1']);
 });
 
-test('a sequence waiting in the backlog past its request timeout is refused (UNAVAILABLE, rejected); one in a slot is not', async (t) => {
+test('a sequence waiting in the backlog past its request timeout is ' +
+  'refused (UNAVAILABLE, rejected); one in a slot is not', async (t) => {
   const h = new Harness({ strategyChoice: { case: 'direct', value: {} } }, { maxBatchSize: 1 });
   const b = h.backends[0]!;
   // The timers do not hold the process open (a server's sockets do); this test's does.
@@ -406,8 +459,12 @@ test('a sequence waiting in the backlog past its request timeout is refused (UNA
   assert.equal(h.outcome('c1').error, undefined);
 });
 
-test('direct: a sequence keeps its slot index in every batch; slots below it with nothing to run get not-READY padding', async () => {
-  const h = new Harness({ strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS }, { maxBatchSize: 4, states: [ACCUMULATOR_STATE] });
+test('direct: a sequence keeps its slot index in every batch; slots ' +
+  'below it with nothing to run get not-READY padding', async () => {
+  const h = new Harness(
+    { strategyChoice: { case: 'direct', value: {} }, controlInput: CONTROLS },
+    { maxBatchSize: 4, states: [ACCUMULATOR_STATE] },
+  );
   const b = h.backends[0]!;
   b.auto = true;
   const input = (r: BackendRequest, name: string) => r.inputs.find((t) => t.name === name);
@@ -448,5 +505,9 @@ test('direct: a sequence keeps its slot index in every batch; slots below it wit
   const stats = h.stats.toJSON();
   assert.equal(stats.inference_stats.success.count, 6, 'padding is not an inference request');
   assert.equal(stats.execution_count, 4);
-  assert.equal(stats.inference_count, 3 + 3 + 2 + 1, 'padding counts in the executed batch sizes, as a backend reports them');
+  assert.equal(
+    stats.inference_count,
+    3 + 3 + 2 + 1,
+    'padding counts in the executed batch sizes, as a backend reports them',
+  );
 });

@@ -14,7 +14,11 @@ const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as
 };
 
 test('an npm script runs without npm warnings (no unknown project config in .npmrc)', () => {
-  const r = spawnSync('npm', ['run', 'serve', '--', '--help'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, NODE_OPTIONS: '' } });
+  const r = spawnSync('npm', ['run', 'serve', '--', '--help'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
   assert.equal(r.status, 0, r.stderr);
   assert.doesNotMatch(r.stderr, /npm warn/i, r.stderr);
   assert.match(r.stdout, /Usage: nereid serve/);

@@ -19,22 +19,40 @@ test('the package ships the server, the Python stub and the examples, and no tes
   const r = spawnSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   const files = (JSON.parse(r.stdout) as Array<{ files: Array<{ path: string }> }>)[0]!.files.map((f) => f.path);
-  for (const needed of ['dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'python/nereid_stub.py', 'package.json']) {
+  for (const needed of [
+    'dist/src/index.js',
+    'dist/src/index.d.ts',
+    'dist/src/cli/main.js',
+    'python/nereid_stub.py',
+    'package.json',
+  ]) {
     assert.ok(files.includes(needed), `${needed} is published`);
   }
   assert.deepEqual(files.filter((f) => /onnx\/builder\./.test(f)), [], 'the ONNX fixture builder stays out');
-  assert.deepEqual(files.filter((f) => /^dist\/(test|bench|scripts)\//.test(f)), [], 'tests, benchmarks and build scripts stay out');
+  assert.deepEqual(
+    files.filter((f) => /^dist\/(test|bench|scripts)\//.test(f)),
+    [],
+    'tests, benchmarks and build scripts stay out',
+  );
 });
 
 test('every runtime dependency is imported by the server', () => {
-  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    dependencies: Record<string, string>;
+  };
   const text = sources(path.join(ROOT, 'src')).map((f) => readFileSync(f, 'utf8')).join('\n');
-  const unused = Object.keys(pkg.dependencies).filter((name) => !text.includes(`'${name}'`) && !text.includes(`'${name}/`));
+  const unused = Object.keys(pkg.dependencies).filter(
+    (name) => !text.includes(`'${name}'`) && !text.includes(`'${name}/`),
+  );
   assert.deepEqual(unused, [], `dependencies nothing in src/ imports: ${unused.join(', ')}`);
 });
 
 test('package.json, package-lock.json and LICENSE name the same licence', () => {
-  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { name: string; version: string; license: string };
+  const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+    name: string;
+    version: string;
+    license: string;
+  };
   const lock = JSON.parse(readFileSync(path.join(ROOT, 'package-lock.json'), 'utf8')) as {
     name: string;
     version: string;

@@ -16,7 +16,11 @@ function run(fixture: string, ci: boolean): { status: number | null; stderr: str
     writeFileSync(file, fixture);
     const env: NodeJS.ProcessEnv = { ...process.env, CI: ci ? 'true' : '' };
     delete env['NODE_TEST_CONTEXT'];
-    const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'run-tests.mjs'), file], { cwd: ROOT, env, encoding: 'utf8' });
+    const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts', 'run-tests.mjs'), file], {
+      cwd: ROOT,
+      env,
+      encoding: 'utf8',
+    });
     return { status: r.status, stderr: r.stderr };
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -43,5 +47,8 @@ test('outside CI a skip is reported but passes', () => {
 
 test('a run without skips passes in CI; a failure still fails', () => {
   assert.equal(run(`import { test } from 'node:test';\ntest('ok', () => {});\n`, true).status, 0);
-  assert.notEqual(run(`import { test } from 'node:test';\ntest('bad', () => { throw new Error('x'); });\n`, true).status, 0);
+  assert.notEqual(
+    run(`import { test } from 'node:test';\ntest('bad', () => { throw new Error('x'); });\n`, true).status,
+    0,
+  );
 });

@@ -79,17 +79,37 @@ test('too many elements gives Triton\'s other 500 text', () => {
 });
 
 test('an element of the wrong JSON type is a 500', () => {
-  rejects(() => decode('INT32', [2], [1, 1.5]), 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer");
-  rejects(() => decode('INT32', [2], [1, 'x']), 500, "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer");
-  rejects(() => decode('UINT8', [1], [-1]), 500, "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer");
+  rejects(
+    () => decode('INT32', [2], [1, 1.5]),
+    500,
+    "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
+  );
+  rejects(
+    () => decode('INT32', [2], [1, 'x']),
+    500,
+    "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer",
+  );
+  rejects(
+    () => decode('UINT8', [1], [-1]),
+    500,
+    "Unable to parse 'data': attempt to access JSON non-unsigned-integer as unsigned-integer",
+  );
   rejects(() => decode('BOOL', [1], [1]), 500, "Unable to parse 'data': attempt to access JSON non-boolean as boolean");
   rejects(() => decode('FP32', [1], ['1']), 500, "Unable to parse 'data': attempt to access JSON non-number as double");
-  rejects(() => decode('BYTES', [1], [1]), 500, 'Unable to parse JSON bytes array: attempt to access JSON non-string as string');
+  rejects(
+    () => decode('BYTES', [1], [1]),
+    500,
+    'Unable to parse JSON bytes array: attempt to access JSON non-string as string',
+  );
 });
 
 test('data that is not an array is a 500', () => {
   rejects(() => decode('INT32', [1], 5), 500, "Unable to parse 'data': attempt to access JSON non-array as array");
-  rejects(() => decode('INT32', [1], undefined), 500, "Unable to parse 'data': attempt to access JSON non-array as array");
+  rejects(
+    () => decode('INT32', [1], undefined),
+    500,
+    "Unable to parse 'data': attempt to access JSON non-array as array",
+  );
 });
 
 test('a zero-element shape needs no data', () => {
@@ -141,7 +161,11 @@ test('nesting deeper than 100 levels is refused; 99 is accepted', () => {
   assert.equal(decode('INT64', [1, 1], deep).byteLength, 8);
   let tooDeep: unknown = 7;
   for (let i = 0; i < 120; i++) tooDeep = [tooDeep];
-  rejects(() => decode('INT64', [1, 1], tooDeep), 400, "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)");
+  rejects(
+    () => decode('INT64', [1, 1], tooDeep),
+    400,
+    "Unable to parse 'data': JSON nesting depth exceeds maximum allowed limit (100)",
+  );
   let deepString: unknown = 'x';
   for (let i = 0; i < 120; i++) deepString = [deepString];
   rejects(() => decode('BYTES', [1, 1], deepString), 400, 'JSON nesting depth exceeds maximum allowed limit (100)');
@@ -151,7 +175,8 @@ test('a JSON tensor larger than the input limit is a 400', () => {
   rejects(
     () => decode('FP32', [100], [], 64),
     400,
-    "JSON input 'INPUT0' has a byte_size (400 bytes) that exceeds the maximum allowed value of 64 bytes. Use --http-max-input-size to increase the limit.",
+    "JSON input 'INPUT0' has a byte_size (400 bytes) that exceeds the maximum " +
+    "allowed value of 64 bytes. Use --http-max-input-size to increase the limit.",
   );
 });
 
@@ -159,7 +184,8 @@ test('shape overflow errors use Triton\'s texts', () => {
   rejects(
     () => requestElementCount('INPUT0', [2 ** 4, 2 ** 62]),
     400,
-    "invalid shape for input 'INPUT0': shape [16,4611686018427387904] causes total element count to exceed maximum size of 9223372036854775807",
+    "invalid shape for input 'INPUT0': shape [16,4611686018427387904] causes " +
+    "total element count to exceed maximum size of 9223372036854775807",
   );
   assert.throws(() => decode('FP32', [2 ** 2, 2 ** 60], [1]), /byte size overflow for input 'INPUT0'/);
 });
@@ -173,13 +199,22 @@ test('encodes every datatype as a flat JSON array', () => {
   assert.equal(encodeJsonTensorData('o', 'UINT8', new Uint8Array([0, 255]), 2), '[0,255]');
   assert.equal(encodeJsonTensorData('o', 'UINT16', bytesOf(new Uint16Array([65535])), 1), '[65535]');
   assert.equal(encodeJsonTensorData('o', 'UINT32', bytesOf(new Uint32Array([4294967295])), 1), '[4294967295]');
-  assert.equal(encodeJsonTensorData('o', 'UINT64', bytesOf(new BigUint64Array([18446744073709551615n])), 1), '[18446744073709551615]');
+  assert.equal(
+    encodeJsonTensorData('o', 'UINT64', bytesOf(new BigUint64Array([18446744073709551615n])), 1),
+    '[18446744073709551615]',
+  );
   assert.equal(encodeJsonTensorData('o', 'INT8', bytesOf(new Int8Array([-128, 5])), 2), '[-128,5]');
   assert.equal(encodeJsonTensorData('o', 'INT16', bytesOf(new Int16Array([-2])), 1), '[-2]');
   assert.equal(encodeJsonTensorData('o', 'INT32', bytesOf(new Int32Array([1, -2, 3])), 3), '[1,-2,3]');
-  assert.equal(encodeJsonTensorData('o', 'INT64', bytesOf(new BigInt64Array([-9223372036854775808n])), 1), '[-9223372036854775808]');
+  assert.equal(
+    encodeJsonTensorData('o', 'INT64', bytesOf(new BigInt64Array([-9223372036854775808n])), 1),
+    '[-9223372036854775808]',
+  );
   assert.equal(encodeJsonTensorData('o', 'FP32', bytesOf(new Float32Array([1, 0.5, -3])), 3), '[1.0,0.5,-3.0]');
-  assert.equal(encodeJsonTensorData('o', 'FP64', bytesOf(new Float64Array([0.1, 1e21, NaN, -Infinity])), 4), '[0.1,1e21,NaN,-Infinity]');
+  assert.equal(
+    encodeJsonTensorData('o', 'FP64', bytesOf(new Float64Array([0.1, 1e21, NaN, -Infinity])), 4),
+    '[0.1,1e21,NaN,-Infinity]',
+  );
   assert.equal(encodeJsonTensorData('o', 'INT32', new Uint8Array(0), 0), '[]');
 });
 
@@ -192,7 +227,10 @@ test('encodes from unaligned views', () => {
 test('BYTES outputs become JSON strings with escapes', () => {
   const data = Buffer.concat([Buffer.from([3, 0, 0, 0]), Buffer.from('a"b'), Buffer.from([0, 0, 0, 0])]);
   assert.equal(encodeJsonTensorData('o', 'BYTES', data, 2), '["a\\"b",""]');
-  assert.throws(() => encodeJsonTensorData('o', 'BYTES', Buffer.from([9, 0, 0, 0, 1]), 1), /output tensor shape does not match size of output for 'o'/);
+  assert.throws(
+    () => encodeJsonTensorData('o', 'BYTES', Buffer.from([9, 0, 0, 0, 1]), 1),
+    /output tensor shape does not match size of output for 'o'/,
+  );
 });
 
 test('FP16/BF16 outputs cannot be JSON; size mismatches are 500', () => {
@@ -221,27 +259,62 @@ test('doubles print as Triton prints them', () => {
 test('large arrays (bulk path) print exactly like element-by-element formatting', () => {
   const n = 1000;
   const f64 = new Float64Array(n);
-  for (let i = 0; i < n; i++) f64[i] = i % 5 === 0 ? i : i % 5 === 1 ? -i / 7 : i % 5 === 2 ? 1e22 * i : i % 5 === 3 ? 1e-9 * i : -i;
+  for (let i = 0; i < n; i++)
+    f64[i] = i % 5 === 0 ? i : i % 5 === 1 ? -i / 7 : i % 5 === 2 ? 1e22 * i : i % 5 === 3 ? 1e-9 * i : -i;
   const expected = '[' + Array.from(f64, formatJsonDouble).join(',') + ']';
   assert.equal(encodeJsonTensorData('o', 'FP64', bytesOf(f64), n), expected);
   const f32 = Float32Array.from(f64);
-  assert.equal(encodeJsonTensorData('o', 'FP32', bytesOf(f32), n), '[' + Array.from(f32, formatJsonDouble).join(',') + ']');
+  assert.equal(
+    encodeJsonTensorData('o', 'FP32', bytesOf(f32), n),
+    '[' + Array.from(f32, formatJsonDouble).join(',') + ']',
+  );
   f64[10] = NaN;
   f64[11] = -0;
-  assert.equal(encodeJsonTensorData('o', 'FP64', bytesOf(f64), n), '[' + Array.from(f64, formatJsonDouble).join(',') + ']');
+  assert.equal(
+    encodeJsonTensorData('o', 'FP64', bytesOf(f64), n),
+    '[' + Array.from(f64, formatJsonDouble).join(',') + ']',
+  );
   const i32 = Int32Array.from({ length: n }, (_, i) => (i - 500) * 1000);
   assert.equal(encodeJsonTensorData('o', 'INT32', bytesOf(i32), n), '[' + i32.join(',') + ']');
   const i64 = BigInt64Array.from({ length: n }, (_, i) => BigInt(i) * 10000000000n);
   assert.equal(encodeJsonTensorData('o', 'INT64', bytesOf(i64), n), '[' + i64.join(',') + ']');
 });
 
-test('FP32/FP64 JSON text equals the element-by-element formatting on many values (NaN, Inf, -0, denormals, large integers)', () => {
+test('FP32/FP64 JSON text equals the element-by-element formatting ' +
+  'on many values (NaN, Inf, -0, denormals, large integers)', () => {
   // The reference: every element through formatJsonDouble, Triton's number formatting.
   const reference = (a: Float32Array | Float64Array) => '[' + Array.from(a, formatJsonDouble).join(',') + ']';
   const special = [
-    0, -0, 1, -1, 0.5, 0.1, 1e21, -1e21, 1e20, 123456789012345680000, 2 ** 53, 2 ** 53 + 2, 2 ** 63, 2 ** 64, -(2 ** 63),
-    Number.MAX_VALUE, -Number.MAX_VALUE, Number.MIN_VALUE, 5e-324, 2.2250738585072014e-308, 1e-7, 1.5e-10, 3.4028234663852886e38,
-    1.401298464324817e-45, 1.1754943508222875e-38, 12345678901234567891, NaN, Infinity, -Infinity,
+    0,
+    -0,
+    1,
+    -1,
+    0.5,
+    0.1,
+    1e21,
+    -1e21,
+    1e20,
+    123456789012345680000,
+    2 ** 53,
+    2 ** 53 + 2,
+    2 ** 63,
+    2 ** 64,
+    -(2 ** 63),
+    Number.MAX_VALUE,
+    -Number.MAX_VALUE,
+    Number.MIN_VALUE,
+    5e-324,
+    2.2250738585072014e-308,
+    1e-7,
+    1.5e-10,
+    3.4028234663852886e38,
+    1.401298464324817e-45,
+    1.1754943508222875e-38,
+    // eslint-disable-next-line no-loss-of-precision -- the literal rounds as the JSON text does (what is tested)
+    12345678901234567891,
+    NaN,
+    Infinity,
+    -Infinity,
   ];
   let seed = 7;
   const rand = () => {
@@ -260,7 +333,12 @@ test('FP32/FP64 JSON text equals the element-by-element formatting on many value
     }
     cases.push(values);
   }
-  cases.push(special.filter((v) => Number.isFinite(v) && !Object.is(v, -0)), Array(300).fill(-0), Array(300).fill(NaN), Array(300).fill(1e-310));
+  cases.push(
+    special.filter((v) => Number.isFinite(v) && !Object.is(v, -0)),
+    Array(300).fill(-0),
+    Array(300).fill(NaN),
+    Array(300).fill(1e-310),
+  );
   for (const values of cases) {
     for (const [datatype, Ctor] of [['FP32', Float32Array], ['FP64', Float64Array]] as const) {
       const a = new Ctor(values);

@@ -30,7 +30,8 @@ const ENSEMBLE = `name: "pipe"
 platform: "ensemble"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 ensemble_scheduling { step [
   { model_name: "simple" model_version: -1
     input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
@@ -92,10 +93,16 @@ describe('OpenTelemetry export', () => {
     try {
       const http = running.ports.http!;
       const traceparent = `00-${CALLER_TRACE}-${CALLER_SPAN}-01`;
-      const joined = await call(http, 'POST', '/v2/models/simple/infer', { body: BODY, headers: { traceparent, tracestate: 'vendor=1' } });
+      const joined = await call(http, 'POST', '/v2/models/simple/infer', {
+        body: BODY,
+        headers: { traceparent, tracestate: 'vendor=1' },
+      });
       assert.equal(joined.status, 200);
       assert.equal((await call(http, 'POST', '/v2/models/pipe/infer', { body: BODY })).status, 200);
-      const bad = await call(http, 'POST', '/v2/models/simple/infer', { body: BODY, headers: { traceparent: '00-xyz-00f067aa0ba902b7-01' } });
+      const bad = await call(http, 'POST', '/v2/models/simple/infer', {
+        body: BODY,
+        headers: { traceparent: '00-xyz-00f067aa0ba902b7-01' },
+      });
       assert.equal(bad.status, 200, 'a malformed traceparent is ignored and the request served');
       const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
       const client = new Client(`127.0.0.1:${running.ports.grpc}`, grpc.credentials.createInsecure());
@@ -112,7 +119,11 @@ describe('OpenTelemetry export', () => {
           rawInputContents: [int32Bytes(A), int32Bytes(B)],
         });
         await new Promise<ModelInferResponse>((resolve, reject) =>
-          (client as unknown as { ModelInfer: Function }).ModelInfer(request, md, (err: Error | null, res: ModelInferResponse) => (err ? reject(err) : resolve(res))),
+          (client as unknown as { ModelInfer: (...args: unknown[]) => void }).ModelInfer(
+            request,
+            md,
+            (err: Error | null, res: ModelInferResponse) => (err ? reject(err) : resolve(res)),
+          ),
         );
       } finally {
         client.close();
@@ -136,21 +147,37 @@ describe('OpenTelemetry export', () => {
     const root = roots[0]!;
     assert.equal(root.traceId, CALLER_TRACE);
     assert.equal(root.kind, 2, 'SERVER');
-    assert.deepEqual(root.events.map((e) => e.name), ['HTTP_RECV_START', 'HTTP_RECV_END', 'HTTP_SEND_START', 'HTTP_SEND_END']);
+    assert.deepEqual(
+      root.events.map((e) => e.name),
+      ['HTTP_RECV_START', 'HTTP_RECV_END', 'HTTP_SEND_START', 'HTTP_SEND_END'],
+    );
     const [model] = children(spans, root);
     assert.ok(model);
     assert.equal(model.name, 'simple');
     assert.equal(model.kind, 2);
     assert.deepEqual(
       { ...model.attributes, 'triton.trace_id': typeof model.attributes['triton.trace_id'] },
-      { 'triton.model_name': 'simple', 'triton.model_version': 1, 'triton.trace_id': 'number', 'triton.trace_parent_id': 0 },
+      {
+        'triton.model_name': 'simple',
+        'triton.model_version': 1,
+        'triton.trace_id': 'number',
+        'triton.trace_parent_id': 0,
+      },
     );
     assert.deepEqual(model.events.map((e) => e.name), ['REQUEST_START', 'QUEUE_START', 'REQUEST_END']);
     const [compute] = children(spans, model);
     assert.ok(compute);
     assert.equal(compute.name, 'compute');
-    assert.deepEqual(compute.events.map((e) => e.name), ['COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_OUTPUT_START', 'COMPUTE_END']);
-    assert.ok(root.startNs <= model.startNs && model.startNs <= compute.startNs && compute.endNs <= model.endNs && model.endNs <= root.endNs);
+    assert.deepEqual(
+      compute.events.map((e) => e.name),
+      ['COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_OUTPUT_START', 'COMPUTE_END'],
+    );
+    assert.ok(
+      root.startNs <= model.startNs &&
+        model.startNs <= compute.startNs &&
+        compute.endNs <= model.endNs &&
+        model.endNs <= root.endNs,
+    );
     assert.equal(model.resource['service.name'], 'nereid');
     assert.equal(model.resource['deployment.environment'], 'test');
   });
@@ -159,7 +186,10 @@ describe('OpenTelemetry export', () => {
     const root = spans.find((s) => s.name === 'InferRequest' && s.parentSpanId === '1'.repeat(16));
     assert.ok(root, 'the gRPC request joined the caller');
     assert.equal(root.traceId, CALLER_TRACE);
-    assert.deepEqual(root.events.map((e) => e.name), ['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END']);
+    assert.deepEqual(
+      root.events.map((e) => e.name),
+      ['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END'],
+    );
     const [model] = children(spans, root);
     assert.equal(model!.attributes['triton.request_id'], 'grpc-otel');
   });
@@ -201,10 +231,14 @@ describe('OpenTelemetry export when the collector is down or slow', () => {
     const repo = new TempRepository().addSub('simple');
     // The exporter retries a refused connection until its timeout (the SDK's standard variable): shortened here.
     process.env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT = '300';
-    const running = await serve(repo, [`--trace-config=opentelemetry,url=${down.url}`, '--trace-config=opentelemetry,bsp_schedule_delay=20']);
+    const running = await serve(repo, [
+      `--trace-config=opentelemetry,url=${down.url}`,
+      '--trace-config=opentelemetry,bsp_schedule_delay=20',
+    ]);
     delete process.env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT;
     try {
-      for (let i = 0; i < 5; i++) assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
+      for (let i = 0; i < 5; i++)
+        assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
       let dropped = 0;
       for (let tries = 0; tries < 400 && dropped < 15; tries++) {
         dropped = metric(await metrics(running), 'nereid_trace_spans_dropped_total', 'reason="export_failed"');
@@ -229,7 +263,8 @@ describe('OpenTelemetry export when the collector is down or slow', () => {
     ]);
     try {
       // 12 spans: the first 4 go out in an export the collector does not answer, 4 wait in the queue, 4 are dropped.
-      for (let i = 0; i < 4; i++) assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
+      for (let i = 0; i < 4; i++)
+        assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
       assert.equal(metric(await metrics(running), 'nereid_trace_spans_dropped_total', 'reason="queue_full"'), 4);
       receiver.releaseReplies();
     } finally {

@@ -87,7 +87,10 @@ describe('trace context into BLS calls (OpenTelemetry)', () => {
         assert.deepEqual(out.outputs.find((o) => o.name === 'OUTPUT0')!.data, A.map((v, i) => v + B[i]!));
         contexts[String(explicit)] = String(out.outputs.find((o) => o.name === 'CONTEXT')!.data[0]);
       }
-      const js = await call(http, 'POST', '/v2/models/js_bls/infer', { body: body(['A', 'B']), headers: { traceparent: TRACEPARENT } });
+      const js = await call(http, 'POST', '/v2/models/js_bls/infer', {
+        body: body(['A', 'B']),
+        headers: { traceparent: TRACEPARENT },
+      });
       assert.equal(js.status, 200, js.body.toString());
       const untraced = await call(http, 'POST', '/v2/models/js_bls/infer', { body: body(['A', 'B']) });
       assert.equal(untraced.status, 200);
@@ -147,11 +150,20 @@ describe('BLS calls in a Triton trace file', () => {
     try {
       const running = await serve(repo, [`--trace-config=triton,file=${file}`, '--trace-config=rate=1']);
       try {
-        const r = await call(running.ports.http!, 'POST', '/v2/models/trace_bls/infer', { body: body(['INPUT0', 'INPUT1'], { explicit: true }) });
+        const r = await call(running.ports.http!, 'POST', '/v2/models/trace_bls/infer', {
+          body: body(['INPUT0', 'INPUT1'], { explicit: true }),
+        });
         assert.equal(r.status, 200);
         const out = json(r) as Reply;
-        assert.equal(out.outputs.find((o) => o.name === 'CONTEXT')!.data[0], '', 'no W3C context in Triton mode, as in Triton');
-        assert.equal((await call(running.ports.http!, 'POST', '/v2/models/js_bls/infer', { body: body(['A', 'B']) })).status, 200);
+        assert.equal(
+          out.outputs.find((o) => o.name === 'CONTEXT')!.data[0],
+          '',
+          'no W3C context in Triton mode, as in Triton',
+        );
+        assert.equal(
+          (await call(running.ports.http!, 'POST', '/v2/models/js_bls/infer', { body: body(['A', 'B']) })).status,
+          200,
+        );
       } finally {
         await running.shutdown();
       }

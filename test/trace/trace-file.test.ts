@@ -11,7 +11,11 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { ModelInferRequestSchema, type ModelInferResponse, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
+import {
+  ModelInferRequestSchema,
+  type ModelInferResponse,
+  type ModelStreamInferResponse,
+} from '../../src/gen/grpc_service_pb.js';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { silentLogger } from '../../src/logger.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
@@ -37,7 +41,8 @@ const ENSEMBLE = `name: "pipe"
 platform: "ensemble"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 ensemble_scheduling { step [
   { model_name: "simple" model_version: -1
     input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
@@ -52,7 +57,8 @@ const CACHED = `name: "cached"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 response_cache { enable: true }
 `;
 
@@ -63,20 +69,33 @@ function grpcClient(port: number): grpc.Client {
 
 function modelInfer(client: grpc.Client, request: unknown): Promise<ModelInferResponse> {
   return new Promise((resolve, reject) => {
-    (client as unknown as { ModelInfer: Function }).ModelInfer(request, new grpc.Metadata(), (err: Error | null, res: ModelInferResponse) =>
-      err ? reject(err) : resolve(res),
+    (client as unknown as { ModelInfer: (...args: unknown[]) => void }).ModelInfer(
+      request,
+      new grpc.Metadata(),
+      (err: Error | null, res: ModelInferResponse) => (err ? reject(err) : resolve(res)),
     );
   });
 }
 
 /** Names in the order a non-ensemble request passes them, frontend first. */
-const CORE_ORDER = ['REQUEST_START', 'QUEUE_START', 'COMPUTE_START', 'COMPUTE_INPUT_END', 'COMPUTE_OUTPUT_START', 'COMPUTE_END', 'REQUEST_END'];
+const CORE_ORDER = [
+  'REQUEST_START',
+  'QUEUE_START',
+  'COMPUTE_START',
+  'COMPUTE_INPUT_END',
+  'COMPUTE_OUTPUT_START',
+  'COMPUTE_END',
+  'REQUEST_END',
+];
 
 function assertOrdered(t: MergedTrace, names: readonly string[]): void {
   let last = -Infinity;
   for (const name of names) {
     const ns = t.timestamps.get(name);
-    assert.ok(ns !== undefined, `trace ${t.id} (${t.model_name}) lacks ${name}: ${[...t.timestamps.keys()].join(', ')}`);
+    assert.ok(
+      ns !== undefined,
+      `trace ${t.id} (${t.model_name}) lacks ${name}: ${[...t.timestamps.keys()].join(', ')}`,
+    );
     assert.ok(ns >= last, `trace ${t.id}: ${name} comes before the timestamp preceding it`);
     last = ns;
   }
@@ -109,13 +128,25 @@ describe('Triton trace file', () => {
   let entries: TraceFileEntry[];
 
   before(async () => {
-    repo = decoupledRepository().addSub('simple').config('pipe', ENSEMBLE).file('pipe', '1/.keep', '').addSub('cached', [1], CACHED);
-    const running = await serve(repo, [`--trace-config=triton,file=${file}`, '--trace-config=level=TIMESTAMPS', '--trace-config=rate=1']);
+    repo = decoupledRepository()
+      .addSub('simple')
+      .config('pipe', ENSEMBLE)
+      .file('pipe', '1/.keep', '')
+      .addSub('cached', [1], CACHED);
+    const running = await serve(repo, [
+      `--trace-config=triton,file=${file}`,
+      '--trace-config=level=TIMESTAMPS',
+      '--trace-config=rate=1',
+    ]);
     const http = running.ports.http!;
     try {
       assert.equal((await call(http, 'POST', '/v2/models/simple/infer', { body: inferBody('http-1') })).status, 200);
       assert.equal((await call(http, 'POST', '/v2/models/pipe/infer', { body: inferBody('ens-1') })).status, 200);
-      for (let i = 0; i < 2; i++) assert.equal((await call(http, 'POST', '/v2/models/cached/infer', { body: inferBody(`cache-${i}`) })).status, 200);
+      for (let i = 0; i < 2; i++)
+        assert.equal(
+          (await call(http, 'POST', '/v2/models/cached/infer', { body: inferBody(`cache-${i}`) })).status,
+          200,
+        );
       const client = grpcClient(running.ports.grpc!);
       try {
         const res = await modelInfer(
@@ -133,7 +164,9 @@ describe('Triton trace file', () => {
         assert.equal(res.modelName, 'simple');
         const streamed = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
           const out: ModelStreamInferResponse[] = [];
-          const stream = (client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+          const stream = (
+            client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
+          ).ModelStreamInfer();
           stream.on('data', (m: ModelStreamInferResponse) => out.push(m));
           stream.on('error', reject);
           stream.on('end', () => resolve(out));
@@ -162,7 +195,8 @@ describe('Triton trace file', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const byRequestId = (traces: Map<number, MergedTrace>, id: string) => [...traces.values()].filter((t) => t.request_id === id);
+  const byRequestId = (traces: Map<number, MergedTrace>, id: string) =>
+    [...traces.values()].filter((t) => t.request_id === id);
 
   test('an HTTP request: model entry, then the frontend and core timestamps in order', () => {
     const traces = mergeTraces(entries, 'http');
@@ -188,7 +222,15 @@ describe('Triton trace file', () => {
     const traces = mergeTraces(entries, 'http');
     const ensemble = byRequestId(traces, 'ens-1').find((t) => t.model_name === 'pipe');
     assert.ok(ensemble, 'the ensemble request is traced');
-    assertOrdered(ensemble, ['HTTP_RECV_START', 'HTTP_RECV_END', 'REQUEST_START', 'QUEUE_START', 'REQUEST_END', 'HTTP_SEND_START', 'HTTP_SEND_END']);
+    assertOrdered(ensemble, [
+      'HTTP_RECV_START',
+      'HTTP_RECV_END',
+      'REQUEST_START',
+      'QUEUE_START',
+      'REQUEST_END',
+      'HTTP_SEND_START',
+      'HTTP_SEND_END',
+    ]);
     assert.equal(ensemble.timestamps.has('COMPUTE_START'), false, 'an ensemble computes nothing itself');
     const steps = [...traces.values()].filter((t) => t.parent_id === ensemble.id);
     assert.equal(steps.length, 2);
@@ -198,8 +240,13 @@ describe('Triton trace file', () => {
       assert.ok(step.timestamps.get('REQUEST_START')! >= ensemble.timestamps.get('REQUEST_START')!);
       assert.ok(step.timestamps.get('REQUEST_END')! <= ensemble.timestamps.get('REQUEST_END')!);
     }
-    const [first, second] = steps.sort((a, b) => a.timestamps.get('REQUEST_START')! - b.timestamps.get('REQUEST_START')!);
-    assert.ok(second!.timestamps.get('REQUEST_START')! >= first!.timestamps.get('REQUEST_END')!, 'the second step reads the first one\'s outputs');
+    const [first, second] = steps.sort(
+      (a, b) => a.timestamps.get('REQUEST_START')! - b.timestamps.get('REQUEST_START')!,
+    );
+    assert.ok(
+      second!.timestamps.get('REQUEST_START')! >= first!.timestamps.get('REQUEST_END')!,
+      "the second step reads the first one's outputs",
+    );
   });
 
   test('a response-cache hit is traced without an execution', () => {
@@ -208,11 +255,19 @@ describe('Triton trace file', () => {
     const [hit] = byRequestId(traces, 'cache-1');
     assert.ok(miss && hit);
     assertOrdered(miss, CORE_ORDER);
-    assertOrdered(hit, ['HTTP_RECV_START', 'HTTP_RECV_END', 'REQUEST_START', 'REQUEST_END', 'HTTP_SEND_START', 'HTTP_SEND_END']);
+    assertOrdered(hit, [
+      'HTTP_RECV_START',
+      'HTTP_RECV_END',
+      'REQUEST_START',
+      'REQUEST_END',
+      'HTTP_SEND_START',
+      'HTTP_SEND_END',
+    ]);
     assert.equal(hit.timestamps.has('COMPUTE_START'), false);
   });
 
-  test('a decoupled stream: one trace, a send per response, REQUEST_END after the execution and the last response', () => {
+  test('a decoupled stream: one trace, a send per response, ' +
+    'REQUEST_END after the execution and the last response', () => {
     const traces = mergeTraces(entries, 'grpc');
     const [t] = byRequestId(traces, 'stream-1');
     assert.ok(t, 'the streamed request is traced');
@@ -230,9 +285,15 @@ describe('trace file options', () => {
     const file = path.join(dir, 't.json');
     const repo = new TempRepository().addSub('simple');
     try {
-      const running = await serve(repo, [`--trace-file=${file}`, '--trace-level=TIMESTAMPS', '--trace-rate=1', '--trace-log-frequency=2']);
+      const running = await serve(repo, [
+        `--trace-file=${file}`,
+        '--trace-level=TIMESTAMPS',
+        '--trace-rate=1',
+        '--trace-log-frequency=2',
+      ]);
       try {
-        for (let i = 0; i < 4; i++) await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: inferBody(`r${i}`) });
+        for (let i = 0; i < 4; i++)
+          await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: inferBody(`r${i}`) });
       } finally {
         await running.shutdown();
       }
@@ -248,7 +309,8 @@ describe('trace file options', () => {
     }
   });
 
-  test('TENSORS records the queued inputs and the outputs in Triton\'s text form; count bounds the traces', async () => {
+  test('TENSORS records the queued inputs and the outputs in ' +
+    'Triton\'s text form; count bounds the traces', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'nereid-trace-'));
     const file = path.join(dir, 't.json');
     const repo = new TempRepository().addSub('simple');
@@ -260,7 +322,8 @@ describe('trace file options', () => {
         '--trace-config=count=1',
       ]);
       try {
-        for (let i = 0; i < 3; i++) await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: inferBody(`t${i}`) });
+        for (let i = 0; i < 3; i++)
+          await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: inferBody(`t${i}`) });
         const setting = json(await call(running.ports.http!, 'GET', '/v2/trace/setting')) as Record<string, unknown>;
         assert.equal(setting.trace_count, '0', 'the count left to take');
       } finally {

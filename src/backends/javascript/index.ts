@@ -25,9 +25,8 @@ import { modelConfigFromJson, modelConfigToJson } from '../../config/index.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
 import { datatypeFromConfigEnum } from '../../tensor/datatype.js';
-import type { Tensor } from '../../tensor/tensor.js';
 import { ModelWorker, fromWireResponse } from './model-worker.js';
-import type { FromWorker, OutputSpec, WireTensor, WorkerInit } from './protocol.js';
+import type { FromWorker, OutputSpec, WorkerInit } from './protocol.js';
 import { type JavaScriptSettings, readSettings } from './settings.js';
 
 /** The model files looked for, in order, when default_model_filename is not set. */
@@ -174,7 +173,12 @@ class JavaScriptModel implements BackendModel {
 }
 
 /** Runs the model class's static auto_complete_config() on a throwaway worker thread. */
-function runAutoComplete(file: string, modelDir: string, config: Record<string, unknown>, timeoutMs: number): Promise<Record<string, unknown> | null> {
+function runAutoComplete(
+  file: string,
+  modelDir: string,
+  config: Record<string, unknown>,
+  timeoutMs: number,
+): Promise<Record<string, unknown> | null> {
   const init: WorkerInit = { mode: 'auto-complete', file, modelDir, config };
   const worker = new Worker(new URL('./worker.js', import.meta.url), { workerData: init });
   return new Promise<Record<string, unknown> | null>((resolve, reject) => {
@@ -210,7 +214,12 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   const settings = readSettings(ctx.modelName, ctx.config, ctx.backendConfig);
   let completed: Record<string, unknown> | null;
   try {
-    completed = await runAutoComplete(found.file, ctx.modelDir, modelConfigToJson(ctx.config), settings.initializeTimeoutMs);
+    completed = await runAutoComplete(
+      found.file,
+      ctx.modelDir,
+      modelConfigToJson(ctx.config),
+      settings.initializeTimeoutMs,
+    );
   } catch (err) {
     throw Errors.loadFailed(ctx.modelName, (err as Error).message);
   }
@@ -218,7 +227,10 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   try {
     return modelConfigFromJson(JSON.stringify(completed));
   } catch (err) {
-    throw Errors.loadFailed(ctx.modelName, `auto_complete_config() returned an invalid configuration: ${(err as Error).message}`);
+    throw Errors.loadFailed(
+      ctx.modelName,
+      `auto_complete_config() returned an invalid configuration: ${(err as Error).message}`,
+    );
   }
 }
 

@@ -208,7 +208,11 @@ export class ModelWorker implements SupervisedWorker {
     const w = new ModelWorker(opts);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => {
-        reject(new Error(`initialize() did not finish within ${opts.initializeTimeoutMs} ms (model parameter initialize_timeout_ms)`));
+        reject(
+          new Error(
+            `initialize() did not finish within ${opts.initializeTimeoutMs} ms (model parameter initialize_timeout_ms)`,
+          ),
+        );
         w.endReason = 'initialize() timed out';
         void w.worker.terminate();
       }, opts.initializeTimeoutMs);
@@ -234,14 +238,20 @@ export class ModelWorker implements SupervisedWorker {
 
   /** Posts a batch; resolves with the worker's answer, rejects if the thread ends first. */
   execute(requests: readonly BackendRequest[]): { posted: number; done: Promise<ExecuteDoneMessage> } {
-    if (!this.alive) return { posted: nowNs(), done: Promise.reject(new Error(`${this.opts.label}: the worker thread is not running`)) };
+    if (!this.alive)
+      return {
+        posted: nowNs(),
+        done: Promise.reject(new Error(`${this.opts.label}: the worker thread is not running`)),
+      };
     const keys: number[] = [];
     const watches: CancelWatch[] = [];
     const traced: number[] = [];
     const wire = this.packRequests(requests, keys, watches, traced);
     const id = this.nextId++;
     const light = this.inFlight.length === 0;
-    const done = new Promise<ExecuteDoneMessage>((resolve, reject) => this.inFlight.push(new PendingExecute(id, resolve, reject, keys, watches)));
+    const done = new Promise<ExecuteDoneMessage>((resolve, reject) =>
+      this.inFlight.push(new PendingExecute(id, resolve, reject, keys, watches)),
+    );
     if (traced.length > 0) {
       // The batch's traces are parents of its infer() calls while execute() runs.
       const forget = (): void => {
@@ -261,7 +271,12 @@ export class ModelWorker implements SupervisedWorker {
   }
 
   /** One SharedArrayBuffer for the batch's inputs (inputs already in shared memory stay where they are). */
-  private packRequests(requests: readonly BackendRequest[], keys: number[], watches: CancelWatch[], traced: number[]): WireRequest[] {
+  private packRequests(
+    requests: readonly BackendRequest[],
+    keys: number[],
+    watches: CancelWatch[],
+    traced: number[],
+  ): WireRequest[] {
     let total = 0;
     for (const r of requests) for (const t of r.inputs) if (!canShare(t)) total += align8(t.data.byteLength);
     const sab = new SharedArrayBuffer(total);
@@ -274,7 +289,14 @@ export class ModelWorker implements SupervisedWorker {
       for (let k = 0; k < r.inputs.length; k++) {
         const t = r.inputs[k]!;
         if (canShare(t)) {
-          inputs[k] = { n: t.name, d: t.datatype, s: t.shape, b: t.data.buffer, o: t.data.byteOffset, l: t.data.byteLength };
+          inputs[k] = {
+            n: t.name,
+            d: t.datatype,
+            s: t.shape,
+            b: t.data.buffer,
+            o: t.data.byteOffset,
+            l: t.data.byteLength,
+          };
           continue;
         }
         bytes.set(t.data, at);
@@ -360,7 +382,8 @@ export class ModelWorker implements SupervisedWorker {
   private onWatchdog(): void {
     const head = this.inFlight[0];
     if (!head || head.id !== this.watchedId || !this.alive) return;
-    this.endReason = `execute() blocked the worker thread for more than ${this.opts.init.executeTimeoutMs} ms (model parameter execute_timeout_ms); the thread was stopped and is restarted`;
+    this.endReason = `execute() blocked the worker thread for more than ${this.opts.init.executeTimeoutMs} ` +
+      `ms (model parameter execute_timeout_ms); the thread was stopped and is restarted`;
     this.opts.logger.error({}, `${this.opts.label}: ${this.endReason}`);
     void this.worker.terminate();
   }
@@ -408,7 +431,12 @@ export class ModelWorker implements SupervisedWorker {
   }
 
   private serveInfer(msg: InferCallMessage): void {
-    const inputs: Tensor[] = msg.inputs.map((w) => ({ name: w.n, datatype: w.d, shape: w.s, data: new Uint8Array(w.b, w.o, w.l) }));
+    const inputs: Tensor[] = msg.inputs.map((w) => ({
+      name: w.n,
+      datatype: w.d,
+      shape: w.s,
+      data: new Uint8Array(w.b, w.o, w.l),
+    }));
     const trace = msg.trace === undefined ? undefined : this.traces.get(msg.trace)?.spawn();
     let call = this.opts.server.infer({
       model: msg.model,
@@ -424,8 +452,15 @@ export class ModelWorker implements SupervisedWorker {
       .then(
         (r) => {
           if (!this.alive) return;
-          const reply: ToWorker = { t: 'r', id: msg.id, modelName: r.modelName, modelVersion: r.modelVersion, outputs: shareTensors(r.outputs) };
-          if (r.parameters && Object.keys(r.parameters).length > 0) (reply as { parameters?: unknown }).parameters = r.parameters;
+          const reply: ToWorker = {
+            t: 'r',
+            id: msg.id,
+            modelName: r.modelName,
+            modelVersion: r.modelVersion,
+            outputs: shareTensors(r.outputs),
+          };
+          if (r.parameters && Object.keys(r.parameters).length > 0)
+            (reply as { parameters?: unknown }).parameters = r.parameters;
           this.worker.postMessage(reply);
         },
         (err: unknown) => {
@@ -461,7 +496,10 @@ export class ModelWorker implements SupervisedWorker {
     this.streams.clear();
     for (const o of open) {
       o.detach();
-      o.request.responseSender!.send({ error: Errors.modelExecution(this.opts.init.args.modelName, err.message) }, true);
+      o.request.responseSender!.send(
+        { error: Errors.modelExecution(this.opts.init.args.modelName, err.message) },
+        true,
+      );
     }
     this.onClosed?.();
     if (!this.closing) this.onUnexpectedExit?.({ code }, err);
@@ -475,7 +513,10 @@ export class ModelWorker implements SupervisedWorker {
     const closed = new Promise<void>((resolve) => (this.onClosed = resolve));
     this.worker.postMessage({ t: 'close' } satisfies ToWorker);
     const timer = setTimeout(() => {
-      this.opts.logger.warn({}, `${this.opts.label}: finalize() did not finish within ${graceMs} ms; stopping the thread`);
+      this.opts.logger.warn(
+        {},
+        `${this.opts.label}: finalize() did not finish within ${graceMs} ms; stopping the thread`,
+      );
       this.onClosed?.();
     }, graceMs);
     await closed;

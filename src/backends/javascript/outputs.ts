@@ -12,7 +12,11 @@ import type { OutputSpec, WireRequest } from './protocol.js';
 import { type StagedTensor, TensorError, stageTensor } from './tensors.js';
 
 export type CheckedResponse =
-  | { readonly outputs: readonly StagedTensor[]; readonly parameters?: Record<string, ParameterValue>; readonly error?: undefined }
+  | {
+      readonly outputs: readonly StagedTensor[];
+      readonly parameters?: Record<string, ParameterValue>;
+      readonly error?: undefined;
+    }
   | { readonly error: string; readonly outputs?: undefined };
 
 function shapeFits(shape: readonly number[], expected: readonly number[]): boolean {
@@ -33,12 +37,16 @@ export function errorText(error: unknown): string {
 
 function checkParameters(value: unknown): Record<string, ParameterValue> {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-    throw new TensorError(`parameters must be an object of strings, numbers and booleans, not ${JSON.stringify(value)}`);
+    throw new TensorError(
+      `parameters must be an object of strings, numbers and booleans, not ${JSON.stringify(value)}`,
+    );
   }
   const out: Record<string, ParameterValue> = {};
   for (const [k, v] of Object.entries(value)) {
     if (typeof v !== 'string' && typeof v !== 'number' && typeof v !== 'boolean' && typeof v !== 'bigint') {
-      throw new TensorError(`parameter '${k}' is ${v === null ? 'null' : typeof v}; parameters are strings, numbers or booleans`);
+      throw new TensorError(
+        `parameter '${k}' is ${v === null ? 'null' : typeof v}; parameters are strings, numbers or booleans`,
+      );
     }
     out[k] = v;
   }
@@ -59,12 +67,18 @@ export class OutputChecker {
   check(index: number, request: WireRequest, response: unknown): CheckedResponse {
     const where = `response ${index}`;
     if (response === null || typeof response !== 'object') {
-      return { error: `execute() returned ${response === null ? 'null' : typeof response} as ${where}; each response is { outputs: [...] } or { error: 'message' }` };
+      return {
+        error: `execute() returned ${response === null ? 'null' : typeof response} ` +
+          `as ${where}; each response is { outputs: [...] } or { error: 'message' }`,
+      };
     }
     const r = response as { outputs?: unknown; error?: unknown; parameters?: unknown };
     if (r.error !== undefined && r.error !== null) return { error: errorText(r.error) };
     if (!Array.isArray(r.outputs)) {
-      return { error: `execute() returned ${where} without an outputs array; each response is { outputs: [...] } or { error: 'message' }` };
+      return {
+        error: `execute() returned ${where} without an outputs array; ` +
+          `each response is { outputs: [...] } or { error: 'message' }`,
+      };
     }
     try {
       const byName = new Map<string, StagedTensor>();
@@ -73,16 +87,22 @@ export class OutputChecker {
         const name = value && typeof value === 'object' ? value.name : undefined;
         const spec = typeof name === 'string' ? this.specs.get(name) : undefined;
         if (typeof name === 'string' && !spec) {
-          throw new TensorError(`output '${name}' is not an output in the model configuration (outputs: ${[...this.specs.keys()].map((n) => `'${n}'`).join(', ')})`);
+          throw new TensorError(
+            `output '${name}' is not an output in the model configuration ` +
+            `(outputs: ${[...this.specs.keys()].map((n) => `'${n}'`).join(', ')})`,
+          );
         }
         const t = stageTensor('output', k, value, spec?.datatype);
         if (t.datatype !== spec!.datatype) {
-          throw new TensorError(`output '${t.name}' has datatype ${t.datatype}, but the model configuration declares ${spec!.datatype}`);
+          throw new TensorError(
+            `output '${t.name}' has datatype ${t.datatype}, but the model configuration declares ${spec!.datatype}`,
+          );
         }
         const expected = this.maxBatchSize > 0 ? [request.batchSize, ...spec!.dims] : spec!.dims;
         if (!shapeFits(t.shape, expected)) {
           throw new TensorError(
-            `output '${t.name}' has shape ${shapeToString(t.shape)}, but the model configuration expects ${shapeToString(expected)}` +
+            `output '${t.name}' has shape ${shapeToString(t.shape)}, but ` +
+            `the model configuration expects ${shapeToString(expected)}` +
               (this.maxBatchSize > 0 ? ` (the request's batch size ${request.batchSize} first)` : ''),
           );
         }

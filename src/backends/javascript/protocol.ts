@@ -74,7 +74,10 @@ export interface WireRequest {
   readonly flags: number;
   /** Decoupled models: the key the request's responses are sent under. */
   readonly k?: number;
-  /** Other models: the key a cancellation of the request comes under while execute() runs (requests that can be cancelled). */
+  /**
+   * Other models: the key a cancellation of the request comes under while execute() runs (requests that can be
+   * cancelled).
+   */
   readonly c?: number;
   /** A traced request: its trace's handle, which the model's infer() calls carry back. */
   readonly tr?: number;
@@ -101,9 +104,18 @@ export type InferResultMessage =
       readonly outputs: readonly WireTensor[];
       readonly parameters?: Readonly<Record<string, ParameterValue>>;
     }
-  | { readonly t: 'r'; readonly id: number; readonly error: string; readonly code: string; readonly errorClass: string };
+  | {
+      readonly t: 'r';
+      readonly id: number;
+      readonly error: string;
+      readonly code: string;
+      readonly errorClass: string;
+    };
 
-/** main -> worker: the client of a request went away (request.isCancelled()): a decoupled one's stream key, or another's cancel key. */
+/**
+ * main -> worker: the client of a request went away (request.isCancelled()): a decoupled one's stream key, or another's
+ * cancel key.
+ */
 export interface CancelMessage {
   readonly t: 'c';
   readonly k: number;
@@ -117,7 +129,12 @@ export type WireResponse =
 
 /** worker -> main: execute() finished. `times`: picked up, execute() called, execute() settled (hrtime ns). */
 export type ExecuteDoneMessage =
-  | { readonly t: 'd'; readonly id: number; readonly times: readonly number[]; readonly responses: readonly WireResponse[] }
+  | {
+      readonly t: 'd';
+      readonly id: number;
+      readonly times: readonly number[];
+      readonly responses: readonly WireResponse[];
+    }
   | { readonly t: 'd'; readonly id: number; readonly times: readonly number[]; readonly error: string };
 
 /** worker -> main: an infer() call (BLS). */

@@ -47,9 +47,33 @@ export function readSettings(
   backendConfig: Readonly<Record<string, string>>,
 ): JavaScriptSettings {
   return {
-    executeTimeoutMs: intSetting(modelName, config, backendConfig, 'execute_timeout_ms', DEFAULT_EXECUTE_TIMEOUT_MS, 1, 86_400_000),
-    initializeTimeoutMs: intSetting(modelName, config, backendConfig, 'initialize_timeout_ms', DEFAULT_INITIALIZE_TIMEOUT_MS, 1, 86_400_000),
-    spinMicros: intSetting(modelName, config, backendConfig, 'spin_wait_microseconds', defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS), 0, 1_000_000),
+    executeTimeoutMs: intSetting(
+      modelName,
+      config,
+      backendConfig,
+      'execute_timeout_ms',
+      DEFAULT_EXECUTE_TIMEOUT_MS,
+      1,
+      86_400_000,
+    ),
+    initializeTimeoutMs: intSetting(
+      modelName,
+      config,
+      backendConfig,
+      'initialize_timeout_ms',
+      DEFAULT_INITIALIZE_TIMEOUT_MS,
+      1,
+      86_400_000,
+    ),
+    spinMicros: intSetting(
+      modelName,
+      config,
+      backendConfig,
+      'spin_wait_microseconds',
+      defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS),
+      0,
+      1_000_000,
+    ),
     maxHeapMb: intSetting(modelName, config, backendConfig, 'max_heap_mb', 0, 0, 1_048_576),
   };
 }

@@ -105,7 +105,9 @@ function isShared(v: ArrayBufferView): boolean {
 /** Numbers (or bigints, booleans) in a plain array, as the datatype's bytes. */
 function fromPlainArray(what: string, datatype: Exclude<Datatype, 'BYTES'>, values: readonly unknown[]): Uint8Array {
   if (datatype === 'FP16' || datatype === 'BF16') {
-    throw new TensorError(`${what}: ${datatype} data must be a Uint16Array of raw 16-bit values, not an array of numbers`);
+    throw new TensorError(
+      `${what}: ${datatype} data must be a Uint16Array of raw 16-bit values, not an array of numbers`,
+    );
   }
   const Ctor = datatypeInfo(datatype).arrayType!;
   const out = new Ctor(values.length);
@@ -153,13 +155,20 @@ function encodeBytes(what: string, values: readonly unknown[]): Uint8Array {
  */
 function sharedBytesRegion(elements: readonly unknown[]): Uint8Array | undefined {
   const first = elements[0];
-  if (!(first instanceof Uint8Array) || !(first.buffer instanceof SharedArrayBuffer) || first.byteOffset < 4) return undefined;
+  if (!(first instanceof Uint8Array) || !(first.buffer instanceof SharedArrayBuffer) || first.byteOffset < 4)
+    return undefined;
   const buffer = first.buffer;
   const view = new DataView(buffer);
   const start = first.byteOffset - 4;
   let at = start;
   for (const e of elements) {
-    if (!(e instanceof Uint8Array) || e.buffer !== buffer || e.byteOffset !== at + 4 || view.getUint32(at, true) !== e.byteLength) return undefined;
+    if (
+      !(e instanceof Uint8Array) ||
+      e.buffer !== buffer ||
+      e.byteOffset !== at + 4 ||
+      view.getUint32(at, true) !== e.byteLength
+    )
+      return undefined;
     at += 4 + e.byteLength;
   }
   return new Uint8Array(buffer, start, at - start);
@@ -173,7 +182,8 @@ function sharedBytesRegion(elements: readonly unknown[]): Uint8Array | undefined
  * known ("output 1"). Throws TensorError.
  */
 export function stageTensor(kind: string, index: number, value: unknown, expectedDatatype?: Datatype): StagedTensor {
-  if (value === null || typeof value !== 'object') throw new TensorError(`${kind} ${index} is ${typeName(value)}, not a { name, datatype, shape, data } object`);
+  if (value === null || typeof value !== 'object')
+    throw new TensorError(`${kind} ${index} is ${typeName(value)}, not a { name, datatype, shape, data } object`);
   const t = value as { name?: unknown; datatype?: unknown; shape?: unknown; data?: unknown };
   const name = t.name;
   if (typeof name !== 'string' || name === '') throw new TensorError(`${kind} ${index} has no name`);
@@ -189,9 +199,14 @@ export function stageTensor(kind: string, index: number, value: unknown, expecte
   const count = elementsOf(shape);
   const data = t.data;
   if (datatype === 'BYTES') {
-    if (!Array.isArray(data)) throw new TensorError(`${label} is BYTES, so its data must be an array of Uint8Array or strings, not ${typeName(data)}`);
+    if (!Array.isArray(data))
+      throw new TensorError(
+        `${label} is BYTES, so its data must be an array of Uint8Array or strings, not ${typeName(data)}`,
+      );
     if (data.length !== count) {
-      throw new TensorError(`${label} has ${data.length} elements, but its shape ${shapeToString(shape)} holds ${count}`);
+      throw new TensorError(
+        `${label} has ${data.length} elements, but its shape ${shapeToString(shape)} holds ${count}`,
+      );
     }
     const region = sharedBytesRegion(data);
     if (region) return new StagedTensor(name, datatype, shape, region, 'shared');
@@ -201,9 +216,15 @@ export function stageTensor(kind: string, index: number, value: unknown, expecte
   let where: 'shared' | 'copy' = 'copy';
   if (ArrayBuffer.isView(data)) {
     const expected = ARRAY_NAMES[datatype];
-    const fits = data instanceof Uint8Array || data instanceof (datatypeInfo(datatype).arrayType as unknown as typeof Uint8Array) || (datatype === 'FP16' && FLOAT16 !== undefined && data instanceof FLOAT16);
+    const fits =
+      data instanceof Uint8Array ||
+      data instanceof (datatypeInfo(datatype).arrayType as unknown as typeof Uint8Array) ||
+      (datatype === 'FP16' && FLOAT16 !== undefined && data instanceof FLOAT16);
     if (!fits) {
-      throw new TensorError(`${label} is ${datatype}, so its data must be a ${expected} (or raw bytes in a Uint8Array), not ${typeName(data)}`);
+      throw new TensorError(
+        `${label} is ${datatype}, so its data must be a ${expected} ` +
+        `(or raw bytes in a Uint8Array), not ${typeName(data)}`,
+      );
     }
     bytes = bytesOfView(data);
     if (isShared(data)) where = 'shared';
@@ -215,7 +236,8 @@ export function stageTensor(kind: string, index: number, value: unknown, expecte
   const size = datatypeInfo(datatype).byteSize;
   if (bytes.byteLength !== count * size) {
     throw new TensorError(
-      `${label} has ${bytes.byteLength} bytes of data, but shape ${shapeToString(shape)} of ${datatype} needs ${count * size}`,
+      `${label} has ${bytes.byteLength} bytes of data, but shape ` +
+      `${shapeToString(shape)} of ${datatype} needs ${count * size}`,
     );
   }
   return new StagedTensor(name, datatype, shape, bytes, where);
@@ -225,7 +247,10 @@ export function stageTensor(kind: string, index: number, value: unknown, expecte
  * Wire tensors for staged ones, and the buffers to transfer: shared bytes by
  * reference, owned buffers as they are, the rest copied into one buffer.
  */
-export function packStaged(groups: readonly (readonly StagedTensor[])[]): { wire: WireTensor[][]; transfer: ArrayBuffer[] } {
+export function packStaged(groups: readonly (readonly StagedTensor[])[]): {
+  wire: WireTensor[][];
+  transfer: ArrayBuffer[];
+} {
   let copyBytes = 0;
   for (const g of groups) for (const t of g) if (t.kind === 'copy') copyBytes += align8(t.bytes.byteLength);
   const pack = copyBytes > 0 ? new ArrayBuffer(copyBytes) : undefined;

@@ -67,9 +67,13 @@ async function importModel(file: string): Promise<unknown> {
   }
   let exported = mod.default;
   // CommonJS compiled from TypeScript puts the class at exports.default.
-  if (exported !== null && typeof exported === 'object' && 'default' in exported) exported = (exported as { default: unknown }).default;
+  if (exported !== null && typeof exported === 'object' && 'default' in exported)
+    exported = (exported as { default: unknown }).default;
   if (typeof exported !== 'function' && (exported === null || typeof exported !== 'object')) {
-    throw new InitError(`${rel(file)} has no default export; it must export a model class: export default class { async execute(requests) { ... } }`);
+    throw new InitError(
+      `${rel(file)} has no default export; it must export a model ` +
+      `class: export default class { async execute(requests) { ... } }`,
+    );
   }
   return exported;
 }
@@ -193,7 +197,10 @@ function typeName(v: unknown): string {
 
 // ---- cancellation, and decoupled models' response senders ---------------------------------------
 
-/** Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their batch is in the worker. */
+/**
+ * Keys whose client went away: decoupled requests' stream keys, and other requests' cancel keys while their batch is in
+ * the worker.
+ */
 const cancelledKeys = new Set<number>();
 /**
  * Keys of the requests received and not ended: a decoupled request's (its
@@ -306,7 +313,8 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
     trace = trace === undefined ? r.tr : -1;
   }
   try {
-    const running = trace === undefined || trace < 0 ? model.execute(requests) : batchTrace.run(trace, () => model.execute(requests));
+    const running =
+      trace === undefined || trace < 0 ? model.execute(requests) : batchTrace.run(trace, () => model.execute(requests));
     result = await withTimeout(running, init.executeTimeoutMs);
   } catch (err) {
     failure =
@@ -321,7 +329,8 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
   }
   if (init.decoupled) {
     if (failure === undefined && result !== undefined && result !== null) {
-      failure = `execute() of a decoupled model returned ${typeName(result)}; it must return nothing, its responses go through request.responseSender`;
+      failure = `execute() of a decoupled model returned ${typeName(result)}; it ` +
+        `must return nothing, its responses go through request.responseSender`;
     }
     if (failure !== undefined) {
       closeStreams(wire);
@@ -332,9 +341,11 @@ async function runExecute(msg: ExecuteMessage): Promise<void> {
     return;
   }
   if (failure === undefined) {
-    if (!Array.isArray(result)) failure = `execute() returned ${typeName(result)}, not an array with one response per request`;
+    if (!Array.isArray(result))
+      failure = `execute() returned ${typeName(result)}, not an array with one response per request`;
     else if (result.length !== wire.length) {
-      failure = `execute() returned ${result.length} response${result.length === 1 ? '' : 's'} for ${wire.length} request${wire.length === 1 ? '' : 's'}`;
+      failure = `execute() returned ${result.length} response${result.length === 1 ? '' : 's'} ` +
+        `for ${wire.length} request${wire.length === 1 ? '' : 's'}`;
     }
   }
   if (failure !== undefined) {
@@ -384,14 +395,19 @@ interface InferArgument {
 }
 
 async function infer(request: InferArgument): Promise<unknown> {
-  if (request === null || typeof request !== 'object') throw new TypeError('infer() takes { model, inputs, version?, outputs?, parameters? }');
-  if (typeof request.model !== 'string' || request.model === '') throw new TypeError('infer(): model must be the name of a model');
-  if (!Array.isArray(request.inputs)) throw new TypeError(`infer() to '${request.model}': inputs must be an array of tensors`);
+  if (request === null || typeof request !== 'object')
+    throw new TypeError('infer() takes { model, inputs, version?, outputs?, parameters? }');
+  if (typeof request.model !== 'string' || request.model === '')
+    throw new TypeError('infer(): model must be the name of a model');
+  if (!Array.isArray(request.inputs))
+    throw new TypeError(`infer() to '${request.model}': inputs must be an array of tensors`);
   const staged: StagedTensor[] = [];
   try {
     for (let k = 0; k < request.inputs.length; k++) staged.push(stageTensor('input', k, request.inputs[k]));
   } catch (err) {
-    if (err instanceof TensorError) throw new TypeError(`infer() to '${request.model}': ${err.message}`);
+    if (err instanceof TensorError) {
+      throw new TypeError(`infer() to '${request.model}': ${err.message}`, { cause: err });
+    }
     throw err;
   }
   let outputs: string[] | undefined;
@@ -443,7 +459,12 @@ function settleInfer(msg: InferResultMessage): void {
     p.reject(new InferenceServerError(msg.error, msg.code, msg.errorClass));
     return;
   }
-  const result: { modelName: string; modelVersion: string; outputs: ModelTensor[]; parameters?: Readonly<Record<string, ParameterValue>> } = {
+  const result: {
+    modelName: string;
+    modelVersion: string;
+    outputs: ModelTensor[];
+    parameters?: Readonly<Record<string, ParameterValue>>;
+  } = {
     modelName: msg.modelName,
     modelVersion: msg.modelVersion,
     outputs: msg.outputs.map(toModelTensor),
@@ -460,7 +481,9 @@ function asModelObject(exported: unknown, file: string): ModelObject {
     try {
       obj = new (exported as new () => unknown)();
     } catch (err) {
-      throw new InitError(`the model class of ${rel(file)} could not be constructed: ${describeError(err, init.modelDir)}`);
+      throw new InitError(
+        `the model class of ${rel(file)} could not be constructed: ${describeError(err, init.modelDir)}`,
+      );
     }
   } else {
     obj = exported;
@@ -491,7 +514,8 @@ async function serve(): Promise<void> {
 async function autoComplete(): Promise<void> {
   if (init.mode !== 'auto-complete') return;
   const exported = await importModel(init.file);
-  const fn = typeof exported === 'function' ? (exported as { auto_complete_config?: unknown }).auto_complete_config : undefined;
+  const fn =
+    typeof exported === 'function' ? (exported as { auto_complete_config?: unknown }).auto_complete_config : undefined;
   if (typeof fn !== 'function') {
     post({ t: 'config', config: null });
     return;
@@ -513,7 +537,8 @@ try {
   if (init.mode === 'serve') await serve();
   else await autoComplete();
 } catch (err) {
-  const message = err instanceof InitError ? err.message : `the model could not start: ${describeError(err, init.modelDir)}`;
+  const message =
+    err instanceof InitError ? err.message : `the model could not start: ${describeError(err, init.modelDir)}`;
   post({ t: 'init-error', message });
 }
 

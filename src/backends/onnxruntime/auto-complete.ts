@@ -32,7 +32,8 @@ export function defaultMaxBatchSize(backendConfig: Readonly<Record<string, strin
   const raw = backendConfig['default-max-batch-size'];
   if (raw === undefined) return DEFAULT_MAX_BATCH_SIZE;
   const n = Number(raw);
-  if (!Number.isInteger(n)) throw Errors.config(`backend config 'default-max-batch-size' must be an integer, got '${raw}'`);
+  if (!Number.isInteger(n))
+    throw Errors.config(`backend config 'default-max-batch-size' must be an integer, got '${raw}'`);
   return Math.max(n, 0);
 }
 
@@ -61,7 +62,8 @@ export function autoCompleteFromModel(
     }
   } else if (out.maxBatchSize !== 0) {
     throw Errors.config(
-      `autofill failed for model '${modelName}': model does not support batching while non-zero max_batch_size is specified`,
+      `autofill failed for model '${modelName}': model does not ` +
+      `support batching while non-zero max_batch_size is specified`,
     );
   }
 
@@ -84,7 +86,8 @@ export function autoCompleteFromModel(
 function dataTypeOf(modelName: string, io: string, t: OnnxTensorInfo): number {
   if (t.datatype === undefined) {
     throw Errors.config(
-      `autofill failed for model '${modelName}': ${io} '${t.name}' has ONNX type ${t.onnxType}, which has no Triton data type`,
+      `autofill failed for model '${modelName}': ${io} '${t.name}' ` +
+      `has ONNX type ${t.onnxType}, which has no Triton data type`,
     );
   }
   return configEnumOf(t.datatype);

@@ -39,7 +39,8 @@ function detect(): CudaAvailability {
   if (!existsSync(join(binDir, lib))) {
     return {
       available: false,
-      reason: `${lib} is not installed beside onnxruntime-node (install it with ONNXRUNTIME_NODE_INSTALL=cuda12 on a machine with CUDA 12)`,
+      reason: `${lib} is not installed beside onnxruntime-node (install it ` +
+        `with ONNXRUNTIME_NODE_INSTALL=cuda12 on a machine with CUDA 12)`,
     };
   }
   return { available: true, reason: '' };

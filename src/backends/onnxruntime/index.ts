@@ -75,7 +75,10 @@ export function createOnnxRuntimeBackend(options: OnnxRuntimeBackendOptions = {}
 
 async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   if (!needsAutoComplete(ctx.config)) {
-    ctx.logger.info({ model: ctx.modelName }, `skipping model configuration auto-complete for '${ctx.modelName}': inputs and outputs already specified`);
+    ctx.logger.info(
+      { model: ctx.modelName },
+      `skipping model configuration auto-complete for '${ctx.modelName}': inputs and outputs already specified`,
+    );
     return ctx.config;
   }
   // Without a version folder there is nothing to read; loading reports the missing version.
@@ -85,13 +88,19 @@ async function autoComplete(ctx: AutoCompleteContext): Promise<ModelConfig> {
   if (ctx.config.maxBatchSize === 0 && completed.maxBatchSize > 0) {
     ctx.logger.warn(
       { model: ctx.modelName },
-      `autofilled max_batch_size to ${completed.maxBatchSize} for model '${ctx.modelName}' since batching is supported but no max_batch_size is specified in model configuration`,
+      `autofilled max_batch_size to ${completed.maxBatchSize} for model '${ctx.modelName}' ` +
+      `since batching is supported but no max_batch_size is specified in model configuration`,
     );
   }
   return completed;
 }
 
-async function readModel(modelName: string, modelDir: string, versionDir: string, config: ModelConfig): Promise<OnnxModelInfo & { path: string; bytes: number }> {
+async function readModel(
+  modelName: string,
+  modelDir: string,
+  versionDir: string,
+  config: ModelConfig,
+): Promise<OnnxModelInfo & { path: string; bytes: number }> {
   const file = await resolveModelFile(versionDir, config);
   if ('missing' in file) {
     throw Errors.loadFailed(modelName, `model file '${relative(modelDir, file.missing)}' not found`);
@@ -100,14 +109,23 @@ async function readModel(modelName: string, modelDir: string, versionDir: string
     return { ...(await readOnnxModelInfo(file.path)), path: file.path, bytes: file.bytes };
   } catch (err) {
     if (err instanceof OnnxParseError) {
-      throw Errors.loadFailed(modelName, err.message.replace(file.path, `model file '${relative(modelDir, file.path)}'`));
+      throw Errors.loadFailed(
+        modelName,
+        err.message.replace(file.path, `model file '${relative(modelDir, file.path)}'`),
+      );
     }
-    throw Errors.loadFailed(modelName, `cannot read model file '${relative(modelDir, file.path)}': ${(err as Error).message}`);
+    throw Errors.loadFailed(
+      modelName,
+      `cannot read model file '${relative(modelDir, file.path)}': ${(err as Error).message}`,
+    );
   }
 }
 
 function cudaError(modelName: string, where: string, reason: string): Error {
-  return Errors.loadFailed(modelName, `${where}: KIND_GPU requested but the CUDA execution provider is not available: ${reason}`);
+  return Errors.loadFailed(
+    modelName,
+    `${where}: KIND_GPU requested but the CUDA execution provider is not available: ${reason}`,
+  );
 }
 
 let nextModelId = 1;
@@ -121,8 +139,14 @@ async function checkModel(ctx: ModelContext, cudaProbe: CudaProbe) {
     }
   }
   const accelerators = ctx.config.optimization?.executionAccelerators;
-  for (const a of [...(accelerators?.gpuExecutionAccelerator ?? []), ...(accelerators?.cpuExecutionAccelerator ?? [])]) {
-    ctx.logger.warn({ model: ctx.modelName }, `execution accelerator '${a.name}' is not available in the onnxruntime backend and is ignored`);
+  for (const a of [
+    ...(accelerators?.gpuExecutionAccelerator ?? []),
+    ...(accelerators?.cpuExecutionAccelerator ?? []),
+  ]) {
+    ctx.logger.warn(
+      { model: ctx.modelName },
+      `execution accelerator '${a.name}' is not available in the onnxruntime backend and is ignored`,
+    );
   }
   const info = await readModel(ctx.modelName, ctx.modelDir, ctx.versionDir, ctx.config);
   validateConfigAgainstModel(ctx.modelName, ctx.config, info);
@@ -131,7 +155,13 @@ async function checkModel(ctx: ModelContext, cudaProbe: CudaProbe) {
   // Sessions on threads of their own share out the machine's CPU; pooled ones keep one intra-op thread.
   const defaultIntra = mayShare ? DEFAULT_INTRA_OP_THREADS : machineIntraOpThreads(ctx.config);
   // Bad parameter values fail the load here rather than at the first instance.
-  const cpuOptions = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind: 'CPU', deviceId: 0 }, defaultIntra);
+  const cpuOptions = buildSessionOptions(
+    ctx.modelName,
+    ctx.config,
+    ctx.backendConfig,
+    { kind: 'CPU', deviceId: 0 },
+    defaultIntra,
+  );
   spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
   const mode = inlineMode(ctx.modelName, ctx.config, ctx.backendConfig);
   return { info, mayShare, defaultIntra, cpuOptions, mode };
@@ -164,17 +194,20 @@ function inlinePolicy(
 ): InlinePolicy | undefined {
   if (mode === 'off') return undefined;
   const refuse = (why: string): undefined => {
-    if (mode === 'on') throw Errors.config(`model '${ctx.modelName}': parameter 'inline_execution' is 'on', but ${why}`);
+    if (mode === 'on')
+      throw Errors.config(`model '${ctx.modelName}': parameter 'inline_execution' is 'on', but ${why}`);
     return undefined;
   };
   for (const g of ctx.config.instanceGroup) {
-    if (g.kind === ModelInstanceGroup_Kind.GPU) return refuse(`instance group '${g.name || ctx.modelName}' is KIND_GPU (inline runs use the CPU)`);
+    if (g.kind === ModelInstanceGroup_Kind.GPU)
+      return refuse(`instance group '${g.name || ctx.modelName}' is KIND_GPU (inline runs use the CPU)`);
   }
   // Node 24's Float16Array makes onnxruntime-node read float16 data as empty (see session-worker.ts);
   // the session threads hide it, the main thread cannot.
   if ('Float16Array' in globalThis) {
     for (const t of [...info.inputs, ...info.overridableInitializers, ...info.outputs]) {
-      if (t.datatype === 'FP16') return refuse(`'${t.name}' is FP16, which onnxruntime-node cannot take on the main thread under this Node.js`);
+      if (t.datatype === 'FP16')
+        return refuse(`'${t.name}' is FP16, which onnxruntime-node cannot take on the main thread under this Node.js`);
     }
   }
   const wideThreads = inlineIntraOpThreads(ctx.modelName, ctx.config, ctx.backendConfig);
@@ -182,7 +215,10 @@ function inlinePolicy(
   const log = ctx.logger;
   // The wide session splits long runs while requests come one at a time (auto only; see inline.ts).
   const spinMicros = spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
-  const wide = mode === 'auto' && wideThreads > 1 && options.intraOpNumThreads === 1 ? wideInlineOptions(options, ctx.config, wideThreads, spinMicros) : undefined;
+  const wide =
+    mode === 'auto' && wideThreads > 1 && options.intraOpNumThreads === 1
+      ? wideInlineOptions(options, ctx.config, wideThreads, spinMicros)
+      : undefined;
   const policy = new InlinePolicy(
     mode,
     () => new InlineSession(info.path, options),
@@ -190,25 +226,35 @@ function inlinePolicy(
       log.info(
         { model: ctx.modelName },
         isWide
-          ? `model '${ctx.modelName}': while requests come one at a time, runs of about ${Math.round(predictedNs / 1000)} µs on one thread now run on the event loop with ${wideThreads} intra-op threads (main-thread session created in ${session.createMs.toFixed(1)} ms)`
-          : `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop while they stay within ${Math.round(boundNs / 1000)} µs (main-thread session created in ${session.createMs.toFixed(1)} ms)`,
+          ? `model '${ctx.modelName}': while requests come one at a time, runs of about ` +
+            `${Math.round(predictedNs / 1000)} µs on one thread now run on the event loop with ${wideThreads} ` +
+            `intra-op threads (main-thread session created in ${session.createMs.toFixed(1)} ms)`
+          : `model '${ctx.modelName}': runs of about ${Math.round(predictedNs / 1000)} µs now run on the event loop ` +
+            `while they stay within ${Math.round(boundNs / 1000)} µs ` +
+            `(main-thread session created in ${session.createMs.toFixed(1)} ms)`,
       ),
     (err, isWide) =>
       log.warn(
         { model: ctx.modelName },
         isWide
-          ? `model '${ctx.modelName}': inline runs keep one intra-op thread (the ${wideThreads}-thread main-thread session could not be created): ${err.message}`
+          ? `model '${ctx.modelName}': inline runs keep one intra-op thread (the ` +
+            `${wideThreads}-thread main-thread session could not be created): ${err.message}`
           : `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`,
       ),
     undefined,
     undefined,
-    wide === undefined ? undefined : { create: () => new InlineSession(info.path, wide), threads: wideThreads, spinMicros },
+    wide === undefined
+      ? undefined
+      : { create: () => new InlineSession(info.path, wide), threads: wideThreads, spinMicros },
   );
   if (mode === 'on') {
     try {
       policy.createNow();
     } catch (err) {
-      throw Errors.loadFailed(ctx.modelName, `onnxruntime could not create the main-thread session (inline_execution 'on'): ${(err as Error).message}`);
+      throw Errors.loadFailed(
+        ctx.modelName,
+        `onnxruntime could not create the main-thread session (inline_execution 'on'): ${(err as Error).message}`,
+      );
     }
   }
   return policy;
@@ -238,9 +284,21 @@ class OnnxRuntimeModel implements BackendModel {
       const cuda = this.cudaProbe();
       if (!cuda.available) throw cudaError(ctx.modelName, `instance '${ctx.instanceName}'`, cuda.reason);
     }
-    const options = buildSessionOptions(ctx.modelName, ctx.config, ctx.backendConfig, { kind, deviceId: ctx.deviceId }, this.defaultIntra);
-    // A session with intra-op threads of its own, or in parallel mode, keeps its thread busy for longer: it gets a thread of its own.
-    const shared = this.mayShare && kind === 'CPU' && options.intraOpNumThreads === 1 && (options.interOpNumThreads ?? 1) <= 1 && options.executionMode !== 'parallel';
+    const options = buildSessionOptions(
+      ctx.modelName,
+      ctx.config,
+      ctx.backendConfig,
+      { kind, deviceId: ctx.deviceId },
+      this.defaultIntra,
+    );
+    // A session with intra-op threads of its own, or in parallel mode, keeps its thread busy for longer: it gets a
+    // thread of its own.
+    const shared =
+      this.mayShare &&
+      kind === 'CPU' &&
+      options.intraOpNumThreads === 1 &&
+      (options.interOpNumThreads ?? 1) <= 1 &&
+      options.executionMode !== 'parallel';
     let client: SessionClient;
     try {
       client = await this.pool.open({
@@ -253,12 +311,25 @@ class OnnxRuntimeModel implements BackendModel {
         logger: ctx.logger,
       });
     } catch (err) {
-      throw Errors.loadFailed(ctx.modelName, `instance '${ctx.instanceName}': onnxruntime could not create a session: ${(err as Error).message}`);
+      throw Errors.loadFailed(
+        ctx.modelName,
+        `instance '${ctx.instanceName}': onnxruntime could not create a session: ${(err as Error).message}`,
+      );
     }
     // Inline runs use the CPU; a GPU instance's runs always go to its thread.
     const instance = new OnnxRuntimeInstance(client, this.plan, kind === 'CPU' ? this.inline : undefined);
     this.instances.add(instance);
-    ctx.logger.info({ model: ctx.modelName, instance: ctx.instanceName, kind, device: ctx.deviceId, thread: client.currentThread?.number, sharedThread: shared }, 'onnxruntime session created');
+    ctx.logger.info(
+      {
+        model: ctx.modelName,
+        instance: ctx.instanceName,
+        kind,
+        device: ctx.deviceId,
+        thread: client.currentThread?.number,
+        sharedThread: shared,
+      },
+      'onnxruntime session created',
+    );
     return instance;
   }
 

@@ -96,12 +96,18 @@ export type InlineMode = 'auto' | 'on' | 'off';
 const MODES: readonly InlineMode[] = ['auto', 'on', 'off'];
 
 /** The model's inline_execution setting. Throws a config error for a bad value. */
-export function inlineMode(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): InlineMode {
+export function inlineMode(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+): InlineMode {
   const raw = configParameter(config, 'inline_execution') ?? backendConfig['inline_execution'];
   if (raw === undefined) return 'auto';
   const v = raw.trim().toLowerCase();
   if (!(MODES as readonly string[]).includes(v)) {
-    throw Errors.config(`model '${modelName}': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '${raw}'`);
+    throw Errors.config(
+      `model '${modelName}': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '${raw}'`,
+    );
   }
   return v as InlineMode;
 }
@@ -112,7 +118,10 @@ export const MIN_INLINE_NS = 20_000;
 export const MAX_INLINE_NS = 500_000;
 /** The event loop counts as saturated when busy this share of a window or more. */
 export const SATURATED_UTILIZATION = 0.95;
-/** Under a saturated loop, single runs in a row that go inline while the session thread sleeps, before one goes to wake it. */
+/**
+ * Under a saturated loop, single runs in a row that go inline while the session thread sleeps, before one goes to wake
+ * it.
+ */
 export const ASLEEP_INLINE_RUNS = 8;
 /** The window over which the event loop's utilisation is read, ms. */
 export const LOOP_WINDOW_MS = 25;
@@ -151,7 +160,9 @@ export function setEventLoopProbe(probe: () => boolean): () => void {
 export const SEQUENTIAL_RUNS = 32;
 /** How long that reading holds, ms (inline runs cannot renew it). */
 export const SEQUENTIAL_HOLD_MS = 500;
-/** While requests come one at a time, runs predicted within this go inline (the loop has nothing else to do meanwhile). */
+/**
+ * While requests come one at a time, runs predicted within this go inline (the loop has nothing else to do meanwhile).
+ */
 export const LIGHT_INLINE_NS = 1_000_000;
 
 /**
@@ -377,13 +388,24 @@ export class InlinePolicy {
   constructor(
     readonly mode: InlineMode,
     private readonly createSession: () => InlineSession,
-    /** `boundNs`: the bound the run was within (the threshold, or LIGHT_INLINE_NS while requests come one at a time); `wide`: the wide session. */
-    private readonly onCreated: (session: InlineSession, predictedNs: number, boundNs: number, wide: boolean) => void = () => {},
+    /**
+     * `boundNs`: the bound the run was within (the threshold, or LIGHT_INLINE_NS while requests come one at a time);
+     * `wide`: the wide session.
+     */
+    private readonly onCreated: (
+      session: InlineSession,
+      predictedNs: number,
+      boundNs: number,
+      wide: boolean,
+    ) => void = () => {},
     /** `wide`: the wide session could not be created (runs keep the one-thread session). */
     private readonly onFailed: (err: Error, wide: boolean) => void = () => {},
     private readonly loopSaturated: () => boolean = () => loopProbe(),
     private readonly overlap: RunOverlap = runOverlap,
-    /** The wide session (see the file comment); undefined: the model has none (one thread, or a CPU budget under two cores). */
+    /**
+     * The wide session (see the file comment); undefined: the model has none (one thread, or a CPU budget under two
+     * cores).
+     */
     private readonly wideSpec: WideSpec | undefined = undefined,
   ) {
     this.clockNs = wideSpec?.clockNs ?? nowNs;
@@ -461,7 +483,10 @@ export class InlinePolicy {
     return this.session;
   }
 
-  /** The wide session for a run of `items` (predicted `predicted` ns on one thread), or undefined for the one-thread session. */
+  /**
+   * The wide session for a run of `items` (predicted `predicted` ns on one thread), or undefined for the one-thread
+   * session.
+   */
   private wideFor(items: number, predicted: number): InlineSession | undefined {
     const spec = this.wideSpec;
     if (spec === undefined || this.wideState === 'failed' || this.wideState === 'closed') return undefined;

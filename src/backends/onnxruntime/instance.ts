@@ -18,7 +18,16 @@ import { type InlinePolicy, type InlineSession, runOverlap } from './inline.js';
 import { JsonTextPolicy, SPARE_CORES, processCoresUsed, spareCores } from './json-text.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './session-client.js';
-import { ARENA_ARRAYS, MERGED_LATER, MERGED_NOT, RunFeed, arenaTypeCode, nowNs, type RunPart, type WireTensor } from './worker-protocol.js';
+import {
+  ARENA_ARRAYS,
+  MERGED_LATER,
+  MERGED_NOT,
+  RunFeed,
+  arenaTypeCode,
+  nowNs,
+  type RunPart,
+  type WireTensor,
+} from './worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -99,7 +108,8 @@ export class OnnxRuntimeInstance implements BackendInstance {
    */
   spreadBatches(): boolean {
     const spare = spareCores(nowNs());
-    this.spreading = spare >= SPARE_CORES || (this.spreading && spare + Math.max(0, processCoresUsed() - 1) >= SPARE_CORES);
+    this.spreading =
+      spare >= SPARE_CORES || (this.spreading && spare + Math.max(0, processCoresUsed() - 1) >= SPARE_CORES);
     return this.spreading;
   }
 
@@ -142,7 +152,13 @@ export class OnnxRuntimeInstance implements BackendInstance {
   }
 
   /** One run on the event loop (see inline.ts); times it for the policy and the timer. */
-  private runInline(session: InlineSession, feeds: readonly RunFeed[], fetches: readonly string[], size: number, timer: ExecutionTimer | undefined): WireTensor[] {
+  private runInline(
+    session: InlineSession,
+    feeds: readonly RunFeed[],
+    fetches: readonly string[],
+    size: number,
+    timer: ExecutionTimer | undefined,
+  ): WireTensor[] {
     const Tensor = session.Tensor;
     const inputs: Record<string, OrtTensor> = {};
     for (let i = 0; i < feeds.length; i++) {
@@ -211,7 +227,10 @@ export class OnnxRuntimeInstance implements BackendInstance {
     return true;
   }
 
-  private async runTogether(requests: readonly BackendRequest[], timer: ExecutionTimer | undefined): Promise<BackendResponse[]> {
+  private async runTogether(
+    requests: readonly BackendRequest[],
+    timer: ExecutionTimer | undefined,
+  ): Promise<BackendResponse[]> {
     const plan = this.plan;
     const batching = plan.maxBatchSize > 0;
     const n = requests.length;
@@ -257,7 +276,9 @@ export class OnnxRuntimeInstance implements BackendInstance {
     let size = 0;
     for (const f of feeds) size += product(f.dims, 0);
     const session =
-      policy !== undefined && !inFiles(feeds) ? policy.choose(size, threadIdle, requests.length, threadEmpty && this.client.currentThread?.asleep === true) : undefined;
+      policy !== undefined && !inFiles(feeds)
+        ? policy.choose(size, threadIdle, requests.length, threadEmpty && this.client.currentThread?.asleep === true)
+        : undefined;
     if (session) {
       outputs = this.runInline(session, feeds, fetches, size, timer);
     } else {
@@ -266,7 +287,13 @@ export class OnnxRuntimeInstance implements BackendInstance {
       const texts = this.jsonText.textPlan(requests, fetches);
       try {
         // A batching model's runs may be merged on the thread with those queued behind them.
-        outputs = await this.client.run(feeds, fetches, times, texts, batching && !inFiles(feeds) ? plan.maxBatchSize : 0);
+        outputs = await this.client.run(
+          feeds,
+          fetches,
+          times,
+          texts,
+          batching && !inFiles(feeds) ? plan.maxBatchSize : 0,
+        );
       } catch (err) {
         throw Errors.modelExecution(plan.modelName, err instanceof Error ? err.message : String(err));
       } finally {
@@ -294,7 +321,18 @@ export class OnnxRuntimeInstance implements BackendInstance {
       try {
         const tensors: Tensor[] = [];
         for (const name of r.requestedOutputs) {
-          tensors.push(sliceOutput(plan.modelName, plan.outputsByName.get(name)!, findWire(outputs, name)!, batching, total, offsets[i]!, batching ? r.batchSize : 1, i));
+          tensors.push(
+            sliceOutput(
+              plan.modelName,
+              plan.outputsByName.get(name)!,
+              findWire(outputs, name)!,
+              batching,
+              total,
+              offsets[i]!,
+              batching ? r.batchSize : 1,
+              i,
+            ),
+          );
         }
         responses[i] = { outputs: tensors };
       } catch (err) {
@@ -311,7 +349,12 @@ function inFiles(feeds: readonly RunFeed[]): boolean {
 }
 
 /** One input of every request: the parts to place back to back (strings for BYTES). */
-function gatherInput(modelName: string, requests: readonly BackendRequest[], p: TensorPlan, dims: readonly number[]): RunFeed {
+function gatherInput(
+  modelName: string,
+  requests: readonly BackendRequest[],
+  p: TensorPlan,
+  dims: readonly number[],
+): RunFeed {
   if (p.datatype === 'BYTES') {
     const strings: string[] = [];
     for (const r of requests) {
@@ -331,7 +374,9 @@ function gatherInput(modelName: string, requests: readonly BackendRequest[], p: 
     bytes += part.byteLength;
   }
   if (bytes % info.byteSize !== 0) {
-    throw Errors.invalidRequest(`input '${p.name}' for model '${modelName}' has ${bytes} bytes, not a whole number of ${p.datatype} elements`);
+    throw Errors.invalidRequest(
+      `input '${p.name}' for model '${modelName}' has ${bytes} bytes, not a whole number of ${p.datatype} elements`,
+    );
   }
   return new RunFeed(p.name, p.ortType, dims, parts, bytes, undefined);
 }
@@ -368,11 +413,18 @@ function sliceOutput(
   }
   if (Array.isArray(w.data)) {
     const strings = w.data as readonly string[];
-    return makeTensor(p.name, p.datatype, shape, encodeBytesElements(start === 0 && count === strings.length ? strings : strings.slice(start, start + count)));
+    return makeTensor(
+      p.name,
+      p.datatype,
+      shape,
+      encodeBytesElements(start === 0 && count === strings.length ? strings : strings.slice(start, start + count)),
+    );
   }
   const view = w.data as TypedArray;
   const size = view.BYTES_PER_ELEMENT;
   const data = new Uint8Array(view.buffer, view.byteOffset + start * size, count * size);
   const jsonData = w.texts?.[slice];
-  return jsonData === undefined ? makeTensor(p.name, p.datatype, shape, data) : { name: p.name, datatype: p.datatype, shape, data, jsonData };
+  return jsonData === undefined
+    ? makeTensor(p.name, p.datatype, shape, data)
+    : { name: p.name, datatype: p.datatype, shape, data, jsonData };
 }

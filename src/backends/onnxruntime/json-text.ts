@@ -39,7 +39,15 @@ import { DATATYPES, type Datatype } from '../../tensor/datatype.js';
 import { processCpuBudget } from '../cpu-budget.js';
 import type { BackendRequest } from '../backend.js';
 import type { ModelPlan } from './plan.js';
-import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, TextPlan, TextRequest, arenaTypeCode, sliceWord } from './worker-protocol.js';
+import {
+  SLICE_FORMAT,
+  SLICE_IF_LARGE,
+  SLICE_SKIP,
+  TextPlan,
+  TextRequest,
+  arenaTypeCode,
+  sliceWord,
+} from './worker-protocol.js';
 
 /** Texts of this many values or more are always formatted on the thread. */
 export const LARGE_TEXT_ELEMENTS = 16384;
@@ -86,7 +94,14 @@ function machineTimes(): { idleMs: number; totalMs: number } {
       // cpu  user nice system idle iowait irq softirq steal ...
       const f = line.slice(0, end === -1 ? n : end).trim().split(/\s+/);
       if (f[0] === 'cpu' && f.length >= 7) {
-        const [user, nice, system, idle, , irq] = f.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+        const [user, nice, system, idle, , irq] = f.slice(1, 7).map(Number) as [
+          number,
+          number,
+          number,
+          number,
+          number,
+          number,
+        ];
         return { idleMs: idle, totalMs: user + nice + system + idle + irq };
       }
     } catch {
@@ -134,7 +149,19 @@ export function processCoresUsed(): number {
 }
 
 /** Datatypes whose JSON the thread formats: numbers and booleans (their text is ASCII). */
-const FORMATTED = new Set<Datatype>(['BOOL', 'UINT8', 'UINT16', 'UINT32', 'UINT64', 'INT8', 'INT16', 'INT32', 'INT64', 'FP32', 'FP64']);
+const FORMATTED = new Set<Datatype>([
+  'BOOL',
+  'UINT8',
+  'UINT16',
+  'UINT32',
+  'UINT64',
+  'INT8',
+  'INT16',
+  'INT32',
+  'INT64',
+  'FP32',
+  'FP64',
+]);
 const DATATYPE_INDEX = new Map<Datatype, number>(DATATYPES.map((d, i) => [d.name, i]));
 
 let forcedShare: number | undefined;
@@ -196,12 +223,23 @@ export class JsonTextPolicy {
         if (wants) wanted = true;
       }
       if (!wanted) continue;
-      (out ??= []).push(new TextRequest(f, DATATYPE_INDEX.get(p.datatype)!, arenaTypeCode(p.ortType), batching, batching ? slices : [slices[0]!]));
+      (out ??= []).push(
+        new TextRequest(
+          f,
+          DATATYPE_INDEX.get(p.datatype)!,
+          arenaTypeCode(p.ortType),
+          batching,
+          batching ? slices : [slices[0]!],
+        ),
+      );
     }
     return out === undefined ? undefined : new TextPlan(out, LARGE_TEXT_ELEMENTS);
   }
 
-  /** A run on the thread finished: the thread's timestamps of taking it up and writing its results; `nowNs` the main thread's clock. */
+  /**
+   * A run on the thread finished: the thread's timestamps of taking it up and writing its results; `nowNs` the main
+   * thread's clock.
+   */
   recordRun(pickedNs: number, doneNs: number, nowNs: number): void {
     if (!(doneNs >= pickedNs && pickedNs > 0)) return;
     if (this.windowStartNs === 0) this.windowStartNs = pickedNs;

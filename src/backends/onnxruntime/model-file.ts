@@ -1,4 +1,6 @@
-/** Where a version's ONNX file is: default_model_filename (or model.onnx), itself a file or a folder holding model.onnx. */
+/**
+ * Where a version's ONNX file is: default_model_filename (or model.onnx), itself a file or a folder holding model.onnx.
+ */
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
@@ -10,7 +12,10 @@ export const DEFAULT_ONNX_FILENAME = 'model.onnx';
  * missing. A model in a folder may keep its weights in external data files
  * beside it, so its size counts as unknown (Infinity).
  */
-export async function resolveModelFile(versionDir: string, config: ModelConfig): Promise<{ path: string; bytes: number } | { missing: string }> {
+export async function resolveModelFile(
+  versionDir: string,
+  config: ModelConfig,
+): Promise<{ path: string; bytes: number } | { missing: string }> {
   const name = config.defaultModelFilename || DEFAULT_ONNX_FILENAME;
   let path = join(versionDir, name);
   let s = await stat(path).catch(() => undefined);

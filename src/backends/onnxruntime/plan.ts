@@ -41,7 +41,11 @@ function sameShape(a: readonly number[], pattern: readonly number[]): boolean {
  * Fills the -1 dims of `target` with the values `source` has where its own
  * pattern has -1, in order (Triton's rule for reshapes with variable dims).
  */
-function mapVariableDims(source: readonly number[], sourcePattern: readonly number[], target: readonly number[]): number[] {
+function mapVariableDims(
+  source: readonly number[],
+  sourcePattern: readonly number[],
+  target: readonly number[],
+): number[] {
   const variable: number[] = [];
   for (let i = 0; i < sourcePattern.length; i++) if (sourcePattern[i] === -1) variable.push(source[i]!);
   let k = 0;
@@ -66,7 +70,12 @@ export class TensorPlan {
   }
 
   static fromConfig(io: ModelInput | ModelOutput): TensorPlan {
-    return new TensorPlan(io.name, datatypeFromConfigEnum(io.dataType)!, io.dims.map(Number), io.reshape ? io.reshape.shape.map(Number) : undefined);
+    return new TensorPlan(
+      io.name,
+      datatypeFromConfigEnum(io.dataType)!,
+      io.dims.map(Number),
+      io.reshape ? io.reshape.shape.map(Number) : undefined,
+    );
   }
 
   /** Shape (without batch dim) as the model wants it, from the shape the client sent. */
@@ -97,14 +106,21 @@ export class ModelPlan {
    */
   private readonly extraInputs: Map<string, TensorPlan>;
 
-  constructor(modelName: string, config: ModelConfig, modelInputs: readonly OnnxTensorInfo[], modelOutputs: readonly OnnxTensorInfo[] = []) {
+  constructor(
+    modelName: string,
+    config: ModelConfig,
+    modelInputs: readonly OnnxTensorInfo[],
+    modelOutputs: readonly OnnxTensorInfo[] = [],
+  ) {
     this.modelName = modelName;
     this.maxBatchSize = config.maxBatchSize;
     this.inputs = new Map(config.input.map((io) => [io.name, TensorPlan.fromConfig(io)]));
     const outputs = config.output.map((io) => TensorPlan.fromConfig(io));
     // The sequence batcher asks for state outputs the configuration does not list.
     const stateOutputs =
-      config.schedulingChoice.case === 'sequenceBatching' ? new Set(config.schedulingChoice.value.state.map((s) => s.outputName)) : new Set<string>();
+      config.schedulingChoice.case === 'sequenceBatching'
+        ? new Set(config.schedulingChoice.value.state.map((s) => s.outputName))
+        : new Set<string>();
     for (const t of modelOutputs) {
       if (stateOutputs.has(t.name) && !outputs.some((p) => p.name === t.name) && t.datatype !== undefined) {
         outputs.push(new TensorPlan(t.name, t.datatype, t.dims.slice(config.maxBatchSize > 0 ? 1 : 0), undefined));

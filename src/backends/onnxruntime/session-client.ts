@@ -168,14 +168,25 @@ export class SessionClient {
     readonly label: string,
   ) {}
 
-  /** Starts a thread of its own and creates the session on it. Rejects with onnxruntime's message when the session cannot be created. */
-  static async start(modelPath: string, options: InferenceSession.SessionOptions, spinMicros: number, label = modelPath): Promise<SessionClient> {
+  /**
+   * Starts a thread of its own and creates the session on it. Rejects with onnxruntime's message when the session
+   * cannot be created.
+   */
+  static async start(
+    modelPath: string,
+    options: InferenceSession.SessionOptions,
+    spinMicros: number,
+    label = modelPath,
+  ): Promise<SessionClient> {
     const client = new SessionClient(modelPath, options, label);
     await client.openOnOwn(new SessionThread(spinMicros));
     return client;
   }
 
-  /** Creates the session on a thread started for it alone, which ends with it (and at once if the session cannot be created). */
+  /**
+   * Creates the session on a thread started for it alone, which ends with it (and at once if the session cannot be
+   * created).
+   */
   async openOnOwn(thread: SessionThread): Promise<void> {
     try {
       await this.openOn(thread);
@@ -232,11 +243,18 @@ export class SessionClient {
    * run with runs queued behind it into one session run of at most that many
    * rows (each still gets its own rows of the outputs).
    */
-  run(feeds: readonly RunFeed[], fetches: readonly string[], times?: RunTimes, texts?: TextPlan, mergeRows = 0): Promise<readonly WireTensor[]> {
+  run(
+    feeds: readonly RunFeed[],
+    fetches: readonly string[],
+    times?: RunTimes,
+    texts?: TextPlan,
+    mergeRows = 0,
+  ): Promise<readonly WireTensor[]> {
     if (this.dead) return Promise.reject(this.dead);
     const thread = this.thread!;
     const words = this.headerWords(feeds, fetches);
-    if (words < 0 || (this.freeArenas.length === 0 && this.arenas.length >= MAX_ARENAS)) return this.runCloned(thread, feeds, fetches, times, texts);
+    if (words < 0 || (this.freeArenas.length === 0 && this.arenas.length >= MAX_ARENAS))
+      return this.runCloned(thread, feeds, fetches, times, texts);
     if (texts !== undefined && words + texts.words > USABLE_HEADER_WORDS) texts = undefined;
     const arena = this.takeArena(thread, feeds);
     try {
@@ -300,12 +318,22 @@ export class SessionClient {
     if (arena === undefined) {
       arena = new Arena(this.arenas.length, this.newBuffer(data, 0));
       this.arenas.push(arena);
-      thread.postCounted({ kind: 'arena', session: this.slot, arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
+      thread.postCounted({
+        kind: 'arena',
+        session: this.slot,
+        arena: arena.index,
+        buffer: arena.bytes.buffer as SharedArrayBuffer,
+      });
     }
     const need = HEADER_BYTES + Math.max(data, arena.outputBytes);
     if (arena.bytes.byteLength < need) {
       arena.setBuffer(this.newBuffer(Math.max(data, arena.outputBytes), arena.bytes.byteLength));
-      thread.postCounted({ kind: 'arena', session: this.slot, arena: arena.index, buffer: arena.bytes.buffer as SharedArrayBuffer });
+      thread.postCounted({
+        kind: 'arena',
+        session: this.slot,
+        arena: arena.index,
+        buffer: arena.bytes.buffer as SharedArrayBuffer,
+      });
     }
     return arena;
   }
@@ -326,7 +354,13 @@ export class SessionClient {
     return id;
   }
 
-  private writeRun(thread: SessionThread, arena: Arena, feeds: readonly RunFeed[], fetches: readonly string[], texts: TextPlan | undefined): void {
+  private writeRun(
+    thread: SessionThread,
+    arena: Arena,
+    feeds: readonly RunFeed[],
+    fetches: readonly string[],
+    texts: TextPlan | undefined,
+  ): void {
     const h = arena.header;
     const bytes = arena.bytes;
     h[0] = feeds.length;
@@ -409,7 +443,12 @@ export class SessionClient {
       const copy = Buffer.allocUnsafeSlow(len);
       copy.set(bytes.subarray(off, off + len));
       const Ctor = ARENA_ARRAYS[code]!;
-      outputs[i] = { name: arena.fetches[i]!, type: ARENA_TYPES[code]!, dims, data: new Ctor(copy.buffer, copy.byteOffset, len / Ctor.BYTES_PER_ELEMENT) };
+      outputs[i] = {
+        name: arena.fetches[i]!,
+        type: ARENA_TYPES[code]!,
+        dims,
+        data: new Ctor(copy.buffer, copy.byteOffset, len / Ctor.BYTES_PER_ELEMENT),
+      };
       data += alignUp(len);
     }
     const nTexts = h[p]!;
@@ -444,7 +483,12 @@ export class SessionClient {
         at += part.byteLength;
       }
       const Ctor = ARENA_ARRAYS[arenaTypeCode(f.type)]!;
-      wire[i] = { name: f.name, type: f.type, dims: f.dims, data: new Ctor(buffer, 0, f.byteLength / Ctor.BYTES_PER_ELEMENT) };
+      wire[i] = {
+        name: f.name,
+        type: f.type,
+        dims: f.dims,
+        data: new Ctor(buffer, 0, f.byteLength / Ctor.BYTES_PER_ELEMENT),
+      };
       transfer.push(buffer);
     }
     const msg: ToWorker = { kind: 'run', session: this.slot, id, feeds: wire, fetches, texts };
@@ -522,7 +566,10 @@ function readWindow(w: FileWindow, target: Uint8Array, at: number, input: string
     if (n === 0) break;
     done += n;
   }
-  if (done !== w.byteLength) throw new SessionWorkerError(`input '${input}': the file holding it ended after ${done} of its ${w.byteLength} bytes`);
+  if (done !== w.byteLength)
+    throw new SessionWorkerError(
+      `input '${input}': the file holding it ended after ${done} of its ${w.byteLength} bytes`,
+    );
 }
 
 /** Data bytes an arena needs to hold these outputs (strings count as none). */

@@ -34,7 +34,8 @@ export const DEFAULT_INTRA_OP_THREADS = 1;
  */
 export function machineIntraOpThreads(config: ModelConfig, budget = processCpuBudget()): number {
   let instances = 0;
-  for (const g of config.instanceGroup) if (g.kind === ModelInstanceGroup_Kind.CPU && !g.passive) instances += Math.max(1, g.count);
+  for (const g of config.instanceGroup)
+    if (g.kind === ModelInstanceGroup_Kind.CPU && !g.passive) instances += Math.max(1, g.count);
   return Math.max(1, Math.floor(budget / Math.max(1, instances)));
 }
 
@@ -69,14 +70,22 @@ export function inlineIntraOpThreads(
   backendConfig: Readonly<Record<string, string>>,
   budget = processCpuBudget(),
 ): number {
-  const v = intParameter(modelName, config, 'inline_intra_op_thread_count', backendConfig['inline_intra_op_thread_count']);
+  const v = intParameter(
+    modelName,
+    config,
+    'inline_intra_op_thread_count',
+    backendConfig['inline_intra_op_thread_count'],
+  );
   if (v !== undefined) {
     if (v < 1 || v > 256) {
-      throw Errors.config(`model '${modelName}': parameter 'inline_intra_op_thread_count' must be between 1 and 256, got ${v}`);
+      throw Errors.config(
+        `model '${modelName}': parameter 'inline_intra_op_thread_count' must be between 1 and 256, got ${v}`,
+      );
     }
     return v;
   }
-  if (intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) !== undefined) return 1;
+  if (intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) !== undefined)
+    return 1;
   return Math.max(1, Math.min(DEFAULT_INLINE_INTRA_OP_THREADS, Math.floor(budget)));
 }
 
@@ -93,7 +102,10 @@ export function wideInlineOptions(
   threads: number,
   spinMicros: number,
 ): InferenceSession.SessionOptions {
-  const extra: Record<string, string> = { ...(options.extra as Record<string, string> | undefined), [SPINNING_KEY]: '1' };
+  const extra: Record<string, string> = {
+    ...(options.extra as Record<string, string> | undefined),
+    [SPINNING_KEY]: '1',
+  };
   if (spinMicros > 0) {
     extra[SPIN_DURATION_KEY] = String(spinMicros);
     extra[SPINNING_STOP_KEY] = '0';
@@ -121,10 +133,18 @@ export function wideInlineOptions(
 export const DEFAULT_SPIN_WAIT_MICROS = 300;
 
 /** The session thread's busy-wait (see DEFAULT_SPIN_WAIT_MICROS). Throws a config error for a bad value. */
-export function spinWaitMicros(modelName: string, config: ModelConfig, backendConfig: Readonly<Record<string, string>>): number {
-  const v = intParameter(modelName, config, 'spin_wait_microseconds', backendConfig['spin_wait_microseconds']) ?? defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS);
+export function spinWaitMicros(
+  modelName: string,
+  config: ModelConfig,
+  backendConfig: Readonly<Record<string, string>>,
+): number {
+  const v =
+    intParameter(modelName, config, 'spin_wait_microseconds', backendConfig['spin_wait_microseconds']) ??
+    defaultSpinMicros(DEFAULT_SPIN_WAIT_MICROS);
   if (v < 0 || v > 1_000_000) {
-    throw Errors.config(`model '${modelName}': parameter 'spin_wait_microseconds' must be between 0 and 1000000, got ${v}`);
+    throw Errors.config(
+      `model '${modelName}': parameter 'spin_wait_microseconds' must be between 0 and 1000000, got ${v}`,
+    );
   }
   return v;
 }
@@ -151,8 +171,12 @@ export const DEFAULT_SESSION_THREAD_STALL_MS = 10_000;
  * `session_thread_stall_ms`. Throws a config error for a bad value.
  */
 export function sessionPoolSettings(backendConfig: Readonly<Record<string, string>>): SessionPoolSettings {
-  const threads = backendInt('session_threads', backendConfig['session_threads'], 0, 1024) ?? Math.max(1, Math.ceil(processCpuBudget()));
-  const stallMs = backendInt('session_thread_stall_ms', backendConfig['session_thread_stall_ms'], 1, 86_400_000) ?? DEFAULT_SESSION_THREAD_STALL_MS;
+  const threads =
+    backendInt('session_threads', backendConfig['session_threads'], 0, 1024) ??
+    Math.max(1, Math.ceil(processCpuBudget()));
+  const stallMs =
+    backendInt('session_thread_stall_ms', backendConfig['session_thread_stall_ms'], 1, 86_400_000) ??
+    DEFAULT_SESSION_THREAD_STALL_MS;
   return { threads, stallMs };
 }
 
@@ -175,7 +199,12 @@ export function configParameter(config: ModelConfig, key: string): string | unde
   return config.parameters[key]?.stringValue;
 }
 
-function intParameter(modelName: string, config: ModelConfig, key: string, fallback: string | undefined): number | undefined {
+function intParameter(
+  modelName: string,
+  config: ModelConfig,
+  key: string,
+  fallback: string | undefined,
+): number | undefined {
   const raw = configParameter(config, key) ?? fallback;
   if (raw === undefined) return undefined;
   const value = Number(raw.trim());
@@ -200,19 +229,23 @@ export function buildSessionOptions(
   defaultIntra = DEFAULT_INTRA_OP_THREADS,
 ): InferenceSession.SessionOptions {
   const levelValue = config.optimization?.graph?.level ?? 0;
-  const graphOptimizationLevel = levelValue === -1 ? 'basic' : levelValue === 1 ? 'extended' : levelValue === 2 ? 'disabled' : 'all';
+  const graphOptimizationLevel =
+    levelValue === -1 ? 'basic' : levelValue === 1 ? 'extended' : levelValue === 2 ? 'disabled' : 'all';
 
   const executionMode = intParameter(modelName, config, 'execution_mode', undefined) ?? 0;
   if (executionMode !== 0 && executionMode !== 1) {
     throw Errors.config(
-      `model '${modelName}': invalid configuration value provided. Expected values for execution_mode are 0 or 1 but got ${executionMode}`,
+      `model '${modelName}': invalid configuration value provided. Expected ` +
+      `values for execution_mode are 0 or 1 but got ${executionMode}`,
     );
   }
 
   // Model parameters win; `--backend-config=onnxruntime,intra_op_thread_count=N` sets the default for every model.
-  const intra = intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) ?? defaultIntra;
+  const intra =
+    intParameter(modelName, config, 'intra_op_thread_count', backendConfig['intra_op_thread_count']) ?? defaultIntra;
   const inter = intParameter(modelName, config, 'inter_op_thread_count', backendConfig['inter_op_thread_count']);
-  if (intra < 0) throw Errors.config(`model '${modelName}': parameter 'intra_op_thread_count' must be >= 0, got ${intra}`);
+  if (intra < 0)
+    throw Errors.config(`model '${modelName}': parameter 'intra_op_thread_count' must be >= 0, got ${intra}`);
   if (inter !== undefined && inter < 0) {
     throw Errors.config(`model '${modelName}': parameter 'inter_op_thread_count' must be >= 0, got ${inter}`);
   }
@@ -232,7 +265,9 @@ export function buildSessionOptions(
     logSeverityLevel: 4,
     extra,
   };
-  const mutable = options as { -readonly [K in keyof InferenceSession.SessionOptions]: InferenceSession.SessionOptions[K] };
+  const mutable = options as {
+    -readonly [K in keyof InferenceSession.SessionOptions]: InferenceSession.SessionOptions[K];
+  };
   if (intra > 0) mutable.intraOpNumThreads = intra;
   if (inter !== undefined && inter > 0) mutable.interOpNumThreads = inter;
   const arena = boolParameter(modelName, config, 'enable_mem_arena');

@@ -114,7 +114,8 @@ export class SessionThreadPool {
     const logger = this.loggers.get(clients[0]!);
     logger?.error(
       { err: err.message, sessions: clients.map((c) => c.label) },
-      `onnxruntime session thread ${thread.number} died: ${err.message}; its ${clients.length} session(s) fail their runs in flight and are created again, each on a thread of its own: ${clients.map((c) => c.label).join(', ')}`,
+      `onnxruntime session thread ${thread.number} died: ${err.message}; its ${clients.length} session(s) fail their ` +
+      `runs in flight and are created again, each on a thread of its own: ${clients.map((c) => c.label).join(', ')}`,
     );
     for (const client of clients) void this.restartAlone(client, thread.spinMicros);
   }
@@ -129,7 +130,11 @@ export class SessionThreadPool {
     } catch (err) {
       // A session closed meanwhile needs nothing more.
       if ((err as Error).message !== 'onnxruntime session is closed') {
-        logger?.error({ err: (err as Error).message }, `${client.label}: onnxruntime session could not be created again: ${(err as Error).message}; the instance is not ready`);
+        logger?.error(
+          { err: (err as Error).message },
+          `${client.label}: onnxruntime session could not be created ` +
+          `again: ${(err as Error).message}; the instance is not ready`,
+        );
       }
     }
   }
@@ -152,7 +157,10 @@ export class SessionThreadPool {
       const { ms, running } = thread.stalledFor(now);
       if (ms <= this.settings.stallMs || thread.clients.size < 2) continue;
       const who = running?.label ?? 'a session';
-      thread.abandon(`${who} was busy for more than ${this.settings.stallMs} ms on a shared session thread, holding up the sessions behind it; the thread was given up`);
+      thread.abandon(
+        `${who} was busy for more than ${this.settings.stallMs} ms on a shared ` +
+        `session thread, holding up the sessions behind it; the thread was given up`,
+      );
     }
   }
 }
@@ -165,6 +173,10 @@ function hostsKey(thread: SessionThread, key: string): boolean {
 /** A thread for one session alone; its death is logged against that session. */
 function ownThread(spinMicros: number, logger: Logger | undefined, label: string): SessionThread {
   const thread = new SessionThread(spinMicros);
-  thread.onDeath = (err) => logger?.error({ err: err.message }, `onnxruntime session thread ${thread.number} of ${label} died: ${err.message}; the instance is not ready`);
+  thread.onDeath = (err) =>
+    logger?.error(
+      { err: err.message },
+      `onnxruntime session thread ${thread.number} of ${label} died: ${err.message}; the instance is not ready`,
+    );
   return thread;
 }

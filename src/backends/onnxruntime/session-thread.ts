@@ -100,8 +100,12 @@ export class SessionThread {
     port1.on('message', (msg: FromWorker) => this.onMessage(msg));
     // The worker's own handle keeps the process alive while work is in flight (beginWork); the port never does.
     port1.unref();
-    this.worker.on('error', (err) => this.fail(new SessionWorkerError(`onnxruntime session thread failed: ${err.message}`)));
-    this.worker.on('exit', (code) => this.fail(new SessionWorkerError(`onnxruntime session thread exited (code ${code})`)));
+    this.worker.on('error', (err) =>
+      this.fail(new SessionWorkerError(`onnxruntime session thread failed: ${err.message}`)),
+    );
+    this.worker.on('exit', (code) =>
+      this.fail(new SessionWorkerError(`onnxruntime session thread exited (code ${code})`)),
+    );
     // Idle threads do not keep the process alive; work in flight does.
     this.worker.unref();
   }
@@ -127,9 +131,13 @@ export class SessionThread {
 
   /** Creates `client`'s session on this thread; rejects with onnxruntime's message when it cannot. */
   open(client: SessionClient, modelPath: string, options: InferenceSession.SessionOptions): Promise<number> {
-    if (!this.alive) return Promise.reject(this.dead ?? new SessionWorkerError('onnxruntime session thread is closing'));
+    if (!this.alive)
+      return Promise.reject(this.dead ?? new SessionWorkerError('onnxruntime session thread is closing'));
     const slot = this.freeSlots.pop() ?? this.nextSlot++;
-    if (slot >= MAX_SESSIONS) return Promise.reject(new SessionWorkerError(`an onnxruntime session thread holds at most ${MAX_SESSIONS} sessions`));
+    if (slot >= MAX_SESSIONS)
+      return Promise.reject(
+        new SessionWorkerError(`an onnxruntime session thread holds at most ${MAX_SESSIONS} sessions`),
+      );
     this.clients.set(slot, client);
     return new Promise<number>((resolve, reject) => {
       this.opening.set(slot, { resolve: () => resolve(slot), reject });
@@ -272,7 +280,8 @@ export class SessionThread {
   }
 
   private wakeSleeping(): void {
-    if (Atomics.compareExchange(this.control, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING) this.worker.postMessage(WAKE);
+    if (Atomics.compareExchange(this.control, C_STATE, STATE_SLEEPING, STATE_AWAKE) === STATE_SLEEPING)
+      this.worker.postMessage(WAKE);
   }
 
   /** Made once: notifies a worker that dozes (or wakes one that fell asleep meanwhile). */

@@ -281,7 +281,15 @@ async function runEntry(entry: number, pickNs: number): Promise<void> {
     post({ kind: 'run-error', session: slot, id: msg.id, message: `no session in slot ${slot}` });
     return;
   }
-  await run(s.session, slot, msg.id, msg.feeds, msg.fetches, pickNs, msg.texts === undefined ? undefined : clonedTextPlan(msg.texts));
+  await run(
+    s.session,
+    slot,
+    msg.id,
+    msg.feeds,
+    msg.fetches,
+    pickNs,
+    msg.texts === undefined ? undefined : clonedTextPlan(msg.texts),
+  );
 }
 
 async function serve(): Promise<void> {
@@ -330,7 +338,13 @@ port.on('message', (msg: ToWorker) => {
   w?.();
 });
 
-async function runArena(session: ort.InferenceSession, slot: number, names: readonly string[], arena: Arena, pickNs: number): Promise<void> {
+async function runArena(
+  session: ort.InferenceSession,
+  slot: number,
+  names: readonly string[],
+  arena: Arena,
+  pickNs: number,
+): Promise<void> {
   const h = arena.header;
   const times = arena.times;
   times[0] = pickNs;
@@ -367,13 +381,22 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
             target.set(arena.bytes.subarray(from, from + partAt - at), at);
             from += partAt - at;
           }
-          readFilePart(name, h[p + 2]!, positionFromWords(h[p + 3]!, h[p + 4]!), target.subarray(partAt, partAt + partLen));
+          readFilePart(
+            name,
+            h[p + 2]!,
+            positionFromWords(h[p + 3]!, h[p + 4]!),
+            target.subarray(partAt, partAt + partLen),
+          );
           at = partAt + partLen;
         }
         if (at < len) target.set(arena.bytes.subarray(from, from + len - at), at);
       }
       const Ctor = ARENA_ARRAYS[code]!;
-      inputs[name] = new ort.Tensor(ARENA_TYPES[code]!, new Ctor(scratch, 0, len / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType, dims);
+      inputs[name] = new ort.Tensor(
+        ARENA_TYPES[code]!,
+        new Ctor(scratch, 0, len / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType,
+        dims,
+      );
     }
     const nFetches = h[p++]!;
     fetches = new Array<string>(nFetches);
@@ -388,7 +411,8 @@ async function runArena(session: ort.InferenceSession, slot: number, names: read
   }
   // Read before the outputs' entries overwrite the run header.
   const texts = readTextPlan(h, textsAt);
-  if (!writeOutputs(arena, fetches, results, texts)) sendCloned(slot, -1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!, 0], texts);
+  if (!writeOutputs(arena, fetches, results, texts))
+    sendCloned(slot, -1 - arena.index, fetches, results, [times[0]!, times[1]!, times[2]!, 0], texts);
   else {
     times[TIME_DONE] = nowNs();
     post(ringEntry(slot, arena.index));
@@ -530,7 +554,11 @@ async function runMerged(g: MergeGroup, pickNs: number): Promise<void> {
       const code = first.codes[i]!;
       const Ctor = ARENA_ARRAYS[code]!;
       const dims = [g.rows, ...first.dims[i]!.slice(1)];
-      inputs[g.names[first.names[i]!]!] = new ort.Tensor(ARENA_TYPES[code]!, new Ctor(scratch, 0, total / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType, dims);
+      inputs[g.names[first.names[i]!]!] = new ort.Tensor(
+        ARENA_TYPES[code]!,
+        new Ctor(scratch, 0, total / Ctor.BYTES_PER_ELEMENT) as ort.Tensor.DataType,
+        dims,
+      );
     }
     startNs = nowNs();
     results = await g.session.run(inputs, fetches);
@@ -572,7 +600,11 @@ async function runMerged(g: MergeGroup, pickNs: number): Promise<void> {
 }
 
 /** Every output is numeric with dim 0 of `rows` (batched as the inputs were). */
-function batchedOutputs(results: ort.InferenceSession.OnnxValueMapType, fetches: readonly string[], rows: number): boolean {
+function batchedOutputs(
+  results: ort.InferenceSession.OnnxValueMapType,
+  fetches: readonly string[],
+  rows: number,
+): boolean {
   for (const name of fetches) {
     const t = results[name] as ort.Tensor | undefined;
     if (t === undefined || arenaTypeCode(t.type) < 0 || t.dims.length === 0 || t.dims[0] !== rows) return false;
@@ -581,7 +613,12 @@ function batchedOutputs(results: ort.InferenceSession.OnnxValueMapType, fetches:
 }
 
 /** Rows `from` .. `from + rows` of every output, as tensors over the same memory. */
-function rowsOf(results: ort.InferenceSession.OnnxValueMapType, fetches: readonly string[], from: number, rows: number): ort.InferenceSession.OnnxValueMapType {
+function rowsOf(
+  results: ort.InferenceSession.OnnxValueMapType,
+  fetches: readonly string[],
+  from: number,
+  rows: number,
+): ort.InferenceSession.OnnxValueMapType {
   const out: Record<string, ort.Tensor> = {};
   for (const name of fetches) {
     const t = results[name] as ort.Tensor;
@@ -624,7 +661,13 @@ function readTextPlan(h: Int32Array, at: number): TextsWanted | undefined {
   let p = at + 2;
   for (let i = 0; i < n; i++) {
     const count = h[p + 4]!;
-    out[i] = { fetch: h[p]!, datatype: h[p + 1]!, typeCode: h[p + 2]!, byRows: h[p + 3] === 1, slices: h.slice(p + 5, p + 5 + count) };
+    out[i] = {
+      fetch: h[p]!,
+      datatype: h[p + 1]!,
+      typeCode: h[p + 2]!,
+      byRows: h[p + 3] === 1,
+      slices: h.slice(p + 5, p + 5 + count),
+    };
     p += 5 + count;
   }
   return { wanted: out, largeElements };
@@ -643,7 +686,11 @@ interface FormattedText {
  * shape, or that fails to format, gets none: the event loop then formats
  * it and reports the error there.
  */
-function formatTexts(fetches: readonly string[], results: ort.InferenceSession.OnnxValueMapType, plan: TextsWanted): FormattedText[] {
+function formatTexts(
+  fetches: readonly string[],
+  results: ort.InferenceSession.OnnxValueMapType,
+  plan: TextsWanted,
+): FormattedText[] {
   const out: FormattedText[] = [];
   // Every value takes two characters at least: texts that cannot fit MAX_TEXT_BYTES are not formatted at all.
   let budget = MAX_TEXT_BYTES / 2;
@@ -679,7 +726,15 @@ function formatTexts(fetches: readonly string[], results: ort.InferenceSession.O
   return out;
 }
 
-function pushText(out: FormattedText[], fetch: number, slice: number, name: string, datatype: (typeof DATATYPES)[number]['name'], bytes: Uint8Array, count: number): void {
+function pushText(
+  out: FormattedText[],
+  fetch: number,
+  slice: number,
+  name: string,
+  datatype: (typeof DATATYPES)[number]['name'],
+  bytes: Uint8Array,
+  count: number,
+): void {
   try {
     out.push({ fetch, slice, text: encodeJsonTensorData(name, datatype, bytes, count) });
   } catch {
@@ -695,10 +750,14 @@ function readFilePart(input: string, fd: number, position: number, target: Uint8
     if (n === 0) break;
     done += n;
   }
-  if (done !== target.byteLength) throw new Error(`input '${input}': the file holding it ended after ${done} of its ${target.byteLength} bytes`);
+  if (done !== target.byteLength)
+    throw new Error(`input '${input}': the file holding it ended after ${done} of its ${target.byteLength} bytes`);
 }
 
-/** Puts the outputs (and the texts asked for, those that fit) in the arena; false when the outputs do not fit or are strings. */
+/**
+ * Puts the outputs (and the texts asked for, those that fit) in the arena; false when the outputs do not fit or are
+ * strings.
+ */
 function writeOutputs(
   arena: Arena,
   fetches: readonly string[],
@@ -785,7 +844,11 @@ function sendCloned(
     if (formatted !== undefined) {
       for (const x of formatted) if (x.fetch === f) (slices ??= [])[x.slice] = x.text;
     }
-    outputs.push(slices === undefined ? { name, type: t.type, dims: t.dims, data } : { name, type: t.type, dims: t.dims, data, texts: slices });
+    outputs.push(
+      slices === undefined
+        ? { name, type: t.type, dims: t.dims, data }
+        : { name, type: t.type, dims: t.dims, data, texts: slices },
+    );
     if (!Array.isArray(data)) {
       const buf = (data as ArrayBufferView).buffer;
       if (buf instanceof ArrayBuffer && !transfer.includes(buf)) transfer.push(buf);

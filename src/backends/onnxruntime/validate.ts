@@ -36,7 +36,11 @@ export function validateConfigAgainstModel(modelName: string, config: ModelConfi
 
   for (const io of config.input) {
     const t = modelInputs.get(io.name);
-    if (!t) throw fail(`configuration expects input '${io.name}', but the model has no such input (model inputs: ${namesOf(info.inputs)})`);
+    if (!t)
+      throw fail(
+        `configuration expects input '${io.name}', but the model ` +
+        `has no such input (model inputs: ${namesOf(info.inputs)})`,
+      );
     if (io.optional && batching) {
       throw fail(`optional input '${io.name}' is not supported for models that support batching`);
     }
@@ -45,7 +49,11 @@ export function validateConfigAgainstModel(modelName: string, config: ModelConfi
   }
   for (const io of config.output) {
     const t = modelOutputs.get(io.name);
-    if (!t) throw fail(`configuration expects output '${io.name}', but the model has no such output (model outputs: ${namesOf(info.outputs)})`);
+    if (!t)
+      throw fail(
+        `configuration expects output '${io.name}', but the model has ` +
+        `no such output (model outputs: ${namesOf(info.outputs)})`,
+      );
     checkDatatype(fail, 'output', io, t);
     checkDims(fail, modelName, 'output', io, t, config.maxBatchSize, true);
   }
@@ -55,20 +63,31 @@ function namesOf(ts: readonly OnnxTensorInfo[]): string {
   return ts.length === 0 ? 'none' : ts.map((t) => `'${t.name}'`).join(', ');
 }
 
-function checkDatatype(fail: (why: string) => NereidError, io: string, cfg: ModelInput | ModelOutput, t: OnnxTensorInfo): void {
+function checkDatatype(
+  fail: (why: string) => NereidError,
+  io: string,
+  cfg: ModelInput | ModelOutput,
+  t: OnnxTensorInfo,
+): void {
   const configType = configNameOfEnum(cfg.dataType);
   const dt = datatypeFromConfigEnum(cfg.dataType);
   if (dt === undefined) throw fail(`unsupported datatype ${configType} for ${io} '${cfg.name}'`);
   if (t.datatype === undefined) {
-    throw fail(`configuration expects datatype ${configType} for ${io} '${cfg.name}', model provides ONNX type ${t.onnxType}`);
+    throw fail(
+      `configuration expects datatype ${configType} for ${io} '${cfg.name}', model provides ONNX type ${t.onnxType}`,
+    );
   }
   if (t.datatype !== dt) {
     throw fail(
-      `configuration expects datatype ${configType} for ${io} '${cfg.name}', model provides ${datatypeInfo(t.datatype).configName}`,
+      `configuration expects datatype ${configType} for ${io} '` +
+      `${cfg.name}', model provides ${datatypeInfo(t.datatype).configName}`,
     );
   }
   if (UNSUPPORTED_IN_ORT_NODE.has(dt)) {
-    throw fail(`datatype ${configType} of ${io} '${cfg.name}' is not supported by the onnxruntime backend (onnxruntime-node has no ${dt} tensors)`);
+    throw fail(
+      `datatype ${configType} of ${io} '${cfg.name}' is not supported by ` +
+      `the onnxruntime backend (onnxruntime-node has no ${dt} tensors)`,
+    );
   }
 }
 
@@ -83,7 +102,10 @@ function checkDims(
 ): void {
   if (io === 'input' && (cfg as ModelInput).allowRaggedBatch) {
     if (t.dims.length !== 1 || t.dims[0] !== -1) {
-      throw fail(`configuration expects model provides input with shape [-1] for ragged input '${cfg.name}', model provides ${shapeToString(t.dims)}`);
+      throw fail(
+        `configuration expects model provides input with shape [-1] for ` +
+        `ragged input '${cfg.name}', model provides ${shapeToString(t.dims)}`,
+      );
     }
     return;
   }
@@ -93,7 +115,8 @@ function checkDims(
     // A scalar in the model: every configured dim must be 1 (dims [1] with reshape []).
     if (dims.some((d) => d !== 1)) {
       throw fail(
-        `scalar tensor '${cfg.name}', should only provide 1 in the model configuration when the model doesn't support batching. Model configuration provided: ${shapeToString(dims)}`,
+        `scalar tensor '${cfg.name}', should only provide 1 in the model configuration when the ` +
+        `model doesn't support batching. Model configuration provided: ${shapeToString(dims)}`,
       );
     }
     return;
@@ -102,7 +125,9 @@ function checkDims(
   if (maxBatchSize > 0) {
     if (t.dims[0] !== -1) {
       throw fail(
-        `model '${modelName}', tensor '${cfg.name}': for the model to support batching the shape should have at least 1 dimension and the first dimension must be -1; but shape expected by the model is ${shapeToString(t.dims)}`,
+        `model '${modelName}', tensor '${cfg.name}': for the model to support batching the shape should have at ` +
+        `least 1 dimension and the first dimension must be -1; but ` +
+        `shape expected by the model is ${shapeToString(t.dims)}`,
       );
     }
     full = [-1, ...dims];
@@ -115,10 +140,12 @@ function checkDims(
   if (!ok) {
     const what =
       maxBatchSize > 0
-        ? `${full.length} dimensions (an initial batch dimension because max_batch_size > 0 followed by the explicit tensor shape from ${field}, making complete shape ${shapeToString(full)})`
+        ? `${full.length} dimensions (an initial batch dimension because max_batch_size > 0 followed ` +
+          `by the explicit tensor shape from ${field}, making complete shape ${shapeToString(full)})`
         : `${dims.length} dimensions (shape ${shapeToString(dims)} from ${field})`;
     throw fail(
-      `model '${modelName}', ${io} '${cfg.name}': the model expects ${t.dims.length} dimensions (shape ${shapeToString(t.dims)}) but the model configuration specifies ${what}`,
+      `model '${modelName}', ${io} '${cfg.name}': the model expects ${t.dims.length} dimensions ` +
+      `(shape ${shapeToString(t.dims)}) but the model configuration specifies ${what}`,
     );
   }
 }

@@ -108,7 +108,9 @@ export interface WireTensor {
   readonly type: OrtTensorType;
   readonly dims: readonly number[];
   readonly data: TypedArray | readonly string[];
-  /** The JSON `data` text of each slice the run asked for (see TextRequest), by slice; undefined where not formatted. */
+  /**
+   * The JSON `data` text of each slice the run asked for (see TextRequest), by slice; undefined where not formatted.
+   */
   readonly texts?: readonly (string | undefined)[] | undefined;
 }
 
@@ -330,8 +332,20 @@ export type ToWorker =
   | typeof WAKE
   | { readonly kind: 'name'; readonly session: number; readonly name: string }
   | { readonly kind: 'arena'; readonly session: number; readonly arena: number; readonly buffer: SharedArrayBuffer }
-  | { readonly kind: 'run'; readonly session: number; readonly id: number; readonly feeds: readonly WireTensor[]; readonly fetches: readonly string[]; readonly texts: TextPlan | undefined }
-  | { readonly kind: 'open'; readonly session: number; readonly modelPath: string; readonly options: InferenceSession.SessionOptions }
+  | {
+      readonly kind: 'run';
+      readonly session: number;
+      readonly id: number;
+      readonly feeds: readonly WireTensor[];
+      readonly fetches: readonly string[];
+      readonly texts: TextPlan | undefined;
+    }
+  | {
+      readonly kind: 'open';
+      readonly session: number;
+      readonly modelPath: string;
+      readonly options: InferenceSession.SessionOptions;
+    }
   | { readonly kind: 'release'; readonly session: number }
   | { readonly kind: 'exit' };
 
@@ -347,5 +361,11 @@ export type FromWorker =
   | { readonly kind: 'opened'; readonly session: number }
   | { readonly kind: 'open-error'; readonly session: number; readonly message: string }
   | { readonly kind: 'released'; readonly session: number }
-  | { readonly kind: 'result'; readonly session: number; readonly id: number; readonly outputs: readonly WireTensor[]; readonly times: readonly number[] }
+  | {
+      readonly kind: 'result';
+      readonly session: number;
+      readonly id: number;
+      readonly outputs: readonly WireTensor[];
+      readonly times: readonly number[];
+    }
   | { readonly kind: 'run-error'; readonly session: number; readonly id: number; readonly message: string };

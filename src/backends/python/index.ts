@@ -170,7 +170,8 @@ export class PythonInstance implements BackendInstance {
     this.decoupled = ctx.config.modelTransactionPolicy?.decoupled === true;
     // Implicit-state outputs of a sequence model are outputs too (the sequence batcher keeps them).
     const scheduling = ctx.config.schedulingChoice;
-    if (scheduling.case === 'sequenceBatching') for (const s of scheduling.value.state) this.outputNames.add(s.outputName);
+    if (scheduling.case === 'sequenceBatching')
+      for (const s of scheduling.value.state) this.outputNames.add(s.outputName);
   }
 
   get modelName(): string {
@@ -193,7 +194,15 @@ export class PythonInstance implements BackendInstance {
     const { wire, buffers } = wireRequests(requests);
     let reply: Frame;
     try {
-      reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', r: wire }, buffers, timer, 'responses', 'execute()');
+      reply = await executeOnWorker(
+        this.supervisor,
+        this.ctx,
+        { t: 'execute', r: wire },
+        buffers,
+        timer,
+        'responses',
+        'execute()',
+      );
     } finally {
       closeTraces(requests);
     }
@@ -214,7 +223,10 @@ export class PythonInstance implements BackendInstance {
    * key its response sender uses; execute() returning only frees the
    * instance, the responses arrive as 's' frames (StubProcess routes them).
    */
-  private async executeDecoupled(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]> {
+  private async executeDecoupled(
+    requests: readonly BackendRequest[],
+    timer: ExecutionTimer,
+  ): Promise<BackendResponse[]> {
     const model = this.ctx.modelName;
     let proc: StubProcess;
     try {
@@ -374,7 +386,12 @@ export function createPythonBackend(): Backend {
     },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
       const file = checkModelFile(ctx);
-      return new ProcessModel(ctx.modelName, 'python', file, (ictx, supervisor) => new PythonInstance(ictx, supervisor));
+      return new ProcessModel(
+        ctx.modelName,
+        'python',
+        file,
+        (ictx, supervisor) => new PythonInstance(ictx, supervisor),
+      );
     },
   };
 }

@@ -25,8 +25,14 @@ export const REQUIRED_MODULES: Readonly<Record<'python' | 'torch', readonly stri
 
 const probeCache = new Map<string, string[] | 'missing'>();
 
-/** The modules of `modules` that `executable` cannot find ('missing' when it does not run at all). Cached per process. */
-export function missingModules(executable: string, modules: readonly string[], env: NodeJS.ProcessEnv = process.env): string[] | 'missing' {
+/**
+ * The modules of `modules` that `executable` cannot find ('missing' when it does not run at all). Cached per process.
+ */
+export function missingModules(
+  executable: string,
+  modules: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): string[] | 'missing' {
   const key = `${executable}\0${modules.join(',')}`;
   const cached = probeCache.get(key);
   if (cached !== undefined) return cached;
@@ -35,7 +41,11 @@ export function missingModules(executable: string, modules: readonly string[], e
     // find_spec looks a module up without importing it (importing torch takes seconds).
     const out = execFileSync(
       executable,
-      ['-c', 'import importlib.util, sys\nprint(",".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))', ...modules],
+      [
+        '-c',
+        'import importlib.util, sys\nprint(",".join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))',
+        ...modules,
+      ],
       { encoding: 'utf8', env, stdio: ['ignore', 'pipe', 'ignore'], timeout: 30_000 },
     ).trim();
     result = out === '' ? [] : out.split(',');
@@ -51,17 +61,24 @@ export function missingModules(executable: string, modules: readonly string[], e
  * the usual places, that has every module of `modules`. Throws naming each
  * interpreter tried and what it lacked.
  */
-export function findInterpreter(configured: string | undefined, modules: readonly string[], env: NodeJS.ProcessEnv): string {
+export function findInterpreter(
+  configured: string | undefined,
+  modules: readonly string[],
+  env: NodeJS.ProcessEnv,
+): string {
   const candidates = [...new Set([configured || DEFAULT_PYTHON, ...FALLBACK_PYTHONS])];
   const tried: string[] = [];
   for (const candidate of candidates) {
     const missing = missingModules(candidate, modules, env);
     if (missing !== 'missing' && missing.length === 0) return candidate;
-    tried.push(missing === 'missing' ? `${candidate} (not found or does not run)` : `${candidate} (lacks ${missing.join(', ')})`);
+    tried.push(
+      missing === 'missing' ? `${candidate} (not found or does not run)` : `${candidate} (lacks ${missing.join(', ')})`,
+    );
   }
   throw new Error(
     `no Python interpreter with ${modules.join(' and ')} was found; tried ${tried.join('; ')}. ` +
-      `Install ${modules.join(' and ')} (Debian: ${modules.map((m) => `python3-${m}`).join(' ')}), or point --backend-config=python,python-executable=... at one that has them`,
+      `Install ${modules.join(' and ')} (Debian: ${modules.map((m) => `python3-${m}`).join(' ')}), ` +
+      `or point --backend-config=python,python-executable=... at one that has them`,
   );
 }
 const MODEL_DIR_VAR = '$$TRITON_MODEL_DIRECTORY';
@@ -146,7 +163,10 @@ export function resolveInterpreter(
   };
   const rawEnvPath = parameter(config, 'EXECUTION_ENV_PATH');
   if (!rawEnvPath) {
-    return { executable: findInterpreter(backendConfig['python-executable'], REQUIRED_MODULES[mode], baseEnv), env: baseEnv };
+    return {
+      executable: findInterpreter(backendConfig['python-executable'], REQUIRED_MODULES[mode], baseEnv),
+      env: baseEnv,
+    };
   }
   const expanded = rawEnvPath.split(MODEL_DIR_VAR).join(modelDir);
   const envPathGiven = resolve(modelDir, expanded);

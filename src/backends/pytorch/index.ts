@@ -29,7 +29,10 @@ import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker } from '../python/work
 export const DEFAULT_MODEL_FILENAME = 'model.pt';
 
 /** One batched input: its name, and the per-request tensors joined. */
-function joinInputs(model: string, requests: readonly BackendRequest[]): { metas: WireTensor[]; buffers: Uint8Array[] } {
+function joinInputs(
+  model: string,
+  requests: readonly BackendRequest[],
+): { metas: WireTensor[]; buffers: Uint8Array[] } {
   const first = requests[0]!;
   const metas: WireTensor[] = [];
   const buffers: Uint8Array[] = [];
@@ -53,7 +56,8 @@ function joinInputs(model: string, requests: readonly BackendRequest[]): { metas
       const tail = t.shape.slice(1);
       if (tail.length !== inner.length || tail.some((d, i) => d !== inner[i])) {
         throw Errors.invalidRequest(
-          `model '${model}': input '${t0.name}' shapes ${shapeToString(t0.shape)} and ${shapeToString(t.shape)} cannot be batched together`,
+          `model '${model}': input '${t0.name}' shapes ${shapeToString(t0.shape)} ` +
+          `and ${shapeToString(t.shape)} cannot be batched together`,
         );
       }
       rows += t.shape[0] ?? 1;
@@ -79,7 +83,9 @@ export class PyTorchInstance implements BackendInstance {
     this.configOutputs = ctx.config.output.map((o) => o.name);
     const scheduling = ctx.config.schedulingChoice;
     this.knownOutputs =
-      scheduling.case === 'sequenceBatching' ? [...this.configOutputs, ...scheduling.value.state.map((s) => s.outputName)] : this.configOutputs;
+      scheduling.case === 'sequenceBatching'
+        ? [...this.configOutputs, ...scheduling.value.state.map((s) => s.outputName)]
+        : this.configOutputs;
     this.batching = ctx.config.maxBatchSize > 0;
   }
 
@@ -106,7 +112,15 @@ export class PyTorchInstance implements BackendInstance {
     const model = this.ctx.modelName;
     const { metas, buffers } = joinInputs(model, requests);
     const wanted = this.requestedUnion(requests);
-    const reply = await executeOnWorker(this.supervisor, this.ctx, { t: 'execute', i: metas, o: wanted }, buffers, timer, 'outputs', 'forward()');
+    const reply = await executeOnWorker(
+      this.supervisor,
+      this.ctx,
+      { t: 'execute', i: metas, o: wanted },
+      buffers,
+      timer,
+      'outputs',
+      'forward()',
+    );
     const h = reply.header;
     const outputs = new Map<string, Tensor>();
     for (const m of h.o as WireTensor[]) outputs.set(m.n, decodeWireTensor(m, reply.buffers));
@@ -145,7 +159,8 @@ export class PyTorchInstance implements BackendInstance {
       if (t.shape[0] !== rows) {
         throw Errors.modelExecution(
           model,
-          `output '${name}' has shape ${shapeToString(t.shape)}, whose first dimension should be the batch size ${rows}`,
+          `output '${name}' has shape ${shapeToString(t.shape)}, ` +
+          `whose first dimension should be the batch size ${rows}`,
         );
       }
       const rowBytes = rows === 0 ? 0 : t.data.byteLength / rows;
@@ -154,7 +169,12 @@ export class PyTorchInstance implements BackendInstance {
       for (let r = 0; r < requests.length; r++) {
         const b = requests[r]!.batchSize;
         const len = b * rowBytes;
-        perRequest[r]!.push({ name, datatype: t.datatype, shape: [b, ...inner], data: t.data.subarray(off, off + len) });
+        perRequest[r]!.push({
+          name,
+          datatype: t.datatype,
+          shape: [b, ...inner],
+          data: t.data.subarray(off, off + len),
+        });
         off += len;
       }
     }
@@ -176,7 +196,10 @@ function modelFile(versionDir: string, config: ModelConfig): string {
 /** The TorchScript file loading needs; throws the load error when it cannot be used. */
 function checkModelFile(ctx: ModelContext): string {
   if (ctx.config.platform === 'torch_aoti') {
-    throw Errors.loadFailed(ctx.modelName, "platform 'torch_aoti' (model.pt2) is not supported; export TorchScript (model.pt)");
+    throw Errors.loadFailed(
+      ctx.modelName,
+      "platform 'torch_aoti' (model.pt2) is not supported; export TorchScript (model.pt)",
+    );
   }
   const file = modelFile(ctx.versionDir, ctx.config);
   if (!existsSync(file)) {
@@ -193,7 +216,12 @@ export function createPyTorchBackend(): Backend {
     },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
       const file = checkModelFile(ctx);
-      return new ProcessModel(ctx.modelName, 'torch', file, (ictx, supervisor) => new PyTorchInstance(ictx, supervisor));
+      return new ProcessModel(
+        ctx.modelName,
+        'torch',
+        file,
+        (ictx, supervisor) => new PyTorchInstance(ictx, supervisor),
+      );
     },
   };
 }

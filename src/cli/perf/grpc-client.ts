@@ -166,13 +166,25 @@ export class GrpcInferTransport implements InferTransport {
     const body = this.bodies[call.bodyIndex]!;
     if (this.options.streaming) {
       if (!call.stream) {
-        call.stream = this.client.makeBidiStreamRequest(`${SERVICE}/ModelStreamInfer`, identity, identity, this.options.metadata);
+        call.stream = this.client.makeBidiStreamRequest(
+          `${SERVICE}/ModelStreamInfer`,
+          identity,
+          identity,
+          this.options.metadata,
+        );
         call.stream.on('data', call.onStreamData);
         call.stream.on('error', call.onStreamError);
       }
       call.stream.write(body);
     } else {
-      this.client.makeUnaryRequest(`${SERVICE}/ModelInfer`, identity, identity, body, this.options.metadata, call.onUnary);
+      this.client.makeUnaryRequest(
+        `${SERVICE}/ModelInfer`,
+        identity,
+        identity,
+        body,
+        this.options.metadata,
+        call.onUnary,
+      );
     }
     // The request is already encoded: "marshal" is what it takes to hand it to the channel.
     call.sentNs = now();
@@ -181,7 +193,10 @@ export class GrpcInferTransport implements InferTransport {
   unaryDone(call: GrpcInferCall, err: grpc.ServiceError | null, bytes: Buffer | undefined): void {
     const now = this.options.now;
     if (err) {
-      call.sink.callFailed(call, new PerfError('', `inference request failed: ${describeGrpcError(err, this.options.address)}`));
+      call.sink.callFailed(
+        call,
+        new PerfError('', `inference request failed: ${describeGrpcError(err, this.options.address)}`),
+      );
       return;
     }
     // "unmarshal": decoding the response, as a client would.
@@ -204,7 +219,10 @@ export class GrpcInferTransport implements InferTransport {
   streamError(call: GrpcInferCall, err: grpc.ServiceError): void {
     call.stream = undefined;
     if (err.code === grpc.status.CANCELLED) return;
-    call.sink.callFailed(call, new PerfError('', `inference stream failed: ${describeGrpcError(err, this.options.address)}`));
+    call.sink.callFailed(
+      call,
+      new PerfError('', `inference stream failed: ${describeGrpcError(err, this.options.address)}`),
+    );
   }
 
   async close(): Promise<void> {
@@ -242,7 +260,12 @@ export function grpcBackend(o: PerfOptions) {
   }
   return {
     control: new GrpcControlClient(address, metadata),
-    async createTransport(model: ModelInfo, steps: Step[], _connections: number | null, now: () => number): Promise<InferTransport> {
+    async createTransport(
+      model: ModelInfo,
+      steps: Step[],
+      _connections: number | null,
+      now: () => number,
+    ): Promise<InferTransport> {
       return new GrpcInferTransport({
         address,
         bodies: encodeGrpcInferRequests(o, model, steps),

@@ -22,7 +22,8 @@ function jsonValues(t: RequestTensor): unknown[] {
   const dt: Datatype = t.datatype;
   switch (dt) {
     case 'BYTES':
-      for (const e of decodeBytesElements(d, t.name)) out.push(Buffer.from(e.buffer, e.byteOffset, e.byteLength).toString('utf8'));
+      for (const e of decodeBytesElements(d, t.name))
+        out.push(Buffer.from(e.buffer, e.byteOffset, e.byteLength).toString('utf8'));
       return out;
     case 'BOOL':
       for (let i = 0; i < d.byteLength; i++) out.push(d[i] !== 0);

@@ -20,7 +20,8 @@ export function httpOrigin(url: string): string {
   } catch {
     throw new PerfError('failed to create client', `'${url}' is not a valid server address (expected host:port)`);
   }
-  if (u.protocol !== 'http:') throw new PerfError('failed to create client', `unsupported URL scheme '${u.protocol}' in '${url}'`);
+  if (u.protocol !== 'http:')
+    throw new PerfError('failed to create client', `unsupported URL scheme '${u.protocol}' in '${url}'`);
   return u.origin;
 }
 

@@ -16,10 +16,16 @@ import { describeNetworkError, errorText } from './http-client.js';
 import { type CallSink, InferCall, type InferTransport } from './transport.js';
 
 /** Serialises one POST request. `headers` must not include Host or Content-Length. */
-export function buildHttpRequest(hostHeader: string, path: string, headers: ReadonlyArray<[string, string]>, body: Uint8Array): Buffer {
+export function buildHttpRequest(
+  hostHeader: string,
+  path: string,
+  headers: ReadonlyArray<[string, string]>,
+  body: Uint8Array,
+): Buffer {
   let head = `POST ${path} HTTP/1.1\r\nHost: ${hostHeader}\r\n`;
   for (const [k, v] of headers) {
-    if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) throw new PerfError('failed to prepare requests', `header '${k}' contains a line break`);
+    if (/[\r\n]/.test(k) || /[\r\n]/.test(v))
+      throw new PerfError('failed to prepare requests', `header '${k}' contains a line break`);
     head += `${k}: ${v}\r\n`;
   }
   head += `Content-Length: ${body.byteLength}\r\n\r\n`;
@@ -158,14 +164,17 @@ export class ResponseParser {
         const value = line.slice(colon + 1).trim();
         if (name === 'content-length') length = Number(value);
         else if (name === 'transfer-encoding' && value.includes('chunked')) this.mode = BodyMode.Chunked;
-        else if (name === 'connection') this.keepAlive = value.includes('keep-alive') || (this.keepAlive && !value.includes('close'));
+        else if (name === 'connection') {
+          this.keepAlive = value.includes('keep-alive') || (this.keepAlive && !value.includes('close'));
+        }
       }
       i = next;
     }
     let mode: BodyMode = this.mode as BodyMode;
     if (mode !== BodyMode.Chunked) {
       if (length >= 0) mode = length === 0 ? BodyMode.None : BodyMode.Length;
-      else if (this.status === 204 || this.status === 304 || (this.status >= 100 && this.status < 200)) mode = BodyMode.None;
+      else if (this.status === 204 || this.status === 304 || (this.status >= 100 && this.status < 200))
+        mode = BodyMode.None;
     }
     this.cachedStatus = this.status;
     this.cachedKeepAlive = this.keepAlive;
@@ -303,7 +312,12 @@ class Http1Connection implements ResponseSink {
     if (!keepAlive) this.drop();
     if (!call) return;
     if (status === 200) this.transport.completed(this, call, null);
-    else this.transport.completed(this, call, new PerfError('', `inference request failed: ${errorText(status, errorBody)}`));
+    else
+      this.transport.completed(
+        this,
+        call,
+        new PerfError('', `inference request failed: ${errorText(status, errorBody)}`),
+      );
   }
 
   protocolError(message: string): void {

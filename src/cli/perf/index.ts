@@ -35,7 +35,12 @@ export interface PerfIo {
 /** What a protocol provides to the run: control calls and, once inputs exist, an infer transport. */
 interface ProtocolBackend {
   control: ControlClient;
-  createTransport(model: ModelInfo, requests: Step[], connections: number | null, now: () => number): Promise<InferTransport>;
+  createTransport(
+    model: ModelInfo,
+    requests: Step[],
+    connections: number | null,
+    now: () => number,
+  ): Promise<InferTransport>;
 }
 
 function httpBackend(o: PerfOptions): ProtocolBackend {
@@ -47,7 +52,12 @@ function httpBackend(o: PerfOptions): ProtocolBackend {
       const path = `${modelPath(o.modelName, o.modelVersion)}/infer`;
       const host = new URL(origin).host;
       const requests = steps.map((_, i) => {
-        const b = encodeHttpInferBody(assembleRequest(model, steps, i, o.batchSize), outputs, o.inputTensorFormat, o.outputTensorFormat);
+        const b = encodeHttpInferBody(
+          assembleRequest(model, steps, i, o.batchSize),
+          outputs,
+          o.inputTensorFormat,
+          o.outputTensorFormat,
+        );
         const headers: Array<[string, string]> =
           b.headerLength !== undefined
             ? [
@@ -96,7 +106,9 @@ async function prepareSteps(o: PerfOptions, model: ModelInfo): Promise<Step[]> {
     const steps = readInputDataFiles(o.inputData.paths, model);
     return steps;
   }
-  return [generateStep(model, { zero: o.inputData.kind === 'zero', stringLength: o.stringLength, stringData: o.stringData })];
+  return [
+    generateStep(model, { zero: o.inputData.kind === 'zero', stringLength: o.stringLength, stringData: o.stringData }),
+  ];
 }
 
 /** Runs `nereid perf <argv>`; resolves to the process exit code. */
@@ -162,7 +174,10 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
       throw new PerfError('', 'can not specify batch size > 1 as the model does not support batching');
     }
     if (model.schedulerType === 'sequence') {
-      throw new PerfError('', `model '${model.name}' uses the sequence batcher; sequence models are not supported by nereid perf`);
+      throw new PerfError(
+        '',
+        `model '${model.name}' uses the sequence batcher; sequence models are not supported by nereid perf`,
+      );
     }
     if (model.decoupled) {
       throw new PerfError('', `model '${model.name}' is decoupled; decoupled models are not supported by nereid perf`);
@@ -219,15 +234,15 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
           out(`  Pass [${trial}] cb::Error: ${error?.message ?? 'unknown error'}\n`);
         } else if (o.percentile !== -1) {
           out(
-            `  Pass [${trial}] throughput: ${formatDouble(status.client.inferPerSec)} infer/sec. p${o.percentile} latency: ${Math.floor(
-              status.client.percentileLatencyNs.get(o.percentile)! / 1000,
-            )} usec\n`,
+            `  Pass [${trial}] throughput: ${formatDouble(status.client.inferPerSec)} infer/sec. ` +
+              `p${o.percentile} latency: ` +
+              `${Math.floor(status.client.percentileLatencyNs.get(o.percentile)! / 1000)} usec\n`,
           );
         } else {
           out(
-            `  Pass [${trial}] throughput: ${formatDouble(status.client.inferPerSec)} infer/sec. Avg latency: ${Math.floor(
-              status.client.avgLatencyNs / 1000,
-            )} usec (std ${status.client.stdUs} usec). \n`,
+            `  Pass [${trial}] throughput: ${formatDouble(status.client.inferPerSec)} infer/sec. ` +
+              `Avg latency: ${Math.floor(status.client.avgLatencyNs / 1000)} usec ` +
+              `(std ${status.client.stdUs} usec). \n`,
           );
         }
       },
@@ -238,7 +253,8 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
       progressTimer = setInterval(() => {
         if (currentLevel === 0) return;
         progress.show(
-          `  measuring ${unit} ${formatDouble(currentLevel)}: window ${currentTrial}/${o.maxTrials}, ${activeDriver.currentWindowCount()} requests so far`,
+          `  measuring ${unit} ${formatDouble(currentLevel)}: window ${currentTrial}/` +
+          `${o.maxTrials}, ${activeDriver.currentWindowCount()} requests so far`,
         );
       }, 250);
       progressTimer.unref();
@@ -249,7 +265,9 @@ export async function runPerf(argv: string[], io?: PerfIo): Promise<number> {
       includeServerStats
         ? {
             snapshot: () =>
-              model!.schedulerType === 'ensemble' ? backend!.control.statistics() : backend!.control.statistics(o.modelName, o.modelVersion),
+              model!.schedulerType === 'ensemble'
+                ? backend!.control.statistics()
+                : backend!.control.statistics(o.modelName, o.modelVersion),
           }
         : undefined,
       clock,

@@ -41,9 +41,8 @@ function fullyDefined(input: ModelTensorInfo): void {
   if (input.shape.some((d) => d < 0)) {
     throw new PerfError(
       'failed to create input data',
-      `input ${input.name} contains dynamic shape, provide shapes to send along with the request (--shape ${input.name}:${input.shape
-        .map((d) => (d < 0 ? 'N' : String(d)))
-        .join(',')})`,
+      `input ${input.name} contains dynamic shape, provide shapes to send along with the request ` +
+        `(--shape ${input.name}:${input.shape.map((d) => (d < 0 ? 'N' : String(d))).join(',')})`,
     );
   }
 }
@@ -55,7 +54,7 @@ export function toFloat16Bits(value: number): number {
   f32[0] = value;
   const x = u32[0]!;
   const sign = (x >>> 16) & 0x8000;
-  let exp = ((x >>> 23) & 0xff) - 127 + 15;
+  const exp = ((x >>> 23) & 0xff) - 127 + 15;
   let mant = x & 0x7fffff;
   if (((x >>> 23) & 0xff) === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
   if (exp >= 0x1f) return sign | 0x7c00;
@@ -173,7 +172,8 @@ export function serializeExplicit(values: readonly unknown[], datatype: Datatype
   if (datatype === 'BYTES') {
     const elements: string[] = [];
     for (const v of values) {
-      if (typeof v !== 'string') throw new PerfError('failed to read input data', `unable to find string data in json ${where}`);
+      if (typeof v !== 'string')
+        throw new PerfError('failed to read input data', `unable to find string data in json ${where}`);
       elements.push(v);
     }
     return encodeBytesElements(elements);
@@ -181,7 +181,8 @@ export function serializeExplicit(values: readonly unknown[], datatype: Datatype
   if (datatype === 'FP16' || datatype === 'BF16') {
     throw new PerfError(
       'failed to read input data',
-      `Can not use explicit tensor description for ${datatype.toLowerCase()} datatype ${where}; give the data as {"b64": ...}`,
+      `Can not use explicit tensor description for ${datatype.toLowerCase()} ` +
+      `datatype ${where}; give the data as {"b64": ...}`,
     );
   }
   const size = datatypeInfo(datatype).byteSize;
@@ -190,13 +191,17 @@ export function serializeExplicit(values: readonly unknown[], datatype: Datatype
   values.forEach((v, i) => {
     const off = i * size;
     if (datatype === 'BOOL') {
-      if (typeof v !== 'boolean') throw new PerfError('failed to read input data', `unable to find bool data in json ${where}`);
+      if (typeof v !== 'boolean')
+        throw new PerfError('failed to read input data', `unable to find bool data in json ${where}`);
       out[off] = v ? 1 : 0;
       return;
     }
     if (datatype === 'FP32' || datatype === 'FP64') {
       if (typeof v !== 'number') {
-        throw new PerfError('failed to read input data', `unable to find ${datatype === 'FP32' ? 'float' : 'fp64'} data in json ${where}`);
+        throw new PerfError(
+          'failed to read input data',
+          `unable to find ${datatype === 'FP32' ? 'float' : 'fp64'} data in json ${where}`,
+        );
       }
       if (datatype === 'FP32') view.setFloat32(off, v, true);
       else view.setFloat64(off, v, true);
@@ -206,7 +211,8 @@ export function serializeExplicit(values: readonly unknown[], datatype: Datatype
     if (typeof v !== 'number' || !Number.isInteger(v) || BigInt(v) < range[0] || BigInt(v) > range[1]) {
       throw new PerfError(
         'failed to read input data',
-        `unable to find ${datatype.toLowerCase()} data in json ${where}: ${JSON.stringify(v)} is not a ${datatype} value`,
+        `unable to find ${datatype.toLowerCase()} data in json ` +
+        `${where}: ${JSON.stringify(v)} is not a ${datatype} value`,
       );
     }
     switch (datatype) {
@@ -268,7 +274,10 @@ function readTensor(value: unknown, input: ModelTensorInfo, where: string): Step
     else if ('content' in obj) content = obj['content'];
     else throw new PerfError('failed to read input data', `missing content field. ${where}`);
   } else if (!Array.isArray(value)) {
-    throw new PerfError('failed to read input data', `Input data file is malformed: '${input.name}' must be an array or an object ${where}`);
+    throw new PerfError(
+      'failed to read input data',
+      `Input data file is malformed: '${input.name}' must be an array or an object ${where}`,
+    );
   }
 
   let data: Uint8Array;
@@ -293,21 +302,26 @@ function readTensor(value: unknown, input: ModelTensorInfo, where: string): Step
   if (effective.some((d) => d < 0)) {
     throw new PerfError(
       'failed to read input data',
-      `The variable-sized tensor "${input.name}" with model shape ${shapeToString(input.declaredShape)} needs to have its shape fully defined. See the --shape option.`,
+      `The variable-sized tensor "${input.name}" with model shape ${shapeToString(input.declaredShape)} ` +
+      `needs to have its shape fully defined. See the --shape option.`,
     );
   }
   const declared = input.declaredShape;
   if (effective.length !== declared.length || effective.some((d, i) => declared[i] !== -1 && declared[i] !== d)) {
     throw new PerfError(
       'failed to read input data',
-      `The supplied shape of ${shapeToString(effective)} for input "${input.name}" is incompatible with the model's input shape of ${shapeToString(declared)}`,
+      `The supplied shape of ${shapeToString(effective)} for input "${input.name}" ` +
+      `is incompatible with the model's input shape of ${shapeToString(declared)}`,
     );
   }
   const count = elementCount(effective);
   if (input.datatype === 'BYTES') {
     const n = bytesElementCount(data);
     if (n === undefined) {
-      throw new PerfError('failed to read input data', `malformed BYTES data for ${input.name} ${where}: bad length prefix`);
+      throw new PerfError(
+        'failed to read input data',
+        `malformed BYTES data for ${input.name} ${where}: bad length prefix`,
+      );
     }
     if (n !== count) {
       throw new PerfError(
@@ -320,7 +334,8 @@ function readTensor(value: unknown, input: ModelTensorInfo, where: string): Step
     if (data.byteLength !== expected) {
       throw new PerfError(
         'failed to read input data',
-        `mismatch in the data provided for ${input.name}. Expected: ${expected} bytes, Got: ${data.byteLength} bytes ${where}`,
+        `mismatch in the data provided for ${input.name}. Expected: ` +
+        `${expected} bytes, Got: ${data.byteLength} bytes ${where}`,
       );
     }
   }
@@ -330,7 +345,10 @@ function readTensor(value: unknown, input: ModelTensorInfo, where: string): Step
 function readStep(raw: unknown, model: ModelInfo, stream: number, step: number): Step {
   const where = `( Location stream id: ${stream}, step id: ${step})`;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
-    throw new PerfError('failed to read input data', `Input data file is malformed: each step must be an object ${where}`);
+    throw new PerfError(
+      'failed to read input data',
+      `Input data file is malformed: each step must be an object ${where}`,
+    );
   }
   const obj = raw as Record<string, unknown>;
   const out = new Map<string, StepTensor>();
@@ -341,7 +359,10 @@ function readStep(raw: unknown, model: ModelInfo, stream: number, step: number):
   const known = new Set([...model.inputs.map((i) => i.name), ...model.outputs.map((o) => o.name), 'model']);
   for (const key of Object.keys(obj)) {
     if (!known.has(key)) {
-      throw new PerfError('failed to read input data', `The input or output '${key}' is not found in the model configuration`);
+      throw new PerfError(
+        'failed to read input data',
+        `The input or output '${key}' is not found in the model configuration`,
+      );
     }
   }
   return out;
@@ -374,7 +395,8 @@ export function parseInputDataJson(text: string, model: ModelInfo, source = 'inp
     if (Array.isArray(s) !== multiStream) {
       throw new PerfError(
         'failed to read input data',
-        'Inconsistency in input-data provided. Can not have a combination of objects and arrays inside of the Data array',
+        'Inconsistency in input-data provided. Can not have a ' +
+        'combination of objects and arrays inside of the Data array',
       );
     }
     if (multiStream) (s as unknown[]).forEach((st, k) => steps.push(readStep(st, model, si, k)));
@@ -390,7 +412,10 @@ export function readInputDataFiles(paths: readonly string[], model: ModelInfo): 
     try {
       text = readFileSync(p, 'utf8');
     } catch (err) {
-      throw new PerfError('failed to read input data', `failed to open file '${p}' for reading provided data: ${(err as Error).message}`);
+      throw new PerfError(
+        'failed to read input data',
+        `failed to open file '${p}' for reading provided data: ${(err as Error).message}`,
+      );
     }
     steps.push(...parseInputDataJson(text, model, p));
   }
@@ -401,7 +426,12 @@ export function readInputDataFiles(paths: readonly string[], model: ModelInfo): 
  * The tensors of one request: batch `batchSize` made of steps
  * first, first+1, ... (wrapping), as perf_analyzer batches user data.
  */
-export function assembleRequest(model: ModelInfo, steps: readonly Step[], first: number, batchSize: number): RequestTensor[] {
+export function assembleRequest(
+  model: ModelInfo,
+  steps: readonly Step[],
+  first: number,
+  batchSize: number,
+): RequestTensor[] {
   const out: RequestTensor[] = [];
   for (const input of model.inputs) {
     const head = steps[first % steps.length]!.get(input.name);
@@ -410,11 +440,16 @@ export function assembleRequest(model: ModelInfo, steps: readonly Step[], first:
     const parts: Uint8Array[] = [];
     for (let k = 0; k < count; k++) {
       const t = steps[(first + k) % steps.length]!.get(input.name);
-      if (!t) throw new PerfError('failed to create input data', `input '${input.name}' is missing from some steps of a batch`);
+      if (!t)
+        throw new PerfError(
+          'failed to create input data',
+          `input '${input.name}' is missing from some steps of a batch`,
+        );
       if (t.shape.length !== head.shape.length || t.shape.some((d, i) => d !== head.shape[i])) {
         throw new PerfError(
           'failed to create input data',
-          `can not batch tensors with different shapes together (input '${input.name}' expected shape ${shapeToString(head.shape)} and received ${shapeToString(t.shape)}`,
+          `can not batch tensors with different shapes together (input '${input.name}' ` +
+          `expected shape ${shapeToString(head.shape)} and received ${shapeToString(t.shape)}`,
         );
       }
       parts.push(t.data);

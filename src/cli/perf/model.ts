@@ -87,7 +87,8 @@ export function parseModel(
 ): ModelInfo {
   const md = asObject(metadata);
   const cfg = asObject(config);
-  if (!md || typeof md['name'] !== 'string') throw new PerfError('failed to get model metadata', 'response has no model name');
+  if (!md || typeof md['name'] !== 'string')
+    throw new PerfError('failed to get model metadata', 'response has no model name');
   if (!cfg) throw new PerfError('failed to get model config', 'response is not a JSON object');
   const name = md['name'];
 

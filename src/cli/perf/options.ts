@@ -278,7 +278,8 @@ const SPECS: readonly PerfOptionSpec[] = [
     apply: (s, v) => {
       if (v !== 'constant' && v !== 'poisson') {
         throw new UsageError(
-          `Failed to parse --request-distribution. Unsupported type provided: '${v}'. Choices are 'poisson' or 'constant'.`,
+          `Failed to parse --request-distribution. Unsupported type ` +
+          `provided: '${v}'. Choices are 'poisson' or 'constant'.`,
         );
       }
       s.opts.requestDistribution = v;
@@ -291,7 +292,8 @@ const SPECS: readonly PerfOptionSpec[] = [
     apply: (s, v) => {
       if (v !== 'time_windows' && v !== 'count_windows') {
         throw new UsageError(
-          `Failed to parse --measurement-mode. Unsupported type provided: '${v}'. The available options are 'time_windows' or 'count_windows'.`,
+          `Failed to parse --measurement-mode. Unsupported type provided: '` +
+          `${v}'. The available options are 'time_windows' or 'count_windows'.`,
         );
       }
       s.opts.measurementMode = v;
@@ -370,10 +372,13 @@ const SPECS: readonly PerfOptionSpec[] = [
         paths.push(v);
         s.opts.inputData = { kind: 'files', paths };
       } else if (existsSync(v) && statSync(v).isDirectory()) {
-        throw new UsageError(`--input-data '${v}': directories of raw tensor files are not supported by nereid perf; use a JSON file.`);
+        throw new UsageError(
+          `--input-data '${v}': directories of raw tensor files are not supported by nereid perf; use a JSON file.`,
+        );
       } else {
         throw new UsageError(
-          `Failed to parse --input-data. Unsupported type provided: '${v}'. The available options are 'zero', 'random', path to a directory, or a json file.`,
+          `Failed to parse --input-data. Unsupported type provided: '${v}'. The ` +
+          `available options are 'zero', 'random', path to a directory, or a json file.`,
         );
       }
     },
@@ -456,7 +461,11 @@ const SPECS: readonly PerfOptionSpec[] = [
   { long: 'help', short: 'h', takesValue: false, apply: (s) => (s.opts.help = true) },
   { long: 'service-kind', takesValue: true, apply: onlyDefault('--service-kind', ['triton']) },
   { long: 'shared-memory', takesValue: true, apply: onlyDefault('--shared-memory', ['none']) },
-  { long: 'grpc-compression-algorithm', takesValue: true, apply: onlyDefault('--grpc-compression-algorithm', ['none']) },
+  {
+    long: 'grpc-compression-algorithm',
+    takesValue: true,
+    apply: onlyDefault('--grpc-compression-algorithm', ['none']),
+  },
   { long: 'output-shared-memory-size', takesValue: true, apply: () => undefined },
   { long: 'request-intervals', takesValue: true, apply: unsupported('--request-intervals') },
   { long: 'sequence-length', takesValue: true, apply: unsupported('--sequence-length') },
@@ -478,13 +487,15 @@ export function parseArgs(argv: readonly string[]): PerfOptions {
     if (token.kind === 'long') {
       const spec = BY_LONG.get(token.name);
       if (!spec) throw new UsageError(`Error: Invalid long option '${token.arg}'`);
-      if (spec.takesValue && token.value === undefined) throw new UsageError(`Error: Missing value for option '${token.arg}'`);
+      if (spec.takesValue && token.value === undefined)
+        throw new UsageError(`Error: Missing value for option '${token.arg}'`);
       if (!spec.takesValue && token.inline) throw new UsageError(`Error: Option '--${token.name}' takes no value`);
       spec.apply(state, token.value ?? '');
     } else {
       const spec = token.name === undefined ? undefined : BY_LONG.get(token.name);
       if (!spec) throw new UsageError(`Error: Invalid short option '-${token.letter}'`);
-      if (spec.takesValue && token.value === undefined) throw new UsageError(`Error: Missing value for option '-${token.letter}'`);
+      if (spec.takesValue && token.value === undefined)
+        throw new UsageError(`Error: Missing value for option '-${token.letter}'`);
       spec.apply(state, token.value ?? '');
     }
   }

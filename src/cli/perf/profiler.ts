@@ -277,9 +277,9 @@ export class Profiler {
     } else if (!stable) {
       this.events.notice?.(
         cfg.mode === 'concurrency'
-          ? `Failed to obtain stable measurement within ${cfg.maxTrials} measurement windows for concurrency ${level}. Please try to increase the ${
-              cfg.measurementMode === 'time_windows' ? '--measurement-interval' : '--measurement-request-count'
-            }.`
+          ? `Failed to obtain stable measurement within ${cfg.maxTrials} measurement windows for concurrency ` +
+            `${level}. Please try to increase the ` +
+            `${cfg.measurementMode === 'time_windows' ? '--measurement-interval' : '--measurement-request-count'}.`
           : 'Failed to obtain stable measurement.',
       );
       outcome.meetsThreshold = false;

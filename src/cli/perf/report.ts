@@ -33,7 +33,9 @@ export function settingsText(o: PerfOptions, decoupled: boolean): string {
   } else {
     lines.push(`  Using "${o.measurementMode}" mode for stabilization`);
     const metric = o.async ? 'throughput' : 'latency and throughput';
-    lines.push(o.percentile === -1 ? `  Stabilizing using average ${metric}` : `  Stabilizing using p${o.percentile} ${metric}`);
+    lines.push(
+      o.percentile === -1 ? `  Stabilizing using average ${metric}` : `  Stabilizing using p${o.percentile} ${metric}`,
+    );
     lines.push(
       o.measurementMode === 'time_windows'
         ? `  Measurement window: ${o.measurementIntervalMs} msec`
@@ -43,14 +45,17 @@ export function settingsText(o: PerfOptions, decoupled: boolean): string {
   if (o.loadMode === 'concurrency' && o.concurrencyRange.end !== 1) {
     lines.push(`  Latency limit: ${o.latencyThresholdMs} msec`);
     if (o.concurrencyRange.end !== 0) {
-      lines.push(`  Concurrency limit: ${Math.max(o.concurrencyRange.start, o.concurrencyRange.end)} concurrent requests`);
+      lines.push(
+        `  Concurrency limit: ${Math.max(o.concurrencyRange.start, o.concurrencyRange.end)} concurrent requests`,
+      );
     }
   }
   if (o.loadMode === 'request_rate' && o.requestRateRange.end !== 1) {
     lines.push(`  Latency limit: ${o.latencyThresholdMs} msec`);
     if (o.requestRateRange.end !== 0) {
       lines.push(
-        `  Request Rate limit: ${formatDouble(Math.max(o.requestRateRange.start, o.requestRateRange.end))} requests per seconds`,
+        `  Request Rate limit: ` +
+        `${formatDouble(Math.max(o.requestRateRange.start, o.requestRateRange.end))} requests per seconds`,
       );
     }
   }
@@ -99,8 +104,10 @@ function clientText(s: PerfStatus, ctx: ReportContext): string[] {
     if (ctx.protocol === 'grpc') {
       lines.push(
         ctx.verbose
-          ? `    Avg gRPC time: ${req} usec (marshal ${send} usec + response wait ${wait} usec + unmarshal ${recv} usec)`
-          : `    Avg gRPC time: ${req} usec ((un)marshal request/response ${send + recv} usec + response wait ${wait} usec)`,
+          ? `    Avg gRPC time: ${req} usec (marshal ${send} usec ` +
+            `+ response wait ${wait} usec + unmarshal ${recv} usec)`
+          : `    Avg gRPC time: ${req} usec ((un)marshal request/response ` +
+            `${send + recv} usec + response wait ${wait} usec)`,
       );
     } else {
       lines.push(
@@ -121,21 +128,32 @@ function serverText(stats: ServerSideStats, ctx: ReportContext, depth: number): 
     return lines;
   }
   const b = serverBreakdown(stats, ctx.responseCacheEnabled);
-  lines.push(`${ident}  Inference count: ${stats.inferenceCount}`, `${ident}  Execution count: ${stats.executionCount}`);
+  lines.push(
+    `${ident}  Inference count: ${stats.inferenceCount}`,
+    `${ident}  Execution count: ${stats.executionCount}`,
+  );
   if (ctx.responseCacheEnabled) {
-    lines.push(`${ident}  Cache hit count: ${stats.cacheHitCount}`, `${ident}  Cache miss count: ${stats.cacheMissCount}`);
+    lines.push(
+      `${ident}  Cache hit count: ${stats.cacheHitCount}`,
+      `${ident}  Cache miss count: ${stats.cacheMissCount}`,
+    );
   }
   lines.push(`${ident}  Successful request count: ${stats.successCount}`);
   if (stats.composing.length === 0) {
     if (ctx.responseCacheEnabled) {
       lines.push(
-        `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ${b.overheadUs} usec + queue ${b.queueUs} usec + cache hit/miss ${b.combinedCacheComputeUs} usec)`,
+        `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ${b.overheadUs} ` +
+        `usec + queue ${b.queueUs} usec + cache hit/miss ${b.combinedCacheComputeUs} usec)`,
         `${ident}${ident}  Average Cache Hit Latency: ${b.cacheHitUs} usec`,
-        `${ident}${ident}  Average Cache Miss Latency: ${b.cacheMissUs + b.computeUs} usec (cache lookup/insertion ${b.cacheMissUs} usec + compute input ${b.computeInputUs} usec + compute infer ${b.computeInferUs} usec + compute output ${b.computeOutputUs} usec)`,
+        `${ident}${ident}  Average Cache Miss Latency: ${b.cacheMissUs + b.computeUs} usec (cache lookup/insertion ` +
+        `${b.cacheMissUs} usec + compute input ${b.computeInputUs} usec + compute ` +
+        `infer ${b.computeInferUs} usec + compute output ${b.computeOutputUs} usec)`,
       );
     } else {
       lines.push(
-        `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ${b.overheadUs} usec + queue ${b.queueUs} usec + compute input ${b.computeInputUs} usec + compute infer ${b.computeInferUs} usec + compute output ${b.computeOutputUs} usec)`,
+        `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ${b.overheadUs} usec + queue ${b.queueUs} ` +
+        `usec + compute input ${b.computeInputUs} usec + compute infer ` +
+        `${b.computeInferUs} usec + compute output ${b.computeOutputUs} usec)`,
       );
     }
     return lines;
@@ -150,7 +168,8 @@ function serverText(stats: ServerSideStats, ctx: ReportContext, depth: number): 
   }
   const overhead = b.avgRequestUs > queue + compute ? b.avgRequestUs - queue - compute : 0;
   lines.push(
-    `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ${overhead} usec + queue ${queue} usec + compute ${compute} usec)`,
+    `${ident}  Avg request latency: ${b.avgRequestUs} usec (overhead ` +
+    `${overhead} usec + queue ${queue} usec + compute ${compute} usec)`,
     '',
     `${ident}Composing models: `,
   );
@@ -164,7 +183,10 @@ function serverText(stats: ServerSideStats, ctx: ReportContext, depth: number): 
 function metricsText(m: GpuMetrics): string[] {
   const lines = ['  Server Prometheus Metrics: '];
   if (m.utilization.size > 16) {
-    return [...lines, 'Too many GPUs on system to print out individual Prometheus metrics, use the CSV output feature to see metrics.'];
+    return [
+      ...lines,
+      'Too many GPUs on system to print out individual Prometheus metrics, use the CSV output feature to see metrics.',
+    ];
   }
   lines.push('    Avg GPU Utilization:');
   for (const [k, v] of m.utilization) lines.push(`      ${k} : ${formatDouble(v * 100)}%`);
@@ -189,14 +211,21 @@ export function levelReportText(s: PerfStatus, ctx: ReportContext): string {
 }
 
 /** The closing summary ("Concurrency: N, throughput: T infer/sec, latency L usec" per level). */
-export function summaryText(statuses: readonly PerfStatus[], mode: 'concurrency' | 'request_rate', percentile: number): string {
+export function summaryText(
+  statuses: readonly PerfStatus[],
+  mode: 'concurrency' | 'request_rate',
+  percentile: number,
+): string {
   if (statuses.length === 0) return '';
   const lines = [
     `Inferences/Second vs. Client ${percentile === -1 ? 'Average Batch Latency' : `p${percentile} Batch Latency`}`,
   ];
   for (const s of statuses) {
     const head = mode === 'concurrency' ? `Concurrency: ${s.level}` : `Request Rate: ${formatDouble(s.level)}`;
-    lines.push(`${head}, throughput: ${formatDouble(s.client.inferPerSec)} infer/sec, latency ${us(s.stabilizingLatencyNs)} usec`);
+    lines.push(
+      `${head}, throughput: ${formatDouble(s.client.inferPerSec)} ` +
+      `infer/sec, latency ${us(s.stabilizingLatencyNs)} usec`,
+    );
   }
   return lines.join('\n') + '\n';
 }
@@ -250,7 +279,10 @@ export function csvText(statuses: readonly PerfStatus[], o: CsvOptions): { text:
       const st = s.server!;
       const avg = (t: number, n: number) => (n > 0 ? Math.floor(t / n) : 0);
       const queueNs = avg(st.queueTimeNs, st.queueCount);
-      const computeNs = avg(st.computeInputTimeNs + st.computeInferTimeNs + st.computeOutputTimeNs, st.computeInputCount);
+      const computeNs = avg(
+        st.computeInputTimeNs + st.computeInferTimeNs + st.computeOutputTimeNs,
+        st.computeInputCount,
+      );
       const hitNs = avg(st.cacheHitTimeNs, st.cacheHitCount);
       const missNs = avg(st.cacheMissTimeNs, st.cacheMissCount);
       const clientWait = c.avgLatencyNs - c.avgSendTimeNs - c.avgReceiveTimeNs;
@@ -258,7 +290,8 @@ export function csvText(statuses: readonly PerfStatus[], o: CsvOptions): { text:
       const network = clientWait > accounted ? clientWait - accounted : 0;
       if (network === 0) {
         warnings.push(
-          'Server average accounted time was larger than client average wait time due to small sample size. Increase the measurement interval with `--measurement-interval`.',
+          'Server average accounted time was larger than client average wait time due to small ' +
+          'sample size. Increase the measurement interval with `--measurement-interval`.',
         );
       }
       row += `${us(network)},${us(queueNs)},${us(avg(st.computeInputTimeNs, st.computeInputCount))},${us(

@@ -72,7 +72,8 @@ function duration(stats: Record<string, unknown> | undefined, name: string): [nu
 /** Parses a `{"model_stats": [...]}` document (HTTP JSON, or gRPC converted to the same shape). */
 export function parseStatistics(doc: unknown): StatsSnapshot {
   const list = (doc as Record<string, unknown> | null)?.['model_stats'];
-  if (!Array.isArray(list)) throw new PerfError('failed to get model statistics', "response has no 'model_stats' array");
+  if (!Array.isArray(list))
+    throw new PerfError('failed to get model statistics', "response has no 'model_stats' array");
   const out: StatsSnapshot = new Map();
   for (const entry of list as Array<Record<string, unknown>>) {
     const s = entry['inference_stats'] as Record<string, unknown> | undefined;
@@ -112,7 +113,10 @@ export function parseStatistics(doc: unknown): StatsSnapshot {
 export function statsVersion(name: string, version: string, start: StatsSnapshot, end: StatsSnapshot): string {
   if (version !== '') {
     if (!end.has(key(name, version))) {
-      throw new PerfError('failed to get model statistics', `missing statistics for requested model '${name}' version ${version}`);
+      throw new PerfError(
+        'failed to get model statistics',
+        `missing statistics for requested model '${name}' version ${version}`,
+      );
     }
     return version;
   }
@@ -124,7 +128,10 @@ export function statsVersion(name: string, version: string, start: StatsSnapshot
     if (v.queueCount > before) best = Math.max(best, Number(ver));
   }
   if (best === -1) {
-    throw new PerfError('failed to get model statistics', `failed to find the requested model version for '${name}' in the statistics`);
+    throw new PerfError(
+      'failed to get model statistics',
+      `failed to find the requested model version for '${name}' in the statistics`,
+    );
   }
   return String(best);
 }

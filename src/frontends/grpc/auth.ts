@@ -16,7 +16,13 @@ import {
   type ServerInterceptingCallInterface,
   type ServerInterceptor,
 } from '@grpc/grpc-js';
-import { type AccessControl, type ApiGroup, type AuthFailure, type Principal, isAuthFailure } from '../../auth/index.js';
+import {
+  type AccessControl,
+  type ApiGroup,
+  type AuthFailure,
+  type Principal,
+  isAuthFailure,
+} from '../../auth/index.js';
 import { CATEGORY_OF_RPC } from './restrictions.js';
 
 /** The RPCs whose request message names a model (`model_name` or `name`), with the group it is checked in. */
@@ -74,7 +80,8 @@ export function authInterceptor(access: AccessControl): ServerInterceptor {
       builder.withOnReceiveMessage((message, next) => {
         if (refused) return;
         const model = modelOf(message);
-        const failure = who === undefined || model === undefined ? undefined : access.authorize(who, address, group, model);
+        const failure =
+          who === undefined || model === undefined ? undefined : access.authorize(who, address, group, model);
         if (failure !== undefined) {
           refused = true;
           refuse(call, failure);

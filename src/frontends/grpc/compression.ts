@@ -62,7 +62,9 @@ export function responseCompressionInterceptor(
     if (typeof inner.serializeMessage !== 'function' || typeof inner.handler?.serialize !== 'function') {
       if (!warned) {
         warned = true;
-        logger.warn('gRPC response compression is unavailable with this @grpc/grpc-js version; responses are sent uncompressed');
+        logger.warn(
+          'gRPC response compression is unavailable with this @grpc/grpc-js version; responses are sent uncompressed',
+        );
       }
       return new ServerInterceptingCall(call);
     }

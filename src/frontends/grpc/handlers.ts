@@ -44,7 +44,11 @@ import {
   type SystemSharedMemoryUnregisterRequest,
   type TraceSettingRequest,
 } from '../../gen/grpc_service_pb.js';
-import { HealthCheckResponse_ServingStatus, HealthCheckResponseSchema, type HealthCheckRequest } from '../../gen/health_pb.js';
+import {
+  HealthCheckResponse_ServingStatus,
+  HealthCheckResponseSchema,
+  type HealthCheckRequest,
+} from '../../gen/health_pb.js';
 import { Errors, NereidError } from '../../errors.js';
 
 /** Errors meaning the model is known but has no version serving: ModelReady answers not-ready. */
@@ -67,7 +71,10 @@ export function malformedError(m: MalformedMessage): ReturnType<typeof toService
 
 /** Wraps a (possibly async) function of the request as a grpc-js unary handler. */
 function unary<Req, O extends DescMessage>(
-  fn: (request: Req, call: ServerUnaryCall<Req | MalformedMessage, MessageShape<O>>) => MessageShape<O> | Promise<MessageShape<O>>,
+  fn: (
+    request: Req,
+    call: ServerUnaryCall<Req | MalformedMessage, MessageShape<O>>,
+  ) => MessageShape<O> | Promise<MessageShape<O>>,
 ): Handler<Req, MessageShape<O>> {
   return (call: ServerUnaryCall<Req | MalformedMessage, MessageShape<O>>, callback: sendUnaryData<MessageShape<O>>) => {
     const request = call.request;
@@ -77,7 +84,11 @@ function unary<Req, O extends DescMessage>(
     }
     try {
       const result = fn(request, call);
-      if (result instanceof Promise) result.then((r) => callback(null, r), (e: unknown) => callback(toServiceError(e), null));
+      if (result instanceof Promise)
+        result.then(
+          (r) => callback(null, r),
+          (e: unknown) => callback(toServiceError(e), null),
+        );
       else callback(null, result);
     } catch (e) {
       callback(toServiceError(e), null);
@@ -85,7 +96,10 @@ function unary<Req, O extends DescMessage>(
   };
 }
 
-/** An empty version string means "let the server choose"; others must be integers > 0 (Triton's INVALID_ARGUMENT otherwise). */
+/**
+ * An empty version string means "let the server choose"; others must be integers > 0 (Triton's INVALID_ARGUMENT
+ * otherwise).
+ */
 const versionArg = (v: string): string | undefined => parseWireVersion(v);
 
 function duration(d: StatDuration | undefined): MessageInitShape<typeof StatisticDurationSchema> {
@@ -183,14 +197,16 @@ function logChanges(req: LogSettingsRequest): LogSettingsChange {
   }
   const verbose = s['log_verbose_level'];
   if (verbose !== undefined) {
-    if (verbose.parameterChoice.case !== 'uint32Param') throw Errors.badParameter("expect int32 for 'log_verbose_level'");
+    if (verbose.parameterChoice.case !== 'uint32Param')
+      throw Errors.badParameter("expect int32 for 'log_verbose_level'");
     changes.log_verbose_level = verbose.parameterChoice.value;
   }
   const format = s['log_format'];
   if (format !== undefined) {
     if (format.parameterChoice.case !== 'stringParam') throw Errors.badParameter("expect string for 'log_format'");
     const f = format.parameterChoice.value;
-    if (f !== 'default' && f !== 'ISO8601' && f !== 'json') throw Errors.badParameter(`invalid argument for log_format, got: ${f}`);
+    if (f !== 'default' && f !== 'ISO8601' && f !== 'json')
+      throw Errors.badParameter(`invalid argument for log_format, got: ${f}`);
     changes.log_format = f;
   }
   return changes;
@@ -212,9 +228,13 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
   const { server, traceSettings, logSettings } = deps;
 
   const handlers = {
-    ServerLive: unary<unknown, typeof ServerLiveResponseSchema>(() => create(ServerLiveResponseSchema, { live: server.isLive() })),
+    ServerLive: unary<unknown, typeof ServerLiveResponseSchema>(() =>
+      create(ServerLiveResponseSchema, { live: server.isLive() }),
+    ),
 
-    ServerReady: unary<unknown, typeof ServerReadyResponseSchema>(() => create(ServerReadyResponseSchema, { ready: server.isReady() })),
+    ServerReady: unary<unknown, typeof ServerReadyResponseSchema>(() =>
+      create(ServerReadyResponseSchema, { ready: server.isReady() }),
+    ),
 
     ModelReady: unary<ModelReadyRequest, typeof ModelReadyResponseSchema>(async (req) => {
       let ready: boolean;
@@ -255,15 +275,24 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
 
     ModelStatistics: unary<ModelStatisticsRequest, typeof ModelStatisticsResponseSchema>((req, call) => {
       let stats = server.modelStatistics(req.name === '' ? undefined : req.name, versionArg(req.version));
-      const inScope = req.name === '' ? deps.access?.modelFilter(authorizationOf(call.metadata), 'statistics') : undefined;
+      const inScope =
+        req.name === '' ? deps.access?.modelFilter(authorizationOf(call.metadata), 'statistics') : undefined;
       if (inScope !== undefined) stats = stats.filter((s) => inScope(s.name));
       return create(ModelStatisticsResponseSchema, { modelStats: stats.map(statisticsMessage) });
     }),
 
     RepositoryIndex: unary<RepositoryIndexRequest, typeof RepositoryIndexResponseSchema>(async (req) => {
-      const entries = await server.repositoryIndex(req.ready, req.repositoryName === '' ? undefined : req.repositoryName);
+      const entries = await server.repositoryIndex(
+        req.ready,
+        req.repositoryName === '' ? undefined : req.repositoryName,
+      );
       return create(RepositoryIndexResponseSchema, {
-        models: entries.map((e) => ({ name: e.name, version: e.version ?? '', state: e.state ?? '', reason: e.reason ?? '' })),
+        models: entries.map((e) => ({
+          name: e.name,
+          version: e.version ?? '',
+          state: e.state ?? '',
+          reason: e.reason ?? '',
+        })),
       });
     }),
 
@@ -274,7 +303,10 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
       return create(RepositoryModelLoadResponseSchema);
     }),
 
-    RepositoryModelUnload: unary<RepositoryModelUnloadRequest, typeof RepositoryModelUnloadResponseSchema>(async (req) => {
+    RepositoryModelUnload: unary<
+      RepositoryModelUnloadRequest,
+      typeof RepositoryModelUnloadResponseSchema
+    >(async (req) => {
       let unloadDependents = false;
       const p = req.parameters['unload_dependents'];
       if (p !== undefined) {
@@ -283,40 +315,54 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
         }
         unloadDependents = p.parameterChoice.value;
       }
-      await server.unloadModel(req.modelName, { unloadDependents, ...(req.repositoryName === '' ? {} : { repository: req.repositoryName }) });
+      await server.unloadModel(req.modelName, {
+        unloadDependents,
+        ...(req.repositoryName === '' ? {} : { repository: req.repositoryName }),
+      });
       return create(RepositoryModelUnloadResponseSchema);
     }),
 
     // Registering needs --allow-client-shm; status always answers.
-    SystemSharedMemoryStatus: unary<SystemSharedMemoryStatusRequest, typeof SystemSharedMemoryStatusResponseSchema>((req) => {
-      const regions: Record<string, { name: string; key: string; offset: bigint; byteSize: bigint }> = {};
-      for (const r of server.sharedMemory.systemStatus(req.name)) {
-        regions[r.name] = { name: r.name, key: r.key, offset: BigInt(r.offset), byteSize: BigInt(r.byte_size) };
-      }
-      return create(SystemSharedMemoryStatusResponseSchema, { regions });
-    }),
-    SystemSharedMemoryRegister: unary<SystemSharedMemoryRegisterRequest, typeof SystemSharedMemoryRegisterResponseSchema>((req) => {
+    SystemSharedMemoryStatus: unary<SystemSharedMemoryStatusRequest, typeof SystemSharedMemoryStatusResponseSchema>(
+      (req) => {
+        const regions: Record<string, { name: string; key: string; offset: bigint; byteSize: bigint }> = {};
+        for (const r of server.sharedMemory.systemStatus(req.name)) {
+          regions[r.name] = { name: r.name, key: r.key, offset: BigInt(r.offset), byteSize: BigInt(r.byte_size) };
+        }
+        return create(SystemSharedMemoryStatusResponseSchema, { regions });
+      },
+    ),
+    SystemSharedMemoryRegister: unary<
+      SystemSharedMemoryRegisterRequest,
+      typeof SystemSharedMemoryRegisterResponseSchema
+    >((req) => {
       if (!server.sharedMemory.allowed) throw Errors.clientShmDisabled();
       server.sharedMemory.registerSystem(req.name, req.key, Number(req.offset), Number(req.byteSize));
       return create(SystemSharedMemoryRegisterResponseSchema);
     }),
-    SystemSharedMemoryUnregister: unary<SystemSharedMemoryUnregisterRequest, typeof SystemSharedMemoryUnregisterResponseSchema>(
-      (req) => {
-        server.sharedMemory.unregister('system', req.name);
-        return create(SystemSharedMemoryUnregisterResponseSchema);
-      },
-    ),
+    SystemSharedMemoryUnregister: unary<
+      SystemSharedMemoryUnregisterRequest,
+      typeof SystemSharedMemoryUnregisterResponseSchema
+    >((req) => {
+      server.sharedMemory.unregister('system', req.name);
+      return create(SystemSharedMemoryUnregisterResponseSchema);
+    }),
 
     // No GPU support: CUDA regions can never exist.
     CudaSharedMemoryStatus: unary<CudaSharedMemoryStatusRequest, typeof CudaSharedMemoryStatusResponseSchema>((req) => {
       server.sharedMemory.cudaStatus(req.name);
       return create(CudaSharedMemoryStatusResponseSchema);
     }),
-    CudaSharedMemoryRegister: unary<CudaSharedMemoryRegisterRequest, typeof CudaSharedMemoryRegisterResponseSchema>((req) => {
-      // Triton's gRPC frontend built without CUDA answers this whatever --allow-client-shm says.
-      throw Errors.cudaShmNoGpu(req.name);
-    }),
-    CudaSharedMemoryUnregister: unary<CudaSharedMemoryUnregisterRequest, typeof CudaSharedMemoryUnregisterResponseSchema>((req) => {
+    CudaSharedMemoryRegister: unary<CudaSharedMemoryRegisterRequest, typeof CudaSharedMemoryRegisterResponseSchema>(
+      (req) => {
+        // Triton's gRPC frontend built without CUDA answers this whatever --allow-client-shm says.
+        throw Errors.cudaShmNoGpu(req.name);
+      },
+    ),
+    CudaSharedMemoryUnregister: unary<
+      CudaSharedMemoryUnregisterRequest,
+      typeof CudaSharedMemoryUnregisterResponseSchema
+    >((req) => {
       server.sharedMemory.unregister('cuda', req.name);
       return create(CudaSharedMemoryUnregisterResponseSchema);
     }),
@@ -356,7 +402,9 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
 export function healthHandlers(server: ServerApi): Record<string, Handler<never, never>> {
   const check = unary<HealthCheckRequest, typeof HealthCheckResponseSchema>(() =>
     create(HealthCheckResponseSchema, {
-      status: server.isReady() ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING,
+      status: server.isReady()
+        ? HealthCheckResponse_ServingStatus.SERVING
+        : HealthCheckResponse_ServingStatus.NOT_SERVING,
     }),
   );
   return { Check: check } as unknown as Record<string, Handler<never, never>>;

@@ -37,10 +37,18 @@ export {
   type GrpcSslOptions,
 } from './options.js';
 export { parseRestrictedProtocols } from './restrictions.js';
-export type { LogSettings, LogSettingsChange, LogSettingsStore, TraceSettings, TraceSettingsStore } from './settings.js';
+export type {
+  LogSettings,
+  LogSettingsChange,
+  LogSettingsStore,
+  TraceSettings,
+  TraceSettingsStore,
+} from './settings.js';
 
 /** grpc-js definitions of the services, usable to build clients too. */
-export const inferenceServiceDefinition = serviceDefinition(GRPCInferenceService, { [ModelInferRequestSchema.typeName]: readModelInferRequest });
+export const inferenceServiceDefinition = serviceDefinition(GRPCInferenceService, {
+  [ModelInferRequestSchema.typeName]: readModelInferRequest,
+});
 export const healthServiceDefinition = serviceDefinition(Health);
 
 const INFER_PATHS: ReadonlySet<string> = new Set([
@@ -108,12 +116,20 @@ export class GrpcFrontend {
 
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
     const implementation: UntypedServiceImplementation = {
-      ...commonHandlers({ server: this.server, traceSettings: o.traceSettings ?? o.tracer?.settings, logSettings: o.logSettings, access: o.access }),
+      ...commonHandlers({
+        server: this.server,
+        traceSettings: o.traceSettings ?? o.tracer?.settings,
+        logSettings: o.logSettings,
+        access: o.access,
+      }),
       ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer),
       ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern, o.tracer),
     } as unknown as UntypedServiceImplementation;
     grpcServer.addService(inferenceServiceDefinition, implementation);
-    grpcServer.addService(healthServiceDefinition, healthHandlers(this.server) as unknown as UntypedServiceImplementation);
+    grpcServer.addService(
+      healthServiceDefinition,
+      healthHandlers(this.server) as unknown as UntypedServiceImplementation,
+    );
     addReflection(grpcServer);
 
     const address = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);

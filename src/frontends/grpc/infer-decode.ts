@@ -59,21 +59,24 @@ function decodeRequestParameters(map: { [key: string]: InferParameter }): Record
         }
         break;
       case 'timeout':
-        if (choice.case !== 'int64Param') throw bad("invalid value type for 'timeout' parameter, expected int64_param.");
+        if (choice.case !== 'int64Param')
+          throw bad("invalid value type for 'timeout' parameter, expected int64_param.");
         value = intValue(choice.value);
         break;
       default:
         if (key.startsWith('triton_')) {
           if (key !== ENABLE_EMPTY_FINAL_RESPONSE) {
             throw bad(
-              `parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: ${ENABLE_EMPTY_FINAL_RESPONSE}`,
+              `parameter keys starting with 'triton_' are reserved for Triton usage. Only the ` +
+              `following keys starting with 'triton_' are allowed: ${ENABLE_EMPTY_FINAL_RESPONSE}`,
             );
           }
           if (choice.case !== 'boolParam') throw bad(`invalid value type for '${key}' parameter, expected bool_param.`);
           continue; // a frontend setting, not a request parameter
         }
         if (choice.case === 'int64Param') value = intValue(choice.value);
-        else if (choice.case === 'boolParam' || choice.case === 'stringParam' || choice.case === 'doubleParam') value = choice.value;
+        else if (choice.case === 'boolParam' || choice.case === 'stringParam' || choice.case === 'doubleParam')
+          value = choice.value;
         else throw bad(`invalid value type for '${key}' parameter, expected int64_param, bool_param, or string_param.`);
     }
     (out ??= {})[key] = value;
@@ -91,7 +94,9 @@ function sharedMemoryRegion(
   const size = params['shared_memory_byte_size'];
   if (region === undefined && offset === undefined && size === undefined) return undefined;
   if (region !== undefined && region.parameterChoice.case !== 'stringParam') {
-    throw bad(`invalid value type for 'shared_memory_region' parameter for tensor '${tensorName}', expected string_param.`);
+    throw bad(
+      `invalid value type for 'shared_memory_region' parameter for tensor '${tensorName}', expected string_param.`,
+    );
   }
   for (const [key, p] of [
     ['shared_memory_offset', offset],
@@ -106,9 +111,13 @@ function sharedMemoryRegion(
     }
   }
   if (size === undefined) {
-    throw bad(`'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '${tensorName}'`);
+    throw bad(
+      `'shared_memory_byte_size' must be specified along with ` +
+      `'shared_memory_region' parameter for tensor '${tensorName}'`,
+    );
   }
-  const int = (p: InferParameter | undefined): number => (p === undefined ? 0 : Number(p.parameterChoice.value as bigint));
+  const int = (p: InferParameter | undefined): number =>
+    p === undefined ? 0 : Number(p.parameterChoice.value as bigint);
   return { region: region!.parameterChoice.value as string, offset: int(offset), byteSize: int(size) };
 }
 
@@ -149,14 +158,20 @@ function asBytes(a: ArrayBufferView): Uint8Array {
 }
 
 /** Packs typed contents into the raw little-endian layout of `datatype`. */
-function packContents(model: string, input: ModelInferRequest_InferInputTensor, datatype: Datatype, c: InferTensorContents): Uint8Array {
+function packContents(
+  model: string,
+  input: ModelInferRequest_InferInputTensor,
+  datatype: Datatype,
+  c: InferTensorContents,
+): Uint8Array {
   let used: string | undefined;
   for (const f of FIELDS) {
     const list = c[f as keyof InferTensorContents] as unknown as unknown[];
     if (list.length === 0) continue;
     if (used !== undefined) {
       throw Errors.invalidRequest(
-        `unexpected explicit tensor data for input tensor '${input.name}' for model '${model}', binary data was already supplied.`,
+        `unexpected explicit tensor data for input tensor '${input.name}' ` +
+        `for model '${model}', binary data was already supplied.`,
       );
     }
     used = f;
@@ -165,7 +180,8 @@ function packContents(model: string, input: ModelInferRequest_InferInputTensor, 
   const expected = CONTENTS_FIELD[datatype];
   if (used !== expected) {
     throw Errors.invalidRequest(
-      `unexpected explicit tensor data for input tensor '${input.name}' for model '${model}' of type '${FIELD_DATATYPE[used]}', expected datatype '${datatype}'`,
+      `unexpected explicit tensor data for input tensor '${input.name}' for model '` +
+      `${model}' of type '${FIELD_DATATYPE[used]}', expected datatype '${datatype}'`,
     );
   }
   switch (datatype) {
@@ -212,7 +228,8 @@ function decodeOutput(o: ModelInferRequest_InferRequestedOutputTensor, shm: ShmP
   for (const key in params) {
     const choice = params[key]!.parameterChoice;
     if (key === 'classification') {
-      if (choice.case !== 'int64Param') throw bad("invalid value type for 'classification' parameter, expected int64_param");
+      if (choice.case !== 'int64Param')
+        throw bad("invalid value type for 'classification' parameter, expected int64_param");
       if (choice.value <= 0n) throw bad("invalid value for 'classification' parameter, expected >= 0");
       classification = Number(choice.value);
     } else if (key.startsWith('shared_memory_') || key === 'binary_data') {
@@ -281,7 +298,9 @@ export function decodeInfer(
         );
       }
       if (!isDatatype(io.datatype)) {
-        throw Errors.invalidRequest(`invalid datatype '${io.datatype}' for input tensor '${io.name}' for model '${model}'`);
+        throw Errors.invalidRequest(
+          `invalid datatype '${io.datatype}' for input tensor '${io.name}' for model '${model}'`,
+        );
       }
       shm.inputs.push({ index: i, ref: region });
       inputs[i] = { name: io.name, datatype: io.datatype, shape: decodeShape(io.shape), data: NO_BYTES };

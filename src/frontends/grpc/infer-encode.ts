@@ -162,7 +162,8 @@ function encodeParameters(
   final: boolean,
 ): EncodedParameter[] {
   const out: EncodedParameter[] = [];
-  if (params) for (const key in params) if (key !== 'triton_final_response') out.push(new EncodedParameter(key, params[key]!));
+  if (params)
+    for (const key in params) if (key !== 'triton_final_response') out.push(new EncodedParameter(key, params[key]!));
   if (stream) out.push(new EncodedParameter('triton_final_response', final));
   return out;
 }
@@ -194,7 +195,8 @@ export function encodeInferResponse(res: InferResponse, stream = false, final = 
     const dtLen = t.datatype.length;
     let shapeLen = 0;
     for (const d of t.shape) shapeLen += int64Size(d);
-    const tensorLen = stringFieldSize(tNameLen) + stringFieldSize(dtLen) + (shapeLen === 0 ? 0 : lenFieldSize(1, shapeLen));
+    const tensorLen =
+      stringFieldSize(tNameLen) + stringFieldSize(dtLen) + (shapeLen === 0 ? 0 : lenFieldSize(1, shapeLen));
     sizes[i * 4] = tNameLen;
     sizes[i * 4 + 1] = dtLen;
     sizes[i * 4 + 2] = shapeLen;

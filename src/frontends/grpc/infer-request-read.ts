@@ -12,7 +12,12 @@
  * a field does not have, varints past 2^49 (negative numbers among them),
  * groups, and any truncated or malformed input.
  */
-import type { InferParameter, ModelInferRequest, ModelInferRequest_InferInputTensor, ModelInferRequest_InferRequestedOutputTensor } from '../../gen/grpc_service_pb.js';
+import type {
+  InferParameter,
+  ModelInferRequest,
+  ModelInferRequest_InferInputTensor,
+  ModelInferRequest_InferRequestedOutputTensor,
+} from '../../gen/grpc_service_pb.js';
 
 const REQUEST = 'inference.ModelInferRequest';
 const INPUT = 'inference.ModelInferRequest.InferInputTensor';
@@ -22,7 +27,10 @@ const PARAMETER = 'inference.InferParameter';
 /** Varints are read as numbers up to 7 bytes (49 bits); longer ones take the generic decoder. */
 const MAX_VARINT_BYTES = 7;
 
-/** proto3 strings must be valid UTF-8 (fromBinary refuses others, so they go to it for its error); a leading U+FEFF is text. */
+/**
+ * proto3 strings must be valid UTF-8 (fromBinary refuses others, so they go to it for its error); a leading U+FEFF is
+ * text.
+ */
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 function decodeUtf8(bytes: Uint8Array): string {
@@ -222,7 +230,16 @@ export function readModelInferRequest(bytes: Uint8Array): ModelInferRequest | un
   } finally {
     buf = EMPTY;
   }
-  return { $typeName: REQUEST, modelName, modelVersion, id, parameters, inputs, outputs, rawInputContents } as unknown as ModelInferRequest;
+  return {
+    $typeName: REQUEST,
+    modelName,
+    modelVersion,
+    id,
+    parameters,
+    inputs,
+    outputs,
+    rawInputContents,
+  } as unknown as ModelInferRequest;
 }
 
 const EMPTY = new Uint8Array(0);

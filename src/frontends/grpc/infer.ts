@@ -40,7 +40,11 @@ export function sampleCall(tracer: Tracer | undefined, model: string, metadata: 
   if (tracer === undefined || !tracer.enabled) return undefined;
   const parent = metadata.get('traceparent')[0];
   const state = metadata.get('tracestate')[0];
-  return tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+  return tracer.sample(
+    model,
+    typeof parent === 'string' ? parent : undefined,
+    typeof state === 'string' ? state : undefined,
+  );
 }
 
 /** Completes one unary call; a class so no closures are made per request. */
@@ -86,14 +90,21 @@ class UnaryInferCall {
 }
 
 export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tracer?: Tracer) {
-  return (call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>, callback: sendUnaryData<Uint8Array>): void => {
+  return (
+    call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>,
+    callback: sendUnaryData<Uint8Array>,
+  ): void => {
     const msg = call.request;
     if (msg instanceof MalformedMessage) {
       callback(malformedError(msg), null);
       return;
     }
     // A full queue answers before the inputs are unpacked.
-    const refused = server.admissionError?.(msg.modelName, msg.modelVersion === '' ? undefined : msg.modelVersion, msg.id);
+    const refused = server.admissionError?.(
+      msg.modelName,
+      msg.modelVersion === '' ? undefined : msg.modelVersion,
+      msg.id,
+    );
     if (refused !== undefined) {
       callback(toServiceError(refused), null);
       return;
@@ -106,7 +117,8 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tra
     try {
       const headers = headerPattern === undefined ? undefined : forwardedHeaders(call.metadata, headerPattern);
       decoded = decodeInfer(msg, abort, headers, trace);
-      if (isDecoupled(server, msg.modelName, msg.modelVersion)) throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
+      if (isDecoupled(server, msg.modelName, msg.modelVersion))
+        throw Errors.decoupledNotSupported(DECOUPLED_ON_MODEL_INFER);
     } catch (e) {
       callback(toServiceError(e), null);
       trace?.end();
@@ -114,7 +126,8 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tra
     }
     trace?.stamp('GRPC_WAITREAD_END');
     const pending = new UnaryInferCall(callback, abort, trace);
-    // grpc-js emits 'cancelled' at most once per call (guarded by its cancel notification), so `on` spares once's wrapper.
+    // grpc-js emits 'cancelled' at most once per call (guarded by its cancel notification), so `on` spares once's
+    // wrapper.
     call.on('cancelled', pending.cancelled.bind(pending));
     const run = decoded.shm === undefined ? server.infer(decoded.request) : inferWithSharedMemory(server, decoded);
     run.then(pending.done.bind(pending), pending.failed.bind(pending));
@@ -141,7 +154,9 @@ async function inferWithSharedMemory(server: ServerApi, decoded: DecodedGrpcInfe
     await shm.writeOutputs(response.outputs);
     return {
       ...response,
-      outputs: response.outputs.map((t) => (shm.isOutput(t.name) ? { name: t.name, datatype: t.datatype, shape: t.shape, data: NO_BYTES } : t)),
+      outputs: response.outputs.map((t) =>
+        shm.isOutput(t.name) ? { name: t.name, datatype: t.datatype, shape: t.shape, data: NO_BYTES } : t,
+      ),
     };
   } finally {
     shm.release();
@@ -264,7 +279,8 @@ class StreamInferSession {
       return;
     }
     trace?.stamp('GRPC_WAITREAD_END');
-    const run = decoded.shm === undefined ? this.server.infer(decoded.request) : inferWithSharedMemory(this.server, decoded);
+    const run =
+      decoded.shm === undefined ? this.server.infer(decoded.request) : inferWithSharedMemory(this.server, decoded);
     run.then(slot.done.bind(slot), slot.failed.bind(slot));
   }
 
@@ -325,7 +341,11 @@ class StreamInferSession {
           this.call.write(bytes);
         } else if (emptyFinal) {
           this.call.write(
-            encodeInferResponse({ modelName: m.modelName, modelVersion: m.modelVersion, id: m.id, outputs: [] }, true, true),
+            encodeInferResponse(
+              { modelName: m.modelName, modelVersion: m.modelVersion, id: m.id, outputs: [] },
+              true,
+              true,
+            ),
           );
         }
         if (writes) trace.stamp('GRPC_SEND_END');
@@ -391,7 +411,9 @@ function errorResponse(msg: ModelInferRequest | undefined, err: NereidError, dec
             id: msg.id,
             modelName: msg.modelName,
             modelVersion: msg.modelVersion,
-            parameters: { triton_final_response: { parameterChoice: { case: 'boolParam', value: decoupledFinal ?? true } } },
+            parameters: {
+              triton_final_response: { parameterChoice: { case: 'boolParam', value: decoupledFinal ?? true } },
+            },
           }
         : { id: msg?.id ?? '' },
     }),

@@ -128,7 +128,8 @@ export function channelOptionsFor(o: GrpcFrontendOptions): ChannelOptions {
     'grpc.enable_channelz': 0,
     'grpc.keepalive_time_ms': o.keepaliveTimeMs ?? GRPC_DEFAULTS.keepaliveTimeMs,
     'grpc.keepalive_timeout_ms': o.keepaliveTimeoutMs ?? GRPC_DEFAULTS.keepaliveTimeoutMs,
-    'grpc.keepalive_permit_without_calls': (o.keepalivePermitWithoutCalls ?? GRPC_DEFAULTS.keepalivePermitWithoutCalls) ? 1 : 0,
+    'grpc.keepalive_permit_without_calls':
+      (o.keepalivePermitWithoutCalls ?? GRPC_DEFAULTS.keepalivePermitWithoutCalls) ? 1 : 0,
     'grpc.http2.max_pings_without_data': o.http2MaxPingsWithoutData ?? GRPC_DEFAULTS.http2MaxPingsWithoutData,
     'grpc.http2.min_ping_interval_without_data_ms':
       o.http2MinRecvPingIntervalWithoutDataMs ?? GRPC_DEFAULTS.http2MinRecvPingIntervalWithoutDataMs,

@@ -3,7 +3,14 @@
  * value) and `--grpc-header-forward-pattern` (metadata copied into request
  * parameters), as Triton applies them.
  */
-import { Metadata, ServerInterceptingCall, ServerListenerBuilder, ResponderBuilder, status, type ServerInterceptor } from '@grpc/grpc-js';
+import {
+  Metadata,
+  ServerInterceptingCall,
+  ServerListenerBuilder,
+  ResponderBuilder,
+  status,
+  type ServerInterceptor,
+} from '@grpc/grpc-js';
 import { Errors } from '../../errors.js';
 import type { ParameterValue } from '../../types/api.js';
 
@@ -104,7 +111,15 @@ export function restrictionInterceptor(restrictions: ReadonlyMap<RestrictedCateg
 }
 
 /** Reserved request parameter names a forwarded header may not take. */
-const RESERVED_KEYS = new Set(['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout', 'headers', 'binary_data_output']);
+const RESERVED_KEYS = new Set([
+  'sequence_id',
+  'sequence_start',
+  'sequence_end',
+  'priority',
+  'timeout',
+  'headers',
+  'binary_data_output',
+]);
 
 /**
  * Compiles `--grpc-header-forward-pattern`: case-insensitive unless the

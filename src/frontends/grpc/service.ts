@@ -2,7 +2,16 @@
  * grpc-js service definitions built from the protobuf-es descriptors, so
  * that the .proto files stay the single source of method paths and types.
  */
-import { create, fromBinary, isMessage, toBinary, type DescMessage, type DescService, type MessageInitShape, type MessageShape } from '@bufbuild/protobuf';
+import {
+  create,
+  fromBinary,
+  isMessage,
+  toBinary,
+  type DescMessage,
+  type DescService,
+  type MessageInitShape,
+  type MessageShape,
+} from '@bufbuild/protobuf';
 import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 
 /**
@@ -46,7 +55,9 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
     responseStream,
     // Clients may pass a message or a plain init object.
     requestSerialize: (value) =>
-      asBuffer(toBinary(input, isMessage(value, input) ? value : create(input, value as unknown as MessageInitShape<I>))),
+      asBuffer(
+        toBinary(input, isMessage(value, input) ? value : create(input, value as unknown as MessageInitShape<I>)),
+      ),
     requestDeserialize: (bytes: Buffer) => {
       try {
         return (fast?.(bytes) as MessageShape<I> | undefined) ?? fromBinary(input, bytes);
@@ -65,7 +76,10 @@ function methodDefinition<I extends DescMessage, O extends DescMessage>(
  * and servers (addService) alike. `fastReaders` (by message type name)
  * decode requests of those types before fromBinary is tried.
  */
-export function serviceDefinition(service: DescService, fastReaders: Readonly<Record<string, FastReader>> = {}): ServiceDefinition {
+export function serviceDefinition(
+  service: DescService,
+  fastReaders: Readonly<Record<string, FastReader>> = {},
+): ServiceDefinition {
   const def: Record<string, MethodDefinition<unknown, unknown>> = {};
   for (const m of service.methods) {
     const streamingIn = m.methodKind === 'client_streaming' || m.methodKind === 'bidi_streaming';

@@ -24,12 +24,18 @@ function limitHint(max: number): string {
  */
 export function bodyTooLarge(size: number, max: number, inferHeader: string | undefined): NereidError {
   if (inferHeader === undefined) {
-    return Errors.bodyTooLarge(`request JSON size of ${size} bytes exceeds the maximum allowed input size of ${limitHint(max)}`);
+    return Errors.bodyTooLarge(
+      `request JSON size of ${size} bytes exceeds the maximum allowed input size of ${limitHint(max)}`,
+    );
   }
   if (inferHeader.trim() === '0') {
-    return Errors.bodyTooLarge(`Raw input has a byte_size (${size} bytes) that exceeds the maximum allowed value of ${limitHint(max)}`);
+    return Errors.bodyTooLarge(
+      `Raw input has a byte_size (${size} bytes) that exceeds the maximum allowed value of ${limitHint(max)}`,
+    );
   }
-  return Errors.bodyTooLarge(`request size of ${size} bytes exceeds the maximum allowed input size of ${limitHint(max)}`);
+  return Errors.bodyTooLarge(
+    `request size of ${size} bytes exceeds the maximum allowed input size of ${limitHint(max)}`,
+  );
 }
 
 /**
@@ -52,7 +58,8 @@ export function readBody(req: IncomingMessage, limit: number, inferFraming = fal
     }
     const chunks: Buffer[] = [];
     let total = 0;
-    // The parser hands over each chunk of a chunked body as its own piece; a flood of tiny ones is refused (Triton's limit).
+    // The parser hands over each chunk of a chunked body as its own piece; a flood of tiny ones is refused (Triton's
+    // limit).
     const chunked = declared === undefined && req.headers['transfer-encoding'] !== undefined;
     let pieces = 0;
     const stop = (err: NereidError): void => {
@@ -122,7 +129,9 @@ export interface InflateProgress {
   produced: number;
 }
 
-/** The first attempt's room, as a multiple of the compressed size, when the body does not declare its size (deflate). */
+/**
+ * The first attempt's room, as a multiple of the compressed size, when the body does not declare its size (deflate).
+ */
 const FIRST_GUESS_RATIO = 16;
 const MIN_CHUNK = 64 * 1024;
 
@@ -149,7 +158,11 @@ function decompressedTooLarge(limit: number): NereidError {
  * A gzip body whose trailer declares more than the limit is refused without
  * inflating it; any other is abandoned as soon as its output passes the limit.
  */
-export async function inflateBody(body: Buffer, limit: number, progress: InflateProgress = { consumed: 0, produced: 0 }): Promise<Buffer> {
+export async function inflateBody(
+  body: Buffer,
+  limit: number,
+  progress: InflateProgress = { consumed: 0, produced: 0 },
+): Promise<Buffer> {
   if (body.byteLength === 0) throw Errors.malformedBody('nothing to be decompressed');
   const declared = gzipDeclaredSize(body);
   if (declared !== undefined && declared > limit) throw decompressedTooLarge(limit);

@@ -24,7 +24,10 @@ import type { CacheHitTicket } from '../../types/api.js';
 export const MAX_REQUEST_BYTES = 4096;
 export const MAX_REPLY_BYTES = 64 * 1024;
 export const BUDGET_BYTES = 1024 * 1024;
-/** Charged per kept reply beyond its request's prefix and body, its reply body and what its ticket holds (the headers, the map entry). */
+/**
+ * Charged per kept reply beyond its request's prefix and body, its reply body and what its ticket holds (the headers,
+ * the map entry).
+ */
 const ENTRY_OVERHEAD_BYTES = 160;
 
 /** A request as the key of a kept reply: what besides the body shapes its reply, the body, and a hash of both. */

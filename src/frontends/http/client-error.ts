@@ -12,12 +12,14 @@ interface ParserError extends Error {
 }
 
 const BOTH_FRAMINGS =
-  "request has both 'Content-Length' and 'Transfer-Encoding: chunked'; send one of them (a body framed two ways is refused, as it could smuggle a second request)";
+  "request has both 'Content-Length' and 'Transfer-Encoding: chunked'; send one of " +
+  "them (a body framed two ways is refused, as it could smuggle a second request)";
 
 /** What the parser's error means for the client, in words. */
 function explain(code: string | undefined, reason: string): { status: number; message: string } {
   // llhttp reports the two framings under either code, depending on which header came first.
-  if (/Content-Length/i.test(reason) && /Transfer-Encoding/i.test(reason)) return { status: 400, message: BOTH_FRAMINGS };
+  if (/Content-Length/i.test(reason) && /Transfer-Encoding/i.test(reason))
+    return { status: 400, message: BOTH_FRAMINGS };
   switch (code) {
     case 'HPE_UNEXPECTED_CONTENT_LENGTH':
       return { status: 400, message: BOTH_FRAMINGS };
@@ -46,6 +48,7 @@ export function answerClientError(err: ParserError, socket: Socket): void {
   const { status, message } = explain(err.code, err.reason ?? err.message);
   const body = JSON.stringify({ error: message });
   socket.end(
-    `HTTP/1.1 ${status} ${REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: ` +
+    `${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
 }

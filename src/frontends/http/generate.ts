@@ -28,7 +28,10 @@ export interface GenerateInputs {
   readonly parameters: Record<string, ParameterValue>;
 }
 
-/** The shape an input of `count` elements takes: fixed dims divide it, the innermost -1 takes the rest, other -1 dims are 1. */
+/**
+ * The shape an input of `count` elements takes: fixed dims divide it, the innermost -1 takes the rest, other -1 dims
+ * are 1.
+ */
 function fillShape(name: string, dims: readonly number[], count: number): number[] {
   const shape = [...dims];
   let left = count;
@@ -60,7 +63,11 @@ function parameterValue(name: string, v: unknown): ParameterValue {
 }
 
 /** Maps a generate request body onto the model's inputs and request parameters. */
-export function mapGenerateRequest(doc: unknown, metadataInputs: readonly TensorMetadata[], maxInputSize: number): GenerateInputs {
+export function mapGenerateRequest(
+  doc: unknown,
+  metadataInputs: readonly TensorMetadata[],
+  maxInputSize: number,
+): GenerateInputs {
   if (!isObject(doc)) throw Errors.jsonValue('attempt to access JSON non-object as object');
   const byName = new Map<string, TensorMetadata>();
   for (const t of metadataInputs) byName.set(t.name, t);
@@ -82,7 +89,8 @@ export function mapGenerateRequest(doc: unknown, metadataInputs: readonly Tensor
       const size = elements.length * info.byteSize;
       if (size + consumed > maxInputSize) {
         throw Errors.generateMapping(
-          `request size of ${consumed} bytes with input '${key}' of size ${size} bytes exceeds the maximum allowed input size of ${maxInputSize}. Use --http-max-input-size to increase the limit.`,
+          `request size of ${consumed} bytes with input '${key}' of size ${size} bytes exceeds the maximum ` +
+          `allowed input size of ${maxInputSize}. Use --http-max-input-size to increase the limit.`,
         );
       }
       consumed += size;
@@ -93,7 +101,9 @@ export function mapGenerateRequest(doc: unknown, metadataInputs: readonly Tensor
       data = decodeJsonTensorData(key, datatype, shape, elements, maxInputSize);
     } catch (err) {
       const e = err as Error;
-      throw Errors.generateMapping(`input '${key}' cannot be read from the generate request as ${datatype}: ${e.message}`);
+      throw Errors.generateMapping(
+        `input '${key}' cannot be read from the generate request as ${datatype}: ${e.message}`,
+      );
     }
     inputs.push({ name: key, datatype, shape, data });
   };
@@ -101,12 +111,14 @@ export function mapGenerateRequest(doc: unknown, metadataInputs: readonly Tensor
   for (const key of Object.keys(doc)) {
     const value = doc[key];
     if (key === 'id') {
-      if (typeof value !== 'string') throw Errors.jsonValue("Unable to parse 'id': attempt to access JSON non-string as string");
+      if (typeof value !== 'string')
+        throw Errors.jsonValue("Unable to parse 'id': attempt to access JSON non-string as string");
       id = value;
       continue;
     }
     if (key === 'parameters') {
-      if (byName.has(key)) throw Errors.generateMapping("Keyword 'parameters' for nested schema also given as input tensor name");
+      if (byName.has(key))
+        throw Errors.generateMapping("Keyword 'parameters' for nested schema also given as input tensor name");
       if (!isObject(value)) throw Errors.generateMapping("Expected JSON object for keyword: 'parameters'");
       for (const inner of Object.keys(value)) mapKey(inner, value[inner]);
       continue;

@@ -40,7 +40,11 @@ export class DecodedInfer implements JsonOutputHint {
 
   /** The output goes back as JSON `data` text (not binary, not into shared memory, not a classification). */
   wantsJson(outputName: string): boolean {
-    return !this.isBinary(outputName) && this.shmOutputs?.has(outputName) !== true && this.classified?.has(outputName) !== true;
+    return (
+      !this.isBinary(outputName) &&
+      this.shmOutputs?.has(outputName) !== true &&
+      this.classified?.has(outputName) !== true
+    );
   }
 
   /** Whether any output may go back as JSON `data` (the hint is worth passing on). */
@@ -64,7 +68,9 @@ function isObject(v: unknown): v is JsonObject {
 }
 
 function isUint(v: unknown): v is number | bigint {
-  return typeof v === 'number' ? Number.isInteger(v) && v >= 0 : typeof v === 'bigint' && v >= 0n && v < 18446744073709551616n;
+  return typeof v === 'number'
+    ? Number.isInteger(v) && v >= 0
+    : typeof v === 'bigint' && v >= 0n && v < 18446744073709551616n;
 }
 
 function memberAsString(obj: JsonObject, key: string, context: string): string {
@@ -130,10 +136,14 @@ export function decodeInferBody(
 ): DecodedInfer {
   if (headerLength > maxInputSize) {
     throw Errors.bodyTooLarge(
-      `request JSON size of ${headerLength} bytes exceeds the maximum allowed input size of ${maxInputSize} bytes. Use --http-max-input-size to increase the limit.`,
+      `request JSON size of ${headerLength} bytes exceeds the maximum allowed input ` +
+      `size of ${maxInputSize} bytes. Use --http-max-input-size to increase the limit.`,
     );
   }
-  const parsed = headerLength <= MEMO_MAX_TEXT ? parseRecurringHeader(body.toString('utf8', 0, headerLength)) : parseJsonBytes(body, 0, headerLength);
+  const parsed =
+    headerLength <= MEMO_MAX_TEXT
+      ? parseRecurringHeader(body.toString('utf8', 0, headerLength))
+      : parseJsonBytes(body, 0, headerLength);
   const doc: JsonObject = isObject(parsed) ? parsed : {};
   const out = new DecodedInfer();
 
@@ -167,7 +177,8 @@ export function decodeInferBody(
       const available = body.byteLength - cursor;
       if (size > available) {
         throw Errors.binarySize(
-          `unexpected size for input '${name}', expecting ${size - available} additional bytes for model '${modelName}'`,
+          `unexpected size for input '${name}', expecting ` +
+          `${size - available} additional bytes for model '${modelName}'`,
         );
       }
       data = body.subarray(cursor, cursor + size);
@@ -197,7 +208,8 @@ function validateInputContent(io: JsonObject, ioParams: JsonObject | undefined):
   const count = (hasData ? 1 : 0) + (hasBinary ? 1 : 0) + (hasShm ? 1 : 0);
   if (count === 1) return;
   let text =
-    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But";
+    "Input must set only one of the following fields: 'data', 'binary_data_size' " +
+    "in 'parameters', 'shared_memory_region' in 'parameters'. But";
   if (count === 0) {
     text += ' no field is set';
   } else {
@@ -297,13 +309,16 @@ export function decodeRawInfer(body: Buffer, config: ModelConfig): DecodedInfer 
   const prefix = requestPrefix('');
   if (config.input.length !== 1) {
     throw Errors.invalidRequest(
-      `${prefix}Raw request must only have 1 input (found 1) to be deduced but got ${config.input.length} inputs in '${config.name}' model configuration`,
+      `${prefix}Raw request must only have 1 input (found 1) to be deduced but ` +
+      `got ${config.input.length} inputs in '${config.name}' model configuration`,
     );
   }
   const input = config.input[0]!;
   const datatype = datatypeFromConfigEnum(input.dataType);
   if (datatype === undefined) {
-    throw Errors.invalidRequest(`${prefix}raw input '${input.name}' has an invalid data type in the model configuration`);
+    throw Errors.invalidRequest(
+      `${prefix}raw input '${input.name}' has an invalid data type in the model configuration`,
+    );
   }
   const shape: number[] = config.maxBatchSize !== 0 ? [1] : [];
   let dynamicAxis = -1;
@@ -313,7 +328,8 @@ export function decodeRawInfer(body: Buffer, config: ModelConfig): DecodedInfer 
     if (d === -1) {
       if (dynamicAxis !== -1) {
         throw Errors.invalidRequest(
-          `${prefix}The shape of the raw input '${input.name}' can not be deduced because there are more than one variable-sized dimension`,
+          `${prefix}The shape of the raw input '${input.name}' can not be ` +
+          `deduced because there are more than one variable-sized dimension`,
         );
       }
       dynamicAxis = shape.length;
@@ -325,7 +341,9 @@ export function decodeRawInfer(body: Buffer, config: ModelConfig): DecodedInfer 
   let data: Uint8Array = body;
   if (datatype === 'BYTES') {
     if (dynamicAxis !== -1 || elementCount !== 1) {
-      throw Errors.invalidRequest(`${prefix}For BYTE datatype raw input '${input.name}', the model must have input shape [1]`);
+      throw Errors.invalidRequest(
+        `${prefix}For BYTE datatype raw input '${input.name}', the model must have input shape [1]`,
+      );
     }
     const prefixed = Buffer.allocUnsafe(4 + body.byteLength);
     prefixed.writeUInt32LE(body.byteLength, 0);

@@ -76,7 +76,8 @@ export function parametersJson(params: Readonly<Record<string, ParameterValue>> 
 export function encodeInferResponse(response: InferResponse, plan: DecodedInfer): EncodedInferResponse {
   let s = '{';
   if (response.id !== '') s += '"id":' + JSON.stringify(response.id) + ',';
-  s += '"model_name":' + JSON.stringify(response.modelName) + ',"model_version":' + JSON.stringify(response.modelVersion);
+  s +=
+    '"model_name":' + JSON.stringify(response.modelName) + ',"model_version":' + JSON.stringify(response.modelVersion);
   const params = parametersJson(response.parameters);
   if (params !== '') s += ',"parameters":' + params;
   s += ',"outputs":[';

@@ -189,7 +189,10 @@ function scanDocument(text: string, specials: number[]): void {
       if (c === 0x5c) {
         const escapeOffset = i;
         const e = at(i + 1);
-        if (e === 0x22 || e === 0x5c || e === 0x2f || e === 0x62 || e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74) {
+        if (
+          e === 0x22 || e === 0x5c || e === 0x2f || e === 0x62 ||
+          e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74
+        ) {
           i += 2;
         } else if (e === 0x75) {
           const cp = readHex4(i + 2, escapeOffset);

@@ -26,7 +26,10 @@ export class Replier {
   /** A reply without a body (health probes, load/unload). */
   empty(res: ServerResponse, status: number, contentType?: string): void {
     this.prepare(res);
-    res.writeHead(status, contentType === undefined ? ['Content-Length', '0'] : ['Content-Type', contentType, 'Content-Length', '0']);
+    res.writeHead(
+      status,
+      contentType === undefined ? ['Content-Length', '0'] : ['Content-Type', contentType, 'Content-Length', '0'],
+    );
     res.end();
   }
 
@@ -55,7 +58,14 @@ export class Replier {
     if (extraHeaders !== undefined || kept === undefined || kept.error !== e) {
       // A text body goes out in one write with the header text; a Buffer would be a second part.
       const body = JSON.stringify({ error: e.message });
-      const headers = ['Content-Type', JSON_TYPE, 'Content-Length', String(Buffer.byteLength(body, 'utf8')), ...(extraHeaders ?? []), ...RETRY_AFTER];
+      const headers = [
+        'Content-Type',
+        JSON_TYPE,
+        'Content-Length',
+        String(Buffer.byteLength(body, 'utf8')),
+        ...(extraHeaders ?? []),
+        ...RETRY_AFTER,
+      ];
       kept = { error: e, headers, body };
       if (extraHeaders === undefined) this.lastQueueFull = kept;
     }
@@ -88,7 +98,14 @@ export class Replier {
   }
 
   /** A body made of a JSON part followed by binary parts, written without joining them. */
-  parts(res: ServerResponse, status: number, headers: string[], first: Buffer, rest: readonly Uint8Array[], total: number): void {
+  parts(
+    res: ServerResponse,
+    status: number,
+    headers: string[],
+    first: Buffer,
+    rest: readonly Uint8Array[],
+    total: number,
+  ): void {
     this.prepare(res);
     headers.push('Content-Length', String(total));
     res.writeHead(status, headers);

@@ -56,7 +56,8 @@ export function parseRestrictedApis(values: readonly string[]): Map<HttpApiCateg
     for (const api of apis.split(',')) {
       if (!CATEGORIES.has(api)) throw Errors.config(`unknown restricted api '${api}'`);
       const category = api as HttpApiCategory;
-      if (out.has(category)) throw Errors.config(`restricted api '${api}' can not be specified in multiple config groups`);
+      if (out.has(category))
+        throw Errors.config(`restricted api '${api}' can not be specified in multiple config groups`);
       out.set(category, { header, headerKey: header.toLowerCase(), value });
     }
   }
@@ -64,7 +65,15 @@ export function parseRestrictedApis(values: readonly string[]): Map<HttpApiCateg
 }
 
 /** Reserved request parameter names a forwarded header may not take. */
-const RESERVED_KEYS = new Set(['sequence_id', 'sequence_start', 'sequence_end', 'priority', 'timeout', 'headers', 'binary_data_output']);
+const RESERVED_KEYS = new Set([
+  'sequence_id',
+  'sequence_start',
+  'sequence_end',
+  'priority',
+  'timeout',
+  'headers',
+  'binary_data_output',
+]);
 
 /**
  * Compiles `--http-header-forward-pattern`: case-insensitive unless the

@@ -61,7 +61,8 @@ export class Router<R> {
       if (segment.startsWith(':')) {
         const name = segment.slice(1);
         const existing = this.paramNames.get(at);
-        if (existing !== undefined && existing !== name) throw new Error(`route pattern '${pattern}': ':${name}' where ':${existing}' is`);
+        if (existing !== undefined && existing !== name)
+          throw new Error(`route pattern '${pattern}': ':${name}' where ':${existing}' is`);
         this.paramNames.set(at, name);
         at.param ??= node<R>();
         at = at.param;
@@ -80,7 +81,9 @@ export class Router<R> {
     return this;
   }
 
-  /** The route whose pattern matches the whole path (no query string), with its `:name` segments (do not modify them). */
+  /**
+   * The route whose pattern matches the whole path (no query string), with its `:name` segments (do not modify them).
+   */
   match(path: string): RouteMatch<R> | undefined {
     const cached = this.recent.get(path);
     if (cached !== undefined) return cached;

@@ -184,7 +184,8 @@ export class HttpFrontend {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    if (this.options.v1 !== undefined && (path === '/v1' || path.startsWith('/v1/'))) return this.options.v1(req, res, path);
+    if (this.options.v1 !== undefined && (path === '/v1' || path.startsWith('/v1/')))
+      return this.options.v1(req, res, path);
     let pending: Promise<void> | void;
     try {
       pending = this.route(req, res, path);
@@ -244,24 +245,63 @@ export class HttpFrontend {
       .add('/v2/health/live', route('health', GET, (_req, res) => this.handleHealth(res, 'live')))
       .add('/v2/health/ready', route('health', GET, (_req, res) => this.handleHealth(res, 'ready')))
       .add('/v2/models/stats', route('statistics', GET, (req, res) => this.handleStats(res, '', undefined, req)))
-      .add('/v2/models/:model[/versions/:version]', route('metadata', GET, (_req, res, p) => this.handleModelMetadata(res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/ready', route('health', GET, (_req, res, p) => this.handleModelReady(res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/config', route('model-config', GET, (_req, res, p) => this.handleModelConfig(res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/stats', route('statistics', GET, (_req, res, p) => this.handleStats(res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/infer', route('inference', POST, (req, res, p) => this.admitInfer(req, res, model(p), p['version'])))
-      .add('/v2/models/:model[/versions/:version]/generate', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], false)))
-      .add('/v2/models/:model[/versions/:version]/generate_stream', route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], true)))
-      .add('/v2/models/:model/trace/setting', route('trace', GET_POST, (req, res, p) => this.handleTrace(req, res, model(p))))
+      .add(
+        '/v2/models/:model[/versions/:version]',
+        route('metadata', GET, (_req, res, p) => this.handleModelMetadata(res, model(p), p['version'])),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/ready',
+        route('health', GET, (_req, res, p) => this.handleModelReady(res, model(p), p['version'])),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/config',
+        route('model-config', GET, (_req, res, p) => this.handleModelConfig(res, model(p), p['version'])),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/stats',
+        route('statistics', GET, (_req, res, p) => this.handleStats(res, model(p), p['version'])),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/infer',
+        route('inference', POST, (req, res, p) => this.admitInfer(req, res, model(p), p['version'])),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/generate',
+        route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], false)),
+      )
+      .add(
+        '/v2/models/:model[/versions/:version]/generate_stream',
+        route('inference', POST, (req, res, p) => this.handleGenerate(req, res, model(p), p['version'], true)),
+      )
+      .add(
+        '/v2/models/:model/trace/setting',
+        route('trace', GET_POST, (req, res, p) => this.handleTrace(req, res, model(p))),
+      )
       .add('/v2/trace/setting', route('trace', GET_POST, (req, res) => this.handleTrace(req, res, '')))
       .add('/v2/logging', route('logging', GET_POST, (req, res) => this.handleLogging(req, res)))
-      .add('/v2/repository[/:repository]/index', route('model-repository', POST, (req, res, p) => this.handleRepositoryIndex(req, res, p['repository'] ?? '')))
-      .add('/v2/repository[/:repository]/models/:model/load', route('model-repository', POST, (req, res, p) => this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'load')))
-      .add('/v2/repository[/:repository]/models/:model/unload', route('model-repository', POST, (req, res, p) => this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'unload')));
+      .add(
+        '/v2/repository[/:repository]/index',
+        route('model-repository', POST, (req, res, p) => this.handleRepositoryIndex(req, res, p['repository'] ?? '')),
+      )
+      .add(
+        '/v2/repository[/:repository]/models/:model/load',
+        route('model-repository', POST, (req, res, p) =>
+          this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'load'),
+        ),
+      )
+      .add(
+        '/v2/repository[/:repository]/models/:model/unload',
+        route('model-repository', POST, (req, res, p) =>
+          this.handleRepositoryControl(req, res, p['repository'] ?? '', model(p), 'unload'),
+        ),
+      );
     for (const kind of ['system', 'cuda'] as const) {
       for (const action of ['status', 'register', 'unregister'] as const) {
         this.routes.add(
           `/v2/${kind}sharedmemory[/region/:region]/${action}`,
-          route('shared-memory', action === 'status' ? GET : POST, (req, res, p) => this.handleSharedMemory(req, res, kind, p['region'] ?? '', action)),
+          route('shared-memory', action === 'status' ? GET : POST, (req, res, p) =>
+            this.handleSharedMemory(req, res, kind, p['region'] ?? '', action),
+          ),
         );
       }
     }
@@ -287,7 +327,8 @@ export class HttpFrontend {
 
   private handleModelMetadata(res: ServerResponse, model: string, versionText: string | undefined): void {
     const md = this.server.modelMetadata(model, parseVersion(model, versionText));
-    const tensors = (list: typeof md.inputs) => list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
+    const tensors = (list: typeof md.inputs) =>
+      list.map((t) => ({ name: t.name, datatype: t.datatype, shape: t.shape }));
     const body = JSON.stringify({
       name: md.name,
       versions: md.versions,
@@ -303,10 +344,16 @@ export class HttpFrontend {
   }
 
   /** With `req` (every model's statistics) and keys, only the models in the key's scopes. */
-  private handleStats(res: ServerResponse, model: string, versionText: string | undefined, req?: IncomingMessage): void {
+  private handleStats(
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+    req?: IncomingMessage,
+  ): void {
     const version = parseVersion(model, versionText);
     let stats = this.server.modelStatistics(model === '' ? undefined : model, version);
-    const inScope = req === undefined ? undefined : this.options.access?.modelFilter(req.headers.authorization, 'statistics');
+    const inScope =
+      req === undefined ? undefined : this.options.access?.modelFilter(req.headers.authorization, 'statistics');
     if (inScope !== undefined) stats = stats.filter((s) => inScope(s.name));
     this.reply.json(res, 200, JSON.stringify({ model_stats: stats }));
   }
@@ -324,7 +371,8 @@ export class HttpFrontend {
     const doc = await this.readJson(req, false);
     let readyOnly = false;
     if (isObject(doc) && doc['ready'] !== undefined) {
-      if (typeof doc['ready'] !== 'boolean') throw Errors.malformedBody("Invalid value for 'ready': expected a boolean");
+      if (typeof doc['ready'] !== 'boolean')
+        throw Errors.malformedBody("Invalid value for 'ready': expected a boolean");
       readyOnly = doc['ready'];
     }
     const index = await this.server.repositoryIndex(readyOnly, repository === '' ? undefined : repository);
@@ -366,7 +414,10 @@ export class HttpFrontend {
           }
         }
       }
-      await this.server.loadModel(model, config === undefined && files === undefined && repository === '' ? undefined : { config, files, ...scope });
+      await this.server.loadModel(
+        model,
+        config === undefined && files === undefined && repository === '' ? undefined : { config, files, ...scope },
+      );
     } else {
       let unloadDependents = false;
       const params = isObject(doc) ? doc['parameters'] : undefined;
@@ -409,7 +460,8 @@ export class HttpFrontend {
     const key = body['key'];
     if (typeof key !== 'string') throw Errors.jsonValue('attempt to access JSON non-string as string');
     const offset = body['offset'] === undefined ? 0 : jsonUint(body['offset']);
-    if (body['byte_size'] === undefined) throw Errors.badParameter("Shared memory register request has no 'byte_size' field");
+    if (body['byte_size'] === undefined)
+      throw Errors.badParameter("Shared memory register request has no 'byte_size' field");
     const byteSize = jsonUint(body['byte_size']);
     shm.registerSystem(region, key, offset, byteSize);
     this.reply.empty(res, 200, JSON_TYPE);
@@ -438,7 +490,12 @@ export class HttpFrontend {
    * refusal (unknown model, full queue) is written from here without a
    * promise, so shedding load costs no copy, decode or extra turn.
    */
-  private admitInfer(req: IncomingMessage, res: ServerResponse, model: string, versionText: string | undefined): Promise<void> | undefined {
+  private admitInfer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    versionText: string | undefined,
+  ): Promise<void> | undefined {
     const version = parseVersion(model, versionText);
     // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
     const config = this.server.modelConfig(model, version);
@@ -518,7 +575,9 @@ export class HttpFrontend {
     trace?.stamp('HTTP_RECV_END');
 
     const parameters =
-      this.forwardPattern === undefined ? decoded.parameters : forwardHeaders(req, this.forwardPattern, decoded.parameters);
+      this.forwardPattern === undefined
+        ? decoded.parameters
+        : forwardHeaders(req, this.forwardPattern, decoded.parameters);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       return this.inferWithSharedMemory(req, res, model, version, decoded, parameters, trace);
     }
@@ -547,7 +606,10 @@ export class HttpFrontend {
     return true;
   }
 
-  /** An uncompressed reply to a cache hit, written as one buffer and kept for the same request sent again (when small enough). */
+  /**
+   * An uncompressed reply to a cache hit, written as one buffer and kept for the same request sent again (when small
+   * enough).
+   */
   private sendAndKeep(
     res: ServerResponse,
     response: Parameters<typeof encodeInferResponse>[0],
@@ -563,7 +625,9 @@ export class HttpFrontend {
       this.reply.parts(res, 200, headers, encoded.json, encoded.binary, total);
       return;
     }
-    const body = encoded.whole ?? (encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json);
+    const body =
+      encoded.whole ??
+      (encoded.binaryByteLength > 0 ? Buffer.concat([encoded.json, ...encoded.binary], total) : encoded.json);
     headers.push('Content-Length', String(total));
     this.reply.whole(res, 200, headers, body);
     this.replies.keep(key, ticket, headers, body);
@@ -592,7 +656,9 @@ export class HttpFrontend {
     const doc = body.byteLength === 0 ? {} : parseJsonBytes(body);
     const mapped = mapGenerateRequest(doc, metadata.inputs, this.maxInputSize);
     const parameters =
-      this.forwardPattern === undefined ? mapped.parameters : forwardHeaders(req, this.forwardPattern, mapped.parameters);
+      this.forwardPattern === undefined
+        ? mapped.parameters
+        : forwardHeaders(req, this.forwardPattern, mapped.parameters);
     const call = new InferCall(res);
     const responses = streamResponses(this.server, {
       model,
@@ -703,7 +769,14 @@ export class HttpFrontend {
         headers.push('Content-Length', String(encoded.whole.byteLength));
         this.reply.whole(res, 200, headers, encoded.whole);
       } else {
-        this.reply.parts(res, 200, headers, encoded.json, encoded.binary, encoded.json.byteLength + encoded.binaryByteLength);
+        this.reply.parts(
+          res,
+          200,
+          headers,
+          encoded.json,
+          encoded.binary,
+          encoded.json.byteLength + encoded.binaryByteLength,
+        );
       }
       return undefined;
     }
@@ -754,7 +827,17 @@ function inferRequest(
   trace: Trace | undefined,
 ): Parameters<ServerApi['infer']>[0] {
   const jsonOutputs = decoded.anyJson ? decoded : undefined;
-  return { model, version, id: decoded.id, inputs: decoded.inputs, outputs: decoded.outputs, parameters, signal, jsonOutputs, trace };
+  return {
+    model,
+    version,
+    id: decoded.id,
+    inputs: decoded.inputs,
+    outputs: decoded.outputs,
+    parameters,
+    signal,
+    jsonOutputs,
+    trace,
+  };
 }
 
 /**
@@ -764,7 +847,11 @@ function inferRequest(
 function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res: ServerResponse): Trace | undefined {
   const parent = req.headers.traceparent;
   const state = req.headers.tracestate;
-  const trace = tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+  const trace = tracer.sample(
+    model,
+    typeof parent === 'string' ? parent : undefined,
+    typeof state === 'string' ? state : undefined,
+  );
   if (trace === undefined) return undefined;
   trace.stamp('HTTP_RECV_START');
   // 'finish': the reply is handed to the socket; 'close' alone: the client went away first.

@@ -52,9 +52,12 @@ export class LogSettings {
     return next;
   }
 
-  /** Applies a POST /v2/logging body; throws as Triton does (keys before the failing one stay applied, as in Triton). */
+  /**
+   * Applies a POST /v2/logging body; throws as Triton does (keys before the failing one stay applied, as in Triton).
+   */
   updateFromJson(body: unknown): void {
-    const req: JsonObject = typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
+    const req: JsonObject =
+      typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
     const next = { ...this.state };
     try {
       const file = req['log_file'];
@@ -90,7 +93,8 @@ export class LogSettings {
     const s = this.state;
     return (
       `{"log_file":${JSON.stringify(s.log_file)},"log_info":${s.log_info},"log_warning":${s.log_warning},` +
-      `"log_error":${s.log_error},"log_verbose_level":${s.log_verbose_level},"log_format":${JSON.stringify(s.log_format)}}`
+      `"log_error":${s.log_error},"log_verbose_level":` +
+      `${s.log_verbose_level},"log_format":${JSON.stringify(s.log_format)}}`
     );
   }
 }

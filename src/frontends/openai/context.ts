@@ -56,12 +56,24 @@ export async function resolveModel<K extends 'generation' | 'embedding'>(
   const { metadata, contract } = known;
   const endpoint = kind === 'generation' ? 'completions' : 'embeddings';
   if (typeof contract === 'string') {
-    throw new OpenAiError(400, 'invalid_request_error', `model '${name}' cannot serve ${endpoint}: ${contract}`, 'model', 'model_not_supported');
+    throw new OpenAiError(
+      400,
+      'invalid_request_error',
+      `model '${name}' cannot serve ${endpoint}: ${contract}`,
+      'model',
+      'model_not_supported',
+    );
   }
   const fits = kind === 'generation' ? contract.kind === 'generation' : contract.kind !== 'generation';
   if (!fits) {
     const is = contract.kind === 'generation' ? 'a generation model' : 'an embedding model';
-    throw new OpenAiError(400, 'invalid_request_error', `model '${name}' is ${is} and cannot serve ${endpoint}`, 'model', 'model_not_supported');
+    throw new OpenAiError(
+      400,
+      'invalid_request_error',
+      `model '${name}' is ${is} and cannot serve ${endpoint}`,
+      'model',
+      'model_not_supported',
+    );
   }
   const text = await ctx.texts.get(name, ctx.server.modelDirectory?.(name), config);
   return { name, metadata, config, contract: contract as never, text };

@@ -78,7 +78,8 @@ export function modelContract(metadata: ModelMetadata, config: ModelConfig): Con
     }
     for (const name of inputs.keys()) {
       if (name !== 'text_input' && !(name in GENERATION_INPUTS) && !optional.has(name)) {
-        return `input '${name}' is not part of the generation contract (text_input, ${Object.keys(GENERATION_INPUTS).join(', ')}) and is not optional`;
+        return `input '${name}' is not part of the generation contract (text_input, ` +
+          `${Object.keys(GENERATION_INPUTS).join(', ')}) and is not optional`;
       }
     }
     return { kind: 'generation', inputs, batched };
@@ -89,20 +90,24 @@ export function modelContract(metadata: ModelMetadata, config: ModelConfig): Con
   const ids = inputs.get('input_ids');
   const mask = inputs.get('attention_mask');
   if (ids !== undefined || mask !== undefined) {
-    const intType = (t: TensorMetadata | undefined) => t !== undefined && (t.datatype === 'INT64' || t.datatype === 'INT32');
-    if (!intType(ids) || !intType(mask)) return "a token embedding model needs INT64 (or INT32) inputs 'input_ids' and 'attention_mask'";
+    const intType = (t: TensorMetadata | undefined) =>
+      t !== undefined && (t.datatype === 'INT64' || t.datatype === 'INT32');
+    if (!intType(ids) || !intType(mask))
+      return "a token embedding model needs INT64 (or INT32) inputs 'input_ids' and 'attention_mask'";
     const types = inputs.get('token_type_ids');
     if (types !== undefined && !intType(types)) return "'token_type_ids' must be INT64 or INT32";
     for (const t of required) {
       if (t.name !== 'input_ids' && t.name !== 'attention_mask' && t.name !== 'token_type_ids') {
-        return `input '${t.name}' is not part of the token embedding contract (input_ids, attention_mask, token_type_ids)`;
+        return `input '${t.name}' is not part of the token embedding ` +
+          `contract (input_ids, attention_mask, token_type_ids)`;
       }
     }
     if (fp32Out === undefined) return 'an embedding model needs an FP32 output';
     // With or without max_batch_size, input_ids is [batch, seq] and the output [batch, dim] or [batch, seq, dim].
     if (ids!.shape.length !== 2) return `'input_ids' must be [batch, seq], it is ${JSON.stringify(ids!.shape)}`;
     if (fp32Out.shape.length !== 2 && fp32Out.shape.length !== 3) {
-      return `output '${fp32Out.name}' must be [batch, dim] or [batch, seq, dim], it is ${JSON.stringify(fp32Out.shape)}`;
+      return `output '${fp32Out.name}' must be [batch, dim] or ` +
+        `[batch, seq, dim], it is ${JSON.stringify(fp32Out.shape)}`;
     }
     const meanPool = fp32Out.shape.length === 3;
     const fixedLength = ids!.shape[1]!;

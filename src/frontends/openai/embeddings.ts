@@ -28,7 +28,8 @@ function readInputs(value: unknown): EmbeddingInput[] {
     if (value === '') throw bad('must not be empty');
     return [{ text: value }];
   }
-  if (!Array.isArray(value)) throw bad('must be a string, an array of strings, an array of token ids or an array of arrays of token ids');
+  if (!Array.isArray(value))
+    throw bad('must be a string, an array of strings, an array of token ids or an array of arrays of token ids');
   if (value.length === 0) throw bad('must not be empty');
   if (value.length > MAX_INPUTS) throw bad(`holds ${value.length} inputs; at most ${MAX_INPUTS} are taken per request`);
   if (value.every((v) => typeof v === 'number')) return [{ ids: tokenIds(value, 'input') }];
@@ -56,7 +57,14 @@ function tokenIds(v: unknown[], param: string): number[] {
  * The vector of one row: its own (a pooled output), or the mean of its first
  * `tokens` token vectors (the attention mask is 1 exactly there); normalised when asked.
  */
-function rowVector(out: Float32Array, row: number, seq: number, dim: number, tokens: number | undefined, normalize: boolean): Float32Array {
+function rowVector(
+  out: Float32Array,
+  row: number,
+  seq: number,
+  dim: number,
+  tokens: number | undefined,
+  normalize: boolean,
+): Float32Array {
   const v = new Float32Array(dim);
   if (tokens === undefined) {
     v.set(out.subarray(row * dim, row * dim + dim));
@@ -104,26 +112,39 @@ export class EmbeddingsEndpoint {
     if (!('input' in body)) throw invalidRequest("'input' is required", 'input');
     const inputs = readInputs(body['input']);
     const format = body['encoding_format'] ?? 'float';
-    if (format !== 'float' && format !== 'base64') throw invalidRequest(`'encoding_format' must be 'float' or 'base64', got ${JSON.stringify(format)}`, 'encoding_format');
+    if (format !== 'float' && format !== 'base64')
+      throw invalidRequest(
+        `'encoding_format' must be 'float' or 'base64', got ${JSON.stringify(format)}`,
+        'encoding_format',
+      );
     const dimensions = optionalInteger(body, 'dimensions', 1);
     const resolved = await resolveModel(this.ctx, model, 'embedding');
     admission(this.ctx, resolved.name);
     const signal = cancelOnClose(res);
     const c = resolved.contract;
     const { vectors, tokens } =
-      c.kind === 'text-embedding' ? await this.textEmbeddings(resolved as ResolvedModel<TextEmbeddingContract>, inputs, signal) : await this.tokenEmbeddings(resolved as ResolvedModel<TokenEmbeddingContract>, inputs, signal);
+      c.kind === 'text-embedding'
+        ? await this.textEmbeddings(resolved as ResolvedModel<TextEmbeddingContract>, inputs, signal)
+        : await this.tokenEmbeddings(resolved as ResolvedModel<TokenEmbeddingContract>, inputs, signal);
     const dim = vectors[0]?.length ?? 0;
     if (dimensions !== undefined && dimensions !== dim) {
-      throw invalidRequest(`model '${model}' makes ${dim}-dimensional embeddings and cannot shorten them; 'dimensions' may only be ${dim}`, 'dimensions');
+      throw invalidRequest(
+        `model '${model}' makes ${dim}-dimensional embeddings and cannot shorten them; 'dimensions' may only be ${dim}`,
+        'dimensions',
+      );
     }
     if (res.destroyed) return;
     let data = '';
     for (let i = 0; i < vectors.length; i++) {
       const v = vectors[i]!;
-      const embedding = format === 'base64' ? JSON.stringify(Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64')) : floatList(v);
+      const embedding =
+        format === 'base64'
+          ? JSON.stringify(Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64'))
+          : floatList(v);
       data += `${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":${embedding}}`;
     }
-    const out = `{"object":"list","data":[${data}],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
+    const out = `{"object":"list","data":[${data}],"model":` +
+      `${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
     res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(out))]);
     res.end(out);
   }
@@ -150,13 +171,20 @@ export class EmbeddingsEndpoint {
     }
   }
 
-  private async textEmbeddings(resolved: ResolvedModel<TextEmbeddingContract>, inputs: EmbeddingInput[], signal: Cancellation) {
+  private async textEmbeddings(
+    resolved: ResolvedModel<TextEmbeddingContract>,
+    inputs: EmbeddingInput[],
+    signal: Cancellation,
+  ) {
     const c = resolved.contract;
     const texts = inputs.map((x, i) => {
       if ('text' in x) return x.text;
       const tokenizer = resolved.text.tokenizer;
       if (tokenizer === undefined) {
-        throw invalidRequest(`model '${resolved.name}' has no tokenizer.json to read token ids with; send text`, `input[${i}]`);
+        throw invalidRequest(
+          `model '${resolved.name}' has no tokenizer.json to read token ids with; send text`,
+          `input[${i}]`,
+        );
       }
       return tokenizer.decode(x.ids as number[], { skip_special_tokens: true });
     });
@@ -173,7 +201,18 @@ export class EmbeddingsEndpoint {
       texts.length,
       maxRows,
       signal,
-      (start, end) => [bytesTensor({ ...inputMeta, shape: c.batched ? [end - start, ...inputMeta.shape.slice(1).map((d) => (d === -1 ? 1 : d))] : inputMeta.shape }, texts.slice(start, end), 'input')],
+      (start, end) => [
+        bytesTensor(
+          {
+            ...inputMeta,
+            shape: c.batched
+              ? [end - start, ...inputMeta.shape.slice(1).map((d) => (d === -1 ? 1 : d))]
+              : inputMeta.shape,
+          },
+          texts.slice(start, end),
+          'input',
+        ),
+      ],
       (start, end, r) => {
         const out = outputOf(r, c.output.name);
         const f = typedView(out) as Float32Array;
@@ -185,7 +224,11 @@ export class EmbeddingsEndpoint {
     return { vectors, tokens };
   }
 
-  private async tokenEmbeddings(resolved: ResolvedModel<TokenEmbeddingContract>, inputs: EmbeddingInput[], signal: Cancellation) {
+  private async tokenEmbeddings(
+    resolved: ResolvedModel<TokenEmbeddingContract>,
+    inputs: EmbeddingInput[],
+    signal: Cancellation,
+  ) {
     const c = resolved.contract;
     const tokenizer = resolved.text.tokenizer;
     const encoded = inputs.map((x, i) => {
@@ -194,7 +237,8 @@ export class EmbeddingsEndpoint {
         throw new OpenAiError(
           400,
           'invalid_request_error',
-          `model '${resolved.name}' takes token ids and has no tokenizer.json beside its config.pbtxt (or in --openai-tokenizer): send token ids, or add one`,
+          `model '${resolved.name}' takes token ids and has no tokenizer.json beside ` +
+          `its config.pbtxt (or in --openai-tokenizer): send token ids, or add one`,
           `input[${i}]`,
           'tokenizer_missing',
         );
@@ -209,7 +253,8 @@ export class EmbeddingsEndpoint {
       tokens += e.ids.length;
       if (limit !== undefined && e.ids.length > limit) {
         throw invalidRequest(
-          `This model's maximum context length is ${limit} tokens, however 'input[${i}]' has ${e.ids.length} tokens. Please reduce the length of the input.`,
+          `This model's maximum context length is ${limit} tokens, however 'input[` +
+          `${i}]' has ${e.ids.length} tokens. Please reduce the length of the input.`,
           inputs.length === 1 ? 'input' : `input[${i}]`,
           'context_length_exceeded',
         );
@@ -232,7 +277,11 @@ export class EmbeddingsEndpoint {
           intMatrix(c.attentionMask, rows, seq, (r, s) => (s < lengths[start + r]! ? 1 : 0)),
         ];
         if (c.tokenTypeIds !== undefined) {
-          t.push(intMatrix(c.tokenTypeIds, rows, seq, (r, s) => (s < lengths[start + r]! ? (encoded[start + r]!.types?.[s] ?? 0) : 0)));
+          t.push(
+            intMatrix(c.tokenTypeIds, rows, seq, (r, s) =>
+              s < lengths[start + r]! ? (encoded[start + r]!.types?.[s] ?? 0) : 0,
+            ),
+          );
         }
         return t;
       },
@@ -253,7 +302,8 @@ export class EmbeddingsEndpoint {
 /** The floats as a JSON array, with the digits /v2's JSON gives FP32 outputs. */
 function floatList(v: Float32Array): string {
   for (let i = 0; i < v.length; i++) {
-    if (!Number.isFinite(v[i]!)) throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${v[i]})`);
+    if (!Number.isFinite(v[i]!))
+      throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${v[i]})`);
   }
   return encodeJsonTensorData('embedding', 'FP32', new Uint8Array(v.buffer, v.byteOffset, v.byteLength), v.length);
 }

@@ -42,7 +42,13 @@ export function unsupportedField(param: string, why: string): OpenAiError {
 }
 
 export function modelNotFound(model: string): OpenAiError {
-  return new OpenAiError(404, 'invalid_request_error', `The model '${model}' does not exist`, 'model', 'model_not_found');
+  return new OpenAiError(
+    404,
+    'invalid_request_error',
+    `The model '${model}' does not exist`,
+    'model',
+    'model_not_found',
+  );
 }
 
 /** Any error thrown while serving a request, as the OpenAI error to answer. */
@@ -53,9 +59,22 @@ export function toOpenAiError(err: unknown, model?: string): OpenAiError {
     case 'NRD_MODEL_NOT_FOUND':
     case 'NRD_MODEL_NO_VERSIONS':
     case 'NRD_MODEL_VERSION_NOT_FOUND':
-      return new OpenAiError(404, 'invalid_request_error', model ? `The model '${model}' does not exist` : e.message, 'model', 'model_not_found');
+      return new OpenAiError(
+        404,
+        'invalid_request_error',
+        model ? `The model '${model}' does not exist` : e.message,
+        'model',
+        'model_not_found',
+      );
     case 'NRD_QUEUE_FULL':
-      return new OpenAiError(429, 'rate_limit_error', `${model ? `model '${model}': ` : ''}${e.message}; retry later`, null, 'rate_limit_exceeded', 1);
+      return new OpenAiError(
+        429,
+        'rate_limit_error',
+        `${model ? `model '${model}': ` : ''}${e.message}; retry later`,
+        null,
+        'rate_limit_exceeded',
+        1,
+      );
     case 'NRD_BODY_TOO_LARGE':
       return new OpenAiError(413, 'invalid_request_error', e.message, null, 'request_too_large');
     case 'NRD_MALFORMED_BODY':

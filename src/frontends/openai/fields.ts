@@ -19,7 +19,8 @@ export function requireObject(doc: unknown): Body {
 /** Throws for the first key that is neither known nor refused on purpose. */
 export function checkKnownFields(body: Body, known: ReadonlySet<string>): void {
   for (const key of Object.keys(body)) {
-    if (!known.has(key)) throw invalidRequest(`Unrecognized request argument supplied: ${key}`, key, 'unknown_parameter');
+    if (!known.has(key))
+      throw invalidRequest(`Unrecognized request argument supplied: ${key}`, key, 'unknown_parameter');
   }
 }
 
@@ -27,7 +28,8 @@ const present = (v: unknown): boolean => v !== undefined && v !== null;
 
 export function modelName(body: Body): string {
   const m = body['model'];
-  if (typeof m !== 'string' || m === '') throw invalidRequest("'model' is required and must be a non-empty string", 'model');
+  if (typeof m !== 'string' || m === '')
+    throw invalidRequest("'model' is required and must be a non-empty string", 'model');
   return m;
 }
 
@@ -41,17 +43,27 @@ export function optionalBoolean(body: Body, key: string): boolean | undefined {
 export function optionalNumber(body: Body, key: string, min: number, max: number): number | undefined {
   const v = body[key];
   if (!present(v)) return undefined;
-  if (typeof v !== 'number' || !Number.isFinite(v)) throw invalidRequest(`'${key}' must be a number, got ${JSON.stringify(v)}`, key);
+  if (typeof v !== 'number' || !Number.isFinite(v))
+    throw invalidRequest(`'${key}' must be a number, got ${JSON.stringify(v)}`, key);
   if (v < min || v > max) throw invalidRequest(`'${key}' must be between ${min} and ${max}, got ${v}`, key);
   return v;
 }
 
-export function optionalInteger(body: Body, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+export function optionalInteger(
+  body: Body,
+  key: string,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number | undefined {
   const v = body[key];
   if (!present(v)) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v)) throw invalidRequest(`'${key}' must be an integer, got ${JSON.stringify(v)}`, key);
+  if (typeof v !== 'number' || !Number.isInteger(v))
+    throw invalidRequest(`'${key}' must be an integer, got ${JSON.stringify(v)}`, key);
   if (v < min || v > max) {
-    throw invalidRequest(`'${key}' must be ${max === Number.MAX_SAFE_INTEGER ? `at least ${min}` : `between ${min} and ${max}`}, got ${v}`, key);
+    throw invalidRequest(
+      `'${key}' must be ${max === Number.MAX_SAFE_INTEGER ? `at least ${min}` : `between ${min} and ${max}`}, got ${v}`,
+      key,
+    );
   }
   return v;
 }
@@ -74,7 +86,12 @@ export function singleChoice(body: Body): void {
 }
 
 /** A field refused unless it has its neutral value (`allowed` says which values are neutral). */
-export function refuseUnlessNeutral(body: Body, key: string, why: string, allowed: (v: unknown) => boolean = () => false): void {
+export function refuseUnlessNeutral(
+  body: Body,
+  key: string,
+  why: string,
+  allowed: (v: unknown) => boolean = () => false,
+): void {
   const v = body[key];
   if (present(v) && !allowed(v)) throw unsupportedField(key, why);
 }
@@ -89,13 +106,18 @@ export function streamChoice(body: Body): StreamChoice {
   const options = body['stream_options'];
   let includeUsage = false;
   if (present(options)) {
-    if (!stream) throw invalidRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.", 'stream_options');
+    if (!stream)
+      throw invalidRequest(
+        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        'stream_options',
+      );
     if (!isObject(options)) throw invalidRequest("'stream_options' must be an object", 'stream_options');
     for (const key of Object.keys(options)) {
       if (key !== 'include_usage') throw invalidRequest(`Unrecognized stream option: ${key}`, `stream_options.${key}`);
     }
     const u = options['include_usage'];
-    if (present(u) && typeof u !== 'boolean') throw invalidRequest("'stream_options.include_usage' must be a boolean", 'stream_options.include_usage');
+    if (present(u) && typeof u !== 'boolean')
+      throw invalidRequest("'stream_options.include_usage' must be a boolean", 'stream_options.include_usage');
     includeUsage = u === true;
   }
   return { stream, includeUsage };

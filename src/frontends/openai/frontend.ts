@@ -53,16 +53,42 @@ export class OpenAiFrontend {
     private readonly server: ServerApi,
     private readonly options: OpenAiFrontendOptions,
   ) {
-    this.ctx = { server, texts: new ModelTexts(options.tokenizerDir), timings: options.timings, maxInputSize: options.maxInputSize };
+    this.ctx = {
+      server,
+      texts: new ModelTexts(options.tokenizerDir),
+      timings: options.timings,
+      maxInputSize: options.maxInputSize,
+    };
     this.access = new OpenAiAccess(parseOpenAiRestrictedApis(options.restrictedApis ?? []), options.access);
     this.generation = new GenerationEndpoint(this.ctx);
     this.embeddings = new EmbeddingsEndpoint(this.ctx);
     this.routes = new Map<string, Route>([
       ['/v1/models', { group: 'model-repository', method: 'GET', handle: (q, res) => this.listModels(q, res) }],
       ['/v1/models/*', { group: 'model-repository', method: 'GET', handle: (_q, res, m) => this.showModel(res, m) }],
-      ['/v1/completions', { group: 'inference', method: 'POST', handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, false)) }],
-      ['/v1/chat/completions', { group: 'inference', method: 'POST', handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, true)) }],
-      ['/v1/embeddings', { group: 'embedding', method: 'POST', handle: (q, res) => this.withBody(q, res, (b) => this.embeddings.handle(res, b)) }],
+      [
+        '/v1/completions',
+        {
+          group: 'inference',
+          method: 'POST',
+          handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, false)),
+        },
+      ],
+      [
+        '/v1/chat/completions',
+        {
+          group: 'inference',
+          method: 'POST',
+          handle: (q, res) => this.withBody(q, res, (b) => this.generation.handle(res, b, true)),
+        },
+      ],
+      [
+        '/v1/embeddings',
+        {
+          group: 'embedding',
+          method: 'POST',
+          handle: (q, res) => this.withBody(q, res, (b) => this.embeddings.handle(res, b)),
+        },
+      ],
       ['/health/ready', { group: 'health', method: 'GET', handle: (_q, res) => this.ready(res) }],
     ]);
   }
@@ -76,11 +102,24 @@ export class OpenAiFrontend {
         route = this.routes.get('/v1/models/*');
         model = decodeURIComponent(path.slice('/v1/models/'.length));
       }
-      if (route === undefined) throw new OpenAiError(404, 'invalid_request_error', `Invalid URL (${req.method ?? ''} ${path})`, null, 'unknown_url');
+      if (route === undefined)
+        throw new OpenAiError(
+          404,
+          'invalid_request_error',
+          `Invalid URL (${req.method ?? ''} ${path})`,
+          null,
+          'unknown_url',
+        );
       const denied = this.access.authorize(req, route.group, model === '' ? undefined : model);
       if (denied !== undefined) throw denied;
       if (req.method !== route.method) {
-        const e = new OpenAiError(405, 'invalid_request_error', `Method ${req.method ?? ''} is not allowed on ${path}; use ${route.method}`, null, 'method_not_allowed');
+        const e = new OpenAiError(
+          405,
+          'invalid_request_error',
+          `Method ${req.method ?? ''} is not allowed on ${path}; use ${route.method}`,
+          null,
+          'method_not_allowed',
+        );
         this.fail(res, e, ['Allow', route.method]);
         return;
       }
@@ -102,7 +141,8 @@ export class OpenAiFrontend {
     listener.headersTimeout = 66_000;
     this.listener = listener;
     return new Promise((resolve, reject) => {
-      const onError = (err: NodeJS.ErrnoException): void => reject(err.code === 'EADDRINUSE' ? Errors.socketInUse(address, port) : err);
+      const onError = (err: NodeJS.ErrnoException): void =>
+        reject(err.code === 'EADDRINUSE' ? Errors.socketInUse(address, port) : err);
       listener.once('error', onError);
       listener.listen(port, address, () => {
         listener.off('error', onError);
@@ -137,13 +177,28 @@ export class OpenAiFrontend {
     res.end(body);
   }
 
-  private async withBody(req: IncomingMessage, res: ServerResponse, run: (body: Record<string, unknown>) => Promise<void>): Promise<void> {
+  private async withBody(
+    req: IncomingMessage,
+    res: ServerResponse,
+    run: (body: Record<string, unknown>) => Promise<void>,
+  ): Promise<void> {
     const encoding = req.headers['content-encoding'];
     if (encoding !== undefined && encoding !== 'identity') {
-      throw new OpenAiError(415, 'invalid_request_error', `Content-Encoding '${encoding}' is not supported; send the body uncompressed`);
+      throw new OpenAiError(
+        415,
+        'invalid_request_error',
+        `Content-Encoding '${encoding}' is not supported; send the body uncompressed`,
+      );
     }
     const bytes = await readBody(req, this.options.maxInputSize);
-    if (bytes.byteLength === 0) throw new OpenAiError(400, 'invalid_request_error', 'The request has no body; send a JSON object', null, 'invalid_json');
+    if (bytes.byteLength === 0)
+      throw new OpenAiError(
+        400,
+        'invalid_request_error',
+        'The request has no body; send a JSON object',
+        null,
+        'invalid_json',
+      );
     const body = requireObject(parseJsonBytes(bytes));
     // The model is in the body: checked against the key's scopes before anything looks it up.
     if (typeof body['model'] === 'string') {
@@ -196,7 +251,13 @@ export class OpenAiFrontend {
       throw modelNotFound(name);
     }
     if (why !== undefined) {
-      throw new OpenAiError(404, 'invalid_request_error', `The model '${name}' is not served on /v1: ${why}`, 'model', 'model_not_found');
+      throw new OpenAiError(
+        404,
+        'invalid_request_error',
+        `The model '${name}' is not served on /v1: ${why}`,
+        'model',
+        'model_not_found',
+      );
     }
     const body = this.modelEntry(name);
     res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(body))]);

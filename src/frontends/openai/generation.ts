@@ -10,7 +10,14 @@ import { streamResponses } from '../../core/response-stream.js';
 import type { InferResponse, StreamResponse, TensorMetadata } from '../../types/api.js';
 import { decodeBytesElements, type Tensor } from '../../tensor/tensor.js';
 import type { GenerationContract } from './contracts.js';
-import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resolveModel, responseId } from './context.js';
+import {
+  type OpenAiContext,
+  type ResolvedModel,
+  admission,
+  cancelOnClose,
+  resolveModel,
+  responseId,
+} from './context.js';
 import { invalidRequest, toOpenAiError, unsupportedField } from './errors.js';
 import {
   type Body,
@@ -87,7 +94,12 @@ interface Generation {
 function readCommon(body: Body): Omit<Generation, 'chat' | 'prompt' | 'promptTokenCount' | 'maxTokens'> {
   singleChoice(body);
   checkUser(body);
-  refuseUnlessNeutral(body, 'logit_bias', 'token biases are not passed to models', (v) => isObject(v) && Object.keys(v).length === 0);
+  refuseUnlessNeutral(
+    body,
+    'logit_bias',
+    'token biases are not passed to models',
+    (v) => isObject(v) && Object.keys(v).length === 0,
+  );
   const sampling = new Map<string, number>();
   const put = (key: string, v: number | undefined) => v !== undefined && sampling.set(key, v);
   put('temperature', optionalNumber(body, 'temperature', 0, 2));
@@ -105,7 +117,12 @@ function readCompletion(body: Body): Omit<Generation, 'prompt' | 'promptTokenCou
   refuseUnlessNeutral(body, 'best_of', 'one completion is generated per request', (v) => v === 1);
   refuseUnlessNeutral(body, 'suffix', 'models take no suffix');
   if (!('prompt' in body)) throw invalidRequest("'prompt' is required", 'prompt');
-  return { ...readCommon(body), chat: false, maxTokens: optionalInteger(body, 'max_tokens', 1), promptValue: body['prompt'] };
+  return {
+    ...readCommon(body),
+    chat: false,
+    maxTokens: optionalInteger(body, 'max_tokens', 1),
+    promptValue: body['prompt'],
+  };
 }
 
 function readChat(body: Body): Omit<Generation, 'prompt' | 'promptTokenCount'> & { messages: ChatMessage[] } {
@@ -113,10 +130,25 @@ function readChat(body: Body): Omit<Generation, 'prompt' | 'promptTokenCount'> &
   refuseUnlessNeutral(body, 'logprobs', 'log probabilities are not returned', (v) => v === false);
   refuseUnlessNeutral(body, 'top_logprobs', 'log probabilities are not returned');
   for (const key of ['tools', 'tool_choice', 'parallel_tool_calls', 'functions', 'function_call']) {
-    refuseUnlessNeutral(body, key, 'tool calling is not supported', (v) => key === 'tools' && Array.isArray(v) && v.length === 0);
+    refuseUnlessNeutral(
+      body,
+      key,
+      'tool calling is not supported',
+      (v) => key === 'tools' && Array.isArray(v) && v.length === 0,
+    );
   }
-  refuseUnlessNeutral(body, 'response_format', 'only text responses are produced', (v) => isObject(v) && v['type'] === 'text');
-  refuseUnlessNeutral(body, 'modalities', 'only text responses are produced', (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text');
+  refuseUnlessNeutral(
+    body,
+    'response_format',
+    'only text responses are produced',
+    (v) => isObject(v) && v['type'] === 'text',
+  );
+  refuseUnlessNeutral(
+    body,
+    'modalities',
+    'only text responses are produced',
+    (v) => Array.isArray(v) && v.length === 1 && v[0] === 'text',
+  );
   refuseUnlessNeutral(body, 'audio', 'only text responses are produced');
   refuseUnlessNeutral(body, 'prediction', 'predicted outputs are not supported');
   refuseUnlessNeutral(body, 'reasoning_effort', 'models here take no reasoning effort');
@@ -138,17 +170,22 @@ function readMessages(value: unknown): ChatMessage[] {
     if (!isObject(m)) throw invalidRequest(`'${at}' must be an object with 'role' and 'content'`, at);
     const role = m['role'];
     if (typeof role !== 'string' || !CHAT_ROLES.has(role)) {
-      throw invalidRequest(`'${at}.role' must be one of ${[...CHAT_ROLES].join(', ')}, got ${JSON.stringify(role)}`, `${at}.role`);
+      throw invalidRequest(
+        `'${at}.role' must be one of ${[...CHAT_ROLES].join(', ')}, got ${JSON.stringify(role)}`,
+        `${at}.role`,
+      );
     }
     for (const key of Object.keys(m)) {
-      if (key === 'tool_calls' || key === 'function_call' || key === 'audio') throw unsupportedField(`${at}.${key}`, 'tool calling is not supported');
+      if (key === 'tool_calls' || key === 'function_call' || key === 'audio')
+        throw unsupportedField(`${at}.${key}`, 'tool calling is not supported');
       if (key !== 'role' && key !== 'content' && key !== 'name' && key !== 'tool_call_id' && key !== 'refusal') {
         throw invalidRequest(`Unrecognized argument in '${at}': ${key}`, `${at}.${key}`);
       }
     }
     const content = messageContent(m['content'], `${at}.content`);
     const name = m['name'];
-    if (name !== undefined && typeof name !== 'string') throw invalidRequest(`'${at}.name' must be a string`, `${at}.name`);
+    if (name !== undefined && typeof name !== 'string')
+      throw invalidRequest(`'${at}.name' must be a string`, `${at}.name`);
     return name === undefined ? { role, content } : { role, content, name };
   });
 }
@@ -160,7 +197,10 @@ function messageContent(value: unknown, at: string): string {
     value.forEach((part: unknown, i) => {
       if (!isObject(part) || part['type'] !== 'text' || typeof part['text'] !== 'string') {
         const type = isObject(part) ? JSON.stringify(part['type']) : 'not an object';
-        throw invalidRequest(`'${at}[${i}]' must be a text part ({"type": "text", "text": "..."}); got type ${type}`, `${at}[${i}]`);
+        throw invalidRequest(
+          `'${at}[${i}]' must be a text part ({"type": "text", "text": "..."}); got type ${type}`,
+          `${at}[${i}]`,
+        );
       }
       text += part['text'];
     });
@@ -170,7 +210,10 @@ function messageContent(value: unknown, at: string): string {
 }
 
 /** The prompt of /v1/completions: a string, or token ids the tokenizer turns back into text. */
-function completionPrompt(value: unknown, resolved: ResolvedModel<GenerationContract>): { prompt: string; tokens: number | undefined } {
+function completionPrompt(
+  value: unknown,
+  resolved: ResolvedModel<GenerationContract>,
+): { prompt: string; tokens: number | undefined } {
   let v = value;
   if (Array.isArray(v) && v.length === 1 && (typeof v[0] === 'string' || Array.isArray(v[0]))) v = v[0];
   if (typeof v === 'string') {
@@ -180,7 +223,10 @@ function completionPrompt(value: unknown, resolved: ResolvedModel<GenerationCont
   if (Array.isArray(v) && v.length > 0 && v.every((x) => Number.isInteger(x) && (x as number) >= 0)) {
     const tokenizer = resolved.text.tokenizer;
     if (tokenizer === undefined) {
-      throw invalidRequest(`model '${resolved.name}' has no tokenizer.json to read token ids with; send the prompt as text`, 'prompt');
+      throw invalidRequest(
+        `model '${resolved.name}' has no tokenizer.json to read token ids with; send the prompt as text`,
+        'prompt',
+      );
     }
     return { prompt: tokenizer.decode(v as number[], { skip_special_tokens: false }), tokens: v.length };
   }
@@ -188,13 +234,16 @@ function completionPrompt(value: unknown, resolved: ResolvedModel<GenerationCont
   throw invalidRequest("'prompt' must be a non-empty string, or an array of token ids", 'prompt');
 }
 
-/** The inputs of one generation request: only those the model declares, and every field the request sets must have one. */
+/**
+ * The inputs of one generation request: only those the model declares, and every field the request sets must have one.
+ */
 function generationInputs(g: Generation, contract: GenerationContract, model: string): Tensor[] {
   const inputs = contract.inputs;
   const tensors: Tensor[] = [bytesTensor(inputs.get('text_input')!, [g.prompt], g.chat ? 'messages' : 'prompt')];
   const need = (name: string, field: string): TensorMetadata => {
     const meta = inputs.get(name);
-    if (meta === undefined) throw invalidRequest(`model '${model}' does not take '${field}' (it has no '${name}' input)`, field);
+    if (meta === undefined)
+      throw invalidRequest(`model '${model}' does not take '${field}' (it has no '${name}' input)`, field);
     return meta;
   };
   const streamInput = inputs.get('stream');
@@ -243,7 +292,8 @@ export class GenerationEndpoint {
     }
     if (Buffer.byteLength(prompt, 'utf8') > this.ctx.maxInputSize) {
       throw invalidRequest(
-        `the prompt is ${Buffer.byteLength(prompt, 'utf8')} bytes, over the maximum input size of ${this.ctx.maxInputSize} bytes (--http-max-input-size)`,
+        `the prompt is ${Buffer.byteLength(prompt, 'utf8')} bytes, over the maximum ` +
+        `input size of ${this.ctx.maxInputSize} bytes (--http-max-input-size)`,
         chat ? 'messages' : 'prompt',
         'request_too_large',
       );
@@ -288,7 +338,12 @@ export class GenerationEndpoint {
     const finish = this.finishReason(g, resolved, usage);
     const created = Math.floor(Date.now() / 1000);
     const choice = g.chat
-      ? { index: 0, message: { role: 'assistant', content: text, refusal: null }, logprobs: null, finish_reason: finish }
+      ? {
+          index: 0,
+          message: { role: 'assistant', content: text, refusal: null },
+          logprobs: null,
+          finish_reason: finish,
+        }
       : { index: 0, text, logprobs: null, finish_reason: finish };
     const out = JSON.stringify({
       id: responseId(g.chat ? 'chatcmpl' : 'cmpl'),
@@ -320,11 +375,15 @@ export class GenerationEndpoint {
     const created = Math.floor(Date.now() / 1000);
     const object = g.chat ? 'chat.completion.chunk' : 'text_completion';
     const usageField = g.stream.includeUsage ? ',"usage":null' : '';
-    const head = `{"id":${JSON.stringify(id)},"object":"${object}","created":${created},"model":${JSON.stringify(g.model)}`;
+    const head = `{"id":${JSON.stringify(id)},"object":"` +
+      `${object}","created":${created},"model":${JSON.stringify(g.model)}`;
     const chunk = (piece: string | undefined, finish: string | null): string => {
       const choice = g.chat
-        ? `{"index":0,"delta":${piece === undefined ? '{}' : `{"content":${JSON.stringify(piece)}}`},"logprobs":null,"finish_reason":${finish === null ? 'null' : `"${finish}"`}}`
-        : `{"index":0,"text":${JSON.stringify(piece ?? '')},"logprobs":null,"finish_reason":${finish === null ? 'null' : `"${finish}"`}}`;
+        ? `{"index":0,"delta":` +
+          `${piece === undefined ? '{}' : `{"content":${JSON.stringify(piece)}}`},"logprobs":null,"finish_reason":` +
+          `${finish === null ? 'null' : `"${finish}"`}}`
+        : `{"index":0,"text":${JSON.stringify(piece ?? '')},"logprobs":null,"finish_reason":` +
+          `${finish === null ? 'null' : `"${finish}"`}}`;
       return `data: ${head},"choices":[${choice}]${usageField}}\n\n`;
     };
     const timings = this.ctx.timings;
@@ -333,7 +392,7 @@ export class GenerationEndpoint {
     let pieces = 0;
     let pending = '';
     let last = arrived;
-    let version = '';
+    let version: string;
     const flush = (): void => {
       if (pending === '' || res.destroyed) return;
       res.write(chunk(pending, null));
@@ -342,9 +401,20 @@ export class GenerationEndpoint {
     const onDrain = (): void => flush();
     const start = (): void => {
       started = true;
-      res.writeHead(200, ['Content-Type', 'text/event-stream; charset=utf-8', 'Cache-Control', 'no-cache', 'Connection', 'keep-alive']);
+      res.writeHead(200, [
+        'Content-Type',
+        'text/event-stream; charset=utf-8',
+        'Cache-Control',
+        'no-cache',
+        'Connection',
+        'keep-alive',
+      ]);
       res.on('drain', onDrain);
-      if (g.chat) res.write(`data: ${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${usageField}}\n\n`);
+      if (g.chat)
+        res.write(
+          `data: ${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},` +
+            `"logprobs":null,"finish_reason":null}]${usageField}}\n\n`,
+        );
     };
     try {
       for await (const item of responses) {

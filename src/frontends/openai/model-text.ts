@@ -59,8 +59,10 @@ export class ModelText {
     const t = this.template;
     if (t === undefined) {
       throw invalidRequest(
-        `model '${this.model}' has no chat template: put a tokenizer_config.json with "chat_template" (or a chat_template.jinja) ` +
-          'beside its config.pbtxt, or start the server with --openai-tokenizer=DIR; /v1/completions takes a plain prompt',
+        `model '${this.model}' has no chat template: put a tokenizer_config.json ` +
+        `with "chat_template" (or a chat_template.jinja) ` +
+          'beside its config.pbtxt, or start the server with ' +
+          '--openai-tokenizer=DIR; /v1/completions takes a plain prompt',
         'messages',
         'chat_template_missing',
       );
@@ -72,7 +74,8 @@ export class ModelText {
       const message = (err as Error).message;
       const line = locateError(t.text, message);
       throw invalidRequest(
-        `model '${this.model}': the chat template (${t.file}${line === undefined ? '' : `, line ${line}`}) failed to render: ${message}`,
+        `model '${this.model}': the chat template (${t.file}` +
+        `${line === undefined ? '' : `, line ${line}`}) failed to render: ${message}`,
         'messages',
         'chat_template_error',
       );
@@ -108,7 +111,10 @@ async function readText(file: string): Promise<string | undefined> {
   }
 }
 
-/** The line of `source` a template error most likely comes from: the first prefix failing the same way, or a line naming what the message names. */
+/**
+ * The line of `source` a template error most likely comes from: the first prefix failing the same way, or a line naming
+ * what the message names.
+ */
 function locateError(source: string, message: string): number | undefined {
   const lines = source.split('\n');
   for (let n = 1; n <= lines.length; n++) {
@@ -185,7 +191,11 @@ export class ModelTexts {
       try {
         tokenizer = new Tokenizer(tokenizerJson.value, config?.value ?? {});
       } catch (err) {
-        throw new OpenAiError(500, 'server_error', `model '${model}': ${tokenizerJson.file} cannot be read as a tokenizer: ${(err as Error).message}`);
+        throw new OpenAiError(
+          500,
+          'server_error',
+          `model '${model}': ${tokenizerJson.file} cannot be read as a tokenizer: ${(err as Error).message}`,
+        );
       }
     }
     let template: { text: string; file: string } | undefined;
@@ -206,7 +216,8 @@ export class ModelTexts {
         parsed = {
           ...template,
           parsed: invalidRequest(
-            `model '${model}': the chat template (${template.file}${line === undefined ? '' : `, line ${line}`}) cannot be parsed: ${message}`,
+            `model '${model}': the chat template (${template.file}` +
+            `${line === undefined ? '' : `, line ${line}`}) cannot be parsed: ${message}`,
             'messages',
             'chat_template_error',
           ),
@@ -216,7 +227,11 @@ export class ModelTexts {
     const maxFromConfig = config?.value['model_max_length'];
     const truncation = (tokenizerJson?.value['truncation'] as Json | null | undefined)?.['max_length'];
     const maxLength =
-      typeof maxFromConfig === 'number' && maxFromConfig < 1e9 ? maxFromConfig : typeof truncation === 'number' ? truncation : undefined;
+      typeof maxFromConfig === 'number' && maxFromConfig < 1e9
+        ? maxFromConfig
+        : typeof truncation === 'number'
+          ? truncation
+          : undefined;
     const fast = tokenizerJson === undefined ? undefined : FastWordPiece.from(tokenizerJson.value);
     return new ModelText(model, tokenizer, parsed, maxLength, specialTokensOf(config?.value), fast);
   }

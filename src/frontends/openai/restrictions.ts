@@ -26,7 +26,8 @@ interface Restriction {
   readonly value: string;
 }
 
-const USAGE = "'--openai-restricted-api' option format is '<api>,<api>... <header> <value>' (or '<api>,<api>...:<header>=<value>')";
+const USAGE =
+  "'--openai-restricted-api' option format is '<api>,<api>... <header> <value>' (or '<api>,<api>...:<header>=<value>')";
 
 /** Parses every `--openai-restricted-api` value; throws a configuration error naming what is wrong. */
 export function parseOpenAiRestrictedApis(values: readonly string[]): Map<OpenAiApiGroup, Restriction> {
@@ -51,10 +52,15 @@ export function parseOpenAiRestrictedApis(values: readonly string[]): Map<OpenAi
     if (apis === '' || header === '' || value === '') throw Errors.config(`${USAGE}, got '${arg}'`);
     for (const api of apis.split(',')) {
       if (api === 'metrics') {
-        throw Errors.config("--openai-restricted-api: 'metrics' is served on --metrics-port, not on the OpenAI endpoints");
+        throw Errors.config(
+          "--openai-restricted-api: 'metrics' is served on --metrics-port, not on the OpenAI endpoints",
+        );
       }
       if (!(api in OPENAI_API_GROUPS)) {
-        throw Errors.config(`Unknown API '${api}' in --openai-restricted-api. Available APIs: ${Object.keys(OPENAI_API_GROUPS).join(', ')}`);
+        throw Errors.config(
+          `Unknown API '${api}' in --openai-restricted-api. Available ` +
+          `APIs: ${Object.keys(OPENAI_API_GROUPS).join(', ')}`,
+        );
       }
       const group = api as OpenAiApiGroup;
       if (out.has(group)) throw Errors.config(`restricted api '${api}' can not be specified in multiple config groups`);
@@ -73,7 +79,11 @@ export function joinRestrictedApiArgs(argv: readonly string[]): string[] {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const next = argv.slice(i + 1, i + 4);
-    if (arg === '--openai-restricted-api' && next.length === 3 && next.every((a) => !a.startsWith('--') && !/\s/.test(a))) {
+    if (
+      arg === '--openai-restricted-api' &&
+      next.length === 3 &&
+      next.every((a) => !a.startsWith('--') && !/\s/.test(a))
+    ) {
       out.push(`--openai-restricted-api=${next.join(' ')}`);
       i += 3;
     } else {
@@ -99,7 +109,12 @@ export class OpenAiAccess {
 
   authorize(req: IncomingMessage, group: OpenAiApiGroup, model?: string): OpenAiError | undefined {
     if (this.keys !== undefined) {
-      const failure = this.keys.check(req.headers.authorization, req.socket.remoteAddress, group === 'health' ? 'health' : 'openai', model);
+      const failure = this.keys.check(
+        req.headers.authorization,
+        req.socket.remoteAddress,
+        group === 'health' ? 'health' : 'openai',
+        model,
+      );
       if (failure !== undefined) return keyError(failure);
     }
     if (this.restrictions.size === 0) return undefined;
@@ -107,10 +122,19 @@ export class OpenAiAccess {
     if (r === undefined) return undefined;
     const got = req.headers[r.headerKey];
     if ((Array.isArray(got) ? got[0] : got) === r.value) return undefined;
-    return new OpenAiError(401, 'authentication_error', `This API is restricted, expecting header '${r.header}' with valid value`, null, 'invalid_auth');
+    return new OpenAiError(
+      401,
+      'authentication_error',
+      `This API is restricted, expecting header '${r.header}' with valid value`,
+      null,
+      'invalid_auth',
+    );
   }
 
-  /** With `--auth-keys`, the key's `openai` scope for the model a JSON body names (the route passed `authorize` already). */
+  /**
+   * With `--auth-keys`, the key's `openai` scope for the model a JSON body names (the route passed `authorize`
+   * already).
+   */
   authorizeModel(req: IncomingMessage, model: string): OpenAiError | undefined {
     const failure = this.keys?.check(req.headers.authorization, req.socket.remoteAddress, 'openai', model);
     return failure === undefined ? undefined : keyError(failure);
@@ -124,7 +148,9 @@ export class OpenAiAccess {
 
 /** A refused key as OpenAI's error objects say it (the api_key of OpenAI's clients is the secret). */
 function keyError(failure: AuthFailure): OpenAiError {
-  if (failure.httpStatus === 401) return new OpenAiError(401, 'authentication_error', failure.message, null, 'invalid_api_key');
-  if (failure.httpStatus === 403) return new OpenAiError(403, 'permission_error', failure.message, null, 'insufficient_scope');
+  if (failure.httpStatus === 401)
+    return new OpenAiError(401, 'authentication_error', failure.message, null, 'invalid_api_key');
+  if (failure.httpStatus === 403)
+    return new OpenAiError(403, 'permission_error', failure.message, null, 'insufficient_scope');
   return new OpenAiError(429, 'rate_limit_error', failure.message, null, 'rate_limit_exceeded', failure.retryAfterSecs);
 }

@@ -23,7 +23,11 @@ export function fillShape(meta: TensorMetadata, count: number, param: string): n
 }
 
 function shapeError(meta: TensorMetadata, count: number, param: string) {
-  return invalidRequest(`'${param}' gives ${count} value(s), which the model's input '${meta.name}' of shape ${JSON.stringify(meta.shape)} cannot hold`, param);
+  return invalidRequest(
+    `'${param}' gives ${count} value(s), which the model's input '` +
+    `${meta.name}' of shape ${JSON.stringify(meta.shape)} cannot hold`,
+    param,
+  );
 }
 
 /** One request's input of `values` (numbers, or booleans for BOOL), in the model's datatype. */
@@ -65,7 +69,10 @@ export function numericTensor(meta: TensorMetadata, values: readonly (number | b
       data = new Uint8Array(Float64Array.from(values, num).buffer);
       break;
     default:
-      throw invalidRequest(`'${param}' cannot be given to the model: its input '${meta.name}' is ${meta.datatype}`, param);
+      throw invalidRequest(
+        `'${param}' cannot be given to the model: its input '${meta.name}' is ${meta.datatype}`,
+        param,
+      );
   }
   if (n === 0) data = new Uint8Array(0);
   return { name: meta.name, datatype: meta.datatype, shape, data };
@@ -73,7 +80,15 @@ export function numericTensor(meta: TensorMetadata, values: readonly (number | b
 
 export function bytesTensor(meta: TensorMetadata, values: readonly string[], param: string): Tensor {
   if (meta.datatype !== 'BYTES') {
-    throw invalidRequest(`'${param}' cannot be given to the model: its input '${meta.name}' is ${meta.datatype}, not BYTES`, param);
+    throw invalidRequest(
+      `'${param}' cannot be given to the model: its input '${meta.name}' is ${meta.datatype}, not BYTES`,
+      param,
+    );
   }
-  return { name: meta.name, datatype: 'BYTES', shape: fillShape(meta, values.length, param), data: encodeBytesElements(values) };
+  return {
+    name: meta.name,
+    datatype: 'BYTES',
+    shape: fillShape(meta, values.length, param),
+    data: encodeBytesElements(values),
+  };
 }

@@ -35,7 +35,12 @@ export class FastWordPiece {
     const model = json['model'] as Json | undefined;
     const normalizer = json['normalizer'] as Json | null | undefined;
     const pre = json['pre_tokenizer'] as Json | null | undefined;
-    if (model?.['type'] !== 'WordPiece' || normalizer?.['type'] !== 'BertNormalizer' || pre?.['type'] !== 'BertPreTokenizer') return undefined;
+    if (
+      model?.['type'] !== 'WordPiece' ||
+      normalizer?.['type'] !== 'BertNormalizer' ||
+      pre?.['type'] !== 'BertPreTokenizer'
+    )
+      return undefined;
     if (normalizer['clean_text'] !== true) return undefined;
     const vocabJson = model['vocab'] as Record<string, number> | undefined;
     if (vocabJson === undefined) return undefined;
@@ -111,7 +116,10 @@ export class FastWordPiece {
 }
 
 /** The ids a single sequence is wrapped in: BERT's template ([CLS] A [SEP]), BertProcessing, or none. */
-function specialIds(post: Json | null | undefined, vocab: ReadonlyMap<string, number>): { cls?: number; sep?: number } | undefined {
+function specialIds(
+  post: Json | null | undefined,
+  vocab: ReadonlyMap<string, number>,
+): { cls?: number; sep?: number } | undefined {
   if (post === null || post === undefined) return {};
   if (post['type'] === 'BertProcessing') {
     const cls = post['cls'] as [string, number] | undefined;
@@ -124,7 +132,8 @@ function specialIds(post: Json | null | undefined, vocab: ReadonlyMap<string, nu
   const special = (item: Json | undefined): number | undefined => {
     const id = (item?.['SpecialToken'] as Json | undefined)?.['id'];
     if (typeof id !== 'string') return undefined;
-    const tokens = ((post['special_tokens'] as Json | undefined)?.[id] as Json | undefined)?.['ids'] as number[] | undefined;
+    const tokens = ((post['special_tokens'] as Json | undefined)?.[id] as Json | undefined)?.['ids'] as
+      number[] | undefined;
     return tokens?.length === 1 ? tokens[0] : vocab.get(id);
   };
   const sequence = (single[1]?.['Sequence'] as Json | undefined)?.['id'];

@@ -27,11 +27,21 @@ interface BoolControl {
 function boolControl(name: string, c: ModelSequenceBatching_Control): BoolControl {
   if (c.int32FalseTrue.length === 2) {
     const v = new Int32Array(c.int32FalseTrue);
-    return { name, datatype: 'INT32', falseBytes: new Uint8Array(v.buffer, 0, 4), trueBytes: new Uint8Array(v.buffer, 4, 4) };
+    return {
+      name,
+      datatype: 'INT32',
+      falseBytes: new Uint8Array(v.buffer, 0, 4),
+      trueBytes: new Uint8Array(v.buffer, 4, 4),
+    };
   }
   if (c.fp32FalseTrue.length === 2) {
     const v = new Float32Array(c.fp32FalseTrue);
-    return { name, datatype: 'FP32', falseBytes: new Uint8Array(v.buffer, 0, 4), trueBytes: new Uint8Array(v.buffer, 4, 4) };
+    return {
+      name,
+      datatype: 'FP32',
+      falseBytes: new Uint8Array(v.buffer, 0, 4),
+      trueBytes: new Uint8Array(v.buffer, 4, 4),
+    };
   }
   const [f, t] = c.boolFalseTrue;
   return { name, datatype: 'BOOL', falseBytes: Uint8Array.of(f ? 1 : 0), trueBytes: Uint8Array.of(t ? 1 : 0) };
@@ -66,7 +76,9 @@ export class SequenceControls {
         if (c.kind === Kind.CONTROL_SEQUENCE_START) start = boolControl(input.name, c);
         else if (c.kind === Kind.CONTROL_SEQUENCE_END) end = boolControl(input.name, c);
         else if (c.kind === Kind.CONTROL_SEQUENCE_READY) ready = boolControl(input.name, c);
-        else if (c.kind === Kind.CONTROL_SEQUENCE_CORRID) corrid = { name: input.name, datatype: datatypeFromConfigEnum(c.dataType) ?? 'UINT64' };
+        else if (c.kind === Kind.CONTROL_SEQUENCE_CORRID) {
+          corrid = { name: input.name, datatype: datatypeFromConfigEnum(c.dataType) ?? 'UINT64' };
+        }
       }
     }
     this.start = start;
@@ -87,7 +99,8 @@ export class SequenceControls {
     if (isString === (c.datatype === 'BYTES')) return;
     const prefix = `[request id: ${requestId === '' ? '<id_unknown>' : requestId}] `;
     throw Errors.sequenceCorrelationIdType(
-      `${prefix}sequence batching control '${c.name}' data-type is '${isString ? 'BYTES' : 'UINT64'}', but model '${modelName}' expects '${c.datatype}'`,
+      `${prefix}sequence batching control '${c.name}' data-type is '` +
+      `${isString ? 'BYTES' : 'UINT64'}', but model '${modelName}' expects '${c.datatype}'`,
     );
   }
 
@@ -98,7 +111,13 @@ export class SequenceControls {
     if (this.start) out.push(boolTensor(this.start, (flags & 1) !== 0, shape));
     if (this.end) out.push(boolTensor(this.end, (flags & 2) !== 0, shape));
     if (this.ready) out.push(boolTensor(this.ready, true, shape));
-    if (this.corrid) out.push({ name: this.corrid.name, datatype: this.corrid.datatype, shape, data: corridBytes(this.corrid.datatype, id) });
+    if (this.corrid)
+      out.push({
+        name: this.corrid.name,
+        datatype: this.corrid.datatype,
+        shape,
+        data: corridBytes(this.corrid.datatype, id),
+      });
     return out;
   }
 }
@@ -113,7 +132,13 @@ export function paddingControls(controls: SequenceControls): Tensor[] {
   if (controls.start) out.push(boolTensor(controls.start, false, shape));
   if (controls.end) out.push(boolTensor(controls.end, false, shape));
   if (controls.ready) out.push(boolTensor(controls.ready, false, shape));
-  if (controls.corrid) out.push({ name: controls.corrid.name, datatype: controls.corrid.datatype, shape, data: corridBytes(controls.corrid.datatype, 0n) });
+  if (controls.corrid)
+    out.push({
+      name: controls.corrid.name,
+      datatype: controls.corrid.datatype,
+      shape,
+      data: corridBytes(controls.corrid.datatype, 0n),
+    });
   return out;
 }
 
@@ -158,7 +183,8 @@ export async function loadStateSpecs(config: ModelConfig, modelDir: string): Pro
   const specs: StateSpec[] = [];
   for (const s of config.schedulingChoice.value.state) {
     const datatype = datatypeFromConfigEnum(s.dataType);
-    if (datatype === undefined) throw Errors.config(`model '${config.name}': state '${s.inputName}' has no valid data_type`);
+    if (datatype === undefined)
+      throw Errors.config(`model '${config.name}': state '${s.inputName}' has no valid data_type`);
     const init = s.initialState[0];
     const dims = (init ? init.dims : s.dims).map((d) => (d < 0n ? 0 : Number(d)));
     const shape = batching ? [1, ...dims] : dims;
@@ -170,7 +196,10 @@ export async function loadStateSpecs(config: ModelConfig, modelDir: string): Pro
       try {
         bytes = await readFile(file);
       } catch {
-        throw Errors.config(`model '${config.name}': initial_state data_file '${init.stateData.value}' of state '${s.inputName}' cannot be read`);
+        throw Errors.config(
+          `model '${config.name}': initial_state data_file '` +
+          `${init.stateData.value}' of state '${s.inputName}' cannot be read`,
+        );
       }
       if (datatype === 'BYTES') {
         data = bytes;
@@ -178,7 +207,8 @@ export async function loadStateSpecs(config: ModelConfig, modelDir: string): Pro
         const need = count * datatypeInfo(datatype).byteSize;
         if (bytes.byteLength < need) {
           throw Errors.config(
-            `initial_state setting expects ${need} bytes, but the data provided from ${init.stateData.value} only has ${bytes.byteLength} bytes.`,
+            `initial_state setting expects ${need} bytes, but the data provided ` +
+            `from ${init.stateData.value} only has ${bytes.byteLength} bytes.`,
           );
         }
         data = new Uint8Array(bytes.subarray(0, need));
@@ -189,7 +219,12 @@ export async function loadStateSpecs(config: ModelConfig, modelDir: string): Pro
     } else {
       data = new Uint8Array(count * datatypeInfo(datatype).byteSize);
     }
-    specs.push({ inputName: s.inputName, outputName: s.outputName, datatype, initial: { name: s.inputName, datatype, shape, data } });
+    specs.push({
+      inputName: s.inputName,
+      outputName: s.outputName,
+      datatype,
+      initial: { name: s.inputName, datatype, shape, data },
+    });
   }
   return specs;
 }

@@ -38,7 +38,13 @@ import { type Tensor, tensorByteLength } from '../../tensor/tensor.js';
 import { elementCount } from '../../tensor/datatype.js';
 import { type ScheduledRequest, traceQueued } from '../scheduled-request.js';
 import { type BatchItem, type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
-import { type CorrelationId, SequenceControls, type StateSpec, correlationIdText, paddingControls } from './controls.js';
+import {
+  type CorrelationId,
+  SequenceControls,
+  type StateSpec,
+  correlationIdText,
+  paddingControls,
+} from './controls.js';
 
 export { loadStateSpecs, SequenceControls, type StateSpec } from './controls.js';
 
@@ -159,7 +165,13 @@ class SequenceStep implements BatchItem {
       for (let i = 0; i < outputs.length; i++) if (wanted.includes(outputs[i]!.name)) some.push(outputs[i]!);
       kept = some;
     }
-    this.original.succeed(kept === outputs ? response : { outputs: kept, parameters: response.parameters }, queueNs, inputNs, inferNs, outputNs);
+    this.original.succeed(
+      kept === outputs ? response : { outputs: kept, parameters: response.parameters },
+      queueNs,
+      inputNs,
+      inferNs,
+      outputNs,
+    );
   }
 
   fail(error: NereidError, reason: Parameters<ScheduledRequest['fail']>[1]): void {
@@ -242,13 +254,23 @@ export class SequenceBatcher implements Scheduler {
   ) {
     const seq = options.batching;
     if (seq.iterativeSequence) {
-      throw Errors.unsupported(`model '${modelName}': sequence_batching iterative_sequence is not supported by this version of Nereid`);
+      throw Errors.unsupported(
+        `model '${modelName}': sequence_batching iterative_sequence is not supported by this version of Nereid`,
+      );
     }
     if (seq.strategyChoice.case === 'direct' && seq.strategyChoice.value.minimumSlotUtilization > 0) {
-      options.logger?.warn({ model: modelName }, 'sequence_batching direct.minimum_slot_utilization has no effect here: a batch waits only for max_queue_delay_microseconds');
+      options.logger?.warn(
+        { model: modelName },
+        'sequence_batching direct.minimum_slot_utilization has no effect ' +
+        'here: a batch waits only for max_queue_delay_microseconds',
+      );
     }
     if (seq.strategyChoice.case === 'oldest' && seq.strategyChoice.value.preserveOrdering) {
-      options.logger?.warn({ model: modelName }, 'sequence_batching oldest.preserve_ordering has no effect here: responses of different sequences complete as their batches do');
+      options.logger?.warn(
+        { model: modelName },
+        'sequence_batching oldest.preserve_ordering has no effect here: ' +
+        'responses of different sequences complete as their batches do',
+      );
     }
     const batching = options.maxBatchSize > 0;
     this.controls = new SequenceControls(seq, batching);
@@ -308,7 +330,8 @@ export class SequenceBatcher implements Scheduler {
     } catch (err) {
       return item.fail(err as NereidError, 'REJECTED');
     }
-    if (this.lanes.length === 0) return item.fail(Errors.internal(`model '${this.modelName}' has no instance to run sequences`), 'REJECTED');
+    if (this.lanes.length === 0)
+      return item.fail(Errors.internal(`model '${this.modelName}' has no instance to run sequences`), 'REJECTED');
     const start = (r.flags & FLAG_START) !== 0;
     const end = (r.flags & FLAG_END) !== 0;
     let seq = this.active.get(id);
@@ -446,7 +469,9 @@ export class SequenceBatcher implements Scheduler {
     lane.instance.busy = true;
     lane.instance.inFlight += 1;
     const items: readonly BatchItem[] = this.oldest || this.maxBatch === 1 ? steps : this.bySlot(batch, steps);
-    void executeBatch(lane.instance, items, items.length, this.stats, this.modelName).then(() => this.finished(lane, batch, count));
+    void executeBatch(lane.instance, items, items.length, this.stats, this.modelName).then(() =>
+      this.finished(lane, batch, count),
+    );
   }
 
   /** direct: each step at its slot's index, padding in the slots below the highest that have nothing to run. */
@@ -491,7 +516,8 @@ export class SequenceBatcher implements Scheduler {
       const s = states[i]!;
       inputs[n++] = (!start && seq.state.get(s.inputName)) || s.initial;
     }
-    const requestedOutputs = this.stateOutputs.length > 0 ? this.withStateOutputs(r.requestedOutputs) : r.requestedOutputs;
+    const requestedOutputs =
+      this.stateOutputs.length > 0 ? this.withStateOutputs(r.requestedOutputs) : r.requestedOutputs;
     return {
       id: r.id,
       inputs,
@@ -540,7 +566,8 @@ export class SequenceBatcher implements Scheduler {
   /** Arms the timer for the earliest backlog expiry (if any and none is armed sooner). */
   private armBacklogTimer(): void {
     let next = 0n;
-    for (const seq of this.backlog) if (seq.expiresNs !== 0n && (next === 0n || seq.expiresNs < next)) next = seq.expiresNs;
+    for (const seq of this.backlog)
+      if (seq.expiresNs !== 0n && (next === 0n || seq.expiresNs < next)) next = seq.expiresNs;
     if (next === 0n) {
       if (this.backlogTimer) clearTimeout(this.backlogTimer);
       this.backlogTimer = undefined;

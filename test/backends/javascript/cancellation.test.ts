@@ -75,7 +75,12 @@ after(async () => {
   rmSync(scratch, { recursive: true, force: true });
 });
 
-const one = (v: number) => ({ name: 'IN', datatype: 'INT32' as const, shape: [1], data: new Uint8Array(new Int32Array([v]).buffer) });
+const one = (v: number) => ({
+  name: 'IN',
+  datatype: 'INT32' as const,
+  shape: [1],
+  data: new Uint8Array(new Int32Array([v]).buffer),
+});
 const values = (r: Awaited<ReturnType<Server['infer']>>) => Array.from(typedView(r.outputs[0]!) as Int32Array);
 
 async function waitForFile(file: string): Promise<void> {
@@ -84,17 +89,28 @@ async function waitForFile(file: string): Promise<void> {
 }
 
 test('a request that is not cancelled reads isCancelled() as false', async () => {
-  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [0, 0, 0, 0]);
+  assert.deepEqual(
+    values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })),
+    [0, 0, 0, 0],
+  );
   // With a signal that is never aborted, too.
   const signal = new Cancellation();
-  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' }, signal })), [0, 0, 0, 0]);
+  assert.deepEqual(
+    values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' }, signal })),
+    [0, 0, 0, 0],
+  );
 });
 
 test('a client that goes away while execute() runs: the model sees request.isCancelled() turn true', async () => {
   for (let round = 1; round <= 2; round++) {
     const started = path.join(scratch, `started-${round}`);
     const signal = new Cancellation();
-    const pending = server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'wait', started }, signal });
+    const pending = server.infer({
+      model: 'js_cancel',
+      inputs: [one(1)],
+      parameters: { mode: 'wait', started },
+      signal,
+    });
     const outcome = pending.catch((e: unknown) => e);
     await waitForFile(started);
     signal.abort();
@@ -102,23 +118,34 @@ test('a client that goes away while execute() runs: the model sees request.isCan
     assert.ok(err instanceof NereidError, 'the cancelled request fails');
     assert.match(err.message, /cancelled/);
     // The single instance is free again once the model returned; the next request reports what it saw.
-    assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [round, 0, 0, 0]);
+    assert.deepEqual(
+      values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })),
+      [round, 0, 0, 0],
+    );
   }
 });
 
-test('a request whose batch waits in the worker behind another is seen cancelled when its execute() begins', async () => {
+test('a request whose batch waits in the worker behind another ' +
+  'is seen cancelled when its execute() begins', async () => {
   const started = path.join(scratch, 'started-queued');
   const first = new Cancellation();
   const second = new Cancellation();
-  const a = server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'wait', started }, signal: first }).catch((e: unknown) => e);
+  const a = server
+    .infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'wait', started }, signal: first })
+    .catch((e: unknown) => e);
   await waitForFile(started);
   // The instance takes several executions at once: the second waits in the worker's queue.
-  const b = server.infer({ model: 'js_cancel', inputs: [one(2)], parameters: { mode: 'queued' }, signal: second }).catch((e: unknown) => e);
+  const b = server
+    .infer({ model: 'js_cancel', inputs: [one(2)], parameters: { mode: 'queued' }, signal: second })
+    .catch((e: unknown) => e);
   await new Promise((r) => setTimeout(r, 500));
   second.abort();
   first.abort();
   assert.match(String(await a), /cancelled/);
   assert.match(String(await b), /cancelled/);
   // Seen by the waiting one (the third "wait" of this file), and the queued one ran and found itself cancelled.
-  assert.deepEqual(values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })), [3, 1, 1, 0]);
+  assert.deepEqual(
+    values(await server.infer({ model: 'js_cancel', inputs: [one(1)], parameters: { mode: 'report' } })),
+    [3, 1, 1, 0],
+  );
 });

@@ -63,7 +63,12 @@ const RAISING = `export default class { execute() { throw new Error('execute ref
 const RETURNING = `export default class { execute(requests) { return requests.map(() => ({ outputs: [] })); } }`;
 
 function int32s(values: number[]) {
-  return { name: 'IN', datatype: 'INT32' as const, shape: [values.length], data: new Uint8Array(new Int32Array(values).buffer) };
+  return {
+    name: 'IN',
+    datatype: 'INT32' as const,
+    shape: [values.length],
+    data: new Uint8Array(new Int32Array(values).buffer),
+  };
 }
 
 async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamResponse[]> {
@@ -72,7 +77,8 @@ async function collect(it: AsyncIterable<StreamResponse>): Promise<StreamRespons
   return out;
 }
 
-const values = (items: StreamResponse[]) => items.filter((i) => i.response).map((i) => Number(typedView(i.response!.outputs[0]!)[0]));
+const values = (items: StreamResponse[]) =>
+  items.filter((i) => i.response).map((i) => Number(typedView(i.response!.outputs[0]!)[0]));
 
 test('decoupled javascript models stream through a response sender', async (t) => {
   const repo = new TempRepository();
@@ -91,10 +97,14 @@ test('decoupled javascript models stream through a response sender', async (t) =
     const none = await collect(server.inferStream({ model: 'js_stream', inputs: [int32s([])] }));
     assert.equal(none.length, 1);
     assert.equal(none[0]!.final, true);
-    const errs = await collect(server.inferStream({ model: 'js_stream', inputs: [int32s([1, 2, 3])], parameters: { mode: 'error_response' } }));
+    const errs = await collect(
+      server.inferStream({ model: 'js_stream', inputs: [int32s([1, 2, 3])], parameters: { mode: 'error_response' } }),
+    );
     assert.deepEqual(values(errs), [1, 3]);
     assert.match(errs[1]!.error!.message, /element 1 is refused/);
-    const after = await collect(server.inferStream({ model: 'js_stream', inputs: [int32s([1])], parameters: { mode: 'after_final' } }));
+    const after = await collect(
+      server.inferStream({ model: 'js_stream', inputs: [int32s([1])], parameters: { mode: 'after_final' } }),
+    );
     assert.deepEqual(values(after), [1]);
     assert.equal(after.at(-1)!.error, undefined);
   });
@@ -103,7 +113,12 @@ test('decoupled javascript models stream through a response sender', async (t) =
     const signal = new Cancellation();
     let seen = 0;
     let last: StreamResponse | undefined;
-    for await (const item of server.inferStream({ model: 'js_stream', inputs: [int32s([0])], parameters: { mode: 'until_cancelled' }, signal })) {
+    for await (const item of server.inferStream({
+      model: 'js_stream',
+      inputs: [int32s([0])],
+      parameters: { mode: 'until_cancelled' },
+      signal,
+    })) {
       last = item;
       if (item.response && ++seen === 3) signal.abort();
     }
@@ -122,7 +137,9 @@ test('decoupled javascript models stream through a response sender', async (t) =
   });
 
   await t.test('a worker thread that dies mid-stream ends the stream with an error', async () => {
-    const items = await collect(server.inferStream({ model: 'js_stream', inputs: [int32s([1, 2, 3])], parameters: { mode: 'crash' } }));
+    const items = await collect(
+      server.inferStream({ model: 'js_stream', inputs: [int32s([1, 2, 3])], parameters: { mode: 'crash' } }),
+    );
     assert.deepEqual(values(items), [1]);
     assert.equal(items.at(-1)!.final, true);
     assert.match(items.at(-1)!.error!.message, /exited with code 7/);

@@ -16,7 +16,8 @@ export const ALL_TYPES = DATATYPES.map((d) => ({ datatype: d.name, configName: d
  * as each input's data.
  */
 export function allTypesConfig(name: string, copy: boolean): string {
-  const io = (prefix: string) => ALL_TYPES.map((t) => `{ name: "${prefix}_${t.datatype}" data_type: ${t.configName} dims: [ -1 ] }`).join(',\n  ');
+  const io = (prefix: string) =>
+    ALL_TYPES.map((t) => `{ name: "${prefix}_${t.datatype}" data_type: ${t.configName} dims: [ -1 ] }`).join(',\n  ');
   return `name: "${name}"
 backend: "javascript"
 max_batch_size: 0
@@ -49,7 +50,9 @@ export default class {
         }
         return { name: t.name.replace('IN_', 'OUT_'), datatype: t.datatype, shape: t.shape, data };
       });
-      const kinds = r.inputs.map((t) => t.name + ':' + (Array.isArray(t.data) ? 'Array of ' + (t.data[0]?.constructor.name ?? 'nothing') : t.data.constructor.name));
+      const kinds = r.inputs.map((t) =>
+        t.name + ':' +
+        (Array.isArray(t.data) ? 'Array of ' + (t.data[0]?.constructor.name ?? 'nothing') : t.data.constructor.name));
       outputs.push({ name: 'KINDS', datatype: 'BYTES', shape: [kinds.length], data: kinds });
       return { outputs };
     });
@@ -75,7 +78,12 @@ export default class {
       return {
         outputs: [
           { name: 'OUT', datatype: 'INT32', shape: x.shape, data: x.data.map((v) => v * 10) },
-          { name: 'REQUESTS', datatype: 'INT32', shape: [r.batchSize, 1], data: new Int32Array(r.batchSize).fill(requests.length) },
+          {
+            name: 'REQUESTS',
+            datatype: 'INT32',
+            shape: [r.batchSize, 1],
+            data: new Int32Array(r.batchSize).fill(requests.length),
+          },
         ],
       };
     });

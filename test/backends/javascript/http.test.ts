@@ -30,7 +30,10 @@ describe('fraud_router, the branching example, over HTTP', () => {
     // The committed example with freshly built ONNX models beside it.
     dir = mkdtempSync(path.join(tmpdir(), 'nereid-examples-'));
     for (const m of ['fraud_router', 'fraud_detector', 'fraud_detector_large']) {
-      cpSync(path.join(defaultExamplesDir(), m), path.join(dir, m), { recursive: true, filter: (f) => !f.endsWith('.onnx') });
+      cpSync(path.join(defaultExamplesDir(), m), path.join(dir, m), {
+        recursive: true,
+        filter: (f) => !f.endsWith('.onnx'),
+      });
     }
     await buildExampleModels(dir);
     server = new Server({
@@ -65,11 +68,16 @@ describe('fraud_router, the branching example, over HTTP', () => {
     assert.equal(r.status, 200, JSON.stringify(r.body));
     const outputs = (r.body as { outputs: Output[] }).outputs;
     const byName = new Map(outputs.map((o) => [o.name, o]));
-    return { probability: byName.get('fraud_probability')!.data[0] as number, route: byName.get('route')!.data[0] as string };
+    return {
+      probability: byName.get('fraud_probability')!.data[0] as number,
+      route: byName.get('route')!.data[0] as string,
+    };
   }
 
   async function direct(model: string): Promise<number> {
-    const r = await post(model, { inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: FEATURES }] });
+    const r = await post(model, {
+      inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: FEATURES }],
+    });
     assert.equal(r.status, 200, JSON.stringify(r.body));
     return (r.body as { outputs: Output[] }).outputs[0]!.data[0] as number;
   }
@@ -105,7 +113,10 @@ describe('fraud_router, the branching example, over HTTP', () => {
         ],
       });
       assert.equal(r.status, 500);
-      assert.match((r.body as { error: string }).error, /^model 'fraud_router' failed: scoring with fraud_detector_large failed: .*fraud_detector_large/);
+      assert.match(
+        (r.body as { error: string }).error,
+        /^model 'fraud_router' failed: scoring with fraud_detector_large failed: .*fraud_detector_large/,
+      );
       assert.equal((await route(250)).route, 'fraud_detector', 'the other branch still serves');
     } finally {
       await server.loadModel('fraud_detector_large');
@@ -141,7 +152,10 @@ describe('a misbehaving JavaScript model over HTTP', () => {
 
   test('errors come back as HTTP 500 with the message, and the next request is answered', async () => {
     for (const [mode, expected] of [
-      [Mode.throws, /^model 'faulty' failed: execute\(\) threw TypeError: the model tripped \(at 1\/model\.mjs:7:\d+\)$/],
+      [
+        Mode.throws,
+        /^model 'faulty' failed: execute\(\) threw TypeError: the model tripped \(at 1\/model\.mjs:7:\d+\)$/,
+      ],
       [Mode.wrongShape, /output 'OUT' has shape \[2\], but the model configuration expects \[1\]/],
       [Mode.exits, /the worker thread exited with code 3/],
     ] as const) {
@@ -159,6 +173,9 @@ describe('a misbehaving JavaScript model over HTTP', () => {
       body: JSON.stringify({ inputs: [{ name: 'MODE', datatype: 'FP32', shape: [1], data: [1] }] }),
     });
     assert.equal(r.status, 400);
-    assert.match((json(r) as { error: string }).error, /inference input 'MODE' data-type is 'FP32', but model 'faulty' expects 'INT32'/);
+    assert.match(
+      (json(r) as { error: string }).error,
+      /inference input 'MODE' data-type is 'FP32', but model 'faulty' expects 'INT32'/,
+    );
   });
 });

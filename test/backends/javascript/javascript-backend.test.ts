@@ -47,7 +47,8 @@ const EXPECTED_KIND: Record<Datatype, string> = {
 /** Three elements of each datatype, with bytes that differ per type. */
 function sampleTensor(datatype: Datatype, seed: number): Tensor {
   const name = `IN_${datatype}`;
-  if (datatype === 'BYTES') return { name, datatype, shape: [3], data: encodeBytesElements(['', `seed ${seed}`, 'ünïcødé \u0000 bytes']) };
+  if (datatype === 'BYTES')
+    return { name, datatype, shape: [3], data: encodeBytesElements(['', `seed ${seed}`, 'ünïcødé \u0000 bytes']) };
   const size = datatypeInfo(datatype).byteSize;
   const data = new Uint8Array(3 * size);
   for (let i = 0; i < data.length; i++) data[i] = (seed * 31 + i * 7) & 0xff;
@@ -82,11 +83,32 @@ describe('javascript backend in a real server', () => {
     jsModel(repo, 'bls_missing', blsConfig('bls_missing', 'no_such_model'), BLS_MODEL);
     jsModel(repo, 'faulty', FAULTY_CONFIG, FAULTY_MODEL);
     // Broken ones: the server serves everything else.
-    jsModel(repo, 'syntax_error', 'backend: "javascript"\n', 'export default class {\n  async execute(r) {\n    return r }\n  }\n}\n');
-    jsModel(repo, 'helper_syntax_error', 'backend: "javascript"\n', 'import { helper } from "./lib/helper.mjs";\nexport default class { execute() { return helper(); } }\n');
+    jsModel(
+      repo,
+      'syntax_error',
+      'backend: "javascript"\n',
+      'export default class {\n  async execute(r) {\n    return r }\n  }\n}\n',
+    );
+    jsModel(
+      repo,
+      'helper_syntax_error',
+      'backend: "javascript"\n',
+      'import { helper } from "./lib/helper.mjs";\nexport default class { execute() { return helper(); } }\n',
+    );
     repo.file('helper_syntax_error', '1/lib/helper.mjs', 'export function helper() {\n  return [;\n}\n');
-    jsModel(repo, 'top_level_throw', 'backend: "javascript"\n', 'const weights = null;\nthrow new Error(`weights missing: ${weights}`);\n');
-    jsModel(repo, 'init_throws', 'backend: "javascript"\n', 'export default class {\n  async initialize() {\n    throw new Error("no weights");\n  }\n  execute() { return []; }\n}\n');
+    jsModel(
+      repo,
+      'top_level_throw',
+      'backend: "javascript"\n',
+      'const weights = null;\nthrow new Error(`weights missing: ${weights}`);\n',
+    );
+    jsModel(
+      repo,
+      'init_throws',
+      'backend: "javascript"\n',
+      'export default class {\n  async initialize() {\n    throw new ' +
+      'Error("no weights");\n  }\n  execute() { return []; }\n}\n',
+    );
     jsModel(repo, 'no_default', 'backend: "javascript"\n', 'export const x = 1;\n');
     jsModel(repo, 'no_execute', 'backend: "javascript"\n', 'export default class {}\n');
     jsModel(
@@ -128,8 +150,12 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
       `import { writeFileSync } from 'node:fs';
 export default class {
   initialize(args) { this.marker = args.modelConfig.parameters.MARKER.string_value; this.args = args; }
-  execute(requests) { return requests.map((r) => ({ outputs: [{ name: 'Y', datatype: 'INT32', shape: [1], data: r.inputs[0].data }] })); }
-  finalize() { writeFileSync(this.marker, this.args.modelName + ' ' + this.args.modelVersion + ' ' + this.args.instanceName); }
+  execute(requests) {
+    return requests.map((r) => ({ outputs: [{ name: 'Y', datatype: 'INT32', shape: [1], data: r.inputs[0].data }] }));
+  }
+  finalize() {
+    writeFileSync(this.marker, this.args.modelName + ' ' + this.args.modelVersion + ' ' + this.args.instanceName);
+  }
 }
 `,
     );
@@ -138,7 +164,9 @@ export default class {
 interface Request { inputs: { name: string; datatype: string; shape: number[]; data: Int32Array }[] }
 export default class Doubler {
   async execute(requests: Request[]): Promise<unknown[]> {
-    return requests.map((r) => ({ outputs: [{ name: 'Y', datatype: 'INT32', shape: r.inputs[0]!.shape, data: r.inputs[0]!.data.map((v) => v * 2) }] }));
+    return requests.map((r) => ({
+      outputs: [{ name: 'Y', datatype: 'INT32', shape: r.inputs[0]!.shape, data: r.inputs[0]!.data.map((v) => v * 2) }],
+    }));
   }
 }
 `;
@@ -149,9 +177,17 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 2 ] } ]
 output [ { name: "Y" data_type: TYPE_INT32 dims: [ 2 ] } ]
 `;
     // Compiled with the project (typed against Nereid's model types), as an ES module.
-    jsModel(repo, 'ts_esm', tsConfig('ts_esm'), readFileSync(new URL('./ts-model/doubler.js', import.meta.url), 'utf8'), 'doubler.js');
+    jsModel(
+      repo,
+      'ts_esm',
+      tsConfig('ts_esm'),
+      readFileSync(new URL('./ts-model/doubler.js', import.meta.url), 'utf8'),
+      'doubler.js',
+    );
     // Compiled to CommonJS (exports.default).
-    const cjs = ts.transpileModule(tsSource, { compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, strict: true } }).outputText;
+    const cjs = ts.transpileModule(tsSource, {
+      compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, strict: true },
+    }).outputText;
     jsModel(repo, 'ts_cjs', tsConfig('ts_cjs'), cjs, 'model.js');
     // auto_complete_config fills in what config.pbtxt leaves out.
     jsModel(
@@ -182,7 +218,11 @@ output [ { name: "Y" data_type: TYPE_INT32 dims: [ 16 ] } ]
 dynamic_batching { }
 `,
       `export default class {
-  execute(requests) { return requests.map((r) => ({ outputs: [{ name: 'Y', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => 2 * v) }] })); }
+  execute(requests) {
+    return requests.map((r) => ({
+      outputs: [{ name: 'Y', shape: r.inputs[0].shape, data: r.inputs[0].data.map((v) => 2 * v) }],
+    }));
+  }
 }
 `,
     );
@@ -195,7 +235,8 @@ input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] } ]
 output [ { name: "TRIPLED" data_type: TYPE_INT32 dims: [ 16 ] } ]
 ensemble_scheduling {
   step [
-    { model_name: "doubler16" model_version: -1 input_map { key: "X" value: "A" } output_map { key: "Y" value: "doubled" } },
+    { model_name: "doubler16" model_version: -1 input_map { key: "X" value: "A" }
+      output_map { key: "Y" value: "doubled" } },
     {
       model_name: "simple" model_version: -1
       input_map { key: "INPUT0" value: "doubled" } input_map { key: "INPUT1" value: "A" }
@@ -236,7 +277,12 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 }
 `,
     );
-    server = new Server({ modelRepositories: [repo.dir], modelControlMode: 'explicit', loadModels: ['*'], exitOnError: false });
+    server = new Server({
+      modelRepositories: [repo.dir],
+      modelControlMode: 'explicit',
+      loadModels: ['*'],
+      exitOnError: false,
+    });
     await server.start();
   });
 
@@ -258,7 +304,11 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
         assert.deepEqual(out.shape, [3]);
         assert.deepEqual(Buffer.from(out.data), Buffer.from(input.data), `${model}: ${input.datatype} bytes`);
         // Returned inputs cross back by reference to the batch's shared buffer; arrays the model made are copied.
-        assert.equal(out.data.buffer instanceof SharedArrayBuffer, model === 'all_types', `${model}: ${input.datatype} shared`);
+        assert.equal(
+          out.data.buffer instanceof SharedArrayBuffer,
+          model === 'all_types',
+          `${model}: ${input.datatype} shared`,
+        );
       }
       const kinds = decodeBytesElements(byName.get('KINDS')!.data).map((e) => Buffer.from(e).toString());
       assert.deepEqual(
@@ -276,7 +326,11 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
     results.forEach((r, i) => {
       assert.deepEqual(values(r.outputs[0]!), rows[i]!.map((x) => x * 10));
       assert.deepEqual(r.outputs[0]!.shape, [rows[i]!.length / 2, 2]);
-      assert.deepEqual(values(r.outputs[1]!), new Array(rows[i]!.length / 2).fill(3), 'three requests in one execute()');
+      assert.deepEqual(
+        values(r.outputs[1]!),
+        new Array(rows[i]!.length / 2).fill(3),
+        'three requests in one execute()',
+      );
     });
     const stats = server.modelStatistics('batcher')[0]!;
     assert.equal(stats.execution_count, 1);
@@ -285,7 +339,8 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
     assert.equal(stats.inference_stats.success.count, 3);
   });
 
-  test('args.infer calls an ONNX model of the same server (BLS) and its tensors come back in the same form', async () => {
+  test('args.infer calls an ONNX model of the same server (BLS) ' +
+    'and its tensors come back in the same form', async () => {
     const a = Array.from({ length: 16 }, (_, i) => i * 3);
     const b = Array.from({ length: 16 }, (_, i) => 100 - i);
     const r = await server.infer({ model: 'bls', inputs: [int32Tensor('A', a), int32Tensor('B', b)] });
@@ -295,9 +350,14 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
     const stats = server.modelStatistics('simple')[0]!;
     assert.ok(stats.inference_count >= 1, 'the ONNX model counted the BLS request');
 
-    const missing = await server.infer({ model: 'bls_missing', inputs: [int32Tensor('A', a), int32Tensor('B', b)] }).catch((e: unknown) => e);
+    const missing = await server
+      .infer({ model: 'bls_missing', inputs: [int32Tensor('A', a), int32Tensor('B', b)] })
+      .catch((e: unknown) => e);
     assert.ok(missing instanceof NereidError);
-    assert.match(missing.message, /BLS failed: Request for unknown model: 'no_such_model' is not found \[NRD_MODEL_NOT_FOUND\]/);
+    assert.match(
+      missing.message,
+      /BLS failed: Request for unknown model: 'no_such_model' is not found \[NRD_MODEL_NOT_FOUND\]/,
+    );
   });
 
   test('a sequence model sees each request\'s correlation id, flags and control inputs', async () => {
@@ -334,7 +394,11 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
       `export default class {
   async initialize(args) {
     const ones = { datatype: 'INT32', shape: [1, 16], data: new Int32Array(16).fill(1) };
-    const { outputs } = await args.infer({ model: 'simple', inputs: [{ ...ones, name: 'INPUT0' }, { ...ones, name: 'INPUT1' }], outputs: ['OUTPUT0'] });
+    const { outputs } = await args.infer({
+      model: 'simple',
+      inputs: [{ ...ones, name: 'INPUT0' }, { ...ones, name: 'INPUT1' }],
+      outputs: ['OUTPUT0'],
+    });
     this.warm = outputs[0].data.slice();
   }
   execute(requests) { return requests.map(() => ({ outputs: [{ name: 'WARM', shape: [16], data: this.warm }] })); }
@@ -375,7 +439,8 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
     assert.equal(stats.inference_stats.fail.count, cases.length);
   });
 
-  test('a worker that exits, throws from a timer or runs out of memory fails the requests it held, restarts, and the model serves again', async () => {
+  test('a worker that exits, throws from a timer or runs out of memory fails ' +
+    'the requests it held, restarts, and the model serves again', async () => {
     const restartsBefore = () => server.readyVersions().find((v) => v.modelName === 'faulty')!.restartCount;
     const start = restartsBefore();
     for (const [m, expected] of [
@@ -386,7 +451,10 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
       // The second request waits inside the worker behind the first: it is in flight too.
       const crashing = server.infer({ model: 'faulty', inputs: [mode(m)] });
       const queued = server.infer({ model: 'faulty', inputs: [mode(Mode.ok)] });
-      const other = server.infer({ model: 'bls', inputs: [int32Tensor('A', new Array(16).fill(1)), int32Tensor('B', new Array(16).fill(2))] });
+      const other = server.infer({
+        model: 'bls',
+        inputs: [int32Tensor('A', new Array(16).fill(1)), int32Tensor('B', new Array(16).fill(2))],
+      });
       for (const p of [crashing, queued]) {
         const err = await p.then(() => assert.fail('should fail'), (e: unknown) => e);
         assert.ok(err instanceof NereidError);
@@ -405,20 +473,35 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
   });
 
   test('an execute() that blocks its thread past the timeout is stopped, and the thread restarted', async () => {
-    const err = await server.infer({ model: 'faulty', inputs: [mode(Mode.blocks)] }).then(() => assert.fail('should fail'), (e: unknown) => e);
+    const err = await server.infer({ model: 'faulty', inputs: [mode(Mode.blocks)] }).then(
+      () => assert.fail('should fail'),
+      (e: unknown) => e,
+    );
     assert.ok(err instanceof NereidError);
-    assert.match(err.message, /execute\(\) blocked the worker thread for more than 300 ms \(model parameter execute_timeout_ms\); the thread was stopped/);
+    assert.match(
+      err.message,
+      new RegExp(
+        String.raw`execute\(\) blocked the worker thread for more than 300 ms \(model parameter ` +
+        String.raw`execute_timeout_ms\); the thread was stopped`,
+      ),
+    );
     const ok = await server.infer({ model: 'faulty', inputs: [mode(Mode.ok)] });
     assert.deepEqual(values(ok.outputs[0]!), [42]);
   });
 
   test('a model blocking its own thread does not stall the event loop or other models', async () => {
     const flag = path.join(markerDir, 'release-blocker');
-    const blocked = server.infer({ model: 'blocker', inputs: [{ name: 'FLAG', datatype: 'BYTES', shape: [1], data: encodeBytesElements([flag]) }] });
+    const blocked = server.infer({
+      model: 'blocker',
+      inputs: [{ name: 'FLAG', datatype: 'BYTES', shape: [1], data: encodeBytesElements([flag]) }],
+    });
     let settled = false;
     void blocked.finally(() => (settled = true));
     // While blocker's thread spins, other models answer.
-    const r = await server.infer({ model: 'simple', inputs: [int32Tensor('INPUT0', new Array(16).fill(5)), int32Tensor('INPUT1', new Array(16).fill(1))] });
+    const r = await server.infer({
+      model: 'simple',
+      inputs: [int32Tensor('INPUT0', new Array(16).fill(5)), int32Tensor('INPUT1', new Array(16).fill(1))],
+    });
     assert.deepEqual(values(r.outputs[0]!), new Array(16).fill(6));
     await new Promise((resolve) => setTimeout(resolve, 20));
     assert.equal(settled, false, 'the blocker is still blocked');
@@ -433,18 +516,32 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
       assert.equal(e?.state, 'UNAVAILABLE', name);
       return e?.reason ?? '';
     };
-    assert.match(reason('syntax_error'), /cannot import 1\/model\.mjs: SyntaxError: Unexpected token '}' \(at 1\/model\.mjs:5\)/);
-    assert.match(reason('helper_syntax_error'), /cannot import 1\/model\.mjs: SyntaxError: Unexpected token ';' \(at 1\/lib\/helper\.mjs:2\)/);
-    assert.match(reason('top_level_throw'), /cannot import 1\/model\.mjs: Error: weights missing: null \(at 1\/model\.mjs:2:7\)/);
+    assert.match(
+      reason('syntax_error'),
+      /cannot import 1\/model\.mjs: SyntaxError: Unexpected token '}' \(at 1\/model\.mjs:5\)/,
+    );
+    assert.match(
+      reason('helper_syntax_error'),
+      /cannot import 1\/model\.mjs: SyntaxError: Unexpected token ';' \(at 1\/lib\/helper\.mjs:2\)/,
+    );
+    assert.match(
+      reason('top_level_throw'),
+      /cannot import 1\/model\.mjs: Error: weights missing: null \(at 1\/model\.mjs:2:7\)/,
+    );
     assert.match(reason('init_throws'), /initialize\(\) failed: Error: no weights \(at 1\/model\.mjs:3:11\)/);
     assert.match(reason('no_default'), /1\/model\.mjs has no default export/);
     assert.match(reason('no_execute'), /has no execute\(requests\) method/);
-    assert.match(reason('bad_timeout'), /parameter 'execute_timeout_ms' must be a whole number from 1 to 86400000, got 'soon'/);
+    assert.match(
+      reason('bad_timeout'),
+      /parameter 'execute_timeout_ms' must be a whole number from 1 to 86400000, got 'soon'/,
+    );
     assert.match(reason('no_file'), /model file '1\/model\.mjs' or '1\/model\.js' not found/);
-    for (const e of index.filter((x) => ['all_types', 'batcher', 'bls', 'faulty', 'simple'].includes(x.name))) assert.equal(e.state, 'READY', e.name);
+    for (const e of index.filter((x) => ['all_types', 'batcher', 'bls', 'faulty', 'simple'].includes(x.name)))
+      assert.equal(e.state, 'READY', e.name);
   });
 
-  test('compiled TypeScript serves, as an ES module (named by default_model_filename) and as CommonJS in model.js', async () => {
+  test('compiled TypeScript serves, as an ES module (named by ' +
+    'default_model_filename) and as CommonJS in model.js', async () => {
     for (const model of ['ts_esm', 'ts_cjs']) {
       const r = await server.infer({ model, inputs: [{ ...int32Tensor('X', [4, -5]), shape: [2] }] });
       assert.deepEqual(values(r.outputs[0]!), [8, -10], model);
@@ -457,7 +554,10 @@ input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
     assert.deepEqual(config.input.map((i) => [i.name, i.dims.map(Number)]), [['X', [3]]]);
     assert.equal(config.schedulingChoice.case, 'dynamicBatching');
     const x = new Float32Array([1.5, 2.5, -3]);
-    const r = await server.infer({ model: 'completed', inputs: [{ name: 'X', datatype: 'FP32', shape: [1, 3], data: new Uint8Array(x.buffer) }] });
+    const r = await server.infer({
+      model: 'completed',
+      inputs: [{ name: 'X', datatype: 'FP32', shape: [1, 3], data: new Uint8Array(x.buffer) }],
+    });
     assert.deepEqual(Array.from(typedView(r.outputs[0]!) as Float32Array), [1.5, 2.5, -3]);
   });
 

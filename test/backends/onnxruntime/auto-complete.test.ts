@@ -36,7 +36,12 @@ function complete(dir: string, cfg: ModelConfig, backendConfig: Record<string, s
 }
 
 function io(list: ModelConfig['input'] | ModelConfig['output']) {
-  return list.map((t) => ({ name: t.name, dataType: t.dataType, dims: t.dims.map(Number), reshape: t.reshape?.shape.map(Number) }));
+  return list.map((t) => ({
+    name: t.name,
+    dataType: t.dataType,
+    dims: t.dims.map(Number),
+    reshape: t.reshape?.shape.map(Number),
+  }));
 }
 
 test('a batchable model with no config gets inputs, outputs, max_batch_size 4 and dynamic batching', async () => {
@@ -68,7 +73,10 @@ test('default-max-batch-size 0 leaves batching off', async () => {
 test('an existing scheduler is not replaced by dynamic batching', async () => {
   const c = await complete(
     mlpDir,
-    config({ name: 'mlp', schedulingChoice: { case: 'sequenceBatching', value: create(ModelSequenceBatchingSchema, {}) } }),
+    config({
+      name: 'mlp',
+      schedulingChoice: { case: 'sequenceBatching', value: create(ModelSequenceBatchingSchema, {}) },
+    }),
   );
   assert.equal(c.maxBatchSize, 4);
   assert.equal(c.schedulingChoice.case, 'sequenceBatching');
@@ -91,7 +99,8 @@ test('a non-zero max_batch_size on a model that cannot batch is an error', async
     (e: unknown) =>
       e instanceof NereidError &&
       e.errorClass === 'INVALID_ARG' &&
-      e.message === "autofill failed for model 'fixed': model does not support batching while non-zero max_batch_size is specified",
+      e.message ===
+        "autofill failed for model 'fixed': model does not support batching while non-zero max_batch_size is specified",
   );
 });
 
@@ -120,7 +129,10 @@ test('nothing changes when inputs and outputs are both given', async () => {
 });
 
 test('given inputs are kept and only the missing outputs are filled', async () => {
-  const c = await complete(mlpDir, config({ name: 'mlp', maxBatchSize: 2, input: [{ name: 'x', dataType: DataType.TYPE_FP32, dims: [10n] }] }));
+  const c = await complete(
+    mlpDir,
+    config({ name: 'mlp', maxBatchSize: 2, input: [{ name: 'x', dataType: DataType.TYPE_FP32, dims: [10n] }] }),
+  );
   assert.equal(c.maxBatchSize, 2);
   assert.deepEqual(io(c.input), [{ name: 'x', dataType: DataType.TYPE_FP32, dims: [10], reshape: undefined }]);
   assert.deepEqual(io(c.output), [{ name: 'y', dataType: DataType.TYPE_FP32, dims: [1], reshape: undefined }]);
@@ -136,6 +148,7 @@ test('the input config object is not modified', async () => {
 test('auto-complete on a missing model file names the file', async () => {
   await assert.rejects(
     backend.autoCompleteConfig!(autoCompleteContext(mlpDir, config({ name: 'mlp' }), {}, 7)),
-    (e: unknown) => e instanceof NereidError && e.code === 'NRD_LOAD_FAILED' && /'7\/model\.onnx' not found/.test(e.message),
+    (e: unknown) =>
+      e instanceof NereidError && e.code === 'NRD_LOAD_FAILED' && /'7\/model\.onnx' not found/.test(e.message),
   );
 });

@@ -1,14 +1,31 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { create } from '@bufbuild/protobuf';
-import { DataType, ModelParameterSchema, ModelSequenceBatching_Control_Kind } from '../../../src/gen/model_config_pb.js';
+import {
+  DataType,
+  ModelParameterSchema,
+  ModelSequenceBatching_Control_Kind,
+} from '../../../src/gen/model_config_pb.js';
 import { NereidError } from '../../../src/errors.js';
 import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
 import type { OnnxRuntimeInstance } from '../../../src/backends/onnxruntime/instance.js';
 import type { BackendInstance, BackendResponse } from '../../../src/backends/backend.js';
-import { OnnxModelBuilder, buildAddSubModel, buildIdentityModel, buildMlp, mlpForward, seededRandom } from '../../../src/onnx/builder.js';
+import {
+  OnnxModelBuilder,
+  buildAddSubModel,
+  buildIdentityModel,
+  buildMlp,
+  mlpForward,
+  seededRandom,
+} from '../../../src/onnx/builder.js';
 import { DATATYPES, configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
-import { bytesOf, decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
+import {
+  bytesOf,
+  decodeBytesElements,
+  encodeBytesElements,
+  makeTensor,
+  type Tensor,
+} from '../../../src/tensor/tensor.js';
 import { RecordingTimer, config, instanceContext, modelContext, request, suiteModels, writeModel } from './fixtures.js';
 import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
 import { inlineIntraOpThreads } from '../../../src/backends/onnxruntime/session-options.js';
@@ -16,7 +33,12 @@ import { inlineIntraOpThreads } from '../../../src/backends/onnxruntime/session-
 const backend = createOnnxRuntimeBackend();
 const suite = suiteModels();
 
-async function load(mode: 'off' | 'on' | 'auto', name: string, builder: OnnxModelBuilder, cfgInit: Parameters<typeof config>[0]) {
+async function load(
+  mode: 'off' | 'on' | 'auto',
+  name: string,
+  builder: OnnxModelBuilder,
+  cfgInit: Parameters<typeof config>[0],
+) {
   const dirName = `${name}_${mode}`;
   const modelDir = await writeModel(suite.dir, dirName, builder);
   const cfg = config({ name, ...cfgInit });
@@ -85,7 +107,13 @@ for (const mode of ['off', 'on'] as const) {
     const b = Int32Array.from({ length: 16 }, () => 1);
     const timer = new RecordingTimer();
     const [res] = await inst.execute(
-      [request('r1', [makeTensor('INPUT0', 'INT32', [1, 16], bytesOf(a)), makeTensor('INPUT1', 'INT32', [1, 16], bytesOf(b))], ['OUTPUT0', 'OUTPUT1'])],
+      [
+        request(
+          'r1',
+          [makeTensor('INPUT0', 'INT32', [1, 16], bytesOf(a)), makeTensor('INPUT1', 'INT32', [1, 16], bytesOf(b))],
+          ['OUTPUT0', 'OUTPUT1'],
+        ),
+      ],
       timer,
     );
     const [o0, o1] = ok(res);
@@ -101,8 +129,13 @@ for (const mode of ['off', 'on'] as const) {
     assert.equal(a[3], 3);
   });
 
-  test(`several requests run as one batch and each gets its own rows as views of one output buffer [inline_execution ${mode}]`, async () => {
-    const { builder, weights } = buildMlp([10, 32, 1], 5, { inputName: 'input_features', outputName: 'fraud_probability', outputActivation: 'sigmoid' });
+  test(`several requests run as one batch and each gets its own rows as ` +
+    `views of one output buffer [inline_execution ${mode}]`, async () => {
+    const { builder, weights } = buildMlp([10, 32, 1], 5, {
+      inputName: 'input_features',
+      outputName: 'fraud_probability',
+      outputActivation: 'sigmoid',
+    });
     const inst = await load(mode, 'mlp_batch', builder, {
       maxBatchSize: 64,
       input: [{ name: 'input_features', dataType: DataType.TYPE_FP32, dims: [10n] }],
@@ -113,7 +146,14 @@ for (const mode of ['off', 'on'] as const) {
     const inputs = sizes.map((bs) => Float32Array.from({ length: bs * 10 }, () => rand() * 2 - 1));
     const timer = new RecordingTimer();
     const responses = await inst.execute(
-      sizes.map((bs, i) => request(`r${i}`, [makeTensor('input_features', 'FP32', [bs, 10], bytesOf(inputs[i]!))], ['fraud_probability'], bs)),
+      sizes.map((bs, i) =>
+        request(
+          `r${i}`,
+          [makeTensor('input_features', 'FP32', [bs, 10], bytesOf(inputs[i]!))],
+          ['fraud_probability'],
+          bs,
+        ),
+      ),
       timer,
     );
     assert.equal(responses.length, 3);
@@ -122,7 +162,9 @@ for (const mode of ['off', 'on'] as const) {
       const [out] = ok(r);
       assert.deepEqual(out!.shape, [sizes[i], 1]);
       const expected = mlpForward(weights, inputs[i]!, sizes[i]!);
-      f32(out!).forEach((v, k) => assert.ok(Math.abs(v - expected[k]!) < 1e-5, `request ${i} row ${k}: ${v} vs ${expected[k]}`));
+      f32(out!).forEach((v, k) =>
+        assert.ok(Math.abs(v - expected[k]!) < 1e-5, `request ${i} row ${k}: ${v} vs ${expected[k]}`),
+      );
       buffers.add(out!.data.buffer);
     });
     assert.equal(buffers.size, 1, 'outputs should be slices of the batch output, not copies');
@@ -145,7 +187,10 @@ for (const mode of ['off', 'on'] as const) {
     const x = bytesOf(Float32Array.from([1, 2, 3, 4]));
     const y = bytesOf(Float32Array.from([4, 3, 2, 1]));
     const ins = (): Tensor[] => [makeTensor('INPUT0', 'FP32', [1, 4], x), makeTensor('INPUT1', 'FP32', [1, 4], y)];
-    const [r1, r2] = await inst.execute([request('a', ins(), ['OUTPUT1']), request('b', ins(), ['OUTPUT1', 'OUTPUT0'])], new RecordingTimer());
+    const [r1, r2] = await inst.execute(
+      [request('a', ins(), ['OUTPUT1']), request('b', ins(), ['OUTPUT1', 'OUTPUT0'])],
+      new RecordingTimer(),
+    );
     assert.deepEqual(ok(r1).map((t) => t.name), ['OUTPUT1']);
     assert.deepEqual(f32(ok(r1)[0]!), [-3, -1, 1, 3]);
     assert.deepEqual(ok(r2).map((t) => t.name), ['OUTPUT1', 'OUTPUT0']);
@@ -178,9 +223,12 @@ for (const mode of ['off', 'on'] as const) {
   }
 
   // Under Node 24 (Float16Array) FP16 models cannot run inline: a test below checks they are refused.
-  const IDENTITY_TYPES = DATATYPES.map((d) => d.name).filter((d) => d !== 'BF16' && !(d === 'FP16' && mode === 'on' && 'Float16Array' in globalThis));
+  const IDENTITY_TYPES = DATATYPES.map((d) => d.name).filter(
+    (d) => d !== 'BF16' && !(d === 'FP16' && mode === 'on' && 'Float16Array' in globalThis),
+  );
 
-  test(`every datatype travels through Identity unchanged, batched across requests [inline_execution ${mode}]`, async () => {
+  test(`every datatype travels through Identity unchanged, batched ` +
+    `across requests [inline_execution ${mode}]`, async () => {
     const specs = IDENTITY_TYPES.map((dt) => ({ name: `IN_${dt}`, datatype: dt, shape: ['batch', 2] }));
     const inst = await load(mode, 'identity_all', buildIdentityModel(specs), {
       maxBatchSize: 4,
@@ -188,7 +236,13 @@ for (const mode of ['off', 'on'] as const) {
       output: specs.map((s, i) => ({ name: `OUTPUT${i}`, dataType: configEnumOf(s.datatype), dims: [2n] })),
     });
     const outputs = specs.map((_, i) => `OUTPUT${i}`);
-    const reqs = [1, 2].map((seed) => request(`r${seed}`, specs.map((s) => makeTensor(s.name, s.datatype, [1, 2], sample(s.datatype, seed))), outputs));
+    const reqs = [1, 2].map((seed) =>
+      request(
+        `r${seed}`,
+        specs.map((s) => makeTensor(s.name, s.datatype, [1, 2], sample(s.datatype, seed))),
+        outputs,
+      ),
+    );
     const responses = await inst.execute(reqs, new RecordingTimer());
     responses.forEach((r, k) => {
       const outs = ok(r);
@@ -197,7 +251,10 @@ for (const mode of ['off', 'on'] as const) {
         assert.equal(t.datatype, s.datatype, `${s.datatype} datatype`);
         assert.deepEqual(t.shape, [1, 2], `${s.datatype} shape`);
         if (s.datatype === 'BYTES') {
-          assert.deepEqual(decodeBytesElements(t.data).map((e) => Buffer.from(e).toString()), [`s${k + 1}`, 'ünïcødé ✓']);
+          assert.deepEqual(
+            decodeBytesElements(t.data).map((e) => Buffer.from(e).toString()),
+            [`s${k + 1}`, 'ünïcødé ✓'],
+          );
         } else {
           assert.deepEqual(Buffer.from(t.data), Buffer.from(sample(s.datatype, k + 1)), `${s.datatype} bytes`);
         }
@@ -215,7 +272,14 @@ for (const mode of ['off', 'on'] as const) {
       output: [{ name: 'OUTPUT0', dataType: DataType.TYPE_INT32, dims: [3n] }],
     });
     const mk = (v: number) =>
-      request(`r${v}`, [makeTensor('INPUT0', 'INT32', [3], bytesOf(Int32Array.from([v, v, v]))), makeTensor('INPUT1', 'INT32', [3], bytesOf(Int32Array.from([1, 2, 3])))], ['OUTPUT0']);
+      request(
+        `r${v}`,
+        [
+          makeTensor('INPUT0', 'INT32', [3], bytesOf(Int32Array.from([v, v, v]))),
+          makeTensor('INPUT1', 'INT32', [3], bytesOf(Int32Array.from([1, 2, 3]))),
+        ],
+        ['OUTPUT0'],
+      );
     const timer = new RecordingTimer();
     const [a, b] = await inst.execute([mk(10), mk(20)], timer);
     assert.deepEqual(ok(a)[0]!.shape, [3]);
@@ -225,7 +289,8 @@ for (const mode of ['off', 'on'] as const) {
     assert.equal(timer.infers, 1);
   });
 
-  test(`requests whose shapes differ are not merged, and each still gets its result [inline_execution ${mode}]`, async () => {
+  test(`requests whose shapes differ are not merged, and each still ` +
+    `gets its result [inline_execution ${mode}]`, async () => {
     const b = new OnnxModelBuilder();
     b.input('x', 'FP32', ['batch', 'len']).output('y', 'FP32', ['batch', 'len']);
     b.node('Relu', ['x'], ['y']);
@@ -247,7 +312,8 @@ for (const mode of ['off', 'on'] as const) {
     assert.deepEqual(f32(ok(r2)[0]!), [3, 0, 5]);
   });
 
-  test(`reshape: dims [1] with reshape [] feeds the model [batch] and answers [batch, 1] [inline_execution ${mode}]`, async () => {
+  test(`reshape: dims [1] with reshape [] feeds the model [batch] ` +
+    `and answers [batch, 1] [inline_execution ${mode}]`, async () => {
     const b = new OnnxModelBuilder();
     b.input('x', 'FP32', ['batch']).output('y', 'FP32', ['batch']);
     b.node('Neg', ['x'], ['y']);
@@ -269,7 +335,8 @@ for (const mode of ['off', 'on'] as const) {
     assert.deepEqual(f32(ok(r2)[0]!), [-3]);
   });
 
-  test(`a run onnxruntime refuses makes execute reject with a model execution error [inline_execution ${mode}]`, async () => {
+  test(`a run onnxruntime refuses makes execute reject with a model ` +
+    `execution error [inline_execution ${mode}]`, async () => {
     const b = new OnnxModelBuilder();
     b.input('A', 'FP32', ['batch', 'n']).input('B', 'FP32', ['batch', 'm']).output('C', 'FP32', ['batch', 'k']);
     b.node('Add', ['A', 'B'], ['C']);
@@ -281,19 +348,27 @@ for (const mode of ['off', 'on'] as const) {
       ],
       output: [{ name: 'C', dataType: DataType.TYPE_FP32, dims: [-1n] }],
     });
-    const bad = [makeTensor('A', 'FP32', [1, 3], bytesOf(new Float32Array(3))), makeTensor('B', 'FP32', [1, 2], bytesOf(new Float32Array(2)))];
+    const bad = [
+      makeTensor('A', 'FP32', [1, 3], bytesOf(new Float32Array(3))),
+      makeTensor('B', 'FP32', [1, 2], bytesOf(new Float32Array(2))),
+    ];
     await assert.rejects(
       inst.execute([request('x', bad, ['C'])], new RecordingTimer()),
-      (e: unknown) => e instanceof NereidError && e.code === 'NRD_MODEL_EXECUTION' && /model 'badrun' failed/.test(e.message),
+      (e: unknown) =>
+        e instanceof NereidError && e.code === 'NRD_MODEL_EXECUTION' && /model 'badrun' failed/.test(e.message),
     );
     // The instance survives a failed run.
-    const good = [makeTensor('A', 'FP32', [1, 2], bytesOf(new Float32Array(2).fill(1))), makeTensor('B', 'FP32', [1, 2], bytesOf(new Float32Array(2).fill(2)))];
+    const good = [
+      makeTensor('A', 'FP32', [1, 2], bytesOf(new Float32Array(2).fill(1))),
+      makeTensor('B', 'FP32', [1, 2], bytesOf(new Float32Array(2).fill(2))),
+    ];
     const [r] = await inst.execute([request('y', good, ['C'])], new RecordingTimer());
     assert.deepEqual(f32(ok(r)[0]!), [3, 3]);
     assert.equal(await inst.isReady!(), true);
   });
 
-  test(`model inputs outside the config (sequence control inputs) pass through to the model [inline_execution ${mode}]`, async () => {
+  test(`model inputs outside the config (sequence control inputs) pass ` +
+    `through to the model [inline_execution ${mode}]`, async () => {
     const b = new OnnxModelBuilder();
     b.input('x', 'INT32', ['batch', 2]).input('START', 'INT32', ['batch', 1]).output('y', 'INT32', ['batch', 2]);
     b.node('Add', ['x', 'START'], ['y']);
@@ -303,11 +378,27 @@ for (const mode of ['off', 'on'] as const) {
       output: [{ name: 'y', dataType: DataType.TYPE_INT32, dims: [2n] }],
       schedulingChoice: {
         case: 'sequenceBatching',
-        value: { controlInput: [{ name: 'START', control: [{ kind: ModelSequenceBatching_Control_Kind.CONTROL_SEQUENCE_START, int32FalseTrue: [0, 1] }] }] },
+        value: {
+          controlInput: [
+            {
+              name: 'START',
+              control: [{ kind: ModelSequenceBatching_Control_Kind.CONTROL_SEQUENCE_START, int32FalseTrue: [0, 1] }],
+            },
+          ],
+        },
       },
     });
     const [r] = await inst.execute(
-      [request('s', [makeTensor('x', 'INT32', [1, 2], bytesOf(Int32Array.from([5, 6]))), makeTensor('START', 'INT32', [1, 1], bytesOf(Int32Array.from([1])))], ['y'])],
+      [
+        request(
+          's',
+          [
+            makeTensor('x', 'INT32', [1, 2], bytesOf(Int32Array.from([5, 6]))),
+            makeTensor('START', 'INT32', [1, 1], bytesOf(Int32Array.from([1]))),
+          ],
+          ['y'],
+        ),
+      ],
       new RecordingTimer(),
     );
     assert.deepEqual(i32(ok(r)[0]!), [6, 7]);
@@ -334,7 +425,10 @@ test('the event loop keeps turning while a session runs (the session is on its o
     setImmediate(spin);
   };
   setImmediate(spin);
-  const [r] = await inst.execute([request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)], new RecordingTimer());
+  const [r] = await inst.execute(
+    [request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)],
+    new RecordingTimer(),
+  );
   settled = true;
   assert.deepEqual(ok(r)[0]!.shape, [64, 256]);
   assert.ok(turns >= 10, `only ${turns} event-loop turns during the run: it blocked the loop`);
@@ -346,7 +440,14 @@ function inlineRuns(inst: BackendInstance): number {
 }
 
 function tinyRequest(i: number) {
-  return request(`t${i}`, [makeTensor('INPUT0', 'FP32', [1, 4], bytesOf(Float32Array.from([i, 1, 2, 3]))), makeTensor('INPUT1', 'FP32', [1, 4], bytesOf(Float32Array.from([1, 1, 1, 1])))], ['OUTPUT0']);
+  return request(
+    `t${i}`,
+    [
+      makeTensor('INPUT0', 'FP32', [1, 4], bytesOf(Float32Array.from([i, 1, 2, 3]))),
+      makeTensor('INPUT1', 'FP32', [1, 4], bytesOf(Float32Array.from([1, 1, 1, 1]))),
+    ],
+    ['OUTPUT0'],
+  );
 }
 
 const tinyConfig = {
@@ -382,8 +483,10 @@ test('inline_execution off: no run is made on the event loop', async () => {
   assert.equal(inlineRuns(inst), 0);
 });
 
-test('inline_execution auto: a small model moves to the event loop once its runs are timed shorter than the crossing', async (t) => {
-  // Back-to-back runs keep this loop busy; on a loaded machine that reads as saturated and sends single requests to the thread.
+test('inline_execution auto: a small model moves to the event loop ' +
+  'once its runs are timed shorter than the crossing', async (t) => {
+  // Back-to-back runs keep this loop busy; on a loaded machine that reads as saturated and sends single requests to the
+  // thread.
   t.after(setEventLoopProbe(() => false));
   const inst = await load('auto', 'tiny_auto', buildAddSubModel('FP32', 4), tinyConfig);
   for (let i = 0; i < 300; i++) {
@@ -408,27 +511,40 @@ test('inline_execution auto: a run longer than the crossing never runs on the ev
   // Past MIN_SAMPLES the runs are predicted, and each prediction is far above MAX_INLINE_NS, and
   // above LIGHT_INLINE_NS, the bound while requests come one at a time (as here): 64 x 6 M multiply-adds.
   for (let i = 0; i < 12; i++) {
-    const [r] = await inst.execute([request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)], new RecordingTimer());
+    const [r] = await inst.execute(
+      [request('big', [makeTensor('input', 'FP32', [64, 512], x)], ['output'], 64)],
+      new RecordingTimer(),
+    );
     assert.deepEqual(ok(r)[0]!.shape, [64, 256]);
     assert.equal(inlineRuns(inst), 0, `run ${i} was made on the event loop`);
   }
 });
 
-test('every instance feeds the reading of whether requests come one at a time: runs in a row count, a run while another is in flight ends it', async () => {
+test('every instance feeds the reading of whether requests come one at a time: ' +
+  'runs in a row count, a run while another is in flight ends it', async () => {
   const inst = await load('off', 'overlap_off', buildAddSubModel('FP32', 4), tinyConfig);
   // Two at once: the second is handed over while the first is on the thread.
-  await Promise.all([inst.execute([tinyRequest(1)], new RecordingTimer()), inst.execute([tinyRequest(2)], new RecordingTimer())]);
+  await Promise.all([
+    inst.execute([tinyRequest(1)], new RecordingTimer()),
+    inst.execute([tinyRequest(2)], new RecordingTimer()),
+  ]);
   assert.equal(runOverlap.quietRuns, 0);
   assert.equal(runOverlap.oneAtATime, false);
   for (let i = 0; i < 5; i++) await inst.execute([tinyRequest(i)], new RecordingTimer());
   assert.equal(runOverlap.quietRuns, 5);
   // A run that fails on the thread (an input missing) is no longer in flight either: the next one finds none before it.
-  await assert.rejects(inst.execute([request('bad', [makeTensor('INPUT0', 'FP32', [1, 4], bytesOf(new Float32Array(4)))], ['OUTPUT0'])], new RecordingTimer()));
+  await assert.rejects(
+    inst.execute(
+      [request('bad', [makeTensor('INPUT0', 'FP32', [1, 4], bytesOf(new Float32Array(4)))], ['OUTPUT0'])],
+      new RecordingTimer(),
+    ),
+  );
   await inst.execute([tinyRequest(9)], new RecordingTimer());
   assert.equal(runOverlap.quietRuns, 7);
 });
 
-test('inline_execution auto: with variable dims, a request far bigger than those timed goes to the thread', async () => {
+test('inline_execution auto: with variable dims, a request far ' +
+  'bigger than those timed goes to the thread', async () => {
   const b = new OnnxModelBuilder();
   b.input('x', 'FP32', ['batch', 'len']).output('y', 'FP32', ['batch', 'len']);
   b.node('Relu', ['x'], ['y']);
@@ -444,24 +560,49 @@ test('inline_execution auto: with variable dims, a request far bigger than those
   // The same batch size of one, with a million times the elements.
   const big = new Float32Array(4 * 1024 * 1024).fill(-1);
   big[7] = 3;
-  const [r] = await inst.execute([request('big', [makeTensor('x', 'FP32', [1, big.length], bytesOf(big))], ['y'])], new RecordingTimer());
+  const [r] = await inst.execute(
+    [request('big', [makeTensor('x', 'FP32', [1, big.length], bytesOf(big))], ['y'])],
+    new RecordingTimer(),
+  );
   assert.equal(inlineRuns(inst), before, 'the big run was made on the event loop');
   const out = new Float32Array(ok(r)[0]!.data.slice().buffer);
   assert.equal(out[7], 3);
   assert.equal(out[8], 0);
 });
 
-test('the wide main-thread session: the model gets one with the configured threads under auto; none with its own intra_op_thread_count, under on, or when set to 1', async () => {
+test('the wide main-thread session: the model gets one with the configured threads under ' +
+  'auto; none with its own intra_op_thread_count, under on, or when set to 1', async () => {
   const wide = (inst: BackendInstance): number => (inst as OnnxRuntimeInstance).inlineWideThreads;
   const withParams = (p: Record<string, string>) => ({
     ...tinyConfig,
-    parameters: Object.fromEntries(Object.entries(p).map(([k, v]) => [k, create(ModelParameterSchema, { stringValue: v })])),
+    parameters: Object.fromEntries(
+      Object.entries(p).map(([k, v]) => [k, create(ModelParameterSchema, { stringValue: v })]),
+    ),
   });
-  assert.equal(wide(await load('auto', 'wide_default', buildAddSubModel('FP32', 4), tinyConfig)), inlineIntraOpThreads('wide_default', config({}), {}));
-  assert.equal(wide(await load('auto', 'wide_three', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '3' }))), 3);
-  assert.equal(wide(await load('auto', 'wide_one', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '1' }))), 1);
-  assert.equal(wide(await load('auto', 'wide_own_intra', buildAddSubModel('FP32', 4), withParams({ intra_op_thread_count: '2' }))), 1);
-  assert.equal(wide(await load('on', 'wide_on', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '2' }))), 1);
+  assert.equal(
+    wide(await load('auto', 'wide_default', buildAddSubModel('FP32', 4), tinyConfig)),
+    inlineIntraOpThreads('wide_default', config({}), {}),
+  );
+  assert.equal(
+    wide(
+      await load('auto', 'wide_three', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '3' })),
+    ),
+    3,
+  );
+  assert.equal(
+    wide(
+      await load('auto', 'wide_one', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '1' })),
+    ),
+    1,
+  );
+  assert.equal(
+    wide(await load('auto', 'wide_own_intra', buildAddSubModel('FP32', 4), withParams({ intra_op_thread_count: '2' }))),
+    1,
+  );
+  assert.equal(
+    wide(await load('on', 'wide_on', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '2' }))),
+    1,
+  );
   await assert.rejects(
     load('auto', 'wide_bad', buildAddSubModel('FP32', 4), withParams({ inline_intra_op_thread_count: '0' })),
     /model 'wide_bad': parameter 'inline_intra_op_thread_count' must be between 1 and 256, got 0/,

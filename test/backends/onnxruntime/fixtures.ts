@@ -68,7 +68,13 @@ export function config(init: MessageInitShape<typeof ModelConfigSchema>): ModelC
 }
 
 /** Writes `<root>/<name>/<version>/<filename>` and returns the model folder. */
-export async function writeModel(root: string, name: string, builder: OnnxModelBuilder, version = 1, filename = 'model.onnx'): Promise<string> {
+export async function writeModel(
+  root: string,
+  name: string,
+  builder: OnnxModelBuilder,
+  version = 1,
+  filename = 'model.onnx',
+): Promise<string> {
   const modelDir = join(root, name);
   await builder.save(join(modelDir, String(version), filename));
   return modelDir;
@@ -92,11 +98,21 @@ export function modelContext(
   };
 }
 
-export function instanceContext(ctx: ModelContext, kind: 'CPU' | 'GPU' = 'CPU', index = 0, deviceId = 0): InstanceContext {
+export function instanceContext(
+  ctx: ModelContext,
+  kind: 'CPU' | 'GPU' = 'CPU',
+  index = 0,
+  deviceId = 0,
+): InstanceContext {
   return { ...ctx, instanceName: `${ctx.modelName}_0_${index}`, kind, deviceId };
 }
 
-export function autoCompleteContext(modelDir: string, cfg: ModelConfig, backendConfig: Record<string, string> = {}, version: number | undefined = 1): AutoCompleteContext {
+export function autoCompleteContext(
+  modelDir: string,
+  cfg: ModelConfig,
+  backendConfig: Record<string, string> = {},
+  version: number | undefined = 1,
+): AutoCompleteContext {
   return {
     modelName: cfg.name || 'model',
     modelDir,

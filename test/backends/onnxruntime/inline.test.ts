@@ -41,13 +41,19 @@ after(async () => {
 
 const cpuOptions = { executionProviders: ['cpu'], intraOpNumThreads: 1, logSeverityLevel: 4 as const };
 
-test('inlineMode: auto by default; the model parameter wins over the backend config; a bad value names the model', () => {
+test('inlineMode: auto by default; the model parameter wins ' +
+  'over the backend config; a bad value names the model', () => {
   assert.equal(inlineMode('m', config({}), {}), 'auto');
   assert.equal(inlineMode('m', config({}), { inline_execution: 'off' }), 'off');
-  assert.equal(inlineMode('m', config({ parameters: { inline_execution: { stringValue: ' On ' } } }), { inline_execution: 'off' }), 'on');
+  assert.equal(
+    inlineMode('m', config({ parameters: { inline_execution: { stringValue: ' On ' } } }), { inline_execution: 'off' }),
+    'on',
+  );
   assert.throws(
     () => inlineMode('m', config({ parameters: { inline_execution: { stringValue: '1' } } }), {}),
-    (e: unknown) => e instanceof NereidError && e.message === "model 'm': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '1'",
+    (e: unknown) =>
+      e instanceof NereidError &&
+      e.message === "model 'm': parameter 'inline_execution' must be 'auto', 'on' or 'off', got '1'",
   );
 });
 
@@ -87,7 +93,8 @@ test('InlinePolicy: the threshold is the measured crossing, within its bounds', 
   p.close();
 });
 
-test('InlinePolicy auto: inline only for runs predicted within the threshold, with the thread idle; the session comes on first use', () => {
+test('InlinePolicy auto: inline only for runs predicted within the ' +
+  'threshold, with the thread idle; the session comes on first use', () => {
   let created = 0;
   const p = new InlinePolicy(
     'auto',
@@ -119,25 +126,46 @@ test('InlinePolicy auto: inline only for runs predicted within the threshold, wi
   assert.equal(created, 1);
 });
 
-test('InlinePolicy auto: while the event loop is saturated a single request stays on the thread and a batch of several still goes inline', () => {
+test('InlinePolicy auto: while the event loop is saturated a single request ' +
+  'stays on the thread and a batch of several still goes inline', () => {
   let busy = false;
-  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => busy, new RunOverlap());
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(modelFile, cpuOptions),
+    undefined,
+    undefined,
+    () => busy,
+    new RunOverlap(),
+  );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.ok(p.choose(1, true, 1) instanceof InlineSession, 'the loop has slack');
   busy = true;
-  assert.equal(p.choose(1, true, 1), undefined, 'saturated: one request goes to the thread, which runs on another core');
+  assert.equal(
+    p.choose(1, true, 1),
+    undefined,
+    'saturated: one request goes to the thread, which runs on another core',
+  );
   assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'saturated: a batch of four shares the crossing it saves');
   busy = false;
   assert.ok(p.choose(1, true, 1) instanceof InlineSession);
   p.close();
 });
 
-test('InlinePolicy auto: under a saturated loop a single request goes inline while the thread sleeps, a few in a row, then one goes to wake it', () => {
-  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, new RunOverlap());
+test('InlinePolicy auto: under a saturated loop a single request goes inline ' +
+  'while the thread sleeps, a few in a row, then one goes to wake it', () => {
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(modelFile, cpuOptions),
+    undefined,
+    undefined,
+    () => true,
+    new RunOverlap(),
+  );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.equal(p.choose(1, true, 1, false), undefined, 'an awake thread takes the run');
   for (let round = 0; round < 2; round++) {
-    for (let i = 0; i < ASLEEP_INLINE_RUNS; i++) assert.ok(p.choose(1, true, 1, true) instanceof InlineSession, `asleep: run ${i} inline`);
+    for (let i = 0; i < ASLEEP_INLINE_RUNS; i++)
+      assert.ok(p.choose(1, true, 1, true) instanceof InlineSession, `asleep: run ${i} inline`);
     assert.equal(p.choose(1, true, 1, true), undefined, 'then one goes to the thread and wakes it');
   }
   for (let i = 0; i < 3; i++) assert.ok(p.choose(1, true, 1, true) instanceof InlineSession);
@@ -180,7 +208,8 @@ test('RunOverlap: runs handed over one after another make requests count as one 
   assert.equal(overlap.oneAtATime, true);
 });
 
-test('RunOverlap: a run handed over while another is in flight, or a batch of several, ends the reading and restarts the count', () => {
+test('RunOverlap: a run handed over while another is in flight, or a ' +
+  'batch of several, ends the reading and restarts the count', () => {
   const { overlap, oneByOne } = overlapOnClock();
   oneByOne(SEQUENTIAL_RUNS);
   assert.equal(overlap.oneAtATime, true);
@@ -201,21 +230,37 @@ test('RunOverlap: a run handed over while another is in flight, or a batch of se
   assert.equal(overlap.oneAtATime, true);
 });
 
-test('InlinePolicy auto: while requests come one at a time, a single request goes inline when predicted within LIGHT_INLINE_NS, saturated loop or not', () => {
+test('InlinePolicy auto: while requests come one at a time, a single request goes ' +
+  'inline when predicted within LIGHT_INLINE_NS, saturated loop or not', () => {
   const { overlap, oneByOne } = overlapOnClock();
-  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, overlap);
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(modelFile, cpuOptions),
+    undefined,
+    undefined,
+    () => true,
+    overlap,
+  );
   // 200 µs a run: above the 60 µs default crossing, within LIGHT_INLINE_NS.
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
   assert.ok(p.thresholdNs < 200_000);
-  assert.equal(p.choose(1, true), undefined, 'not known to come one at a time: the threshold and the saturated loop rule apply');
+  assert.equal(
+    p.choose(1, true),
+    undefined,
+    'not known to come one at a time: the threshold and the saturated loop rule apply',
+  );
   oneByOne(SEQUENTIAL_RUNS);
   const s = p.choose(1, true);
-  assert.ok(s instanceof InlineSession, 'one at a time: nothing else for the loop to do while the run would be on the thread');
+  assert.ok(
+    s instanceof InlineSession,
+    'one at a time: nothing else for the loop to do while the run would be on the thread',
+  );
   assert.equal(p.choose(1, false), undefined, 'the thread still has runs in flight: the run waits behind them');
   // 64 items scaled from 200 µs each: far above LIGHT_INLINE_NS.
   assert.equal(p.choose(64, true), undefined);
   assert.ok(64 * 200_000 > LIGHT_INLINE_NS);
-  // A batch of several requests shows they came together: the reading ends, and the batch's own prediction is over the threshold.
+  // A batch of several requests shows they came together: the reading ends, and the batch's own prediction is over the
+  // threshold.
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(2, 300_000);
   assert.equal(p.choose(2, true, 2), undefined);
   assert.equal(overlap.oneAtATime, false);
@@ -223,9 +268,17 @@ test('InlinePolicy auto: while requests come one at a time, a single request goe
   p.close();
 });
 
-test('InlinePolicy auto: a tiny model under a saturated loop goes inline while requests come one at a time, to the thread once they overlap', () => {
+test('InlinePolicy auto: a tiny model under a saturated loop goes inline ' +
+  'while requests come one at a time, to the thread once they overlap', () => {
   const { overlap, oneByOne } = overlapOnClock();
-  const p = new InlinePolicy('auto', () => new InlineSession(modelFile, cpuOptions), undefined, undefined, () => true, overlap);
+  const p = new InlinePolicy(
+    'auto',
+    () => new InlineSession(modelFile, cpuOptions),
+    undefined,
+    undefined,
+    () => true,
+    overlap,
+  );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.equal(p.choose(1, true), undefined, 'saturated, and nothing known about the requests');
   oneByOne(SEQUENTIAL_RUNS);
@@ -271,7 +324,10 @@ test('InlineSession: runs synchronously and returns onnxruntime tensors', () => 
   const s = new InlineSession(modelFile, cpuOptions);
   const T = s.Tensor;
   const out = s.run(
-    { INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]), INPUT1: new T('float32', Float32Array.from([1, 1, 1, 1]), [1, 4]) },
+    {
+      INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]),
+      INPUT1: new T('float32', Float32Array.from([1, 1, 1, 1]), [1, 4]),
+    },
     ['OUTPUT1'],
   );
   assert.deepEqual([...(out['OUTPUT1']!.data as Float32Array)], [0, 1, 2, 3]);
@@ -281,8 +337,16 @@ test('InlineSession: runs synchronously and returns onnxruntime tensors', () => 
   s.release();
 });
 
-/** A policy with a wide session (2 threads, helpers waiting 300 µs) on a clock of its own, its requests one at a time. */
-function widePolicy(): { p: InlinePolicy; overlap: RunOverlap; oneByOne: (n: number) => void; clock: { ns: number }; created: boolean[] } {
+/**
+ * A policy with a wide session (2 threads, helpers waiting 300 µs) on a clock of its own, its requests one at a time.
+ */
+function widePolicy(): {
+  p: InlinePolicy;
+  overlap: RunOverlap;
+  oneByOne: (n: number) => void;
+  clock: { ns: number };
+  created: boolean[];
+} {
   const { overlap, oneByOne } = overlapOnClock();
   const clock = { ns: 1e12 };
   const created: boolean[] = [];
@@ -293,12 +357,18 @@ function widePolicy(): { p: InlinePolicy; overlap: RunOverlap; oneByOne: (n: num
     undefined,
     () => false,
     overlap,
-    { create: () => new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300)), threads: 2, spinMicros: 300, clockNs: () => clock.ns },
+    {
+      create: () => new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300)),
+      threads: 2,
+      spinMicros: 300,
+      clockNs: () => clock.ns,
+    },
   );
   return { p, overlap, oneByOne, clock, created };
 }
 
-test('InlinePolicy auto: while requests come one at a time, a run predicted at WIDE_MIN_NS or more goes to the wide session; shorter runs, and all under load, keep the one-thread session', () => {
+test('InlinePolicy auto: while requests come one at a time, a run predicted at WIDE_MIN_NS or more ' +
+  'goes to the wide session; shorter runs, and all under load, keep the one-thread session', () => {
   const { p, overlap, oneByOne, created } = widePolicy();
   assert.equal(p.wideThreads, 2);
   // Size 1: 200 µs a run on one thread; size 2: 50 µs.
@@ -326,7 +396,9 @@ test('InlinePolicy auto: while requests come one at a time, a run predicted at W
   p.close();
 });
 
-test('InlinePolicy auto: the wide session\'s runs are timed apart, after its first ones; a figure beyond LIGHT_INLINE_NS, or no better than one thread, sends runs back to the one-thread session until it is made afresh', () => {
+test('InlinePolicy auto: the wide session\'s runs are timed apart, after its first ones; a figure beyond ' +
+  'LIGHT_INLINE_NS, or no better than one thread, sends runs back ' +
+  'to the one-thread session until it is made afresh', () => {
   const { p, oneByOne } = widePolicy();
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
   oneByOne(SEQUENTIAL_RUNS);
@@ -355,7 +427,8 @@ test('InlinePolicy auto: the wide session\'s runs are timed apart, after its fir
   p.close();
 });
 
-test('InlinePolicy auto: runs further apart than the helpers wait keep the one-thread session, until most gaps are within it again', () => {
+test('InlinePolicy auto: runs further apart than the helpers wait keep ' +
+  'the one-thread session, until most gaps are within it again', () => {
   const { p, oneByOne, clock } = widePolicy();
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 200_000);
   oneByOne(SEQUENTIAL_RUNS);
@@ -379,11 +452,15 @@ test('InlinePolicy auto: runs further apart than the helpers wait keep the one-t
   p.close();
 });
 
-test('InlineSession: a wide session (two intra-op threads, a bounded spin) computes what the one-thread session does', () => {
+test('InlineSession: a wide session (two intra-op threads, a ' +
+  'bounded spin) computes what the one-thread session does', () => {
   const narrow = new InlineSession(modelFile, cpuOptions);
   const wide = new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300));
   const T = narrow.Tensor;
-  const feeds = { INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]), INPUT1: new T('float32', Float32Array.from([4, 3, 2, 1]), [1, 4]) };
+  const feeds = {
+    INPUT0: new T('float32', Float32Array.from([1, 2, 3, 4]), [1, 4]),
+    INPUT1: new T('float32', Float32Array.from([4, 3, 2, 1]), [1, 4]),
+  };
   for (const s of [narrow, wide]) {
     const out = s.run(feeds, ['OUTPUT0', 'OUTPUT1']);
     assert.deepEqual([...(out['OUTPUT0']!.data as Float32Array)], [5, 5, 5, 5]);

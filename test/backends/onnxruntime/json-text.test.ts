@@ -23,7 +23,12 @@ import {
   forceJsonTextShare,
   spareCores,
 } from '../../../src/backends/onnxruntime/json-text.js';
-import { SLICE_FORMAT, SLICE_IF_LARGE, SLICE_SKIP, sliceWord } from '../../../src/backends/onnxruntime/worker-protocol.js';
+import {
+  SLICE_FORMAT,
+  SLICE_IF_LARGE,
+  SLICE_SKIP,
+  sliceWord,
+} from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
 import { buildIdentityModel } from '../../../src/onnx/builder.js';
@@ -81,12 +86,22 @@ async function identityInstance(name: string, TYPES: readonly Datatype[]): Promi
 }
 
 /** Request k of a batch: `rows` rows, each row the values rotated by k. */
-function identityRequest(TYPES: readonly Datatype[], k: number, rows: number, hint: JsonOutputHint | undefined): BackendRequest {
+function identityRequest(
+  TYPES: readonly Datatype[],
+  k: number,
+  rows: number,
+  hint: JsonOutputHint | undefined,
+): BackendRequest {
   const inputs = TYPES.map((dt) => {
     const values = Array.from({ length: rows }, () => rotatedValues(dt, k)).flat();
     return makeTensor(inputName(dt), dt, [rows, HARD_VALUES[dt]!.length], valuesBytes(dt, values));
   });
-  const r = request(`r${k}`, inputs, TYPES.map((_, i) => outputName(i)), rows);
+  const r = request(
+    `r${k}`,
+    inputs,
+    TYPES.map((_, i) => outputName(i)),
+    rows,
+  );
   return hint === undefined ? r : { ...r, jsonOutputs: hint };
 }
 
@@ -106,7 +121,8 @@ const FORMATTED: ReadonlySet<Datatype> = new Set(ALL_TYPES.filter((dt) => dt !==
 
 for (const { label, name, types: TYPES } of MODELS) {
 
-  test(`with the thread taking every text, a batch comes back with each request's own JSON text for every numeric and BOOL output [${label}]`, async (t) => {
+  test(`with the thread taking every text, a batch comes back with each request's ` +
+    `own JSON text for every numeric and BOOL output [${label}]`, async (t) => {
     t.after(forceJsonTextShare(1));
     const inst = await identityInstance(name, TYPES);
     const rows = [1, 2, 1];
@@ -129,12 +145,17 @@ for (const { label, name, types: TYPES } of MODELS) {
     }
   });
 
-  test(`requests of a batch that want an output as binary data get no text for it, the others do [${label}]`, async (t) => {
+  test(`requests of a batch that want an output as binary data ` +
+    `get no text for it, the others do [${label}]`, async (t) => {
     t.after(forceJsonTextShare(1));
     const inst = await identityInstance(name, TYPES);
     const fp32 = outputName(TYPES.indexOf('FP32'));
     const int64 = outputName(TYPES.indexOf('INT64'));
-    const requests = [identityRequest(TYPES, 0, 1, wantsAllBut(fp32)), identityRequest(TYPES, 1, 1, undefined), identityRequest(TYPES, 2, 2, wantsAllBut(int64))];
+    const requests = [
+      identityRequest(TYPES, 0, 1, wantsAllBut(fp32)),
+      identityRequest(TYPES, 1, 1, undefined),
+      identityRequest(TYPES, 2, 2, wantsAllBut(int64)),
+    ];
     const [a, b, c] = (await inst.execute(requests, new RecordingTimer())).map(ok);
     const at = (outs: readonly Tensor[], name: string) => outs.find((o) => o.name === name)!;
     assert.equal(at(a!, fp32).jsonData, undefined);
@@ -169,7 +190,15 @@ test('a large output is formatted on the thread even when its share of texts is 
   suite.keep(model, inst);
   const run = async (n: number): Promise<Tensor> => {
     const values = Float32Array.from({ length: n }, (_, i) => (i % 7 === 0 ? i : i / 3));
-    const [r] = await inst.execute([{ ...request('big', [makeTensor('INPUT0', 'FP32', [n], bytesOf(values))], ['OUTPUT0']), jsonOutputs: wantsAllBut() }], new RecordingTimer());
+    const [r] = await inst.execute(
+      [
+        {
+          ...request('big', [makeTensor('INPUT0', 'FP32', [n], bytesOf(values))], ['OUTPUT0']),
+          jsonOutputs: wantsAllBut(),
+        },
+      ],
+      new RecordingTimer(),
+    );
     return ok(r)[0]!;
   };
   const small = await run(LARGE_TEXT_ELEMENTS - 1);
@@ -204,7 +233,8 @@ function hinted(batch: number, hint?: JsonOutputHint): BackendRequest {
   return hint === undefined ? r : { ...r, jsonOutputs: hint };
 }
 
-test('JsonTextPolicy.textPlan: nothing without a hint or a numeric JSON output; each request\'s rows and whether the thread formats them', () => {
+test('JsonTextPolicy.textPlan: nothing without a hint or a numeric JSON ' +
+  'output; each request\'s rows and whether the thread formats them', () => {
   const policy = policyFor();
   assert.equal(policy.textPlan([hinted(1)], ['F', 'S']), undefined);
   assert.equal(policy.textPlan([hinted(1, wantsAllBut('F'))], ['F', 'S']), undefined, 'BYTES text is never asked for');
@@ -213,13 +243,26 @@ test('JsonTextPolicy.textPlan: nothing without a hint or a numeric JSON output; 
   assert.equal(all.requests.length, 1);
   assert.equal(all.requests[0]!.fetch, 0);
   assert.equal(all.requests[0]!.byRows, true);
-  assert.deepEqual(all.requests[0]!.slices, [sliceWord(2, SLICE_FORMAT), sliceWord(1, SLICE_SKIP), sliceWord(3, SLICE_FORMAT)]);
+  assert.deepEqual(all.requests[0]!.slices, [
+    sliceWord(2, SLICE_FORMAT),
+    sliceWord(1, SLICE_SKIP),
+    sliceWord(3, SLICE_FORMAT),
+  ]);
   assert.equal(all.largeElements, LARGE_TEXT_ELEMENTS);
   policy.share = 0;
-  assert.deepEqual(policy.textPlan([hinted(2, wantsAllBut())], ['F'])!.requests[0]!.slices, [sliceWord(2, SLICE_IF_LARGE)], 'only a large text goes to the thread');
+  assert.deepEqual(
+    policy.textPlan([hinted(2, wantsAllBut())], ['F'])!.requests[0]!.slices,
+    [sliceWord(2, SLICE_IF_LARGE)],
+    'only a large text goes to the thread',
+  );
   // A share of one half sends every other request's text to the thread.
   policy.share = 0.5;
-  const half = policy.textPlan([1, 1, 1, 1].map((n) => hinted(n, wantsAllBut())), ['F'])!.requests[0]!.slices.map((w) => w & 3);
+  const half = policy
+    .textPlan(
+      [1, 1, 1, 1].map((n) => hinted(n, wantsAllBut())),
+      ['F'],
+    )!
+    .requests[0]!.slices.map((w) => w & 3);
   assert.deepEqual(half.sort(), [SLICE_FORMAT, SLICE_FORMAT, SLICE_IF_LARGE, SLICE_IF_LARGE]);
 });
 
@@ -227,7 +270,8 @@ function near(actual: number, expected: number, what: string): void {
   assert.ok(Math.abs(actual - expected) < 1e-9, `${what}: ${actual}, expected ${expected}`);
 }
 
-test('JsonTextPolicy.balance: the share grows while the thread has room and a core is idle, and shrinks when the thread is full or no core is idle', () => {
+test('JsonTextPolicy.balance: the share grows while the thread has room and a ' +
+  'core is idle, and shrinks when the thread is full or no core is idle', () => {
   const policy = policyFor();
   policy.balance(THREAD_ROOM - 0.05, SPARE_CORES);
   near(policy.share, SHARE_UP, 'one step up');

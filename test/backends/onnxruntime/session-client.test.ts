@@ -148,13 +148,19 @@ test('string inputs and outputs travel alongside numeric ones', async () => {
 
 test('a run onnxruntime refuses rejects, and the next run still works', async () => {
   const client = await start('identity_fixed', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: [4] }]));
-  await assert.rejects(client.run([f32Feed('INPUT0', ramp(3, 0))], ['OUTPUT0']), (err: Error) => err.name === 'SessionWorkerError');
+  await assert.rejects(
+    client.run([f32Feed('INPUT0', ramp(3, 0))], ['OUTPUT0']),
+    (err: Error) => err.name === 'SessionWorkerError',
+  );
   const [y] = await client.run([f32Feed('INPUT0', ramp(4, 0))], ['OUTPUT0']);
   assert.deepEqual(floats(y), [0, 1, 2, 3]);
 });
 
 test('runs handed over while the thread is busy start in order, and their timestamps are ordered', async () => {
-  const client = await start('identity_times', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+  const client = await start(
+    'identity_times',
+    buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]),
+  );
   const times = Array.from({ length: 20 }, () => new RunTimes());
   const before = Number(process.hrtime.bigint());
   const runs = times.map((t, i) => client.run([f32Feed('INPUT0', ramp(3, i))], ['OUTPUT0'], t));
@@ -163,7 +169,10 @@ test('runs handed over while the thread is busy start in order, and their timest
   for (let i = 0; i < 20; i++) {
     assert.deepEqual(floats(results[i]![0]), [...ramp(3, i)]);
     const t = times[i]!;
-    assert.ok(before <= t.postedNs && t.postedNs <= t.pickedNs, `run ${i}: posted ${t.postedNs} <= picked ${t.pickedNs}`);
+    assert.ok(
+      before <= t.postedNs && t.postedNs <= t.pickedNs,
+      `run ${i}: posted ${t.postedNs} <= picked ${t.pickedNs}`,
+    );
     assert.ok(t.pickedNs <= t.startNs && t.startNs <= t.endNs && t.endNs <= after, `run ${i}: picked <= start <= end`);
     // One session thread: each run starts after the one before it ended.
     if (i > 0) assert.ok(t.startNs >= times[i - 1]!.endNs, `run ${i} started after run ${i - 1} ended`);
@@ -172,7 +181,11 @@ test('runs handed over while the thread is busy start in order, and their timest
 
 test('a thread that has gone to sleep is woken by the next run, with and without busy-waiting', async () => {
   for (const spin of [0, 50]) {
-    const client = await start(`identity_sleep_${spin}`, buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]), spin);
+    const client = await start(
+      `identity_sleep_${spin}`,
+      buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]),
+      spin,
+    );
     for (let round = 0; round < 3; round++) {
       const [y] = await client.run([f32Feed('INPUT0', ramp(2, round))], ['OUTPUT0']);
       assert.deepEqual(floats(y), [...ramp(2, round)]);
@@ -182,8 +195,13 @@ test('a thread that has gone to sleep is woken by the next run, with and without
   }
 });
 
-test('more runs in flight than the ring has slots wait for a slot, and all finish with their own outputs', { timeout: 60_000 }, async () => {
-  const client = await start('identity_overflow', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]), 0);
+test('more runs in flight than the ring has slots wait for a slot, and ' +
+  'all finish with their own outputs', { timeout: 60_000 }, async () => {
+  const client = await start(
+    'identity_overflow',
+    buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]),
+    0,
+  );
   const n = RING_SIZE + 76;
   // A big run first keeps the thread busy while the small ones are handed over.
   const big = new Float32Array(16_000_000).fill(1.5);
@@ -194,8 +212,12 @@ test('more runs in flight than the ring has slots wait for a slot, and all finis
   for (let i = 0; i < n; i++) assert.deepEqual(floats(results[i + 1]![0]), [...ramp(2, i)], `run ${i}`);
 });
 
-test('collectFinished takes in a finished run before the event loop turns: its promise settles in the microtasks that follow', async () => {
-  const client = await start('identity_collect', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]));
+test('collectFinished takes in a finished run before the event loop ' +
+  'turns: its promise settles in the microtasks that follow', async () => {
+  const client = await start(
+    'identity_collect',
+    buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]),
+  );
   const thread = client.currentThread!;
   for (let round = 0; round < 3; round++) {
     const doneBefore = Atomics.load(thread.control, C_DONE);
@@ -264,7 +286,11 @@ test('runs queued behind each other are merged into one session run, each gettin
   const inputs = [2, 1, 3, 2].map((rows, k) => ramp(rows * 3, 100 * k));
   let merged = false;
   for (let attempt = 0; attempt < 10 && !merged; attempt++) {
-    const got = await queuedBehindLongRun(client, inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]) })), 64);
+    const got = await queuedBehindLongRun(
+      client,
+      inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]) })),
+      64,
+    );
     got.forEach(({ out }, k) => {
       assert.deepEqual(out[0]!.dims, [inputs[k]!.length / 3, 3]);
       assert.deepEqual(floats(out[0]), plusRow(inputs[k]!));
@@ -275,7 +301,8 @@ test('runs queued behind each other are merged into one session run, each gettin
       // The first of a merge carries its time, the others are marked as later; all share one session run.
       const first = flags.indexOf(MERGED_FIRST);
       assert.ok(first >= 0);
-      for (let k = first + 1; k < flags.length && flags[k] === MERGED_LATER; k++) assert.equal(got[k]!.times.startNs, got[first]!.times.startNs);
+      for (let k = first + 1; k < flags.length && flags[k] === MERGED_LATER; k++)
+        assert.equal(got[k]!.times.startNs, got[first]!.times.startNs);
     }
   }
   assert.ok(merged, 'runs queued behind a long one merged at least once in ten tries');
@@ -283,12 +310,20 @@ test('runs queued behind each other are merged into one session run, each gettin
 
 test('runs are not merged without mergeRows, nor beyond it, nor with other shapes', async () => {
   const client = await start('add_row_nomerge', addRowModel());
-  const alone = await queuedBehindLongRun(client, [{ feed: rowsFeed(2, 0) }, { feed: rowsFeed(2, 6) }, { feed: rowsFeed(2, 12) }], 0);
+  const alone = await queuedBehindLongRun(
+    client,
+    [{ feed: rowsFeed(2, 0) }, { feed: rowsFeed(2, 6) }, { feed: rowsFeed(2, 12) }],
+    0,
+  );
   assert.deepEqual(alone.map(({ times }) => times.merged), [MERGED_NOT, MERGED_NOT, MERGED_NOT]);
 
   // At most 4 rows per session run: 3 + 3 never merge, 2 + 2 may.
   for (let attempt = 0; attempt < 3; attempt++) {
-    const got = await queuedBehindLongRun(client, [{ feed: rowsFeed(3, 0) }, { feed: rowsFeed(3, 9) }, { feed: rowsFeed(2, 18) }, { feed: rowsFeed(2, 24) }], 4);
+    const got = await queuedBehindLongRun(
+      client,
+      [{ feed: rowsFeed(3, 0) }, { feed: rowsFeed(3, 9) }, { feed: rowsFeed(2, 18) }, { feed: rowsFeed(2, 24) }],
+      4,
+    );
     const runs = new Map<number, number>();
     got.forEach(({ times }, k) => runs.set(times.startNs, (runs.get(times.startNs) ?? 0) + [3, 3, 2, 2][k]!));
     for (const rows of runs.values()) assert.ok(rows <= 4, `a session run of ${rows} rows`);
@@ -296,7 +331,10 @@ test('runs are not merged without mergeRows, nor beyond it, nor with other shape
   }
 
   // Another input shape after the batch dim never joins.
-  const other = await start('identity_merge_shapes', buildIdentityModel([{ name: 'x', datatype: 'FP32', shape: ['n', 'k'] }]));
+  const other = await start(
+    'identity_merge_shapes',
+    buildIdentityModel([{ name: 'x', datatype: 'FP32', shape: ['n', 'k'] }]),
+  );
   const a = ramp(4, 0);
   const b = ramp(6, 50);
   const [ra, rb] = await Promise.all([
@@ -319,7 +357,9 @@ test('a merged run whose outputs are not batched along dim 0 is made again run b
   const inputs = [ramp(6, 0), ramp(3, 40), ramp(9, 7)];
   const sums = inputs.map((x) => [0, 1, 2].map((c) => [...x].filter((_, i) => i % 3 === c).reduce((s, v) => s + v, 0)));
   const long = client.run([f32Feed('x', ramp(300_000, 0), [100_000, 3])], ['y'], undefined, undefined, 64);
-  const got = await Promise.all(inputs.map((x) => client.run([f32Feed('x', x, [x.length / 3, 3])], ['y'], undefined, undefined, 64)));
+  const got = await Promise.all(
+    inputs.map((x) => client.run([f32Feed('x', x, [x.length / 3, 3])], ['y'], undefined, undefined, 64)),
+  );
   await long;
   got.forEach((out, k) => {
     assert.deepEqual(out[0]!.dims, [1, 3]);
@@ -330,9 +370,14 @@ test('a merged run whose outputs are not batched along dim 0 is made again run b
 test('each run of a merge gets the JSON texts it asked for, of its own rows', async () => {
   const client = await start('add_row_texts', addRowModel());
   const fp32 = DATATYPES.findIndex((d) => d.name === 'FP32');
-  const plan = (rows: number) => new TextPlan([new TextRequest(0, fp32, arenaTypeCode('float32'), true, [sliceWord(rows, SLICE_FORMAT)])], 16384);
+  const plan = (rows: number) =>
+    new TextPlan([new TextRequest(0, fp32, arenaTypeCode('float32'), true, [sliceWord(rows, SLICE_FORMAT)])], 16384);
   const inputs = [ramp(6, 0.5), ramp(3, 7.25), ramp(9, -3)];
-  const got = await queuedBehindLongRun(client, inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]), texts: plan(x.length / 3) })), 64);
+  const got = await queuedBehindLongRun(
+    client,
+    inputs.map((x) => ({ feed: f32Feed('x', x, [x.length / 3, 3]), texts: plan(x.length / 3) })),
+    64,
+  );
   got.forEach(({ out }, k) => {
     const expected = encodeJsonTensorData('y', 'FP32', bytes(new Float32Array(plusRow(inputs[k]!))), inputs[k]!.length);
     assert.deepEqual(out[0]!.texts, [expected]);

@@ -34,7 +34,12 @@ after(async () => {
   await tmp.remove();
 });
 
-function request(label: string, affinityKey: string, logger = recordingLogger().logger, modelPath = identityPath): SessionRequest {
+function request(
+  label: string,
+  affinityKey: string,
+  logger = recordingLogger().logger,
+  modelPath = identityPath,
+): SessionRequest {
   return { modelPath, options: { intraOpNumThreads: 1 }, spinMicros: 0, label, affinityKey, shared: true, logger };
 }
 
@@ -59,7 +64,9 @@ async function echoes(c: SessionClient, v: number): Promise<void> {
 
 test('small models share the pool threads, and instances of one model never share a thread', async () => {
   const pool = new SessionThreadPool({ threads: 2, stallMs: 60_000 });
-  const models = await Promise.all(Array.from({ length: 6 }, (_, i) => open(pool, request(`model 'm${i}' instance 'm${i}_0'`, `m${i}`))));
+  const models = await Promise.all(
+    Array.from({ length: 6 }, (_, i) => open(pool, request(`model 'm${i}' instance 'm${i}_0'`, `m${i}`))),
+  );
   assert.equal(pool.threadCount, 2);
   const threads = new Set(models.map((c) => c.currentThread));
   assert.equal(threads.size, 2, 'six sessions on the two pool threads');
@@ -89,15 +96,21 @@ test('a session that fails to open on a shared thread leaves the others on it se
   const good = await open(pool, request(`model 'good' instance 'good_0'`, 'good'));
   const bad = join(tmp.path, 'corrupt.onnx');
   await (await import('node:fs/promises')).writeFile(bad, 'not an onnx model');
-  await assert.rejects(pool.open(request(`model 'bad' instance 'bad_0'`, 'bad', undefined, bad)), (err: Error) => err.name === 'SessionWorkerError');
+  await assert.rejects(
+    pool.open(request(`model 'bad' instance 'bad_0'`, 'bad', undefined, bad)),
+    (err: Error) => err.name === 'SessionWorkerError',
+  );
   assert.equal(pool.threadCount, 1);
   await echoes(good, 3);
 });
 
-test('a shared thread that dies fails only its own sessions, logs each, and creates each again on a thread of its own', async () => {
+test('a shared thread that dies fails only its own sessions, logs ' +
+  'each, and creates each again on a thread of its own', async () => {
   const { logger, records } = recordingLogger();
   const pool = new SessionThreadPool({ threads: 2, stallMs: 60_000 });
-  const sessions = await Promise.all(Array.from({ length: 4 }, (_, i) => open(pool, request(`model 'd${i}' instance 'd${i}_0'`, `d${i}`, logger))));
+  const sessions = await Promise.all(
+    Array.from({ length: 4 }, (_, i) => open(pool, request(`model 'd${i}' instance 'd${i}_0'`, `d${i}`, logger))),
+  );
   const doomed = sessions[0]!.currentThread!;
   const onDoomed = sessions.filter((c) => c.currentThread === doomed);
   const others = sessions.filter((c) => c.currentThread !== doomed);
@@ -126,11 +139,18 @@ test('a shared thread that dies fails only its own sessions, logs each, and crea
   assert.equal(new Set(fresh).size, 2);
   for (const t of fresh) assert.ok(t !== doomed && t !== otherThread);
   for (const c of onDoomed) await echoes(c, 9);
-  for (const c of onDoomed) assert.ok(records.some((r) => r.msg === `${c.label}: onnxruntime session created again on thread ${c.currentThread!.number} of its own`));
+  for (const c of onDoomed)
+    assert.ok(
+      records.some(
+        (r) =>
+          r.msg === `${c.label}: onnxruntime session created again on thread ${c.currentThread!.number} of its own`,
+      ),
+    );
   await doomed.whenExited();
 });
 
-test('a shared thread stuck on one run longer than the stall limit is stopped: the log names the run holding it, and every session on it comes back', { timeout: 120_000 }, async () => {
+test('a shared thread stuck on one run longer than the stall limit is stopped: the log names ' +
+  'the run holding it, and every session on it comes back', { timeout: 120_000 }, async () => {
   const { logger, records } = recordingLogger();
   const pool = new SessionThreadPool({ threads: 1, stallMs: 300 });
   const slow = await open(pool, request(`model 'slow' instance 'slow_0'`, 'slow', logger, slowPath));
@@ -140,7 +160,10 @@ test('a shared thread stuck on one run longer than the stall limit is stopped: t
 
   const n = 2048;
   const x = new Float32Array(n * n).fill(0.001);
-  const long = slow.run([new RunFeed('X', 'float32', [n, n], [new Uint8Array(x.buffer)], x.byteLength, undefined)], ['Y']);
+  const long = slow.run(
+    [new RunFeed('X', 'float32', [n, n], [new Uint8Array(x.buffer)], x.byteLength, undefined)],
+    ['Y'],
+  );
   const behind = quick.run([feed([1, 2])], ['OUTPUT0']);
   await assert.rejects(long, /model 'slow' instance 'slow_0' was busy for more than 300 ms on a shared session thread/);
   await assert.rejects(behind, /was busy for more than 300 ms/);
@@ -154,7 +177,10 @@ test('a shared thread stuck on one run longer than the stall limit is stopped: t
   await echoes(quick, 4);
   // On a thread of its own the slow model may take its time: no watchdog there.
   const small = new Float32Array(4).fill(1);
-  const [y] = await slow.run([new RunFeed('X', 'float32', [2, 2], [new Uint8Array(small.buffer)], small.byteLength, undefined)], ['Y']);
+  const [y] = await slow.run(
+    [new RunFeed('X', 'float32', [2, 2], [new Uint8Array(small.buffer)], small.byteLength, undefined)],
+    ['Y'],
+  );
   assert.deepEqual([...(y!.data as Float32Array)], [256, 256, 256, 256]);
   // The stalled thread ends by itself once its run returns.
   await stuck.whenExited();

@@ -23,7 +23,10 @@ export const PYTHON = process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';
 
 /** Why the tests needing `module` cannot run with PYTHON (undefined when they can). */
 export function missingPythonModule(module: string): string | undefined {
-  const r = spawnSync(PYTHON, ['-c', `import importlib.util, sys; sys.exit(importlib.util.find_spec('${module}') is None)`]);
+  const r = spawnSync(PYTHON, [
+    '-c',
+    `import importlib.util, sys; sys.exit(importlib.util.find_spec('${module}') is None)`,
+  ]);
   return r.status === 0 ? undefined : `${PYTHON} cannot import ${module} (set NEREID_TEST_PYTHON)`;
 }
 

@@ -23,7 +23,8 @@ test('when none has the modules, the error names every interpreter tried and wha
     (err: Error) => {
       assert.match(err.message, /no Python interpreter with nereid_no_such_module was found/);
       assert.match(err.message, /\/nonexistent\/python \(not found or does not run\)/);
-      for (const candidate of FALLBACK_PYTHONS) assert.ok(err.message.includes(`${candidate} (`), `${candidate} is named: ${err.message}`);
+      for (const candidate of FALLBACK_PYTHONS)
+        assert.ok(err.message.includes(`${candidate} (`), `${candidate} is named: ${err.message}`);
       assert.match(err.message, /lacks nereid_no_such_module/);
       return true;
     },

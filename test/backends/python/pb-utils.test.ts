@@ -39,7 +39,9 @@ import numpy as np
 import triton_python_backend_utils as pb
 arr = np.array([b"a", b"", b"\\x00\\xff", "text"], dtype=np.object_)
 raw = pb.serialize_byte_tensor(arr)
-assert raw == b"\\x01\\x00\\x00\\x00a" + b"\\x00\\x00\\x00\\x00" + b"\\x02\\x00\\x00\\x00\\x00\\xff" + b"\\x04\\x00\\x00\\x00text", raw
+expected = (b"\\x01\\x00\\x00\\x00a" + b"\\x00\\x00\\x00\\x00" + b"\\x02\\x00\\x00\\x00\\x00\\xff"
+            + b"\\x04\\x00\\x00\\x00text")
+assert raw == expected, raw
 back = pb.deserialize_bytes_tensor(raw)
 assert back.dtype == np.object_ and list(back) == [b"a", b"", b"\\x00\\xff", b"text"]
 assert pb.serialize_byte_tensor(np.zeros(0, dtype=np.object_)) == ()

@@ -147,14 +147,23 @@ describe('python backend: identity over every data type', { skip }, () => {
   });
 
   test('returns only the requested outputs, in the requested order', async () => {
-    const inputs = [tensor('INPUT4', 'UINT64', [1], new BigUint64Array([5n])), tensor('INPUT10', 'FP32', [1], new Float32Array([2]))];
-    const [res] = await loaded.instance.execute([request(inputs, { outputs: ['OUTPUT10', 'OUTPUT4'] })], new TestTimer());
+    const inputs = [
+      tensor('INPUT4', 'UINT64', [1], new BigUint64Array([5n])),
+      tensor('INPUT10', 'FP32', [1], new Float32Array([2])),
+    ];
+    const [res] = await loaded.instance.execute(
+      [request(inputs, { outputs: ['OUTPUT10', 'OUTPUT4'] })],
+      new TestTimer(),
+    );
     assert.deepEqual(ok(res).map((o) => o.name), ['OUTPUT10', 'OUTPUT4']);
   });
 
   test('passes large tensors through', async () => {
     const big = new Float32Array(512 * 1024).map((_, i) => i);
-    const [res] = await loaded.instance.execute([request([tensor('INPUT10', 'FP32', [big.length], big)])], new TestTimer());
+    const [res] = await loaded.instance.execute(
+      [request([tensor('INPUT10', 'FP32', [big.length], big)])],
+      new TestTimer(),
+    );
     assert.deepEqual(Buffer.from(ok(res)[0]!.data), Buffer.from(big.buffer));
   });
 });
@@ -163,10 +172,13 @@ describe('python backend: add_sub', { skip }, () => {
   test('computes sum and difference for each request of a batch', async () => {
     const l = await load('add_sub', addSubConfig('add_sub'));
     const r1 = request([f32('INPUT0', [1, 4], [1, 2, 3, 4]), f32('INPUT1', [1, 4], [10, 20, 30, 40])]);
-    const r2 = request([f32('INPUT0', [2, 4], [1, 1, 1, 1, 2, 2, 2, 2]), f32('INPUT1', [2, 4], [0, 1, 2, 3, 0, 1, 2, 3])], {
-      outputs: ['OUTPUT1'],
-      batchSize: 2,
-    });
+    const r2 = request(
+      [f32('INPUT0', [2, 4], [1, 1, 1, 1, 2, 2, 2, 2]), f32('INPUT1', [2, 4], [0, 1, 2, 3, 0, 1, 2, 3])],
+      {
+        outputs: ['OUTPUT1'],
+        batchSize: 2,
+      },
+    );
     const [a, b] = await l.instance.execute([r1, r2], new TestTimer());
     assert.deepEqual(ok(a).map((o) => o.name), ['OUTPUT0', 'OUTPUT1']);
     assert.deepEqual(asF32(ok(a)[0]!), [11, 22, 33, 44]);
@@ -256,7 +268,10 @@ describe('python backend: broken models fail cleanly', { skip }, () => {
   test('a missing model.py fails the load', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'nereid-py-'));
     try {
-      await assert.rejects(backend.loadModel(modelContext({ name: 'nothing', modelDir: dir, config: modelConfig({ name: 'nothing' }) })), /model\.py/);
+      await assert.rejects(
+        backend.loadModel(modelContext({ name: 'nothing', modelDir: dir, config: modelConfig({ name: 'nothing' }) })),
+        /model\.py/,
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -291,7 +306,10 @@ describe('python backend: broken models fail cleanly', { skip }, () => {
   });
 
   test('an output that is not in the configuration is an error response naming model and output', async () => {
-    const l = await load('extra_output', ioConfig('extra_output', [['INPUT0', DataType.TYPE_FP32]], [['OUTPUT0', DataType.TYPE_FP32]]));
+    const l = await load(
+      'extra_output',
+      ioConfig('extra_output', [['INPUT0', DataType.TYPE_FP32]], [['OUTPUT0', DataType.TYPE_FP32]]),
+    );
     const [res] = await l.instance.execute([request([f32('INPUT0', [1], [1])])], new TestTimer());
     assert.ok(res!.error);
     assert.match(res!.error.message, /'extra_output'/);
@@ -362,10 +380,14 @@ describe('python backend: interpreters', { skip }, () => {
     chmodSync(join(root, 'bin', 'python3'), 0o755);
   }
 
-  test('EXECUTION_ENV_PATH with $$TRITON_MODEL_DIRECTORY selects the environment; missing numpy names what to install', async () => {
+  test('EXECUTION_ENV_PATH with $$TRITON_MODEL_DIRECTORY selects the ' +
+    'environment; missing numpy names what to install', async () => {
     const modelDir = join(dir, 'm1');
     mkdirSync(modelDir, { recursive: true });
-    writeFileSync(join(modelDir, 'model.py'), 'class TritonPythonModel:\n    def execute(self, r):\n        return []\n');
+    writeFileSync(
+      join(modelDir, 'model.py'),
+      'class TritonPythonModel:\n    def execute(self, r):\n        return []\n',
+    );
     fakeEnv(join(modelDir, 'env'), 'numpy');
     const config = modelConfig({
       name: 'm1',
@@ -380,12 +402,17 @@ describe('python backend: interpreters', { skip }, () => {
   });
 
   test('a missing EXECUTION_ENV_PATH fails the load naming the parameter', async () => {
-    const config = modelConfig({ name: 'add_sub', parameters: { EXECUTION_ENV_PATH: { stringValue: '/no/such/env' } } });
+    const config = modelConfig({
+      name: 'add_sub',
+      parameters: { EXECUTION_ENV_PATH: { stringValue: '/no/such/env' } },
+    });
     await expectLoadFailure('add_sub', /EXECUTION_ENV_PATH '\/no\/such\/env' does not exist/, config);
   });
 
   test('a missing configured interpreter falls back to one that has numpy', async () => {
-    const loaded = await load('add_sub', addSubConfig('add_sub'), { backendConfig: { 'python-executable': join(dir, 'no-python') } });
+    const loaded = await load('add_sub', addSubConfig('add_sub'), {
+      backendConfig: { 'python-executable': join(dir, 'no-python') },
+    });
     await unload(loaded);
   });
 });
@@ -393,7 +420,12 @@ describe('python backend: interpreters', { skip }, () => {
 describe('python backend: BLS', { skip }, () => {
   const doubler: InferenceCaller = {
     async infer(req) {
-      if (req.model !== 'doubler') throw new NereidError('NRD_MODEL_NOT_FOUND', 'NOT_FOUND', `Request for unknown model: '${req.model}' is not found`);
+      if (req.model !== 'doubler')
+        throw new NereidError(
+          'NRD_MODEL_NOT_FOUND',
+          'NOT_FOUND',
+          `Request for unknown model: '${req.model}' is not found`,
+        );
       const x = asF32(req.inputs[0]!);
       return {
         modelName: 'doubler',
@@ -460,7 +492,10 @@ describe('python backend: auto_complete_config', { skip }, () => {
     });
     assert.equal(completed.maxBatchSize, 8);
     assert.deepEqual(completed.input.map((i) => [i.name, i.dataType, i.dims]), [['INPUT0', DataType.TYPE_FP32, [4n]]]);
-    assert.deepEqual(completed.output.map((o) => [o.name, o.dataType, o.dims]), [['OUTPUT0', DataType.TYPE_FP32, [4n]]]);
+    assert.deepEqual(
+      completed.output.map((o) => [o.name, o.dataType, o.dims]),
+      [['OUTPUT0', DataType.TYPE_FP32, [4n]]],
+    );
     assert.equal(completed.schedulingChoice.case, 'dynamicBatching');
     assert.equal(completed.backend, 'python');
   });

@@ -19,7 +19,8 @@ function pythonModel(repo: TempRepository, name: string, fixture: string, config
   repo.config(name, config);
 }
 
-test('a python model calls an ONNX model through BLS inside a real server; broken python models stay UNAVAILABLE', { skip: noNumpy }, async (t) => {
+test('a python model calls an ONNX model through BLS inside a real server; ' +
+  'broken python models stay UNAVAILABLE', { skip: noNumpy }, async (t) => {
   const repo = new TempRepository().addSub('simple');
   pythonModel(
     repo,
@@ -68,7 +69,8 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
   assert.equal(index.find((e) => e.name === 'bls_add_sub')?.state, 'READY');
 });
 
-test('a TorchScript model with platform pytorch_libtorch serves concurrent requests through a real server with dynamic batching', { skip: noTorch }, async (t) => {
+test('a TorchScript model with platform pytorch_libtorch serves concurrent requests ' +
+  'through a real server with dynamic batching', { skip: noTorch }, async (t) => {
   const repo = new TempRepository();
   t.after(() => repo.cleanup());
   const versionDir = join(repo.dir, 'torch_add', '1');
@@ -80,7 +82,8 @@ import sys, torch
 class AddSub(torch.nn.Module):
     def forward(self, a, b):
         return a + b, a - b
-torch.jit.trace(AddSub(), (torch.zeros(1, 16, dtype=torch.int32), torch.zeros(1, 16, dtype=torch.int32))).save(sys.argv[1])
+example = (torch.zeros(1, 16, dtype=torch.int32), torch.zeros(1, 16, dtype=torch.int32))
+torch.jit.trace(AddSub(), example).save(sys.argv[1])
 `,
     join(versionDir, 'model.pt'),
   ]);
@@ -89,8 +92,10 @@ torch.jit.trace(AddSub(), (torch.zeros(1, 16, dtype=torch.int32), torch.zeros(1,
     `name: "torch_add"
 platform: "pytorch_libtorch"
 max_batch_size: 8
-input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [ { name: "INPUT__0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT__1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
+output [ { name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT__1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 20000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,

@@ -8,7 +8,18 @@ import { createPyTorchBackend, type PyTorchInstance } from '../../../src/backend
 import type { BackendInstance, BackendModel } from '../../../src/backends/backend.js';
 import { NereidError } from '../../../src/errors.js';
 import { DataType, type ModelConfig } from '../../../src/gen/model_config_pb.js';
-import { PYTHON, TestTimer, missingPythonModule, asF32, f32, instanceContext, modelConfig, modelContext, ok, request } from '../python/helpers.js';
+import {
+  PYTHON,
+  TestTimer,
+  missingPythonModule,
+  asF32,
+  f32,
+  instanceContext,
+  modelConfig,
+  modelContext,
+  ok,
+  request,
+} from '../python/helpers.js';
 
 const backend = createPyTorchBackend();
 const skip = missingPythonModule('torch');
@@ -50,7 +61,11 @@ function close(values: number[], expected: number[], tol = 1e-5): void {
   }
 }
 
-function config(inputs: string[], outputs: Array<[string, DataType]>, extra: Partial<{ maxBatchSize: number }> = {}): ModelConfig {
+function config(
+  inputs: string[],
+  outputs: Array<[string, DataType]>,
+  extra: Partial<{ maxBatchSize: number }> = {},
+): ModelConfig {
   return modelConfig({
     name: 'net',
     platform: 'pytorch_libtorch',
@@ -111,7 +126,9 @@ describe('pytorch backend: TorchScript model traced by torch.jit.trace', { skip 
   test('requests of a batch are joined and their outputs split back', async () => {
     const x = floats('x');
     const y = floats('y');
-    const r1 = request([f32('INPUT__0', [1, 4], x.slice(0, 4)), f32('INPUT__1', [1, 4], y.slice(0, 4))], { batchSize: 1 });
+    const r1 = request([f32('INPUT__0', [1, 4], x.slice(0, 4)), f32('INPUT__1', [1, 4], y.slice(0, 4))], {
+      batchSize: 1,
+    });
     const r2 = request([f32('INPUT__0', [2, 4], x.slice(4)), f32('INPUT__1', [2, 4], y.slice(4))], {
       batchSize: 2,
       outputs: ['OUTPUT__1'],
@@ -171,7 +188,12 @@ describe('pytorch backend: naming conventions', { skip }, () => {
 });
 
 describe('pytorch backend: failures', { skip }, () => {
-  async function expectLoadFailure(cfg: ModelConfig, pattern: RegExp, backendConfig?: Record<string, string>, modelDir = dir) {
+  async function expectLoadFailure(
+    cfg: ModelConfig,
+    pattern: RegExp,
+    backendConfig?: Record<string, string>,
+    modelDir = dir,
+  ) {
     await assert.rejects(load(cfg, backendConfig, modelDir), (err: unknown) => {
       assert.ok(err instanceof NereidError, String(err));
       assert.equal(err.code, 'NRD_LOAD_FAILED');
@@ -189,7 +211,12 @@ describe('pytorch backend: failures', { skip }, () => {
     const bad = mkdtempSync(join(tmpdir(), 'nereid-torch-bad-'));
     try {
       writeFileSync(join(bad, 'model.pt'), 'this is not a TorchScript archive');
-      await expectLoadFailure(config(['INPUT__0', 'INPUT__1'], standardOutputs), /RuntimeError: .*(zip|archive)/i, undefined, bad);
+      await expectLoadFailure(
+        config(['INPUT__0', 'INPUT__1'], standardOutputs),
+        /RuntimeError: .*(zip|archive)/i,
+        undefined,
+        bad,
+      );
     } finally {
       rmSync(bad, { recursive: true, force: true });
     }
@@ -210,9 +237,20 @@ describe('pytorch backend: failures', { skip }, () => {
   });
 
   test('an output whose type differs from the configuration fails the batch', async () => {
-    const inst = await load(config(['INPUT__0', 'INPUT__1'], [['OUTPUT__0', DataType.TYPE_INT32], ['OUTPUT__1', DataType.TYPE_FP32]]));
+    const inst = await load(
+      config(
+        ['INPUT__0', 'INPUT__1'],
+        [
+          ['OUTPUT__0', DataType.TYPE_INT32],
+          ['OUTPUT__1', DataType.TYPE_FP32],
+        ],
+      ),
+    );
     await assert.rejects(
-      inst.execute([request([f32('INPUT__0', [1, 4], [1, 2, 3, 4]), f32('INPUT__1', [1, 4], [1, 2, 3, 4])])], new TestTimer()),
+      inst.execute(
+        [request([f32('INPUT__0', [1, 4], [1, 2, 3, 4]), f32('INPUT__1', [1, 4], [1, 2, 3, 4])])],
+        new TestTimer(),
+      ),
       /'net'.*unexpected datatype TYPE_FP32 for inference output 'OUTPUT__0', expecting TYPE_INT32/,
     );
   });

@@ -70,7 +70,16 @@ export class FakeV2Server {
 
   constructor(private readonly opts: FakeServerOptions) {
     for (const m of opts.models) {
-      this.counters.set(m.name, { inference: 0, execution: 0, success: 0, successNs: 0, queueNs: 0, inNs: 0, inferNs: 0, outNs: 0 });
+      this.counters.set(m.name, {
+        inference: 0,
+        execution: 0,
+        success: 0,
+        successNs: 0,
+        queueNs: 0,
+        inNs: 0,
+        inferNs: 0,
+        outNs: 0,
+      });
     }
     this.server = createServer((req, res) => {
       const chunks: Buffer[] = [];
@@ -222,14 +231,25 @@ export class FakeV2Server {
     } catch {
       return this.json(res, 400, { error: 'failed to parse the request JSON buffer' });
     }
-    this.infers.push({ model: model.name, header, binaryLength: body.length - headerLength, headerLengthHeader: hdr as string | undefined });
+    this.infers.push({
+      model: model.name,
+      header,
+      binaryLength: body.length - headerLength,
+      headerLengthHeader: hdr as string | undefined,
+    });
     const c = this.counters.get(model.name)!;
     if (this.opts.failAfter !== undefined && c.success >= this.opts.failAfter) {
       return this.json(res, 500, { error: `model '${model.name}' failed: injected failure` });
     }
     const inputs = (header['inputs'] as Array<{ shape: number[] }>) ?? [];
     const batch = model.maxBatchSize > 0 ? (inputs[0]?.shape[0] ?? 1) : 1;
-    const dur = this.opts.durations ?? { queue: 1000, computeInput: 2000, computeInfer: 30000, computeOutput: 3000, overhead: 4000 };
+    const dur = this.opts.durations ?? {
+      queue: 1000,
+      computeInput: 2000,
+      computeInfer: 30000,
+      computeOutput: 3000,
+      overhead: 4000,
+    };
     c.inference += batch;
     c.execution += 1;
     c.success += 1;
@@ -258,7 +278,14 @@ export class FakeV2Server {
         model_name: model.name,
         model_version: '1',
         outputs: out
-          ? [{ name: out.name, datatype: out.datatype, shape: model.maxBatchSize > 0 ? [batch, ...out.dims] : out.dims, parameters: { binary_data_size: bin.length } }]
+          ? [
+              {
+                name: out.name,
+                datatype: out.datatype,
+                shape: model.maxBatchSize > 0 ? [batch, ...out.dims] : out.dims,
+                parameters: { binary_data_size: bin.length },
+              },
+            ]
           : [],
       }),
     );

@@ -1,7 +1,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
-import { ResponseParser, type ResponseSink, buildHttpRequest, Http1InferTransport } from '../../../src/cli/perf/http1.js';
+import {
+  ResponseParser,
+  type ResponseSink,
+  buildHttpRequest,
+  Http1InferTransport,
+} from '../../../src/cli/perf/http1.js';
 import { type CallSink, InferCall } from '../../../src/cli/perf/transport.js';
 
 class Sink implements ResponseSink {
@@ -33,13 +38,17 @@ function feedAllSplits(text: string, check: (sink: Sink) => void): void {
 
 test('request serialisation: one buffer with request line, headers, length and body', () => {
   const req = buildHttpRequest('h:1', '/v2/models/m/infer', [['A', 'b']], Buffer.from('xyz'));
-  assert.equal(req.toString('latin1'), 'POST /v2/models/m/infer HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 3\r\n\r\nxyz');
+  assert.equal(
+    req.toString('latin1'),
+    'POST /v2/models/m/infer HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 3\r\n\r\nxyz',
+  );
   assert.throws(() => buildHttpRequest('h', '/', [['A', 'b\r\nEvil: 1']], Buffer.alloc(0)), /line break/);
 });
 
 test('content-length responses, pipelined back to back, split anywhere', () => {
   const ok = 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello';
-  const bad = 'HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{"error":"nope!"}';
+  const bad =
+    'HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 17\r\n\r\n{"error":"nope!"}';
   feedAllSplits(ok + bad + ok, (sink) => {
     assert.deepEqual(sink.done, [
       { status: 200, body: '', keepAlive: true },
@@ -51,7 +60,8 @@ test('content-length responses, pipelined back to back, split anywhere', () => {
 });
 
 test('chunked responses with trailers, split anywhere', () => {
-  const chunked = 'HTTP/1.1 500 Internal\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"er\r\nC\r\nror":"boom"}\r\n0\r\nX-T: 1\r\n\r\n';
+  const chunked =
+    'HTTP/1.1 500 Internal\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{"er\r\nC\r\nror":"boom"}\r\n0\r\nX-T: 1\r\n\r\n';
   feedAllSplits(chunked + 'HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n', (sink) => {
     assert.deepEqual(sink.done, [
       { status: 500, body: '{"error":"boom"}', keepAlive: true },

@@ -19,10 +19,23 @@ interface T {
   shape: number[];
 }
 
-function model(inputs: T[], maxBatchSize = 0, shapes = new Map<string, number[]>(), configInputs: unknown[] = []): ModelInfo {
+function model(
+  inputs: T[],
+  maxBatchSize = 0,
+  shapes = new Map<string, number[]>(),
+  configInputs: unknown[] = [],
+): ModelInfo {
   const withBatch = (t: T) => ({ ...t, shape: maxBatchSize > 0 ? [-1, ...t.shape] : t.shape });
   return parseModel(
-    { name: 'm', versions: ['1'], platform: 'x', inputs: inputs.map(withBatch), outputs: [{ name: 'OUT', datatype: 'FP32', shape: withBatch({ name: 'OUT', datatype: 'FP32', shape: [2] }).shape }] },
+    {
+      name: 'm',
+      versions: ['1'],
+      platform: 'x',
+      inputs: inputs.map(withBatch),
+      outputs: [
+        { name: 'OUT', datatype: 'FP32', shape: withBatch({ name: 'OUT', datatype: 'FP32', shape: [2] }).shape },
+      ],
+    },
     { name: 'm', max_batch_size: maxBatchSize, input: configInputs },
     '',
     shapes,
@@ -57,7 +70,12 @@ test('random BOOL is 0/1 and random floats are finite', () => {
     { name: 'F', datatype: 'FP32', shape: [50] },
     { name: 'H', datatype: 'FP16', shape: [4] },
   ]);
-  const step = generateStep(m, { zero: false, stringLength: 1, stringData: undefined, random: seq([0.1, 0.9, 0.5, 0.3]) });
+  const step = generateStep(m, {
+    zero: false,
+    stringLength: 1,
+    stringData: undefined,
+    random: seq([0.1, 0.9, 0.5, 0.3]),
+  });
   assert.ok(step.get('B')!.data.every((b) => b === 0 || b === 1));
   assert.ok(step.get('B')!.data.some((b) => b === 1));
   const f = new Float32Array(Uint8Array.from(step.get('F')!.data).buffer);
@@ -91,7 +109,10 @@ test('BYTES inputs use --string-length random strings or --string-data', () => {
 
 test('variable dims need --shape; --shape fills them', () => {
   const noShape = model([{ name: 'IMG', datatype: 'FP32', shape: [3, -1, -1] }], 4);
-  perfError(() => generateStep(noShape, { zero: true, stringLength: 1, stringData: undefined }), /IMG contains dynamic shape.*--shape IMG:3,N,N/);
+  perfError(
+    () => generateStep(noShape, { zero: true, stringLength: 1, stringData: undefined }),
+    /IMG contains dynamic shape.*--shape IMG:3,N,N/,
+  );
   const shaped = model([{ name: 'IMG', datatype: 'FP32', shape: [3, -1, -1] }], 4, new Map([['IMG', [3, 8, 8]]]));
   const t = generateStep(shaped, { zero: true, stringLength: 1, stringData: undefined }).get('IMG')!;
   assert.deepEqual(t.shape, [3, 8, 8]);
@@ -139,7 +160,12 @@ test('ensemble config lists composing models', () => {
     { name: 'ens', inputs: [], outputs: [] },
     {
       platform: 'ensemble',
-      ensemble_scheduling: { step: [{ model_name: 'pre', model_version: -1 }, { model_name: 'net', model_version: '2' }] },
+      ensemble_scheduling: {
+        step: [
+          { model_name: 'pre', model_version: -1 },
+          { model_name: 'net', model_version: '2' },
+        ],
+      },
     },
     '',
     new Map(),
@@ -209,12 +235,18 @@ test('JSON input data errors name the problem and the place', () => {
   const m = INT_MODEL();
   perfError(() => parseInputDataJson('{"data": [', m), /failed to parse the specified json file/);
   perfError(() => parseInputDataJson('{"rows": []}', m), /doesn't contain data field/);
-  perfError(() => parseInputDataJson('{"data": [{"INPUT0": [1,2,3,4]}]}', m), /missing tensor INPUT1 \( Location stream id: 0, step id: 0\)/);
+  perfError(
+    () => parseInputDataJson('{"data": [{"INPUT0": [1,2,3,4]}]}', m),
+    /missing tensor INPUT1 \( Location stream id: 0, step id: 0\)/,
+  );
   perfError(
     () => parseInputDataJson('{"data": [{"INPUT0": [1,2,3,4], "INPUT1": [1,2,3,4], "EXTRA": [1]}]}', m),
     /The input or output 'EXTRA' is not found/,
   );
-  perfError(() => parseInputDataJson('{"data": [{"INPUT0": [1,2,3], "INPUT1": [1,2,3,4]}]}', m), /Expected: 16 bytes, Got: 12 bytes/);
+  perfError(
+    () => parseInputDataJson('{"data": [{"INPUT0": [1,2,3], "INPUT1": [1,2,3,4]}]}', m),
+    /Expected: 16 bytes, Got: 12 bytes/,
+  );
   perfError(() => parseInputDataJson('{"data": [{"INPUT0": [1,2,3,"x"], "INPUT1": [1,2,3,4]}]}', m), /int32 data/);
   perfError(() => parseInputDataJson('{"data": [{"INPUT0": 5, "INPUT1": [1,2,3,4]}]}', m), /malformed/);
   perfError(
@@ -231,7 +263,12 @@ test('HTTP body: binary layout and JSON layout', () => {
   const req = assembleRequest(m, steps, 0, 2);
   const bin = encodeHttpInferBody(req, ['OUT'], 'binary', 'binary');
   const header = JSON.parse(bin.body.subarray(0, bin.headerLength).toString());
-  assert.deepEqual(header.inputs[0], { name: 'INPUT0', shape: [2, 4], datatype: 'INT32', parameters: { binary_data_size: 32 } });
+  assert.deepEqual(header.inputs[0], {
+    name: 'INPUT0',
+    shape: [2, 4],
+    datatype: 'INT32',
+    parameters: { binary_data_size: 32 },
+  });
   assert.deepEqual(header.outputs, [{ name: 'OUT', parameters: { binary_data: true } }]);
   assert.equal(bin.body.byteLength, bin.headerLength! + 64);
   const tail = new Int32Array(Uint8Array.from(bin.body.subarray(bin.headerLength!)).buffer);

@@ -65,7 +65,9 @@ class ScriptedDriver implements LoadDriver {
     return 0;
   }
   failure(): Error | undefined {
-    return this.failAt !== undefined && this.index >= this.failAt ? new PerfError('', 'inference request failed: boom') : undefined;
+    return this.failAt !== undefined && this.index >= this.failAt
+      ? new PerfError('', 'inference request failed: boom')
+      : undefined;
   }
 }
 
@@ -208,7 +210,10 @@ test('profiler: linear sweep stops at the latency limit and flags the gate', asy
 test('profiler: binary search narrows onto the latency limit', async () => {
   const clock = new ManualClock();
   const driver = new ScriptedDriver(clock, (level) => ({ count: 100, latencyMs: level }));
-  await new Profiler(driver, undefined, clock, config({ latencyThresholdMs: 10 })).sweep({ start: 1, end: 32, step: 1 }, true);
+  await new Profiler(driver, undefined, clock, config({ latencyThresholdMs: 10 })).sweep(
+    { start: 1, end: 32, step: 1 },
+    true,
+  );
   assert.deepEqual(driver.levels, [1, 32, 16, 8, 12, 10, 9]);
 });
 
@@ -295,12 +300,25 @@ test('report text and CSV follow perf_analyzer', async () => {
     collectMetrics: false,
   };
   const text = levelReportText(result.statuses[0]!, ctx);
-  assert.match(text, /^ {2}Client: \n {4}Request count: 360\n {4}Throughput: 100 infer\/sec\n {4}Avg latency: 2000 usec \(standard deviation 0 usec\)\n {4}p50 latency: 2000 usec\n/);
+  assert.match(
+    text,
+    new RegExp(
+      String.raw`^ {2}Client: \n {4}Request count: 360\n {4}Throughput: 100 infer\/sec\n {4}Avg latency: 2000 usec ` +
+      String.raw`\(standard deviation 0 usec\)\n {4}p50 latency: 2000 usec\n`,
+    ),
+  );
   assert.match(text, /Avg HTTP time: 2000 usec \(send\/recv 3 usec \+ response wait 1997 usec\)/);
-  assert.match(text, /Avg request latency: 100 usec \(overhead 28 usec \+ queue 10 usec \+ compute input 5 usec \+ compute infer 50 usec \+ compute output 7 usec\)/);
+  assert.match(
+    text,
+    new RegExp(
+      String.raw`Avg request latency: 100 usec \(overhead 28 usec \+ queue 10 usec \+ compute input 5 usec \+ ` +
+      String.raw`compute infer 50 usec \+ compute output 7 usec\)`,
+    ),
+  );
   assert.equal(
     summaryText(result.statuses, 'concurrency', -1),
-    'Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: 100 infer/sec, latency 2000 usec\nConcurrency: 2, throughput: 200 infer/sec, latency 2000 usec\n',
+    'Inferences/Second vs. Client Average Batch Latency\nConcurrency: 1, throughput: 100 ' +
+    'infer/sec, latency 2000 usec\nConcurrency: 2, throughput: 200 infer/sec, latency 2000 usec\n',
   );
   const csv = csvText([...result.statuses].reverse(), {
     mode: 'concurrency',
@@ -314,7 +332,8 @@ test('report text and CSV follow perf_analyzer', async () => {
   const lines = csv.text.trimEnd().split('\n');
   assert.equal(
     lines[0],
-    'Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency',
+    'Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server ' +
+    'Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency',
   );
   assert.equal(lines[1], '1,100,1,1925,10,5,50,7,2,2000,2000,2000,2000');
   assert.equal(lines[2]!.split(',')[0], '2');
@@ -329,7 +348,8 @@ test('report text and CSV follow perf_analyzer', async () => {
   });
   assert.equal(
     verbose.text.split('\n')[0],
-    'Request Rate,Inferences/Second,Client Send,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency,request/response,response wait',
+    'Request Rate,Inferences/Second,Client Send,Client Recv,p50 latency,p90 ' +
+    'latency,p95 latency,p99 latency,request/response,response wait',
   );
 });
 

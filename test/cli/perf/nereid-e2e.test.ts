@@ -25,11 +25,21 @@ let grpcPort: number;
 const tmp = mkdtempSync(join(tmpdir(), 'nereid-perf-e2e-'));
 
 before(async () => {
-  const simpleConfig = readFileSync(new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url), 'utf8');
-  repo = new TempRepository().config('simple', simpleConfig).file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
+  const simpleConfig = readFileSync(
+    new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url),
+    'utf8',
+  );
+  repo = new TempRepository()
+    .config('simple', simpleConfig)
+    .file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
   server = new Server({ modelRepositories: [repo.dir], logger: silentLogger });
   await server.start();
-  http = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: DEFAULT_MAX_INPUT_SIZE, logger: silentLogger });
+  http = new HttpFrontend(server, {
+    port: 0,
+    address: '127.0.0.1',
+    maxInputSize: DEFAULT_MAX_INPUT_SIZE,
+    logger: silentLogger,
+  });
   ({ port: httpPort } = await http.start());
   grpcFrontend = new GrpcFrontend(server, { port: 0, address: '127.0.0.1' });
   ({ port: grpcPort } = await grpcFrontend.start());
@@ -42,7 +52,8 @@ after(async () => {
   repo?.cleanup();
 });
 
-// Windows long enough that a loaded machine still completes requests in each (an empty window is perf's error, as in perf_analyzer).
+// Windows long enough that a loaded machine still completes requests in each (an empty window is perf's error, as in
+// perf_analyzer).
 const FAST = ['-p', '500', '-s', '1000000', '-r', '3'];
 
 async function run(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -57,8 +68,20 @@ function check(r: { code: number; out: string; err: string }, protocol: 'HTTP' |
   assert.match(r.out, /Request concurrency: 2\n {2}Client: \n {4}Request count: [1-9]\d*\n/);
   assert.match(r.out, new RegExp(` {4}Avg ${protocol} time: \\d+ usec`));
   // The server's statistics moved by exactly the requests of the window(s): the Server block is there.
-  assert.match(r.out, / {2}Server: \n {4}Inference count: [1-9]\d*\n {4}Execution count: [1-9]\d*\n {4}Successful request count: [1-9]\d*\n/);
-  assert.match(r.out, /Avg request latency: \d+ usec \(overhead \d+ usec \+ queue \d+ usec \+ compute input \d+ usec \+ compute infer \d+ usec \+ compute output \d+ usec\)/);
+  assert.match(
+    r.out,
+    new RegExp(
+      String.raw` {2}Server: \n {4}Inference count: [1-9]\d*\n {4}Execution count: [1-9]\d*\n {4}Successful request ` +
+      String.raw`count: [1-9]\d*\n`,
+    ),
+  );
+  assert.match(
+    r.out,
+    new RegExp(
+      String.raw`Avg request latency: \d+ usec \(overhead \d+ usec \+ queue \d+ usec \+ compute input \d+ usec \+ ` +
+      String.raw`compute infer \d+ usec \+ compute output \d+ usec\)`,
+    ),
+  );
   assert.match(r.out, /Concurrency: 2, throughput: [\d.e+]+ infer\/sec, latency \d+ usec\n/);
   const inference = Number(/Inference count: (\d+)/.exec(r.out)![1]);
   const success = Number(/Successful request count: (\d+)/.exec(r.out)![1]);
@@ -67,7 +90,19 @@ function check(r: { code: number; out: string; err: string }, protocol: 'HTTP' |
 
 test('HTTP: simple model, batch 4, concurrency 2, CSV', async () => {
   const csv = join(tmp, 'http.csv');
-  const r = await run(['-m', 'simple', '-u', `127.0.0.1:${httpPort}`, '-b', '4', '--concurrency-range', '2', ...FAST, '-f', csv]);
+  const r = await run([
+    '-m',
+    'simple',
+    '-u',
+    `127.0.0.1:${httpPort}`,
+    '-b',
+    '4',
+    '--concurrency-range',
+    '2',
+    ...FAST,
+    '-f',
+    csv,
+  ]);
   check(r, 'HTTP');
   const lines = readFileSync(csv, 'utf8').trimEnd().split('\n');
   assert.equal(lines.length, 2);
@@ -94,7 +129,19 @@ test('HTTP with JSON tensors', async () => {
 });
 
 test('gRPC: ModelInfer and ModelStreamInfer', async () => {
-  const unary = await run(['-m', 'simple', '-i', 'grpc', '-u', `127.0.0.1:${grpcPort}`, '-b', '4', '--concurrency-range', '2', ...FAST]);
+  const unary = await run([
+    '-m',
+    'simple',
+    '-i',
+    'grpc',
+    '-u',
+    `127.0.0.1:${grpcPort}`,
+    '-b',
+    '4',
+    '--concurrency-range',
+    '2',
+    ...FAST,
+  ]);
   check(unary, 'gRPC');
   const streaming = await run([
     '-m',

@@ -9,7 +9,10 @@ import { Capture, FakeV2Server, type FakeServerOptions, SIMPLE_MODEL } from './f
 
 const tmp = mkdtempSync(join(tmpdir(), 'nereid-perf-'));
 
-/** Short windows and stability switched off in effect: these tests check behaviour, not timing (stability has its own tests). */
+/**
+ * Short windows and stability switched off in effect: these tests check behaviour, not timing (stability has its own
+ * tests).
+ */
 const FAST = ['-p', '150', '-s', '1000000', '-r', '5'];
 
 async function withServer(
@@ -38,15 +41,30 @@ test('measures a model over HTTP and prints perf_analyzer blocks, summary and CS
     const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--concurrency-range', '1:2', '-b', '2', '-f', csv]);
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /\*\*\* Measurement Settings \*\*\*\n {2}Batch size: 2\n/);
-    assert.match(r.out, /Request concurrency: 1\n {2}Client: \n {4}Request count: \d+\n {4}Throughput: [\d.]+ infer\/sec\n/);
+    assert.match(
+      r.out,
+      /Request concurrency: 1\n {2}Client: \n {4}Request count: \d+\n {4}Throughput: [\d.]+ infer\/sec\n/,
+    );
     assert.match(r.out, /Request concurrency: 2\n/);
-    assert.match(r.out, / {4}p99 latency: \d+ usec\n {4}Avg HTTP time: \d+ usec \(send\/recv \d+ usec \+ response wait \d+ usec\)/);
+    assert.match(
+      r.out,
+      / {4}p99 latency: \d+ usec\n {4}Avg HTTP time: \d+ usec \(send\/recv \d+ usec \+ response wait \d+ usec\)/,
+    );
     // The fake server books 1 + 2 + 30 + 3 us plus 4 us overhead per request.
     assert.match(
       r.out,
-      /Avg request latency: 40 usec \(overhead 4 usec \+ queue 1 usec \+ compute input 2 usec \+ compute infer 30 usec \+ compute output 3 usec\)/,
+      new RegExp(
+        String.raw`Avg request latency: 40 usec \(overhead 4 usec \+ queue 1 usec \+ compute input 2 usec \+ compute ` +
+        String.raw`infer 30 usec \+ compute output 3 usec\)`,
+      ),
     );
-    assert.match(r.out, /Inferences\/Second vs\. Client Average Batch Latency\nConcurrency: 1, throughput: [\d.e+]+ infer\/sec, latency \d+ usec\nConcurrency: 2, /);
+    assert.match(
+      r.out,
+      new RegExp(
+        String.raw`Inferences\/Second vs\. Client Average Batch Latency\nConcurrency: 1, throughput: [\d.e+]+ ` +
+        String.raw`infer\/sec, latency \d+ usec\nConcurrency: 2, `,
+      ),
+    );
     // Server-side inference count is twice the request count at batch 2.
     const block = /Request concurrency: 1[\s\S]*?Successful request count: (\d+)/.exec(r.out)!;
     const inf = /Request concurrency: 1[\s\S]*?Inference count: (\d+)/.exec(r.out)!;
@@ -96,7 +114,17 @@ test('JSON tensor format and an input-data file', async () => {
 
 test('request-rate mode reports per rate', async () => {
   await withServer({}, async (s) => {
-    const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--request-rate-range', '200', '--request-distribution', 'poisson']);
+    const r = await run([
+      '-m',
+      'simple',
+      '-u',
+      s.url,
+      ...FAST,
+      '--request-rate-range',
+      '200',
+      '--request-distribution',
+      'poisson',
+    ]);
     assert.equal(r.code, 0, r.err);
     assert.match(r.out, /Using poisson distribution on request generation/);
     assert.match(r.out, /Request Rate: 200 inference requests per second\n/);
@@ -109,7 +137,10 @@ test('latency threshold gate: exit 1 with a one-line reason', async () => {
     const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '-l', '2']);
     assert.equal(r.code, 1, r.out + r.err);
     assert.match(r.err, /Measured latency went over the set limit of 2 msec/);
-    assert.match(r.err, /nereid perf: threshold missed: concurrency 1: average latency \d+ usec is over the limit of 2 msec\n/);
+    assert.match(
+      r.err,
+      /nereid perf: threshold missed: concurrency 1: average latency \d+ usec is over the limit of 2 msec\n/,
+    );
   });
 });
 
@@ -117,14 +148,35 @@ test('throughput floor gate: exit 1 with a one-line reason', async () => {
   await withServer({}, async (s) => {
     const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--throughput-threshold', '1e9']);
     assert.equal(r.code, 1, r.out + r.err);
-    assert.match(r.err, /nereid perf: threshold missed: concurrency 1: throughput [\d.e+]+ infer\/sec is under the floor of 1e\+09 infer\/sec\n/);
+    assert.match(
+      r.err,
+      new RegExp(
+        String.raw`nereid perf: threshold missed: concurrency 1: throughput [\d.e+]+ infer\/sec is under the floor ` +
+        String.raw`of 1e\+09 infer\/sec\n`,
+      ),
+    );
   });
 });
 
 test('an open-ended sweep stops at the latency limit without failing', async () => {
   // One request at a time, 100 ms each: concurrency 1 sees ~100 ms, concurrency 2 ~200 ms.
   await withServer({ delayMs: 100, serial: true }, async (s) => {
-    const r = await run(['-m', 'simple', '-u', s.url, '-p', '500', '-s', '1000000', '-r', '3', '--concurrency-range', '1:0:1', '-l', '150']);
+    const r = await run([
+      '-m',
+      'simple',
+      '-u',
+      s.url,
+      '-p',
+      '500',
+      '-s',
+      '1000000',
+      '-r',
+      '3',
+      '--concurrency-range',
+      '1:0:1',
+      '-l',
+      '150',
+    ]);
     assert.equal(r.code, 0, r.out + r.err);
     assert.match(r.out, /Request concurrency: 2\n/);
     assert.doesNotMatch(r.out, /Request concurrency: 3\n/);
@@ -159,14 +211,20 @@ test('unreachable server: clear message, exit 99', async () => {
   const port = await freePort();
   const r = await run(['-m', 'simple', '-u', `127.0.0.1:${port}`, ...FAST]);
   assert.equal(r.code, 99);
-  assert.match(r.err, /error: failed to get server metadata: unable to connect to http:\/\/127\.0\.0\.1:\d+: connection refused/);
+  assert.match(
+    r.err,
+    /error: failed to get server metadata: unable to connect to http:\/\/127\.0\.0\.1:\d+: connection refused/,
+  );
 });
 
 test('--shape for an input the model does not have', async () => {
   await withServer({}, async (s) => {
     const r = await run(['-m', 'simple', '-u', s.url, ...FAST, '--shape', 'INPUT9:4']);
     assert.equal(r.code, 99);
-    assert.match(r.err, /--shape names input 'INPUT9', but model 'simple' has no such input \(inputs: INPUT0, INPUT1\)/);
+    assert.match(
+      r.err,
+      /--shape names input 'INPUT9', but model 'simple' has no such input \(inputs: INPUT0, INPUT1\)/,
+    );
   });
 });
 
@@ -244,10 +302,15 @@ test('verbose prints every window; usage errors exit 3', async () => {
 test('progress line only on a terminal', async () => {
   await withServer({}, async (s) => {
     const tty = new Capture(true);
-    const code = await runPerf(['-m', 'simple', '-u', s.url, '-p', '600', '-s', '1000000', '-r', '3'], { stdout: tty, stderr: new Capture() });
+    const code = await runPerf(['-m', 'simple', '-u', s.url, '-p', '600', '-s', '1000000', '-r', '3'], {
+      stdout: tty,
+      stderr: new Capture(),
+    });
     assert.equal(code, 0);
+    // eslint-disable-next-line no-control-regex -- the terminal's erase-line sequence is what is tested
     assert.match(tty.text, /\r\x1b\[K {2}measuring concurrency 1: window \d+\/3, \d+ requests so far/);
     const pipe = await run(['-m', 'simple', '-u', s.url, ...FAST]);
+    // eslint-disable-next-line no-control-regex -- no erase-line sequence when the output is not a terminal
     assert.doesNotMatch(pipe.out, /\x1b\[K/);
   });
 });
@@ -273,10 +336,20 @@ test('--collect-metrics reads the GPU gauges into the report and the verbose CSV
     assert.equal(r.code, 0, r.err);
     assert.match(
       r.out,
-      / {2}Server Prometheus Metrics: \n {4}Avg GPU Utilization:\n {6}GPU-fake : 50%\n {4}Avg GPU Power Usage:\n {6}GPU-fake : 120\.5 watts\n {4}Max GPU Memory Usage:\n {6}GPU-fake : 1000 bytes\n {4}Total GPU Memory:\n {6}GPU-fake : 8000 bytes\n/,
+      new RegExp(
+        String.raw` {2}Server Prometheus Metrics: \n {4}Avg GPU Utilization:\n {6}GPU-fake : 50%\n {4}Avg GPU Power ` +
+        String.raw`Usage:\n {6}GPU-fake : 120\.5 watts\n {4}Max GPU Memory Usage:\n {6}GPU-fake : 1000 bytes\n ` +
+        String.raw`{4}Total GPU Memory:\n {6}GPU-fake : 8000 bytes\n`,
+      ),
     );
     const [header, row] = readFileSync(csv, 'utf8').trimEnd().split('\n');
-    assert.match(header!, /,Avg latency,request\/response,response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU Memory Usage,Total GPU Memory$/);
+    assert.match(
+      header!,
+      new RegExp(
+        String.raw`,Avg latency,request\/response,response wait,Avg GPU Utilization,Avg GPU Power Usage,Max GPU ` +
+        String.raw`Memory Usage,Total GPU Memory$`,
+      ),
+    );
     assert.match(row!, /,GPU-fake:0\.5;,GPU-fake:120\.5;,GPU-fake:1000;,GPU-fake:8000;$/);
   });
 });
@@ -311,14 +384,32 @@ test('ensembles: the Server block lists each composing model', async () => {
     composing: ['pre', 'net'],
     config: {
       platform: 'ensemble',
-      ensemble_scheduling: { step: [{ model_name: 'pre', model_version: -1 }, { model_name: 'net', model_version: 1 }] },
+      ensemble_scheduling: {
+        step: [
+          { model_name: 'pre', model_version: -1 },
+          { model_name: 'net', model_version: 1 },
+        ],
+      },
     },
   };
   await withServer({ models: [ens, pre, net] }, async (s) => {
     const r = await run(['-m', 'ens', '-u', s.url, ...FAST]);
     assert.equal(r.code, 0, r.err);
-    assert.match(r.out, /Avg request latency: 40 usec \(overhead 0 usec \+ queue 2 usec \+ compute 70 usec\)\n\n {2}Composing models: \n {2}pre, version: 1\n {6}Inference count: \d+/);
-    assert.match(r.out, / {2}net, version: 1\n {6}Inference count: \d+\n {6}Execution count: \d+\n {6}Successful request count: \d+\n {6}Avg request latency: 36 usec \(overhead 0 usec \+ queue 1 usec \+ compute input 2 usec \+ compute infer 30 usec \+ compute output 3 usec\)/);
+    assert.match(
+      r.out,
+      new RegExp(
+        String.raw`Avg request latency: 40 usec \(overhead 0 usec \+ queue 2 usec \+ compute 70 usec\)\n\n ` +
+        String.raw`{2}Composing models: \n {2}pre, version: 1\n {6}Inference count: \d+`,
+      ),
+    );
+    assert.match(
+      r.out,
+      new RegExp(
+        String.raw` {2}net, version: 1\n {6}Inference count: \d+\n {6}Execution count: \d+\n {6}Successful request ` +
+        String.raw`count: \d+\n {6}Avg request latency: 36 usec \(overhead 0 usec \+ queue 1 usec \+ compute input 2 ` +
+        String.raw`usec \+ compute infer 30 usec \+ compute output 3 usec\)`,
+      ),
+    );
   });
 });
 

@@ -14,7 +14,11 @@ import {
   type ModelInferResponse,
   type ModelStreamInferResponse,
 } from '../../../src/gen/grpc_service_pb.js';
-import { HealthCheckRequestSchema, HealthCheckResponse_ServingStatus, type HealthCheckResponse } from '../../../src/gen/health_pb.js';
+import {
+  HealthCheckRequestSchema,
+  HealthCheckResponse_ServingStatus,
+  type HealthCheckResponse,
+} from '../../../src/gen/health_pb.js';
 import { callError, EchoServer, startHarness, unary, type Harness } from './helpers.js';
 import type { LogSettings, LogSettingsStore, TraceSettingsStore } from '../../../src/frontends/grpc/index.js';
 
@@ -47,7 +51,11 @@ function streamAll(
 ): Promise<{ messages: ModelStreamInferResponse[]; error?: grpc.ServiceError }> {
   return new Promise((resolve) => {
     const messages: ModelStreamInferResponse[] = [];
-    const call = (client as unknown as { ModelStreamInfer(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer(metadata);
+    const call = (
+      client as unknown as {
+        ModelStreamInfer(md: grpc.Metadata): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse>;
+      }
+    ).ModelStreamInfer(metadata);
     call.on('data', (m) => messages.push(m));
     call.on('error', (error: grpc.ServiceError) => resolve({ messages, error }));
     call.on('end', () => resolve({ messages }));
@@ -75,7 +83,8 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
   });
 
   test('health Check is SERVING exactly when the server is ready', async () => {
-    const check = () => unary<HealthCheckResponse>(h.health, 'Check', create(HealthCheckRequestSchema, { service: 'anything' }));
+    const check = () =>
+      unary<HealthCheckResponse>(h.health, 'Check', create(HealthCheckRequestSchema, { service: 'anything' }));
     assert.equal((await check()).status, HealthCheckResponse_ServingStatus.SERVING);
     server.ready = false;
     try {
@@ -88,10 +97,15 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
 
   test('ModelReady, ModelMetadata and ModelConfig map unknown models to NOT_FOUND', async () => {
     assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'echo', version: '' })).ready, true);
-    const md = await unary<{ name: string; inputs: Array<{ shape: bigint[] }> }>(h.client, 'ModelMetadata', { name: 'echo', version: '1' });
+    const md = await unary<{ name: string; inputs: Array<{ shape: bigint[] }> }>(h.client, 'ModelMetadata', {
+      name: 'echo',
+      version: '1',
+    });
     assert.equal(md.name, 'echo');
     assert.deepEqual(md.inputs[0]!.shape, [-1n, 16n]);
-    const cfg = await unary<{ config: { name: string; maxBatchSize: number } }>(h.client, 'ModelConfig', { name: 'echo' });
+    const cfg = await unary<{ config: { name: string; maxBatchSize: number } }>(h.client, 'ModelConfig', {
+      name: 'echo',
+    });
     assert.equal(cfg.config.name, 'echo');
     assert.equal(cfg.config.maxBatchSize, 8);
     for (const method of ['ModelReady', 'ModelMetadata', 'ModelConfig']) {
@@ -104,6 +118,7 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
   });
 
   test('ModelStatistics carries Triton’s fields; unknown model is INVALID_ARGUMENT', async () => {
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- walks the statistics message freely
     const res = await unary<{ modelStats: Array<Record<string, any>> }>(h.client, 'ModelStatistics', { name: 'echo' });
     const s = res.modelStats[0]!;
     assert.equal(s.name, 'echo');
@@ -118,7 +133,11 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
   });
 
   test('repository index, load and unload go to the ServerApi with their parameters', async () => {
-    const idx = await unary<{ models: Array<{ name: string; version: string; state: string }> }>(h.client, 'RepositoryIndex', {});
+    const idx = await unary<{ models: Array<{ name: string; version: string; state: string }> }>(
+      h.client,
+      'RepositoryIndex',
+      {},
+    );
     assert.deepEqual(
       idx.models.map((m) => [m.name, m.version, m.state]),
       [
@@ -142,12 +161,18 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     assert.deepEqual([...load.options!.files!['file:1/model.onnx']!], [1, 2, 3]);
 
     const badType = await callError(
-      unary(h.client, 'RepositoryModelLoad', { modelName: 'm1', parameters: { config: { parameterChoice: { case: 'boolParam', value: true } } } }),
+      unary(h.client, 'RepositoryModelLoad', {
+        modelName: 'm1',
+        parameters: { config: { parameterChoice: { case: 'boolParam', value: true } } },
+      }),
     );
     assert.equal(badType.code, S.INVALID_ARGUMENT);
     assert.match(badType.details, /expected string_param/);
     const unknownKey = await callError(
-      unary(h.client, 'RepositoryModelLoad', { modelName: 'm1', parameters: { other: { parameterChoice: { case: 'stringParam', value: 'x' } } } }),
+      unary(h.client, 'RepositoryModelLoad', {
+        modelName: 'm1',
+        parameters: { other: { parameterChoice: { case: 'stringParam', value: 'x' } } },
+      }),
     );
     assert.match(unknownKey.details, /unrecognized load parameter 'other'/);
     const failed = await callError(unary(h.client, 'RepositoryModelLoad', { modelName: 'broken' }));
@@ -205,7 +230,10 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     const seen = server.requests.at(-1)!;
     assert.equal(seen.model, 'echo');
     assert.equal(seen.version, '');
-    assert.ok(seen.inputs[0]!.data.buffer.byteLength > seen.inputs[0]!.data.byteLength, 'input is a view into the message');
+    assert.ok(
+      seen.inputs[0]!.data.buffer.byteLength > seen.inputs[0]!.data.byteLength,
+      'input is a view into the message',
+    );
     assert.ok(seen.signal instanceof Cancellation);
   });
 
@@ -215,10 +243,12 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     await new Promise((r) => setTimeout(r, 20));
     assert.equal(completed.signal!.aborted, false);
 
-    const slow = simpleRequest('slow', { parameters: { delay_ms: { parameterChoice: { case: 'int64Param', value: 300n } } } });
+    const slow = simpleRequest('slow', {
+      parameters: { delay_ms: { parameterChoice: { case: 'int64Param', value: 300n } } },
+    });
     const err = await callError(
       new Promise((resolve, reject) =>
-        (h.client as unknown as Record<string, Function>).ModelInfer!.call(
+        (h.client as unknown as Record<string, (...args: unknown[]) => void>).ModelInfer!.call(
           h.client,
           slow,
           new grpc.Metadata(),
@@ -238,7 +268,10 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     const res = await unary<ModelInferResponse>(
       h.client,
       'ModelInfer',
-      inferRequest({ modelName: 'echo', inputs: [{ name: 'F', datatype: 'FP32', shape: [2n], contents: { fp32Contents: [0.5, -1] } }] }),
+      inferRequest({
+        modelName: 'echo',
+        inputs: [{ name: 'F', datatype: 'FP32', shape: [2n], contents: { fp32Contents: [0.5, -1] } }],
+      }),
     );
     assert.equal(res.outputs[0]!.contents, undefined);
     assert.deepEqual([...new Float32Array(new Uint8Array(res.rawOutputContents[0]!).buffer)], [0.5, -1]);
@@ -256,11 +289,19 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
           sequence_start: { parameterChoice: { case: 'boolParam', value: true } },
           sequence_end: { parameterChoice: { case: 'boolParam', value: true } },
         },
-        outputs: [{ name: 'INPUT0', parameters: { classification: { parameterChoice: { case: 'int64Param', value: 2n } } } }],
+        outputs: [
+          { name: 'INPUT0', parameters: { classification: { parameterChoice: { case: 'int64Param', value: 2n } } } },
+        ],
       }),
     );
     const seen = server.requests.at(-1)!;
-    assert.deepEqual(seen.parameters, { priority: 1, timeout: 5000, sequence_id: 42, sequence_start: true, sequence_end: true });
+    assert.deepEqual(seen.parameters, {
+      priority: 1,
+      timeout: 5000,
+      sequence_id: 42,
+      sequence_start: true,
+      sequence_end: true,
+    });
     assert.deepEqual(seen.outputs, [{ name: 'INPUT0', classification: 2, parameters: undefined }]);
   });
 
@@ -271,7 +312,11 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     const res = await unary<ModelInferResponse>(
       h.client,
       'ModelInfer',
-      inferRequest({ modelName: 'echo', inputs: [{ name: 'X', datatype: 'INT32', shape: [BigInt(n)] }], rawInputContents: [data] }),
+      inferRequest({
+        modelName: 'echo',
+        inputs: [{ name: 'X', datatype: 'INT32', shape: [BigInt(n)] }],
+        rawInputContents: [data],
+      }),
     );
     assert.equal(res.rawOutputContents[0]!.byteLength, data.byteLength);
     assert.equal(res.rawOutputContents[0]![data.length - 1], 9);
@@ -281,7 +326,10 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     const cases: Array<[string, () => ModelInferRequest, number, RegExp]> = [
       [
         'raw and typed contents together',
-        () => simpleRequest('x', { inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n], contents: { intContents: [1] } }] }),
+        () =>
+          simpleRequest('x', {
+            inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n], contents: { intContents: [1] } }],
+          }),
         S.INVALID_ARGUMENT,
         /contents field must not be specified when using raw_input_contents for 'INPUT0'/,
       ],
@@ -297,8 +345,18 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
         S.INVALID_ARGUMENT,
         /expected 1 raw_input_contents .* but got 2/,
       ],
-      ['unknown model', () => simpleRequest('x', { modelName: 'nope' }), S.NOT_FOUND, /Request for unknown model: 'nope'/],
-      ['unknown version', () => simpleRequest('x', { modelVersion: '7' }), S.NOT_FOUND, /'echo' version 7 is not found/],
+      [
+        'unknown model',
+        () => simpleRequest('x', { modelName: 'nope' }),
+        S.NOT_FOUND,
+        /Request for unknown model: 'nope'/,
+      ],
+      [
+        'unknown version',
+        () => simpleRequest('x', { modelVersion: '7' }),
+        S.NOT_FOUND,
+        /'echo' version 7 is not found/,
+      ],
       [
         'bad parameter',
         () => simpleRequest('x', { parameters: { triton_x: { parameterChoice: { case: 'boolParam', value: true } } } }),
@@ -360,7 +418,9 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
   });
 
   test('ModelStreamInfer answers in request order, with errors in-stream and the stream kept open', async () => {
-    const slow = simpleRequest('first', { parameters: { delay_ms: { parameterChoice: { case: 'int64Param', value: 80n } } } });
+    const slow = simpleRequest('first', {
+      parameters: { delay_ms: { parameterChoice: { case: 'int64Param', value: 80n } } },
+    });
     const bad = simpleRequest('second', { modelName: 'nope' });
     const failing = simpleRequest('third', { modelName: 'fail' });
     const malformed = Buffer.from([0x0a, 0xff, 0xff, 0xff, 0x0f]);
@@ -399,7 +459,10 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
       assert.equal(messages[2]!.inferResponse!.modelName, 'fail');
       assert.match(messages[3]!.errorMessage, /failed to parse/);
       for (const i of [0, 2, 4]) {
-        assert.deepEqual(messages[i]!.inferResponse!.parameters.triton_final_response!.parameterChoice, { case: 'boolParam', value: true });
+        assert.deepEqual(messages[i]!.inferResponse!.parameters.triton_final_response!.parameterChoice, {
+          case: 'boolParam',
+          value: true,
+        });
       }
       assert.equal(messages[4]!.inferResponse!.rawOutputContents.length, 1);
     } finally {
@@ -412,7 +475,12 @@ describe('gRPC frontend against an in-memory ServerApi', () => {
     md.set('triton_grpc_error', 'true');
     const { messages, error } = await streamAll(
       h.client,
-      [simpleRequest('a'), simpleRequest('b', { modelName: 'nope' }), simpleRequest('c', { modelName: 'fail' }), simpleRequest('d')],
+      [
+        simpleRequest('a'),
+        simpleRequest('b', { modelName: 'nope' }),
+        simpleRequest('c', { modelName: 'fail' }),
+        simpleRequest('d'),
+      ],
       md,
     );
     // The unknown model is refused up front and still answered in-stream.
@@ -462,7 +530,11 @@ describe('gRPC frontend options', () => {
       assert.equal(res.id, 'z');
       assert.deepEqual([...new Int32Array(new Uint8Array(res.rawOutputContents[0]!).buffer)], [1, 2, 3, 4]);
       // On the wire: grpc-encoding gzip and the compressed flag set.
-      const { headers, body } = await rawGrpcCall(h.port, '/inference.GRPCInferenceService/ModelInfer', toBinary(ModelInferRequestSchema, simpleRequest('w')));
+      const { headers, body } = await rawGrpcCall(
+        h.port,
+        '/inference.GRPCInferenceService/ModelInfer',
+        toBinary(ModelInferRequestSchema, simpleRequest('w')),
+      );
       assert.equal(headers['grpc-encoding'], 'gzip');
       assert.equal(body[0], 1);
       const msg = fromBinary(ModelInferResponseSchema, gunzipSync(body.subarray(5)));
@@ -482,7 +554,14 @@ describe('gRPC frontend options', () => {
   });
 
   test('trace and log settings use the stores given', async () => {
-    let log: LogSettings = { log_file: '', log_info: true, log_warning: true, log_error: true, log_verbose_level: 0, log_format: 'default' };
+    let log: LogSettings = {
+      log_file: '',
+      log_info: true,
+      log_warning: true,
+      log_error: true,
+      log_verbose_level: 0,
+      log_format: 'default',
+    };
     const logSettings: LogSettingsStore = {
       get: () => log,
       update: (c) => (log = { ...log, ...c }),
@@ -494,21 +573,31 @@ describe('gRPC frontend options', () => {
     };
     const h = await startHarness(new EchoServer(), { logSettings, traceSettings });
     try {
-      const res = await unary<{ settings: Record<string, { parameterChoice: { case: string; value: unknown } }> }>(h.client, 'LogSettings', {
-        settings: {
-          log_verbose_level: { parameterChoice: { case: 'uint32Param', value: 2 } },
-          log_info: { parameterChoice: { case: 'boolParam', value: false } },
+      const res = await unary<{ settings: Record<string, { parameterChoice: { case: string; value: unknown } }> }>(
+        h.client,
+        'LogSettings',
+        {
+          settings: {
+            log_verbose_level: { parameterChoice: { case: 'uint32Param', value: 2 } },
+            log_info: { parameterChoice: { case: 'boolParam', value: false } },
+          },
         },
-      });
+      );
       assert.deepEqual(res.settings.log_verbose_level!.parameterChoice, { case: 'uint32Param', value: 2 });
       assert.deepEqual(res.settings.log_info!.parameterChoice, { case: 'boolParam', value: false });
       assert.deepEqual(res.settings.log_file!.parameterChoice, { case: 'stringParam', value: '' });
       const badType = await callError(
-        unary(h.client, 'LogSettings', { settings: { log_info: { parameterChoice: { case: 'stringParam', value: 'yes' } } } }),
+        unary(h.client, 'LogSettings', {
+          settings: { log_info: { parameterChoice: { case: 'stringParam', value: 'yes' } } },
+        }),
       );
       assert.equal(badType.code, S.INVALID_ARGUMENT);
       assert.match(badType.details, /expect boolean for 'log_info'/);
-      const file = await callError(unary(h.client, 'LogSettings', { settings: { log_file: { parameterChoice: { case: 'stringParam', value: 'x' } } } }));
+      const file = await callError(
+        unary(h.client, 'LogSettings', {
+          settings: { log_file: { parameterChoice: { case: 'stringParam', value: 'x' } } },
+        }),
+      );
       assert.equal(file.code, S.UNIMPLEMENTED);
 
       const t = await unary<{ settings: Record<string, { value: string[] }> }>(h.client, 'TraceSetting', {
@@ -518,7 +607,9 @@ describe('gRPC frontend options', () => {
       assert.deepEqual(t.settings.trace_level!.value, ['OFF']);
       const unknownModel = await callError(unary(h.client, 'TraceSetting', { modelName: 'nope' }));
       assert.equal(unknownModel.code, S.NOT_FOUND);
-      const traceFile = await callError(unary(h.client, 'TraceSetting', { settings: { trace_file: { value: ['/tmp/x'] } } }));
+      const traceFile = await callError(
+        unary(h.client, 'TraceSetting', { settings: { trace_file: { value: ['/tmp/x'] } } }),
+      );
       assert.equal(traceFile.code, S.UNIMPLEMENTED);
     } finally {
       await h.close();
@@ -617,7 +708,9 @@ async function reflect(port: number, request: Buffer): Promise<{ services: strin
     const services: string[] = [];
     const files: Uint8Array[] = [];
     for (const [field, value] of fields(reply)) {
-      if (field === 6) for (const [f, svc] of fields(value)) if (f === 1) for (const [g, name] of fields(svc)) if (g === 1) services.push(Buffer.from(name).toString());
+      if (field === 6)
+        for (const [f, svc] of fields(value))
+          if (f === 1) for (const [g, name] of fields(svc)) if (g === 1) services.push(Buffer.from(name).toString());
       if (field === 4) for (const [f, file] of fields(value)) if (f === 1) files.push(file);
       if (field === 7) throw new Error(`reflection error: ${Buffer.from(value).toString()}`);
     }
@@ -632,7 +725,10 @@ test('a port already in use is a clear start error', async () => {
   try {
     const { GrpcFrontend } = await import('../../../src/frontends/grpc/index.js');
     const second = new GrpcFrontend(new EchoServer(), { port: h.port, address: '127.0.0.1' });
-    await assert.rejects(second.start(), new RegExp(`failed to start GRPC service: Socket '127.0.0.1:${h.port}' already in use`));
+    await assert.rejects(
+      second.start(),
+      new RegExp(`failed to start GRPC service: Socket '127.0.0.1:${h.port}' already in use`),
+    );
   } finally {
     await h.close();
   }
@@ -654,9 +750,14 @@ describe('restricted protocols and header forwarding', () => {
       const md = new grpc.Metadata();
       md.set('triton-grpc-protocol-infer-key', 'secret');
       assert.equal((await unary<ModelInferResponse>(h.client, 'ModelInfer', simpleRequest('ok'), md)).id, 'ok');
-      const raw = await rawGrpcCall(h.port, '/inference.GRPCInferenceService/ModelInfer', toBinary(ModelInferRequestSchema, simpleRequest('d')), {
-        'triton-grpc-protocol-infer-key': 'secret',
-      });
+      const raw = await rawGrpcCall(
+        h.port,
+        '/inference.GRPCInferenceService/ModelInfer',
+        toBinary(ModelInferRequestSchema, simpleRequest('d')),
+        {
+          'triton-grpc-protocol-infer-key': 'secret',
+        },
+      );
       assert.equal(raw.headers['grpc-encoding'], 'deflate');
       assert.equal(fromBinary(ModelInferResponseSchema, inflateSync(raw.body.subarray(5))).id, 'd');
       const stream = await streamAll(h.client, [simpleRequest('s')]);
@@ -727,7 +828,11 @@ test('TLS and mutual TLS with --grpc-use-ssl style options', async () => {
     const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
     const pem = readFileSync(cert);
     for (const mutual of [false, true]) {
-      const f = new GrpcFrontend(new EchoServer(), { port: 0, address: '127.0.0.1', ssl: { serverCert: cert, serverKey: key, rootCert: cert, mutual } });
+      const f = new GrpcFrontend(new EchoServer(), {
+        port: 0,
+        address: '127.0.0.1',
+        ssl: { serverCert: cert, serverKey: key, rootCert: cert, mutual },
+      });
       const { port } = await f.start();
       try {
         const withCert = new Client(`localhost:${port}`, grpc.credentials.createSsl(pem, readFileSync(key), pem));
@@ -745,7 +850,10 @@ test('TLS and mutual TLS with --grpc-use-ssl style options', async () => {
         await f.stop();
       }
     }
-    const missing = new GrpcFrontend(new EchoServer(), { port: 0, ssl: { serverCert: path.join(dir, 'nope.pem'), serverKey: key } });
+    const missing = new GrpcFrontend(new EchoServer(), {
+      port: 0,
+      ssl: { serverCert: path.join(dir, 'nope.pem'), serverKey: key },
+    });
     await assert.rejects(missing.start(), /--grpc-server-cert: cannot read/);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -97,7 +97,13 @@ export class EchoServer implements ServerApi {
     if (request.model === 'fail') throw Errors.modelExecution(request.model, 'deliberate failure');
     const wanted = request.outputs?.map((o) => o.name);
     const outputs = request.inputs.filter((t) => wanted === undefined || wanted.includes(t.name));
-    return { modelName: request.model, modelVersion: '1', id: request.id ?? '', parameters: request.parameters, outputs };
+    return {
+      modelName: request.model,
+      modelVersion: '1',
+      id: request.id ?? '',
+      parameters: request.parameters,
+      outputs,
+    };
   }
   modelStatistics(name?: string, version?: string): ModelStatistics[] {
     if (name !== undefined && !this.models.includes(name)) throw Errors.statsModelNotAvailable(name);
@@ -120,7 +126,14 @@ export class EchoServer implements ServerApi {
           cache_miss: zeroStat(),
         },
         response_stats: {},
-        batch_stats: [{ batch_size: 2, compute_input: zeroStat(), compute_infer: { count: 3, ns: 300 }, compute_output: zeroStat() }],
+        batch_stats: [
+          {
+            batch_size: 2,
+            compute_input: zeroStat(),
+            compute_infer: { count: 3, ns: 300 },
+            compute_output: zeroStat(),
+          },
+        ],
         memory_usage: [],
       },
     ];
@@ -177,9 +190,14 @@ export async function startHarness(
 }
 
 /** Calls a unary RPC by name; resolves with the response or rejects with the ServiceError. */
-export function unary<Res>(client: grpc.Client, method: string, request: unknown, metadata = new grpc.Metadata()): Promise<Res> {
+export function unary<Res>(
+  client: grpc.Client,
+  method: string,
+  request: unknown,
+  metadata = new grpc.Metadata(),
+): Promise<Res> {
   return new Promise((resolve, reject) => {
-    const fn = (client as unknown as Record<string, Function>)[method]!;
+    const fn = (client as unknown as Record<string, (...args: unknown[]) => void>)[method]!;
     fn.call(client, request, metadata, (err: grpc.ServiceError | null, res: Res) => (err ? reject(err) : resolve(res)));
   });
 }
@@ -197,5 +215,6 @@ export async function callError(p: Promise<unknown>): Promise<grpc.ServiceError>
 
 /** The fake serves one repository, named 'models'. */
 function checkRepository(repository: string | undefined): void {
-  if (repository !== undefined && repository !== 'models') throw Errors.unknownRepository(`no model repository named '${repository}'`);
+  if (repository !== undefined && repository !== 'models')
+    throw Errors.unknownRepository(`no model repository named '${repository}'`);
 }

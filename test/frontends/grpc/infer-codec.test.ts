@@ -9,7 +9,12 @@ import {
 } from '../../../src/gen/grpc_service_pb.js';
 import { decodeInferRequest } from '../../../src/frontends/grpc/infer-decode.js';
 import { encodeInferResponse } from '../../../src/frontends/grpc/infer-encode.js';
-import { bindAddress, channelOptionsFor, MAX_MESSAGE_BYTES, parseCompressionLevel } from '../../../src/frontends/grpc/options.js';
+import {
+  bindAddress,
+  channelOptionsFor,
+  MAX_MESSAGE_BYTES,
+  parseCompressionLevel,
+} from '../../../src/frontends/grpc/options.js';
 import type { InferResponse } from '../../../src/types/api.js';
 import { NereidError } from '../../../src/errors.js';
 
@@ -34,7 +39,12 @@ const sampleResponse: InferResponse = {
     empty: '',
   },
   outputs: [
-    { name: 'OUTPUT0', datatype: 'INT32', shape: [1, 4], data: new Uint8Array(new Int32Array([1, -2, 3, 2 ** 30]).buffer) },
+    {
+      name: 'OUTPUT0',
+      datatype: 'INT32',
+      shape: [1, 4],
+      data: new Uint8Array(new Int32Array([1, -2, 3, 2 ** 30]).buffer),
+    },
     { name: 'EMPTY', datatype: 'FP32', shape: [0], data: new Uint8Array(0) },
     { name: 'S', datatype: 'BYTES', shape: [], data: new Uint8Array([1, 0, 0, 0, 120]) },
   ],
@@ -74,14 +84,22 @@ test('the stream form wraps the response and marks it final', () => {
   const msg = fromBinary(ModelStreamInferResponseSchema, encodeInferResponse(sampleResponse, true));
   assert.equal(msg.errorMessage, '');
   assert.equal(msg.inferResponse!.id, 'req-1');
-  assert.deepEqual(msg.inferResponse!.parameters.triton_final_response!.parameterChoice, { case: 'boolParam', value: true });
+  assert.deepEqual(msg.inferResponse!.parameters.triton_final_response!.parameterChoice, {
+    case: 'boolParam',
+    value: true,
+  });
   assert.equal(msg.inferResponse!.rawOutputContents.length, 3);
 });
 
 test('a large output is carried intact', () => {
   const data = new Uint8Array(3_000_000);
   for (let i = 0; i < data.length; i++) data[i] = i & 255;
-  const res: InferResponse = { modelName: 'm', modelVersion: '1', id: '', outputs: [{ name: 'X', datatype: 'UINT8', shape: [data.length], data }] };
+  const res: InferResponse = {
+    modelName: 'm',
+    modelVersion: '1',
+    id: '',
+    outputs: [{ name: 'X', datatype: 'UINT8', shape: [data.length], data }],
+  };
   const msg = fromBinary(ModelInferResponseSchema, encodeInferResponse(res));
   assert.ok(Buffer.from(msg.rawOutputContents[0]!).equals(data));
   assert.deepEqual(msg.outputs[0]!.shape, [BigInt(data.length)]);
@@ -132,7 +150,9 @@ test('BYTES from bytes_contents are length-prefixed like raw BYTES', () => {
   const req = decodeInferRequest(
     wire({
       modelName: 'm',
-      inputs: [{ name: 'S', datatype: 'BYTES', shape: [2n], contents: { bytesContents: [enc.encode('ab'), enc.encode('')] } }],
+      inputs: [
+        { name: 'S', datatype: 'BYTES', shape: [2n], contents: { bytesContents: [enc.encode('ab'), enc.encode('')] } },
+      ],
     }),
   );
   assert.deepEqual([...req.inputs[0]!.data], [2, 0, 0, 0, 97, 98, 0, 0, 0, 0]);
@@ -178,11 +198,19 @@ test('bad request parameters are INVALID_ARG with Triton wording', () => {
     ['priority', { case: 'int64Param', value: -1n }, /expected value >= 0/],
     ['priority', { case: 'stringParam', value: '1' }, /'priority' parameter, expected int64_param or uint64_param/],
     ['timeout', { case: 'doubleParam', value: 1 }, /'timeout' parameter, expected int64_param/],
-    ['sequence_id', { case: 'boolParam', value: true }, /'sequence_id' parameter, expected int64_param or string_param/],
+    [
+      'sequence_id',
+      { case: 'boolParam', value: true },
+      /'sequence_id' parameter, expected int64_param or string_param/,
+    ],
     ['sequence_start', { case: 'int64Param', value: 1n }, /'sequence_start' parameter, expected bool_param/],
     ['triton_secret', { case: 'boolParam', value: true }, /reserved for Triton usage/],
     ['triton_enable_empty_final_response', { case: 'int64Param', value: 1n }, /expected bool_param/],
-    ['custom', { case: 'uint64Param', value: 1n }, /'custom' parameter, expected int64_param, bool_param, or string_param/],
+    [
+      'custom',
+      { case: 'uint64Param', value: 1n },
+      /'custom' parameter, expected int64_param, bool_param, or string_param/,
+    ],
   ];
   for (const [key, choice, message] of bad) {
     assert.throws(
@@ -212,7 +240,12 @@ test('requested outputs carry classification and other parameters', () => {
   assert.throws(
     () =>
       decodeInferRequest(
-        wire({ modelName: 'm', outputs: [{ name: 'A', parameters: { classification: { parameterChoice: { case: 'stringParam', value: '3' } } } }] }),
+        wire({
+          modelName: 'm',
+          outputs: [
+            { name: 'A', parameters: { classification: { parameterChoice: { case: 'stringParam', value: '3' } } } },
+          ],
+        }),
       ),
     /'classification' parameter, expected int64_param/,
   );
@@ -220,18 +253,30 @@ test('requested outputs carry classification and other parameters', () => {
 
 test('contents mismatching the datatype, or two contents fields, are refused', () => {
   assert.throws(
-    () => decodeInferRequest(wire({ modelName: 'm', inputs: [{ name: 'X', datatype: 'FP32', shape: [1n], contents: { intContents: [1] } }] })),
+    () =>
+      decodeInferRequest(
+        wire({
+          modelName: 'm',
+          inputs: [{ name: 'X', datatype: 'FP32', shape: [1n], contents: { intContents: [1] } }],
+        }),
+      ),
     /of type 'INT32', expected datatype 'FP32'/,
   );
   assert.throws(
     () =>
       decodeInferRequest(
-        wire({ modelName: 'm', inputs: [{ name: 'X', datatype: 'INT32', shape: [1n], contents: { intContents: [1], fp32Contents: [1] } }] }),
+        wire({
+          modelName: 'm',
+          inputs: [{ name: 'X', datatype: 'INT32', shape: [1n], contents: { intContents: [1], fp32Contents: [1] } }],
+        }),
       ),
     /binary data was already supplied/,
   );
   assert.throws(
-    () => decodeInferRequest(wire({ modelName: 'm', inputs: [{ name: 'X', datatype: 'FLOAT', shape: [1n], contents: {} }] })),
+    () =>
+      decodeInferRequest(
+        wire({ modelName: 'm', inputs: [{ name: 'X', datatype: 'FLOAT', shape: [1n], contents: {} }] }),
+      ),
     /invalid datatype 'FLOAT'/,
   );
 });

@@ -8,7 +8,9 @@ import { MalformedMessage } from '../../../src/frontends/grpc/service.js';
 
 type Init = MessageInitShape<typeof ModelInferRequestSchema>;
 
-const param = (c: InferParameter['parameterChoice']): { parameterChoice: InferParameter['parameterChoice'] } => ({ parameterChoice: c });
+const param = (c: InferParameter['parameterChoice']): { parameterChoice: InferParameter['parameterChoice'] } => ({
+  parameterChoice: c,
+});
 
 /** Encoded as a client would, handed over as grpc-js does (a Buffer view past the 5-byte prefix). */
 function onWire(init: Init): Buffer {
@@ -48,9 +50,17 @@ test('fast ModelInferRequest reader: typical requests equal fromBinary', () => {
       modelName: 'simple',
       inputs: [
         { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
-        { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n], parameters: { binary_data_size: param({ case: 'int64Param', value: 64n }) } },
+        {
+          name: 'INPUT1',
+          datatype: 'INT32',
+          shape: [1n, 16n],
+          parameters: { binary_data_size: param({ case: 'int64Param', value: 64n }) },
+        },
       ],
-      outputs: [{ name: 'OUTPUT0', parameters: { classification: param({ case: 'int64Param', value: 3n }) } }, { name: 'OUTPUT1' }],
+      outputs: [
+        { name: 'OUTPUT0', parameters: { classification: param({ case: 'int64Param', value: 3n }) } },
+        { name: 'OUTPUT1' },
+      ],
       rawInputContents: [new Uint8Array(64), new Uint8Array(64).fill(255)],
     },
     {
@@ -64,10 +74,21 @@ test('fast ModelInferRequest reader: typical requests equal fromBinary', () => {
         text: param({ case: 'stringParam', value: 'héllo wörld' }),
         empty: param({ case: undefined }),
       },
-      inputs: [{ name: 'INPUT', datatype: 'BYTES', shape: [], parameters: { shared_memory_region: param({ case: 'stringParam', value: 'r0' }) } }],
+      inputs: [
+        {
+          name: 'INPUT',
+          datatype: 'BYTES',
+          shape: [],
+          parameters: { shared_memory_region: param({ case: 'stringParam', value: 'r0' }) },
+        },
+      ],
     },
     // Non-ASCII, a leading U+FEFF (text, not a byte-order mark), names past the short-ASCII path.
-    { modelName: 'modèle-ü', id: '\uFEFFid', inputs: [{ name: 'x'.repeat(200), datatype: 'UINT8', shape: [0n, 2n ** 48n] }] },
+    {
+      modelName: 'modèle-ü',
+      id: '\uFEFFid',
+      inputs: [{ name: 'x'.repeat(200), datatype: 'UINT8', shape: [0n, 2n ** 48n] }],
+    },
     // Empty raw contents, many inputs.
     {
       modelName: 'many',
@@ -90,7 +111,8 @@ test('fast ModelInferRequest reader: unpacked shapes, repeated scalars and map k
     ...field(0x1a, [2, 3]), // packed, appended
     ...field(0x0a, ascii('b')), // a later name replaces the first
   ];
-  const entry = (key: string, value: number[]): number[] => field(0x22, [...field(0x0a, ascii(key)), ...field(0x12, value)]);
+  const entry = (key: string, value: number[]): number[] =>
+    field(0x22, [...field(0x0a, ascii(key)), ...field(0x12, value)]);
   const bytes = Buffer.from([
     ...field(0x0a, ascii('first')),
     ...field(0x0a, ascii('second')),
@@ -105,13 +127,23 @@ test('fast ModelInferRequest reader: unpacked shapes, repeated scalars and map k
   assert.equal(readModelInferRequest(bytes)!.modelName, 'second');
 });
 
-test('fast ModelInferRequest reader: declines what only fromBinary may decide, and the deserializer still answers as fromBinary', () => {
+test('fast ModelInferRequest reader: declines what only fromBinary may ' +
+  'decide, and the deserializer still answers as fromBinary', () => {
   const deserialize = inferenceServiceDefinition.ModelInfer!.requestDeserialize as (b: Buffer) => unknown;
   const valid = [...field(0x0a, ascii('m'))];
   const declined: Array<[string, Buffer]> = [
-    ['typed contents', onWire({ modelName: 'm', inputs: [{ name: 'i', datatype: 'INT32', shape: [1n], contents: { intContents: [1, 2] } }] })],
+    [
+      'typed contents',
+      onWire({
+        modelName: 'm',
+        inputs: [{ name: 'i', datatype: 'INT32', shape: [1n], contents: { intContents: [1, 2] } }],
+      }),
+    ],
     ['a negative dimension', onWire({ modelName: 'm', inputs: [{ name: 'i', datatype: 'INT32', shape: [-1n] }] })],
-    ['a negative int64 parameter', onWire({ modelName: 'm', parameters: { p: param({ case: 'int64Param', value: -3n }) } })],
+    [
+      'a negative int64 parameter',
+      onWire({ modelName: 'm', parameters: { p: param({ case: 'int64Param', value: -3n }) } }),
+    ],
     ['an unknown top-level field', Buffer.from([...valid, 0x40, 1])],
     ['an unknown tensor field', Buffer.from([...valid, ...field(0x2a, [0x30, 1])])],
     ['a known field with another wire type', Buffer.from([...valid, 0x08, 1])],
@@ -120,7 +152,10 @@ test('fast ModelInferRequest reader: declines what only fromBinary may decide, a
     ['a truncated varint', Buffer.from([...valid, 0x3a, 0x80])],
     ['a nested length past its parent', Buffer.from([0x2a, 2, 0x0a, 5, 0x61, 0x61, 0x61, 0x61, 0x61])],
     ['a group', Buffer.from([...valid, 0x0b, 0x0c])],
-    ['a parameter named __proto__', onWire({ modelName: 'm', parameters: { ['__proto__']: param({ case: 'boolParam', value: true }) } })],
+    [
+      'a parameter named __proto__',
+      onWire({ modelName: 'm', parameters: { ['__proto__']: param({ case: 'boolParam', value: true }) } }),
+    ],
   ];
   for (const [what, bytes] of declined) {
     assert.equal(readModelInferRequest(bytes), undefined, what);
@@ -137,8 +172,13 @@ test('fast ModelInferRequest reader: declines what only fromBinary may decide, a
   assert.ok(deserialize(Buffer.from([...field(0x0a, [0xc3, 0x28])])) instanceof MalformedMessage);
 });
 
-test('fast ModelInferRequest reader: ModelInfer and ModelStreamInfer deserialize through it to the generic result', () => {
-  const bytes = onWire({ modelName: 'm', inputs: [{ name: 'i', datatype: 'FP32', shape: [1n, 2n] }], rawInputContents: [new Uint8Array(8)] });
+test('fast ModelInferRequest reader: ModelInfer and ModelStreamInfer ' +
+  'deserialize through it to the generic result', () => {
+  const bytes = onWire({
+    modelName: 'm',
+    inputs: [{ name: 'i', datatype: 'FP32', shape: [1n, 2n] }],
+    rawInputContents: [new Uint8Array(8)],
+  });
   for (const rpc of ['ModelInfer', 'ModelStreamInfer']) {
     const decoded = (inferenceServiceDefinition[rpc]!.requestDeserialize as (b: Buffer) => unknown)(bytes);
     assert.deepStrictEqual(decoded, fromBinary(ModelInferRequestSchema, bytes), rpc);

@@ -57,10 +57,14 @@ after(async () => {
 });
 
 test("Triton's shared-memory and sequence client flows from a Python grpcio client", async () => {
-  const { stdout } = await run('/usr/bin/python3', [path.join(repoRoot, 'test/interop/shm_sequence_client.py'), String(h.port)], {
-    env: { ...process.env, PYTHONPATH: stubs },
-    timeout: 60_000,
-  });
+  const { stdout } = await run(
+    '/usr/bin/python3',
+    [path.join(repoRoot, 'test/interop/shm_sequence_client.py'), String(h.port)],
+    {
+      env: { ...process.env, PYTHONPATH: stubs },
+      timeout: 60_000,
+    },
+  );
   const r = JSON.parse(stdout) as {
     shm: {
       regions: string[];
@@ -81,7 +85,10 @@ test("Triton's shared-memory and sequence client flows from a Python grpcio clie
   ]);
   assert.deepEqual(r.shm.sum, Array.from({ length: 16 }, (_, i) => i + 1));
   assert.deepEqual(r.shm.difference, Array.from({ length: 16 }, (_, i) => i - 1));
-  assert.deepEqual(r.shm.duplicate, { code: 'ALREADY_EXISTS', details: "shared memory region 'input_data' already in manager" });
+  assert.deepEqual(r.shm.duplicate, {
+    code: 'ALREADY_EXISTS',
+    details: "shared memory region 'input_data' already in manager",
+  });
   assert.equal(r.shm.after_unregister, 0);
   assert.deepEqual(r.sequence, [1, 11, 7, 5, 3, 2, 0, 1]);
 });

@@ -8,7 +8,11 @@ import assert from 'node:assert/strict';
 import { readFileSync, rmSync } from 'node:fs';
 import { create, type MessageInitShape } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
-import { ModelInferRequestSchema, type ModelInferResponse, type ModelStreamInferResponse } from '../../../src/gen/grpc_service_pb.js';
+import {
+  ModelInferRequestSchema,
+  type ModelInferResponse,
+  type ModelStreamInferResponse,
+} from '../../../src/gen/grpc_service_pb.js';
 import { Server } from '../../../src/core/server.js';
 import { silentLogger } from '../../../src/logger.js';
 import { buildAddSubModel, buildIdentityModel } from '../../../src/onnx/builder.js';
@@ -43,7 +47,10 @@ let server: Server;
 let h: Harness;
 
 before(async () => {
-  const simpleConfig = readFileSync(new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url), 'utf8');
+  const simpleConfig = readFileSync(
+    new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url),
+    'utf8',
+  );
   repo = new TempRepository()
     .config('simple', simpleConfig)
     .file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes())
@@ -56,7 +63,8 @@ input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 2 ] } ]
 `,
     )
-    .file('strings', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'BYTES', shape: ['batch', 2] }]).toBytes())
+    .file('strings', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'BYTES', shape: ['batch', 2] }])
+      .toBytes())
     .addSub('later');
   server = new Server({
     modelRepositories: [repo.dir],
@@ -125,7 +133,11 @@ describe('gRPC frontend with the real Server', () => {
     const res = await unary<ModelInferResponse>(
       h.client,
       'ModelInfer',
-      simpleRequest({ outputs: [{ name: 'OUTPUT0', parameters: { classification: { parameterChoice: { case: 'int64Param', value: 2n } } } }] }),
+      simpleRequest({
+        outputs: [
+          { name: 'OUTPUT0', parameters: { classification: { parameterChoice: { case: 'int64Param', value: 2n } } } },
+        ],
+      }),
     );
     assert.equal(res.outputs[0]!.datatype, 'BYTES');
     const text = Buffer.from(res.rawOutputContents[0]!).toString('latin1');
@@ -135,9 +147,37 @@ describe('gRPC frontend with the real Server', () => {
 
   test('core validation errors map to Triton’s gRPC codes and the server stays ready', async () => {
     const cases: Array<[RequestInit, number, RegExp]> = [
-      [{ rawInputContents: [int32Bytes(A.slice(1)), int32Bytes(B)], inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] }, { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] }] }, S.INVALID_ARGUMENT, /input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60/],
-      [{ inputs: [{ name: 'INPUT0', datatype: 'FP32', shape: [1n, 16n] }, { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] }] }, S.INVALID_ARGUMENT, /data-type is 'FP32', but model 'simple' expects 'INT32'/],
-      [{ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n, 8n] }, { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] }] }, S.INVALID_ARGUMENT, /unexpected shape for input 'INPUT0'/],
+      [
+        {
+          rawInputContents: [int32Bytes(A.slice(1)), int32Bytes(B)],
+          inputs: [
+            { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
+            { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+          ],
+        },
+        S.INVALID_ARGUMENT,
+        /input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 64, got 60/,
+      ],
+      [
+        {
+          inputs: [
+            { name: 'INPUT0', datatype: 'FP32', shape: [1n, 16n] },
+            { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+          ],
+        },
+        S.INVALID_ARGUMENT,
+        /data-type is 'FP32', but model 'simple' expects 'INT32'/,
+      ],
+      [
+        {
+          inputs: [
+            { name: 'INPUT0', datatype: 'INT32', shape: [1n, 8n] },
+            { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+          ],
+        },
+        S.INVALID_ARGUMENT,
+        /unexpected shape for input 'INPUT0'/,
+      ],
       [{ modelName: 'missing' }, S.NOT_FOUND, /Request for unknown model: 'missing' is not found/],
       [{ modelVersion: '9' }, S.NOT_FOUND, /'simple' version 9 is not found/],
       [{ outputs: [{ name: 'NOPE' }] }, S.INVALID_ARGUMENT, /unexpected inference output 'NOPE' for model 'simple'/],
@@ -151,16 +191,26 @@ describe('gRPC frontend with the real Server', () => {
   });
 
   test('metadata, config, statistics and readiness of simple', async () => {
-    const md = await unary<{ platform: string; inputs: Array<{ name: string; shape: bigint[] }> }>(h.client, 'ModelMetadata', { name: 'simple' });
+    const md = await unary<{ platform: string; inputs: Array<{ name: string; shape: bigint[] }> }>(
+      h.client,
+      'ModelMetadata',
+      { name: 'simple' },
+    );
     assert.equal(md.platform, 'onnxruntime_onnx');
     assert.deepEqual(md.inputs.map((i) => [i.name, i.shape]), [
       ['INPUT0', [-1n, 16n]],
       ['INPUT1', [-1n, 16n]],
     ]);
-    const cfg = await unary<{ config: { name: string; maxBatchSize: number } }>(h.client, 'ModelConfig', { name: 'simple' });
+    const cfg = await unary<{ config: { name: string; maxBatchSize: number } }>(h.client, 'ModelConfig', {
+      name: 'simple',
+    });
     assert.equal(cfg.config.name, 'simple');
     assert.equal(cfg.config.maxBatchSize, 8);
-    const stats = await unary<{ modelStats: Array<{ name: string; inferenceCount: bigint }> }>(h.client, 'ModelStatistics', { name: 'simple' });
+    const stats = await unary<{ modelStats: Array<{ name: string; inferenceCount: bigint }> }>(
+      h.client,
+      'ModelStatistics',
+      { name: 'simple' },
+    );
     assert.equal(stats.modelStats[0]!.name, 'simple');
     assert.ok(stats.modelStats[0]!.inferenceCount > 0n);
     assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'simple' })).ready, true);
@@ -180,7 +230,11 @@ describe('gRPC frontend with the real Server', () => {
     const invalid = await callError(
       unary(h.client, 'RepositoryModelLoad', {
         modelName: 'later',
-        parameters: { config: { parameterChoice: { case: 'stringParam', value: '"parameters": {"config": {{"max_batch_size": "16"}}}' } } },
+        parameters: {
+          config: {
+            parameterChoice: { case: 'stringParam', value: '"parameters": {"config": {{"max_batch_size": "16"}}}' },
+          },
+        },
       }),
     );
     assert.equal(invalid.code, S.INTERNAL);
@@ -198,13 +252,19 @@ describe('gRPC frontend with the real Server', () => {
     assert.match(long.details, /failed to poll from model repository/);
     const wrong = await callError(unary(h.client, 'RepositoryModelLoad', { modelName: 'wrong_model_name' }));
     assert.match(wrong.details, /failed to load/);
-    assert.equal((await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'simple' })).ready, true, 'still serving');
+    assert.equal(
+      (await unary<{ ready: boolean }>(h.client, 'ModelReady', { name: 'simple' })).ready,
+      true,
+      'still serving',
+    );
   });
 
   test('ModelStreamInfer keeps order and reports a bad request in-stream', async () => {
     const messages = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
       const out: ModelStreamInferResponse[] = [];
-      const call = (h.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }).ModelStreamInfer();
+      const call = (
+        h.client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
+      ).ModelStreamInfer();
       call.on('data', (m) => out.push(m));
       call.on('end', () => resolve(out));
       call.on('error', reject);

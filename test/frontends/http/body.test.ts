@@ -6,7 +6,8 @@ import { NereidError } from '../../../src/errors.js';
 
 const MiB = 1024 * 1024;
 const LIMIT = MiB;
-const TOO_LARGE = `Decompressed data size exceeds the maximum allowed value of ${LIMIT} bytes. Use --http-max-input-size to increase the limit.`;
+const TOO_LARGE = `Decompressed data size exceeds the maximum allowed value ` +
+  `of ${LIMIT} bytes. Use --http-max-input-size to increase the limit.`;
 
 /** 64 MiB of spaces: a bomb of about 64 KiB that inflates to 64 times the limit. */
 const spaces = Buffer.alloc(64 * MiB, 0x20);
@@ -44,7 +45,8 @@ test('a gzip bomb whose trailer lies is abandoned at the limit, having read a sm
   liar.writeUInt32LE(1000, liar.byteLength - 4);
   const progress = fresh();
   await refused(liar, progress);
-  // A first attempt sized from the trailer (64 KiB at least), then one with room for the limit, each stopped one byte past it.
+  // A first attempt sized from the trailer (64 KiB at least), then one with room for the limit, each stopped one byte
+  // past it.
   assert.ok(progress.produced <= 64 * 1024 + 1 + LIMIT + 1, `produced ${progress.produced}`);
   assert.ok(progress.produced > LIMIT, `produced ${progress.produced}`);
   assert.ok(progress.consumed < liar.byteLength / 16, `consumed ${progress.consumed} of ${liar.byteLength}`);
@@ -54,11 +56,16 @@ test('a deflate bomb (no trailer) is abandoned at the limit, having read a small
   const progress = fresh();
   await refused(deflateBomb, progress);
   assert.ok(progress.produced <= 2 * (LIMIT + 1), `produced ${progress.produced}`);
-  assert.ok(progress.consumed < deflateBomb.byteLength / 16, `consumed ${progress.consumed} of ${deflateBomb.byteLength}`);
+  assert.ok(
+    progress.consumed < deflateBomb.byteLength / 16,
+    `consumed ${progress.consumed} of ${deflateBomb.byteLength}`,
+  );
 });
 
 test('bodies within the limit inflate whole, in one attempt when the size is known or guessed', async () => {
-  const text = Buffer.from(JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 4], data: [1, 2, 3, 4] }] }));
+  const text = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 4], data: [1, 2, 3, 4] }] }),
+  );
   for (const packed of [gzipSync(text), deflateSync(text)]) {
     const progress = fresh();
     assert.deepEqual(await inflateBody(packed, LIMIT, progress), text);
@@ -78,7 +85,8 @@ test('a body that inflates past the first guess but within the limit takes a sec
   const out = await inflateBody(deflateSync(body), LIMIT, progress);
   assert.ok(out.equals(body));
   assert.ok(progress.produced > body.byteLength, 'the first attempt stopped part way');
-  // A trailer that understates the size is corrupt: the second attempt inflates it all and zlib's length check refuses it.
+  // A trailer that understates the size is corrupt: the second attempt inflates it all and zlib's length check refuses
+  // it.
   const liar = gzipSync(body);
   liar.writeUInt32LE(10, liar.byteLength - 4);
   await assert.rejects(inflateBody(liar, LIMIT), /failed to decompress the request body: incorrect length check/);

@@ -11,7 +11,14 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
 import { silentLogger } from '../../../src/logger.js';
 import { buildIdentityModel, buildMlp } from '../../../src/onnx/builder.js';
-import { BUDGET_BYTES, CacheReplies, MAX_REPLY_BYTES, MAX_REQUEST_BYTES, RequestKey, requestHash } from '../../../src/frontends/http/cache-replay.js';
+import {
+  BUDGET_BYTES,
+  CacheReplies,
+  MAX_REPLY_BYTES,
+  MAX_REQUEST_BYTES,
+  RequestKey,
+  requestHash,
+} from '../../../src/frontends/http/cache-replay.js';
 import type { CacheHitTicket, InferRequest } from '../../../src/types/api.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { sample } from '../../metrics/exposition.js';
@@ -21,7 +28,8 @@ const CONFIG = (name: string, extra = '') => `name: "${name}"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
+  } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 response_cache { enable: true }
 ${extra}
@@ -41,7 +49,12 @@ function binaryBody(a: number, id: string | undefined, outputs?: object[], param
     {
       ...(id === undefined ? {} : { id }),
       ...(parameters === undefined ? {} : { parameters }),
-      inputs: ['INPUT0', 'INPUT1'].map((name) => ({ name, datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } })),
+      inputs: ['INPUT0', 'INPUT1'].map((name) => ({
+        name,
+        datatype: 'INT32',
+        shape: [1, 16],
+        parameters: { binary_data_size: 64 },
+      })),
       ...(outputs === undefined ? {} : { outputs }),
     },
     [int32Bytes(fill(a)), int32Bytes(fill(1))],
@@ -68,7 +81,10 @@ function sameReply(a: HttpReply, b: HttpReply, what: string): void {
   const headers = (r: HttpReply) => ({ ...r.headers, date: undefined });
   assert.equal(a.status, b.status, what);
   assert.deepEqual(headers(a), headers(b), what);
-  assert.ok(a.body.equals(b.body), `${what}: bodies differ\n${a.body.toString('latin1')}\n${b.body.toString('latin1')}`);
+  assert.ok(
+    a.body.equals(b.body),
+    `${what}: bodies differ\n${a.body.toString('latin1')}\n${b.body.toString('latin1')}`,
+  );
 }
 
 interface Stats {
@@ -109,7 +125,8 @@ class Served {
   }
 
   async stats(model: string): Promise<Stats[]> {
-    return (json(await call(this.running.ports.http!, 'GET', `/v2/models/${model}/stats`)) as { model_stats: Stats[] }).model_stats;
+    return (json(await call(this.running.ports.http!, 'GET', `/v2/models/${model}/stats`)) as { model_stats: Stats[] })
+      .model_stats;
   }
 }
 
@@ -135,7 +152,8 @@ describe('kept replies of cache hits', () => {
     repo.cleanup();
   });
 
-  test('binary outputs: the replayed reply is the bytes of the miss and of the first hit, and counts as a hit', async () => {
+  test('binary outputs: the replayed reply is the bytes of the ' +
+    'miss and of the first hit, and counts as a hit', async () => {
     const req = binaryBody(5, 'bin-1', BINARY_OUTPUTS);
     const [before] = await served.stats('cached');
     const calls = served.inferCalls;
@@ -165,10 +183,16 @@ describe('kept replies of cache hits', () => {
 
     const metrics = (await call(served.running.ports.metrics!, 'GET', '/metrics')).body.toString();
     const c = served.running.server.responseCache!.counters;
-    assert.equal(sample(metrics, 'nv_cache_num_hits_per_model', { model: 'cached', version: '1' }), s!.inference_stats['cache_hit']!.count);
+    assert.equal(
+      sample(metrics, 'nv_cache_num_hits_per_model', { model: 'cached', version: '1' }),
+      s!.inference_stats['cache_hit']!.count,
+    );
     assert.equal(sample(metrics, 'nv_cache_num_hits', {}), c.hits);
     assert.equal(sample(metrics, 'nv_cache_num_lookups', {}), c.hits + c.misses);
-    assert.equal(sample(metrics, 'nv_inference_request_success', { model: 'cached', version: '1' }), s!.inference_stats['success']!.count);
+    assert.equal(
+      sample(metrics, 'nv_inference_request_success', { model: 'cached', version: '1' }),
+      s!.inference_stats['success']!.count,
+    );
   });
 
   test('JSON in and out: the replayed reply is the bytes of the miss', async () => {
@@ -210,7 +234,10 @@ describe('kept replies of cache hits', () => {
     );
     assert.deepEqual(int32Values(all.binary.subarray(0, 64)), fill(10));
 
-    const versioned = await call(served.running.ports.http!, 'POST', '/v2/models/cached/versions/1/infer', { body: first.body, headers: first.headers });
+    const versioned = await call(served.running.ports.http!, 'POST', '/v2/models/cached/versions/1/infer', {
+      body: first.body,
+      headers: first.headers,
+    });
     assert.equal(splitBinaryReply(versioned).header.id, 'a');
     assert.equal(served.inferCalls - calls, 5, 'none of them was answered with the kept reply of another request');
   });
@@ -235,7 +262,11 @@ describe('kept replies of cache hits', () => {
   test('a reply too large to keep is written in its parts every time, the same bytes', async () => {
     assert.ok(WIDE_OUTPUTS * 4 > MAX_REPLY_BYTES);
     const req = binaryRequest(
-      { id: 'w', inputs: [{ name: 'input', datatype: 'FP32', shape: [1, 1], parameters: { binary_data_size: 4 } }], outputs: [{ name: 'output', parameters: { binary_data: true } }] },
+      {
+        id: 'w',
+        inputs: [{ name: 'input', datatype: 'FP32', shape: [1, 1], parameters: { binary_data_size: 4 } }],
+        outputs: [{ name: 'output', parameters: { binary_data: true } }],
+      },
       [Buffer.from(new Float32Array([0.5]).buffer)],
     );
     const calls = served.inferCalls;
@@ -284,7 +315,8 @@ describe('kept replies and the model lifecycle', () => {
     assert.equal(s!.inference_stats['cache_hit']!.count, 0);
   });
 
-  test('a newer version serves requests without a version, while the kept reply of the older one stays unused', async (t) => {
+  test('a newer version serves requests without a version, while ' +
+    'the kept reply of the older one stays unused', async (t) => {
     const repo = new TempRepository().addSub('cached', [1], CONFIG('cached', 'version_policy: { all: {} }'));
     const served = new Served(repo, 1 << 20);
     await served.start();
@@ -293,13 +325,17 @@ describe('kept replies and the model lifecycle', () => {
       repo.cleanup();
     });
     const req = binaryBody(3, 'v', BINARY_OUTPUTS);
-    for (let i = 0; i < 3; i++) assert.equal(splitBinaryReply(await served.post('cached', req.body, req.headers)).header.model_version, '1');
+    for (let i = 0; i < 3; i++)
+      assert.equal(splitBinaryReply(await served.post('cached', req.body, req.headers)).header.model_version, '1');
     repo.file('cached', '2/model.onnx', identityBytes());
     await served.running.server.loadModel('cached');
     const now = splitBinaryReply(await served.post('cached', req.body, req.headers));
     assert.equal(now.header.model_version, '2');
     assert.deepEqual(int32Values(now.binary.subarray(0, 64)), fill(3));
-    const v1 = await call(served.running.ports.http!, 'POST', '/v2/models/cached/versions/1/infer', { body: req.body, headers: req.headers });
+    const v1 = await call(served.running.ports.http!, 'POST', '/v2/models/cached/versions/1/infer', {
+      body: req.body,
+      headers: req.headers,
+    });
     assert.equal(splitBinaryReply(v1).header.model_version, '1');
     assert.deepEqual(int32Values(splitBinaryReply(v1).binary.subarray(0, 64)), fill(4));
   });
@@ -335,7 +371,8 @@ describe('CacheReplies', () => {
   const body = Buffer.from('{"inputs":[]}');
   const reply = Buffer.from('reply');
 
-  test('a kept reply is found for the same model, version, Inference-Header-Content-Length, forwarded headers and body only', () => {
+  test('a kept reply is found for the same model, version, ' +
+    'Inference-Header-Content-Length, forwarded headers and body only', () => {
     const r = new CacheReplies();
     const pattern = /^x-fwd/i;
     const base = r.keyOf(req(['X-Fwd-A', '1', 'Other', 'q']), 'm', undefined, '13', pattern, body)!;
@@ -349,10 +386,21 @@ describe('CacheReplies', () => {
       'Inference-Header-Content-Length 0': r.keyOf(req(['X-Fwd-A', '1']), 'm', undefined, '0', pattern, body),
       'forwarded header value': r.keyOf(req(['X-Fwd-A', '2']), 'm', undefined, '13', pattern, body),
       'no forwarded header': r.keyOf(req(), 'm', undefined, '13', pattern, body),
-      'one byte of the body': r.keyOf(req(['X-Fwd-A', '1']), 'm', undefined, '13', pattern, Buffer.from('{"inputs":[ ]}')),
+      'one byte of the body': r.keyOf(
+        req(['X-Fwd-A', '1']),
+        'm',
+        undefined,
+        '13',
+        pattern,
+        Buffer.from('{"inputs":[ ]}'),
+      ),
     };
     for (const [what, key] of Object.entries(others)) assert.equal(r.get(key!), undefined, what);
-    assert.equal(r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.alloc(MAX_REQUEST_BYTES + 1)), undefined, 'too large to keep');
+    assert.equal(
+      r.keyOf(req(), 'm', undefined, '13', undefined, Buffer.alloc(MAX_REQUEST_BYTES + 1)),
+      undefined,
+      'too large to keep',
+    );
   });
 
   test('a hash shared by two requests never answers one with the reply of the other', () => {

@@ -65,7 +65,8 @@ test('header length: beyond int32 is a 400 out-of-range error', () => {
   rejects(
     () => inferHeaderLength('99999999999', 10),
     400,
-    'Unable to parse Inference-Header-Content-Length, value is out of range [ -2147483648, 2147483647 ], got: 99999999999',
+    'Unable to parse Inference-Header-Content-Length, value is ' +
+    'out of range [ -2147483648, 2147483647 ], got: 99999999999',
   );
 });
 
@@ -116,7 +117,11 @@ test('leftover binary bytes are a 400', () => {
     { inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { binary_data_size: 4 } }] },
     [int32Bytes([1, 2])],
   );
-  rejects(() => decodeInferBody(body, headerLength, 'simple', MAX), 400, "unexpected additional input data for model 'simple'");
+  rejects(
+    () => decodeInferBody(body, headerLength, 'simple', MAX),
+    400,
+    "unexpected additional input data for model 'simple'",
+  );
 });
 
 test('missing binary bytes are a 400 naming how many more were expected', () => {
@@ -132,8 +137,14 @@ test('missing binary bytes are a 400 naming how many more were expected', () => 
 });
 
 test('binary_data_size without the header surfaces as the short-data error', () => {
-  const body = Buffer.from(JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { binary_data_size: 4 } }] }));
-  rejects(() => decodeInferBody(body, body.byteLength, 'm', MAX), 400, "unexpected size for input 'X', expecting 4 additional bytes for model 'm'");
+  const body = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { binary_data_size: 4 } }] }),
+  );
+  rejects(
+    () => decodeInferBody(body, body.byteLength, 'm', MAX),
+    400,
+    "unexpected size for input 'X', expecting 4 additional bytes for model 'm'",
+  );
 });
 
 test('an input must set exactly one of data / binary_data_size / shared_memory_region', () => {
@@ -141,18 +152,27 @@ test('an input must set exactly one of data / binary_data_size / shared_memory_r
   rejects(
     () => decodeInferBody(body, body.byteLength, 'm', MAX),
     400,
-    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set",
+    "Input must set only one of the following fields: 'data', 'binary_data_size' " +
+    "in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set",
   );
   const both = Buffer.from(
-    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1], parameters: { binary_data_size: 4 } }] }),
+    JSON.stringify({
+      inputs: [{ name: 'X', datatype: 'INT32', shape: [1], data: [1], parameters: { binary_data_size: 4 } }],
+    }),
   );
   rejects(() => decodeInferBody(both, both.byteLength, 'm', MAX), 400, /But set 'data' 'binary_data_size'$/);
 });
 
 test('missing inputs / name / shape fields are 500 JSON access errors', () => {
   const noInputs = Buffer.from('{}');
-  rejects(() => decodeInferBody(noInputs, 2, 'm', MAX), 500, "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'");
-  const negative = Buffer.from(JSON.stringify({ inputs: [{ name: 'X', datatype: 'FP32', shape: [2, -5], data: [1] }] }));
+  rejects(
+    () => decodeInferBody(noInputs, 2, 'm', MAX),
+    500,
+    "Unable to parse 'inputs': attempt to access non-existing object member 'inputs'",
+  );
+  const negative = Buffer.from(
+    JSON.stringify({ inputs: [{ name: 'X', datatype: 'FP32', shape: [2, -5], data: [1] }] }),
+  );
   rejects(
     () => decodeInferBody(negative, negative.byteLength, 'm', MAX),
     500,
@@ -165,7 +185,14 @@ test('request parameters: reserved keys are typed, triton_* is refused, other ty
     const body = Buffer.from(JSON.stringify({ parameters, inputs: [] }));
     return decodeInferBody(body, body.byteLength, 'm', MAX);
   };
-  const ok = parse({ sequence_id: 5, sequence_start: true, priority: 1, binary_data_output: true, custom: 'x', ratio: 0.5 });
+  const ok = parse({
+    sequence_id: 5,
+    sequence_start: true,
+    priority: 1,
+    binary_data_output: true,
+    custom: 'x',
+    ratio: 0.5,
+  });
   assert.deepEqual(ok.parameters, { sequence_id: 5, sequence_start: true, priority: 1, custom: 'x', ratio: 0.5 });
   assert.equal(ok.defaultBinary, true);
   assert.equal(parse({ sequence_id: 'abc' }).parameters!['sequence_id'], 'abc');
@@ -174,8 +201,16 @@ test('request parameters: reserved keys are typed, triton_* is refused, other ty
     400,
     "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
   );
-  rejects(() => parse({ custom: [1] }), 400, "parameter 'custom' has invalid type. It should be either 'int', 'bool', or 'string'.");
-  rejects(() => parse({ priority: -1 }), 500, "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer");
+  rejects(
+    () => parse({ custom: [1] }),
+    400,
+    "parameter 'custom' has invalid type. It should be either 'int', 'bool', or 'string'.",
+  );
+  rejects(
+    () => parse({ priority: -1 }),
+    500,
+    "Unable to parse 'priority': attempt to access JSON non-unsigned-integer as unsigned-integer",
+  );
 });
 
 test('requested outputs: binary_data, classification, duplicates', () => {
@@ -194,7 +229,11 @@ test('requested outputs: binary_data, classification, duplicates', () => {
   assert.equal(d.isBinary('B'), false, 'binary_data_output does not affect listed outputs');
   assert.equal(d.isBinary('C'), true);
   const dup = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'A' }] }));
-  rejects(() => decodeInferBody(dup, dup.byteLength, 'm', MAX), 400, "[request id: <id_unknown>] output 'A' already exists in request");
+  rejects(
+    () => decodeInferBody(dup, dup.byteLength, 'm', MAX),
+    400,
+    "[request id: <id_unknown>] output 'A' already exists in request",
+  );
 });
 
 test('shared-memory references are kept for the frontend to resolve (offset and size default to 0)', () => {
@@ -202,7 +241,12 @@ test('shared-memory references are kept for the frontend to resolve (offset and 
     JSON.stringify({
       inputs: [
         { name: 'A', datatype: 'INT32', shape: [1], data: [1] },
-        { name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4, shared_memory_offset: 8 } },
+        {
+          name: 'X',
+          datatype: 'INT32',
+          shape: [1],
+          parameters: { shared_memory_region: 'r', shared_memory_byte_size: 4, shared_memory_offset: 8 },
+        },
       ],
       outputs: [{ name: 'Y', parameters: { shared_memory_region: 'o' } }],
     }),
@@ -212,14 +256,27 @@ test('shared-memory references are kept for the frontend to resolve (offset and 
   assert.equal(d.inputs[1]!.data.byteLength, 0);
   assert.deepEqual([...d.shmOutputs!], [['Y', { region: 'o', offset: 0, byteSize: 0 }]]);
   const bad = Buffer.from(
-    JSON.stringify({ inputs: [{ name: 'X', datatype: 'INT32', shape: [1], parameters: { shared_memory_region: 'r', shared_memory_offset: -1 } }] }),
+    JSON.stringify({
+      inputs: [
+        {
+          name: 'X',
+          datatype: 'INT32',
+          shape: [1],
+          parameters: { shared_memory_region: 'r', shared_memory_offset: -1 },
+        },
+      ],
+    }),
   );
   rejects(() => decodeInferBody(bad, bad.byteLength, 'm', MAX), 500, /^Unable to parse 'shared_memory_offset'/);
 });
 
 test('a JSON header over the input limit is a 400', () => {
   const body = Buffer.from(JSON.stringify({ inputs: [] }));
-  rejects(() => decodeInferBody(body, body.byteLength, 'm', 4), 400, /^request JSON size of 13 bytes exceeds the maximum allowed input size of 4 bytes/);
+  rejects(
+    () => decodeInferBody(body, body.byteLength, 'm', 4),
+    400,
+    /^request JSON size of 13 bytes exceeds the maximum allowed input size of 4 bytes/,
+  );
 });
 
 // --- raw binary requests ------------------------------------------------------
@@ -244,12 +301,14 @@ test('raw request: errors as Triton words them', () => {
   rejects(
     () => decodeRawInfer(Buffer.alloc(4), rawConfig(DataType.TYPE_FP32, [-1n], 0, 3)),
     400,
-    "[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 3 inputs in 'raw' model configuration",
+    "[request id: <id_unknown>] Raw request must only have 1 input (found " +
+    "1) to be deduced but got 3 inputs in 'raw' model configuration",
   );
   rejects(
     () => decodeRawInfer(Buffer.alloc(8), rawConfig(DataType.TYPE_FP16, [-1n, -1n])),
     400,
-    "[request id: <id_unknown>] The shape of the raw input 'INPUT0' can not be deduced because there are more than one variable-sized dimension",
+    "[request id: <id_unknown>] The shape of the raw input 'INPUT0' can not " +
+    "be deduced because there are more than one variable-sized dimension",
   );
   rejects(
     () => decodeRawInfer(Buffer.from('427'), rawConfig(DataType.TYPE_STRING, [-1n])),
@@ -266,7 +325,9 @@ test('raw request: BYTES gets its length prefix', () => {
 // --- response encoding --------------------------------------------------------
 
 test('response JSON keeps Triton\'s key order and puts binary outputs after it', () => {
-  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }));
+  const body = Buffer.from(
+    JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }),
+  );
   const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
   const enc = encodeInferResponse(
     {
@@ -293,7 +354,15 @@ test('response JSON keeps Triton\'s key order and puts binary outputs after it',
 });
 
 test('a small body with binary outputs is also laid out whole (JSON then bytes); a large one is left in parts', () => {
-  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A', parameters: { binary_data: true } }, { name: 'B', parameters: { binary_data: true } }] }));
+  const body = Buffer.from(
+    JSON.stringify({
+      inputs: [],
+      outputs: [
+        { name: 'A', parameters: { binary_data: true } },
+        { name: 'B', parameters: { binary_data: true } },
+      ],
+    }),
+  );
   const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
   const response = (n: number) => ({
     modelName: 'm',
@@ -309,7 +378,10 @@ test('a small body with binary outputs is also laid out whole (JSON then bytes);
   assert.equal(small.whole.byteLength, small.json.byteLength + small.binaryByteLength);
   assert.deepEqual(small.whole, Buffer.concat([small.json, ...small.binary]));
   assert.equal(JSON.parse(small.json.toString()).id, 'é', 'the JSON part is UTF-8');
-  assert.deepEqual(small.whole.subarray(small.json.byteLength), Buffer.concat([int32Bytes([0, 1, 2]), int32Bytes([-5])]));
+  assert.deepEqual(
+    small.whole.subarray(small.json.byteLength),
+    Buffer.concat([int32Bytes([0, 1, 2]), int32Bytes([-5])]),
+  );
 
   const large = encodeInferResponse(response(JOIN_LIMIT / 4), plan);
   assert.equal(large.whole, undefined);
@@ -321,18 +393,26 @@ test('response without an id omits it; zero-byte binary outputs add no bytes', (
   const body = Buffer.from(JSON.stringify({ parameters: { binary_data_output: true }, inputs: [] }));
   const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
   const enc = encodeInferResponse(
-    { modelName: 'm', modelVersion: '2', id: '', outputs: [{ name: 'E', datatype: 'FP32', shape: [0], data: new Uint8Array(0) }] },
+    {
+      modelName: 'm',
+      modelVersion: '2',
+      id: '',
+      outputs: [{ name: 'E', datatype: 'FP32', shape: [0], data: new Uint8Array(0) }],
+    },
     plan,
   );
   assert.equal(
     enc.json.toString(),
-    '{"model_name":"m","model_version":"2","outputs":[{"name":"E","datatype":"FP32","shape":[0],"parameters":{"binary_data_size":0}}]}',
+    '{"model_name":"m","model_version":"2",' +
+      '"outputs":[{"name":"E","datatype":"FP32","shape":[0],"parameters":{"binary_data_size":0}}]}',
   );
   assert.equal(enc.binaryByteLength, 0);
 });
 
 test('a JSON output a backend formatted already is written with that text; binary outputs ignore it', () => {
-  const body = Buffer.from(JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }));
+  const body = Buffer.from(
+    JSON.stringify({ inputs: [], outputs: [{ name: 'A' }, { name: 'B', parameters: { binary_data: true } }] }),
+  );
   const plan = decodeInferBody(body, body.byteLength, 'm', MAX);
   const enc = encodeInferResponse(
     {
@@ -340,8 +420,15 @@ test('a JSON output a backend formatted already is written with that text; binar
       modelVersion: '1',
       id: '',
       outputs: [
-        // The text, not the bytes, is written (a backend formats it with the same codec; here it differs to show which one is used).
-        { name: 'A', datatype: 'FP32', shape: [2], data: new Uint8Array(new Float32Array([1, 2]).buffer), jsonData: '[7.0,8.0]' },
+        // The text, not the bytes, is written (a backend formats it with the same codec; here it differs to show which
+        // one is used).
+        {
+          name: 'A',
+          datatype: 'FP32',
+          shape: [2],
+          data: new Uint8Array(new Float32Array([1, 2]).buffer),
+          jsonData: '[7.0,8.0]',
+        },
         { name: 'B', datatype: 'INT32', shape: [1], data: int32Bytes([3]), jsonData: '[9]' },
       ],
     },
@@ -355,7 +442,8 @@ test('a JSON output a backend formatted already is written with that text; binar
   assert.deepEqual(Buffer.from(enc.binary[0]!), int32Bytes([3]));
 });
 
-test('the JSON output hint: binary, shared-memory and classification outputs are not JSON text; unlisted outputs follow binary_data_output', () => {
+test('the JSON output hint: binary, shared-memory and classification outputs ' +
+  'are not JSON text; unlisted outputs follow binary_data_output', () => {
   const decode = (doc: object) => {
     const body = Buffer.from(JSON.stringify(doc));
     return decodeInferBody(body, body.byteLength, 'm', MAX);
@@ -385,13 +473,41 @@ test('the JSON output hint: binary, shared-memory and classification outputs are
 test('malformed JSON reports Triton\'s parser error text (500)', () => {
   rejects(() => parseJsonText(''), 500, 'failed to parse the request JSON buffer: The document is empty. at 0');
   rejects(() => parseJsonText('{"a":}'), 500, 'failed to parse the request JSON buffer: Invalid value. at 5');
-  rejects(() => parseJsonText('{"a":1'), 500, "failed to parse the request JSON buffer: Missing a comma or '}' after an object member. at 6");
-  rejects(() => parseJsonText('[1,2'), 500, "failed to parse the request JSON buffer: Missing a comma or ']' after an array element. at 4");
-  rejects(() => parseJsonText('{1:2}'), 500, 'failed to parse the request JSON buffer: Missing a name for object member. at 1');
-  rejects(() => parseJsonText('{"a" 1}'), 500, 'failed to parse the request JSON buffer: Missing a colon after a name of object member. at 5');
-  rejects(() => parseJsonText('{} x'), 500, 'failed to parse the request JSON buffer: The document root must not be followed by other values. at 3');
-  rejects(() => parseJsonText('"abc'), 500, 'failed to parse the request JSON buffer: Missing a closing quotation mark in string. at 4');
-  rejects(() => parseJsonText('[1.]'), 500, 'failed to parse the request JSON buffer: Miss fraction part in number. at 3');
+  rejects(
+    () => parseJsonText('{"a":1'),
+    500,
+    "failed to parse the request JSON buffer: Missing a comma or '}' after an object member. at 6",
+  );
+  rejects(
+    () => parseJsonText('[1,2'),
+    500,
+    "failed to parse the request JSON buffer: Missing a comma or ']' after an array element. at 4",
+  );
+  rejects(
+    () => parseJsonText('{1:2}'),
+    500,
+    'failed to parse the request JSON buffer: Missing a name for object member. at 1',
+  );
+  rejects(
+    () => parseJsonText('{"a" 1}'),
+    500,
+    'failed to parse the request JSON buffer: Missing a colon after a name of object member. at 5',
+  );
+  rejects(
+    () => parseJsonText('{} x'),
+    500,
+    'failed to parse the request JSON buffer: The document root must not be followed by other values. at 3',
+  );
+  rejects(
+    () => parseJsonText('"abc'),
+    500,
+    'failed to parse the request JSON buffer: Missing a closing quotation mark in string. at 4',
+  );
+  rejects(
+    () => parseJsonText('[1.]'),
+    500,
+    'failed to parse the request JSON buffer: Miss fraction part in number. at 3',
+  );
   rejects(() => parseJsonText('[nul]'), 500, 'failed to parse the request JSON buffer: Invalid value. at 4');
 });
 
@@ -408,7 +524,11 @@ test('deeply nested documents do not overflow the parser', () => {
   const depth = 100000;
   const text = '{"ready":' + '['.repeat(depth) + 'true' + ']'.repeat(depth) + '}';
   assert.equal(typeof parseJsonText(text), 'object');
-  rejects(() => parseJsonText('['.repeat(depth) + ']'.repeat(depth - 1)), 500, /Missing a comma or '\]' after an array element/);
+  rejects(
+    () => parseJsonText('['.repeat(depth) + ']'.repeat(depth - 1)),
+    500,
+    /Missing a comma or '\]' after an array element/,
+  );
 });
 
 // --- compression negotiation --------------------------------------------------
@@ -438,7 +558,9 @@ test('integers beyond 2^53 stay exact (BigInt) for INT64/UINT64 data and paramet
   const b = Buffer.from(d.inputs[1]!.data);
   assert.equal(b.readBigUInt64LE(0), 18446744073709551615n);
   const c = Buffer.from(d.inputs[2]!.data);
+  // eslint-disable-next-line no-loss-of-precision -- the literal rounds as the JSON text does, which is what is tested
   assert.equal(c.readDoubleLE(0), 0.12345678901234567);
+  // eslint-disable-next-line no-loss-of-precision -- the literal rounds as the JSON text does, which is what is tested
   assert.equal(c.readDoubleLE(8), 12345678901234567890);
   assert.equal(Buffer.from(d.inputs[3]!.data).subarray(4).toString(), '12345678901234567890');
   assert.deepEqual(d.parameters, { sequence_id: 18446744073709551615n, big: -9223372036854775808n });
@@ -448,7 +570,11 @@ test('integers beyond 2^53 stay exact (BigInt) for INT64/UINT64 data and paramet
     400,
     "unable to parse 'data' for input 'A': the number 9223372036854775808 overflows the input's data type INT64",
   );
-  assert.equal(typeof (parseJsonText('[0.1234567890123456789]') as unknown[])[0], 'number', 'long fractions are not integers');
+  assert.equal(
+    typeof (parseJsonText('[0.1234567890123456789]') as unknown[])[0],
+    'number',
+    'long fractions are not integers',
+  );
 });
 
 test('a long integer parameter stays exact in any request, and comes back exact in the response parameters', () => {
@@ -459,19 +585,38 @@ test('a long integer parameter stays exact in any request, and comes back exact 
   const d = decodeInferBody(body, body.byteLength, 'm', MAX);
   assert.deepEqual(d.parameters, { p: 12345678901234567891n, n: -12345678901234567n });
   const f = new Float32Array(new Uint8Array(d.inputs[0]!.data).buffer);
+  // eslint-disable-next-line no-loss-of-precision -- the literal rounds as the JSON text does, which is what is tested
   assert.deepEqual([...f], [1.5, Math.fround(12345678901234567891)]);
   assert.equal(parametersJson(d.parameters), '{"p":12345678901234567891,"n":-12345678901234567}');
 });
 
-test('parseJsonText answers as the careful path on generated documents (long integers, huge numbers, digits in strings)', () => {
+test('parseJsonText answers as the careful path on generated ' +
+  'documents (long integers, huge numbers, digits in strings)', () => {
   let seed = 12345;
   const rand = (n: number) => {
     seed = (seed * 1103515245 + 12345) % 2147483648;
     return seed % n;
   };
   const numbers = [
-    '0', '-1', '7', '1.5', '-2.25e3', '1e20', '1e100', '1E+0100', '1e-400', '1e400', '-1e309', '9007199254740991', '9007199254740992',
-    '-9007199254740993', '12345678901234567891', '1234567890123456', '1.1234567890123456', `${'1'.repeat(309)}`, `0.${'1'.repeat(400)}`,
+    '0',
+    '-1',
+    '7',
+    '1.5',
+    '-2.25e3',
+    '1e20',
+    '1e100',
+    '1E+0100',
+    '1e-400',
+    '1e400',
+    '-1e309',
+    '9007199254740991',
+    '9007199254740992',
+    '-9007199254740993',
+    '12345678901234567891',
+    '1234567890123456',
+    '1.1234567890123456',
+    `${'1'.repeat(309)}`,
+    `0.${'1'.repeat(400)}`,
   ];
   const strings = ['"a"', '"12345678901234567891"', '"1e400"', '""'];
   const value = (depth: number): string => {
@@ -489,7 +634,10 @@ test('parseJsonText answers as the careful path on generated documents (long int
     assert.deepEqual(parseJsonText(text), parseJsonCarefully(text), text);
   }
   assert.ok(lossy > 500 && lossy < 4500, `the generator reaches both answers (${lossy} lossy)`);
-  assert.equal(mayHaveLostPrecision(JSON.parse('[9007199254740991, "12345678901234567891", -1.5e-300, 12345.678]')), false);
+  assert.equal(
+    mayHaveLostPrecision(JSON.parse('[9007199254740991, "12345678901234567891", -1.5e-300, 12345.678]')),
+    false,
+  );
   // Every double from 2^53 up is integral: a large float takes the careful path too, which answers the same.
   assert.equal(mayHaveLostPrecision(JSON.parse('[1e308]')), true);
   assert.equal(mayHaveLostPrecision(JSON.parse('{"a":[[{"b":9007199254740992}]]}')), true);
@@ -498,7 +646,8 @@ test('parseJsonText answers as the careful path on generated documents (long int
   assert.equal(mayHaveLostPrecision(JSON.parse(deep)), true, 'deep nesting is walked without recursion');
 });
 
-test('a header sent again decodes the same, each body keeping its own bytes, and later requests are not changed by earlier ones', () => {
+test('a header sent again decodes the same, each body keeping its own ' +
+  'bytes, and later requests are not changed by earlier ones', () => {
   const header = {
     id: '',
     parameters: { priority: 2 },

@@ -199,5 +199,6 @@ function config(
 
 /** The fake serves one repository, named 'models'. */
 function checkRepository(repository: string | undefined): void {
-  if (repository !== undefined && repository !== 'models') throw Errors.unknownRepository(`no model repository named '${repository}'`);
+  if (repository !== undefined && repository !== 'models')
+    throw Errors.unknownRepository(`no model repository named '${repository}'`);
 }

@@ -19,7 +19,8 @@ export interface CallOptions {
 export function call(port: number, method: string, path: string, options: CallOptions = {}): Promise<HttpReply> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { ...(options.headers ?? {}) };
-    const body = options.body === undefined ? undefined : Buffer.isBuffer(options.body) ? options.body : Buffer.from(options.body);
+    const body =
+      options.body === undefined ? undefined : Buffer.isBuffer(options.body) ? options.body : Buffer.from(options.body);
     if (body !== undefined && options.chunkSize === undefined) headers['Content-Length'] = String(body.byteLength);
     const req = http.request(
       { host: '127.0.0.1', port, method, path, headers, agent: options.agent ?? false },
@@ -27,14 +28,20 @@ export function call(port: number, method: string, path: string, options: CallOp
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () =>
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks), reusedSocket: req.reusedSocket }),
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks),
+            reusedSocket: req.reusedSocket,
+          }),
         );
         res.on('error', reject);
       },
     );
     req.on('error', reject);
     if (body !== undefined && options.chunkSize !== undefined) {
-      for (let off = 0; off < body.byteLength; off += options.chunkSize) req.write(body.subarray(off, off + options.chunkSize));
+      for (let off = 0; off < body.byteLength; off += options.chunkSize)
+        req.write(body.subarray(off, off + options.chunkSize));
       req.end();
     } else {
       req.end(body);
@@ -66,6 +73,7 @@ export function binaryRequest(header: object, chunks: Uint8Array[]): { body: Buf
 }
 
 /** Splits a binary-extension reply into its JSON part and the bytes after it. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests walk the JSON header freely
 export function splitBinaryReply(reply: HttpReply): { header: any; binary: Buffer } {
   const n = Number(reply.headers['inference-header-content-length']);
   return { header: JSON.parse(reply.body.subarray(0, n).toString('utf8')), binary: reply.body.subarray(n) };

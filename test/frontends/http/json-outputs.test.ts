@@ -30,7 +30,9 @@ function rowsOf(dt: Datatype, k: number, rows: number): (number | bigint | strin
 
 function configText(name: string, types: readonly Datatype[], extra: string): string {
   const io = (kind: string, prefix: (dt: Datatype, i: number) => string) =>
-    `${kind} [ ${types.map((dt, i) => `{ name: "${prefix(dt, i)}" data_type: ${CONFIG_TYPE[dt] ?? `TYPE_${dt}`} dims: [ -1 ] }`).join(', ')} ]`;
+    `${kind} [ ${types
+      .map((dt, i) => `{ name: "${prefix(dt, i)}" data_type: ${CONFIG_TYPE[dt] ?? `TYPE_${dt}`} dims: [ -1 ] }`)
+      .join(', ')} ]`;
   return [
     `name: "${name}"`,
     'platform: "onnxruntime_onnx"',
@@ -50,14 +52,28 @@ let frontend: HttpFrontend;
 let port: number;
 
 before(async () => {
-  const model = buildIdentityModel(TYPES.map((dt) => ({ name: `IN_${dt}`, datatype: dt, shape: ['batch', 'n'] }))).toBytes();
+  const model = buildIdentityModel(
+    TYPES.map((dt) => ({ name: `IN_${dt}`, datatype: dt, shape: ['batch', 'n'] })),
+  ).toBytes();
   repo = new TempRepository()
     .config('identity', configText('identity', TYPES, ''))
     .file('identity', '1/model.onnx', model)
     // Holds requests up to 300 ms so that the concurrent ones below form one batch.
-    .config('identity_batched', configText('identity_batched', TYPES, 'dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }'))
+    .config(
+      'identity_batched',
+      configText(
+        'identity_batched',
+        TYPES,
+        'dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 300000 }',
+      ),
+    )
     .file('identity_batched', '1/model.onnx', model);
-  server = new Server({ modelRepositories: [repo.dir], modelControlMode: 'explicit', loadModels: ['identity', 'identity_batched'], logger: silentLogger });
+  server = new Server({
+    modelRepositories: [repo.dir],
+    modelControlMode: 'explicit',
+    loadModels: ['identity', 'identity_batched'],
+    logger: silentLogger,
+  });
   await server.start();
   frontend = new HttpFrontend(server, { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger });
   ({ port } = await frontend.start());
@@ -70,11 +86,20 @@ after(async () => {
 });
 
 /** Binary inputs (exact bytes) for request k; `outputs` as given. */
-function inferBody(k: number, rows: number, outputs: object[] | undefined): { body: Buffer; headers: Record<string, string> } {
+function inferBody(
+  k: number,
+  rows: number,
+  outputs: object[] | undefined,
+): { body: Buffer; headers: Record<string, string> } {
   const chunks = TYPES.map((dt) => valuesBytes(dt, rowsOf(dt, k, rows)));
   const header = {
     id: `r${k}`,
-    inputs: TYPES.map((dt, i) => ({ name: `IN_${dt}`, datatype: dt, shape: [rows, HARD_VALUES[dt]!.length], parameters: { binary_data_size: chunks[i]!.byteLength } })),
+    inputs: TYPES.map((dt, i) => ({
+      name: `IN_${dt}`,
+      datatype: dt,
+      shape: [rows, HARD_VALUES[dt]!.length],
+      parameters: { binary_data_size: chunks[i]!.byteLength },
+    })),
     ...(outputs === undefined ? {} : { outputs }),
   };
   return binaryRequest(header, chunks);
@@ -113,7 +138,12 @@ async function bothWays(send: () => Promise<HttpReply[]>): Promise<HttpReply[]> 
 function expectedOutputs(k: number, rows: number): object[] {
   return TYPES.map((dt, i) => {
     const values = rowsOf(dt, k, rows);
-    return { name: `OUTPUT${i}`, datatype: dt, shape: [rows, HARD_VALUES[dt]!.length], text: encodeJsonTensorData('x', dt, valuesBytes(dt, values), values.length) };
+    return {
+      name: `OUTPUT${i}`,
+      datatype: dt,
+      shape: [rows, HARD_VALUES[dt]!.length],
+      text: encodeJsonTensorData('x', dt, valuesBytes(dt, values), values.length),
+    };
   });
 }
 
@@ -122,7 +152,8 @@ function dataTexts(body: string): string[] {
   return [...body.matchAll(/"data":(\[[^\]]*\])/g)].map((m) => m[1]!);
 }
 
-test('every output as JSON: the same bytes with the text from the session thread and from the frontend, for every datatype', async () => {
+test('every output as JSON: the same bytes with the text from the session ' +
+  'thread and from the frontend, for every datatype', async () => {
   const [reply] = await bothWays(async () => [await infer('identity', inferBody(0, 2, undefined))]);
   const text = reply!.body.toString('utf8');
   const expected = expectedOutputs(0, 2) as { text: string }[];
@@ -138,7 +169,9 @@ test('binary and JSON outputs mixed in one request: the same JSON header and byt
   const [reply] = await bothWays(async () => [await infer('identity', inferBody(3, 1, outputs))]);
   // Parsed as Triton's clients do: NaN and Infinity are numbers.
   const jsonLength = Number(reply!.headers['inference-header-content-length']);
-  const header = parseJsonText(reply!.body.toString('utf8', 0, jsonLength)) as { outputs: { name: string; data?: unknown }[] };
+  const header = parseJsonText(reply!.body.toString('utf8', 0, jsonLength)) as {
+    outputs: { name: string; data?: unknown }[];
+  };
   const binary = reply!.body.subarray(jsonLength);
   const odd = TYPES.filter((_dt, i) => i % 2 === 1);
   assert.equal(binary.byteLength, odd.reduce((n, dt) => n + valuesBytes(dt, rowsOf(dt, 3, 1)).byteLength, 0));
@@ -151,7 +184,10 @@ test('binary and JSON outputs mixed in one request: the same JSON header and byt
 
 test('a classification output beside JSON outputs: the same bytes either way', async () => {
   const fp32 = TYPES.indexOf('FP32');
-  const outputs = [{ name: `OUTPUT${fp32}`, parameters: { classification: 2 } }, { name: `OUTPUT${TYPES.indexOf('INT32')}` }];
+  const outputs = [
+    { name: `OUTPUT${fp32}`, parameters: { classification: 2 } },
+    { name: `OUTPUT${TYPES.indexOf('INT32')}` },
+  ];
   const [reply] = await bothWays(async () => [await infer('identity', inferBody(1, 1, outputs))]);
   const body = JSON.parse(reply!.body.toString('utf8')) as { outputs: { datatype: string; data: unknown[] }[] };
   assert.equal(body.outputs[0]!.datatype, 'BYTES');
@@ -161,11 +197,16 @@ test('a classification output beside JSON outputs: the same bytes either way', a
 
 test('requests batched together each get the JSON text of their own rows, the same bytes either way', async () => {
   const rows = [1, 2, 1];
-  const replies = await bothWays(() => Promise.all(rows.map((n, k) => infer('identity_batched', inferBody(k, n, undefined)))));
+  const replies = await bothWays(() =>
+    Promise.all(rows.map((n, k) => infer('identity_batched', inferBody(k, n, undefined)))),
+  );
   replies.forEach((reply, k) => {
     const expected = expectedOutputs(k, rows[k]!) as { text: string }[];
     assert.deepEqual(dataTexts(reply.body.toString('utf8')), expected.map((e) => e.text), `request ${k}`);
   });
   const stats = server.modelStatistics('identity_batched')[0]!;
-  assert.ok(stats.execution_count < stats.inference_count, `the requests ran in batches (${stats.execution_count} executions for ${stats.inference_count} requests)`);
+  assert.ok(
+    stats.execution_count < stats.inference_count,
+    `the requests ran in batches (${stats.execution_count} executions for ${stats.inference_count} requests)`,
+  );
 });

@@ -32,7 +32,9 @@ const MODEL = `
 export default class {
   async execute(requests) {
     await new Promise((r) => setTimeout(r, 400));
-    return requests.map((r) => ({ outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data }] }));
+    return requests.map((r) => ({
+      outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data }],
+    }));
   }
 }
 `;
@@ -60,12 +62,18 @@ after(async () => {
   repo?.cleanup();
 });
 
-const body = (id: string, v: number) => JSON.stringify({ id, inputs: [{ name: 'IN', datatype: 'INT32', shape: [1, 1], data: [v] }] });
+const body = (id: string, v: number) =>
+  JSON.stringify({ id, inputs: [{ name: 'IN', datatype: 'INT32', shape: [1, 1], data: [v] }] });
 
-test('a full queue answers 503 with Retry-After and Triton\'s text, before reading the body; accepted requests complete', async () => {
-  const replies = Array.from({ length: 12 }, (_, i) => call(port, 'POST', '/v2/models/slow/infer', { body: body(`r${i}`, i) }));
+test('a full queue answers 503 with Retry-After and Triton\'s text, ' +
+  'before reading the body; accepted requests complete', async () => {
+  const replies = Array.from({ length: 12 }, (_, i) =>
+    call(port, 'POST', '/v2/models/slow/infer', { body: body(`r${i}`, i) }),
+  );
   // The first refusal comes while the accepted ones still run.
-  const first = await Promise.race(replies.map((p) => p.then((r) => (r.status === 503 ? r : new Promise<never>(() => {})))));
+  const first = await Promise.race(
+    replies.map((p) => p.then((r) => (r.status === 503 ? r : new Promise<never>(() => {})))),
+  );
   assert.equal(first.headers['retry-after'], '1');
   assert.match((json(first) as { error: string }).error, /^(\[request id: r\d+\] )?Exceeds maximum queue size$/);
 
@@ -83,7 +91,11 @@ test('a full queue answers 503 with Retry-After and Triton\'s text, before readi
   assert.ok(refused.length >= 1);
   for (const r of ok) assert.equal(r.headers['retry-after'], undefined);
   const stats = server.modelStatistics('slow')[0]!;
-  assert.equal(Number(stats.inference_stats.fail.count), refused.length + 1, 'every refusal counts as a failed request');
+  assert.equal(
+    Number(stats.inference_stats.fail.count),
+    refused.length + 1,
+    'every refusal counts as a failed request',
+  );
 
   // Once drained the model serves again.
   const again = await call(port, 'POST', '/v2/models/slow/infer', { body: body('again', 7) });
@@ -91,8 +103,14 @@ test('a full queue answers 503 with Retry-After and Triton\'s text, before readi
   assert.deepEqual((json(again) as { outputs: { data: number[] }[] }).outputs[0]!.data, [7]);
 });
 
-/** Sends `raw` on one connection and collects `count` whole replies (status, headers, body); reports whether the server closed it. */
-function rawReplies(raw: string, count: number): Promise<{ replies: { status: number; headers: Map<string, string>; body: string }[]; closed: boolean }> {
+/**
+ * Sends `raw` on one connection and collects `count` whole replies (status, headers, body); reports whether the server
+ * closed it.
+ */
+function rawReplies(
+  raw: string,
+  count: number,
+): Promise<{ replies: { status: number; headers: Map<string, string>; body: string }[]; closed: boolean }> {
   return new Promise((resolve, reject) => {
     const socket = net.connect(port, '127.0.0.1');
     let data = Buffer.alloc(0);
@@ -103,10 +121,16 @@ function rawReplies(raw: string, count: number): Promise<{ replies: { status: nu
         const end = data.indexOf('\r\n\r\n');
         if (end < 0) return;
         const lines = data.subarray(0, end).toString('latin1').split('\r\n');
-        const headers = new Map(lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]));
+        const headers = new Map(
+          lines.slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+        );
         const length = Number(headers.get('content-length'));
         if (data.byteLength < end + 4 + length) return;
-        replies.push({ status: Number(lines[0]!.split(' ')[1]), headers, body: data.subarray(end + 4, end + 4 + length).toString() });
+        replies.push({
+          status: Number(lines[0]!.split(' ')[1]),
+          headers,
+          body: data.subarray(end + 4, end + 4 + length).toString(),
+        });
         data = data.subarray(end + 4 + length);
       }
     };
@@ -122,11 +146,15 @@ function rawReplies(raw: string, count: number): Promise<{ replies: { status: nu
   });
 }
 
-test('refusals on one keep-alive connection: each is a whole 503 with Retry-After, the body left unread is skipped, the connection stays open', async () => {
-  const replies = Array.from({ length: 12 }, (_, i) => call(port, 'POST', '/v2/models/slow/infer', { body: body(`k${i}`, i) }));
+test('refusals on one keep-alive connection: each is a whole 503 with Retry-After, ' +
+  'the body left unread is skipped, the connection stays open', async () => {
+  const replies = Array.from({ length: 12 }, (_, i) =>
+    call(port, 'POST', '/v2/models/slow/infer', { body: body(`k${i}`, i) }),
+  );
   await Promise.race(replies.map((p) => p.then((r) => (r.status === 503 ? r : new Promise<never>(() => {})))));
   const one = (b: string): string =>
-    `POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+    `POST /v2/models/slow/infer HTTP/1.1\r\nHost: x\r\nContent-Type: ` +
+    `application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
   const { replies: refused, closed } = await rawReplies(one(body('', 1)) + one('{not json') + one(body('', 2)), 3);
   assert.equal(closed, false, 'keep-alive is preserved');
   for (const r of refused) {
@@ -139,7 +167,8 @@ test('refusals on one keep-alive connection: each is a whole 503 with Retry-Afte
   await Promise.all(replies);
 });
 
-test('gRPC: a full queue answers UNAVAILABLE with Triton\'s text (and the request id), accepted calls complete', async () => {
+test('gRPC: a full queue answers UNAVAILABLE with Triton\'s text ' +
+  '(and the request id), accepted calls complete', async () => {
   const calls = Array.from({ length: 12 }, (_, i) =>
     unary(
       h.client,

@@ -23,7 +23,10 @@ let frontend: HttpFrontend;
 let port: number;
 
 before(async () => {
-  const simpleConfig = readFileSync(new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url), 'utf8');
+  const simpleConfig = readFileSync(
+    new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url),
+    'utf8',
+  );
   repo = new TempRepository()
     .config('simple', simpleConfig)
     .file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes())
@@ -36,7 +39,8 @@ input [ { name: "INPUT0" data_type: TYPE_STRING dims: [ 2 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 2 ] } ]
 `,
     )
-    .file('strings', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'BYTES', shape: ['batch', 2] }]).toBytes())
+    .file('strings', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'BYTES', shape: ['batch', 2] }])
+      .toBytes())
     .config(
       'raw_fp32',
       `name: "raw_fp32"
@@ -46,7 +50,8 @@ input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 `,
     )
-    .file('raw_fp32', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }]).toBytes())
+    .file('raw_fp32', '1/model.onnx', buildIdentityModel([{ name: 'INPUT0', datatype: 'FP32', shape: ['n'] }])
+      .toBytes())
     .addSub('later');
   server = new Server({
     modelRepositories: [repo.dir],
@@ -66,7 +71,8 @@ after(async () => {
 });
 
 const get = (path: string) => call(port, 'GET', path);
-const post = (path: string, body?: string | Buffer, headers?: Record<string, string>) => call(port, 'POST', path, { body, headers });
+const post = (path: string, body?: string | Buffer, headers?: Record<string, string>) =>
+  call(port, 'POST', path, { body, headers });
 
 function assertError(reply: HttpReply, status: number, message?: string | RegExp): void {
   assert.equal(reply.status, status, reply.body.toString());
@@ -92,7 +98,13 @@ function simpleJson(a: number[], b: number[], shape: number[] = [1, 16]) {
   };
 }
 
-type Output = { name: string; datatype: string; shape: number[]; data?: unknown[]; parameters?: Record<string, unknown> };
+type Output = {
+  name: string;
+  datatype: string;
+  shape: number[];
+  data?: unknown[];
+  parameters?: Record<string, unknown>;
+};
 
 describe('every endpoint with the simple model', () => {
   test('health, server metadata, model metadata, ready, config', async () => {
@@ -105,7 +117,11 @@ describe('every endpoint with the simple model', () => {
     assert.deepEqual(md.inputs[0], { name: 'INPUT0', datatype: 'INT32', shape: [-1, 16] });
     assert.equal((await get('/v2/models/simple/ready')).status, 200);
     assert.equal((await get('/v2/models/simple/versions/1/ready')).status, 200);
-    const cfg = json(await get('/v2/models/simple/config')) as { name: string; max_batch_size: number; input: Array<{ dims: number[] }> };
+    const cfg = json(await get('/v2/models/simple/config')) as {
+      name: string;
+      max_batch_size: number;
+      input: Array<{ dims: number[] }>;
+    };
     assert.equal(cfg.name, 'simple');
     assert.equal(cfg.max_batch_size, 8);
     assert.deepEqual(cfg.input[0]!.dims, [16]);
@@ -159,12 +175,20 @@ describe('every endpoint with the simple model', () => {
   });
 
   test('BYTES model over JSON and binary', async () => {
-    const r = await post('/v2/models/strings/infer', JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], data: ['ab', 'cdé'] }] }));
+    const r = await post(
+      '/v2/models/strings/infer',
+      JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], data: ['ab', 'cdé'] }] }),
+    );
     assert.equal(r.status, 200, r.body.toString());
     assert.deepEqual((json(r) as { outputs: Output[] }).outputs[0]!.data, ['ab', 'cdé']);
     const bytes = Buffer.concat([Buffer.from([1, 0, 0, 0]), Buffer.from('x'), Buffer.from([0, 0, 0, 0])]);
     const { body, headers } = binaryRequest(
-      { inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], parameters: { binary_data_size: bytes.byteLength } }], outputs: [{ name: 'OUTPUT0', parameters: { binary_data: true } }] },
+      {
+        inputs: [
+          { name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], parameters: { binary_data_size: bytes.byteLength } },
+        ],
+        outputs: [{ name: 'OUTPUT0', parameters: { binary_data: true } }],
+      },
       [bytes],
     );
     const rb = await post('/v2/models/strings/infer', body, headers);
@@ -182,7 +206,9 @@ describe('every endpoint with the simple model', () => {
   });
 
   test('statistics', async () => {
-    const one = json(await get('/v2/models/simple/stats')) as { model_stats: Array<{ name: string; inference_count: number }> };
+    const one = json(await get('/v2/models/simple/stats')) as {
+      model_stats: Array<{ name: string; inference_count: number }>;
+    };
     assert.equal(one.model_stats[0]!.name, 'simple');
     assert.ok(one.model_stats[0]!.inference_count > 0);
     const all = json(await get('/v2/models/stats')) as { model_stats: Array<{ name: string }> };
@@ -201,32 +227,117 @@ describe('every endpoint with the simple model', () => {
 });
 
 describe('bad inputs to the simple model leave the server ready', () => {
-  const infer = (body: string | Buffer, headers?: Record<string, string>) => post('/v2/models/simple/infer', body, headers);
-  const one = (name: string, datatype = 'INT32', shape = [1, 16], data: unknown[] = A) => ({ name, datatype, shape, data });
+  const infer = (body: string | Buffer, headers?: Record<string, string>) =>
+    post('/v2/models/simple/infer', body, headers);
+  const one = (name: string, datatype = 'INT32', shape = [1, 16], data: unknown[] = A) => ({
+    name,
+    datatype,
+    shape,
+    data,
+  });
   const cases: Array<{ name: string; send: () => Promise<HttpReply>; status: number; message?: string | RegExp }> = [
-    { name: 'malformed JSON', send: () => infer('{"inputs": [ {"name": "INPUT0",, }'), status: 500, message: /^failed to parse the request JSON buffer: / },
-    { name: 'unknown model', send: () => post('/v2/models/nope/infer', '{}'), status: 404, message: "Request for unknown model: 'nope' is not found" },
-    { name: 'unknown version', send: () => post('/v2/models/simple/versions/3/infer', JSON.stringify(simpleJson(A, B))), status: 404, message: /'simple' version 3 is not found/ },
-    { name: 'missing input', send: () => infer(JSON.stringify({ inputs: [one('INPUT0')] })), status: 400, message: /expected 2 inputs but got 1 inputs for model 'simple'/ },
-    { name: 'extra input', send: () => infer(JSON.stringify({ inputs: [one('INPUT0'), one('INPUT1'), one('INPUT2')] })), status: 400 },
-    { name: 'duplicated input', send: () => infer(JSON.stringify({ inputs: [one('INPUT0'), one('INPUT0'), one('INPUT1')] })), status: 400 },
-    { name: 'wrong datatype', send: () => infer(JSON.stringify({ inputs: [one('INPUT0', 'FP32'), one('INPUT1')] })), status: 400, message: /data-type is 'FP32', but model 'simple' expects 'INT32'/ },
-    { name: 'shape not matching the config', send: () => infer(JSON.stringify(simpleJson(A.slice(0, 15), B.slice(0, 15), [1, 15]))), status: 400, message: /unexpected shape for input 'INPUT0' for model 'simple'/ },
-    { name: 'too few elements for the shape', send: () => infer(JSON.stringify(simpleJson(A.slice(0, 15), B))), status: 500, message: "Failed to parse 'data' field: shape does not match true shape" },
-    { name: 'too many elements for the shape', send: () => infer(JSON.stringify(simpleJson([...A, 17, 18], B))), status: 500, message: "Unable to parse 'data': Shape does not match true shape of 'data' field" },
+    {
+      name: 'malformed JSON',
+      send: () => infer('{"inputs": [ {"name": "INPUT0",, }'),
+      status: 500,
+      message: /^failed to parse the request JSON buffer: /,
+    },
+    {
+      name: 'unknown model',
+      send: () => post('/v2/models/nope/infer', '{}'),
+      status: 404,
+      message: "Request for unknown model: 'nope' is not found",
+    },
+    {
+      name: 'unknown version',
+      send: () => post('/v2/models/simple/versions/3/infer', JSON.stringify(simpleJson(A, B))),
+      status: 404,
+      message: /'simple' version 3 is not found/,
+    },
+    {
+      name: 'missing input',
+      send: () => infer(JSON.stringify({ inputs: [one('INPUT0')] })),
+      status: 400,
+      message: /expected 2 inputs but got 1 inputs for model 'simple'/,
+    },
+    {
+      name: 'extra input',
+      send: () => infer(JSON.stringify({ inputs: [one('INPUT0'), one('INPUT1'), one('INPUT2')] })),
+      status: 400,
+    },
+    {
+      name: 'duplicated input',
+      send: () => infer(JSON.stringify({ inputs: [one('INPUT0'), one('INPUT0'), one('INPUT1')] })),
+      status: 400,
+    },
+    {
+      name: 'wrong datatype',
+      send: () => infer(JSON.stringify({ inputs: [one('INPUT0', 'FP32'), one('INPUT1')] })),
+      status: 400,
+      message: /data-type is 'FP32', but model 'simple' expects 'INT32'/,
+    },
+    {
+      name: 'shape not matching the config',
+      send: () => infer(JSON.stringify(simpleJson(A.slice(0, 15), B.slice(0, 15), [1, 15]))),
+      status: 400,
+      message: /unexpected shape for input 'INPUT0' for model 'simple'/,
+    },
+    {
+      name: 'too few elements for the shape',
+      send: () => infer(JSON.stringify(simpleJson(A.slice(0, 15), B))),
+      status: 500,
+      message: "Failed to parse 'data' field: shape does not match true shape",
+    },
+    {
+      name: 'too many elements for the shape',
+      send: () => infer(JSON.stringify(simpleJson([...A, 17, 18], B))),
+      status: 500,
+      message: "Unable to parse 'data': Shape does not match true shape of 'data' field",
+    },
     {
       name: 'binary header absent',
-      send: () => infer(JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } }, one('INPUT1')] })),
+      send: () =>
+        infer(
+          JSON.stringify({
+            inputs: [
+              { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } },
+              one('INPUT1'),
+            ],
+          }),
+        ),
       status: 400,
       message: "unexpected size for input 'INPUT0', expecting 64 additional bytes for model 'simple'",
     },
-    { name: 'binary header negative', send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': '-1' }), status: 400, message: /^inference header size should be in range \(0, \d+\), got: -1$/ },
-    { name: 'binary header non-numeric', send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': 'x12' }), status: 400, message: 'Unable to parse Inference-Header-Content-Length, got: x12' },
-    { name: 'binary header larger than the body', send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': '100000' }), status: 400, message: /^inference header size should be in range/ },
+    {
+      name: 'binary header negative',
+      send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': '-1' }),
+      status: 400,
+      message: /^inference header size should be in range \(0, \d+\), got: -1$/,
+    },
+    {
+      name: 'binary header non-numeric',
+      send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': 'x12' }),
+      status: 400,
+      message: 'Unable to parse Inference-Header-Content-Length, got: x12',
+    },
+    {
+      name: 'binary header larger than the body',
+      send: () => infer(JSON.stringify(simpleJson(A, B)), { 'Inference-Header-Content-Length': '100000' }),
+      status: 400,
+      message: /^inference header size should be in range/,
+    },
     {
       name: 'leftover binary bytes',
       send: () => {
-        const r = binaryRequest({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } }, one('INPUT1')] }, [int32Bytes([...A, 99])]);
+        const r = binaryRequest(
+          {
+            inputs: [
+              { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } },
+              one('INPUT1'),
+            ],
+          },
+          [int32Bytes([...A, 99])],
+        );
         return infer(r.body, r.headers);
       },
       status: 400,
@@ -235,7 +346,15 @@ describe('bad inputs to the simple model leave the server ready', () => {
     {
       name: 'missing binary bytes',
       send: () => {
-        const r = binaryRequest({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } }, one('INPUT1')] }, [int32Bytes(A.slice(0, 10))]);
+        const r = binaryRequest(
+          {
+            inputs: [
+              { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 64 } },
+              one('INPUT1'),
+            ],
+          },
+          [int32Bytes(A.slice(0, 10))],
+        );
         return infer(r.body, r.headers);
       },
       status: 400,
@@ -244,7 +363,15 @@ describe('bad inputs to the simple model leave the server ready', () => {
     {
       name: 'binary byte size not matching the shape',
       send: () => {
-        const r = binaryRequest({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 60 } }, one('INPUT1')] }, [int32Bytes(A.slice(0, 15))]);
+        const r = binaryRequest(
+          {
+            inputs: [
+              { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], parameters: { binary_data_size: 60 } },
+              one('INPUT1'),
+            ],
+          },
+          [int32Bytes(A.slice(0, 15))],
+        );
         return infer(r.body, r.headers);
       },
       status: 400,
@@ -252,19 +379,40 @@ describe('bad inputs to the simple model leave the server ready', () => {
     {
       name: 'BYTES element with a bad length prefix',
       send: () => {
-        const bad = Buffer.concat([Buffer.from([1, 0, 0, 0]), Buffer.from('x'), Buffer.from([200, 0, 0, 0]), Buffer.from('y')]);
-        const r = binaryRequest({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], parameters: { binary_data_size: bad.byteLength } }] }, [bad]);
+        const bad = Buffer.concat([
+          Buffer.from([1, 0, 0, 0]),
+          Buffer.from('x'),
+          Buffer.from([200, 0, 0, 0]),
+          Buffer.from('y'),
+        ]);
+        const r = binaryRequest(
+          {
+            inputs: [
+              { name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], parameters: { binary_data_size: bad.byteLength } },
+            ],
+          },
+          [bad],
+        );
         return post('/v2/models/strings/infer', r.body, r.headers);
       },
       status: 400,
     },
     {
       name: 'BYTES element count not matching the shape (400, found by the core)',
-      send: () => post('/v2/models/strings/infer', JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], data: ['only one'] }] })),
+      send: () =>
+        post(
+          '/v2/models/strings/infer',
+          JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'BYTES', shape: [1, 2], data: ['only one'] }] }),
+        ),
       status: 400,
       message: /expected 2 string elements for inference input 'INPUT0'/,
     },
-    { name: 'oversized body', send: () => infer(Buffer.alloc(MAX_INPUT + 10, 0x20)), status: 400, message: /exceeds the maximum allowed input size of 262144 bytes/ },
+    {
+      name: 'oversized body',
+      send: () => infer(Buffer.alloc(MAX_INPUT + 10, 0x20)),
+      status: 400,
+      message: /exceeds the maximum allowed input size of 262144 bytes/,
+    },
   ];
   for (const c of cases) {
     test(c.name, async () => {

@@ -19,7 +19,12 @@ let frontend: HttpFrontend;
 let port: number;
 
 before(async () => {
-  frontend = new HttpFrontend(new EchoServer(), { port: 0, address: '127.0.0.1', maxInputSize: 64 * 1024 * 1024, logger: silentLogger });
+  frontend = new HttpFrontend(new EchoServer(), {
+    port: 0,
+    address: '127.0.0.1',
+    maxInputSize: 64 * 1024 * 1024,
+    logger: silentLogger,
+  });
   ({ port } = await frontend.start());
 });
 after(() => frontend.stop());
@@ -44,13 +49,26 @@ describe('JSON numbers that overflow the tensor type', () => {
     ['FP64', '1'.repeat(400)],
   ];
   for (const [datatype, literal] of cases) {
-    test(`${datatype} ${literal.length > 20 ? `${literal.length}-digit integer` : literal} is a 400 naming the input`, async () => {
-      await expectError('/v2/models/echo/infer', inferText(datatype, literal), 400, /for input 'INPUT0': the number .* overflows the input's data type/);
+    test(`${datatype} ${literal.length > 20 ? `${literal.length}-digit integer` : literal} ` +
+      `is a 400 naming the input`, async () => {
+      await expectError(
+        '/v2/models/echo/infer',
+        inferText(datatype, literal),
+        400,
+        /for input 'INPUT0': the number .* overflows the input's data type/,
+      );
     });
   }
 
   test('Infinity and NaN literals and in-range values are still accepted', async () => {
-    for (const [datatype, literal] of [['FP32', 'Infinity'], ['FP64', '-Infinity'], ['FP64', 'NaN'], ['FP64', '1e308'], ['FP32', '3.4e38'], ['INT64', '-9223372036854775808']]) {
+    for (const [datatype, literal] of [
+      ['FP32', 'Infinity'],
+      ['FP64', '-Infinity'],
+      ['FP64', 'NaN'],
+      ['FP64', '1e308'],
+      ['FP32', '3.4e38'],
+      ['INT64', '-9223372036854775808'],
+    ]) {
       const r = await call(port, 'POST', '/v2/models/echo/infer', { body: inferText(datatype!, literal!) });
       assert.equal(r.status, 200, `${datatype} ${literal}: ${r.body.toString()}`);
     }
@@ -61,7 +79,13 @@ describe('model versions must be integers > 0', () => {
   for (const [version, message] of [
     ['-1', /^invalid model version specified '-1' , version should be an integral value > 0$/],
     ['0', /^invalid model version specified '0' , version should be an integral value > 0$/],
-    ['1.5', /^failed to get model version from specified version string '1\.5' \(details: stol\), version should be an integral value > 0$/],
+    [
+      '1.5',
+      new RegExp(
+        String.raw`^failed to get model version from specified version string '1\.5' \(details: stol\), version ` +
+        String.raw`should be an integral value > 0$`,
+      ),
+    ],
     ['abc', /^failed to get model version from specified version string 'abc'/],
     ['99999999999999999999', /^failed to get model version from specified version string '99999999999999999999'/],
   ] as const) {
@@ -115,7 +139,10 @@ describe('HTTP framing', () => {
     payload += `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`;
     const reply = await rawExchange(payload);
     assert.match(reply, /^HTTP\/1\.1 400 /);
-    assert.match(reply, /Chunked request body exceeds maximum of 65536 non-empty chunks\. Send fewer or larger HTTP chunks\./);
+    assert.match(
+      reply,
+      /Chunked request body exceeds maximum of 65536 non-empty chunks\. Send fewer or larger HTTP chunks\./,
+    );
   });
 
   test('a few chunks are fine', async () => {
@@ -126,12 +153,16 @@ describe('HTTP framing', () => {
   test('Content-Length together with Transfer-Encoding: chunked gets a JSON error body saying why', async () => {
     const body = inferText('INT32', '1');
     const reply = await rawExchange(
-      `POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\nTransfer-Encoding: chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`,
+      `POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\nTransfer-Encoding: ` +
+      `chunked\r\n\r\n${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`,
     );
     assert.match(reply, /^HTTP\/1\.1 400 /);
     assert.match(reply, /content-type: application\/json/i);
     const jsonText = reply.slice(reply.indexOf('\r\n\r\n') + 4);
-    assert.match((JSON.parse(jsonText) as { error: string }).error, /both 'Content-Length' and 'Transfer-Encoding: chunked'/);
+    assert.match(
+      (JSON.parse(jsonText) as { error: string }).error,
+      /both 'Content-Length' and 'Transfer-Encoding: chunked'/,
+    );
   });
 
   test('the server keeps serving after all of it', async () => {

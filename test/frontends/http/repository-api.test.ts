@@ -61,7 +61,10 @@ const ADD_SUB_CONFIG = JSON.stringify({
 });
 
 before(async () => {
-  const simpleConfig = readFileSync(new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url), 'utf8');
+  const simpleConfig = readFileSync(
+    new URL('../../../../examples/model_repository/simple/config.pbtxt', import.meta.url),
+    'utf8',
+  );
   repo = new TempRepository()
     .config('simple', simpleConfig)
     .file('simple', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes())
@@ -94,13 +97,20 @@ describe('model repository API over HTTP with the real Server', () => {
     assert.equal((await inferSimple('simple')).status, 200);
 
     // A partial config: the rest is completed from the model file.
-    assert.equal((await post('/v2/repository/models/simple/load', { parameters: { config: '{"max_batch_size":"16"}' } })).status, 200);
+    assert.equal(
+      (await post('/v2/repository/models/simple/load', { parameters: { config: '{"max_batch_size":"16"}' } })).status,
+      200,
+    );
     assert.equal((json(await get('/v2/models/simple/config')) as { max_batch_size: number }).max_batch_size, 16);
 
     assert.equal((await post('/v2/repository/models/simple/unload')).status, 200);
     assert.notEqual((await get('/v2/models/simple/ready')).status, 200);
 
-    assertError(await post('/v2/repository/models/wrong_model_name/load'), 500, /^failed to load 'wrong_model_name', failed to poll from model repository$/);
+    assertError(
+      await post('/v2/repository/models/wrong_model_name/load'),
+      500,
+      /^failed to load 'wrong_model_name', failed to poll from model repository$/,
+    );
   });
 
   test('a plain load after an override reloads from the repository', async () => {
@@ -135,26 +145,38 @@ describe('model repository API over HTTP with the real Server', () => {
     assertError(
       await post('/v2/repository/models/simple/load', { parameters: { 'file:1/model.onnx': bytes } }),
       500,
-      /^failed to load 'simple', failed to poll from model repository: Load parameter 'config' must be specified for model file override$/,
+      new RegExp(
+        String.raw`^failed to load 'simple', failed to poll from model repository: Load parameter 'config' must be ` +
+        String.raw`specified for model file override$`,
+      ),
     );
     assertError(
       await post('/v2/repository/models/simple/load', { parameters: { config: '{}', 'file:../escape.onnx': bytes } }),
       500,
-      /failed to poll from model repository: Invalid file parameter 'file:\.\.\/escape\.onnx' with normalized path '.*' must stay within model directory\./,
+      new RegExp(
+        String.raw`failed to poll from model repository: Invalid file parameter 'file:\.\.\/escape\.onnx' with ` +
+        String.raw`normalized path '.*' must stay within model directory\.`,
+      ),
     );
     assertError(
-      await post('/v2/repository/models/simple/load', { parameters: { config: '{}', [`file:${'A'.repeat(256)}`]: bytes } }),
+      await post('/v2/repository/models/simple/load', {
+        parameters: { config: '{}', [`file:${'A'.repeat(256)}`]: bytes },
+      }),
       500,
       /failed to poll from model repository: Invalid file parameter 'file:A+': ENAMETOOLONG/,
     );
     assertError(
-      await post('/v2/repository/models/simple/load', { parameters: { config: '{}', 'file:1': bytes, 'file:1/model.onnx': bytes } }),
+      await post('/v2/repository/models/simple/load', {
+        parameters: { config: '{}', 'file:1': bytes, 'file:1/model.onnx': bytes },
+      }),
       500,
       /Invalid file parameter 'file:1\/model\.onnx', directory has been created as a file/,
     );
     // Files that are not a model: the load fails with Triton's per-version text.
     assertError(
-      await post('/v2/repository/models/junk/load', { parameters: { config: ADD_SUB_CONFIG, 'file:1/model.onnx': bytes } }),
+      await post('/v2/repository/models/junk/load', {
+        parameters: { config: ADD_SUB_CONFIG, 'file:1/model.onnx': bytes },
+      }),
       400,
       /^load failed for model 'junk': version 1 is at UNAVAILABLE state: /,
     );
@@ -172,7 +194,11 @@ describe('model repository API over HTTP with the real Server', () => {
   });
 
   test('a model that fails to load: 400 with Triton per-version text', async () => {
-    assertError(await post('/v2/repository/models/broken/load'), 400, /^load failed for model 'broken': version 1 is at UNAVAILABLE state: .+;$/);
+    assertError(
+      await post('/v2/repository/models/broken/load'),
+      400,
+      /^load failed for model 'broken': version 1 is at UNAVAILABLE state: .+;$/,
+    );
   });
 
   test('the repository-name form: a repository by its folder name scopes index, load and unload', async () => {
@@ -186,7 +212,11 @@ describe('model repository API over HTTP with the real Server', () => {
       500,
       /^failed to load 'simple', failed to poll from model repository$/,
     );
-    assertError(await post('/v2/repository/nope/index'), 400, /^no model repository named 'nope' \(the server's repositories: /);
+    assertError(
+      await post('/v2/repository/nope/index'),
+      400,
+      /^no model repository named 'nope' \(the server's repositories: /,
+    );
     assert.equal((await post(`/v2/repository/${name}/models/elsewhere/unload`)).status, 200);
     assert.notEqual((await get('/v2/models/elsewhere/ready')).status, 200);
   });

@@ -14,7 +14,11 @@ import type { RepositoryIndexEntry } from '../../../src/types/api.js';
 import { EchoServer } from './echo-server.js';
 import { call, json } from './helpers.js';
 
-const MODEL = /^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|trace\/setting))?$/;
+const MODEL =
+  new RegExp(
+    String.raw`^\/v2\/models\/([^/]+)(?:\/versions\/([^/]+))?(?:\/(infer|generate|generate_stream|ready|config|stats|` +
+    String.raw`trace\/setting))?$`,
+  );
 const HEALTH = /^\/v2\/health\/(live|ready)$/;
 const SHM = /^\/v2\/(?:system|cuda)sharedmemory(?:\/region\/([^/]+))?\/(status|register|unregister)$/;
 const REPOSITORY = /^\/v2\/repository(?:\/([^/]+))?\/(index|models\/([^/]+)\/(load|unload))$/;
@@ -54,7 +58,17 @@ function triton(path: string): { category: string; methods: string[] } | undefin
   return undefined;
 }
 
-const CATEGORIES = ['health', 'metadata', 'inference', 'shared-memory', 'model-config', 'model-repository', 'statistics', 'trace', 'logging'];
+const CATEGORIES = [
+  'health',
+  'metadata',
+  'inference',
+  'shared-memory',
+  'model-config',
+  'model-repository',
+  'statistics',
+  'trace',
+  'logging',
+];
 
 const SHAPES = [
   '/v2',
@@ -80,8 +94,31 @@ const SHAPES = [
   '/v2/repository/r/models/m/unload',
 ];
 const WORDS = [
-  'v2', 'models', 'versions', 'stats', 'infer', 'generate', 'ready', 'config', 'trace', 'setting', 'health', 'live',
-  'repository', 'index', 'load', 'unload', 'region', 'status', 'register', 'systemsharedmemory', 'logging', 'm', '1', '', '%20',
+  'v2',
+  'models',
+  'versions',
+  'stats',
+  'infer',
+  'generate',
+  'ready',
+  'config',
+  'trace',
+  'setting',
+  'health',
+  'live',
+  'repository',
+  'index',
+  'load',
+  'unload',
+  'region',
+  'status',
+  'register',
+  'systemsharedmemory',
+  'logging',
+  'm',
+  '1',
+  '',
+  '%20',
 ];
 
 /** Every shape, and variations of each: a segment replaced, dropped or doubled, a trailing slash. */
@@ -105,7 +142,21 @@ function paths(): string[] {
       }
     }
   }
-  for (const odd of ['', '*', 'v2', '/v2/models', '/v2/models/', '//v2', '/v2/repository/models/index', '/v2/repository/index/index', '/v2/repository/models/models/load', '/v2/models/versions/1', '/v2/models/m/versions/infer', '/v2/models/m/versions/1/trace/setting', '/V2']) {
+  for (const odd of [
+    '',
+    '*',
+    'v2',
+    '/v2/models',
+    '/v2/models/',
+    '//v2',
+    '/v2/repository/models/index',
+    '/v2/repository/index/index',
+    '/v2/repository/models/models/load',
+    '/v2/models/versions/1',
+    '/v2/models/m/versions/infer',
+    '/v2/models/m/versions/1/trace/setting',
+    '/V2',
+  ]) {
     out.add(odd);
   }
   return [...out];
@@ -159,7 +210,10 @@ test('every path reaches the endpoint group Triton routes it to; restriction com
     const wrong = await call(port, 'DELETE', path, { headers });
     assert.equal(wrong.status, 405, path);
     assert.deepEqual(json(wrong), { error: 'Method Not Allowed' });
-    const right = await call(port, want.methods[0]!, path, { headers, body: want.methods[0] === 'POST' ? '{}' : undefined });
+    const right = await call(port, want.methods[0]!, path, {
+      headers,
+      body: want.methods[0] === 'POST' ? '{}' : undefined,
+    });
     // Its handler answered (an unknown model 'm' is a 404 of its own, with Triton's text for it).
     assert.notEqual(right.status, 405, path);
     assert.notEqual(right.status, 403, path);
@@ -169,7 +223,8 @@ test('every path reaches the endpoint group Triton routes it to; restriction com
   assert.ok(checked.routed >= 40 && checked.notFound >= 40, JSON.stringify(checked));
 });
 
-test('a literal segment that leads nowhere gives way to a name: the index of a repository called "models"', async () => {
+test('a literal segment that leads nowhere gives way to a name: ' +
+  'the index of a repository called "models"', async () => {
   core.indexCalls.length = 0;
   const headers = { 'key-model-repository': 'yes' };
   for (const path of ['/v2/repository/models/index', '/v2/repository/index/index', '/v2/repository/index']) {
@@ -188,9 +243,11 @@ test('the router matches whole paths, tries literals first and refuses a pattern
   assert.deepEqual(router.match('/a/b/end'), { route: 'end', params: { x: 'b' } });
   assert.deepEqual(router.match('/a/q/v/2/end'), { route: 'end', params: { x: 'q', y: '2' } });
   assert.deepEqual(router.match('/a/__proto__'), { route: 'x', params: { x: '__proto__' } });
-  for (const miss of ['/a', '/a/', '/a//end', '/a/b/', 'a/b', '', '/a/q/v/end']) assert.equal(router.match(miss), undefined, miss);
+  for (const miss of ['/a', '/a/', '/a//end', '/a/b/', 'a/b', '', '/a/q/v/end'])
+    assert.equal(router.match(miss), undefined, miss);
   // Recent paths are answered from memory; many different ones, or long ones, still match right.
-  for (let i = 0; i < 1000; i++) assert.deepEqual(router.match(`/a/m${i}/end`), { route: 'end', params: { x: `m${i}` } });
+  for (let i = 0; i < 1000; i++)
+    assert.deepEqual(router.match(`/a/m${i}/end`), { route: 'end', params: { x: `m${i}` } });
   assert.deepEqual(router.match('/a/m1/end'), { route: 'end', params: { x: 'm1' } });
   const long = 'n'.repeat(5000);
   assert.deepEqual(router.match(`/a/${long}`), { route: 'x', params: { x: long } });

@@ -25,7 +25,10 @@ test('one TraceSettings serves both frontends', () => {
     trace_file: ['/tmp/trace.json'],
     trace_mode: ['triton'],
   });
-  assert.deepEqual(store.update('m', { trace_level: ['TIMESTAMPS', 'TENSORS'], trace_rate: ['7'] }).trace_level, ['TIMESTAMPS', 'TENSORS']);
+  assert.deepEqual(store.update('m', { trace_level: ['TIMESTAMPS', 'TENSORS'], trace_rate: ['7'] }).trace_level, [
+    'TIMESTAMPS',
+    'TENSORS',
+  ]);
   assert.match(settings.toJson('m'), /"trace_rate":"7"/);
   assert.match(settings.toJson(''), /"trace_rate":"1000"/);
   assert.deepEqual(store.update('m', { trace_rate: [] }).trace_rate, ['1000'], 'an empty list clears the override');
@@ -34,10 +37,16 @@ test('one TraceSettings serves both frontends', () => {
 
 test('a setting that could never trace is refused with Triton\'s text, and changes nothing', () => {
   const noFile = new TraceSettings();
-  assert.throws(() => noFile.updateFromJson('', { trace_level: ['TIMESTAMPS'] }), /Attempting to set invalid trace setting :trace file name is not given/);
+  assert.throws(
+    () => noFile.updateFromJson('', { trace_level: ['TIMESTAMPS'] }),
+    /Attempting to set invalid trace setting :trace file name is not given/,
+  );
   assert.match(noFile.toJson(''), /"trace_level":\["OFF"\]/);
   const withFile = new TraceSettings({ level: 1 }, '/tmp/trace.json');
-  assert.throws(() => withFile.updateFromJson('', { trace_rate: '0' }), /Attempting to set invalid trace setting :sample rate must be non-zero/);
+  assert.throws(
+    () => withFile.updateFromJson('', { trace_rate: '0' }),
+    /Attempting to set invalid trace setting :sample rate must be non-zero/,
+  );
   assert.match(withFile.toJson(''), /"trace_rate":"1000"/);
   withFile.updateFromJson('', { trace_level: ['OFF'], trace_rate: '0' });
   assert.match(withFile.toJson(''), /"trace_rate":"0"/, 'turning tracing off takes any value');

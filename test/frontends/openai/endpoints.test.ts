@@ -16,7 +16,9 @@ const embedderTokenizer = () =>
     JSON.parse(readFileSync(path.join(EXAMPLES, 'text_embedder', 'tokenizer_config.json'), 'utf8')),
   );
 
-/** The embedding of `text` computed here from /v2 infer's per-token output: mean over the tokens, then L2-normalised. */
+/**
+ * The embedding of `text` computed here from /v2 infer's per-token output: mean over the tokens, then L2-normalised.
+ */
 async function embeddingFromV2(port: number, ids: number[]): Promise<number[]> {
   const n = ids.length;
   const r = await post(port, '/v2/models/text_embedder/infer', {
@@ -59,7 +61,8 @@ describe('OpenAI endpoints with the openai client', () => {
     assert.equal(one.owned_by, 'nereid');
   });
 
-  test('embeddings of a batch match the model run through /v2 with the same tokens, pooled and normalised', async () => {
+  test('embeddings of a batch match the model run through /v2 ' +
+    'with the same tokens, pooled and normalised', async () => {
     const texts = ['hello world', 'the quick brown fox jumps over the lazy dog', 'a'];
     const r = await s.client().embeddings.create({ model: 'text_embedder', input: texts, encoding_format: 'float' });
     assert.equal(r.object, 'list');
@@ -101,16 +104,22 @@ describe('OpenAI endpoints with the openai client', () => {
     const tokenizer = embedderTokenizer();
     const texts = ['good morning', 'water'];
     const ids = texts.map((t) => tokenizer.encode(t).ids);
-    const byText = await s.client().embeddings.create({ model: 'text_embedder', input: texts, encoding_format: 'float' });
+    const byText = await s
+      .client()
+      .embeddings.create({ model: 'text_embedder', input: texts, encoding_format: 'float' });
     const byIds = await s.client().embeddings.create({ model: 'text_embedder', input: ids, encoding_format: 'float' });
     for (let i = 0; i < texts.length; i++) assertClose(byIds.data[i]!.embedding, byText.data[i]!.embedding);
-    const single = await s.client().embeddings.create({ model: 'text_embedder', input: ids[1]!, encoding_format: 'float' });
+    const single = await s
+      .client()
+      .embeddings.create({ model: 'text_embedder', input: ids[1]!, encoding_format: 'float' });
     assertClose(single.data[0]!.embedding, byText.data[1]!.embedding);
     assert.equal(single.usage.prompt_tokens, ids[1]!.length);
   });
 
   test('a completion answers with text, finish_reason and usage', async () => {
-    const r = await s.client().completions.create({ model: 'tiny_llm', prompt: 'one two three four five', max_tokens: 3 });
+    const r = await s
+      .client()
+      .completions.create({ model: 'tiny_llm', prompt: 'one two three four five', max_tokens: 3 });
     assert.equal(r.object, 'text_completion');
     assert.match(r.id, /^cmpl-/);
     assert.equal(r.model, 'tiny_llm');
@@ -124,7 +133,9 @@ describe('OpenAI endpoints with the openai client', () => {
   });
 
   test('stop words reach the model as stop_words', async () => {
-    const r = await s.client().completions.create({ model: 'tiny_llm', prompt: 'red green blue white', stop: ['blue'] });
+    const r = await s
+      .client()
+      .completions.create({ model: 'tiny_llm', prompt: 'red green blue white', stop: ['blue'] });
     assert.equal(r.choices[0]!.text, 'red green');
   });
 
@@ -155,7 +166,7 @@ describe('OpenAI endpoints with the openai client', () => {
     const deltas: string[] = [];
     const finishes: Array<string | null> = [];
     let usage: unknown;
-    let ids = new Set<string>();
+    const ids = new Set<string>();
     for await (const chunk of stream) {
       ids.add(chunk.id);
       assert.equal(chunk.object, 'chat.completion.chunk');
@@ -172,7 +183,9 @@ describe('OpenAI endpoints with the openai client', () => {
   });
 
   test('a streamed completion ends with finish_reason length at max_tokens', async () => {
-    const stream = await s.client().completions.create({ model: 'tiny_llm', prompt: 'a b c d e f', max_tokens: 4, stream: true });
+    const stream = await s
+      .client()
+      .completions.create({ model: 'tiny_llm', prompt: 'a b c d e f', max_tokens: 4, stream: true });
     let text = '';
     let finish: string | null = null;
     let usageSeen = false;
@@ -197,7 +210,9 @@ describe('OpenAI endpoints with the openai client', () => {
 
   test('OpenAI requests count in the model statistics and the token histograms', async () => {
     const before = s.running.server.modelStatistics('tiny_llm')[0]!.inference_stats.success.count;
-    const stream = await s.client().chat.completions.create({ model: 'tiny_llm', messages: [{ role: 'user', content: 'p q r' }], stream: true });
+    const stream = await s
+      .client()
+      .chat.completions.create({ model: 'tiny_llm', messages: [{ role: 'user', content: 'p q r' }], stream: true });
     for await (const _ of stream) void _;
     await s.client().completions.create({ model: 'tiny_llm', prompt: 'x' });
     // A decoupled model's request is counted when its execute() returns, which may come after its last response.
@@ -205,7 +220,8 @@ describe('OpenAI endpoints with the openai client', () => {
     for (let i = 0; i < 200 && success() < before + 2; i++) await new Promise((r) => setTimeout(r, 10));
     assert.equal(success() - before, 2);
     const metrics = await (await fetch(`http://127.0.0.1:${s.running.ports.metrics}/metrics`)).text();
-    const count = (name: string) => Number(new RegExp(`^${name}_count\\{model="tiny_llm",version="1"\\} (\\d+)`, 'm').exec(metrics)?.[1]);
+    const count = (name: string) =>
+      Number(new RegExp(`^${name}_count\\{model="tiny_llm",version="1"\\} (\\d+)`, 'm').exec(metrics)?.[1]);
     assert.ok(count('nereid_time_to_first_token_seconds') >= 1, metrics);
     assert.ok(count('nereid_inter_token_latency_seconds') >= 2);
   });

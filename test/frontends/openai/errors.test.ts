@@ -13,12 +13,18 @@ const TINY_LLM_NO_TEMPLATE = (name: string) => `name: "${name}"
 backend: "javascript"
 max_batch_size: 0
 model_transaction_policy { decoupled: true }
-input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }, { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] } ]
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
-async function rejectsWith(p: Promise<unknown>, status: number, param: string | null, message: RegExp): Promise<APIError> {
+async function rejectsWith(
+  p: Promise<unknown>,
+  status: number,
+  param: string | null,
+  message: RegExp,
+): Promise<APIError> {
   try {
     await p;
   } catch (err) {
@@ -39,16 +45,25 @@ describe('OpenAI errors', () => {
       args: ['--http-max-input-size=4096', '--openai-port=0'],
       prepare: (repo) => {
         repo.addSub('simple');
-        const model = `export default class { execute(requests) { for (const r of requests) r.responseSender.send({ outputs: [{ name: 'text_output', shape: [1], data: ['ok'] }] }, { final: true }); } }`;
+        const model = `export default class { execute(requests) { for (const r of requests) r.responseSender.send({ ` +
+          `outputs: [{ name: 'text_output', shape: [1], data: ['ok'] }] }, { final: true }); } }`;
         repo.file('no_template', '1/model.mjs', model).config('no_template', TINY_LLM_NO_TEMPLATE('no_template'));
         repo.file('bad_template', '1/model.mjs', model).config('bad_template', TINY_LLM_NO_TEMPLATE('bad_template'));
         repo.file(
           'bad_template',
           'tokenizer_config.json',
-          JSON.stringify({ chat_template: '{% for m in messages %}\n{{ m.content }}\n{{ m.content | shout }}\n{% endfor %}' }),
+          JSON.stringify({
+            chat_template: '{% for m in messages %}\n{{ m.content }}\n{{ m.content | shout }}\n{% endfor %}',
+          }),
         );
-        repo.file('broken_template', '1/model.mjs', model).config('broken_template', TINY_LLM_NO_TEMPLATE('broken_template'));
-        repo.file('broken_template', 'tokenizer_config.json', JSON.stringify({ chat_template: 'line one\n{{ messages[0].content }\n' }));
+        repo
+          .file('broken_template', '1/model.mjs', model)
+          .config('broken_template', TINY_LLM_NO_TEMPLATE('broken_template'));
+        repo.file(
+          'broken_template',
+          'tokenizer_config.json',
+          JSON.stringify({ chat_template: 'line one\n{{ messages[0].content }\n' }),
+        );
       },
     });
   });
@@ -57,7 +72,12 @@ describe('OpenAI errors', () => {
     s.client().chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], ...extra } as never);
 
   test('an unknown model is 404 model_not_found', async () => {
-    const e = await rejectsWith(s.client().completions.create({ model: 'nope', prompt: 'x' }), 404, 'model', /'nope' does not exist/);
+    const e = await rejectsWith(
+      s.client().completions.create({ model: 'nope', prompt: 'x' }),
+      404,
+      'model',
+      /'nope' does not exist/,
+    );
     assert.equal(e.code, 'model_not_found');
     assert.ok(e instanceof OpenAI.NotFoundError);
     await rejectsWith(s.client().models.retrieve('nope'), 404, 'model', /nope/);
@@ -65,19 +85,64 @@ describe('OpenAI errors', () => {
   });
 
   test('a model that fits no contract, or the other one, is refused with the reason', async () => {
-    await rejectsWith(s.client().completions.create({ model: 'simple', prompt: 'x' }), 400, 'model', /'simple' cannot serve completions: its inputs fit neither/);
-    await rejectsWith(s.client().embeddings.create({ model: 'tiny_llm', input: 'x' }), 400, 'model', /generation model and cannot serve embeddings/);
-    await rejectsWith(s.client().completions.create({ model: 'text_embedder', prompt: 'x' }), 400, 'model', /embedding model and cannot serve completions/);
+    await rejectsWith(
+      s.client().completions.create({ model: 'simple', prompt: 'x' }),
+      400,
+      'model',
+      /'simple' cannot serve completions: its inputs fit neither/,
+    );
+    await rejectsWith(
+      s.client().embeddings.create({ model: 'tiny_llm', input: 'x' }),
+      400,
+      'model',
+      /generation model and cannot serve embeddings/,
+    );
+    await rejectsWith(
+      s.client().completions.create({ model: 'text_embedder', prompt: 'x' }),
+      400,
+      'model',
+      /embedding model and cannot serve completions/,
+    );
     await rejectsWith(s.client().models.retrieve('simple'), 404, 'model', /not served on \/v1/);
   });
 
   test('fields the server cannot honour are refused by name', async () => {
-    await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x', n: 2 }), 400, 'n', /'n' is not supported/);
-    await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x', logprobs: 2 }), 400, 'logprobs', /not supported/);
-    await rejectsWith(chat('tiny_llm', { tools: [{ type: 'function', function: { name: 'f' } }] }), 400, 'tools', /tool calling/);
-    await rejectsWith(chat('tiny_llm', { response_format: { type: 'json_object' } }), 400, 'response_format', /only text/);
-    await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: 'x', dimensions: 8 }), 400, 'dimensions', /32-dimensional/);
-    await rejectsWith(chat('tiny_llm', { frobnicate: 1 }), 400, 'frobnicate', /Unrecognized request argument supplied: frobnicate/);
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x', n: 2 }),
+      400,
+      'n',
+      /'n' is not supported/,
+    );
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x', logprobs: 2 }),
+      400,
+      'logprobs',
+      /not supported/,
+    );
+    await rejectsWith(
+      chat('tiny_llm', { tools: [{ type: 'function', function: { name: 'f' } }] }),
+      400,
+      'tools',
+      /tool calling/,
+    );
+    await rejectsWith(
+      chat('tiny_llm', { response_format: { type: 'json_object' } }),
+      400,
+      'response_format',
+      /only text/,
+    );
+    await rejectsWith(
+      s.client().embeddings.create({ model: 'text_embedder', input: 'x', dimensions: 8 }),
+      400,
+      'dimensions',
+      /32-dimensional/,
+    );
+    await rejectsWith(
+      chat('tiny_llm', { frobnicate: 1 }),
+      400,
+      'frobnicate',
+      /Unrecognized request argument supplied: frobnicate/,
+    );
   });
 
   test('a sampling field the model has no input for is refused, naming it', async () => {
@@ -87,13 +152,28 @@ describe('OpenAI errors', () => {
   });
 
   test('max_tokens negative, zero or not an integer is a 400', async () => {
-    await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x', max_tokens: -1 }), 400, 'max_tokens', /at least 1/);
-    await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x', max_tokens: 1.5 }), 400, 'max_tokens', /integer/);
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x', max_tokens: -1 }),
+      400,
+      'max_tokens',
+      /at least 1/,
+    );
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x', max_tokens: 1.5 }),
+      400,
+      'max_tokens',
+      /integer/,
+    );
     await rejectsWith(chat('tiny_llm', { max_completion_tokens: 0 }), 400, 'max_completion_tokens', /at least 1/);
   });
 
   test('malformed messages and inputs, and empty ones, name what is wrong', async () => {
-    await rejectsWith(s.client().chat.completions.create({ model: 'tiny_llm', messages: [] }), 400, 'messages', /non-empty array/);
+    await rejectsWith(
+      s.client().chat.completions.create({ model: 'tiny_llm', messages: [] }),
+      400,
+      'messages',
+      /non-empty array/,
+    );
     await rejectsWith(
       s.client().chat.completions.create({ model: 'tiny_llm', messages: [{ role: 'wizard', content: 'x' }] } as never),
       400,
@@ -101,15 +181,30 @@ describe('OpenAI errors', () => {
       /must be one of/,
     );
     await rejectsWith(
-      s.client().chat.completions.create({ model: 'tiny_llm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }),
+      s
+        .client()
+        .chat.completions.create({
+          model: 'tiny_llm',
+          messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }],
+        }),
       400,
       'messages[0].content[0]',
       /text part/,
     );
     await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: '' }), 400, 'input', /empty/);
     await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: [] }), 400, 'input', /empty/);
-    await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: ['ok', ''] }), 400, 'input[1]', /empty/);
-    await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: [[1, -2]] }), 400, 'input[0]', /token id/);
+    await rejectsWith(
+      s.client().embeddings.create({ model: 'text_embedder', input: ['ok', ''] }),
+      400,
+      'input[1]',
+      /empty/,
+    );
+    await rejectsWith(
+      s.client().embeddings.create({ model: 'text_embedder', input: [[1, -2]] }),
+      400,
+      'input[0]',
+      /token id/,
+    );
     await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: '' }), 400, 'prompt', /empty/);
     const r = await post(s.httpPort, '/v1/completions', '{"model": "tiny_llm", ');
     assert.equal(r.status, 400);
@@ -119,18 +214,38 @@ describe('OpenAI errors', () => {
 
   test('an input longer than the model takes is refused (context_length_exceeded)', async () => {
     const long = Array.from({ length: 200 }, () => 'word').join(' ');
-    const e = await rejectsWith(s.client().embeddings.create({ model: 'text_embedder', input: long }), 400, 'input', /maximum context length is 128 tokens/);
+    const e = await rejectsWith(
+      s.client().embeddings.create({ model: 'text_embedder', input: long }),
+      400,
+      'input',
+      /maximum context length is 128 tokens/,
+    );
     assert.equal(e.code, 'context_length_exceeded');
   });
 
   test('a body over --http-max-input-size is refused with 413', async () => {
-    const e = await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x'.repeat(5000) }), 413, null, /--http-max-input-size/);
+    const e = await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x'.repeat(5000) }),
+      413,
+      null,
+      /--http-max-input-size/,
+    );
     assert.equal(e.code, 'request_too_large');
   });
 
   test("a template that fails names the model, the file and the template's line", async () => {
-    await rejectsWith(chat('bad_template'), 400, 'messages', /model 'bad_template': the chat template \(tokenizer_config\.json, line 3\) failed to render: .*shout/);
-    await rejectsWith(chat('broken_template'), 400, 'messages', /model 'broken_template': the chat template \(tokenizer_config\.json, line 2\) cannot be parsed/);
+    await rejectsWith(
+      chat('bad_template'),
+      400,
+      'messages',
+      /model 'bad_template': the chat template \(tokenizer_config\.json, line 3\) failed to render: .*shout/,
+    );
+    await rejectsWith(
+      chat('broken_template'),
+      400,
+      'messages',
+      /model 'broken_template': the chat template \(tokenizer_config\.json, line 2\) cannot be parsed/,
+    );
   });
 
   test('unknown /v1 paths are 404 and wrong methods 405, in OpenAI form', async () => {
@@ -150,7 +265,9 @@ describe('OpenAI errors', () => {
   test('--openai-port serves the same API on its own listener', async () => {
     const port = s.running.ports.openai!;
     assert.ok(port > 0 && port !== s.httpPort);
-    const r = await s.client({ port }).embeddings.create({ model: 'text_embedder', input: 'on its own port', encoding_format: 'float' });
+    const r = await s
+      .client({ port })
+      .embeddings.create({ model: 'text_embedder', input: 'on its own port', encoding_format: 'float' });
     assert.equal(r.data[0]!.embedding.length, 32);
     const ready = await fetch(`http://127.0.0.1:${port}/health/ready`);
     assert.equal(ready.status, 200);
@@ -163,16 +280,32 @@ describe('--openai-restricted-api', () => {
   let s: OpenAiServer;
   before(async () => {
     s = await OpenAiServer.start({
-      args: ['--openai-restricted-api', 'inference,embedding', 'infer-key', 'secret', '--openai-restricted-api=model-repository:admin-key=root'],
+      args: [
+        '--openai-restricted-api',
+        'inference,embedding',
+        'infer-key',
+        'secret',
+        '--openai-restricted-api=model-repository:admin-key=root',
+      ],
     });
   });
   after(() => s.stop());
 
   test('a restricted API without its header is 401 authentication_error', async () => {
-    const e = await rejectsWith(s.client().completions.create({ model: 'tiny_llm', prompt: 'x' }), 401, null, /expecting header 'infer-key'/);
+    const e = await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: 'x' }),
+      401,
+      null,
+      /expecting header 'infer-key'/,
+    );
     assert.ok(e instanceof OpenAI.AuthenticationError);
     assert.equal(e.code, 'invalid_auth');
-    await rejectsWith(s.client({ headers: { 'infer-key': 'wrong' } }).embeddings.create({ model: 'text_embedder', input: 'x' }), 401, null, /infer-key/);
+    await rejectsWith(
+      s.client({ headers: { 'infer-key': 'wrong' } }).embeddings.create({ model: 'text_embedder', input: 'x' }),
+      401,
+      null,
+      /infer-key/,
+    );
     await rejectsWith(s.client().models.list(), 401, null, /admin-key/);
   });
 

@@ -1,4 +1,6 @@
-/** A real server (the `nereid serve` start-up, in process) with the OpenAI examples and test models, and clients for it. */
+/**
+ * A real server (the `nereid serve` start-up, in process) with the OpenAI examples and test models, and clients for it.
+ */
 import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -26,7 +28,8 @@ export class OpenAiServer {
 
   static async start(options: OpenAiServerOptions = {}): Promise<OpenAiServer> {
     const s = new OpenAiServer();
-    for (const m of ['text_embedder', 'tiny_llm']) cpSync(path.join(EXAMPLES, m), path.join(s.repo.dir, m), { recursive: true });
+    for (const m of ['text_embedder', 'tiny_llm'])
+      cpSync(path.join(EXAMPLES, m), path.join(s.repo.dir, m), { recursive: true });
     for (const m of options.fixtures ?? []) {
       cpSync(path.join(FIXTURES, m), path.join(s.repo.dir, m), { recursive: true });
       const config = readFileSync(path.join(FIXTURES, m, 'config.pbtxt'), 'utf8').replace('MARKER', s.marker(m));
@@ -88,5 +91,6 @@ export async function post(port: number, pathName: string, body: unknown, header
   } catch {
     json = undefined;
   }
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- tests walk the answer's JSON freely
   return { status: res.status, headers: res.headers, text, json: json as Record<string, any> };
 }

@@ -38,12 +38,17 @@ describe('OpenAI streams from decoupled models', () => {
     assert.match(marker, /^cancelled after \d+$/);
   }
 
-  test('a client that disconnects cancels a JavaScript model (isCancelled())', () => cancelAfterThreeChunks('stream_llm_js'));
+  test('a client that disconnects cancels a JavaScript model (isCancelled())', () =>
+    cancelAfterThreeChunks('stream_llm_js'));
 
-  test('a client that disconnects cancels a Python model (is_cancelled())', { skip: noNumpy }, () => cancelAfterThreeChunks('stream_llm_py'));
+  test('a client that disconnects cancels a Python model (is_cancelled())', { skip: noNumpy }, () =>
+    cancelAfterThreeChunks('stream_llm_py'),
+  );
 
   test('a model failing mid-stream ends the stream with an error chunk the client raises', async () => {
-    const stream = await s.client().completions.create({ model: 'stream_llm_js', prompt: 'fail after 2', stream: true });
+    const stream = await s
+      .client()
+      .completions.create({ model: 'stream_llm_js', prompt: 'fail after 2', stream: true });
     const texts: string[] = [];
     await assert.rejects(
       (async () => {
@@ -55,7 +60,11 @@ describe('OpenAI streams from decoupled models', () => {
   });
 
   test('a model failing before its first token answers an HTTP error, not a stream', async () => {
-    const r = await post(s.httpPort, '/v1/completions', { model: 'stream_llm_js', prompt: 'fail after 0', stream: true });
+    const r = await post(s.httpPort, '/v1/completions', {
+      model: 'stream_llm_js',
+      prompt: 'fail after 0',
+      stream: true,
+    });
     assert.equal(r.status, 500);
     assert.match(r.json['error']['message'], /failed mid-stream/);
     assert.equal(r.json['error']['type'], 'server_error');
@@ -66,7 +75,13 @@ describe('OpenAI streams from decoupled models', () => {
     const body = JSON.stringify({ model: 'stream_llm_js', prompt: words.join(' '), stream: true });
     const { text, chunks } = await new Promise<{ text: string; chunks: number }>((resolve, reject) => {
       const req = http.request(
-        { host: '127.0.0.1', port: s.httpPort, path: '/v1/completions', method: 'POST', headers: { 'content-type': 'application/json' } },
+        {
+          host: '127.0.0.1',
+          port: s.httpPort,
+          path: '/v1/completions',
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+        },
         (res) => {
           res.pause(); // read nothing until the model has sent every token
           setTimeout(() => {
@@ -75,7 +90,9 @@ describe('OpenAI streams from decoupled models', () => {
             res.on('data', (d: string) => (raw += d));
             res.on('end', () => {
               const events = raw.split('\n\n').filter((e) => e.startsWith('data: {'));
-              const pieces = events.map((e) => (JSON.parse(e.slice(6)) as { choices: Array<{ text: string }> }).choices[0]!.text);
+              const pieces = events.map(
+                (e) => (JSON.parse(e.slice(6)) as { choices: Array<{ text: string }> }).choices[0]!.text,
+              );
               resolve({ text: pieces.join(''), chunks: events.length });
             });
             res.resume();
@@ -97,7 +114,10 @@ describe('OpenAI streams from decoupled models', () => {
     for (let i = 0; i < 20 && refused === undefined; i++) {
       const p = client.completions.create({ model: 'held_llm', prompt: `q${i}` });
       pending.push(p);
-      await Promise.race([p.catch((err: unknown) => (refused = err as APIError)), new Promise((r) => setTimeout(r, 50))]);
+      await Promise.race([
+        p.catch((err: unknown) => (refused = err as APIError)),
+        new Promise((r) => setTimeout(r, 50)),
+      ]);
     }
     assert.ok(refused instanceof APIError, 'no request was refused');
     assert.equal(refused.status, 429);
@@ -107,6 +127,10 @@ describe('OpenAI streams from decoupled models', () => {
     const settled = await Promise.allSettled(pending);
     const answered = settled.filter((x) => x.status === 'fulfilled');
     assert.ok(answered.length >= 1);
-    for (const a of answered) assert.equal((a as PromiseFulfilledResult<{ choices: Array<{ text: string }> }>).value.choices[0]!.text, 'released');
+    for (const a of answered)
+      assert.equal(
+        (a as PromiseFulfilledResult<{ choices: Array<{ text: string }> }>).value.choices[0]!.text,
+        'released',
+      );
   });
 });

@@ -8,7 +8,10 @@ import { FastWordPiece } from '../../../src/frontends/openai/wordpiece.js';
 import { seededRandom } from '../../../src/onnx/builder.js';
 import { EXAMPLES } from './helpers.js';
 
-const json = JSON.parse(readFileSync(path.join(EXAMPLES, 'text_embedder', 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
+const json = JSON.parse(readFileSync(path.join(EXAMPLES, 'text_embedder', 'tokenizer.json'), 'utf8')) as Record<
+  string,
+  unknown
+>;
 const library = new Tokenizer(json, {});
 const fast = FastWordPiece.from(json)!;
 
@@ -35,7 +38,11 @@ test('ASCII texts: the same ids, with and without special tokens', () => {
   );
   for (const text of [...TEXTS, ...random]) {
     for (const special of [true, false]) {
-      assert.deepEqual(fast.encode(text, special), library.encode(text, { add_special_tokens: special }).ids, JSON.stringify(text));
+      assert.deepEqual(
+        fast.encode(text, special),
+        library.encode(text, { add_special_tokens: special }).ids,
+        JSON.stringify(text),
+      );
     }
   }
 });
@@ -47,7 +54,10 @@ test('texts with non-ASCII characters or an added token go to the library', () =
 });
 
 test('tokenizers of another kind get no fast path', () => {
-  const tiny = JSON.parse(readFileSync(path.join(EXAMPLES, 'tiny_llm', 'tokenizer.json'), 'utf8')) as Record<string, unknown>;
+  const tiny = JSON.parse(readFileSync(path.join(EXAMPLES, 'tiny_llm', 'tokenizer.json'), 'utf8')) as Record<
+    string,
+    unknown
+  >;
   assert.equal(FastWordPiece.from(tiny), undefined);
   assert.equal(FastWordPiece.from({ ...json, normalizer: { type: 'Lowercase' } }), undefined);
   assert.equal(FastWordPiece.from({ ...json, post_processor: { type: 'RobertaProcessing' } }), undefined);

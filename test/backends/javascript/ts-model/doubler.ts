@@ -2,7 +2,12 @@
  * A JavaScript model written in TypeScript against Nereid's model types and
  * compiled with the project; the backend's tests serve the compiled file.
  */
-import type { JavaScriptModel, JavaScriptModelArgs, JavaScriptRequest, JavaScriptResponse } from '../../../../src/index.js';
+import type {
+  JavaScriptModel,
+  JavaScriptModelArgs,
+  JavaScriptRequest,
+  JavaScriptResponse,
+} from '../../../../src/index.js';
 
 export default class Doubler implements JavaScriptModel {
   private name = '';
