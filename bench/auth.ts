@@ -1,0 +1,110 @@
+/**
+ * `node dist/bench/auth.js` (section `auth` of bench/run.ts): what
+ * `--auth-keys` costs a request. Two servers on the same repository, one
+ * without keys and one with a keys file of AUTH_BENCH_KEYS keys (the
+ * client's key narrowed to the model by a glob, so the check runs the model
+ * pattern too), measured in turns, off on off on ..., with wrk on the tiny
+ * MLP at concurrency 32 with binary tensors. Per setting: the median over
+ * the rounds of requests/s and of the server's CPU time per request (all its
+ * threads; on a shared machine steadier than the rate), and each round's
+ * ratio on/off (both measured back to back, so a round slowed by other work
+ * slows both).
+ *
+ * Environment: BENCH_SECONDS (per setting and round, default 3),
+ * BENCH_ROUNDS (default 4), AUTH_BENCH_KEYS (default 100),
+ * AUTH_BENCH_MODEL (plain | batched, default batched: dynamic batching),
+ * AUTH_BENCH_CONCURRENCY (default 32).
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createKey } from '../src/auth/index.js';
+import { binaryBody } from './bodies.js';
+import { buildBenchModels } from './models.js';
+import { cpuSeconds, startNereid } from './processes.js';
+import { runWrk } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const KEYS = Number(process.env.AUTH_BENCH_KEYS ?? 100);
+const CONCURRENCY = Number(process.env.AUTH_BENCH_CONCURRENCY ?? 32);
+const VARIANT = process.env.AUTH_BENCH_MODEL ?? 'batched';
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function median(values: readonly number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+interface Point {
+  rps: number;
+  cpuMsPerRequest: number;
+  failed: number;
+}
+
+const tiny = (await buildBenchModels()).find((m) => m.label.startsWith('tiny'))!;
+const model = VARIANT === 'plain' ? tiny.plainName : tiny.batchedName;
+const dir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-auth-'));
+const keysFile = path.join(dir, 'keys.yaml');
+const client = createKey('bench-client', [`inference:${tiny.plainName}*`, 'health']);
+let entries = '';
+for (let i = 1; i < KEYS; i++) entries += createKey(`tenant-${i}`, [`inference:tenant_${i}_*`, `metadata:tenant_${i}_*`]).entry;
+writeFileSync(keysFile, `keys:\n${entries}${client.entry}`);
+
+const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
+const settings = [
+  { name: 'keys off', server: await startNereid(tiny.repository), headers: {} as Record<string, string> },
+  { name: `keys on (${KEYS} keys)`, server: await startNereid(tiny.repository, [`--auth-keys=${keysFile}`]), headers: { Authorization: `Bearer ${client.secret}` } },
+];
+const points: Point[][] = settings.map(() => []);
+try {
+  for (const s of settings) {
+    // Warm-up, and a check that the key opens the model (a refused request would measure 403s).
+    const r = await fetch(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, {
+      method: 'POST',
+      headers: { ...body.headers, ...s.headers },
+      body: body.body,
+    });
+    if (r.status !== 200) throw new Error(`${s.name}: warm-up answered ${r.status}: ${await r.text()}`);
+    await runWrk(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, { ...body, headers: { ...body.headers, ...s.headers } }, CONCURRENCY, 1);
+  }
+  for (let round = 0; round < ROUNDS; round++) {
+    for (let i = 0; i < settings.length; i++) {
+      const s = settings[i]!;
+      const pid = s.server.proc.child.pid!;
+      const cpu0 = cpuSeconds(pid);
+      const w = await runWrk(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, { ...body, headers: { ...body.headers, ...s.headers } }, CONCURRENCY, SECONDS);
+      const cpu = cpuSeconds(pid) - cpu0;
+      points[i]!.push({ rps: w.requestsPerSec, cpuMsPerRequest: (cpu * 1000) / Math.max(1, w.requests), failed: w.errors + w.non2xx });
+    }
+  }
+} finally {
+  await Promise.all(settings.map((s) => s.server.proc.stop()));
+  rmSync(dir, { recursive: true, force: true });
+}
+
+const ratios = points[1]!.map((p, r) => p.rps / points[0]![r]!.rps);
+const cpuRatios = points[1]!.map((p, r) => p.cpuMsPerRequest / points[0]![r]!.cpuMsPerRequest);
+const rows = settings.map((s, i) => {
+  const ps = points[i]!;
+  return [
+    s.name,
+    fmt(median(ps.map((p) => p.rps))),
+    fmt(median(ps.map((p) => p.cpuMsPerRequest)), 3),
+    String(ps.reduce((n, p) => n + p.failed, 0)),
+    ps.map((p) => fmt(p.rps)).join(' '),
+  ];
+});
+const header = ['setting', 'req/s', 'CPU ms/req', 'failed', 'rounds req/s'];
+const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+process.stdout.write(
+  `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ${SECONDS}s per setting, ${ROUNDS} rounds in turns (medians)\n` +
+    `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
+    `on/off requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')})\n` +
+    `on/off CPU per request: median ${fmt(median(cpuRatios), 3)}x (rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n`,
+);
