@@ -184,8 +184,10 @@ export class HttpFrontend {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    if (this.options.v1 !== undefined && (path === '/v1' || path.startsWith('/v1/')))
+    if (this.options.v1 !== undefined && (path === '/v1' || path.startsWith('/v1/'))) {
+      if (this.reply.closing) res.shouldKeepAlive = false;
       return this.options.v1(req, res, path);
+    }
     let pending: Promise<void> | void;
     try {
       pending = this.route(req, res, path);

@@ -226,3 +226,24 @@ describe('OpenAI endpoints with the openai client', () => {
     assert.ok(count('nereid_inter_token_latency_seconds') >= 2);
   });
 });
+
+describe('--openai-tokenizer', () => {
+  let s: OpenAiServer;
+  before(async () => {
+    s = await OpenAiServer.start({
+      args: [`--openai-tokenizer=${path.join(EXAMPLES, 'tiny_llm')}`],
+      // A copy of tiny_llm without its tokenizer files: they come from --openai-tokenizer.
+      prepare: (repo) => {
+        repo.file('bare_llm', '1/model.mjs', readFileSync(path.join(EXAMPLES, 'tiny_llm', '1', 'model.mjs')));
+        repo.config('bare_llm', readFileSync(path.join(EXAMPLES, 'tiny_llm', 'config.pbtxt'), 'utf8').replace('name: "tiny_llm"', 'name: "bare_llm"'));
+      },
+    });
+  });
+  after(() => s.stop());
+
+  test('a model whose folder has no template or tokenizer uses the shared folder', async () => {
+    const r = await s.client().chat.completions.create({ model: 'bare_llm', messages: [{ role: 'user', content: 'shared template works' }] });
+    assert.equal(r.choices[0]!.message.content, 'shared template works');
+    assert.deepEqual(r.usage, { prompt_tokens: 6, completion_tokens: 3, total_tokens: 9 });
+  });
+});

@@ -134,3 +134,24 @@ describe('OpenAI streams from decoupled models', () => {
       );
   });
 });
+
+describe('OpenAI completions on Python and ensemble models', { skip: noNumpy }, () => {
+  let s: OpenAiServer;
+  before(async () => {
+    s = await OpenAiServer.start({ fixtures: ['upper_llm_py', 'upper_llm_ensemble'] });
+  });
+  after(() => s.stop());
+
+  for (const model of ['upper_llm_py', 'upper_llm_ensemble']) {
+    test(`${model}: a completion, streamed and not`, async () => {
+      const r = await s.client().completions.create({ model, prompt: 'make me loud please', max_tokens: 3 });
+      assert.equal(r.choices[0]!.text, 'MAKE ME LOUD');
+      // No tokenizer: completion tokens are the responses that carried text, prompt tokens the words.
+      assert.deepEqual(r.usage, { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 });
+      const stream = await s.client().completions.create({ model, prompt: 'all at once', stream: true });
+      let text = '';
+      for await (const chunk of stream) text += chunk.choices[0]?.text ?? '';
+      assert.equal(text, 'ALL AT ONCE');
+    });
+  }
+});
