@@ -235,14 +235,16 @@ describe('--openai-tokenizer', () => {
       // A copy of tiny_llm without its tokenizer files: they come from --openai-tokenizer.
       prepare: (repo) => {
         repo.file('bare_llm', '1/model.mjs', readFileSync(path.join(EXAMPLES, 'tiny_llm', '1', 'model.mjs')));
-        repo.config('bare_llm', readFileSync(path.join(EXAMPLES, 'tiny_llm', 'config.pbtxt'), 'utf8').replace('name: "tiny_llm"', 'name: "bare_llm"'));
+        const config = readFileSync(path.join(EXAMPLES, 'tiny_llm', 'config.pbtxt'), 'utf8');
+        repo.config('bare_llm', config.replace('name: "tiny_llm"', 'name: "bare_llm"'));
       },
     });
   });
   after(() => s.stop());
 
   test('a model whose folder has no template or tokenizer uses the shared folder', async () => {
-    const r = await s.client().chat.completions.create({ model: 'bare_llm', messages: [{ role: 'user', content: 'shared template works' }] });
+    const messages = [{ role: 'user' as const, content: 'shared template works' }];
+    const r = await s.client().chat.completions.create({ model: 'bare_llm', messages });
     assert.equal(r.choices[0]!.message.content, 'shared template works');
     assert.deepEqual(r.usage, { prompt_tokens: 6, completion_tokens: 3, total_tokens: 9 });
   });

@@ -20,11 +20,15 @@ test('--openai-restricted-api takes Triton three-word form, one argument with sp
 });
 
 test('bad --openai-* values are refused at start, naming what is wrong', () => {
-  assert.throws(() => parseOpenAiRestrictedApis(['inference api-key']), /option format is '<api>,<api>\.\.\. <header> <value>'/);
-  assert.throws(() => parseOpenAiRestrictedApis(['chat k v']), /Unknown API 'chat'.*inference, embedding, model-repository, health/);
-  assert.throws(() => parseOpenAiRestrictedApis(['inference a b', 'inference c d']), /'inference' can not be specified in multiple config groups/);
+  const parse = (...values: string[]) => () => parseOpenAiRestrictedApis(values);
+  assert.throws(parse('inference api-key'), /option format is '<api>,<api>\.\.\. <header> <value>'/);
+  assert.throws(parse('chat k v'), /Unknown API 'chat'.*inference, embedding, model-repository, health/);
+  assert.throws(parse('inference a b', 'inference c d'), /'inference' can not be specified in multiple config groups/);
   assert.throws(() => parseOpenAiRestrictedApis(['metrics k v']), /metrics-port/);
   assert.throws(() => buildServeConfig(['--openai-restricted-api=bogus k v']), /Unknown API 'bogus'/);
-  assert.throws(() => buildServeConfig(['--openai-tokenizer=/does/not/exist']), /--openai-tokenizer: folder '\/does\/not\/exist' does not exist/);
+  assert.throws(
+    () => buildServeConfig(['--openai-tokenizer=/does/not/exist']),
+    /--openai-tokenizer: folder '\/does\/not\/exist' does not exist/,
+  );
   assert.throws(() => buildServeConfig(['--openai-port=8000']), /the HTTP and OpenAI ports are both 8000/);
 });
