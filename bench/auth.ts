@@ -52,13 +52,21 @@ const dir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-auth-'));
 const keysFile = path.join(dir, 'keys.yaml');
 const client = createKey('bench-client', [`inference:${tiny.plainName}*`, 'health']);
 let entries = '';
-for (let i = 1; i < KEYS; i++) entries += createKey(`tenant-${i}`, [`inference:tenant_${i}_*`, `metadata:tenant_${i}_*`]).entry;
+for (let i = 1; i < KEYS; i++) {
+  entries += createKey(`tenant-${i}`, [`inference:tenant_${i}_*`, `metadata:tenant_${i}_*`]).entry;
+}
 writeFileSync(keysFile, `keys:\n${entries}${client.entry}`);
 
 const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
+const inferUrl = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model}/infer`;
+const withHeaders = (headers: Record<string, string>) => ({ ...body, headers: { ...body.headers, ...headers } });
 const settings = [
   { name: 'keys off', server: await startNereid(tiny.repository), headers: {} as Record<string, string> },
-  { name: `keys on (${KEYS} keys)`, server: await startNereid(tiny.repository, [`--auth-keys=${keysFile}`]), headers: { Authorization: `Bearer ${client.secret}` } },
+  {
+    name: `keys on (${KEYS} keys)`,
+    server: await startNereid(tiny.repository, [`--auth-keys=${keysFile}`]),
+    headers: { Authorization: `Bearer ${client.secret}` },
+  },
 ];
 const points: Point[][] = settings.map(() => []);
 try {
@@ -70,16 +78,17 @@ try {
       body: body.body,
     });
     if (r.status !== 200) throw new Error(`${s.name}: warm-up answered ${r.status}: ${await r.text()}`);
-    await runWrk(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, { ...body, headers: { ...body.headers, ...s.headers } }, CONCURRENCY, 1);
+    await runWrk(inferUrl(s.server.http), withHeaders(s.headers), CONCURRENCY, 1);
   }
   for (let round = 0; round < ROUNDS; round++) {
     for (let i = 0; i < settings.length; i++) {
       const s = settings[i]!;
       const pid = s.server.proc.child.pid!;
       const cpu0 = cpuSeconds(pid);
-      const w = await runWrk(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, { ...body, headers: { ...body.headers, ...s.headers } }, CONCURRENCY, SECONDS);
+      const w = await runWrk(inferUrl(s.server.http), withHeaders(s.headers), CONCURRENCY, SECONDS);
       const cpu = cpuSeconds(pid) - cpu0;
-      points[i]!.push({ rps: w.requestsPerSec, cpuMsPerRequest: (cpu * 1000) / Math.max(1, w.requests), failed: w.errors + w.non2xx });
+      const cpuMsPerRequest = (cpu * 1000) / Math.max(1, w.requests);
+      points[i]!.push({ rps: w.requestsPerSec, cpuMsPerRequest, failed: w.errors + w.non2xx });
     }
   }
 } finally {
@@ -103,8 +112,10 @@ const header = ['setting', 'req/s', 'CPU ms/req', 'failed', 'rounds req/s'];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
 process.stdout.write(
-  `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ${SECONDS}s per setting, ${ROUNDS} rounds in turns (medians)\n` +
+  `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ` +
+    `${SECONDS}s per setting, ${ROUNDS} rounds in turns (medians)\n` +
     `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
     `on/off requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')})\n` +
-    `on/off CPU per request: median ${fmt(median(cpuRatios), 3)}x (rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n`,
+    `on/off CPU per request: median ${fmt(median(cpuRatios), 3)}x ` +
+    `(rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n`,
 );
