@@ -5,7 +5,7 @@ import { NereidError } from '../../../src/errors.js';
 import { ModelConfigSchema, ModelInputSchema, DataType } from '../../../src/gen/model_config_pb.js';
 import { decodeInferBody, decodeRawInfer } from '../../../src/frontends/http/infer-decode.js';
 import { JOIN_LIMIT, encodeInferResponse, parametersJson } from '../../../src/frontends/http/infer-encode.js';
-import { inferHeaderLength } from '../../../src/frontends/http/server.js';
+import { inferHeaderLength } from '../../../src/frontends/http/routes/infer.js';
 import { mayHaveLostPrecision, parseJsonCarefully, parseJsonText } from '../../../src/frontends/http/json-parse.js';
 import { negotiateResponseEncoding } from '../../../src/frontends/http/compression.js';
 import { stoi } from '../../../src/frontends/http/settings.js';
