@@ -242,6 +242,12 @@ export const Errors = {
 
   // Configuration and loading
   config: make('NRD_CONFIG', 'INVALID_ARG', (msg: string) => msg),
+  /** --load-model outside explicit mode (the command line and the in-process API say the same, in Triton's words). */
+  loadModelNotExplicit: make(
+    'NRD_CONFIG',
+    'INVALID_ARG',
+    () => "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.",
+  ),
   loadFailed: make(
     'NRD_LOAD_FAILED',
     'INVALID_ARG',

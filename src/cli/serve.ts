@@ -226,7 +226,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   }
   const loadModels = f.all('load-model');
   if (loadModels.length > 0 && mode !== 'explicit') {
-    throw Errors.config('--load-model is only allowed with --model-control-mode=explicit');
+    throw Errors.loadModelNotExplicit();
   }
   if (loadModels.includes('*') && loadModels.length > 1) {
     throw Errors.config("--load-model='*' loads every model and must be the only --load-model");

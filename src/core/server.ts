@@ -145,7 +145,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     this.logger = options.logger ?? silentLogger;
     this.sharedMemory = new SharedMemoryRegistry(options.allowClientShm ?? false);
     if (options.loadModels && options.loadModels.length > 0 && this.controlMode !== 'explicit') {
-      throw Errors.config('--load-model requires --model-control-mode=explicit');
+      throw Errors.loadModelNotExplicit();
     }
     this.repository = new ModelRepositoryManager({
       repositories: options.modelRepositories,

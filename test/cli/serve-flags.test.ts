@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { buildServeConfig, parseBackendConfig } from '../../src/cli/serve.js';
+import { Server } from '../../src/core/server.js';
 
 test('tritonserver defaults', () => {
   const c = buildServeConfig(['--model-repository=/models']);
@@ -31,7 +32,10 @@ test('booleans take true/false, on/off, 1/0; repeated repositories add up', () =
 });
 
 test('--load-model outside explicit mode is a startup error', () => {
-  assert.throws(() => buildServeConfig(['--load-model=simple']), /model-control-mode=explicit/);
+  // Triton's text, the same from the in-process Server.
+  const triton = "Error: Use of '--load-model' requires setting '--model-control-mode=explicit' as well.";
+  assert.throws(() => buildServeConfig(['--load-model=simple']), { message: triton });
+  assert.throws(() => new Server({ modelRepositories: ['.'], loadModels: ['simple'] }), { message: triton });
   const c = buildServeConfig(['--model-control-mode=EXPLICIT', '--load-model=simple']);
   assert.deepEqual(c.server.loadModels, ['simple']);
 });
