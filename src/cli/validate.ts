@@ -7,15 +7,17 @@
  */
 import { checkModels } from '../core/model-check.js';
 import { ModelSources, listModels } from '../repository/index.js';
-import { silentLogger } from '../logger.js';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { histogramBuckets } from '../metrics/model-reporter.js';
 import { defaultModelRepository, parseBackendConfig } from './serve.js';
 import { FlagReader, parseFlags } from './flags.js';
 
-export async function runValidate(argv: readonly string[]): Promise<number> {
+/** `write` takes the report (stdout by default). */
+export async function runValidate(argv: readonly string[], write: (text: string) => void = (t) => process.stdout.write(t)): Promise<number> {
   if (argv.includes('--help')) {
-    process.stdout.write(
-      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] ' +
-      '[--disable-auto-complete-config] [--backend-config=...]\n',
+    write(
+      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] [--disable-auto-complete-config] [--backend-config=...]\n',
     );
     return 0;
   }
@@ -38,25 +40,40 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
   const models = await listModels(repos.length > 0 ? repos : [defaultModelRepository()], sources);
   await sources.close();
   let bad = models.failures.length;
-  for (const failure of models.failures)
-    process.stdout.write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
+  for (const failure of models.failures) write(`FAIL ${failure.model ?? failure.repository}: ${failure.message}\n`);
   const folders: Array<{ name: string; dir: string }> = [];
   const lines = new Map<string, string>();
   for (const [name, where] of models) {
-    if ('duplicate' in where)
-      lines.set(
-        name,
-        `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`,
-      );
+    if ('duplicate' in where) lines.set(name, `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`);
     else if ('dir' in where) folders.push({ name, dir: where.dir }); // (every model is copied by this listing)
   }
-  // The checks loading runs, with its messages, without loading anything (core/model-check.ts).
+  // The checks loading runs, with its messages, without loading anything (core/model-check.ts);
+  // the warnings loading would log are printed under their model.
+  const warnings = new Map<string, string[]>();
+  const warn = (model: string, message: string): void => {
+    const list = warnings.get(model) ?? [];
+    if (!list.includes(message)) list.push(message);
+    warnings.set(model, list);
+  };
+  const logger = pino(
+    { level: 'warn' },
+    new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString().split('\n')) {
+          if (line === '') continue;
+          const record = JSON.parse(line) as { model?: unknown; msg?: unknown };
+          if (typeof record.model === 'string' && typeof record.msg === 'string') warn(record.model, record.msg);
+        }
+        done();
+      },
+    }),
+  );
   const checked = await checkModels(folders, {
     autoComplete: !f.bool('disable-auto-complete-config', false),
     modelConfigName: f.string('model-config-name'),
     backendConfig: parseBackendConfig(f.all('backend-config')),
     gpuCount: 0,
-    logger: silentLogger,
+    logger,
     server: { infer: () => Promise.reject(new Error('validate does not run models')) },
   });
   for (const m of checked) {
@@ -65,20 +82,19 @@ export async function runValidate(argv: readonly string[]): Promise<number> {
     // One line per failing version, as a server's repository index lists them.
     if (m.error !== '' || c === undefined) lines.set(m.name, `FAIL ${m.name}: ${m.error}`);
     else if (failed.length > 0) {
-      const each = m.versions.map((v) =>
-        v.state === 'READY'
-          ? `ok   ${m.name} (version ${v.version})`
-          : `FAIL ${m.name} (version ${v.version}): ${v.reason}`,
-      );
+      const each = m.versions.map((v) => (v.state === 'READY' ? `ok   ${m.name} (version ${v.version})` : `FAIL ${m.name} (version ${v.version}): ${v.reason}`));
       lines.set(m.name, each.join('\n'));
     }
     else lines.set(m.name, `ok   ${m.name} (${c.platform || c.backend}, max_batch_size ${c.maxBatchSize})`);
+    // What the metrics would warn about once the model serves.
+    if (c !== undefined) for (const w of histogramBuckets(c.modelMetrics).warnings) warn(m.name, w);
   }
   for (const name of [...lines.keys()].sort()) {
     const line = lines.get(name)!;
     if (line.startsWith('FAIL')) bad++;
-    process.stdout.write(`${line}\n`);
+    write(`${line}\n`);
+    for (const w of warnings.get(name) ?? []) write(`warn ${name}: ${w}\n`);
   }
-  process.stdout.write(`models: ${models.size - bad} valid, ${bad} invalid\n`);
+  write(`models: ${models.size - bad} valid, ${bad} invalid\n`);
   return bad > 0 ? 1 : 0;
 }

@@ -162,16 +162,7 @@ function repository(): { repo: TempRepository; broken: string[] } {
 
 async function validateLines(args: string[]): Promise<Map<string, string>> {
   const chunks: string[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  process.stdout.write = ((s: string | Uint8Array) => {
-    chunks.push(String(s));
-    return true;
-  }) as typeof process.stdout.write;
-  try {
-    await runValidate(args);
-  } finally {
-    process.stdout.write = write;
-  }
+  await runValidate(args, (s) => chunks.push(s));
   const lines = new Map<string, string>();
   for (const line of chunks.join('').split('\n')) {
     const m = /^(?:ok {3}|FAIL )([^ :]+)(?: \(version (\d+)\))?/.exec(line);
@@ -284,4 +275,46 @@ class TritonPythonModel:
   );
   assert.match(lines.get('raises') ?? '', /contains property other than 'decoupled'/);
   assert.match(lines.get('fine') ?? '', /^ok /);
+});
+
+test('validate prints the warnings loading gives, under their model', async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  repo
+    .config(
+      'metric_family',
+      addSubConfig(
+        'metric_family',
+        (text) =>
+          `${text}model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration_us" } histogram_options { buckets: [ 1, 2 ] } } ] }\n`,
+      ),
+    )
+    .file('metric_family', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
+  const chunks: string[] = [];
+  const code = await runValidate([`--model-repository=${repo.dir}`], (s) => chunks.push(s));
+  const text = chunks.join('');
+  assert.equal(code, 0, text);
+  assert.match(text, /ok {3}metric_family \(onnxruntime_onnx/);
+  assert.match(
+    text,
+    /\nwarn metric_family: Metric family 'nv_inference_request_duration_us' in 'metric_identifier' is not a customizable metric in Triton core\.\n/,
+  );
+});
+
+test('with auto-complete off, a Python model whose interpreter cannot be found fails validate as it fails serve', async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  const io = `input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\noutput [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n`;
+  repo
+    .config('no_env', `backend: "python"\n${io}parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }\n`)
+    .file('no_env', '1/model.py', 'class TritonPythonModel:\n    def execute(self, requests):\n        return None\n');
+  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger, disableAutoCompleteConfig: true });
+  await server.start();
+  const index = await server.repositoryIndex();
+  await server.stop();
+  const lines = await validateLines([`--model-repository=${repo.dir}`, '--disable-auto-complete-config']);
+  const entry = index.find((e) => e.name === 'no_env')!;
+  assert.equal(entry.state, 'UNAVAILABLE');
+  assert.match(entry.reason ?? '', /EXECUTION_ENV_PATH '.*env' does not exist/);
+  sameAnswer(entry, lines);
 });

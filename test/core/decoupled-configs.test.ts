@@ -35,17 +35,8 @@ ${policy ? `        config.set_model_transaction_policy(${policy})\n` : ''}     
 
 async function validateOutput(args: string[]): Promise<{ code: number; text: string }> {
   const chunks: string[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  process.stdout.write = ((s: string | Uint8Array) => {
-    chunks.push(String(s));
-    return true;
-  }) as typeof process.stdout.write;
-  try {
-    const code = await runValidate(args);
-    return { code, text: chunks.join('') };
-  } finally {
-    process.stdout.write = write;
-  }
+  const code = await runValidate(args, (s) => chunks.push(s));
+  return { code, text: chunks.join('') };
 }
 
 test('decoupled success cases load, and validate agrees with serve on every model', { skip: noNumpy }, async (t) => {

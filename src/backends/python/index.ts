@@ -28,7 +28,7 @@ import type { Frame } from './frame.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
 import { closeTrace, openTrace } from './bls.js';
-import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, checkInterpreter, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.py';
 const READY_TIMEOUT_MS = 5000;
@@ -383,6 +383,7 @@ export function createPythonBackend(): Backend {
     autoCompleteConfig: autoComplete,
     async checkModel(ctx: ModelContext): Promise<void> {
       checkModelFile(ctx);
+      checkInterpreter(ctx.modelName, ctx, 'python');
     },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
       const file = checkModelFile(ctx);

@@ -100,6 +100,18 @@ export async function superviseWorker(ctx: InstanceContext, spec: WorkerSpec): P
 }
 
 /** A message for a load failure: the Python reason, without our own label when it is there. */
+/**
+ * The interpreter an instance of this model would start with can be found
+ * (as createInstance finds it; nothing is started): the load error otherwise.
+ */
+export function checkInterpreter(modelName: string, ctx: Pick<InstanceContext, 'config' | 'modelDir' | 'backendConfig'>, mode: 'python' | 'torch'): void {
+  try {
+    resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig, mode);
+  } catch (err) {
+    throw Errors.loadFailed(modelName, loadFailureReason(err));
+  }
+}
+
 export function loadFailureReason(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

@@ -24,7 +24,7 @@ import type { Tensor } from '../../tensor/tensor.js';
 import type { WireTensor } from '../python/frame.js';
 import type { StubSupervisor } from '../python/supervisor.js';
 import { decodeWireTensor } from '../python/wire.js';
-import { FINALIZE_GRACE_MS, ProcessModel, executeOnWorker } from '../python/worker.js';
+import { FINALIZE_GRACE_MS, ProcessModel, checkInterpreter, executeOnWorker } from '../python/worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.pt';
 
@@ -213,6 +213,7 @@ export function createPyTorchBackend(): Backend {
     name: 'pytorch',
     async checkModel(ctx: ModelContext): Promise<void> {
       checkModelFile(ctx);
+      checkInterpreter(ctx.modelName, ctx, 'torch');
     },
     async loadModel(ctx: ModelContext): Promise<BackendModel> {
       const file = checkModelFile(ctx);
