@@ -14,10 +14,14 @@ import { defaultModelRepository, parseBackendConfig } from './serve.js';
 import { FlagReader, parseFlags } from './flags.js';
 
 /** `write` takes the report (stdout by default). */
-export async function runValidate(argv: readonly string[], write: (text: string) => void = (t) => process.stdout.write(t)): Promise<number> {
+export async function runValidate(
+  argv: readonly string[],
+  write: (text: string) => void = (t) => process.stdout.write(t),
+): Promise<number> {
   if (argv.includes('--help')) {
     write(
-      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] [--disable-auto-complete-config] [--backend-config=...]\n',
+      'Usage: nereid validate [--model-repository=<dir> ...] [--model-config-name=<name>] ' +
+        '[--disable-auto-complete-config] [--backend-config=...]\n',
     );
     return 0;
   }
@@ -44,7 +48,9 @@ export async function runValidate(argv: readonly string[], write: (text: string)
   const folders: Array<{ name: string; dir: string }> = [];
   const lines = new Map<string, string>();
   for (const [name, where] of models) {
-    if ('duplicate' in where) lines.set(name, `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`);
+    if ('duplicate' in where) {
+      lines.set(name, `FAIL ${name}: found in more than one repository (${where.duplicate.join(', ')})`);
+    }
     else if ('dir' in where) folders.push({ name, dir: where.dir }); // (every model is copied by this listing)
   }
   // The checks loading runs, with its messages, without loading anything (core/model-check.ts);
@@ -82,7 +88,10 @@ export async function runValidate(argv: readonly string[], write: (text: string)
     // One line per failing version, as a server's repository index lists them.
     if (m.error !== '' || c === undefined) lines.set(m.name, `FAIL ${m.name}: ${m.error}`);
     else if (failed.length > 0) {
-      const each = m.versions.map((v) => (v.state === 'READY' ? `ok   ${m.name} (version ${v.version})` : `FAIL ${m.name} (version ${v.version}): ${v.reason}`));
+      const each = m.versions.map((v) => {
+        const which = `${m.name} (version ${v.version})`;
+        return v.state === 'READY' ? `ok   ${which}` : `FAIL ${which}: ${v.reason}`;
+      });
       lines.set(m.name, each.join('\n'));
     }
     else lines.set(m.name, `ok   ${m.name} (${c.platform || c.backend}, max_batch_size ${c.maxBatchSize})`);

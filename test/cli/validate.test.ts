@@ -286,7 +286,9 @@ test('validate prints the warnings loading gives, under their model', async (t) 
       addSubConfig(
         'metric_family',
         (text) =>
-          `${text}model_metrics { metric_control [ { metric_identifier { family: "nv_inference_request_duration_us" } histogram_options { buckets: [ 1, 2 ] } } ] }\n`,
+          `${text}model_metrics { metric_control [ { ` +
+          'metric_identifier { family: "nv_inference_request_duration_us" } ' +
+          'histogram_options { buckets: [ 1, 2 ] } } ] }\n',
       ),
     )
     .file('metric_family', '1/model.onnx', buildAddSubModel('INT32', 16).toBytes());
@@ -297,18 +299,29 @@ test('validate prints the warnings loading gives, under their model', async (t) 
   assert.match(text, /ok {3}metric_family \(onnxruntime_onnx/);
   assert.match(
     text,
-    /\nwarn metric_family: Metric family 'nv_inference_request_duration_us' in 'metric_identifier' is not a customizable metric in Triton core\.\n/,
+    new RegExp(
+      "\nwarn metric_family: Metric family 'nv_inference_request_duration_us' in 'metric_identifier' " +
+        'is not a customizable metric in Triton core\\.\n',
+    ),
   );
 });
 
-test('with auto-complete off, a Python model whose interpreter cannot be found fails validate as it fails serve', async (t) => {
+test('with auto-complete off, a Python model without its interpreter fails validate as it fails serve', async (t) => {
   const repo = new TempRepository();
   t.after(() => repo.cleanup());
-  const io = `input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\noutput [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n`;
+  const io =
+    'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' +
+    'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]\n';
+  const envPath = 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }\n';
   repo
-    .config('no_env', `backend: "python"\n${io}parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }\n`)
+    .config('no_env', `backend: "python"\n${io}${envPath}`)
     .file('no_env', '1/model.py', 'class TritonPythonModel:\n    def execute(self, requests):\n        return None\n');
-  const server = new Server({ modelRepositories: [repo.dir], exitOnError: false, logger: silentLogger, disableAutoCompleteConfig: true });
+  const server = new Server({
+    modelRepositories: [repo.dir],
+    exitOnError: false,
+    logger: silentLogger,
+    disableAutoCompleteConfig: true,
+  });
   await server.start();
   const index = await server.repositoryIndex();
   await server.stop();

@@ -28,7 +28,14 @@ import type { Frame } from './frame.js';
 import type { StubSupervisor } from './supervisor.js';
 import { decodeWireTensor } from './wire.js';
 import { closeTrace, openTrace } from './bls.js';
-import { FINALIZE_GRACE_MS, ProcessModel, checkInterpreter, executeOnWorker, loadFailureReason, stubTimeoutMs } from './worker.js';
+import {
+  FINALIZE_GRACE_MS,
+  ProcessModel,
+  checkInterpreter,
+  executeOnWorker,
+  loadFailureReason,
+  stubTimeoutMs,
+} from './worker.js';
 
 export const DEFAULT_MODEL_FILENAME = 'model.py';
 const READY_TIMEOUT_MS = 5000;

@@ -104,7 +104,11 @@ export async function superviseWorker(ctx: InstanceContext, spec: WorkerSpec): P
  * The interpreter an instance of this model would start with can be found
  * (as createInstance finds it; nothing is started): the load error otherwise.
  */
-export function checkInterpreter(modelName: string, ctx: Pick<InstanceContext, 'config' | 'modelDir' | 'backendConfig'>, mode: 'python' | 'torch'): void {
+export function checkInterpreter(
+  modelName: string,
+  ctx: Pick<InstanceContext, 'config' | 'modelDir' | 'backendConfig'>,
+  mode: 'python' | 'torch',
+): void {
   try {
     resolveInterpreter(ctx.config, ctx.modelDir, ctx.backendConfig, mode);
   } catch (err) {
