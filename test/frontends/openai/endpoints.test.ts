@@ -47,14 +47,14 @@ function assertClose(actual: readonly number[], expected: readonly number[], tol
 describe('OpenAI endpoints with the openai client', () => {
   let s: OpenAiServer;
   before(async () => {
-    s = await OpenAiServer.start({ prepare: (repo) => repo.addSub('simple') });
+    s = await OpenAiServer.start({ fixtures: ['text_stats'], prepare: (repo) => repo.addSub('simple') });
   });
   after(() => s.stop());
 
   test('GET /v1/models lists the ready models that fit a contract, and only those', async () => {
     const ids: string[] = [];
     for await (const m of s.client().models.list()) ids.push(m.id);
-    assert.deepEqual(ids, ['text_embedder', 'tiny_llm']);
+    assert.deepEqual(ids, ['text_embedder', 'text_stats', 'tiny_llm']);
     const one = await s.client().models.retrieve('tiny_llm');
     assert.equal(one.id, 'tiny_llm');
     assert.equal(one.object, 'model');
@@ -114,6 +114,23 @@ describe('OpenAI endpoints with the openai client', () => {
       .embeddings.create({ model: 'text_embedder', input: ids[1]!, encoding_format: 'float' });
     assertClose(single.data[0]!.embedding, byText.data[1]!.embedding);
     assert.equal(single.usage.prompt_tokens, ids[1]!.length);
+  });
+
+  test('a model with one BYTES text input embeds texts as they are, in batches of its max_batch_size', async () => {
+    const input = ['hello world', 'aeiou', 'x', 'one two three'];
+    const r = await s.client().embeddings.create({ model: 'text_stats', input, encoding_format: 'float' });
+    // embedding_normalize "false": the model's own vectors.
+    assert.deepEqual(
+      r.data.map((d) => d.embedding),
+      [
+        [11, 3, 1],
+        [5, 5, 0],
+        [1, 0, 0],
+        [13, 5, 2],
+      ],
+    );
+    // No tokenizer: words are counted.
+    assert.equal(r.usage.prompt_tokens, 7);
   });
 
   test('a completion answers with text, finish_reason and usage', async () => {
