@@ -1,9 +1,13 @@
-// Runs the compiled test files under dist/test (or the files named) with Node's test runner.
+// Runs the compiled test files under dist/test (or the files named) with Node's test runner,
+// under a supported Node.js (on an older one, the pinned Node 24 from .tools/: scripts/supported-node.mjs).
 // With CI=true a skipped test fails the run: a missing dependency must not shrink the suite.
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { relaunchIfUnsupported } from './supported-node.mjs';
+
+await relaunchIfUnsupported();
 
 function find(dir) {
   const out = [];

@@ -20,7 +20,20 @@ async function serve(argv: string[]): Promise<number> {
   return runServe(argv, allocator);
 }
 
+/** Node 20 is past its end of life; see docs/deployment.md ("Node.js versions"). */
+function unsupportedNode(): string | undefined {
+  const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
+  if (major >= 24 || (major === 22 && minor >= 15)) return undefined;
+  return `error: Node.js v${process.versions.node} is not supported: install Node.js 24 (or 22.15 or later), ` +
+    `or from a clone run 'npm start', which fetches Node 24 into .tools/\n`;
+}
+
 async function main(argv: string[]): Promise<number> {
+  const unsupported = unsupportedNode();
+  if (unsupported !== undefined) {
+    process.stderr.write(unsupported);
+    return 1;
+  }
   const [command, ...rest] = argv;
   switch (command) {
     case 'serve':

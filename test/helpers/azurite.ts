@@ -1,14 +1,14 @@
 /**
- * Azurite, Microsoft's Azure Blob Storage emulator (an npm devDependency), on
+ * Azurite, Microsoft's Azure Blob Storage emulator (from .tools/test-servers), on
  * 127.0.0.1 and a free port, in memory, in its own process group.
  */
-import { createRequire } from 'node:module';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { BlobServiceClient } from '@azure/storage-blob';
 import { freePort, spawnGroup, stopGroup, waitFor } from './processes.js';
 import { walk, joinKey } from './ceph.js';
+import { testServerRequire } from './test-servers.js';
 
 /** Azurite's well-known development account. */
 export const AZURITE_ACCOUNT = 'devstoreaccount1';
@@ -27,7 +27,7 @@ export interface AzuriteServer {
 }
 
 export async function startAzurite(): Promise<AzuriteServer> {
-  const require = createRequire(import.meta.url);
+  const require = testServerRequire();
   const main = path.join(path.dirname(require.resolve('azurite/package.json')), 'dist/src/blob/main.js');
   const port = await freePort();
   const location = mkdtempSync(path.join(tmpdir(), 'nereid-azurite-'));

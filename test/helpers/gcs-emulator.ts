@@ -1,17 +1,16 @@
 /**
- * Google's Cloud Storage emulator from firebase-tools (a pinned npm
- * devDependency), run in this process on 127.0.0.1 and a free port. Only its
- * GCS JSON API is used, so the Firebase security-rules runtime (a Java
- * download) is replaced by a no-op. This reaches into the package's internals:
- * keep firebase-tools pinned.
+ * Google's Cloud Storage emulator from firebase-tools (pinned in scripts/test-servers,
+ * installed in .tools/test-servers), run in this process on 127.0.0.1 and a free port.
+ * Only its GCS JSON API is used, so the Firebase security-rules runtime (a Java download)
+ * is replaced by a no-op. This reaches into the package's internals: keep firebase-tools pinned.
  */
-import { createRequire } from 'node:module';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Storage } from '@google-cloud/storage';
 import { freePort } from './processes.js';
 import { walk, joinKey } from './ceph.js';
+import { testServerRequire } from './test-servers.js';
 
 export interface GcsEmulator {
   /** `http://127.0.0.1:PORT`, the value for STORAGE_EMULATOR_HOST. */
@@ -30,7 +29,7 @@ interface EmulatorInstance {
 }
 
 export async function startGcsEmulator(): Promise<GcsEmulator> {
-  const require = createRequire(import.meta.url);
+  const require = testServerRequire();
   const { StorageEmulator } = require('firebase-tools/lib/emulator/storage/index.js') as {
     StorageEmulator: new (args: Record<string, unknown>) => EmulatorInstance;
   };
