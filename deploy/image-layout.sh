@@ -46,6 +46,16 @@ if [ -d "$ORT/linux/$ARCH" ]; then
   find "$ORT" -mindepth 1 -maxdepth 1 -type d ! -name linux -exec rm -rf {} +
 fi
 
+# What Node never loads in a server: source maps, type declarations, docs, tests and examples, the
+# browser, React Native and Cloudflare Workers builds, and @azure/identity's browser sign-in library
+# (only its browser build imports it). Licence files stay.
+NM="$DEST/node_modules"
+find "$NM" -type f \( -name '*.map' -o -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.ts' \
+  -o -name '*.md' -o -name '*.markdown' -o -name '*.tsbuildinfo' -o -name 'CHANGELOG*' -o -name 'Makefile' \) -delete
+find "$NM" -type d \( -path '*/dist/browser' -o -path '*/dist/react-native' -o -path '*/dist/workerd' \
+  -o -name test -o -name tests -o -name __tests__ -o -name examples -o -name benchmark \) -prune -exec rm -rf {} +
+rm -rf "$NM/@azure/msal-browser"
+
 if [ "$CUDA" = true ]; then
   (cd "$DEST/node_modules/onnxruntime-node" && ONNXRUNTIME_NODE_INSTALL=cuda12 node script/install.js)
   [ -f "$ORT/linux/$ARCH/libonnxruntime_providers_cuda.so" ] || { echo "error: the CUDA execution provider was not installed" >&2; exit 1; }
@@ -58,4 +68,4 @@ here=$(dirname "$(readlink -f "$0")")
 exec node "$here/../dist/src/cli/main.js" "$@"
 EOF
 chmod 755 "$DEST/bin/nereid"
-echo "image layout in $DEST: $(du -sh "$DEST" | cut -f1)"
+echo "image layout in $DEST: $(du -sh --apparent-size "$DEST" | cut -f1)"

@@ -4,8 +4,9 @@
 # (CI=true) a package that cannot be installed fails the run.
 set -e
 PKGS="python3-numpy python3-torch python3-grpcio python3-grpc-tools prometheus wrk nghttp2-client unzip"
-# A throwaway Ceph cluster whose radosgw is the S3 server of the s3:// tests.
-PKGS_NO_RECOMMENDS="ceph-mon ceph-osd radosgw ceph-common"
+# A throwaway Ceph cluster whose radosgw is the S3 server of the s3:// tests; podman (with runc, and
+# CNI's bridge and port mapping) and mmdebstrap build and run the container image (deploy/build-image.sh).
+PKGS_NO_RECOMMENDS="ceph-mon ceph-osd radosgw ceph-common podman runc mmdebstrap containernetworking-plugins iptables"
 missing() {
   out=""
   for p in $1; do
