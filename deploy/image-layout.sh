@@ -55,6 +55,8 @@ find "$NM" -type f \( -name '*.map' -o -name '*.d.ts' -o -name '*.d.mts' -o -nam
 find "$NM" -type d \( -path '*/dist/browser' -o -path '*/dist/react-native' -o -path '*/dist/workerd' \
   -o -name test -o -name tests -o -name __tests__ -o -name examples -o -name benchmark \) -prune -exec rm -rf {} +
 rm -rf "$NM/@azure/msal-browser"
+# Whitespace and comments out of the JavaScript (names and module formats kept).
+node "$ROOT/deploy/minify-modules.mjs" "$NM"
 
 if [ "$CUDA" = true ]; then
   (cd "$DEST/node_modules/onnxruntime-node" && ONNXRUNTIME_NODE_INSTALL=cuda12 node script/install.js)
