@@ -17,6 +17,7 @@ if (!dir) {
   console.error('usage: node deploy/minify-modules.mjs DIR/node_modules');
   process.exit(2);
 }
+const OPTIONS = { loader: 'js', minifyWhitespace: true, minifySyntax: true, legalComments: 'inline', charset: 'utf8' };
 let before = 0;
 let after = 0;
 const kept = [];
@@ -29,7 +30,7 @@ function walk(d) {
       const src = readFileSync(p, 'utf8');
       let out;
       try {
-        out = transformSync(src, { loader: 'js', minifyWhitespace: true, minifySyntax: true, legalComments: 'inline', charset: 'utf8' }).code;
+        out = transformSync(src, OPTIONS).code;
       } catch {
         kept.push(path.relative(dir, p)); // not parsable as a script or module on its own: left as it is
         continue;
@@ -43,4 +44,5 @@ function walk(d) {
 }
 walk(dir);
 const mb = (n) => (n / 1e6).toFixed(1);
-console.log(`minified JavaScript in ${dir}: ${mb(before)} -> ${mb(after)} MB${kept.length ? `; ${kept.length} file(s) left as they were` : ''}`);
+const left = kept.length ? `; ${kept.length} file(s) left as they were` : '';
+console.log(`minified JavaScript in ${dir}: ${mb(before)} -> ${mb(after)} MB${left}`);

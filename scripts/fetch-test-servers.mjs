@@ -32,4 +32,5 @@ if (r.status !== 0) {
   process.exit(1);
 }
 writeFileSync(stamp, digest);
-console.log(`test servers (azurite, firebase-tools) installed in .tools/test-servers in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+const seconds = ((Date.now() - started) / 1000).toFixed(0);
+console.log(`test servers (azurite, firebase-tools) installed in .tools/test-servers in ${seconds} s`);

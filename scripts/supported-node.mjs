@@ -2,7 +2,7 @@
 // the machine's own when it is one, otherwise a pinned Node 24 fetched from the npm registry into
 // .tools/ (git-ignored). See docs/deployment.md ("Node.js versions") for why.
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,7 +59,9 @@ export function fetchNode(version) {
     rmSync(work, { recursive: true, force: true });
   }
   const got = versionOf(bin);
-  if (got !== version) throw new Error(`${pkg} was unpacked into ${dir} but ${bin} reports ${got ?? 'nothing runnable'}`);
+  if (got !== version) {
+    throw new Error(`${pkg} was unpacked into ${dir} but ${bin} reports ${got ?? 'nothing runnable'}`);
+  }
   return bin;
 }
 

@@ -19,5 +19,6 @@ if (args.length === 0) {
   console.error('usage: node scripts/with-node.mjs [--node=22] FILE [ARGS...]');
   process.exit(2);
 }
-const env = node === process.execPath ? {} : { NEREID_MACHINE_NODE: process.env.NEREID_MACHINE_NODE ?? process.execPath };
+const machineNode = process.env.NEREID_MACHINE_NODE ?? process.execPath;
+const env = node === process.execPath ? {} : { NEREID_MACHINE_NODE: machineNode };
 process.exit(await runUnder(node, args, { env }));

@@ -27,8 +27,13 @@ test('the image layout script installs production dependencies only, and nereid 
   assert.ok(devOnly.includes('node_modules/typescript') && production.includes('node_modules/onnxruntime-node'));
   // Pruned by the layout script: @azure/identity's browser sign-in library, which only its browser build imports.
   const pruned = ['node_modules/@azure/msal-browser'];
-  for (const p of production) assert.equal(existsSync(path.join(dest, p)), !pruned.includes(p), `${p} is installed, or pruned`);
-  const leftovers = spawnSync('find', [path.join(dest, 'node_modules'), '-name', '*.map', '-o', '-name', '*.d.ts', '-o', '-type', 'd', '-path', '*/dist/browser'], { encoding: 'utf8' });
+  for (const p of production) {
+    assert.equal(existsSync(path.join(dest, p)), !pruned.includes(p), `${p} is installed, or pruned`);
+  }
+  const leftovers = spawnSync('find', [
+    path.join(dest, 'node_modules'),
+    '-name', '*.map', '-o', '-name', '*.d.ts', '-o', '-type', 'd', '-path', '*/dist/browser',
+  ], { encoding: 'utf8' });
   assert.equal(leftovers.stdout, '', 'no source maps, type declarations or browser builds');
   for (const p of devOnly) assert.ok(!existsSync(path.join(dest, p)), `${p} (development only) is left out`);
   assert.ok(!existsSync(path.join(dest, 'dist', 'test')), 'no compiled tests');

@@ -19,14 +19,18 @@ import { freePort } from '../helpers/processes.js';
 import { TempRepository } from '../helpers/repository.js';
 import { ROOT } from './helm.js';
 
-const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string; dependencies: Record<string, string> };
+const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+  version: string;
+  dependencies: Record<string, string>;
+};
 const TAG = `nereid:${PKG.version}`;
 const NO_PYTHON = `${TAG}-no-python`;
 const PODMAN_DIR = path.join(ROOT, '.tools', 'containers');
 const MB = 1_000_000;
 
 function podman(args: string[], timeoutMs = 120_000): { status: number | null; stdout: string; stderr: string } {
-  const r = spawnSync('podman', ['--root', path.join(PODMAN_DIR, 'storage'), '--runroot', path.join(PODMAN_DIR, 'run'), ...args], {
+  const store = ['--root', path.join(PODMAN_DIR, 'storage'), '--runroot', path.join(PODMAN_DIR, 'run')];
+  const r = spawnSync('podman', [...store, ...args], {
     encoding: 'utf8',
     timeout: timeoutMs,
     env: { ...process.env, CONTAINERS_CONF: path.join(PODMAN_DIR, 'containers.conf') },
@@ -67,7 +71,8 @@ async function runImage(image: string, name: string, extra: string[] = [], args:
   assert.ok(ready, `${image} did not become ready:\n${logs()}`);
   const readyAt = Date.now();
   // From the container's start, as the runtime recorded it, to the first ready answer.
-  const startedAt = Date.parse(podmanOk(['inspect', '--format', '{{.State.StartedAt.Format "2006-01-02T15:04:05.000Z07:00"}}', name]));
+  const format = '{{.State.StartedAt.Format "2006-01-02T15:04:05.000Z07:00"}}';
+  const startedAt = Date.parse(podmanOk(['inspect', '--format', format, name]));
   return {
     base,
     grpcTarget: `127.0.0.1:${grpcPort}`,
@@ -80,7 +85,14 @@ async function runImage(image: string, name: string, extra: string[] = [], args:
 }
 
 const fraudBody = JSON.stringify({
-  inputs: [{ name: 'input_features', datatype: 'FP32', shape: [1, 10], data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1] }],
+  inputs: [
+    {
+      name: 'input_features',
+      datatype: 'FP32',
+      shape: [1, 10],
+      data: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1],
+    },
+  ],
 });
 
 // Marks the start of each execution in /marks (a folder the test watches), then sleeps INPUT0[0] seconds.
@@ -106,12 +118,14 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
 describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, () => {
   let built = false;
   before(() => {
-    const which = spawnSync('sh', ['-c', 'command -v podman && command -v runc && command -v mmdebstrap'], { encoding: 'utf8' });
-    assert.equal(which.status, 0, 'podman, runc and mmdebstrap are needed to build the image: run `sh scripts/system-deps.sh` as root');
+    const which = spawnSync('sh', ['-c', 'command -v podman && command -v runc && command -v mmdebstrap']);
+    const needed = 'podman, runc and mmdebstrap are needed to build the image: run `sh scripts/system-deps.sh` as root';
+    assert.equal(which.status, 0, needed);
     const started = Date.now();
     const r = spawnSync('sh', [path.join(ROOT, 'deploy', 'build-image.sh')], { encoding: 'utf8', maxBuffer: 256 * MB });
     assert.equal(r.status, 0, `deploy/build-image.sh failed:\n${(r.stdout + r.stderr).slice(-6000)}`);
-    console.log(`deploy/build-image.sh (both variants): ${((Date.now() - started) / 1000).toFixed(0)} s\n${r.stdout.split('\n').filter((l) => /MB|bases ready|built in/.test(l)).join('\n')}`);
+    const summary = r.stdout.split('\n').filter((l) => /MB|bases ready|built in/.test(l)).join('\n');
+    console.log(`deploy/build-image.sh (both variants): ${((Date.now() - started) / 1000).toFixed(0)} s\n${summary}`);
     built = true;
   });
   after(() => {
@@ -122,19 +136,22 @@ describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, (
     const size = (image: string) => Number(podmanOk(['image', 'inspect', '--format', '{{.Size}}', image]));
     const withPython = size(TAG);
     const without = size(NO_PYTHON);
-    console.log(`image sizes (uncompressed): ${TAG} ${(withPython / MB).toFixed(0)} MB, ${NO_PYTHON} ${(without / MB).toFixed(0)} MB`);
+    const mb = (n: number) => `${(n / MB).toFixed(0)} MB`;
+    console.log(`image sizes (uncompressed): ${TAG} ${mb(withPython)}, ${NO_PYTHON} ${mb(without)}`);
     assert.ok(withPython <= 300 * MB, `${TAG}: ${(withPython / MB).toFixed(0)} MB`);
     assert.ok(without <= 200 * MB, `${NO_PYTHON}: ${(without / MB).toFixed(0)} MB`);
     assert.ok(without < withPython);
     // The two share the server's and node's layers.
-    const layers = (image: string) => JSON.parse(podmanOk(['image', 'inspect', '--format', '{{json .RootFS.Layers}}', image])) as string[];
+    const layers = (image: string) =>
+      JSON.parse(podmanOk(['image', 'inspect', '--format', '{{json .RootFS.Layers}}', image])) as string[];
     assert.deepEqual(layers(NO_PYTHON).slice(0, 2), layers(TAG).slice(0, 2));
   });
 
-  test('the image serves the examples over HTTP, gRPC and metrics, and a Python model, as a non-root user', async (t) => {
+  test('the image serves the examples over HTTP, gRPC and metrics, as a non-root user', async (t) => {
     const c = await runImage(TAG, 'nereid-test-python');
     t.after(() => c.stop());
-    console.log(`${TAG}: start to ready ${c.startToReadyMs} ms inside the container (${c.launchToReadyMs} ms from podman run)`);
+    console.log(`${TAG}: start to ready ${c.startToReadyMs} ms inside the container ` +
+      `(${c.launchToReadyMs} ms from podman run)`);
 
     const r = await fetch(`${c.base}/v2/models/fraud_detector/infer`, { method: 'POST', body: fraudBody });
     assert.equal(r.status, 200);
@@ -148,11 +165,16 @@ describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, (
     const bytes = (v: number[]) => new Uint8Array(new Int32Array(v).buffer);
     const request = create(ModelInferRequestSchema, {
       modelName: 'simple',
-      inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] }, { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] }],
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+      ],
       rawInputContents: [bytes(a), bytes(a.map(() => 1))],
     });
     const res = await new Promise<ModelInferResponse>((resolve, reject) => {
-      (client as unknown as Record<string, Function>)['ModelInfer']!.call(client, request, (err: Error | null, out: ModelInferResponse) => (err ? reject(err) : resolve(out)));
+      type Unary = (req: unknown, cb: (err: Error | null, out: ModelInferResponse) => void) => void;
+      const call = (client as unknown as Record<string, Unary>)['ModelInfer']!.bind(client);
+      call(request, (err, out) => (err ? reject(err) : resolve(out)));
     });
     const sum = res.outputs.findIndex((o) => o.name === 'OUTPUT0');
     assert.ok(sum >= 0, 'OUTPUT0 answered');
@@ -165,10 +187,12 @@ describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, (
     const exec = (cmd: string[]) => podmanOk(['exec', 'nereid-test-python', ...cmd]);
     // The user is the numeric 10001, and tini is PID 1 with nereid under it.
     assert.equal(exec(['busybox', 'id', '-u']), '10001');
-    assert.match(exec(['busybox', 'cat', '/proc/1/cmdline']).replaceAll('\0', ' '), /^\/usr\/bin\/tini -- nereid serve/);
+    const pid1 = exec(['busybox', 'cat', '/proc/1/cmdline']).replaceAll('\0', ' ');
+    assert.match(pid1, /^\/usr\/bin\/tini -- nereid serve/);
     // Every runtime dependency loads, including the cloud SDKs the examples do not touch.
     const deps = Object.keys(PKG.dependencies);
-    const loaded = exec(['node', '-e', `Promise.all(${JSON.stringify(deps)}.map((d) => import(d))).then((m) => console.log(m.length))`]);
+    const script = `Promise.all(${JSON.stringify(deps)}.map((d) => import(d))).then((m) => console.log(m.length))`;
+    const loaded = exec(['node', '-e', script]);
     assert.equal(loaded, String(deps.length));
     assert.equal(exec(['python3', '-c', 'import numpy; print(numpy.float32(1.5) * 2)']), '3.0');
   });
@@ -180,7 +204,8 @@ describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, (
     const marks = mkdtempSync(path.join(tmpdir(), 'nereid-marks-'));
     chmodSync(marks, 0o777);
     t.after(() => rmSync(marks, { recursive: true, force: true }));
-    const c = await runImage(TAG, 'nereid-test-drain', ['-v', `${repo.dir}:/models:ro`, '-v', `${marks}:/marks`], ['--model-repository=/models']);
+    const mounts = ['-v', `${repo.dir}:/models:ro`, '-v', `${marks}:/marks`];
+    const c = await runImage(TAG, 'nereid-test-drain', mounts, ['--model-repository=/models']);
     t.after(() => c.stop());
     const inFlight = fetch(`${c.base}/v2/models/slow/infer`, {
       method: 'POST',

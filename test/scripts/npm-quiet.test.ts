@@ -29,16 +29,18 @@ test("install scripts are decided, not left to npm's warning: onnxruntime-node's
   assert.equal(pkg.allowScripts?.['onnxruntime-node'], false, "npm 11's allowScripts records the denial");
 });
 
-test('the README commands run under a supported Node: the test command runs the suite once, and a smoke subset on Node 22', () => {
-  assert.equal((pkg as { engines?: unknown }).engines, undefined, 'npm would warn about the root package on an older node');
+test('the README commands run under a supported Node: the suite runs once, and a smoke subset on Node 22', () => {
+  const engines = (pkg as { engines?: unknown }).engines;
+  assert.equal(engines, undefined, 'npm would warn about the root package on an older node');
   assert.match(pkg.scripts['test']!, /node scripts\/run-tests\.mjs( |$)/);
   assert.match(pkg.scripts['test']!, /node scripts\/with-node\.mjs --node=22 scripts\/run-tests\.mjs /);
   assert.match(pkg.scripts['start']!, /node scripts\/with-node\.mjs dist\/src\/cli\/main\.js serve$/);
   const [major = 0, minor = 0] = process.versions.node.split('.').map(Number);
-  assert.ok(major >= 24 || (major === 22 && minor >= 15), `the tests run on Node ${process.versions.node}, which is not supported`);
+  const supported = major >= 24 || (major === 22 && minor >= 15);
+  assert.ok(supported, `the tests run on Node ${process.versions.node}, which is not supported`);
 });
 
-/** Runs `node ARGS` with process.versions.node reported as 20.20.2: an end-of-life Node, as a fresh machine may have. */
+/** Runs `node ARGS` with process.versions.node reported as 20.20.2: an end-of-life Node, as a fresh machine has. */
 function asNode20(args: string[]): ReturnType<typeof spawnSync> {
   const fake = "Object.defineProperty(process, 'versions', { value: { ...process.versions, node: '20.20.2' } });";
   return spawnSync(process.execPath, ['--import', `data:text/javascript,${encodeURIComponent(fake)}`, ...args], {
@@ -57,6 +59,7 @@ test('on an unsupported Node the CLI fails at once and says what to install', ()
 test('on an unsupported Node the project\'s launcher runs the command under the pinned Node 24 instead', () => {
   const r = asNode20([path.join(ROOT, 'scripts', 'with-node.mjs'), '-p', 'process.version']);
   assert.equal(r.status, 0, String(r.stderr));
-  assert.match(String(r.stderr), /Node\.js v\S+ is not supported \(Node\.js 24, or 22\.15 or later\); running under Node 24\./);
+  const said = /Node\.js v\S+ is not supported \(Node\.js 24, or 22\.15 or later\); running under Node 24\./;
+  assert.match(String(r.stderr), said);
   assert.match(String(r.stdout).trim(), /^v24\./);
 });
