@@ -97,6 +97,15 @@ export function planAllocator(
   return { kind: 'reexec', env: out, execArgv: v8 ? [NEREID_V8_FLAG, ...execArgv] : [...execArgv] };
 }
 
+/**
+ * A start-up line about memory sizing. `verbose`: a note for whoever reads the verbose log (the setting is in
+ * effect, nothing to do); otherwise an operator can act on it (an info line).
+ */
+export interface StartupNote {
+  readonly text: string;
+  readonly verbose: boolean;
+}
+
 /** One line for the start-up log: the young generation's sizing this process runs with, and why. */
 export function describeYoungGeneration(
   env: NodeJS.ProcessEnv,
@@ -132,6 +141,29 @@ export function describeAllocator(env: NodeJS.ProcessEnv, facts: () => Allocator
   );
 }
 
+/**
+ * The start-up notes on malloc and the young generation. Only a setting Nereid wanted but could not make (this Node
+ * cannot re-execute itself) is for the operator; the rest says what is in effect, at verbose.
+ */
+export function allocatorNotes(
+  env: NodeJS.ProcessEnv,
+  execArgv: readonly string[],
+  facts: () => AllocatorFacts,
+): StartupNote[] {
+  const mallocLeftToOperator =
+    env[MARK_VAR] === undefined &&
+    userSetting(env) === undefined &&
+    facts().platform === 'linux' &&
+    facts().glibc !== undefined &&
+    !optedOut(env);
+  const youngLeftToOperator =
+    env[V8_MARK_VAR] === undefined && userYoungGeneration(env, execArgv) === undefined && !facts().canReexec;
+  return [
+    { text: describeAllocator(env, facts), verbose: !mallocLeftToOperator },
+    { text: describeYoungGeneration(env, execArgv, facts().canReexec), verbose: !youngLeftToOperator },
+  ];
+}
+
 /** The facts of this process (glibc is read from the diagnostic report's header, about 2 ms). */
 export function processFacts(): AllocatorFacts {
   let glibc: string | undefined;
@@ -160,7 +192,7 @@ export function processFacts(): AllocatorFacts {
  * the lines to log, and takes the variables nereid set out of the environment its
  * children inherit (a Python stub gets the user's environment, not nereid's tuning).
  */
-export function applyAllocatorTuning(): string[] {
+export function applyAllocatorTuning(): StartupNote[] {
   let cached: AllocatorFacts | undefined;
   const facts = (): AllocatorFacts => (cached ??= processFacts());
   const plan = planAllocator(process.env, facts, process.execArgv);
@@ -168,10 +200,7 @@ export function applyAllocatorTuning(): string[] {
     const execve = (process as { execve?: Execve }).execve!;
     execve(process.execPath, [process.execPath, ...plan.execArgv, ...process.argv.slice(1)], plan.env);
   }
-  const lines = [
-    describeAllocator(process.env, facts),
-    describeYoungGeneration(process.env, process.execArgv, facts().canReexec),
-  ];
+  const lines = allocatorNotes(process.env, process.execArgv, facts);
   const before = process.env[MARK_VAR];
   if (before !== undefined) {
     delete process.env[MARK_VAR];

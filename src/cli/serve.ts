@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
+import type { StartupNote } from './allocator.js';
 import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../types/api.js';
 import { Errors } from '../errors.js';
@@ -637,7 +638,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
 }
 
 /** `allocator`: the malloc and young-generation settings in effect, logged once at start (see cli/allocator.ts). */
-export async function runServe(argv: readonly string[], allocator: readonly string[] = []): Promise<number> {
+export async function runServe(argv: readonly string[], allocator: readonly StartupNote[] = []): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(SERVE_HELP);
     return 0;
@@ -656,7 +657,10 @@ export async function runServe(argv: readonly string[], allocator: readonly stri
     format: cfg.log.format,
     destination: cfg.log.file ?? 2,
   });
-  for (const line of allocator) logger.info(line);
+  for (const note of allocator) {
+    if (note.verbose) logger.debug(note.text);
+    else logger.info(note.text);
+  }
   let running: RunningServer;
   try {
     running = await startServing(cfg, logger);

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import {
   type AllocatorFacts,
   NEREID_TUNABLES,
+  allocatorNotes,
   NEREID_V8_FLAG,
   describeAllocator,
   describeYoungGeneration,
@@ -167,6 +168,7 @@ function startEnvironment(pid: number): Map<string, string> {
 async function served(
   env: NodeJS.ProcessEnv,
   t: { after(fn: () => Promise<void> | void): void },
+  logArgs: readonly string[] = ['--log-verbose=1'],
 ): Promise<{ log: string; environ: Map<string, string>; cmdline: string[] }> {
   const repo = new TempRepository().addSub('simple');
   t.after(() => repo.cleanup());
@@ -177,7 +179,10 @@ async function served(
     NODE_OPTIONS: undefined,
   };
   for (const k of Object.keys(process.env)) if (k.startsWith('MALLOC_')) clean[k] = undefined;
-  const s = startServe([`--model-repository=${repo.dir}`, ...LOOPBACK_PORTS], { env: { ...clean, ...env } });
+  // The notes on settings in effect are verbose lines: the log shows them unless a test says otherwise.
+  const s = startServe([`--model-repository=${repo.dir}`, ...LOOPBACK_PORTS, ...logArgs], {
+    env: { ...clean, NEREID_LOG_LEVEL: '', ...env },
+  });
   t.after(() => s.stop());
   const ports = await s.ports;
   assert.equal((await fetch(`http://127.0.0.1:${ports.http}/v2/health/ready`)).status, 200);
@@ -262,5 +267,31 @@ test(
       false,
       cmdline.join(' '),
     );
+  },
+);
+
+test('the memory notes are verbose when the setting is in effect, info when the operator can act', () => {
+  const notes = (env: NodeJS.ProcessEnv, f: Partial<AllocatorFacts> = {}, execArgv: string[] = []) =>
+    allocatorNotes(env, execArgv, facts(f)).map((n) => n.verbose);
+  // Set by nereid at start (the re-executed process): both in effect.
+  assert.deepEqual(notes({ NEREID_MALLOC_TUNED: '', NEREID_SEMI_SPACE_CAPPED: '1' }), [true, true]);
+  // The user's own settings, glibc's defaults asked for, or no glibc: nothing to do.
+  assert.deepEqual(notes({ MALLOC_ARENA_MAX: '2' }, {}, OWN_SEMI), [true, true]);
+  assert.deepEqual(notes({ NEREID_MALLOC_TUNING: 'off' }, {}, OWN_SEMI), [true, true]);
+  assert.deepEqual(notes({}, { glibc: undefined }, OWN_SEMI), [true, true]);
+  // A Node that cannot re-execute itself: the operator can set what nereid could not.
+  assert.deepEqual(notes({}, { canReexec: false }), [false, false]);
+});
+
+test(
+  'at the info level, serve says nothing about memory settings that are in effect as asked',
+  { skip: process.platform !== 'linux' && 'reads /proc' },
+  async (t) => {
+    const own = { MALLOC_MMAP_THRESHOLD_: '65536', NODE_OPTIONS: '--max-semi-space-size=0' };
+    const info = await served(own, t, []);
+    assert.equal(/malloc|young generation/.test(info.log), false, info.log);
+    const verbose = await served(own, t);
+    assert.match(verbose.log, /malloc: as the environment sets it/);
+    assert.match(verbose.log, /V8 young generation: as the options set it/);
   },
 );

@@ -222,8 +222,9 @@ function inlinePolicy(
   const policy = new InlinePolicy(
     mode,
     () => new InlineSession(info.path, options),
+    // An internal decision, logged at verbose: nothing for an operator to act on.
     (session, predictedNs, boundNs, isWide) =>
-      log.info(
+      log.debug(
         { model: ctx.modelName },
         isWide
           ? `model '${ctx.modelName}': while requests come one at a time, runs of about ` +
