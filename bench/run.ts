@@ -25,7 +25,8 @@
  * another build),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
- * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated).
+ * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
+ * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -280,3 +281,4 @@ if (want('medium')) runScript('medium.js');
 if (want('malloc')) runScript('malloc.js');
 if (want('auth')) runScript('auth.js');
 if (want('openai')) runScript('openai.js');
+if (want('client')) runScript('client.js');

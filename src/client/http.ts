@@ -227,50 +227,44 @@ export class HttpTransport implements Transport {
   /** The request body: a JSON header and, in binary format, each input's bytes after it. */
   private encodeInfer(r: WireRequest): { body: Buffer; headerLength: number | undefined } {
     const binary = this.binary;
-    let parameters: Parameters | undefined = r.parameters;
-    if (binary && r.outputs === undefined) parameters = { ...(parameters ?? {}), binary_data_output: true };
+    // Written as text directly: this runs once per request, and JSON.stringify with a replacer costs more.
     let text = '{';
     if (r.id !== '') text += `"id":${JSON.stringify(r.id)},`;
-    if (parameters !== undefined)
-      text += `"parameters":${hasBigint(parameters) ? jsonText(parameters) : JSON.stringify(parameters)},`;
+    const unnamedOutputs = binary && r.outputs === undefined ? '"binary_data_output":true' : '';
+    const requestParameters = parametersText(r.parameters, unnamedOutputs);
+    if (requestParameters !== '') text += `${requestParameters.slice(1)},`;
     text += '"inputs":[';
     const chunks: Uint8Array[] = [];
     for (let i = 0; i < r.inputs.length; i++) {
       const t = r.inputs[i]!;
-      const p: Json = t.parameters === undefined ? {} : { ...t.parameters };
+      let extra: string;
       let data: string | undefined;
       if (t.sharedMemory !== undefined) {
-        p['shared_memory_region'] = t.sharedMemory.region;
-        p['shared_memory_byte_size'] = t.sharedMemory.byteSize;
-        if (t.sharedMemory.offset) p['shared_memory_offset'] = t.sharedMemory.offset;
+        extra = sharedMemoryText(t.sharedMemory);
       } else if (binary || t.datatype === 'FP16' || t.datatype === 'BF16') {
         // JSON cannot carry half-precision values: they travel binary in either format.
-        p['binary_data_size'] = t.bytes!.byteLength;
+        extra = `"binary_data_size":${t.bytes!.byteLength}`;
         chunks.push(t.bytes!);
       } else {
+        extra = '';
         data = jsonData(t.name, t.datatype, t.shape, t.bytes!);
       }
       if (i > 0) text += ',';
-      text += `{"name":${JSON.stringify(t.name)},"shape":${JSON.stringify(t.shape)},"datatype":"${t.datatype}"`;
-      if (Object.keys(p).length > 0) text += `,"parameters":${jsonText(p)}`;
+      text += `{"name":${JSON.stringify(t.name)},"shape":[${t.shape.join(',')}],"datatype":"${t.datatype}"`;
+      text += parametersText(t.parameters, extra);
       if (data !== undefined) text += `,"data":${data}`;
       text += '}';
     }
     text += ']';
     if (r.outputs !== undefined) {
-      const outputs = r.outputs.map((o) => {
-        const p: Json = o.parameters === undefined ? {} : { ...o.parameters };
-        if (o.sharedMemory !== undefined) {
-          p['shared_memory_region'] = o.sharedMemory.region;
-          p['shared_memory_byte_size'] = o.sharedMemory.byteSize;
-          if (o.sharedMemory.offset) p['shared_memory_offset'] = o.sharedMemory.offset;
-        } else {
-          p['binary_data'] = binary;
-        }
-        if (o.classification !== undefined) p['classification'] = o.classification;
-        return { name: o.name, parameters: p };
-      });
-      text += `,"outputs":${jsonText(outputs)}`;
+      text += ',"outputs":[';
+      for (let i = 0; i < r.outputs.length; i++) {
+        const o = r.outputs[i]!;
+        let extra = o.sharedMemory !== undefined ? sharedMemoryText(o.sharedMemory) : `"binary_data":${binary}`;
+        if (o.classification !== undefined) extra += `,"classification":${o.classification}`;
+        text += `${i > 0 ? ',' : ''}{"name":${JSON.stringify(o.name)}${parametersText(o.parameters, extra)}}`;
+      }
+      text += ']';
     }
     text += '}';
     const json = Buffer.from(text, 'utf8');
@@ -456,6 +450,21 @@ export class HttpTransport implements Transport {
   }
 }
 
+/**
+ * `,"parameters":{...}` with the caller's parameters and `extra` (formatted `"key":value` pairs),
+ * or '' when both are empty.
+ */
+function parametersText(p: Parameters | undefined, extra: string): string {
+  const user = p === undefined ? '{}' : hasBigint(p) ? jsonText(p) : JSON.stringify(p);
+  if (user.length === 2) return extra === '' ? '' : `,"parameters":{${extra}}`;
+  return `,"parameters":${extra === '' ? user : `${user.slice(0, -1)},${extra}}`}`;
+}
+
+function sharedMemoryText(ref: SharedMemoryRef): string {
+  const offset = ref.offset ? `,"shared_memory_offset":${ref.offset}` : '';
+  return `"shared_memory_region":${JSON.stringify(ref.region)},"shared_memory_byte_size":${ref.byteSize}${offset}`;
+}
+
 function parseJson(what: string, body: Buffer): unknown {
   try {
     return JSON.parse(body.toString('utf8'));
@@ -516,19 +525,14 @@ function readModelMetadata(model: string, doc: unknown): ModelMetadata {
 
 function readParameters(v: unknown): Parameters | undefined {
   if (!isObject(v)) return undefined;
-  const out: Parameters = {};
-  let any = false;
-  for (const [k, x] of Object.entries(v)) {
+  let out: Parameters | undefined;
+  for (const k in v) {
     if (k === 'binary_data_size') continue;
-    if (typeof x === 'string' || typeof x === 'number' || typeof x === 'boolean') {
-      out[k] = x;
-      any = true;
-    } else if (typeof x === 'bigint') {
-      out[k] = exactInteger(x);
-      any = true;
-    }
+    const x = v[k];
+    if (typeof x === 'string' || typeof x === 'number' || typeof x === 'boolean') (out ??= {})[k] = x;
+    else if (typeof x === 'bigint') (out ??= {})[k] = exactInteger(x);
   }
-  return any ? out : undefined;
+  return out;
 }
 
 /** Reads an infer answer: the JSON header, then each binary output's bytes in order. */
@@ -595,29 +599,26 @@ function readInferReply(
     } else {
       throw new ProtocolError(`${what}: output '${name}' has neither data nor binary_data_size`);
     }
-    const parameters = readParameters(p);
-    outputs[i] = {
-      name,
-      datatype,
-      shape,
-      data,
-      ...(parameters ? { parameters } : {}),
-      ...(sharedMemory ? { sharedMemory } : {}),
-    };
+    const output: { -readonly [K in keyof InferOutput]: InferOutput[K] } = { name, datatype, shape, data };
+    const parameters = p === undefined ? undefined : readParameters(p);
+    if (parameters !== undefined) output.parameters = parameters;
+    if (sharedMemory !== undefined) output.sharedMemory = sharedMemory;
+    outputs[i] = output;
   }
   if (offset !== binary.byteLength) {
     throw new ProtocolError(
       `${what}: the answer has ${binary.byteLength - offset} bytes after its outputs' binary data`,
     );
   }
-  const parameters = readParameters(doc['parameters']);
-  return {
+  const result: { -readonly [K in keyof InferResult]: InferResult[K] } = {
     model: doc['model_name'],
     version: typeof doc['model_version'] === 'string' ? doc['model_version'] : String(doc['model_version'] ?? ''),
     id: typeof doc['id'] === 'string' ? doc['id'] : '',
     outputs,
-    ...(parameters ? { parameters } : {}),
   };
+  const parameters = doc['parameters'] === undefined ? undefined : readParameters(doc['parameters']);
+  if (parameters !== undefined) result.parameters = parameters;
+  return result;
 }
 
 function jsonOutputData(
