@@ -203,6 +203,18 @@ for (const p of PROTOCOLS) {
       assert.equal((res.outputs[1]!.data as Float32Array).length, 0);
     });
 
+    test('classification: the top K of an output as BYTES "value:index"', async () => {
+      const res = await client.infer({ model: 'simple', inputs: simpleInputs(), outputs: [{ name: 'OUTPUT0', classification: 2 }], bytesAsStrings: true });
+      const sums = [...A].map((a, i) => a + B[i]!);
+      const top = [...sums.keys()].sort((x, y) => sums[y]! - sums[x]!).slice(0, 2);
+      assert.equal(res.outputs[0]!.datatype, 'BYTES');
+      assert.deepEqual(res.outputs[0]!.shape, [1, 2]);
+      assert.deepEqual(
+        (res.outputs[0]!.data as string[]).map((e) => e.split(':').slice(0, 2).map(Number)),
+        top.map((i) => [sums[i], i]),
+      );
+    });
+
     test('request parameters reach the model and the server', async () => {
       const res = await client.infer({
         model: 'simple',

@@ -18,6 +18,7 @@ type Reply = { status: number; headers?: Record<string, string>; body: string | 
 class ScriptedHttpServer {
   readonly server = http.createServer((req, res) => {
     this.requests.push(`${req.method} ${req.url}`);
+    this.headers.push(req.headers);
     req.resume();
     req.on('end', () => {
       const reply = this.script.shift() ?? this.fallback;
@@ -29,6 +30,7 @@ class ScriptedHttpServer {
     });
   });
   requests: string[] = [];
+  headers: http.IncomingHttpHeaders[] = [];
   connections = 0;
   script: Reply[] = [];
   fallback: Reply = { status: 200, body: '{"name":"triton","version":"1","extensions":[]}' };
@@ -42,6 +44,7 @@ class ScriptedHttpServer {
   reset(script: Reply[]): void {
     this.script = script;
     this.requests = [];
+    this.headers = [];
   }
 
   stop(): Promise<void> {
@@ -193,6 +196,21 @@ describe('HTTP answers that do not parse, retries and the pool', () => {
     await Promise.all([plain.close(), retrying.close()]);
   });
 
+  test("the client's headers and a call's own go with the request", async () => {
+    const client = new InferenceClient({ url, headers: { 'x-api-key': 'k1', 'x-team': 'a' } });
+    fake.reset([]);
+    await client.serverMetadata();
+    await client.serverMetadata({ headers: { 'x-team': 'b', 'x-call': '2' } });
+    assert.deepEqual(
+      fake.headers.map((h) => [h['x-api-key'], h['x-team'], h['x-call']]),
+      [
+        ['k1', 'a', undefined],
+        ['k1', 'b', '2'],
+      ],
+    );
+    await client.close();
+  });
+
   test('the pool keeps its connection alive across calls', async () => {
     const client = new InferenceClient({ url });
     fake.reset([]);
@@ -210,6 +228,7 @@ describe('gRPC answers that do not parse and retries', () => {
   let url: string;
   const plan: { metadata: Array<grpc.StatusObject | Buffer>; infer: Buffer[] } = { metadata: [], infer: [] };
   let metadataCalls = 0;
+  let lastMetadata: grpc.Metadata | undefined;
   const identity = (b: Buffer) => b;
   const unary = (path: string) => ({
     path,
@@ -232,8 +251,9 @@ describe('gRPC answers that do not parse and retries', () => {
         ModelInfer: unary('/inference.GRPCInferenceService/ModelInfer'),
       } as grpc.ServiceDefinition,
       {
-        ServerMetadata: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => {
+        ServerMetadata: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
           metadataCalls++;
+          lastMetadata = call.metadata;
           const next = plan.metadata.shift();
           if (next === undefined) cb(null, ok);
           else if (Buffer.isBuffer(next)) cb(null, next);
@@ -279,6 +299,15 @@ describe('gRPC answers that do not parse and retries', () => {
     });
     plan.infer.push(Buffer.from(toBinary(ModelInferResponseSchema, missing)));
     await assert.rejects(client.infer(INFER), /the answer has 2 outputs but 1 raw_output_contents/);
+    await client.close();
+  });
+
+  test("the client's headers and a call's own go as metadata", async () => {
+    const client = new InferenceClient({ url, headers: { 'X-Api-Key': 'k1' } });
+    await client.serverMetadata({ headers: { 'x-call': '2' } });
+    assert.deepEqual([lastMetadata?.get('x-api-key'), lastMetadata?.get('x-call')], [['k1'], ['2']]);
+    await client.serverMetadata();
+    assert.deepEqual([lastMetadata?.get('x-api-key'), lastMetadata?.get('x-call')], [['k1'], []]);
     await client.close();
   });
 
