@@ -204,7 +204,12 @@ for (const p of PROTOCOLS) {
     });
 
     test('classification: the top K of an output as BYTES "value:index"', async () => {
-      const res = await client.infer({ model: 'simple', inputs: simpleInputs(), outputs: [{ name: 'OUTPUT0', classification: 2 }], bytesAsStrings: true });
+      const res = await client.infer({
+        model: 'simple',
+        inputs: simpleInputs(),
+        outputs: [{ name: 'OUTPUT0', classification: 2 }],
+        bytesAsStrings: true,
+      });
       const sums = [...A].map((a, i) => a + B[i]!);
       const top = [...sums.keys()].sort((x, y) => sums[y]! - sums[x]!).slice(0, 2);
       assert.equal(res.outputs[0]!.datatype, 'BYTES');
