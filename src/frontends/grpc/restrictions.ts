@@ -12,6 +12,7 @@ import {
   type ServerInterceptor,
 } from '@grpc/grpc-js';
 import { Errors } from '../../errors.js';
+import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
 /** Triton prefixes the configured key with this to form the metadata key. */
@@ -66,24 +67,22 @@ export interface Restriction {
  * Throws NereidError (config) with Triton's messages.
  */
 export function parseRestrictedProtocols(values: readonly string[]): Map<RestrictedCategory, Restriction> {
+  const groups = parseRestrictionGroups<RestrictedCategory>(values, CATEGORIES, {
+    formatError: (arg) =>
+      `--grpc-restricted-protocol option format is '<protocol_1>,<protocol_2>,...:<key>=<value>'. Got ${arg}`,
+    noun: 'protocol',
+    valueRequired: false,
+  });
   const out = new Map<RestrictedCategory, Restriction>();
-  for (const arg of values) {
-    const colon = arg.indexOf(':');
-    const eq = arg.indexOf('=', colon + 1);
-    if (colon <= 0 || eq < 0 || eq === colon + 1) {
-      throw Errors.config(
-        `--grpc-restricted-protocol option format is '<protocol_1>,<protocol_2>,...:<key>=<value>'. Got ${arg}`,
-      );
+  // One object per group of the command line, as the groups share it.
+  const made = new Map<object, Restriction>();
+  for (const [category, r] of groups) {
+    let restriction = made.get(r);
+    if (restriction === undefined) {
+      restriction = { header: RESTRICTED_HEADER_PREFIX + r.key, value: r.value };
+      made.set(r, restriction);
     }
-    const restriction = { header: RESTRICTED_HEADER_PREFIX + arg.slice(colon + 1, eq), value: arg.slice(eq + 1) };
-    for (const feature of arg.slice(0, colon).split(',')) {
-      if (!CATEGORIES.has(feature)) throw Errors.config(`unknown restricted protocol '${feature}'`);
-      const category = feature as RestrictedCategory;
-      if (out.has(category)) {
-        throw Errors.config(`restricted protocol '${feature}' can not be specified in multiple config groups`);
-      }
-      out.set(category, restriction);
-    }
+    out.set(category, restriction);
   }
   return out;
 }

@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { Errors } from '../../errors.js';
+import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
 export type HttpApiCategory =
@@ -43,23 +44,14 @@ export interface Restriction {
  * Throws NereidError (config) with Triton's messages.
  */
 export function parseRestrictedApis(values: readonly string[]): Map<HttpApiCategory, Restriction> {
+  const groups = parseRestrictionGroups<HttpApiCategory>(values, CATEGORIES, {
+    formatError: (arg) => `--http-restricted-api option format is '<config name>:<setting>=<value>'. Got ${arg}`,
+    noun: 'api',
+    valueRequired: true,
+  });
   const out = new Map<HttpApiCategory, Restriction>();
-  for (const arg of values) {
-    const colon = arg.indexOf(':');
-    const eq = colon < 0 ? -1 : arg.indexOf('=', colon + 1);
-    const apis = colon < 0 ? '' : arg.slice(0, colon);
-    const header = eq < 0 ? '' : arg.slice(colon + 1, eq);
-    const value = eq < 0 ? '' : arg.slice(eq + 1);
-    if (apis === '' || header === '' || value === '') {
-      throw Errors.config(`--http-restricted-api option format is '<config name>:<setting>=<value>'. Got ${arg}`);
-    }
-    for (const api of apis.split(',')) {
-      if (!CATEGORIES.has(api)) throw Errors.config(`unknown restricted api '${api}'`);
-      const category = api as HttpApiCategory;
-      if (out.has(category))
-        throw Errors.config(`restricted api '${api}' can not be specified in multiple config groups`);
-      out.set(category, { header, headerKey: header.toLowerCase(), value });
-    }
+  for (const [category, { key, value }] of groups) {
+    out.set(category, { header: key, headerKey: key.toLowerCase(), value });
   }
   return out;
 }
