@@ -125,6 +125,7 @@ export interface AccessControlOptions {
 export class AccessControl {
   private table: KeyTable;
   private readonly limiter: FailureLimiter;
+  private readonly logger: Logger | undefined;
   /** Failed checks since start, by reason (`nereid_auth_failures_total{reason}`). */
   readonly failures: Record<AuthFailureReason, number> = {
     missing: 0,
@@ -137,6 +138,7 @@ export class AccessControl {
   constructor(table: KeyTable, options: AccessControlOptions = {}) {
     this.table = table;
     this.limiter = new FailureLimiter(options.failureLimit ?? DEFAULT_FAILURE_LIMIT, options.now);
+    this.logger = options.logger;
   }
 
   /** Reads and parses the keys file at start-up; a problem is a configuration error naming file, line and field. */
@@ -214,7 +216,12 @@ export class AccessControl {
       return rateLimited(wait);
     }
     this.failures[failure.reason]++;
-    this.limiter.record(addr);
+    if (this.limiter.record(addr)) {
+      this.logger?.warn(
+        { address: addr, limit: this.limiter.limit, last: failure.reason },
+        'too many failed key checks from one address: its requests get 429 for up to a minute',
+      );
+    }
     return failure;
   }
 }

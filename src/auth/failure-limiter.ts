@@ -29,9 +29,9 @@ export class FailureLimiter {
     return wait <= 0 ? 0 : Math.ceil(wait / 1000);
   }
 
-  /** Counts a failed check from `address`. */
-  record(address: string): void {
-    if (this.limit <= 0) return;
+  /** Counts a failed check from `address`; true when this failure makes it reach the limit. */
+  record(address: string): boolean {
+    if (this.limit <= 0) return false;
     let times = this.failures.get(address);
     if (times === undefined) {
       if (this.failures.size >= MAX_ADDRESSES) this.evict();
@@ -40,6 +40,7 @@ export class FailureLimiter {
     }
     times.push(this.now());
     if (times.length > this.limit) times.shift();
+    return times.length === this.limit && this.retryAfterSecs(address) > 0;
   }
 
   /** Addresses remembered (for tests and the bound). */

@@ -1,4 +1,5 @@
 import { test } from 'node:test';
+import { pino } from 'pino';
 import assert from 'node:assert/strict';
 import {
   AccessControl,
@@ -66,7 +67,9 @@ test('401 without a key or with an unknown one, 403 for a key without the scope,
 
 test('after N failures a minute an address gets 429 with the seconds to wait, other addresses do not', () => {
   let now = 1_000_000;
-  const access = new AccessControl(table(), { failureLimit: 3, now: () => now });
+  const warnings: Array<Record<string, unknown>> = [];
+  const logger = pino({ level: 'warn' }, { write: (line: string) => warnings.push(JSON.parse(line) as Record<string, unknown>) });
+  const access = new AccessControl(table(), { failureLimit: 3, now: () => now, logger });
   for (let i = 0; i < 3; i++)
     assert.equal(access.check(bearer(`guess${i}`), '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
   now += 20_000;
@@ -82,6 +85,10 @@ test('after N failures a minute an address gets 429 with the seconds to wait, ot
   assert.equal(access.check(bearer(FRAUD), '10.0.0.1', 'inference', 'fraud_a'), undefined);
   assert.equal(access.failures.rate_limited, 2);
   assert.equal(access.failures.unknown, 3);
+  // Logged once, when the address reached the limit, with the address and never a secret.
+  assert.equal(warnings.length, 1);
+  assert.equal(warnings[0]!.address, '10.0.0.1');
+  assert.ok(!JSON.stringify(warnings).includes('guess'));
 });
 
 test('a table swapped in applies to checks from then on', () => {
