@@ -68,7 +68,8 @@ test('401 without a key or with an unknown one, 403 for a key without the scope,
 test('after N failures a minute an address gets 429 with the seconds to wait, other addresses do not', () => {
   let now = 1_000_000;
   const warnings: Array<Record<string, unknown>> = [];
-  const logger = pino({ level: 'warn' }, { write: (line: string) => warnings.push(JSON.parse(line) as Record<string, unknown>) });
+  const write = (line: string): number => warnings.push(JSON.parse(line) as Record<string, unknown>);
+  const logger = pino({ level: 'warn' }, { write });
   const access = new AccessControl(table(), { failureLimit: 3, now: () => now, logger });
   for (let i = 0; i < 3; i++)
     assert.equal(access.check(bearer(`guess${i}`), '10.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
