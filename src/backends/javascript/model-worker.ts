@@ -14,6 +14,7 @@ import type { Tensor } from '../../tensor/tensor.js';
 import type { CancellationSignal } from '../../types/cancellation.js';
 import type { RequestTrace } from '../../types/api.js';
 import { datatypeInfo } from '../../tensor/datatype.js';
+import { type StartWaiter, waitForStart } from '../start-timeout.js';
 import { describeError } from './describe.js';
 import {
   type ExecuteDoneMessage,
@@ -182,7 +183,7 @@ export class ModelWorker implements SupervisedWorker {
   private endReason: string | undefined;
   private readonly exited: Promise<void>;
   private onClosed: (() => void) | undefined;
-  private starting: { resolve: () => void; reject: (e: Error) => void } | undefined;
+  private starting: StartWaiter | undefined;
 
   private constructor(private readonly opts: ModelWorkerOptions) {
     // The model's console output goes to the server's log, line by line.
@@ -206,27 +207,18 @@ export class ModelWorker implements SupervisedWorker {
   /** Starts the thread and waits until the model is imported and initialized. */
   static async start(opts: ModelWorkerOptions): Promise<ModelWorker> {
     const w = new ModelWorker(opts);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new Error(
-            `initialize() did not finish within ${opts.initializeTimeoutMs} ms (model parameter initialize_timeout_ms)`,
-          ),
-        );
+    await waitForStart(
+      opts.initializeTimeoutMs,
+      () =>
+        new Error(
+          `initialize() did not finish within ${opts.initializeTimeoutMs} ms (model parameter initialize_timeout_ms)`,
+        ),
+      () => {
         w.endReason = 'initialize() timed out';
         void w.worker.terminate();
-      }, opts.initializeTimeoutMs);
-      w.starting = {
-        resolve: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        reject: (e) => {
-          clearTimeout(timer);
-          reject(e);
-        },
-      };
-    });
+      },
+      (waiter) => (w.starting = waiter),
+    );
     // Idle workers do not keep the process alive; an execution in flight does.
     w.worker.unref();
     return w;

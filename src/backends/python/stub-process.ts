@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Socket } from 'node:net';
 import type { Logger } from 'pino';
+import { type StartWaiter, waitForStart } from '../start-timeout.js';
 import { FrameDecoder, writeFrame, type Frame, type FrameHeader } from './frame.js';
 
 export interface StubOptions {
@@ -70,7 +71,7 @@ export class StubProcess {
   private closing = false;
   private readonly stderrTail: string[] = [];
   private readonly exitPromise: Promise<ExitInfo>;
-  private helloWaiter: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  private helloWaiter: StartWaiter | null = null;
 
   private constructor(private readonly opts: StubOptions) {
     this.child = spawn(opts.executable, [opts.script, ...opts.args], {
@@ -126,22 +127,12 @@ export class StubProcess {
   /** Spawns the worker and waits until it reports that it is ready for commands. */
   static async start(opts: StubOptions): Promise<StubProcess> {
     const p = new StubProcess(opts);
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new Error(`${opts.label}: the Python process did not start within ${opts.startTimeoutMs} ms`));
-        p.kill();
-      }, opts.startTimeoutMs);
-      p.helloWaiter = {
-        resolve: () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        reject: (e) => {
-          clearTimeout(timer);
-          reject(e);
-        },
-      };
-    });
+    await waitForStart(
+      opts.startTimeoutMs,
+      () => new Error(`${opts.label}: the Python process did not start within ${opts.startTimeoutMs} ms`),
+      () => p.kill(),
+      (waiter) => (p.helloWaiter = waiter),
+    );
     return p;
   }
 
