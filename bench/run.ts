@@ -23,6 +23,7 @@
  * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
  * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and
  * another build),
+ * trace (request tracing off, rate=1000 and rate=1 to a file, rate=1 over OTLP),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
@@ -282,3 +283,4 @@ if (want('malloc')) runScript('malloc.js');
 if (want('auth')) runScript('auth.js');
 if (want('openai')) runScript('openai.js');
 if (want('client')) runScript('client.js');
+if (want('trace')) runScript('trace.js');
