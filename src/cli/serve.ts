@@ -108,6 +108,9 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'trace-rate': S,
   'trace-count': S,
   'trace-log-frequency': S,
+  // Beyond tritonserver: one log line per request (every N-th), see docs/tracing.md.
+  'log-requests': B,
+  'log-requests-rate': I,
 };
 
 /**
@@ -269,6 +272,12 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
     logFrequency: f.string('trace-log-frequency'),
   });
   warnings.push(...trace.warnings);
+  const logRequestsRate = f.int('log-requests-rate', 1);
+  if (logRequestsRate < 1) throw Errors.config(`--log-requests-rate must be 1 or more (every N-th request is logged), got ${logRequestsRate}`);
+  if (f.has('log-requests-rate') && !f.bool('log-requests', false)) {
+    throw Errors.config('--log-requests-rate needs --log-requests=true');
+  }
+  trace.options.requestLogRate = f.bool('log-requests', false) ? logRequestsRate : 0;
   const logLevel =
     verbose > 0 ? 'debug' : switches.info ? 'info' : switches.warning ? 'warn' : switches.error ? 'error' : 'silent';
   const cfg: ServeConfig = {

@@ -225,6 +225,11 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     return contextJson(c.traceId, c.spanId, c.traceFlags, c.traceState?.serialize());
   }
 
+  /** The W3C trace id of the group's spans. */
+  traceIdOf(group: TraceGroup): string | undefined {
+    return (group.root as Span | undefined)?.spanContext().traceId;
+  }
+
   ended(group: TraceGroup): void {
     const now = wallTime(process.hrtime.bigint());
     for (const trace of group.traces) {

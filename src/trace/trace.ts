@@ -8,6 +8,7 @@ import type { RequestTrace, TraceStampName, TraceTensorActivity } from '../types
 import type { Tensor } from '../tensor/tensor.js';
 import { tensorEntryJson } from './triton-format.js';
 import type { ActiveSetting } from './settings.js';
+import type { RequestLogEntry } from './request-log.js';
 
 import { LEVEL_TENSORS, LEVEL_TIMESTAMPS } from './settings.js';
 
@@ -37,6 +38,8 @@ export class TraceGroup {
   readonly traces: Trace[] = [];
   /** Slot for the recorder (the OpenTelemetry root span). */
   root: unknown = undefined;
+  /** Set when the request log takes this request: the frontend fills it in. */
+  log: RequestLogEntry | undefined = undefined;
   private open = 0;
 
   constructor(

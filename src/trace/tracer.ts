@@ -6,6 +6,7 @@
 import type { Logger } from 'pino';
 import { OtelExporter, type OtelOptions } from './otel.js';
 import { TritonFileSink } from './file-sink.js';
+<<<<<<< HEAD
 import {
   LEVEL_OFF,
   LEVEL_TENSORS,
@@ -14,6 +15,10 @@ import {
   TraceSettings,
   type TraceValues,
 } from './settings.js';
+=======
+import { RequestLog, RequestLogEntry } from './request-log.js';
+import { LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS, type ModeOptions, type TraceMode, TraceSettings, type TraceValues } from './settings.js';
+>>>>>>> 2cfacf3 (trace: the request log (--log-requests, --log-requests-rate))
 import { Trace, TraceGroup, type TraceGroupSink } from './trace.js';
 import { parseTraceparent } from './traceparent.js';
 
@@ -25,6 +30,8 @@ export interface TracerOptions extends Partial<TraceValues> {
   otel?: OtelOptions;
   /** The settings beside Triton's four that trace/setting replies show. */
   modeOptions?: ModeOptions;
+  /** --log-requests: every `requestLogRate`-th request gets a log line (0 or undefined: off). */
+  requestLogRate?: number;
   logger?: Logger;
 }
 
@@ -38,6 +45,10 @@ export class Tracer {
   private readonly sink: TraceGroupSink;
   /** Requests whose traceparent was malformed (ignored, as the W3C spec says). */
   invalidContexts = 0;
+  private readonly requestLog: RequestLog | undefined;
+  /** Groups the request log takes: traced ones go on to the sink, log-only ones nowhere else. */
+  private readonly loggedTraced: TraceGroupSink;
+  private readonly loggedOnly: TraceGroupSink;
 
   constructor(options: TracerOptions = {}) {
     this.mode = options.mode ?? 'triton';
@@ -58,11 +69,24 @@ export class Tracer {
     if (this.mode === 'opentelemetry' && options.otel !== undefined)
       this.otel = new OtelExporter(options.otel, options.logger);
     this.sink = this.file ?? this.otel ?? DISCARD;
+    const rate = options.requestLogRate ?? 0;
+    this.requestLog = rate > 0 && options.logger !== undefined ? new RequestLog(options.logger, rate) : undefined;
+    this.loggedTraced = { finished: (group) => this.logged(group, this.sink, true) };
+    this.loggedOnly = { finished: (group) => this.logged(group, DISCARD, false) };
   }
 
-  /** Whether any setting may trace: frontends look at this before anything else. */
+  private logged(group: TraceGroup, next: TraceGroupSink, traced: boolean): void {
+    next.finished(group);
+    const root = group.traces[0];
+    if (root === undefined || group.log === undefined) return;
+    let traceId: string | number | undefined;
+    if (traced) traceId = this.otel !== undefined ? this.otel.traceIdOf(group) : root.id;
+    this.requestLog!.write(root, group.log, traceId);
+  }
+
+  /** Whether any setting may trace (or the request log is on): frontends look at this before anything else. */
   get enabled(): boolean {
-    return this.settings.enabled;
+    return this.settings.enabled || this.requestLog !== undefined;
   }
 
   /** Spans dropped by the OpenTelemetry exporter (none in Triton mode). */
@@ -83,10 +107,22 @@ export class Tracer {
       if (parsed === 'invalid') this.invalidContexts += 1;
       else remote = parsed;
     }
-    if (!setting.sample(remote !== undefined)) return undefined;
-    const group = new TraceGroup(setting.values.level, this.sink, this.otel, setting);
+    const traced = setting.values.level !== LEVEL_OFF && setting.sample(remote !== undefined);
+    const logged = this.requestLog !== undefined && this.requestLog.pick();
+    if (!traced && !logged) return undefined;
+    if (!logged) {
+      const group = new TraceGroup(setting.values.level, this.sink, this.otel, setting);
+      const trace = new Trace(group, undefined);
+      this.otel?.startRoot(group, remote);
+      return trace;
+    }
+    // A logged request records its timestamps whatever the level, for the log line's timings.
+    const group = traced
+      ? new TraceGroup(setting.values.level | LEVEL_TIMESTAMPS, this.loggedTraced, this.otel, setting)
+      : new TraceGroup(LEVEL_TIMESTAMPS, this.loggedOnly, undefined, undefined);
+    group.log = new RequestLogEntry();
     const trace = new Trace(group, undefined);
-    this.otel?.startRoot(group, remote);
+    if (traced) this.otel?.startRoot(group, remote);
     return trace;
   }
 

@@ -3,7 +3,7 @@
  */
 import { Cancellation } from '../../types/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
-import type { Metadata, sendUnaryData, ServerDuplexStream, ServerUnaryCall } from '@grpc/grpc-js';
+import { type Metadata, type sendUnaryData, type ServerDuplexStream, type ServerUnaryCall, status as grpcStatus } from '@grpc/grpc-js';
 import type { Trace, Tracer } from '../../trace/index.js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { MODEL_REPORTED_CODES, asNereidError, Errors, type NereidError } from '../../errors.js';
@@ -36,15 +36,28 @@ function isDecoupled(server: ServerApi, model: string, version: string): boolean
 }
 
 /** A trace for a request of this call when the tracer samples it (W3C context from the call's metadata). */
-export function sampleCall(tracer: Tracer | undefined, model: string, metadata: Metadata): Trace | undefined {
+export function sampleCall(tracer: Tracer | undefined, model: string, metadata: Metadata, rpc: string, msg?: ModelInferRequest): Trace | undefined {
   if (tracer === undefined || !tracer.enabled) return undefined;
   const parent = metadata.get('traceparent')[0];
   const state = metadata.get('tracestate')[0];
-  return tracer.sample(
-    model,
-    typeof parent === 'string' ? parent : undefined,
-    typeof state === 'string' ? state : undefined,
-  );
+  const trace = tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+  const log = trace?.group.log;
+  if (log !== undefined) {
+    log.protocol = 'grpc';
+    log.method = rpc;
+    log.path = `/inference.GRPCInferenceService/${rpc}`;
+    // The tensor bytes received (the message itself is decoded before the handler sees it).
+    if (msg !== undefined) for (const raw of msg.rawInputContents) log.bytesIn += raw.byteLength;
+  }
+  return trace;
+}
+
+/** A traced gRPC response went out: what the request log says of it. */
+function logSent(trace: Trace, status: string, bytes: number): void {
+  const log = trace.group.log;
+  if (log === undefined) return;
+  log.status = status;
+  log.bytesOut += bytes;
 }
 
 /** Completes one unary call; a class so no closures are made per request. */
@@ -71,15 +84,18 @@ class UnaryInferCall {
     this.callback(null, bytes);
     if (trace !== undefined) {
       trace.stamp('GRPC_SEND_END');
+      logSent(trace, 'OK', bytes.byteLength);
       trace.end();
     }
   }
   failed(err: unknown): void {
     this.finished = true;
     this.trace?.stamp('GRPC_SEND_START');
-    this.callback(toServiceError(err), null);
+    const error = toServiceError(err);
+    this.callback(error, null);
     if (this.trace !== undefined) {
       this.trace.stamp('GRPC_SEND_END');
+      logSent(this.trace, grpcStatusName(error.code), 0);
       this.trace.end();
     }
   }
@@ -111,7 +127,7 @@ export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tra
     }
     const abort = new Cancellation();
     // The message is read when the handler runs: WAITREAD ends once its tensors are taken from it.
-    const trace = sampleCall(tracer, msg.modelName, call.metadata);
+    const trace = sampleCall(tracer, msg.modelName, call.metadata, 'ModelInfer', msg);
     trace?.stamp('GRPC_WAITREAD_START');
     let decoded;
     try {
@@ -267,7 +283,7 @@ class StreamInferSession {
     }
     const slot = new StreamSlot(this, m);
     this.slots.push(slot);
-    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata);
+    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata, 'ModelStreamInfer', m);
     trace?.stamp('GRPC_WAITREAD_START');
     slot.trace = trace;
     let decoded;
@@ -292,7 +308,7 @@ class StreamInferSession {
    */
   private startDecoupled(m: ModelInferRequest): void {
     const cancel = new Cancellation();
-    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata);
+    const trace = sampleCall(this.tracer, m.modelName, this.call.metadata, 'ModelStreamInfer', m);
     trace?.stamp('GRPC_WAITREAD_START');
     let request: InferRequest;
     try {
@@ -339,6 +355,7 @@ class StreamInferSession {
             bytes = errorResponse(m, asNereidError(e), item.final);
           }
           this.call.write(bytes);
+          if (trace !== undefined) logSent(trace, 'OK', bytes.byteLength);
         } else if (emptyFinal) {
           this.call.write(
             encodeInferResponse(
@@ -367,7 +384,10 @@ class StreamInferSession {
       trace?.stamp('GRPC_SEND_START');
       if (slot.error === undefined) {
         this.call.write(slot.bytes!);
-        if (trace !== undefined) sent(trace);
+        if (trace !== undefined) {
+          logSent(trace, 'OK', slot.bytes!.byteLength);
+          sent(trace);
+        }
         continue;
       }
       if (this.strictErrors && AFTER_CORE.has(slot.error.code)) {
@@ -379,13 +399,21 @@ class StreamInferSession {
         return;
       }
       this.call.write(errorResponse(slot.msg, slot.error));
-      if (trace !== undefined) sent(trace);
+      if (trace !== undefined) {
+        logSent(trace, slot.error.code, 0);
+        sent(trace);
+      }
     }
     if (this.inputEnded && slots.length === 0 && this.open.size === 0) {
       this.closed = true;
       this.call.end();
     }
   }
+}
+
+/** A gRPC status code's name (the request log's status for gRPC). */
+function grpcStatusName(code: number | undefined): string {
+  return code === undefined ? 'UNKNOWN' : (grpcStatus[code] ?? String(code));
 }
 
 /** A traced response went out: the trace is complete. */

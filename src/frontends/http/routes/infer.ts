@@ -339,9 +339,23 @@ function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res:
   );
   if (trace === undefined) return undefined;
   trace.stamp('HTTP_RECV_START');
+  const log = trace.group.log;
+  if (log !== undefined) {
+    log.protocol = 'http';
+    log.method = req.method ?? '';
+    log.path = req.url ?? '';
+    log.bytesIn = Number(req.headers['content-length'] ?? 0) || 0;
+  }
+  // The reply's bytes as written to the socket (status line and headers included); the response lets go of it at 'finish'.
+  const socket = log !== undefined ? res.socket : null;
+  const writtenBefore = socket?.bytesWritten ?? 0;
   // 'finish': the reply is handed to the socket; 'close' alone: the client went away first.
   res.once('finish', () => {
     trace.stamp('HTTP_SEND_END');
+    if (log !== undefined) {
+      log.status = res.statusCode;
+      log.bytesOut = (socket?.bytesWritten ?? writtenBefore) - writtenBefore;
+    }
     trace.end();
   });
   res.once('close', () => trace.end());
