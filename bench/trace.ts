@@ -53,27 +53,42 @@ const [tiny] = await buildBenchModels();
 const model = tiny!;
 const dir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-trace-'));
 const receiver = await startReceiver();
+const LEVEL = '--trace-config=level=TIMESTAMPS';
 const variants = [
   { label: 'tracing off', flags: [] as string[] },
-  { label: 'triton, rate=1000, file', flags: [`--trace-config=triton,file=${dir}/r1000.json`, '--trace-config=level=TIMESTAMPS', '--trace-config=rate=1000'] },
+  {
+    label: 'triton, rate=1000, file',
+    flags: [`--trace-config=triton,file=${dir}/r1000.json`, LEVEL, '--trace-config=rate=1000'],
+  },
   {
     label: 'triton, rate=1, file',
-    flags: [`--trace-config=triton,file=${dir}/r1.json`, '--trace-config=triton,log-frequency=1000', '--trace-config=level=TIMESTAMPS', '--trace-config=rate=1'],
+    flags: [
+      `--trace-config=triton,file=${dir}/r1.json`,
+      '--trace-config=triton,log-frequency=1000',
+      LEVEL,
+      '--trace-config=rate=1',
+    ],
   },
   {
     label: 'opentelemetry, rate=1, OTLP',
-    flags: ['--trace-config=mode=opentelemetry', `--trace-config=opentelemetry,url=${receiver.url}`, '--trace-config=level=TIMESTAMPS', '--trace-config=rate=1'],
+    flags: [
+      '--trace-config=mode=opentelemetry',
+      `--trace-config=opentelemetry,url=${receiver.url}`,
+      LEVEL,
+      '--trace-config=rate=1',
+    ],
   },
 ];
 const servers = [];
 for (const v of variants) servers.push(await startNereid(model.repository, ['--allow-metrics=false', ...v.flags]));
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
 const results: WrkResult[][] = variants.map(() => []);
+const url = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model.batchedName}/infer`;
 try {
-  for (const s of servers) await runWrk(`http://127.0.0.1:${s.http}/v2/models/${model.batchedName}/infer`, body, CONNECTIONS, 1); // warm-up
+  for (const s of servers) await runWrk(url(s.http), body, CONNECTIONS, 1); // warm-up
   for (let round = 0; round < ROUNDS; round++) {
     for (let i = 0; i < servers.length; i++) {
-      results[i]!.push(await runWrk(`http://127.0.0.1:${servers[i]!.http}/v2/models/${model.batchedName}/infer`, body, CONNECTIONS, SECONDS));
+      results[i]!.push(await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS));
     }
   }
 } finally {
@@ -84,9 +99,12 @@ const files = readdirSync(dir).length;
 rmSync(dir, { recursive: true, force: true });
 
 process.stdout.write(
-  `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}, ${ROUNDS} rounds × ${SECONDS}s, alternated; medians\n`,
+  `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}, ` +
+    `${ROUNDS} rounds × ${SECONDS}s, alternated; medians\n`,
 );
-process.stdout.write(`${'variant'.padEnd(30)}${'req/s'.padStart(10)}${'× off'.padStart(8)}${'p50 µs'.padStart(9)}${'p99 µs'.padStart(9)}${'errors'.padStart(8)}\n`);
+const widths = [10, 8, 9, 9, 9];
+const header = ['req/s', '× off', 'p50 µs', 'p99 µs', 'errors'].map((h, i) => h.padStart(widths[i]!)).join('');
+process.stdout.write(`${'variant'.padEnd(30)}${header}\n`);
 const offRps = median(results[0]!.map((r) => r.requestsPerSec));
 const goals = [undefined, 0.97, 0.85, 0.8];
 for (let i = 0; i < variants.length; i++) {
@@ -94,10 +112,13 @@ for (let i = 0; i < variants.length; i++) {
   const rps = median(rs.map((r) => r.requestsPerSec));
   const ratio = rps / offRps;
   const goal = goals[i];
+  const p50 = median(rs.map((r) => r.p50us));
+  const p99 = median(rs.map((r) => r.p99us));
+  const errors = rs.reduce((n, r) => n + r.errors + r.non2xx, 0);
+  const verdict = goal === undefined ? '' : `  goal ≥ ${goal}: ${ratio >= goal ? 'met' : 'NOT met'}`;
   process.stdout.write(
-    `${variants[i]!.label.padEnd(30)}${rps.toFixed(0).padStart(10)}${ratio.toFixed(3).padStart(8)}${median(rs.map((r) => r.p50us)).toFixed(0).padStart(9)}` +
-      `${median(rs.map((r) => r.p99us)).toFixed(0).padStart(9)}${String(rs.reduce((n, r) => n + r.errors + r.non2xx, 0)).padStart(8)}` +
-      `${goal === undefined ? '' : `  goal ≥ ${goal}: ${ratio >= goal ? 'met' : 'NOT met'}`}\n`,
+    `${variants[i]!.label.padEnd(30)}${rps.toFixed(0).padStart(10)}${ratio.toFixed(3).padStart(8)}` +
+      `${p50.toFixed(0).padStart(9)}${p99.toFixed(0).padStart(9)}${String(errors).padStart(9)}${verdict}\n`,
   );
 }
 process.stdout.write(`trace files written: ${files}; OTLP bodies received: ${receiver.bodies()}\n`);

@@ -273,7 +273,9 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
   });
   warnings.push(...trace.warnings);
   const logRequestsRate = f.int('log-requests-rate', 1);
-  if (logRequestsRate < 1) throw Errors.config(`--log-requests-rate must be 1 or more (every N-th request is logged), got ${logRequestsRate}`);
+  if (logRequestsRate < 1) {
+    throw Errors.config(`--log-requests-rate must be 1 or more (every N-th request is logged), got ${logRequestsRate}`);
+  }
   if (f.has('log-requests-rate') && !f.bool('log-requests', false)) {
     throw Errors.config('--log-requests-rate needs --log-requests=true');
   }

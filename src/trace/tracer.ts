@@ -6,19 +6,16 @@
 import type { Logger } from 'pino';
 import { OtelExporter, type OtelOptions } from './otel.js';
 import { TritonFileSink } from './file-sink.js';
-<<<<<<< HEAD
+import { RequestLog, RequestLogEntry } from './request-log.js';
 import {
   LEVEL_OFF,
   LEVEL_TENSORS,
+  LEVEL_TIMESTAMPS,
   type ModeOptions,
   type TraceMode,
   TraceSettings,
   type TraceValues,
 } from './settings.js';
-=======
-import { RequestLog, RequestLogEntry } from './request-log.js';
-import { LEVEL_OFF, LEVEL_TENSORS, LEVEL_TIMESTAMPS, type ModeOptions, type TraceMode, TraceSettings, type TraceValues } from './settings.js';
->>>>>>> 2cfacf3 (trace: the request log (--log-requests, --log-requests-rate))
 import { Trace, TraceGroup, type TraceGroupSink } from './trace.js';
 import { parseTraceparent } from './traceparent.js';
 

@@ -3,7 +3,13 @@
  */
 import { Cancellation } from '../../types/cancellation.js';
 import { create, toBinary } from '@bufbuild/protobuf';
-import { type Metadata, type sendUnaryData, type ServerDuplexStream, type ServerUnaryCall, status as grpcStatus } from '@grpc/grpc-js';
+import {
+  type Metadata,
+  type sendUnaryData,
+  type ServerDuplexStream,
+  type ServerUnaryCall,
+  status as grpcStatus,
+} from '@grpc/grpc-js';
 import type { Trace, Tracer } from '../../trace/index.js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { MODEL_REPORTED_CODES, asNereidError, Errors, type NereidError } from '../../errors.js';
@@ -36,11 +42,21 @@ function isDecoupled(server: ServerApi, model: string, version: string): boolean
 }
 
 /** A trace for a request of this call when the tracer samples it (W3C context from the call's metadata). */
-export function sampleCall(tracer: Tracer | undefined, model: string, metadata: Metadata, rpc: string, msg?: ModelInferRequest): Trace | undefined {
+export function sampleCall(
+  tracer: Tracer | undefined,
+  model: string,
+  metadata: Metadata,
+  rpc: string,
+  msg?: ModelInferRequest,
+): Trace | undefined {
   if (tracer === undefined || !tracer.enabled) return undefined;
   const parent = metadata.get('traceparent')[0];
   const state = metadata.get('tracestate')[0];
-  const trace = tracer.sample(model, typeof parent === 'string' ? parent : undefined, typeof state === 'string' ? state : undefined);
+  const trace = tracer.sample(
+    model,
+    typeof parent === 'string' ? parent : undefined,
+    typeof state === 'string' ? state : undefined,
+  );
   const log = trace?.group.log;
   if (log !== undefined) {
     log.protocol = 'grpc';
