@@ -346,7 +346,7 @@ function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res:
     log.path = req.url ?? '';
     log.bytesIn = Number(req.headers['content-length'] ?? 0) || 0;
   }
-  // The reply's bytes as written to the socket (status line and headers included); the response lets go of it at 'finish'.
+  // The reply's bytes as written to the socket (status line and headers included); kept: 'finish' detaches it.
   const socket = log !== undefined ? res.socket : null;
   const writtenBefore = socket?.bytesWritten ?? 0;
   // 'finish': the reply is handed to the socket; 'close' alone: the client went away first.
