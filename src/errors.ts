@@ -41,6 +41,8 @@ const GRPC_STATUS: Record<TritonErrorClass, number> = {
 export class NereidError extends Error {
   readonly code: string;
   readonly errorClass: TritonErrorClass;
+  /** Seconds a client should wait before trying again (HTTP Retry-After, gRPC `retry-after` metadata); unset for most errors. */
+  retryAfterSecs: number | undefined;
   constructor(code: string, errorClass: TritonErrorClass, message: string) {
     super(message);
     this.name = 'NereidError';
@@ -266,6 +268,17 @@ export const Errors = {
     'INVALID_ARG',
     (sample: string, why: string) => `failed to run warmup sample '${sample}': ${why}`,
   ),
+  // Model paging (--model-memory-budget): no room for a load, or a request's wait for its model's load ran out.
+  memoryBudget: make('NRD_MEMORY_BUDGET', 'UNAVAILABLE', (msg: string) => msg),
+  modelLoadWait: (m: string, waitMs: number): NereidError => {
+    const e = new NereidError(
+      'NRD_MODEL_LOAD_WAIT',
+      'UNAVAILABLE',
+      `model '${m}' is loading on demand and was not ready within --model-load-wait-ms (${waitMs} ms); try again shortly`,
+    );
+    e.retryAfterSecs = 1;
+    return e;
+  },
   backendUnavailable: make('NRD_BACKEND_UNAVAILABLE', 'UNAVAILABLE', (msg: string) => msg),
   modelExecution: make('NRD_MODEL_EXECUTION', 'INTERNAL', (m: string, why: string) => `model '${m}' failed: ${why}`),
   /**

@@ -139,6 +139,8 @@ export interface BackendInstance {
    * costs a little when none is (smaller batches). Default false.
    */
   spreadBatches?(): boolean;
+  /** The instance's own process (process-based backends): its resident memory counts as the model's. */
+  readonly pid?: number;
   /** How often the instance's process was restarted after dying (process-based backends). */
   readonly restartCount?: number;
   /** Readiness check consulted by the model-ready endpoint (Python's is_ready). */

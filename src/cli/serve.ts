@@ -20,6 +20,8 @@ import { OpenAiFrontend, joinRestrictedApiArgs, parseOpenAiRestrictedApis } from
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
 import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
 import { isRemoteRepository } from '../repository/index.js';
+import { parseMemoryBudget } from '../core/memory-budget.js';
+import { registerPagingMetrics } from '../metrics/paging.js';
 import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
 import {
   AUTH_FAILURE_REASONS,
@@ -47,6 +49,9 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'model-config-name': S,
   'model-load-thread-count': I,
   'model-load-retry-count': I,
+  'model-memory-budget': S,
+  'model-pin': SR,
+  'model-load-wait-ms': I,
   'strict-readiness': B,
   'exit-on-error': B,
   'exit-timeout-secs': I,
@@ -300,6 +305,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       backendConfig: parseBackendConfig(f.all('backend-config')),
       allowClientShm: f.bool('allow-client-shm', false),
       cacheConfig: cacheSettings(f, warnings),
+      ...pagingSettings(f),
     },
     http: {
       enabled: f.bool('allow-http', true),
@@ -454,6 +460,22 @@ function startAccessControl(
   return { access, watcher };
 }
 
+/** --model-memory-budget, --model-pin and --model-load-wait-ms (docs/paging.md); checked here so a bad one stops the start. */
+function pagingSettings(f: FlagReader): Pick<ServeConfig['server'], 'modelMemoryBudget' | 'modelPins' | 'modelLoadWaitMs'> {
+  const budget = f.string('model-memory-budget');
+  const pins = f.all('model-pin');
+  const wait = f.has('model-load-wait-ms') ? f.int('model-load-wait-ms', 0) : undefined;
+  if (budget === undefined) {
+    if (pins.length > 0) throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
+    if (wait !== undefined) throw Errors.config('--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand');
+    return {};
+  }
+  parseMemoryBudget(budget);
+  for (const pin of pins) if (pin.trim() === '') throw Errors.config('--model-pin needs a model name');
+  if (wait !== undefined && wait < 0) throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${wait}`);
+  return { modelMemoryBudget: budget, modelPins: pins, modelLoadWaitMs: wait };
+}
+
 /** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */
 function connectionAgeMs(f: FlagReader, flag: string): number | undefined {
   const ms = f.int(flag, 0);
@@ -537,6 +559,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         () => AUTH_FAILURE_REASONS.map((reason) => [reason, access.failures[reason]] as const),
       );
     }
+    if (server.repository.pager) registerPagingMetrics(metrics, server.repository.pager);
     metrics.addScrapeGauge(
       'nereid_server_ready',
       'Whether /v2/health/ready answers ready (1) or not (0); ' +

@@ -25,6 +25,14 @@ export class ModelEntry {
   waitingOn = new Set<string>();
   /** The temporary folder of file overrides the versions were loaded from, if any. */
   override: OverrideFolder | undefined;
+  /** The dependencies of a load in progress (kept loaded until it ends); empty otherwise. */
+  loadingDependencies: readonly ModelDependency[] = [];
+  /** Unloaded to make room under the memory budget: a request loads it again. */
+  evicted = false;
+  /** Loaded on demand (or unloaded for room) at least once since the last explicit load: not counted by strict readiness. */
+  paged = false;
+  /** The on-demand load in progress, which every waiting request shares. */
+  pagingIn: Promise<void> | undefined;
   /** Set while a load or unload of this model is in progress. */
   busy: Promise<void> | undefined;
 

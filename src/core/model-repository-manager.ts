@@ -37,9 +37,17 @@ import {
 } from './model-dependencies.js';
 import { ModelEntry } from './model-entry.js';
 import { checkEnsembleSteps } from './ensembles.js';
-import { type LoaderOptions, describeLoadError, loadPreparedVersions, prepareModel } from './model-loader.js';
+import {
+  type LoadedModel,
+  type LoaderOptions,
+  type PreparedModel,
+  describeLoadError,
+  loadPreparedVersions,
+  prepareModel,
+} from './model-loader.js';
 import { type OverrideFolder, checkConfigOverride, validateModelName, writeOverrideFolder } from './model-overrides.js';
 import type { ModelVersion } from './model-version.js';
+import { MEMORY_BUDGET_REASON, ModelPager, type PagingOptions, pinnedByConfig } from './model-pager.js';
 import type { ModelControlMode, ModelState, RepositoryIndexEntry } from '../types/api.js';
 
 /** Reason of a version taken down by an explicit unload (Triton's word). */
@@ -64,6 +72,8 @@ export interface ModelRepositoryManagerOptions {
   pollSecs?: number;
   /** Finds a configuration's dependencies. Default: an ensemble's composing models. */
   dependencies?: DependencyResolver;
+  /** Model paging under a memory budget (`--model-memory-budget`); none when unset. */
+  paging?: PagingOptions;
 }
 
 /** One change of a version's state, as listeners hear it. */
@@ -101,6 +111,8 @@ export interface LoadRequest {
   override?: OverrideFolder;
   /** Fingerprint already taken by the caller (poll mode). */
   fingerprint?: string;
+  /** A load a request asked for (model paging), not the user or the control mode. */
+  onDemand?: boolean;
   /** The models whose loads led here, for cycle detection. */
   chain?: readonly string[];
 }
@@ -122,6 +134,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   private polling: Promise<void> | undefined;
   /** The repositories' sources, kept across polls (clients, last good listings). */
   private readonly sources: ModelSources;
+  /** Model paging under a memory budget; undefined without one. */
+  readonly pager: ModelPager | undefined;
 
   constructor(options: ModelRepositoryManagerOptions) {
     super();
@@ -140,6 +154,10 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     }
     this.dependenciesOf = options.dependencies ?? ensembleDependencies;
     this.loader = { ...options.loader, onVersionState: (v, previous) => this.versionStateChanged(v, previous) };
+    this.pager =
+      options.paging === undefined
+        ? undefined
+        : new ModelPager(options.paging, { entries: () => this.models.values(), evict: (e) => this.evictEntry(e), logger: this.logger });
   }
 
   // ---- start and stop ----------------------------------------------------
@@ -157,6 +175,9 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     else toLoad = [...found.keys()];
     this.applyListing(found);
     const failures: string[] = found.failures.map((f) => f.message);
+    for (const pin of this.pager?.pins ?? []) {
+      if (!found.has(pin)) failures.push(`--model-pin=${pin}: no model repository holds a model named '${pin}'`);
+    }
     await Promise.all(
       toLoad.map(async (name) => {
         const entry = this.models.get(name);
@@ -252,6 +273,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   allReady(): boolean {
     for (const entry of this.models.values()) {
       if (!entry.everLoaded && !entry.busy) continue;
+      // Paging is not a failure: a model unloaded for room, or loaded by a request, does not count.
+      if (entry.paged) continue;
       if (entry.error) return false;
       if (entry.busy && entry.versions.size === 0) return false;
       for (const v of entry.versions.values()) if (v.state !== 'READY' && v.reason !== UNLOADED) return false;
@@ -303,6 +326,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       for (const v of versions) {
         if (readyOnly && v.state !== 'READY') continue;
         const e: RepositoryIndexEntry = { name, version: String(v.version), state: v.state };
+        const bytes = this.pager?.memoryOf(v);
+        if (bytes !== undefined) e.memoryBytes = bytes;
         const restarts = v.state === 'READY' ? v.restartCount : 0;
         if (v.reason) e.reason = v.reason;
         else if (restarts > 0)
@@ -431,7 +456,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
           await this.dependencyGone(name, false);
           continue;
         }
-        if (!entry.dir) continue;
+        // Loaded again on demand, from the folder as it is then.
+        if (!entry.dir || entry.evicted) continue;
         const fp = await fingerprintDir(entry.dir);
         if (fp === entry.fingerprint) {
           entry.settlingFingerprint = '';
@@ -520,9 +546,13 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       try {
         prepared = await this.slots.run(() => prepareModel(entry.name, dir, this.loader, request.config));
         dependencies = this.dependenciesOf(prepared.config);
+        if (this.pager) pinnedByConfig(prepared.config, entry.name);
+        // Kept loaded while this load goes on (a step loaded first is not unloaded for the next one's room).
+        entry.loadingDependencies = dependencies;
         await this.ensureDependencies(entry, dependencies, request.chain ?? []);
         checkEnsembleSteps(prepared.config, this.models, prepared.where);
       } catch (err) {
+        entry.loadingDependencies = [];
         const reason = describeLoadError(err);
         this.logger.error({ model: entry.name, reason }, 'model failed to load');
         entry.fingerprint = recorded;
@@ -530,7 +560,18 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         entry.error = reason;
         return;
       }
-      const loaded = await this.slots.run(() => loadPreparedVersions(prepared, this.loader));
+      let loaded;
+      try {
+        loaded = await this.slots.run(() => this.loadVersions(entry, prepared, dependencies));
+      } catch (err) {
+        const reason = describeLoadError(err);
+        this.logger.error({ model: entry.name, reason }, 'model failed to load');
+        if (serving) throw Errors.loadFailed(entry.name, reason);
+        entry.error = reason;
+        return;
+      } finally {
+        entry.loadingDependencies = [];
+      }
       const fresh = [...loaded.versions.values()];
       if (serving && !fresh.some((v) => v.state === 'READY')) {
         entry.fingerprint = recorded;
@@ -547,6 +588,9 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       entry.error = '';
       entry.dependencyLoss = '';
       entry.fingerprint = recorded;
+      if (fresh.some((v) => v.state === 'READY')) entry.evicted = false;
+      if (request.onDemand) entry.paged = true;
+      else if (request.explicit) entry.paged = false;
       for (const v of fresh) if (v.state === 'READY') this.emit('versionReady', v);
       await Promise.all(old.map((v) => this.retireVersion(v)));
       if (oldOverride) await oldOverride.remove();
@@ -590,7 +634,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
           // None and poll modes load every model anyway: wait for it rather than load it twice.
           if (this.controlMode !== 'explicit' && dep.everLoaded) {
             while (dep.busy) await dep.busy.catch(() => undefined);
-            return;
+            // A step unloaded for room comes back with its ensemble.
+            if (!dep.evicted) return;
           }
           await this.loadEntry(dep, { chain: path }).catch(() => undefined);
         }),
@@ -628,6 +673,8 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       for (const v of old) v.setState('UNAVAILABLE', reason);
       entry.fingerprint = '';
       entry.explicit = false;
+      entry.evicted = false;
+      entry.paged = false;
       const override = entry.override;
       entry.override = undefined;
       if (override) await override.remove();
@@ -686,6 +733,73 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     } catch (err) {
       this.logger.warn({ model: v.modelName, version: v.version, err }, 'error while closing a model version');
     }
+    this.pager?.released(v);
+  }
+
+  // ---- model paging (--model-memory-budget) --------------------------------
+
+  /** The second phase of a load; under a memory budget, measured and given room (docs/paging.md). */
+  private loadVersions(entry: ModelEntry, prepared: PreparedModel, dependencies: readonly ModelDependency[]): Promise<LoadedModel> {
+    if (!this.pager) return loadPreparedVersions(prepared, this.loader);
+    const protect = new Set([entry.name, ...this.dependencyClosure(dependencies)]);
+    return this.pager.load(entry, prepared, protect, () => loadPreparedVersions(prepared, this.loader));
+  }
+
+  /** The models `deps` name and, transitively, theirs. */
+  private dependencyClosure(deps: readonly ModelDependency[], out = new Set<string>()): Set<string> {
+    for (const d of deps) {
+      if (out.has(d.model)) continue;
+      out.add(d.model);
+      const e = this.models.get(d.model);
+      if (e) this.dependencyClosure(e.dependencies, out);
+    }
+    return out;
+  }
+
+  /** Unloads an idle model to make room: it reads UNAVAILABLE 'unloaded: memory budget' and loads again on demand. */
+  private async evictEntry(entry: ModelEntry): Promise<void> {
+    entry.evicted = true;
+    entry.paged = true;
+    await this.serialize(entry, async () => {
+      const old = [...entry.versions.values()];
+      for (const v of old) if (v.state === 'READY') v.state = 'UNLOADING';
+      // Anything admitted before the state changed finishes first.
+      await Promise.all(old.map((v) => this.retireVersion(v)));
+      for (const v of old) v.setState('UNAVAILABLE', MEMORY_BUDGET_REASON);
+    });
+  }
+
+  /**
+   * Under a memory budget, loads a model a request names that is in a
+   * repository but not loaded (unloaded for room, or never loaded in
+   * explicit mode), once however many requests wait; each waits at most
+   * --model-load-wait-ms. undefined when the model is not one to load so
+   * (the caller answers with its own error).
+   */
+  pageIn(name: string): Promise<void> | undefined {
+    const pager = this.pager;
+    if (pager === undefined || this.stopping) return undefined;
+    const entry = this.models.get(name);
+    if (entry === undefined || !entry.inRepository || entry.serving) return undefined;
+    let loading = entry.pagingIn;
+    if (loading === undefined) {
+      if (!entry.evicted && (this.controlMode !== 'explicit' || entry.everLoaded)) return undefined;
+      entry.paged = true;
+      loading = this.loadEntry(entry, { explicit: true, onDemand: true }).then(() => {
+        if (entry.serving) return;
+        const reason = this.failureOf(entry) ?? 'no version loaded';
+        // A model that cannot load is not tried again by every request; one that found no room is.
+        if (!reason.includes('memory budget')) entry.evicted = false;
+        throw Errors.loadFailed(name, reason);
+      });
+      const shared = loading.finally(() => {
+        if (entry.pagingIn === shared) entry.pagingIn = undefined;
+      });
+      entry.pagingIn = shared;
+      shared.catch(() => undefined);
+      loading = shared;
+    }
+    return pager.wait(name, loading);
   }
 
   /** Picks up models added to or removed from the repositories (explicit and poll modes). */

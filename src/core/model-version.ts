@@ -10,6 +10,8 @@ import type { ModelState } from '../types/api.js';
 export type VersionStateListener = (v: ModelVersion, previous: ModelState) => void;
 
 let loads = 0;
+/** A clock of uses: the model paging's least-recently-used order (a counter costs a request less than a time). */
+let uses = 0;
 
 export class ModelVersion {
   /**
@@ -40,6 +42,8 @@ export class ModelVersion {
   directory: string | undefined;
   /** Requests accepted by the core and not yet answered. */
   inflight = 0;
+  /** When the version was last used (a request or its load), on the `uses` clock. */
+  lastUsed = ++uses;
   private idleWaiters: Array<() => void> = [];
 
   constructor(
@@ -74,6 +78,11 @@ export class ModelVersion {
     let n = 0;
     for (const i of this.instances) n += i.backend.restartCount ?? 0;
     return n;
+  }
+
+  /** Marks the version as just used. */
+  touch(): void {
+    this.lastUsed = ++uses;
   }
 
   requestDone(): void {

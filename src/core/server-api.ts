@@ -91,6 +91,17 @@ export interface ServerApi {
    * use `streamResponses()` (response-stream.ts), which falls back to infer().
    */
   inferStream?(request: InferRequest): AsyncIterableIterator<StreamResponse>;
+  /**
+   * Model paging (docs/paging.md): when `model` is in a repository but not
+   * loaded (unloaded for room, or never loaded in explicit mode) and a memory
+   * budget is set, loads it (once, however many callers wait) and resolves
+   * when it serves; rejects UNAVAILABLE with a Retry-After past
+   * --model-load-wait-ms. undefined when the model is not one to load so:
+   * the caller reports its own error. infer() and inferStream() do this
+   * themselves; a frontend that resolves the model first calls it. Optional
+   * for test doubles.
+   */
+  pageIn?(model: string): Promise<void> | undefined;
   /** Statistics of READY versions; name omitted: every model. Throws INVALID_ARG as Triton does. */
   modelStatistics(name?: string, version?: string): ModelStatistics[];
   /** `repository`: only the models of the repository of that name (throws INVALID_ARG for an unknown name). */

@@ -14,6 +14,8 @@ import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { silentLogger } from '../logger.js';
 import { classify } from './classification.js';
 import { ModelRepositoryManager, type VersionStateChange } from './model-repository-manager.js';
+import { type ResolvedBudget, formatBytes, parseMemoryBudget, resolveMemoryBudget } from './memory-budget.js';
+import type { PagingOptions } from './model-pager.js';
 import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
 import { ResponseStream } from './response-stream.js';
@@ -64,6 +66,25 @@ function countGpus(): number {
 }
 
 let queueFullWithoutId: NereidError | undefined;
+
+/** The paging settings of ServerOptions (undefined without a budget); a pin or wait without a budget is an error. */
+function pagingOptions(options: ServerOptions): PagingOptions | undefined {
+  const budget = options.modelMemoryBudget;
+  if (budget === undefined) {
+    if ((options.modelPins ?? []).length > 0) throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
+    if (options.modelLoadWaitMs !== undefined) throw Errors.config('--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand');
+    return undefined;
+  }
+  let resolved: ResolvedBudget;
+  if (typeof budget === 'number') {
+    if (!Number.isSafeInteger(budget) || budget <= 0) throw Errors.config(`--model-memory-budget must be a whole number of bytes above 0, got ${budget}`);
+    resolved = { bytes: budget, source: 'given in bytes' };
+  } else {
+    resolved = resolveMemoryBudget(parseMemoryBudget(budget));
+  }
+  options.logger?.info({ budget: resolved.bytes, source: resolved.source }, `model memory budget ${formatBytes(resolved.bytes)}`);
+  return { budgetBytes: resolved.bytes, pins: options.modelPins, loadWaitMs: options.modelLoadWaitMs };
+}
 
 /** The output called `name`; backends mostly produce them in the requested order, so position `hint` is tried first. */
 function outputNamed(produced: readonly Tensor[], name: string, hint: number): Tensor | undefined {
@@ -147,8 +168,10 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     if (options.loadModels && options.loadModels.length > 0 && this.controlMode !== 'explicit') {
       throw Errors.loadModelNotExplicit();
     }
+    const paging = pagingOptions(options);
     this.repository = new ModelRepositoryManager({
       repositories: options.modelRepositories,
+      paging,
       modelCacheDir: options.modelCacheDir,
       controlMode: this.controlMode,
       logger: this.logger,
@@ -301,7 +324,16 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   async infer(request: InferRequest): Promise<InferResponse> {
     // A step of an ensemble request accepted before stop() is part of the drain, not a new request.
     if (this.stopping && request.stepTimings === undefined) throw Errors.serverStopping();
-    const v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
+    let v: ModelVersion;
+    try {
+      v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
+    } catch (err) {
+      // Model paging: a model unloaded for room (or never loaded, explicit mode) loads first.
+      const loading = this.repository.pageIn(request.model);
+      if (loading === undefined) throw err;
+      await loading;
+      return this.infer(request);
+    }
     if (v.decoupled) return this.inferDecoupledOnce(request);
     if (request.trace !== undefined) return this.inferTraced(v, request, request.trace);
     const sig = v.signature!;
@@ -344,6 +376,10 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     } finally {
       trace.stamp('REQUEST_END');
     }
+}
+
+  pageIn(model: string): Promise<void> | undefined {
+    return this.stopping ? undefined : this.repository.pageIn(model);
   }
 
   /** Whether the model's responses are cached (response_cache enabled and a server cache configured). */
@@ -428,6 +464,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
   ): Promise<BackendResponse> {
     const scheduler = v.scheduler!;
     v.inflight += 1;
+    v.touch();
     let response: BackendResponse;
     let onAbort: (() => void) | undefined;
     try {
@@ -472,6 +509,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       if (this.stopping) throw Errors.serverStopping();
       v = this.resolveVersion(request.model, request.version === undefined ? undefined : String(request.version));
     } catch (err) {
+      const loading = this.stopping ? undefined : this.repository.pageIn(request.model);
+      if (loading !== undefined) return this.streamAfterLoad(loading, request);
       const failed = new ResponseStream(undefined, undefined);
       failed.fail(asNereidError(err));
       return failed;
@@ -485,6 +524,17 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       return single;
     }
     return this.startDecoupled(v, request);
+  }
+
+  /** inferStream() of a request whose model is loading on demand: its responses once the load is done. */
+  private async *streamAfterLoad(loading: Promise<void>, request: InferRequest): AsyncIterableIterator<StreamResponse> {
+    try {
+      await loading;
+    } catch (err) {
+      yield { response: undefined, error: asNereidError(err), final: true };
+      return;
+    }
+    yield* this.inferStream(request);
   }
 
   private startDecoupled(v: ModelVersion, request: InferRequest): ResponseStream {
@@ -518,6 +568,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       return stream;
     }
     v.inflight += 1;
+    v.touch();
     counted = true;
     const item = new ScheduledRequest(
       prepared.backendRequest,

@@ -153,6 +153,11 @@ export class Metrics implements SeriesSource<ModelReporter> {
         for (const [value, count] of read()) this.inc({ [label]: value }, count);
       },
     });
+}
+
+  /** Registers the metrics `make` creates with this registry (nothing when metrics are off). */
+  addFamilies(make: (registry: Registry) => void): void {
+    if (this.enabled) make(this.registry);
   }
 
   /** The Prometheus text exposition (version 0.0.4). */

@@ -24,6 +24,8 @@ export interface Scheduler {
   collectFinished?(): void;
   /** Requests executing now. */
   readonly executingCount: number;
+  /** Sequences started and not yet ended (sequence batcher): the model must stay loaded meanwhile. */
+  readonly openSequences?: number;
   /** Resolves when nothing is queued or executing. New requests may still arrive unless the core stops them. */
   drain(): Promise<void>;
 }

@@ -162,6 +162,8 @@ export interface RepositoryIndexEntry {
   version?: string;
   state?: ModelState;
   reason?: string;
+  /** Bytes the loaded version holds, as measured at its load (Nereid's `memory_bytes`; only under a memory budget). */
+  memoryBytes?: number;
 }
 
 export interface StatDuration {
@@ -225,5 +227,14 @@ export interface ServerOptions {
   backendConfig?: Record<string, Record<string, string>>;
   /** Let clients register shared-memory regions (--allow-client-shm). Default false. */
   allowClientShm?: boolean;
+  /**
+   * Model paging (--model-memory-budget): bytes, or a text such as "4GiB" or
+   * "60%" (of the cgroup's memory limit, else the machine's). Unset: no paging.
+   */
+  modelMemoryBudget?: number | string;
+  /** Models never unloaded for room (--model-pin); needs a budget. */
+  modelPins?: string[];
+  /** Most a request waits for its model to load on demand (--model-load-wait-ms). Default 30000; needs a budget. */
+  modelLoadWaitMs?: number;
   logger?: import('pino').Logger;
 }

@@ -292,6 +292,7 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
           version: e.version ?? '',
           state: e.state ?? '',
           reason: e.reason ?? '',
+          memoryBytes: BigInt(e.memoryBytes ?? 0),
         })),
       });
     }),

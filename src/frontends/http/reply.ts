@@ -44,7 +44,8 @@ export class Replier {
       this.queueFull(res, e, extraHeaders);
       return;
     }
-    this.errorText(res, e.httpStatus, e.message, extraHeaders);
+    const retry = e.retryAfterSecs === undefined ? extraHeaders : [...(extraHeaders ?? []), 'Retry-After', String(e.retryAfterSecs)];
+    this.errorText(res, e.httpStatus, e.message, retry);
   }
 
   /**

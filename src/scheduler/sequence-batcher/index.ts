@@ -303,6 +303,11 @@ export class SequenceBatcher implements Scheduler {
     return this.executing;
   }
 
+  /** Sequences holding a slot or waiting in the backlog. */
+  get openSequences(): number {
+    return this.active.size + this.backlog.length;
+  }
+
   /** Sequences holding a slot or waiting for one. */
   get sequenceCount(): number {
     let n = this.backlog.length;

@@ -2,6 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Errors, NereidError } from '../../../errors.js';
 import { streamResponses } from '../../../core/response-stream.js';
+import type { ServerApi } from '../../../core/server-api.js';
 import { readBody, requestEncoding } from '../body.js';
 import { generateResponseJson, mapGenerateRequest } from '../generate.js';
 import { parseJsonBytes } from '../json-parse.js';
@@ -25,7 +26,16 @@ export async function handleGenerate(
   streaming: boolean,
 ): Promise<void> {
   const version = parseVersion(model, versionText);
-  const metadata = ctx.server.modelMetadata(model, version);
+  let metadata: ReturnType<ServerApi['modelMetadata']>;
+  try {
+    metadata = ctx.server.modelMetadata(model, version);
+  } catch (err) {
+    // Model paging: a model unloaded for room loads first (docs/paging.md).
+    const loading = ctx.server.pageIn?.(model);
+    if (loading === undefined) throw err;
+    await loading;
+    metadata = ctx.server.modelMetadata(model, version);
+  }
   if (requestEncoding(req) !== 'identity') {
     throw Errors.malformedBody("Unsupported content-encoding, only 'identity' is supported.");
   }

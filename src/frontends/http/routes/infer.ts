@@ -45,7 +45,15 @@ export function admitInfer(
 ): Promise<void> | undefined {
   const version = parseVersion(model, versionText);
   // Resolves the model first (unknown model -> 404 before the body is looked at), as Triton does.
-  const config = ctx.server.modelConfig(model, version);
+  let config: ReturnType<ServerApi['modelConfig']>;
+  try {
+    config = ctx.server.modelConfig(model, version);
+  } catch (err) {
+    // Model paging: a model unloaded for room loads first (docs/paging.md).
+    const loading = ctx.server.pageIn?.(model);
+    if (loading === undefined) throw err;
+    return loading.then(() => admitInfer(ctx, req, res, model, versionText));
+  }
   if (config.modelTransactionPolicy?.decoupled === true) {
     throw Errors.decoupledNotSupported("HTTP end point doesn't support models with decoupled transaction policy");
   }

@@ -18,10 +18,11 @@ export async function handleRepositoryIndex(
   }
   const index = await ctx.server.repositoryIndex(readyOnly, repository === '' ? undefined : repository);
   const entries = index.map((e) => {
-    const entry: Record<string, string> = { name: e.name };
+    const entry: Record<string, string | number> = { name: e.name };
     if (e.version !== undefined) entry['version'] = e.version;
     if (e.state !== undefined) entry['state'] = e.state;
     if (e.reason !== undefined && e.reason !== '') entry['reason'] = e.reason;
+    if (e.memoryBytes !== undefined) entry['memory_bytes'] = e.memoryBytes;
     return entry;
   });
   ctx.reply.json(res, 200, JSON.stringify(entries));

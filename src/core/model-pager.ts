@@ -1,0 +1,328 @@
+/**
+ * Model paging under a memory budget (`--model-memory-budget`): measures
+ * what each load adds to the process, unloads idle models least recently
+ * used first to make room, and loads an unloaded model again when a request
+ * needs it (once, however many requests wait). docs/paging.md explains the
+ * rules and how exact the measurement is.
+ */
+import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { readdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from 'pino';
+import { Errors } from '../errors.js';
+import type { ModelConfig } from '../gen/model_config_pb.js';
+import { Limiter } from './limiter.js';
+import type { ModelEntry } from './model-entry.js';
+import type { LoadedModel, PreparedModel } from './model-loader.js';
+import type { ModelVersion } from './model-version.js';
+import { formatBytes } from './memory-budget.js';
+
+/** The reason an unloaded-for-room version shows in the repository index (its state is UNAVAILABLE). */
+export const MEMORY_BUDGET_REASON = 'unloaded: memory budget';
+/** The config parameter that keeps a model loaded: parameters { key: "nereid.pinned" value: { string_value: "true" } }. */
+export const PINNED_PARAMETER = 'nereid.pinned';
+/** How long a request waits for its model to load (`--model-load-wait-ms`). */
+export const DEFAULT_LOAD_WAIT_MS = 30_000;
+/** How often a load that waits for room looks again (models go idle without telling anyone). */
+const ROOM_POLL_MS = 10;
+
+export interface PagingOptions {
+  /** The budget in bytes (resolved from `--model-memory-budget`). */
+  budgetBytes: number;
+  /** Models never unloaded for room (`--model-pin`). */
+  pins?: readonly string[];
+  /** Most a request waits for its model to load, and a load for room (`--model-load-wait-ms`). */
+  loadWaitMs?: number;
+  /** Where process status files are read (tests). Default /proc. */
+  procDir?: string;
+}
+
+/** What the pager needs of the model repository manager. */
+export interface PagerHost {
+  entries(): Iterable<ModelEntry>;
+  /** Unloads an idle model with MEMORY_BUDGET_REASON; its versions are released once closed. */
+  evict(entry: ModelEntry): Promise<void>;
+  readonly logger: Logger;
+}
+
+export interface ModelPagerEvents {
+  /** A model was unloaded to make room. */
+  evicted: [string];
+  /** A request waited `seconds` for its model to load (also when the wait ran out). */
+  loadWait: [number];
+}
+
+/** The resident set size of a process from its status file (VmRSS), in bytes; undefined when it cannot be read. */
+export function processRssBytes(pid: number | 'self', procDir = '/proc'): number | undefined {
+  try {
+    const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(path.join(procDir, String(pid), 'status'), 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function folderBytes(dir: string): Promise<number> {
+  let total = 0;
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch {
+    return 0;
+  }
+  for (const name of names) {
+    const p = path.join(dir, name);
+    try {
+      const s = await stat(p);
+      total += s.isDirectory() ? await folderBytes(p) : s.size;
+    } catch {
+      // Gone meanwhile: counts nothing.
+    }
+  }
+  return total;
+}
+
+/** Reads `nereid.pinned`; throws a configuration error for a value other than "true" or "false". */
+export function pinnedByConfig(config: ModelConfig, model: string): boolean {
+  const p = config.parameters[PINNED_PARAMETER];
+  if (p === undefined) return false;
+  const value = p.stringValue.trim().toLowerCase();
+  if (value === 'true') return true;
+  if (value === 'false') return false;
+  throw Errors.config(`model '${model}': parameter '${PINNED_PARAMETER}' must be "true" or "false", got "${p.stringValue}"`);
+}
+
+export class ModelPager extends EventEmitter<ModelPagerEvents> {
+  readonly budgetBytes: number;
+  readonly loadWaitMs: number;
+  readonly pins: ReadonlySet<string>;
+  /** Measured bytes of each loaded version, until it is closed. */
+  private readonly resident = new Map<ModelVersion, number>();
+  /** The largest measurement of each model version so far: a reload into memory freed earlier may measure less. */
+  private readonly remembered = new Map<string, number>();
+  /** Loads are measured one at a time, so two loads' growth is not mixed up. */
+  private readonly measuring = new Limiter(1);
+  private readonly procDir: string;
+  /** Evictions per model since start. */
+  readonly evictions = new Map<string, number>();
+
+  constructor(
+    options: PagingOptions,
+    private readonly host: PagerHost,
+  ) {
+    super();
+    if (!Number.isSafeInteger(options.budgetBytes) || options.budgetBytes <= 0) {
+      throw Errors.config(`--model-memory-budget must be above 0 bytes, got ${options.budgetBytes}`);
+    }
+    const wait = options.loadWaitMs ?? DEFAULT_LOAD_WAIT_MS;
+    if (!Number.isInteger(wait) || wait < 0) throw Errors.config(`--model-load-wait-ms must be 0 or more, got ${wait}`);
+    this.budgetBytes = options.budgetBytes;
+    this.loadWaitMs = wait;
+    this.pins = new Set(options.pins ?? []);
+    this.procDir = options.procDir ?? '/proc';
+  }
+
+  /** Bytes the loaded versions hold, as measured. */
+  usedBytes(): number {
+    let total = 0;
+    for (const b of this.resident.values()) total += b;
+    return total;
+  }
+
+  /** The measured bytes of a loaded version (undefined when not measured). */
+  memoryOf(v: ModelVersion): number | undefined {
+    return this.resident.get(v);
+  }
+
+  /** Every measured version and its bytes. */
+  residentVersions(): IterableIterator<[ModelVersion, number]> {
+    return this.resident.entries();
+  }
+
+  /** A version was closed: its memory is free again. */
+  released(v: ModelVersion): void {
+    this.resident.delete(v);
+  }
+
+  /**
+   * Whether a model must stay loaded: pinned by flag or configuration,
+   * loaded with file overrides (its folder would be gone), or a dependency
+   * (an ensemble's step) of a model that serves or is loading.
+   */
+  isPinned(entry: ModelEntry): boolean {
+    if (this.pins.has(entry.name) || entry.override !== undefined) return true;
+    if (entry.config?.parameters[PINNED_PARAMETER]?.stringValue.trim().toLowerCase() === 'true') return true;
+    for (const other of this.host.entries()) {
+      if (other === entry) continue;
+      if (other.serving && other.dependsOn(entry.name)) return true;
+      if (other.loadingDependencies.some((d) => d.model === entry.name)) return true;
+    }
+    return false;
+  }
+
+  /** No request queued or running, no open sequence, no load or unload in progress. */
+  private isIdle(entry: ModelEntry): boolean {
+    if (entry.busy !== undefined) return false;
+    for (const v of entry.versions.values()) {
+      if (v.inflight > 0 || (v.scheduler?.openSequences ?? 0) > 0) return false;
+    }
+    return true;
+  }
+
+  /** When the model was last used (a request or its load). */
+  private lastUse(entry: ModelEntry): number {
+    let last = 0;
+    for (const v of entry.versions.values()) if (v.lastUsed > last) last = v.lastUsed;
+    return last;
+  }
+
+  /** The idle, unpinned serving model used longest ago, not in `protect`. */
+  private victim(protect: ReadonlySet<string>): ModelEntry | undefined {
+    let best: ModelEntry | undefined;
+    let bestUse = Infinity;
+    for (const entry of this.host.entries()) {
+      if (protect.has(entry.name) || !entry.serving || !this.isIdle(entry) || this.isPinned(entry)) continue;
+      const use = this.lastUse(entry);
+      if (use < bestUse) {
+        best = entry;
+        bestUse = use;
+      }
+    }
+    return best;
+  }
+
+  /** Whether some model outside `protect` holds memory and may become idle later (so waiting can help). */
+  private couldFree(protect: ReadonlySet<string>): boolean {
+    for (const entry of this.host.entries()) {
+      if (protect.has(entry.name) || !entry.serving || this.isPinned(entry)) continue;
+      for (const v of entry.versions.values()) if (this.resident.has(v)) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Unloads idle models, least recently used first, until `needed` more
+   * bytes fit in the budget. Busy models are waited for until `deadline`.
+   * Resolves false when the bytes cannot be made to fit.
+   */
+  private async makeRoom(needed: number, protect: ReadonlySet<string>, deadline: number): Promise<boolean> {
+    for (;;) {
+      if (this.usedBytes() + needed <= this.budgetBytes) return true;
+      const victim = this.victim(protect);
+      if (victim !== undefined) {
+        this.host.logger.info(
+          { model: victim.name, needed, used: this.usedBytes(), budget: this.budgetBytes },
+          'unloading the least recently used idle model to make room',
+        );
+        this.evictions.set(victim.name, (this.evictions.get(victim.name) ?? 0) + 1);
+        this.emit('evicted', victim.name);
+        await this.host.evict(victim);
+        continue;
+      }
+      if (Date.now() >= deadline || !this.couldFree(protect)) return false;
+      await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
+    }
+  }
+
+  /** A first guess of a load's cost, to make room before it: its last measurement, else its files once per instance. */
+  private async estimate(prepared: PreparedModel): Promise<number> {
+    let known = 0;
+    let unknown = false;
+    for (const n of prepared.selected) {
+      const r = this.remembered.get(`${prepared.name}/${n}`);
+      if (r === undefined) unknown = true;
+      else known += r;
+    }
+    if (!unknown) return known;
+    const instances = Math.max(1, prepared.config.instanceGroup.reduce((sum, g) => sum + Math.max(1, g.count), 0));
+    let files = 0;
+    for (const n of prepared.selected) files += await folderBytes(path.join(prepared.modelDir, String(n)));
+    return Math.max(known, files * instances);
+  }
+
+  private noRoom(name: string, needed: number): string {
+    return (
+      `model '${name}' needs ${formatBytes(needed)} but the memory budget of ${formatBytes(this.budgetBytes)} has ` +
+      `${formatBytes(Math.max(0, this.budgetBytes - this.usedBytes()))} free, and the other loaded models are pinned or stayed busy`
+    );
+  }
+
+  /**
+   * Runs `load` (the second phase of a model's load) under the budget:
+   * makes room first, measures what the load added to the process (and
+   * the instances' own processes), fails a version that alone exceeds
+   * the budget, and makes room again when the measurement was larger than
+   * the guess. Throws a memory budget error when no room can be made
+   * before the load; failures after it show as UNAVAILABLE versions.
+   */
+  async load(entry: ModelEntry, prepared: PreparedModel, protect: ReadonlySet<string>, load: () => Promise<LoadedModel>): Promise<LoadedModel> {
+    // An ensemble holds nothing of its own: its steps are loaded (and measured) as models of their own.
+    if (prepared.backend === undefined) return load();
+    const deadline = Date.now() + this.loadWaitMs;
+    return this.measuring.run(async () => {
+      const guess = await this.estimate(prepared);
+      if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline))) {
+        throw Errors.memoryBudget(this.noRoom(entry.name, guess));
+      }
+      const before = process.memoryUsage();
+      const loaded = await load();
+      const after = process.memoryUsage();
+      // The main thread's JavaScript heap is not the model's: a collection during the load would hide its growth.
+      const grown = Math.max(0, after.rss - before.rss - (after.heapTotal - before.heapTotal));
+      const ready = [...loaded.versions.values()].filter((v) => v.state === 'READY');
+      if (ready.length === 0) return loaded;
+      const costs = new Map<ModelVersion, number>();
+      let total = 0;
+      for (const v of ready) {
+        let own = grown / ready.length;
+        for (const i of v.instances) {
+          const pid = i.backend.pid;
+          if (pid !== undefined) own += processRssBytes(pid, this.procDir) ?? 0;
+        }
+        const key = `${v.modelName}/${v.version}`;
+        const bytes = Math.round(Math.max(own, this.remembered.get(key) ?? 0));
+        this.remembered.set(key, bytes);
+        costs.set(v, bytes);
+        total += bytes;
+      }
+      let failure: string | undefined;
+      if (total > this.budgetBytes) {
+        failure = `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
+      } else if (!(await this.makeRoom(total, protect, deadline))) {
+        failure = this.noRoom(entry.name, total);
+      }
+      if (failure !== undefined) {
+        await Promise.allSettled(ready.map((v) => v.close()));
+        for (const v of ready) v.setState('UNAVAILABLE', failure);
+        this.host.logger.error({ model: entry.name, bytes: total, budget: this.budgetBytes }, failure);
+        return loaded;
+      }
+      for (const [v, bytes] of costs) {
+        this.resident.set(v, bytes);
+        v.touch();
+      }
+      this.host.logger.info({ model: entry.name, bytes: total, used: this.usedBytes(), budget: this.budgetBytes }, 'model memory measured');
+      return loaded;
+    });
+  }
+
+  /**
+   * Waits for a model's load on behalf of one request, at most
+   * `loadWaitMs`; past that the request fails with UNAVAILABLE (and a
+   * Retry-After) while the load goes on.
+   */
+  async wait(model: string, loading: Promise<void>): Promise<void> {
+    const started = process.hrtime.bigint();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(Errors.modelLoadWait(model, this.loadWaitMs)), this.loadWaitMs);
+    });
+    try {
+      await Promise.race([loading, timedOut]);
+    } finally {
+      clearTimeout(timer);
+      this.emit('loadWait', Number(process.hrtime.bigint() - started) / 1e9);
+    }
+  }
+}
