@@ -106,6 +106,9 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly procDir: string;
   /** Evictions per model since start. */
   readonly evictions = new Map<string, number>();
+  /** Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
+  private bytesPerFileByte = 1;
+  private measuredLoads = 0;
 
   constructor(
     options: PagingOptions,
@@ -225,8 +228,19 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     }
   }
 
-  /** A first guess of a load's cost, to make room before it: its last measurement, else its files once per instance. */
-  private async estimate(prepared: PreparedModel): Promise<number> {
+  /** The model's files once per instance: what a guess scales. */
+  private async fileBytes(prepared: PreparedModel): Promise<number> {
+    const instances = Math.max(1, prepared.config.instanceGroup.reduce((sum, g) => sum + Math.max(1, g.count), 0));
+    let files = 0;
+    for (const n of prepared.selected) files += await folderBytes(path.join(prepared.modelDir, String(n)));
+    return files * instances;
+  }
+
+  /**
+   * A first guess of a load's cost, to make room before it: its last
+   * measurement, else its files scaled as the last load measured.
+   */
+  private estimate(prepared: PreparedModel, files: number): number {
     let known = 0;
     let unknown = false;
     for (const n of prepared.selected) {
@@ -234,11 +248,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (r === undefined) unknown = true;
       else known += r;
     }
-    if (!unknown) return known;
-    const instances = Math.max(1, prepared.config.instanceGroup.reduce((sum, g) => sum + Math.max(1, g.count), 0));
-    let files = 0;
-    for (const n of prepared.selected) files += await folderBytes(path.join(prepared.modelDir, String(n)));
-    return Math.max(known, files * instances);
+    return unknown ? Math.max(known, Math.round(files * this.bytesPerFileByte)) : known;
   }
 
   private noRoom(name: string, needed: number): string {
@@ -261,7 +271,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     if (prepared.backend === undefined) return load();
     const deadline = Date.now() + this.loadWaitMs;
     return this.measuring.run(async () => {
-      const guess = await this.estimate(prepared);
+      const files = await this.fileBytes(prepared);
+      const guess = this.estimate(prepared, files);
       if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline))) {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
@@ -286,6 +297,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         costs.set(v, bytes);
         total += bytes;
       }
+      if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = total / files;
       let failure: string | undefined;
       if (total > this.budgetBytes) {
         failure = `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;

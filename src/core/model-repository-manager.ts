@@ -789,8 +789,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
         if (entry.serving) return;
         const reason = this.failureOf(entry) ?? 'no version loaded';
         // A model that cannot load is not tried again by every request; one that found no room is.
-        if (!reason.includes('memory budget')) entry.evicted = false;
-        throw Errors.loadFailed(name, reason);
+        if (!reason.includes('memory budget')) {
+          entry.evicted = false;
+          throw Errors.loadFailed(name, reason);
+        }
+        throw Errors.memoryBudget(`load failed for model '${name}': ${reason}`);
       });
       const shared = loading.finally(() => {
         if (entry.pagingIn === shared) entry.pagingIn = undefined;
