@@ -168,6 +168,12 @@ export interface ModelContext {
   readonly backendConfig: Readonly<Record<string, string>>;
   readonly logger: Logger;
   readonly server: InferenceCaller;
+  /**
+   * Tells the core that the model took `bytes` more memory after its load
+   * (a session made on first use): it counts against the memory budget
+   * (docs/paging.md). What the load itself adds is measured by the core.
+   */
+  readonly memoryGrew?: (bytes: number) => void;
 }
 
 export interface InstanceContext extends ModelContext {

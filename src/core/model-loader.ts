@@ -40,6 +40,8 @@ export interface LoaderOptions {
   retryCount?: number;
   /** Hears every state change of the versions this loader creates. */
   onVersionState?: VersionStateListener;
+  /** Hears of memory a loaded version took after its load (ModelContext.memoryGrew); set under a memory budget. */
+  onMemoryGrew?: (v: ModelVersion, bytes: number) => void;
 }
 
 export interface LoadedModel {
@@ -216,6 +218,7 @@ async function loadVersion(
     backendConfig: backendConfigFor(options, backend.name),
     logger,
     server: options.server,
+    memoryGrew: options.onMemoryGrew === undefined ? undefined : (bytes: number) => options.onMemoryGrew!(v, bytes),
   };
   try {
     v.signature = new ModelSignature(v.modelName, v.config);

@@ -26,6 +26,8 @@ export const PINNED_PARAMETER = 'nereid.pinned';
 export const DEFAULT_LOAD_WAIT_MS = 30_000;
 /** How often a load that waits for room looks again (models go idle without telling anyone). */
 const ROOM_POLL_MS = 10;
+/** How often the process RSS is read during a load, for its peak. */
+const PEAK_SAMPLE_MS = 5;
 
 export interface PagingOptions {
   /** The budget in bytes (resolved from `--model-memory-budget`). */
@@ -101,12 +103,14 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly resident = new Map<ModelVersion, number>();
   /** The largest measurement of each model version so far: a reload into memory freed earlier may measure less. */
   private readonly remembered = new Map<string, number>();
+  /** The most each model's load held at once (its transient peak, at least what it kept): the room made before it loads again. */
+  private readonly peaks = new Map<string, number>();
   /** Loads are measured one at a time, so two loads' growth is not mixed up. */
   private readonly measuring = new Limiter(1);
   private readonly procDir: string;
   /** Evictions per model since start. */
   readonly evictions = new Map<string, number>();
-  /** Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
+  /** Peak bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
   private bytesPerFileByte = 1;
   private measuredLoads = 0;
 
@@ -141,6 +145,25 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   /** Every measured version and its bytes. */
   residentVersions(): IterableIterator<[ModelVersion, number]> {
     return this.resident.entries();
+  }
+
+  /**
+   * A loaded version took more memory (a session made on first use): it
+   * counts from now on, and idle models make room when the budget is passed.
+   * Growth during the load is already in the load's measurement.
+   */
+  grew(v: ModelVersion, bytes: number): void {
+    const had = this.resident.get(v);
+    if (had === undefined || bytes <= 0) return;
+    const now = had + Math.round(bytes);
+    this.resident.set(v, now);
+    const key = `${v.modelName}/${v.version}`;
+    this.remembered.set(key, Math.max(now, this.remembered.get(key) ?? 0));
+    if (this.usedBytes() <= this.budgetBytes) return;
+    this.host.logger.info({ model: v.modelName, grew: bytes, used: this.usedBytes(), budget: this.budgetBytes }, 'a model grew past the memory budget');
+    void this.measuring.run(() => this.makeRoom(0, new Set([v.modelName]), Date.now())).catch((err: unknown) =>
+      this.host.logger.warn({ err }, 'making room after a model grew failed'),
+    );
   }
 
   /** A version was closed: its memory is free again. */
@@ -237,18 +260,12 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   }
 
   /**
-   * A first guess of a load's cost, to make room before it: its last
-   * measurement, else its files scaled as the last load measured.
+   * What a load will hold at its peak, to make room before it: its last
+   * peak, else its files scaled as the last load's peak was.
    */
   private estimate(prepared: PreparedModel, files: number): number {
-    let known = 0;
-    let unknown = false;
-    for (const n of prepared.selected) {
-      const r = this.remembered.get(`${prepared.name}/${n}`);
-      if (r === undefined) unknown = true;
-      else known += r;
-    }
-    return unknown ? Math.max(known, Math.round(files * this.bytesPerFileByte)) : known;
+    const known = this.peaks.get(prepared.name);
+    return known ?? Math.round(files * this.bytesPerFileByte);
   }
 
   private noRoom(name: string, needed: number): string {
@@ -277,8 +294,20 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
       const before = process.memoryUsage();
-      const loaded = await load();
+      // The load's transient peak (copies of the model while a session is made) decides the room the next load gets.
+      let highest = before.rss;
+      const sampler = setInterval(() => {
+        const rss = process.memoryUsage.rss();
+        if (rss > highest) highest = rss;
+      }, PEAK_SAMPLE_MS);
+      let loaded: LoadedModel;
+      try {
+        loaded = await load();
+      } finally {
+        clearInterval(sampler);
+      }
       const after = process.memoryUsage();
+      const peak = Math.max(0, Math.max(highest, after.rss) - before.rss);
       // The main thread's JavaScript heap is not the model's: a collection during the load would hide its growth.
       const grown = Math.max(0, after.rss - before.rss - (after.heapTotal - before.heapTotal));
       const ready = [...loaded.versions.values()].filter((v) => v.state === 'READY');
@@ -297,7 +326,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         costs.set(v, bytes);
         total += bytes;
       }
-      if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = total / files;
+      this.peaks.set(entry.name, Math.max(peak, total));
+      if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = Math.max(peak, total) / files;
       let failure: string | undefined;
       if (total > this.budgetBytes) {
         failure = `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;

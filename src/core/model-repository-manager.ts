@@ -158,6 +158,10 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
       options.paging === undefined
         ? undefined
         : new ModelPager(options.paging, { entries: () => this.models.values(), evict: (e) => this.evictEntry(e), logger: this.logger });
+    if (this.pager) {
+      const pager = this.pager;
+      this.loader.onMemoryGrew = (v, bytes) => pager.grew(v, bytes);
+    }
   }
 
   // ---- start and stop ----------------------------------------------------

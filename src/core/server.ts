@@ -67,6 +67,17 @@ function countGpus(): number {
 
 let queueFullWithoutId: NereidError | undefined;
 
+/**
+ * Under a memory budget each onnxruntime session gets a thread of its own
+ * (session_threads=0) unless the user chose: memory a closed session freed
+ * on a thread shared with running sessions stayed with that thread's
+ * allocator, and an evicted model gave nothing back (docs/paging.md).
+ */
+function ownSessionThreads(config: Record<string, Record<string, string>>): Record<string, Record<string, string>> {
+  if (config['onnxruntime']?.['session_threads'] !== undefined || config['']?.['session_threads'] !== undefined) return config;
+  return { ...config, onnxruntime: { ...config['onnxruntime'], session_threads: '0' } };
+}
+
 /** The paging settings of ServerOptions (undefined without a budget); a pin or wait without a budget is an error. */
 function pagingOptions(options: ServerOptions): PagingOptions | undefined {
   const budget = options.modelMemoryBudget;
@@ -180,7 +191,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       loader: {
         autoComplete: !options.disableAutoCompleteConfig,
         modelConfigName: options.modelConfigName,
-        backendConfig: options.backendConfig ?? {},
+        backendConfig: paging === undefined ? (options.backendConfig ?? {}) : ownSessionThreads(options.backendConfig ?? {}),
         gpuCount: countGpus(),
         logger: this.logger,
         server: this,

@@ -219,9 +219,17 @@ function inlinePolicy(
     mode === 'auto' && wideThreads > 1 && options.intraOpNumThreads === 1
       ? wideInlineOptions(options, ctx.config, wideThreads, spinMicros)
       : undefined;
+  // A main-thread session is made on first use, after the load was measured: its memory is reported as it is made.
+  const measured = (make: () => InlineSession) => (): InlineSession => {
+    if (ctx.memoryGrew === undefined) return make();
+    const before = process.memoryUsage.rss();
+    const session = make();
+    ctx.memoryGrew(Math.max(0, process.memoryUsage.rss() - before));
+    return session;
+  };
   const policy = new InlinePolicy(
     mode,
-    () => new InlineSession(info.path, options),
+    measured(() => new InlineSession(info.path, options)),
     // An internal decision, logged at verbose: nothing for an operator to act on.
     (session, predictedNs, boundNs, isWide) =>
       log.debug(
@@ -246,7 +254,7 @@ function inlinePolicy(
     undefined,
     wide === undefined
       ? undefined
-      : { create: () => new InlineSession(info.path, wide), threads: wideThreads, spinMicros },
+      : { create: measured(() => new InlineSession(info.path, wide)), threads: wideThreads, spinMicros },
   );
   if (mode === 'on') {
     try {

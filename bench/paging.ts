@@ -1,0 +1,310 @@
+/**
+ * Model paging (`npm run bench -- paging`): a repository larger than the
+ * memory budget under a skewed request stream, against a real `nereid serve`.
+ *
+ *   paging     BENCH_PAGING_MODELS (default 30) ONNX MLPs of about 40 MB
+ *              resident each, a budget that holds BENCH_PAGING_HOLD (default
+ *              8) of them, a Zipf(1.1) stream at concurrency 8 for
+ *              BENCH_SECONDS (default 60): failed requests, the server's RSS
+ *              sampled every 100 ms against the budget plus the server's own
+ *              base, evictions of the 5 hottest models, p50/p99 of requests
+ *              to a loaded model vs one that had to load.
+ *   all loaded the same models and stream with no budget (every model loaded
+ *              at start): memory and latency.
+ *   dance      no budget, explicit mode, each request doing what clients do
+ *              against Triton: load, infer, unload: latency and failures
+ *              (clients unload each other's models).
+ *
+ * Models are written under bench/models/paging (git-ignored) by the fixture builder.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { buildAddSubModel, buildMlp, seededRandom } from '../src/onnx/builder.js';
+import { benchModelsDir } from './models.js';
+import { type Proc, startNereid } from './processes.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
+const MODELS = Number(process.env.BENCH_PAGING_MODELS ?? 30);
+const HOLD = Number(process.env.BENCH_PAGING_HOLD ?? 8);
+const CONCURRENCY = 8;
+const ZIPF_S = 1.1;
+const HOTTEST = 5;
+/** 3.7 M weights (14.8 MB of file): onnxruntime holds about 40 MB for it. */
+const LAYERS = [256, 1792, 1792, 16];
+
+const names = Array.from({ length: MODELS }, (_, i) => `m${String(i).padStart(2, '0')}`);
+
+function config(name: string): string {
+  return `name: "${name}"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "input" data_type: TYPE_FP32 dims: [ ${LAYERS[0]} ] } ]
+output [ { name: "output" data_type: TYPE_FP32 dims: [ ${LAYERS.at(-1)} ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`;
+}
+
+async function buildRepository(): Promise<string> {
+  const root = path.join(benchModelsDir(), 'paging');
+  for (const [i, name] of names.entries()) {
+    const file = path.join(root, name, '1', 'model.onnx');
+    if (!existsSync(file)) {
+      await mkdir(path.dirname(file), { recursive: true });
+      await writeFile(file, buildMlp(LAYERS, 1000 + i).builder.toBytes());
+    }
+    await writeFile(path.join(root, name, 'config.pbtxt'), config(name));
+  }
+  const warm = path.join(root, 'warm', '1', 'model.onnx');
+  if (!existsSync(warm)) {
+    await mkdir(path.dirname(warm), { recursive: true });
+    await writeFile(warm, buildAddSubModel('INT32', 16).toBytes());
+  }
+  await writeFile(
+    path.join(root, 'warm', 'config.pbtxt'),
+    `name: "warm"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+`,
+  );
+  return root;
+}
+
+/** Zipf(s) over ranks 1..n: model i has rank i + 1. */
+function zipfSampler(n: number, s: number, seed: number): () => number {
+  const weights = Array.from({ length: n }, (_, i) => 1 / (i + 1) ** s);
+  const total = weights.reduce((a, b) => a + b, 0);
+  const cdf: number[] = [];
+  let acc = 0;
+  for (const w of weights) cdf.push((acc += w / total));
+  const rand = seededRandom(seed);
+  return () => {
+    const u = rand();
+    let lo = 0;
+    let hi = n - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (cdf[mid]! < u) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+}
+
+const BODY = JSON.stringify({
+  inputs: [{ name: 'input', datatype: 'FP32', shape: [1, LAYERS[0]], data: Array.from({ length: LAYERS[0]! }, (_, i) => (i % 17) / 17) }],
+});
+
+function rssOf(pid: number): number {
+  const m = /^VmRSS:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(m![1]) * 1024;
+}
+
+async function post(port: number, url: string, body = ''): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}${url}`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+async function index(port: number): Promise<Array<{ name: string; state?: string; memory_bytes?: number }>> {
+  const res = await fetch(`http://127.0.0.1:${port}/v2/repository/index`, { method: 'POST', body: '{}' });
+  return (await res.json()) as Array<{ name: string; state?: string; memory_bytes?: number }>;
+}
+
+async function metricsText(port: number): Promise<string> {
+  return (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+}
+
+function metricValue(text: string, name: string, labels = ''): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels === '' ? ' ' : `{${labels}} `}`));
+  return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+const MB = (n: number) => (n / 2 ** 20).toFixed(1);
+const ms = (n: number) => n.toFixed(1);
+
+interface RunResult {
+  requests: number;
+  failures: number;
+  /** Latencies (ms) of requests whose model was READY at the last index sample, and of the others. */
+  hit: number[];
+  miss: number[];
+  maxRss: number;
+  failureSamples: string[];
+}
+
+/**
+ * A closed loop of CONCURRENCY clients, each picking a model from the Zipf
+ * stream; `each` does one request and resolves with its HTTP status. An
+ * index and RSS sample every 100 ms classify requests as hits or misses.
+ */
+async function run(port: number, pid: number, each: (model: string) => Promise<number>): Promise<RunResult> {
+  const next = zipfSampler(MODELS, ZIPF_S, 7);
+  const ready = new Set<string>();
+  let maxRss = 0;
+  let running = true;
+  const sampler = (async () => {
+    while (running) {
+      maxRss = Math.max(maxRss, rssOf(pid));
+      try {
+        const idx = await index(port);
+        ready.clear();
+        for (const e of idx) if (e.state === 'READY') ready.add(e.name);
+      } catch {
+        // the server is busy; keep the last sample
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  const result: RunResult = { requests: 0, failures: 0, hit: [], miss: [], maxRss: 0, failureSamples: [] };
+  const end = Date.now() + SECONDS * 1000;
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async () => {
+      while (Date.now() < end) {
+        const model = names[next()]!;
+        const wasReady = ready.has(model);
+        const t0 = performance.now();
+        let status: number;
+        try {
+          status = await each(model);
+        } catch (err) {
+          status = 0;
+          if (result.failureSamples.length < 3) result.failureSamples.push(String(err));
+        }
+        const took = performance.now() - t0;
+        result.requests++;
+        if (status !== 200) {
+          result.failures++;
+          if (result.failureSamples.length < 3 && status !== 0) result.failureSamples.push(`${model}: HTTP ${status}`);
+          continue;
+        }
+        (wasReady ? result.hit : result.miss).push(took);
+      }
+    }),
+  );
+  running = false;
+  await sampler;
+  result.maxRss = Math.max(maxRss, rssOf(pid));
+  result.hit.sort((a, b) => a - b);
+  result.miss.sort((a, b) => a - b);
+  return result;
+}
+
+function row(label: string, r: RunResult, extra: string[]): string[] {
+  const all = [...r.hit, ...r.miss].sort((a, b) => a - b);
+  return [
+    label,
+    String(r.requests),
+    String(r.failures),
+    ms(percentile(all, 50)),
+    ms(percentile(all, 99)),
+    `${r.hit.length}: ${ms(percentile(r.hit, 50))} / ${ms(percentile(r.hit, 99))}`,
+    `${r.miss.length}: ${ms(percentile(r.miss, 50))} / ${ms(percentile(r.miss, 99))}`,
+    MB(r.maxRss),
+    ...extra,
+  ];
+}
+
+function printTable(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+  process.stdout.write(`\n${title}\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+}
+
+async function stop(proc: Proc): Promise<void> {
+  await proc.stop();
+}
+
+const repo = await buildRepository();
+process.stdout.write(`\npaging: ${MODELS} models ${LAYERS.join('→')}, budget for ${HOLD}, Zipf(${ZIPF_S}), concurrency ${CONCURRENCY}, ${SECONDS} s per variant\n`);
+
+// Calibration: what one model costs in a fresh server (the warm-up model takes the one-time costs).
+let cost: number;
+let warmCost: number;
+{
+  const s = await startNereid(repo, ['--model-control-mode=explicit', '--model-memory-budget=64GiB']);
+  try {
+    for (const m of ['warm', names[0]!, names[1]!, names[2]!]) await post(s.http, `/v2/repository/models/${m}/load`);
+    const idx = await index(s.http);
+    const bytes = (m: string) => idx.find((e) => e.name === m)!.memory_bytes!;
+    warmCost = bytes('warm');
+    cost = Math.max(bytes(names[1]!), bytes(names[2]!));
+    process.stdout.write(`calibration: warm-up model ${MB(warmCost)} MiB (with one-time costs), one model ${MB(cost)} MiB (${MB(bytes(names[0]!))} for the first)\n`);
+  } finally {
+    await stop(s.proc);
+  }
+}
+const budget = Math.round(warmCost + (HOLD + 0.5) * cost);
+const rows: string[][] = [];
+const notes: string[] = [];
+
+// Paging.
+{
+  const s = await startNereid(repo, ['--model-control-mode=explicit', `--model-memory-budget=${budget}`, '--model-pin=warm']);
+  const pid = s.proc.child.pid!;
+  try {
+    const base = rssOf(pid);
+    await post(s.http, '/v2/repository/models/warm/load');
+    const r = await run(s.http, pid, (m) => post(s.http, `/v2/models/${m}/infer`, BODY));
+    const text = await metricsText(s.metrics);
+    const evictions = names.map((m) => metricValue(text, 'nereid_model_evictions_total', `model="${m}"`));
+    const hotEvicted = evictions.slice(0, HOTTEST).reduce((a, b) => a + b, 0);
+    const waits = metricValue(text, 'nereid_model_load_wait_seconds_count');
+    const waitSum = metricValue(text, 'nereid_model_load_wait_seconds_sum');
+    rows.push(row('paging', r, [`${MB(base)} + ${MB(budget)} = ${MB(base + budget)}`, String(evictions.reduce((a, b) => a + b, 0)), String(hotEvicted)]));
+    notes.push(
+      `paging: RSS peak ${MB(r.maxRss)} MiB ${r.maxRss <= base + budget ? '<=' : '>'} base + budget ${MB(base + budget)} MiB; ` +
+        `${waits} requests waited for a load, mean ${ms((waitSum / Math.max(1, waits)) * 1000)} ms; evictions of the ${HOTTEST} hottest: ${hotEvicted}`,
+    );
+    if (r.failureSamples.length > 0) notes.push(`paging failures, e.g.: ${r.failureSamples.join('; ')}`);
+  } finally {
+    await stop(s.proc);
+  }
+}
+
+// All loaded, no budget.
+{
+  const s = await startNereid(repo, []);
+  const pid = s.proc.child.pid!;
+  try {
+    const r = await run(s.http, pid, (m) => post(s.http, `/v2/models/${m}/infer`, BODY));
+    rows.push(row('all loaded', r, ['-', '-', '-']));
+  } finally {
+    await stop(s.proc);
+  }
+}
+
+// Triton's client-side dance: load, infer, unload, with clients racing each other.
+{
+  const s = await startNereid(repo, ['--model-control-mode=explicit']);
+  const pid = s.proc.child.pid!;
+  try {
+    const r = await run(s.http, pid, async (m) => {
+      const load = await post(s.http, `/v2/repository/models/${m}/load`);
+      if (load !== 200) return load;
+      const status = await post(s.http, `/v2/models/${m}/infer`, BODY);
+      const unload = await post(s.http, `/v2/repository/models/${m}/unload`);
+      return status !== 200 ? status : unload;
+    });
+    rows.push(row('load→infer→unload', r, ['-', '-', '-']));
+    if (r.failureSamples.length > 0) notes.push(`dance failures, e.g.: ${r.failureSamples.join('; ')}`);
+  } finally {
+    await stop(s.proc);
+  }
+}
+
+printTable(
+  `model paging: budget ${MB(budget)} MiB (${HOLD} models of ${MB(cost)} MiB and the warm-up model); latencies in ms; hit = model READY at the last 100 ms sample`,
+  ['variant', 'requests', 'failed', 'p50', 'p99', 'hit n: p50 / p99', 'miss n: p50 / p99', 'RSS peak MiB', 'base + budget MiB', 'evictions', `top-${HOTTEST} evicted`],
+  rows,
+);
+for (const n of notes) process.stdout.write(`${n}\n`);
