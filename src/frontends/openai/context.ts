@@ -44,7 +44,16 @@ export async function resolveModel<K extends 'generation' | 'embedding'>(
   try {
     config = ctx.server.modelConfig(name);
   } catch (err) {
-    throw toOpenAiError(err, name);
+    // Model paging: a model unloaded for room loads first (docs/paging.md).
+    const loading = ctx.server.pageIn?.(name);
+    if (loading === undefined) throw toOpenAiError(err, name);
+    try {
+      await loading;
+      metadata = ctx.server.modelMetadata(name);
+      config = ctx.server.modelConfig(name);
+    } catch (again) {
+      throw toOpenAiError(again, name);
+    }
   }
   // The configuration object is the same until the model reloads: its metadata and contract are kept with it.
   let known = contracts.get(config);
