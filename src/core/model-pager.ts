@@ -26,8 +26,6 @@ export const PINNED_PARAMETER = 'nereid.pinned';
 export const DEFAULT_LOAD_WAIT_MS = 30_000;
 /** How often a load that waits for room looks again (models go idle without telling anyone). */
 const ROOM_POLL_MS = 10;
-/** How often the process RSS is read during a load, for its peak. */
-const PEAK_SAMPLE_MS = 5;
 
 export interface PagingOptions {
   /** The budget in bytes (resolved from `--model-memory-budget`). */
@@ -103,14 +101,12 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly resident = new Map<ModelVersion, number>();
   /** The largest measurement of each model version so far: a reload into memory freed earlier may measure less. */
   private readonly remembered = new Map<string, number>();
-  /** The most each model's load held at once (its transient peak, at least what it kept): the room made before it loads again. */
-  private readonly peaks = new Map<string, number>();
   /** Loads are measured one at a time, so two loads' growth is not mixed up. */
   private readonly measuring = new Limiter(1);
   private readonly procDir: string;
   /** Evictions per model since start. */
   readonly evictions = new Map<string, number>();
-  /** Peak bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
+  /** Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
   private bytesPerFileByte = 1;
   private measuredLoads = 0;
 
@@ -260,12 +256,17 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   }
 
   /**
-   * What a load will hold at its peak, to make room before it: its last
-   * peak, else its files scaled as the last load's peak was.
+   * A first guess of a load's cost, to make room before it: its last
+   * measurement, else its files scaled as the last load measured.
    */
   private estimate(prepared: PreparedModel, files: number): number {
-    const known = this.peaks.get(prepared.name);
-    return known ?? Math.round(files * this.bytesPerFileByte);
+    let known = 0;
+    for (const n of prepared.selected) {
+      const r = this.remembered.get(`${prepared.name}/${n}`);
+      if (r === undefined) return Math.max(known, Math.round(files * this.bytesPerFileByte));
+      known += r;
+    }
+    return known;
   }
 
   private noRoom(name: string, needed: number): string {
@@ -294,20 +295,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
       const before = process.memoryUsage();
-      // The load's transient peak (copies of the model while a session is made) decides the room the next load gets.
-      let highest = before.rss;
-      const sampler = setInterval(() => {
-        const rss = process.memoryUsage.rss();
-        if (rss > highest) highest = rss;
-      }, PEAK_SAMPLE_MS);
-      let loaded: LoadedModel;
-      try {
-        loaded = await load();
-      } finally {
-        clearInterval(sampler);
-      }
+      const loaded = await load();
       const after = process.memoryUsage();
-      const peak = Math.max(0, Math.max(highest, after.rss) - before.rss);
       // The main thread's JavaScript heap is not the model's: a collection during the load would hide its growth.
       const grown = Math.max(0, after.rss - before.rss - (after.heapTotal - before.heapTotal));
       const ready = [...loaded.versions.values()].filter((v) => v.state === 'READY');
@@ -326,8 +315,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         costs.set(v, bytes);
         total += bytes;
       }
-      this.peaks.set(entry.name, Math.max(peak, total));
-      if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = Math.max(peak, total) / files;
+      if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = total / files;
       let failure: string | undefined;
       if (total > this.budgetBytes) {
         failure = `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
