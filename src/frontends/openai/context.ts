@@ -49,7 +49,6 @@ export async function resolveModel<K extends 'generation' | 'embedding'>(
     if (loading === undefined) throw toOpenAiError(err, name);
     try {
       await loading;
-      metadata = ctx.server.modelMetadata(name);
       config = ctx.server.modelConfig(name);
     } catch (again) {
       throw toOpenAiError(again, name);
