@@ -65,8 +65,14 @@ async function buildRepository(): Promise<string> {
     `name: "warm"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `,
   );
@@ -95,7 +101,14 @@ function zipfSampler(n: number, s: number, seed: number): () => number {
 }
 
 const BODY = JSON.stringify({
-  inputs: [{ name: 'input', datatype: 'FP32', shape: [1, LAYERS[0]], data: Array.from({ length: LAYERS[0]! }, (_, i) => (i % 17) / 17) }],
+  inputs: [
+    {
+      name: 'input',
+      datatype: 'FP32',
+      shape: [1, LAYERS[0]],
+      data: Array.from({ length: LAYERS[0]! }, (_, i) => (i % 17) / 17),
+    },
+  ],
 });
 
 function rssOf(pid: number): number {
@@ -104,7 +117,8 @@ function rssOf(pid: number): number {
 }
 
 async function post(port: number, url: string, body = ''): Promise<number> {
-  const res = await fetch(`http://127.0.0.1:${port}${url}`, { method: 'POST', body, headers: { 'content-type': 'application/json' } });
+  const headers = { 'content-type': 'application/json' };
+  const res = await fetch(`http://127.0.0.1:${port}${url}`, { method: 'POST', body, headers });
   await res.arrayBuffer();
   return res.status;
 }
@@ -225,7 +239,10 @@ async function stop(proc: Proc): Promise<void> {
 }
 
 const repo = await buildRepository();
-process.stdout.write(`\npaging: ${MODELS} models ${LAYERS.join('→')}, budget for ${HOLD}, Zipf(${ZIPF_S}), concurrency ${CONCURRENCY}, ${SECONDS} s per variant\n`);
+process.stdout.write(
+  `\npaging: ${MODELS} models ${LAYERS.join('→')}, budget for ${HOLD}, Zipf(${ZIPF_S}), ` +
+    `concurrency ${CONCURRENCY}, ${SECONDS} s per variant\n`,
+);
 
 // Calibration: what one model costs in a fresh server (the warm-up model takes the one-time costs).
 let cost: number;
@@ -238,7 +255,10 @@ let warmCost: number;
     const bytes = (m: string) => idx.find((e) => e.name === m)!.memory_bytes!;
     warmCost = bytes('warm');
     cost = Math.max(bytes(names[1]!), bytes(names[2]!));
-    process.stdout.write(`calibration: warm-up model ${MB(warmCost)} MiB (with one-time costs), one model ${MB(cost)} MiB (${MB(bytes(names[0]!))} for the first)\n`);
+    process.stdout.write(
+      `calibration: warm-up model ${MB(warmCost)} MiB (with one-time costs), ` +
+        `one model ${MB(cost)} MiB (${MB(bytes(names[0]!))} for the first)\n`,
+    );
   } finally {
     await stop(s.proc);
   }
@@ -249,7 +269,11 @@ const notes: string[] = [];
 
 // Paging.
 {
-  const s = await startNereid(repo, ['--model-control-mode=explicit', `--model-memory-budget=${budget}`, '--model-pin=warm']);
+  const s = await startNereid(repo, [
+    '--model-control-mode=explicit',
+    `--model-memory-budget=${budget}`,
+    '--model-pin=warm',
+  ]);
   const pid = s.proc.child.pid!;
   try {
     const base = rssOf(pid);
@@ -260,10 +284,13 @@ const notes: string[] = [];
     const hotEvicted = evictions.slice(0, HOTTEST).reduce((a, b) => a + b, 0);
     const waits = metricValue(text, 'nereid_model_load_wait_seconds_count');
     const waitSum = metricValue(text, 'nereid_model_load_wait_seconds_sum');
-    rows.push(row('paging', r, [`${MB(base)} + ${MB(budget)} = ${MB(base + budget)}`, String(evictions.reduce((a, b) => a + b, 0)), String(hotEvicted)]));
+    const total = evictions.reduce((a, b) => a + b, 0);
+    const limit = `${MB(base)} + ${MB(budget)} = ${MB(base + budget)}`;
+    rows.push(row('paging', r, [limit, String(total), String(hotEvicted)]));
     notes.push(
-      `paging: RSS peak ${MB(r.maxRss)} MiB ${r.maxRss <= base + budget ? '<=' : '>'} base + budget ${MB(base + budget)} MiB; ` +
-        `${waits} requests waited for a load, mean ${ms((waitSum / Math.max(1, waits)) * 1000)} ms; evictions of the ${HOTTEST} hottest: ${hotEvicted}`,
+      `paging: RSS peak ${MB(r.maxRss)} MiB ${r.maxRss <= base + budget ? '<=' : '>'} ` +
+        `base + budget ${MB(base + budget)} MiB; ${waits} requests waited for a load, ` +
+        `mean ${ms((waitSum / Math.max(1, waits)) * 1000)} ms; evictions of the ${HOTTEST} hottest: ${hotEvicted}`,
     );
     if (r.failureSamples.length > 0) notes.push(`paging failures, e.g.: ${r.failureSamples.join('; ')}`);
   } finally {
@@ -303,8 +330,21 @@ const notes: string[] = [];
 }
 
 printTable(
-  `model paging: budget ${MB(budget)} MiB (${HOLD} models of ${MB(cost)} MiB and the warm-up model); latencies in ms; hit = model READY at the last 100 ms sample`,
-  ['variant', 'requests', 'failed', 'p50', 'p99', 'hit n: p50 / p99', 'miss n: p50 / p99', 'RSS peak MiB', 'base + budget MiB', 'evictions', `top-${HOTTEST} evicted`],
+  `model paging: budget ${MB(budget)} MiB (${HOLD} models of ${MB(cost)} MiB and the warm-up model); ` +
+    'latencies in ms; hit = model READY at the last 100 ms sample',
+  [
+    'variant',
+    'requests',
+    'failed',
+    'p50',
+    'p99',
+    'hit n: p50 / p99',
+    'miss n: p50 / p99',
+    'RSS peak MiB',
+    'base + budget MiB',
+    'evictions',
+    `top-${HOTTEST} evicted`,
+  ],
   rows,
 );
 for (const n of notes) process.stdout.write(`${n}\n`);

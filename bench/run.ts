@@ -28,8 +28,8 @@
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
  * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32),
- * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency; against all loaded and
- * the client-side load→infer→unload dance).
+ * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
+ * against all loaded and the client-side load→infer→unload dance).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).

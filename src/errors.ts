@@ -41,7 +41,10 @@ const GRPC_STATUS: Record<TritonErrorClass, number> = {
 export class NereidError extends Error {
   readonly code: string;
   readonly errorClass: TritonErrorClass;
-  /** Seconds a client should wait before trying again (HTTP Retry-After, gRPC `retry-after` metadata); unset for most errors. */
+  /**
+   * Seconds a client should wait before trying again (HTTP Retry-After, gRPC `retry-after` metadata); unset for
+   * most errors.
+   */
   retryAfterSecs: number | undefined;
   constructor(code: string, errorClass: TritonErrorClass, message: string) {
     super(message);
@@ -274,7 +277,8 @@ export const Errors = {
     const e = new NereidError(
       'NRD_MODEL_LOAD_WAIT',
       'UNAVAILABLE',
-      `model '${m}' is loading on demand and was not ready within --model-load-wait-ms (${waitMs} ms); try again shortly`,
+      `model '${m}' is loading on demand and was not ready within --model-load-wait-ms (${waitMs} ms); ` +
+        'try again shortly',
     );
     e.retryAfterSecs = 1;
     return e;

@@ -460,19 +460,32 @@ function startAccessControl(
   return { access, watcher };
 }
 
-/** --model-memory-budget, --model-pin and --model-load-wait-ms (docs/paging.md); checked here so a bad one stops the start. */
-function pagingSettings(f: FlagReader): Pick<ServeConfig['server'], 'modelMemoryBudget' | 'modelPins' | 'modelLoadWaitMs'> {
+/**
+ * --model-memory-budget, --model-pin and --model-load-wait-ms (docs/paging.md); checked here so a bad one stops
+ * the start.
+ */
+type PagingSettings = Pick<ServeConfig['server'], 'modelMemoryBudget' | 'modelPins' | 'modelLoadWaitMs'>;
+
+function pagingSettings(f: FlagReader): PagingSettings {
   const budget = f.string('model-memory-budget');
   const pins = f.all('model-pin');
   const wait = f.has('model-load-wait-ms') ? f.int('model-load-wait-ms', 0) : undefined;
   if (budget === undefined) {
-    if (pins.length > 0) throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
-    if (wait !== undefined) throw Errors.config('--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand');
+    if (pins.length > 0) {
+      throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
+    }
+    if (wait !== undefined) {
+      throw Errors.config(
+        '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
+      );
+    }
     return {};
   }
   parseMemoryBudget(budget);
   for (const pin of pins) if (pin.trim() === '') throw Errors.config('--model-pin needs a model name');
-  if (wait !== undefined && wait < 0) throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${wait}`);
+  if (wait !== undefined && wait < 0) {
+    throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${wait}`);
+  }
   return { modelMemoryBudget: budget, modelPins: pins, modelLoadWaitMs: wait };
 }
 

@@ -24,11 +24,17 @@ const UNITS: Readonly<Record<string, number>> = {
   tib: 2 ** 40,
 };
 
-/** Parses `<bytes>`, `<size><unit>` (MB, GB, MiB, GiB; also B, KB, KiB, TB, TiB) or `<N>%`. Throws a config error naming the flag. */
+/**
+ * Parses `<bytes>`, `<size><unit>` (MB, GB, MiB, GiB; also B, KB, KiB, TB, TiB) or `<N>%`. Throws a config error
+ * naming the flag.
+ */
 export function parseMemoryBudget(text: string, flag = '--model-memory-budget'): MemoryBudgetSpec {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(%|[a-zA-Z]*)\s*$/.exec(text);
   const bad = (why: string) =>
-    Errors.config(`${flag}: '${text}' ${why}; give bytes (e.g. 4294967296), a size with MB, GB, MiB or GiB (e.g. 4GiB) or a percentage (e.g. 60%)`);
+    Errors.config(
+      `${flag}: '${text}' ${why}; give bytes (e.g. 4294967296), a size with MB, GB, MiB or GiB (e.g. 4GiB) ` +
+        'or a percentage (e.g. 60%)',
+    );
   if (!m) throw bad('is not a size');
   const value = Number(m[1]);
   const unit = m[2]!;
@@ -56,7 +62,10 @@ function readText(file: string): string | undefined {
   }
 }
 
-/** One line of /proc/self/mountinfo: the mount's root within its filesystem, where it is mounted, its type and options. */
+/**
+ * One line of /proc/self/mountinfo: the mount's root within its filesystem, where it is mounted, its type and
+ * options.
+ */
 interface Mount {
   root: string;
   mountPoint: string;
@@ -77,7 +86,12 @@ export function parseMountInfo(text: string): Mount[] {
     const left = line.slice(0, sep).split(' ');
     const right = line.slice(sep + 3).split(' ');
     if (left.length < 5 || right.length < 3) continue;
-    out.push({ root: unescape(left[3]!), mountPoint: unescape(left[4]!), fsType: right[0]!, superOptions: right[2]!.split(',') });
+    out.push({
+      root: unescape(left[3]!),
+      mountPoint: unescape(left[4]!),
+      fsType: right[0]!,
+      superOptions: right[2]!.split(','),
+    });
   }
   return out;
 }
@@ -104,14 +118,22 @@ export function parseMemoryLimit(text: string): number | undefined {
   return n;
 }
 
-/** The folder of `cgroupPath` under a mount of its hierarchy (the mount's root may be a part of the path, as in containers). */
+/**
+ * The folder of `cgroupPath` under a mount of its hierarchy (the mount's root may be a part of the path, as in
+ * containers).
+ */
 function cgroupDir(root: string, mount: Mount, cgroupPath: string): string {
   let rel = cgroupPath;
-  if (mount.root !== '/' && (rel === mount.root || rel.startsWith(`${mount.root}/`))) rel = rel.slice(mount.root.length);
+  if (mount.root !== '/' && (rel === mount.root || rel.startsWith(`${mount.root}/`))) {
+    rel = rel.slice(mount.root.length);
+  }
   return path.join(root, mount.mountPoint, rel);
 }
 
-/** The smallest limit in `file` from `dir` up to the hierarchy's mount point (a parent's limit binds its children too). */
+/**
+ * The smallest limit in `file` from `dir` up to the hierarchy's mount point (a parent's limit binds its children
+ * too).
+ */
 function smallestLimit(dir: string, top: string, file: string): number | undefined {
   let best: number | undefined;
   for (let d = dir; ; d = path.dirname(d)) {
@@ -161,7 +183,10 @@ export interface ResolvedBudget {
   source: string;
 }
 
-/** The budget in bytes: a percentage applies to the cgroup limit (capped by the machine's memory), else to the machine's memory. */
+/**
+ * The budget in bytes: a percentage applies to the cgroup limit (capped by the machine's memory), else to the
+ * machine's memory.
+ */
 export function resolveMemoryBudget(spec: MemoryBudgetSpec, root = '/', machineBytes = totalmem()): ResolvedBudget {
   if ('bytes' in spec) return { bytes: spec.bytes, source: 'given in bytes' };
   const cgroup = readCgroupMemoryLimit(root);
@@ -169,7 +194,9 @@ export function resolveMemoryBudget(spec: MemoryBudgetSpec, root = '/', machineB
   const base = limit?.bytes ?? machineBytes;
   return {
     bytes: Math.floor((base * spec.percent) / 100),
-    source: limit ? `${spec.percent}% of the cgroup limit ${base} (${limit.file})` : `${spec.percent}% of the machine's memory ${base}`,
+    source: limit
+      ? `${spec.percent}% of the cgroup limit ${base} (${limit.file})`
+      : `${spec.percent}% of the machine's memory ${base}`,
   };
 }
 

@@ -29,7 +29,10 @@ export class ModelEntry {
   loadingDependencies: readonly ModelDependency[] = [];
   /** Unloaded to make room under the memory budget: a request loads it again. */
   evicted = false;
-  /** Loaded on demand (or unloaded for room) at least once since the last explicit load: not counted by strict readiness. */
+  /**
+   * Loaded on demand (or unloaded for room) at least once since the last explicit load: not counted by strict
+   * readiness.
+   */
   paged = false;
   /** The on-demand load in progress, which every waiting request shares. */
   pagingIn: Promise<void> | undefined;

@@ -20,7 +20,10 @@ import { formatBytes } from './memory-budget.js';
 
 /** The reason an unloaded-for-room version shows in the repository index (its state is UNAVAILABLE). */
 export const MEMORY_BUDGET_REASON = 'unloaded: memory budget';
-/** The config parameter that keeps a model loaded: parameters { key: "nereid.pinned" value: { string_value: "true" } }. */
+/**
+ * The config parameter that keeps a model loaded: parameters { key: "nereid.pinned" value: { string_value:
+ * "true" } }.
+ */
 export const PINNED_PARAMETER = 'nereid.pinned';
 /** How long a request waits for its model to load (`--model-load-wait-ms`). */
 export const DEFAULT_LOAD_WAIT_MS = 30_000;
@@ -90,7 +93,9 @@ export function pinnedByConfig(config: ModelConfig, model: string): boolean {
   const value = p.stringValue.trim().toLowerCase();
   if (value === 'true') return true;
   if (value === 'false') return false;
-  throw Errors.config(`model '${model}': parameter '${PINNED_PARAMETER}' must be "true" or "false", got "${p.stringValue}"`);
+  throw Errors.config(
+    `model '${model}': parameter '${PINNED_PARAMETER}' must be "true" or "false", got "${p.stringValue}"`,
+  );
 }
 
 export class ModelPager extends EventEmitter<ModelPagerEvents> {
@@ -106,7 +111,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly procDir: string;
   /** Evictions per model since start. */
   readonly evictions = new Map<string, number>();
-  /** Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays one-time costs) is not used. */
+  /**
+   * Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays
+   * one-time costs) is not used.
+   */
   private bytesPerFileByte = 1;
   private measuredLoads = 0;
 
@@ -156,7 +164,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     const key = `${v.modelName}/${v.version}`;
     this.remembered.set(key, Math.max(now, this.remembered.get(key) ?? 0));
     if (this.usedBytes() <= this.budgetBytes) return;
-    this.host.logger.info({ model: v.modelName, grew: bytes, used: this.usedBytes(), budget: this.budgetBytes }, 'a model grew past the memory budget');
+    this.host.logger.info(
+      { model: v.modelName, grew: bytes, used: this.usedBytes(), budget: this.budgetBytes },
+      'a model grew past the memory budget',
+    );
     void this.measuring.run(() => this.makeRoom(0, new Set([v.modelName]), Date.now())).catch((err: unknown) =>
       this.host.logger.warn({ err }, 'making room after a model grew failed'),
     );
@@ -272,7 +283,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private noRoom(name: string, needed: number): string {
     return (
       `model '${name}' needs ${formatBytes(needed)} but the memory budget of ${formatBytes(this.budgetBytes)} has ` +
-      `${formatBytes(Math.max(0, this.budgetBytes - this.usedBytes()))} free, and the other loaded models are pinned or stayed busy`
+      `${formatBytes(Math.max(0, this.budgetBytes - this.usedBytes()))} free, ` +
+      'and the other loaded models are pinned or stayed busy'
     );
   }
 
@@ -284,7 +296,12 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
    * the guess. Throws a memory budget error when no room can be made
    * before the load; failures after it show as UNAVAILABLE versions.
    */
-  async load(entry: ModelEntry, prepared: PreparedModel, protect: ReadonlySet<string>, load: () => Promise<LoadedModel>): Promise<LoadedModel> {
+  async load(
+    entry: ModelEntry,
+    prepared: PreparedModel,
+    protect: ReadonlySet<string>,
+    load: () => Promise<LoadedModel>,
+  ): Promise<LoadedModel> {
     // An ensemble holds nothing of its own: its steps are loaded (and measured) as models of their own.
     if (prepared.backend === undefined) return load();
     const deadline = Date.now() + this.loadWaitMs;
@@ -318,7 +335,9 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (files > 0 && this.measuredLoads++ > 0) this.bytesPerFileByte = total / files;
       let failure: string | undefined;
       if (total > this.budgetBytes) {
-        failure = `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
+        failure =
+          `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), ` +
+          `more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
       } else if (!(await this.makeRoom(total, protect, deadline))) {
         failure = this.noRoom(entry.name, total);
       }
@@ -332,7 +351,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         this.resident.set(v, bytes);
         v.touch();
       }
-      this.host.logger.info({ model: entry.name, bytes: total, used: this.usedBytes(), budget: this.budgetBytes }, 'model memory measured');
+      this.host.logger.info(
+        { model: entry.name, bytes: total, used: this.usedBytes(), budget: this.budgetBytes },
+        'model memory measured',
+      );
       return loaded;
     });
   }

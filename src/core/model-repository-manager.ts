@@ -157,7 +157,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     this.pager =
       options.paging === undefined
         ? undefined
-        : new ModelPager(options.paging, { entries: () => this.models.values(), evict: (e) => this.evictEntry(e), logger: this.logger });
+        : new ModelPager(options.paging, {
+            entries: () => this.models.values(),
+            evict: (e) => this.evictEntry(e),
+            logger: this.logger,
+          });
     if (this.pager) {
       const pager = this.pager;
       this.loader.onMemoryGrew = (v, bytes) => pager.grew(v, bytes);
@@ -743,7 +747,11 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
   // ---- model paging (--model-memory-budget) --------------------------------
 
   /** The second phase of a load; under a memory budget, measured and given room (docs/paging.md). */
-  private loadVersions(entry: ModelEntry, prepared: PreparedModel, dependencies: readonly ModelDependency[]): Promise<LoadedModel> {
+  private loadVersions(
+    entry: ModelEntry,
+    prepared: PreparedModel,
+    dependencies: readonly ModelDependency[],
+  ): Promise<LoadedModel> {
     if (!this.pager) return loadPreparedVersions(prepared, this.loader);
     const protect = new Set([entry.name, ...this.dependencyClosure(dependencies)]);
     return this.pager.load(entry, prepared, protect, () => loadPreparedVersions(prepared, this.loader));

@@ -74,7 +74,8 @@ let queueFullWithoutId: NereidError | undefined;
  * allocator, and an evicted model gave nothing back (docs/paging.md).
  */
 function ownSessionThreads(config: Record<string, Record<string, string>>): Record<string, Record<string, string>> {
-  if (config['onnxruntime']?.['session_threads'] !== undefined || config['']?.['session_threads'] !== undefined) return config;
+  const chosen = config['onnxruntime']?.['session_threads'] ?? config['']?.['session_threads'];
+  if (chosen !== undefined) return config;
   return { ...config, onnxruntime: { ...config['onnxruntime'], session_threads: '0' } };
 }
 
@@ -82,18 +83,29 @@ function ownSessionThreads(config: Record<string, Record<string, string>>): Reco
 function pagingOptions(options: ServerOptions): PagingOptions | undefined {
   const budget = options.modelMemoryBudget;
   if (budget === undefined) {
-    if ((options.modelPins ?? []).length > 0) throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
-    if (options.modelLoadWaitMs !== undefined) throw Errors.config('--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand');
+    if ((options.modelPins ?? []).length > 0) {
+      throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
+    }
+    if (options.modelLoadWaitMs !== undefined) {
+      throw Errors.config(
+        '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
+      );
+    }
     return undefined;
   }
   let resolved: ResolvedBudget;
   if (typeof budget === 'number') {
-    if (!Number.isSafeInteger(budget) || budget <= 0) throw Errors.config(`--model-memory-budget must be a whole number of bytes above 0, got ${budget}`);
+    if (!Number.isSafeInteger(budget) || budget <= 0) {
+      throw Errors.config(`--model-memory-budget must be a whole number of bytes above 0, got ${budget}`);
+    }
     resolved = { bytes: budget, source: 'given in bytes' };
   } else {
     resolved = resolveMemoryBudget(parseMemoryBudget(budget));
   }
-  options.logger?.info({ budget: resolved.bytes, source: resolved.source }, `model memory budget ${formatBytes(resolved.bytes)}`);
+  options.logger?.info(
+    { budget: resolved.bytes, source: resolved.source },
+    `model memory budget ${formatBytes(resolved.bytes)}`,
+  );
   return { budgetBytes: resolved.bytes, pins: options.modelPins, loadWaitMs: options.modelLoadWaitMs };
 }
 
@@ -191,7 +203,8 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
       loader: {
         autoComplete: !options.disableAutoCompleteConfig,
         modelConfigName: options.modelConfigName,
-        backendConfig: paging === undefined ? (options.backendConfig ?? {}) : ownSessionThreads(options.backendConfig ?? {}),
+        backendConfig:
+          paging === undefined ? (options.backendConfig ?? {}) : ownSessionThreads(options.backendConfig ?? {}),
         gpuCount: countGpus(),
         logger: this.logger,
         server: this,

@@ -16,7 +16,9 @@ export function registerPagingMetrics(metrics: Metrics, pager: ModelPager): void
       registers,
       collect() {
         this.reset();
-        for (const [v, bytes] of pager.residentVersions()) this.set({ model: v.modelName, version: String(v.version) }, bytes);
+        for (const [v, bytes] of pager.residentVersions()) {
+          this.set({ model: v.modelName, version: String(v.version) }, bytes);
+        }
       },
     });
     new Gauge({

@@ -1,4 +1,7 @@
-/** --model-memory-budget: the sizes it takes, and the cgroup limit a percentage reads (v1 and v2 layouts as fixture files). */
+/**
+ * --model-memory-budget: the sizes it takes, and the cgroup limit a percentage reads (v1 and v2 layouts as
+ * fixture files).
+ */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -49,12 +52,18 @@ test('a malformed budget is a configuration error naming the flag, the text and 
 });
 
 test('nereid serve refuses a bad budget, and a pin or a load wait without a budget, before starting', () => {
-  assert.throws(() => buildServeConfig(['--model-memory-budget=12XB']), /--model-memory-budget: '12XB' has an unknown unit/);
-  assert.throws(() => buildServeConfig(['--model-pin=a']), /--model-pin needs --model-memory-budget/);
-  assert.throws(() => buildServeConfig(['--model-load-wait-ms=10']), /--model-load-wait-ms needs --model-memory-budget/);
-  assert.throws(() => buildServeConfig(['--model-memory-budget=1GiB', '--model-load-wait-ms=-5']), /--model-load-wait-ms must be 0 or more/);
-  assert.throws(() => buildServeConfig(['--model-memory-budget=1GiB', '--model-load-wait-ms=soon']), /takes an integer/);
-  const cfg = buildServeConfig(['--model-memory-budget=50%', '--model-pin=a', '--model-pin=b', '--model-load-wait-ms=500']);
+  const refuses = (argv: string[], why: RegExp) => assert.throws(() => buildServeConfig(argv), why);
+  refuses(['--model-memory-budget=12XB'], /--model-memory-budget: '12XB' has an unknown unit/);
+  refuses(['--model-pin=a'], /--model-pin needs --model-memory-budget/);
+  refuses(['--model-load-wait-ms=10'], /--model-load-wait-ms needs --model-memory-budget/);
+  refuses(['--model-memory-budget=1GiB', '--model-load-wait-ms=-5'], /--model-load-wait-ms must be 0 or more/);
+  refuses(['--model-memory-budget=1GiB', '--model-load-wait-ms=soon'], /takes an integer/);
+  const cfg = buildServeConfig([
+    '--model-memory-budget=50%',
+    '--model-pin=a',
+    '--model-pin=b',
+    '--model-load-wait-ms=500',
+  ]);
   assert.equal(cfg.server.modelMemoryBudget, '50%');
   assert.deepEqual(cfg.server.modelPins, ['a', 'b']);
   assert.equal(cfg.server.modelLoadWaitMs, 500);
@@ -72,7 +81,9 @@ function fixtureRoot(t: { after(fn: () => void): void }, files: Record<string, s
   return root;
 }
 
-const V2_MOUNT = '30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n';
+const V2_MOUNT =
+  '30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - ' +
+  'cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot\n';
 
 test('cgroup v2: memory.max of the process cgroup, the smallest on the way up to the mount', (t) => {
   const root = fixtureRoot(t, {
@@ -116,11 +127,12 @@ test("cgroup v2 with no limit ('max' all the way up): the machine's memory", (t)
 const V1_MOUNTS = [
   '25 22 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755',
   '33 25 0:29 /docker/abc /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,memory',
-  '34 25 0:30 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,cpu,cpuacct',
+  '34 25 0:30 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:16 - ' +
+    'cgroup cgroup rw,cpu,cpuacct',
   '',
 ].join('\n');
 
-test('cgroup v1: memory.limit_in_bytes of the memory controller, with the container mount root taken off the path', (t) => {
+test('cgroup v1: the memory controller\'s memory.limit_in_bytes, the container mount root taken off the path', (t) => {
   const root = fixtureRoot(t, {
     'proc/self/cgroup': '12:memory:/docker/abc\n11:cpu,cpuacct:/docker/abc\n1:name=systemd:/docker/abc\n',
     'proc/self/mountinfo': V1_MOUNTS,

@@ -42,14 +42,20 @@ max_batch_size: 8
 sequence_batching {
   max_sequence_idle_microseconds: 600000000
   oldest { max_candidate_sequences: 8 }
-  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ] initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" } } ]
+  state [ {
+    input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [ 4 ]
+    initial_state: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true name: "zeros" }
+  } ]
 }
 input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { kind: KIND_CPU count: 1 } ]
 `;
 
-/** A javascript model that holds a request for IN[0] ms, writing a marker file when it starts (the test knows it is running). */
+/**
+ * A javascript model that holds a request for IN[0] ms, writing a marker file when it starts (the test knows it
+ * is running).
+ */
 const HOLD_CONFIG = `name: "hold"
 backend: "javascript"
 max_batch_size: 0
@@ -64,7 +70,8 @@ export default class {
     const ms = new Int32Array(requests[0].inputs[0].data.buffer, requests[0].inputs[0].data.byteOffset, 1)[0];
     if (ms > 0) writeFileSync(${JSON.stringify(marker)}, 'running');
     await new Promise((r) => setTimeout(r, ms));
-    return requests.map((r) => ({ outputs: [{ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data }] }));
+    const echo = (r) => ({ name: 'OUT', datatype: 'INT32', shape: r.inputs[0].shape, data: r.inputs[0].data });
+    return requests.map((r) => ({ outputs: [echo(r)] }));
   }
 }
 `;
@@ -77,8 +84,16 @@ input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type:
 output [ { name: "OUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
 ensemble_scheduling {
   step [
-    { model_name: "s1" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" } output_map { key: "OUTPUT0" value: "X" } output_map { key: "OUTPUT1" value: "Y" } },
-    { model_name: "s2" model_version: -1 input_map { key: "INPUT0" value: "X" } input_map { key: "INPUT1" value: "Y" } output_map { key: "OUTPUT0" value: "OUT0" } output_map { key: "OUTPUT1" value: "OUT1" } }
+    {
+      model_name: "s1" model_version: -1
+      input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "X" } output_map { key: "OUTPUT1" value: "Y" }
+    },
+    {
+      model_name: "s2" model_version: -1
+      input_map { key: "INPUT0" value: "X" } input_map { key: "INPUT1" value: "Y" }
+      output_map { key: "OUTPUT0" value: "OUT0" } output_map { key: "OUTPUT1" value: "OUT1" }
+    }
   ]
 }
 `;
@@ -96,7 +111,8 @@ export default class {
   async execute(requests) {
     return Promise.all(requests.map(async (r) => {
       const [a, b] = r.inputs;
-      const res = await this.infer({ model: 's1', inputs: [{ ...a, name: 'INPUT0' }, { ...b, name: 'INPUT1' }], outputs: ['OUTPUT0', 'OUTPUT1'] });
+      const inputs = [{ ...a, name: 'INPUT0' }, { ...b, name: 'INPUT1' }];
+      const res = await this.infer({ model: 's1', inputs, outputs: ['OUTPUT0', 'OUTPUT1'] });
       return { outputs: [{ ...res.outputs[0], name: 'SUM' }, { ...res.outputs[1], name: 'DIFF' }] };
     }));
   }
@@ -197,7 +213,8 @@ async function states(port: number, models: readonly string[]): Promise<Record<s
   const out: Record<string, string> = {};
   for (const m of models) {
     const e = idx.get(m);
-    out[m] = e?.state === undefined ? 'never loaded' : e.state === 'UNAVAILABLE' ? `UNAVAILABLE (${e.reason})` : e.state;
+    if (e?.state === undefined) out[m] = 'never loaded';
+    else out[m] = e.state === 'UNAVAILABLE' ? `UNAVAILABLE (${e.reason})` : e.state;
   }
   return out;
 }
@@ -232,7 +249,12 @@ interface Running {
 }
 
 async function serve(t: { after(fn: () => Promise<void>): void }, args: readonly string[]): Promise<Running> {
-  const proc = startServe([`--model-repository=${repo.dir}`, '--model-control-mode=explicit', ...LOOPBACK_PORTS, ...args]);
+  const proc = startServe([
+    `--model-repository=${repo.dir}`,
+    '--model-control-mode=explicit',
+    ...LOOPBACK_PORTS,
+    ...args,
+  ]);
   t.after(() => proc.stop());
   return { proc, ports: await proc.ports };
 }
@@ -241,7 +263,13 @@ const EVICTED = `UNAVAILABLE (unloaded: memory budget)`;
 
 /** The calibrated and the current figures, for a failure's message. */
 async function figures(port: number): Promise<string> {
-  return JSON.stringify({ calibrated: cost, now: Object.fromEntries([...(await index(port))].map(([k, e]) => [k, e.memory_bytes])) });
+  const now = Object.fromEntries([...(await index(port))].map(([k, e]) => [k, e.memory_bytes]));
+  return JSON.stringify({ calibrated: cost, now });
+}
+
+/** The models' states are `expected` (the figures in the message when not). */
+async function expectStates(port: number, expected: Record<string, string>): Promise<void> {
+  assert.deepEqual(await states(port, Object.keys(expected)), expected, await figures(port));
 }
 
 // ---- calibration ------------------------------------------------------------
@@ -261,7 +289,8 @@ before(async () => {
   ]);
   try {
     const { http: port } = await proc.ports;
-    for (const m of [...BIG, 'hold', 'seq', 'e']) await inferOk(port, m, m === 'seq' ? { sequence_id: 1, sequence_start: true, sequence_end: true } : undefined);
+    const whole = { sequence_id: 1, sequence_start: true, sequence_end: true };
+    for (const m of [...BIG, 'hold', 'seq', 'e']) await inferOk(port, m, m === 'seq' ? whole : undefined);
     const idx = await index(port);
     cost = {};
     for (const [name, e] of idx) if (e.memory_bytes !== undefined) cost[name] = e.memory_bytes;
@@ -285,7 +314,7 @@ function budgetFor(fit: readonly string[], next: string): string {
 
 // ---- scenarios --------------------------------------------------------------
 
-test('each load is measured: memory_bytes in the index and the metrics, and the sum follows the process RSS', async (t) => {
+test('each load is measured: memory_bytes in the index and the metrics; the sum follows the RSS', async (t) => {
   const { proc, ports } = await serve(t, ['--load-model=warm', '--model-memory-budget=64GiB']);
   const before = processRssBytes(proc.pid)!;
   for (const m of BIG) await inferOk(ports.http, m);
@@ -300,21 +329,22 @@ test('each load is measured: memory_bytes in the index and the metrics, and the 
     sum += bytes;
   }
   // What the loads added to the process, as its own status file says, against the sum of the measurements.
-  assert.ok(Math.abs(sum - grown) < 0.2 * grown + 16e6, `measured ${sum} bytes for the three loads, the process grew ${grown}`);
+  const near = Math.abs(sum - grown) < 0.2 * grown + 16e6;
+  assert.ok(near, `measured ${sum} bytes for the three loads, the process grew ${grown}`);
   assert.equal(await metric(ports.metrics, 'nereid_model_memory_used_bytes'), sum + idx.get('warm')!.memory_bytes!);
   assert.equal(await metric(ports.metrics, 'nereid_model_memory_budget_bytes'), 64 * 2 ** 30);
   assert.equal(await metric(ports.metrics, 'nereid_model_evictions_total', 'model="a"'), undefined);
 });
 
-test('least recently used idle models go first; an evicted model reads UNAVAILABLE and loads again on the next request', async (t) => {
+test('idle models go least recently used first; an evicted one is UNAVAILABLE until requested', async (t) => {
   const { ports } = await serve(t, [...PINNED_FIRST, `--model-memory-budget=${budgetFor(['a', 'b'], 'c')}`]);
-  assert.deepEqual(await states(ports.http, BIG), { a: 'never loaded', b: 'never loaded', c: 'never loaded' }, await figures(ports.http));
+  await expectStates(ports.http, { a: 'never loaded', b: 'never loaded', c: 'never loaded' });
   await inferOk(ports.http, 'a');
   await inferOk(ports.http, 'b');
   await inferOk(ports.http, 'a');
   // b is now the least recently used: c takes its place.
   await inferOk(ports.http, 'c');
-  assert.deepEqual(await states(ports.http, BIG), { a: 'READY', b: EVICTED, c: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { a: 'READY', b: EVICTED, c: 'READY' });
   assert.equal(await metric(ports.metrics, 'nereid_model_evictions_total', 'model="b"'), 1);
   // Readiness: the server stays ready, the evicted model's own endpoint says not ready.
   assert.equal((await http(ports.http, 'GET', '/v2/health/ready')).status, 200);
@@ -322,7 +352,7 @@ test('least recently used idle models go first; an evicted model reads UNAVAILAB
   assert.equal((await http(ports.http, 'GET', '/v2/models/a/ready')).status, 200);
   // b again: a was used before c, so a goes.
   await inferOk(ports.http, 'b');
-  assert.deepEqual(await states(ports.http, BIG), { a: EVICTED, b: 'READY', c: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { a: EVICTED, b: 'READY', c: 'READY' });
   const used = (await metric(ports.metrics, 'nereid_model_memory_used_bytes'))!;
   assert.ok(used <= Number(budgetFor(['a', 'b'], 'c')), `${used} used`);
   assert.equal((await index(ports.http)).get('warm')!.state, 'READY');
@@ -332,18 +362,24 @@ test('concurrent requests to an evicted model load it once, over HTTP and gRPC a
   const { proc, ports } = await serve(t, [...PINNED_FIRST, `--model-memory-budget=${budgetFor(['a'], 'b')}`]);
   await inferOk(ports.http, 'a');
   await inferOk(ports.http, 'b');
-  assert.deepEqual(await states(ports.http, ['a', 'b']), { a: EVICTED, b: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { a: EVICTED, b: 'READY' });
   const client = grpcClient(t, ports.grpc);
   const waitsBefore = (await metric(ports.metrics, 'nereid_model_load_wait_seconds_count'))!;
-  const loadsBefore = proc.stderr().split('\n').filter((l) => l.includes('"model":"a"') && l.includes('model version ready')).length;
-  const replies = await Promise.all([...Array.from({ length: 6 }, () => infer(ports.http, 'a')), grpcInfer(client, 'a'), grpcInfer(client, 'a')]);
+  const loadsOfA = () =>
+    proc.stderr().split('\n').filter((l) => l.includes('"model":"a"') && l.includes('model version ready')).length;
+  const loadsBefore = loadsOfA();
+  const replies = await Promise.all([
+    ...Array.from({ length: 6 }, () => infer(ports.http, 'a')),
+    grpcInfer(client, 'a'),
+    grpcInfer(client, 'a'),
+  ]);
   for (const r of replies.slice(0, 6)) assert.equal((r as Reply).status, 200, JSON.stringify((r as Reply).body));
-  const loads = proc.stderr().split('\n').filter((l) => l.includes('"model":"a"') && l.includes('model version ready')).length;
+  const loads = loadsOfA();
   assert.equal(loads - loadsBefore, 1, 'a loaded once for eight requests');
   // Those that arrived while it loaded waited (a gRPC call still connecting may arrive after).
   const waited = (await metric(ports.metrics, 'nereid_model_load_wait_seconds_count'))! - waitsBefore;
   assert.ok(waited >= 1 && waited <= 8, `${waited} waits`);
-  assert.deepEqual(await states(ports.http, ['a', 'b']), { a: 'READY', b: EVICTED }, await figures(ports.http));
+  await expectStates(ports.http, { a: 'READY', b: EVICTED });
   // The gRPC index carries the same figure.
   const grpcIndex = await unary<RepositoryIndexResponse>(client, 'RepositoryIndex', {});
   const a = grpcIndex.models.find((m) => m.name === 'a')!;
@@ -351,11 +387,12 @@ test('concurrent requests to an evicted model load it once, over HTTP and gRPC a
   assert.equal(grpcIndex.models.find((m) => m.name === 'b')!.reason, 'unloaded: memory budget');
 });
 
-test('pinned models (flag and config parameter) stay; a load with no room left answers 503 with the sizes', async (t) => {
+test('pinned models (flag and parameter) stay; a load with no room left answers 503 with the sizes', async (t) => {
   const pinnedRepo = new TempRepository();
   t.after(() => pinnedRepo.cleanup());
   for (const [i, name] of [...BIG, 'z'].entries()) {
-    pinnedRepo.config(name, bigConfig(name, name === 'b' ? 'parameters { key: "nereid.pinned" value: { string_value: "true" } }\n' : ''));
+    const pinned = 'parameters { key: "nereid.pinned" value: { string_value: "true" } }\n';
+    pinnedRepo.config(name, bigConfig(name, name === 'b' ? pinned : ''));
     pinnedRepo.file(name, '1/model.onnx', buildMlp(BIG_LAYERS, 100 + i).builder.toBytes());
   }
   pinnedRepo.addSub('warm');
@@ -373,7 +410,10 @@ test('pinned models (flag and config parameter) stay; a load with no room left a
   await inferOk(port, 'b');
   const r = await infer(port, 'c');
   assert.equal(r.status, 503, JSON.stringify(r.body));
-  assert.match((r.body as { error: string }).error, /model 'c' needs [\d.]+ MiB but the memory budget of [\d.]+ MiB has [\d.]+ MiB free/);
+  assert.match(
+    (r.body as { error: string }).error,
+    /model 'c' needs [\d.]+ MiB but the memory budget of [\d.]+ MiB has [\d.]+ MiB free/,
+  );
   const now = await states(port, BIG);
   assert.deepEqual([now['a'], now['b']], ['READY', 'READY']);
   assert.match(now['c']!, /^UNAVAILABLE \(model 'c' needs/);
@@ -387,7 +427,10 @@ test('a model alone larger than the budget fails its load with its size and the 
   assert.equal(r.status, 400);
   assert.match(
     (r.body as { error: string }).error,
-    /load failed for model 'a': version 1 is at UNAVAILABLE state: model 'a' needs [\d.]+ MiB of memory \(measured at load\), more than the whole memory budget of [\d.]+ MiB/,
+    new RegExp(
+      "load failed for model 'a': version 1 is at UNAVAILABLE state: model 'a' needs [\\d.]+ MiB of memory " +
+        '\\(measured at load\\), more than the whole memory budget of [\\d.]+ MiB',
+    ),
   );
   assert.equal((await index(ports.http)).get('a')!.state, 'UNAVAILABLE');
 });
@@ -402,7 +445,7 @@ test('a model with a request running or a sequence open is never evicted, even w
   while (!existsSync(marker())) await new Promise((r) => setTimeout(r, 20));
   await inferOk(ports.http, 'a');
   await inferOk(ports.http, 'b');
-  assert.deepEqual(await states(ports.http, ['seq', 'hold', 'a', 'b']), { seq: 'READY', hold: 'READY', a: EVICTED, b: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { seq: 'READY', hold: 'READY', a: EVICTED, b: 'READY' });
   assert.equal((await long).status, 200);
   // The sequence ends: seq is idle and the least recently used, and goes first.
   await inferOk(ports.http, 'seq', { sequence_id: 7, sequence_end: true });
@@ -413,7 +456,8 @@ test('a model with a request running or a sequence open is never evicted, even w
 });
 
 test("an ensemble keeps its steps loaded while it serves, and loads them with itself on demand", async (t) => {
-  const { ports } = await serve(t, [...PINNED_FIRST, '--model-pin=e', `--model-memory-budget=${budgetFor(['s1', 's2', 'a'], 'b')}`]);
+  const budget = budgetFor(['s1', 's2', 'a'], 'b');
+  const { ports } = await serve(t, [...PINNED_FIRST, '--model-pin=e', `--model-memory-budget=${budget}`]);
   // Never loaded (explicit mode): the ensemble's request loads it and both steps.
   const r = await infer(ports.http, 'e');
   assert.equal(r.status, 200, JSON.stringify(r.body));
@@ -423,23 +467,26 @@ test("an ensemble keeps its steps loaded while it serves, and loads them with it
   await inferOk(ports.http, 'a');
   // s1 and s2 were used before a, but serve a loaded ensemble: a goes.
   await inferOk(ports.http, 'b');
-  assert.deepEqual(await states(ports.http, ['e', 's1', 's2', 'a', 'b']), { e: 'READY', s1: 'READY', s2: 'READY', a: EVICTED, b: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { e: 'READY', s1: 'READY', s2: 'READY', a: EVICTED, b: 'READY' });
 });
 
 test('a model called from another model (BLS) loads on demand like any request', async (t) => {
   const { ports } = await serve(t, ['--model-memory-budget=64GiB']);
-  assert.deepEqual(await states(ports.http, ['bls', 's1']), { bls: 'never loaded', s1: 'never loaded' }, await figures(ports.http));
+  await expectStates(ports.http, { bls: 'never loaded', s1: 'never loaded' });
   const r = await infer(ports.http, 'bls');
   assert.equal(r.status, 200, JSON.stringify(r.body));
-  assert.deepEqual(await states(ports.http, ['bls', 's1']), { bls: 'READY', s1: 'READY' }, await figures(ports.http));
+  await expectStates(ports.http, { bls: 'READY', s1: 'READY' });
 });
 
-test('past --model-load-wait-ms a request gets 503 (gRPC UNAVAILABLE) with Retry-After while the load goes on', async (t) => {
+test('past --model-load-wait-ms: 503 (gRPC UNAVAILABLE) with Retry-After while the load goes on', async (t) => {
   const { ports } = await serve(t, ['--model-memory-budget=64GiB', '--model-load-wait-ms=1']);
   const r = await infer(ports.http, 'a');
   assert.equal(r.status, 503, JSON.stringify(r.body));
   assert.equal(r.headers.get('retry-after'), '1');
-  assert.match((r.body as { error: string }).error, /model 'a' is loading on demand and was not ready within --model-load-wait-ms \(1 ms\)/);
+  assert.match(
+    (r.body as { error: string }).error,
+    /model 'a' is loading on demand and was not ready within --model-load-wait-ms \(1 ms\)/,
+  );
   const err = await callError(grpcInfer(grpcClient(t, ports.grpc), 'b'));
   assert.equal(err.code, grpc.status.UNAVAILABLE);
   assert.deepEqual(err.metadata.get('retry-after'), ['1']);
@@ -458,13 +505,24 @@ test('a bad nereid.pinned value fails the load, naming the parameter and the val
     `name: "m"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
 parameters { key: "nereid.pinned" value: { string_value: "yes" } }
 `,
   );
   t.after(() => badRepo.cleanup());
-  const proc = startServe([`--model-repository=${badRepo.dir}`, '--model-control-mode=explicit', ...LOOPBACK_PORTS, '--model-memory-budget=1GiB']);
+  const proc = startServe([
+    `--model-repository=${badRepo.dir}`,
+    '--model-control-mode=explicit',
+    ...LOOPBACK_PORTS,
+    '--model-memory-budget=1GiB',
+  ]);
   t.after(() => proc.stop());
   const { http: port } = await proc.ports;
   const r = await http(port, 'POST', '/v2/repository/models/m/load');

@@ -44,7 +44,10 @@ export class Replier {
       this.queueFull(res, e, extraHeaders);
       return;
     }
-    const retry = e.retryAfterSecs === undefined ? extraHeaders : [...(extraHeaders ?? []), 'Retry-After', String(e.retryAfterSecs)];
+    const retry =
+      e.retryAfterSecs === undefined
+        ? extraHeaders
+        : [...(extraHeaders ?? []), 'Retry-After', String(e.retryAfterSecs)];
     this.errorText(res, e.httpStatus, e.message, retry);
   }
 
