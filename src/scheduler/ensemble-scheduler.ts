@@ -7,7 +7,7 @@
  * requests of many ensemble requests together). Tensors move from step to
  * step by reference: only the name changes, never the bytes.
  */
-import type { InferenceCaller } from '../backends/backend.js';
+import type { BackendRequest, InferenceCaller } from '../backends/backend.js';
 import { Cancellation } from '../types/cancellation.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
 import type {
@@ -236,18 +236,7 @@ export class EnsembleScheduler implements Scheduler {
       const t = run.tensors[input.slot];
       if (t) inputs.push(renamed(t, input.name));
     }
-    const request = run.item.request;
-    const stepRequest: InferRequest = {
-      model: step.modelName,
-      version: step.version,
-      id: request.id,
-      inputs,
-      outputs: step.requested,
-      parameters: request.parameters,
-      signal: run.cancellation,
-      stepTimings: run,
-      trace: request.trace?.spawn(),
-    };
+    const stepRequest = stepRequestOf(step, run.item.request, inputs, run.cancellation, run);
     run.inFlight += 1;
     let pending: Promise<InferResponse>;
     try {
@@ -478,18 +467,7 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       taken.add(input.slot);
     }
     for (const slot of taken) this.take(slot, it);
-    const request = this.item.request;
-    const stepRequest: InferRequest = {
-      model: step.modelName,
-      version: step.version,
-      id: request.id,
-      inputs,
-      outputs: step.requested,
-      parameters: request.parameters,
-      signal: this.cancellation,
-      stepTimings: this,
-      trace: request.trace?.spawn(),
-    };
+    const stepRequest = stepRequestOf(step, this.item.request, inputs, this.cancellation, this);
     this.running += 1;
     const limiter = this.plan.limiters[index];
     if (limiter === undefined) {
@@ -636,4 +614,25 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       this.onSettled();
     }
   }
+}
+
+/** The request a step gets: its model, the ensemble request's id and parameters, its own inputs, a child trace. */
+function stepRequestOf(
+  step: StepPlan,
+  request: BackendRequest,
+  inputs: Tensor[],
+  signal: InferRequest['signal'],
+  stepTimings: InferRequest['stepTimings'],
+): InferRequest {
+  return {
+    model: step.modelName,
+    version: step.version,
+    id: request.id,
+    inputs,
+    outputs: step.requested,
+    parameters: request.parameters,
+    signal,
+    stepTimings,
+    trace: request.trace?.spawn(),
+  };
 }
