@@ -31,4 +31,9 @@ export default tseslint.config(
       ],
     },
   },
+  {
+    // The dashboard's page script runs in the browser, beside uPlot's bundle.
+    files: ['src/frontends/dashboard/static/**/*.js'],
+    languageOptions: { globals: { ...globals.browser, uPlot: 'readonly' }, sourceType: 'script' },
+  },
 );

@@ -5,8 +5,9 @@
 set -e
 PKGS="python3-numpy python3-torch python3-grpcio python3-grpc-tools prometheus wrk nghttp2-client unzip"
 # A throwaway Ceph cluster whose radosgw is the S3 server of the s3:// tests; podman (with runc, and
-# CNI's bridge and port mapping) and mmdebstrap build and run the container image (deploy/build-image.sh).
-PKGS_NO_RECOMMENDS="ceph-mon ceph-osd radosgw ceph-common podman runc mmdebstrap containernetworking-plugins iptables"
+# CNI's bridge and port mapping) and mmdebstrap build and run the container image (deploy/build-image.sh);
+# Chromium runs the dashboard's browser tests.
+PKGS_NO_RECOMMENDS="ceph-mon ceph-osd radosgw ceph-common podman runc mmdebstrap containernetworking-plugins iptables chromium"
 missing() {
   out=""
   for p in $1; do

@@ -65,6 +65,8 @@ export function formatTextLine(record: Record<string, unknown>, format: 'default
 export class LogSink {
   format: LogFormat;
   switches: LogSwitches;
+  /** Receives every warning and error record (the dashboard's recent problems). */
+  problems: ((record: Record<string, unknown>) => void) | undefined;
   private readonly out: pino.DestinationStream & { flushSync?: () => void };
 
   constructor(destination: number | string, format: LogFormat | undefined, switches: LogSwitches) {
@@ -89,6 +91,7 @@ export class LogSink {
       return;
     }
     const level = typeof record['level'] === 'number' ? record['level'] : 30;
+    if (level >= 40) this.problems?.(record);
     if (!this.enabled(level)) return;
     // Re-serialising drops repeated keys (a child logger and its caller both naming the model).
     this.out.write(this.format === 'json' ? `${JSON.stringify(record)}\n` : formatTextLine(record, this.format));
@@ -135,6 +138,14 @@ export function reconfigureLogger(
   if (change.switches) sink.switches = { ...sink.switches, ...change.switches };
   if (change.format) sink.format = change.format;
   logger.level = sink.pinoLevel();
+}
+
+/** Hands every warning and error `logger` (made by createLogger) writes to `listener`; false for other loggers. */
+export function watchLogProblems(logger: Logger, listener: (record: Record<string, unknown>) => void): boolean {
+  const sink = sinks.get(logger);
+  if (sink === undefined) return false;
+  sink.problems = listener;
+  return true;
 }
 
 /** A logger that drops everything. */

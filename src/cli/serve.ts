@@ -12,13 +12,22 @@ import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../types/api.js';
 import { Errors } from '../errors.js';
 import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
-import { HttpFrontend, LogSettings } from '../frontends/http/index.js';
+import { HttpFrontend, type HttpFrontendOptions, LogSettings } from '../frontends/http/index.js';
+import { DashboardHistory } from '../frontends/dashboard/history.js';
+import { DashboardRoute } from '../frontends/dashboard/route.js';
 import { Tracer } from '../trace/index.js';
 import { parseTraceFlags, type TraceFlagResult } from '../trace/config.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { OpenAiFrontend, joinRestrictedApiArgs, parseOpenAiRestrictedApis } from '../frontends/openai/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
-import { createLogger, LOG_FORMATS, type LogFormat, type LogSwitches, reconfigureLogger } from '../logger.js';
+import {
+  createLogger,
+  LOG_FORMATS,
+  type LogFormat,
+  type LogSwitches,
+  reconfigureLogger,
+  watchLogProblems,
+} from '../logger.js';
 import { isRemoteRepository } from '../repository/index.js';
 import { parseMemoryBudget } from '../core/memory-budget.js';
 import { registerPagingMetrics } from '../metrics/paging.js';
@@ -104,6 +113,7 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   help: B,
   'allow-client-shm': B,
   'openai-port': I,
+  dashboard: B,
   'openai-tokenizer': S,
   'openai-restricted-api': SR,
   // Numbers are read here as tritonserver reads them (its messages), not by the generic int check.
@@ -181,6 +191,8 @@ export interface ServeConfig {
     maxInputSize: number;
     restrictedApis: string[];
     headerForwardPattern: string | undefined;
+    /** --dashboard: the built-in dashboard under /dashboard (default on). */
+    dashboard: boolean;
   };
   grpc: {
     enabled: boolean;
@@ -314,6 +326,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       maxInputSize: maxInput,
       restrictedApis: f.all('http-restricted-api'),
       headerForwardPattern: f.string('http-header-forward-pattern'),
+      dashboard: f.bool('dashboard', true),
     },
     grpc: {
       enabled: f.bool('allow-grpc', true),
@@ -632,6 +645,8 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       () => [['traceparent', tracer.invalidContexts]],
     );
   }
+  const ports: RunningServer['ports'] = {};
+  const dashboard = cfg.http.enabled && cfg.http.dashboard ? startDashboard(server, ports, logger) : undefined;
   const http = cfg.http.enabled
     ? new HttpFrontend(server, {
         port: cfg.http.port,
@@ -644,6 +659,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         headerForwardPattern: cfg.http.headerForwardPattern,
         v1: openai.handle,
         access,
+        dashboard: dashboard?.handle,
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
@@ -659,7 +675,6 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   const metricsFrontend = metrics
     ? new MetricsFrontend(metrics, { port: cfg.metrics.port, address: cfg.metrics.address, access })
     : undefined;
-  const ports: RunningServer['ports'] = {};
   // The stop sequence: readiness turns false at once while liveness stays true and the HTTP port keeps
   // answering probes (no keep-alive from here on); gRPC clients get GOAWAY and reconnect elsewhere;
   // in-flight requests finish within --exit-timeout-secs; only then the HTTP port closes.
@@ -668,6 +683,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     await Promise.allSettled([grpc?.stop(), server.stop()]);
     await Promise.allSettled([http?.stop(), openai.stop(), metricsFrontend?.stop(), metrics?.close?.()]);
     auth?.watcher.close();
+    dashboard?.history.stop();
     // Last, so the traces of the drained requests are in the file (or exported).
     await tracer.close();
   };
@@ -682,6 +698,19 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     throw err;
   }
   return { server, ports, shutdown };
+}
+
+/** The dashboard's sampler (one sample a second, 15 minutes kept) and its route; the log's problems feed it. */
+function startDashboard(
+  server: Server,
+  ports: RunningServer['ports'],
+  logger: Logger,
+): { history: DashboardHistory; handle: NonNullable<HttpFrontendOptions['dashboard']> } {
+  const history = new DashboardHistory(server, { ports });
+  watchLogProblems(logger, (record) => history.recordProblem(record));
+  history.start();
+  const route = new DashboardRoute(history);
+  return { history, handle: (req, res, path, query, guard) => route.handle(req, res, path, query, guard) };
 }
 
 /** `allocator`: the malloc and young-generation settings in effect, logged once at start (see cli/allocator.ts). */

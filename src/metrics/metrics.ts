@@ -105,7 +105,12 @@ export class Metrics implements SeriesSource<ModelReporter> {
 
   /** Time to first token of a streamed OpenAI completion (the frontend's TokenTimings). */
   observeFirstToken(model: string, version: string, seconds: number): void {
-    this.reporterOf(model, version)?.firstTokenSeconds.observe(seconds);
+    for (const [stats, reporter] of this.reporters) {
+      if (stats.modelName !== model || stats.version !== version) continue;
+      reporter.firstTokenSeconds.observe(seconds);
+      stats.recentFirstTokens.add(seconds * 1e9);
+      return;
+    }
   }
 
   /** Time between two tokens of a streamed OpenAI completion. */

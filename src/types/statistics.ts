@@ -4,6 +4,7 @@
  * same ones (through `observer`), so the two never disagree.
  */
 import type { ModelStatistics, StatDuration } from './api.js';
+import { LatencyWindow } from './latency-window.js';
 
 /** Why a request failed, as Prometheus' `reason` label spells it. */
 export type FailureReason = 'REJECTED' | 'CANCELED' | 'BACKEND' | 'OTHER';
@@ -58,6 +59,10 @@ export class ModelVersionStatistics {
   /** ms since epoch of the last inference (0: never). */
   lastInference = 0;
   readonly failures: Record<FailureReason, number> = { REJECTED: 0, CANCELED: 0, BACKEND: 0, OTHER: 0 };
+  /** Request latencies (successes, cache hits included) since the dashboard last looked. */
+  readonly recentRequests = new LatencyWindow();
+  /** Time to first token of streamed OpenAI responses since the dashboard last looked. */
+  readonly recentFirstTokens = new LatencyWindow();
   private readonly batches = new Map<number, BatchStats>();
   private currentObserver: StatisticsObserver | undefined;
   /** Events kept for an observer attached later (warm-up runs before metrics attach). */
@@ -109,6 +114,7 @@ export class ModelVersionStatistics {
     computeOutputNs: number,
   ): void {
     this.success.add(requestNs);
+    this.recentRequests.add(requestNs);
     this.queue.add(queueNs);
     this.computeInput.add(computeInputNs);
     this.computeInfer.add(computeInferNs);
@@ -126,6 +132,7 @@ export class ModelVersionStatistics {
    */
   recordCacheHit(requestNs: number, queueNs: number, lookupNs: number): void {
     this.success.add(requestNs);
+    this.recentRequests.add(requestNs);
     this.queue.add(queueNs);
     this.cacheHit.add(lookupNs);
     this.observer?.cacheHit?.(requestNs, queueNs, lookupNs);

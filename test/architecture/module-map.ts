@@ -37,6 +37,8 @@ export const FRONTENDS: Record<string, readonly string[]> = {
   grpc: [],
   /** The OpenAI frontend reads bodies and JSON with the HTTP frontend's readers. */
   openai: ['http'],
+  /** The built-in dashboard: the HTTP frontend hands it /dashboard through an option, it imports no frontend. */
+  dashboard: [],
 };
 
 /** Folders and files under src/ that may import everything: the command line and the public entry. */

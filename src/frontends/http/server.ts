@@ -56,6 +56,17 @@ export interface HttpFrontendOptions {
   v1?: (req: IncomingMessage, res: ServerResponse, path: string) => void;
   /** `--auth-keys`: requests need a key whose scopes open the route's group (and the model in its path). */
   access?: AccessControl;
+  /**
+   * Answers every path under /dashboard (the built-in dashboard); `guard` answers 401/403 and returns true when
+   * the request may not read metadata (keys and `--http-restricted-api`, as the metadata routes).
+   */
+  dashboard?: (
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    query: string,
+    guard: (req: IncomingMessage, res: ServerResponse) => boolean,
+  ) => void;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
@@ -154,6 +165,8 @@ export class HttpFrontend {
       if (this.reply.closing) res.shouldKeepAlive = false;
       return this.options.v1(req, res, path);
     }
+    if (this.options.dashboard !== undefined && (path === '/dashboard' || path.startsWith('/dashboard/')))
+      return this.options.dashboard(req, res, path, q === -1 ? '' : url.slice(q + 1), this.metadataGuard);
     let pending: Promise<void> | void;
     try {
       pending = this.route(req, res, path);
@@ -184,6 +197,13 @@ export class HttpFrontend {
     this.reply.errorText(res, 403, `This API is restricted, expecting header '${r.header}'`);
     return true;
   }
+
+  /** The metadata group's checks, for routes outside the table (the dashboard's numbers). */
+  private readonly metadataGuard = (req: IncomingMessage, res: ServerResponse): boolean => {
+    const access = this.options.access;
+    if (access !== undefined && refuseHttp(access, this.reply, req, res, 'metadata')) return true;
+    return this.restricted(req, res, 'metadata');
+  };
 
   private notAllowed(res: ServerResponse): void {
     this.reply.errorText(res, METHOD_NOT_ALLOWED, 'Method Not Allowed');
