@@ -167,7 +167,7 @@
               { label: 'preferred', fill: '#fcd34d', stroke: '#b45309', paths: bars(), points: { show: false } }],
           }
           : {
-            width: chartWidth(wrap), height: 180,
+            width: chartWidth(wrap), height: 180, axes: [{}, { size: 70 }],
             series: [{}, ...spec.lines.map(([label, , color]) => ({ label, stroke: color, width: 1.5 }))],
           };
         c = { wrap, plot: new uPlot(opts, data, wrap) };
