@@ -27,6 +27,8 @@ rm -rf "$DEST/dist" "$DEST/node_modules" "$DEST/python" "$DEST/examples" "$DEST/
 # The compiled server (no tests, benchmarks or source maps), and the files it reads at run time.
 mkdir -p "$DEST/dist" "$DEST/examples" "$DEST/bin"
 (cd "$ROOT/dist" && find src -type f -name '*.js' | tar cf - -T -) | (cd "$DEST/dist" && tar xf -)
+# The dashboard's page, styles and bundled uPlot (with its licence).
+cp -R "$ROOT/dist/src/frontends/dashboard/static/." "$DEST/dist/src/frontends/dashboard/static/"
 cp -R "$ROOT/python" "$DEST/python"
 find "$DEST/python" -name '__pycache__' -prune -exec rm -rf {} +
 cp -R "$ROOT/examples/model_repository" "$DEST/examples/model_repository"

@@ -183,6 +183,10 @@ describe('the CPU image, built with podman and run', { timeout: 40 * 60_000 }, (
     const metrics = await (await fetch(c.metricsUrl)).text();
     assert.match(metrics, /^nv_inference_request_success\{model="fraud_detector",version="1"\} 1$/m);
     assert.match(metrics, /^nv_inference_request_success\{model="simple",version="1"\} 1$/m);
+    // The dashboard's files are in the image (the layout copies them beside the compiled code).
+    for (const file of ['/dashboard', '/dashboard/uplot.js', '/dashboard/dashboard.css']) {
+      assert.equal((await fetch(`${c.base}${file}`)).status, 200, file);
+    }
 
     const exec = (cmd: string[]) => podmanOk(['exec', 'nereid-test-python', ...cmd]);
     // The user is the numeric 10001, and tini is PID 1 with nereid under it.
