@@ -51,6 +51,18 @@ export function isAuthFailure(x: Principal | AuthFailure): x is AuthFailure {
   return (x as AuthFailure).httpStatus !== undefined;
 }
 
+/**
+ * The codes of refused keys: the auth module's own, beside the errors catalogue, because their statuses
+ * (401, 429) are none of Triton's error classes.
+ */
+export const AUTH_FAILURE_CODES: readonly string[] = [
+  'NRD_AUTH_MISSING_KEY',
+  'NRD_AUTH_MALFORMED',
+  'NRD_AUTH_UNKNOWN_KEY',
+  'NRD_AUTH_FORBIDDEN',
+  'NRD_AUTH_RATE_LIMITED',
+];
+
 const MISSING: AuthFailure = {
   code: 'NRD_AUTH_MISSING_KEY',
   reason: 'missing',
