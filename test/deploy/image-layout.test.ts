@@ -42,7 +42,12 @@ test('the image layout script installs production dependencies only, and nereid 
   assert.deepEqual(readdirSync(path.join(ortBins, 'linux')), [process.arch]);
 
   // Run from another folder, as the image's entrypoint does: nothing may come from the source tree.
-  const s = startServe(['serve', ...LOOPBACK_PORTS], { command: [path.join(dest, 'bin', 'nereid')], cwd: tmpdir() });
+  // At verbose: where nereid sets the malloc tuning itself, its note is a verbose line.
+  const s = startServe(['serve', ...LOOPBACK_PORTS, '--log-verbose=1'], {
+    command: [path.join(dest, 'bin', 'nereid')],
+    cwd: tmpdir(),
+    env: { NEREID_LOG_LEVEL: 'debug' },
+  });
   t.after(() => s.stop());
   const ports = await s.ports;
   assert.match(
