@@ -23,6 +23,16 @@ export {
   type KeyTable,
   type Principal,
 } from './keys-file.js';
-export { API_GROUPS, Grants, MODEL_GROUPS, ScopeError, isApiGroup, parseScope, type ApiGroup } from './scopes.js';
+export {
+  API_GROUPS,
+  Grants,
+  MODEL_GROUPS,
+  ScopeError,
+  TRITON_API_GROUPS,
+  isApiGroup,
+  parseScope,
+  type ApiGroup,
+  type TritonApiGroup,
+} from './scopes.js';
 export { KeysFileWatcher, type KeysWatcherOptions } from './watcher.js';
 export { createKey, type CreatedKey } from './create.js';

@@ -5,21 +5,8 @@
  * (`inference:fraud_*`). See docs/security.md.
  */
 
-/** Every API group a scope may name. */
-export type ApiGroup =
-  | 'health'
-  | 'metadata'
-  | 'inference'
-  | 'shared-memory'
-  | 'model-config'
-  | 'model-repository'
-  | 'statistics'
-  | 'trace'
-  | 'logging'
-  | 'metrics'
-  | 'openai';
-
-export const API_GROUPS: readonly ApiGroup[] = [
+/** Triton's API groups: the categories of `--http-restricted-api` and `--grpc-restricted-protocol`. */
+export const TRITON_API_GROUPS = [
   'health',
   'metadata',
   'inference',
@@ -29,9 +16,14 @@ export const API_GROUPS: readonly ApiGroup[] = [
   'statistics',
   'trace',
   'logging',
-  'metrics',
-  'openai',
-];
+] as const;
+
+export type TritonApiGroup = (typeof TRITON_API_GROUPS)[number];
+
+/** Every API group a scope may name: Triton's, the metrics port and the OpenAI routes. */
+export type ApiGroup = TritonApiGroup | 'metrics' | 'openai';
+
+export const API_GROUPS: readonly ApiGroup[] = [...TRITON_API_GROUPS, 'metrics', 'openai'];
 
 /** The groups whose scope may be narrowed to models by a glob. */
 export const MODEL_GROUPS: ReadonlySet<ApiGroup> = new Set<ApiGroup>([

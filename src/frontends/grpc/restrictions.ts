@@ -12,22 +12,15 @@ import {
   type ServerInterceptor,
 } from '@grpc/grpc-js';
 import { Errors } from '../../errors.js';
+import type { TritonApiGroup } from '../../auth/index.js';
 import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
 /** Triton prefixes the configured key with this to form the metadata key. */
 export const RESTRICTED_HEADER_PREFIX = 'triton-grpc-protocol-';
 
-export type RestrictedCategory =
-  | 'health'
-  | 'metadata'
-  | 'inference'
-  | 'shared-memory'
-  | 'model-config'
-  | 'model-repository'
-  | 'statistics'
-  | 'trace'
-  | 'logging';
+/** Triton's API groups, which `--grpc-restricted-protocol` names. */
+export type RestrictedCategory = TritonApiGroup;
 
 /** The category each RPC belongs to (by its proto name). */
 export const CATEGORY_OF_RPC: Readonly<Record<string, RestrictedCategory>> = {

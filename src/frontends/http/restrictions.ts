@@ -5,31 +5,14 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { Errors } from '../../errors.js';
+import { TRITON_API_GROUPS, type TritonApiGroup } from '../../auth/index.js';
 import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
-export type HttpApiCategory =
-  | 'health'
-  | 'metadata'
-  | 'inference'
-  | 'shared-memory'
-  | 'model-config'
-  | 'model-repository'
-  | 'statistics'
-  | 'trace'
-  | 'logging';
+/** Triton's API groups, which `--http-restricted-api` names. */
+export type HttpApiCategory = TritonApiGroup;
 
-const CATEGORIES = new Set<string>([
-  'health',
-  'metadata',
-  'inference',
-  'shared-memory',
-  'model-config',
-  'model-repository',
-  'statistics',
-  'trace',
-  'logging',
-]);
+const CATEGORIES: ReadonlySet<string> = new Set(TRITON_API_GROUPS);
 
 /** The header (as configured) and the value a restricted category requires. */
 export interface Restriction {
