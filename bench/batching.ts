@@ -13,7 +13,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Server } from '../src/core/server.js';
-import { buildMlp } from '../src/onnx/builder.js';
+import { buildMlp } from '../test/helpers/onnx-builder.js';
 import type { Tensor } from '../src/tensor/tensor.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);

@@ -20,7 +20,7 @@ import type { InferResponse } from '../src/types/api.js';
 import { HttpFrontend } from '../src/frontends/http/server.js';
 import { ModelConfigSchema } from '../src/gen/model_config_pb.js';
 import { silentLogger } from '../src/logger.js';
-import { buildAddSubModel } from '../src/onnx/builder.js';
+import { buildAddSubModel } from '../test/helpers/onnx-builder.js';
 import { startNereid } from './processes.js';
 import { type HttpBody, runWrk } from './wrk.js';
 

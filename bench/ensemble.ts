@@ -21,7 +21,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Server } from '../src/core/server.js';
 import { silentLogger } from '../src/logger.js';
-import { buildMlp } from '../src/onnx/builder.js';
+import { buildMlp } from '../test/helpers/onnx-builder.js';
 import type { Tensor } from '../src/tensor/tensor.js';
 import { binaryBody } from './bodies.js';
 import { benchModelsDir } from './models.js';

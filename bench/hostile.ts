@@ -34,7 +34,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { deflateSync, gzipSync } from 'node:zlib';
 import { NEREID_TUNABLES } from '../src/cli/allocator.js';
-import { buildAddSubModel } from '../src/onnx/builder.js';
+import { buildAddSubModel } from '../test/helpers/onnx-builder.js';
 import { TempRepositoryForBench } from './hostile-repo.js';
 import { DIST, startNereid } from './processes.js';
 

@@ -14,7 +14,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { Server } from '../src/core/server.js';
-import { buildIdentityModel } from '../src/onnx/builder.js';
+import { buildIdentityModel } from '../test/helpers/onnx-builder.js';
 import { binaryBody } from './bodies.js';
 import { benchModelsDir } from './models.js';
 import { startNereid } from './processes.js';

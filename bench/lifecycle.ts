@@ -22,7 +22,7 @@ import { readFileSync } from 'node:fs';
 import { mkdir, mkdtemp, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { buildAddSubModel } from '../src/onnx/builder.js';
+import { buildAddSubModel } from '../test/helpers/onnx-builder.js';
 import { jsonBody } from './bodies.js';
 import { buildBenchModels } from './models.js';
 import { DIST, freePort, startNode } from './processes.js';

@@ -25,7 +25,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
 import { NEREID_TUNABLES } from '../src/cli/allocator.js';
-import { buildIdentityModel, buildMlp } from '../src/onnx/builder.js';
+import { buildIdentityModel, buildMlp } from '../test/helpers/onnx-builder.js';
 import { jsonBody } from './bodies.js';
 import { cpuSeconds, startNereid } from './processes.js';
 import { runWrk } from './wrk.js';

@@ -16,7 +16,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { buildMlp } from '../src/onnx/builder.js';
+import { buildMlp } from '../test/helpers/onnx-builder.js';
 
 export interface BenchModel {
   /** For table titles, e.g. "tiny MLP 10→64→64→1". */

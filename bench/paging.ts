@@ -20,7 +20,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { buildAddSubModel, buildMlp, seededRandom } from '../src/onnx/builder.js';
+import { buildAddSubModel, buildMlp, seededRandom } from '../test/helpers/onnx-builder.js';
 import { benchModelsDir } from './models.js';
 import { type Proc, startNereid } from './processes.js';
 

@@ -22,7 +22,7 @@ import { createPyTorchBackend } from '../src/backends/pytorch/index.js';
 import { createOnnxRuntimeBackend } from '../src/backends/onnxruntime/index.js';
 import { DataType, ModelConfigSchema, type ModelConfig } from '../src/gen/model_config_pb.js';
 import { silentLogger } from '../src/logger.js';
-import { buildMlp } from '../src/onnx/builder.js';
+import { buildMlp } from '../test/helpers/onnx-builder.js';
 import type { Tensor } from '../src/tensor/tensor.js';
 
 const PYTHON = process.env.NEREID_PYTHON ?? process.env.NEREID_TEST_PYTHON ?? '/usr/bin/python3';

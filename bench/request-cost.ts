@@ -33,7 +33,7 @@ import { binaryBody } from './bodies.js';
 import { buildBenchModels } from './models.js';
 import { DIST, Proc, cpuSeconds, freePort, startNaive, waitForHttp } from './processes.js';
 import { type HttpBody, type WrkResult, runWrk } from './wrk.js';
-import { buildAddSubModel } from '../src/onnx/builder.js';
+import { buildAddSubModel } from '../test/helpers/onnx-builder.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);

@@ -21,7 +21,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { buildAccumulatorModel } from '../src/onnx/builder.js';
+import { buildAccumulatorModel } from '../test/helpers/onnx-builder.js';
 import { startNereid } from './processes.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);

@@ -12,7 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Pool } from 'undici';
-import { OnnxModelBuilder } from '../src/onnx/builder.js';
+import { OnnxModelBuilder } from '../test/helpers/onnx-builder.js';
 import { startNereid } from './processes.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);

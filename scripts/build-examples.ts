@@ -13,7 +13,7 @@ import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { OnnxModelBuilder, buildAddSubModel, buildMlp, seededRandom } from '../src/onnx/builder.js';
+import { OnnxModelBuilder, buildAddSubModel, buildMlp, seededRandom } from '../test/helpers/onnx-builder.js';
 import { TINY_LLM_MARKERS, textEmbedderModel, wordLevelTokenizerJson, wordPieceTokenizerJson } from './example-text.js';
 
 export interface ExampleModel {

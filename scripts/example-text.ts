@@ -6,7 +6,7 @@
  * position and segment embeddings, one dense layer with tanh, per-token
  * outputs zeroed where the attention mask is 0).
  */
-import { OnnxModelBuilder, seededRandom } from '../src/onnx/builder.js';
+import { OnnxModelBuilder, seededRandom } from '../test/helpers/onnx-builder.js';
 
 const WORDS = `the of and to a in is it you that he was for on are with as his they be at one have this from or had by
 not word but what some we can out other were all there when up use your how said an each she which do their time if

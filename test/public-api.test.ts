@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import path from 'node:path';
-import { buildIdentityModel } from '../src/onnx/builder.js';
+import { buildIdentityModel } from './helpers/onnx-builder.js';
 import { TempRepository } from './helpers/repository.js';
 
 // Resolved through package.json "exports", as an application resolves it; a variable keeps tsc from resolving it at

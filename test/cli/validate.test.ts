@@ -14,7 +14,7 @@ import { Server } from '../../src/core/server.js';
 import type { RepositoryIndexEntry } from '../../src/types/api.js';
 import { runValidate } from '../../src/cli/validate.js';
 import { silentLogger } from '../../src/logger.js';
-import { buildAddSubModel } from '../../src/onnx/builder.js';
+import { buildAddSubModel } from '../helpers/onnx-builder.js';
 import { TempRepository } from '../helpers/repository.js';
 import { PYTHON, missingPythonModule } from '../backends/python/helpers.js';
 

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { buildAccumulatorModel, buildMlp } from '../../src/onnx/builder.js';
+import { buildAccumulatorModel, buildMlp } from '../helpers/onnx-builder.js';
 import { processRssBytes } from '../../src/core/model-pager.js';
 import { ModelInferRequestSchema, type RepositoryIndexResponse } from '../../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';

@@ -21,7 +21,7 @@ import {
 import { Server } from '../../src/core/server.js';
 import { HttpFrontend } from '../../src/frontends/http/index.js';
 import { silentLogger } from '../../src/logger.js';
-import { buildAccumulatorModel, buildSequenceControlModel } from '../../src/onnx/builder.js';
+import { buildAccumulatorModel, buildSequenceControlModel } from '../helpers/onnx-builder.js';
 import { TempRepository } from '../helpers/repository.js';
 import { PYTHON, fixtureDir, missingPythonModule } from '../backends/python/helpers.js';
 import { startHarness, type Harness } from '../frontends/grpc/helpers.js';

@@ -13,7 +13,7 @@ import { readlinkSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import { Server } from '../../src/core/server.js';
 import { RequestSharedMemory } from '../../src/core/shared-memory.js';
 import { silentLogger } from '../../src/logger.js';
-import { buildAddSubModel } from '../../src/onnx/builder.js';
+import { buildAddSubModel } from '../helpers/onnx-builder.js';
 import type { Tensor } from '../../src/tensor/tensor.js';
 import { TempRepository } from '../helpers/repository.js';
 

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { Server } from '../../src/core/server.js';
 import type { VersionStateChange } from '../../src/core/model-repository-manager.js';
 import { Metrics } from '../../src/metrics/index.js';
-import { buildAccumulatorModel, buildSequenceControlModel } from '../../src/onnx/builder.js';
+import { buildAccumulatorModel, buildSequenceControlModel } from '../helpers/onnx-builder.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
 import { sample } from '../metrics/exposition.js';
 

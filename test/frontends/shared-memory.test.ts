@@ -14,7 +14,7 @@ import { ModelInferRequestSchema, type ModelInferResponse } from '../../src/gen/
 import { Server } from '../../src/core/server.js';
 import { HttpFrontend } from '../../src/frontends/http/index.js';
 import { silentLogger } from '../../src/logger.js';
-import { buildAddSubModel } from '../../src/onnx/builder.js';
+import { buildAddSubModel } from '../helpers/onnx-builder.js';
 import { TempRepository } from '../helpers/repository.js';
 import { callError, startHarness, unary, type Harness } from './grpc/helpers.js';
 import { call, json, type HttpReply } from './http/helpers.js';

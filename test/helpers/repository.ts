@@ -2,7 +2,7 @@
 import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { buildAddSubModel } from '../../src/onnx/builder.js';
+import { buildAddSubModel } from './onnx-builder.js';
 
 export class TempRepository {
   readonly dir: string;

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { OnnxModelBuilder, buildMlp } from '../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildMlp } from '../helpers/onnx-builder.js';
 import { OnnxParseError, parseOnnxModelInfo, readOnnxModelInfo } from '../../src/onnx/model-info.js';
 
 test('model-info reads names, datatypes and dims with -1 for symbolic and unknown dims', () => {

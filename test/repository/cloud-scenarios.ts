@@ -14,7 +14,7 @@ import { Server } from '../../src/core/server.js';
 import { createModelSource } from '../../src/repository/index.js';
 import { typedView } from '../../src/tensor/tensor.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
-import { buildAddSubModel } from '../../src/onnx/builder.js';
+import { buildAddSubModel } from '../helpers/onnx-builder.js';
 
 export interface CloudStore {
   /** The repository URL for a key prefix (`prefix` has no slashes at either end). */

@@ -4,7 +4,7 @@ import { create } from '@bufbuild/protobuf';
 import { DataType, ModelSequenceBatchingSchema, type ModelConfig } from '../../../src/gen/model_config_pb.js';
 import { NereidError } from '../../../src/errors.js';
 import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
-import { OnnxModelBuilder, buildAddSubModel, buildMlp } from '../../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildAddSubModel, buildMlp } from '../../helpers/onnx-builder.js';
 import { TempDir, autoCompleteContext, config, writeModel } from './fixtures.js';
 
 const backend = createOnnxRuntimeBackend();

@@ -17,7 +17,7 @@ import {
   buildMlp,
   mlpForward,
   seededRandom,
-} from '../../../src/onnx/builder.js';
+} from '../../helpers/onnx-builder.js';
 import { DATATYPES, configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import {
   bytesOf,

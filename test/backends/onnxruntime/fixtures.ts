@@ -15,7 +15,7 @@ import type {
 } from '../../../src/backends/backend.js';
 import { ModelConfigSchema, type ModelConfig } from '../../../src/gen/model_config_pb.js';
 import { silentLogger } from '../../../src/logger.js';
-import type { OnnxModelBuilder } from '../../../src/onnx/builder.js';
+import type { OnnxModelBuilder } from '../../helpers/onnx-builder.js';
 import type { Tensor } from '../../../src/tensor/tensor.js';
 
 export const stubServer = {

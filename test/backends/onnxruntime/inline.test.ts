@@ -23,7 +23,7 @@ import {
 } from '../../../src/backends/onnxruntime/inline.js';
 import { wideInlineOptions } from '../../../src/backends/onnxruntime/session-options.js';
 import { NereidError } from '../../../src/errors.js';
-import { buildAddSubModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel } from '../../helpers/onnx-builder.js';
 import { TempDir, config } from './fixtures.js';
 
 let tmp: TempDir;

@@ -31,7 +31,7 @@ import {
 } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
-import { buildIdentityModel } from '../../../src/onnx/builder.js';
+import { buildIdentityModel } from '../../helpers/onnx-builder.js';
 import { configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
 import { bytesOf, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';

@@ -6,7 +6,7 @@ import { DataType, ModelInstanceGroup_Kind, type ModelConfig } from '../../../sr
 import { NereidError } from '../../../src/errors.js';
 import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
 import { probeCuda } from '../../../src/backends/onnxruntime/cuda.js';
-import { OnnxModelBuilder, buildAddSubModel, buildMlp } from '../../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildAddSubModel, buildMlp } from '../../helpers/onnx-builder.js';
 import { bytesOf, makeTensor } from '../../../src/tensor/tensor.js';
 import { RecordingTimer, TempDir, config, instanceContext, modelContext, request, writeModel } from './fixtures.js';
 

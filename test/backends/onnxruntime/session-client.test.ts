@@ -18,7 +18,7 @@ import {
 } from '../../../src/backends/onnxruntime/worker-protocol.js';
 import { DATATYPES } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
-import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildIdentityModel } from '../../helpers/onnx-builder.js';
 import { TempDir } from './fixtures.js';
 
 let tmp: TempDir;

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import type { SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
 import { SessionThreadPool, type SessionRequest } from '../../../src/backends/onnxruntime/session-pool.js';
 import { RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/worker-protocol.js';
-import { OnnxModelBuilder, buildIdentityModel } from '../../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildIdentityModel } from '../../helpers/onnx-builder.js';
 import { recordingLogger } from '../../repository/cloud-scenarios.js';
 import { TempDir } from './fixtures.js';
 

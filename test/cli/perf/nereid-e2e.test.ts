@@ -11,7 +11,7 @@ import { Server } from '../../../src/core/server.js';
 import { DEFAULT_MAX_INPUT_SIZE, HttpFrontend } from '../../../src/frontends/http/index.js';
 import { GrpcFrontend } from '../../../src/frontends/grpc/index.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildAddSubModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel } from '../../helpers/onnx-builder.js';
 import { runPerf } from '../../../src/cli/perf/index.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { Capture } from './fake-v2-server.js';

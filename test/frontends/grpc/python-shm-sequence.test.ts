@@ -12,7 +12,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { Server } from '../../../src/core/server.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildAddSubModel, buildSequenceControlModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel, buildSequenceControlModel } from '../../helpers/onnx-builder.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { repoRoot, startHarness, type Harness } from './helpers.js';
 import { compileProtos } from './python.js';

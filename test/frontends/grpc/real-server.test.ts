@@ -15,7 +15,7 @@ import {
 } from '../../../src/gen/grpc_service_pb.js';
 import { Server } from '../../../src/core/server.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildAddSubModel, buildIdentityModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel, buildIdentityModel } from '../../helpers/onnx-builder.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { callError, startHarness, unary, type Harness } from './helpers.js';
 import { compileProtos, runPythonClient, type PythonResponse } from './python.js';

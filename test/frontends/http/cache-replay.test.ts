@@ -10,7 +10,7 @@ import type { IncomingMessage } from 'node:http';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildIdentityModel, buildMlp } from '../../../src/onnx/builder.js';
+import { buildIdentityModel, buildMlp } from '../../helpers/onnx-builder.js';
 import {
   BUDGET_BYTES,
   CacheReplies,

@@ -10,7 +10,7 @@ import { forceJsonTextShare } from '../../../src/backends/onnxruntime/json-text.
 import { Server } from '../../../src/core/server.js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildIdentityModel } from '../../../src/onnx/builder.js';
+import { buildIdentityModel } from '../../helpers/onnx-builder.js';
 import type { Datatype } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
 import { HARD_VALUES, rotatedValues, valuesBytes } from '../../helpers/json-values.js';

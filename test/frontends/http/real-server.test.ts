@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { Server } from '../../../src/core/server.js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildAddSubModel, buildIdentityModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel, buildIdentityModel } from '../../helpers/onnx-builder.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { binaryRequest, call, int32Bytes, int32Values, json, splitBinaryReply, type HttpReply } from './helpers.js';
 

@@ -12,7 +12,7 @@ import { Server } from '../../../src/core/server.js';
 import { NereidError } from '../../../src/errors.js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { silentLogger } from '../../../src/logger.js';
-import { buildAddSubModel } from '../../../src/onnx/builder.js';
+import { buildAddSubModel } from '../../helpers/onnx-builder.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { call, json, type HttpReply } from './helpers.js';
 

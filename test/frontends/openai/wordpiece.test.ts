@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { FastWordPiece } from '../../../src/frontends/openai/wordpiece.js';
-import { seededRandom } from '../../../src/onnx/builder.js';
+import { seededRandom } from '../../helpers/onnx-builder.js';
 import { EXAMPLES } from './helpers.js';
 
 const json = JSON.parse(readFileSync(path.join(EXAMPLES, 'text_embedder', 'tokenizer.json'), 'utf8')) as Record<

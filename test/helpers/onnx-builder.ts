@@ -28,9 +28,9 @@ import {
   type NodeProto,
   type TensorProto,
   type ValueInfoProto,
-} from '../gen/onnx_pb.js';
-import type { Datatype, TypedArray } from '../tensor/datatype.js';
-import { OnnxElemType, onnxElemTypeOf } from './datatypes.js';
+} from '../../src/gen/onnx_pb.js';
+import type { Datatype, TypedArray } from '../../src/tensor/datatype.js';
+import { OnnxElemType, onnxElemTypeOf } from '../../src/onnx/datatypes.js';
 
 /** A dimension: a size, a symbolic name such as 'batch' (dynamic), or null (unknown). */
 export type Dim = number | string | null;

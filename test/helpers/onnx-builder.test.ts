@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import * as ort from 'onnxruntime-node';
-import { OnnxModelBuilder, buildAddSubModel, buildMlp, mlpForward, seededRandom } from '../../src/onnx/builder.js';
+import { OnnxModelBuilder, buildAddSubModel, buildMlp, mlpForward, seededRandom } from './onnx-builder.js';
 
 function closeTo(actual: ArrayLike<number>, expected: ArrayLike<number>, tol = 1e-5): void {
   assert.equal(actual.length, expected.length);
