@@ -50,7 +50,7 @@ interface Run {
  * An instance that runs batches one after another, each for a + c·n virtual ms, and takes a second while it runs one.
  */
 class TimedInstance implements BackendInstance {
-  readonly maxInFlight = 2;
+  readonly scheduling = { maxInFlight: 2 };
   private readonly waiting: Run[] = [];
   private running: Run | undefined;
 

@@ -86,12 +86,45 @@ export interface ExecutionTimer {
   inputDone(atNs?: bigint): void;
   /** The framework returned; what follows is output handling. `atNs`: when (hrtime ns) if not now. */
   inferDone(atNs?: bigint): void;
-  /**
-   * Part of the time before inputDone that the batch spent waiting for the
-   * framework to take it up (a busy session thread finishing the run before
-   * it), ns. It counts as queue time, not compute_input.
-   */
+  /** Time the batch waited inside the instance for the execution before it, ns (see SchedulingHooks). */
   waited(ns: number): void;
+}
+
+/**
+ * The scheduling hooks of an instance that runs on a thread or process of its
+ * own and takes executions while it runs one, so that it goes from run to run
+ * without a round trip through the event loop. The schedulers read them; a
+ * backend without them gets one execution at a time.
+ *
+ * - `maxInFlight`: how many executions the instance takes at once. It runs
+ *   them one after another, each waiting inside it for the one before; the
+ *   backend reports that wait with `ExecutionTimer.waited`, and it counts as
+ *   queue time, not compute_input.
+ * - `batchSlots`: how many batches the dynamic batcher may hand it at once,
+ *   the running one included (default 2, at most maxInFlight). An instance
+ *   that merges batches waiting behind each other into one run may take more:
+ *   whatever the event loop handed over meanwhile then runs as one batch
+ *   (onnxruntime's session thread merges, but keeps the default: see its
+ *   instance.ts).
+ * - `spreadBatches()`: asked by the dynamic batcher before it hands an idle
+ *   instance what is queued: true to share it out over the free slots (two
+ *   halves) instead of one batch. One batch holding every request in flight
+ *   moves a closed loop of clients in lockstep, the instance idle while the
+ *   event loop answers it and reads the next requests, and the event loop idle
+ *   while it runs; two halves overlap the two, which pays when a core is idle
+ *   and costs a little when none is (smaller batches). Default false.
+ * - `collectFinished()`: takes in, synchronously, executions that finished on
+ *   the instance's thread but whose notice still waits for the event loop
+ *   (their promises then settle in the microtasks after the caller's task).
+ *   Called by a scheduler refusing requests for a full queue: an event loop
+ *   flooded with requests to refuse reaches such notices late, and the
+ *   instance would wait that long for its next batch.
+ */
+export interface SchedulingHooks {
+  readonly maxInFlight: number;
+  readonly batchSlots?: number;
+  spreadBatches?(): boolean;
+  collectFinished?(): void;
 }
 
 export interface BackendInstance {
@@ -101,44 +134,8 @@ export interface BackendInstance {
    * of the batch with the rejection's message.
    */
   execute(requests: readonly BackendRequest[], timer: ExecutionTimer): Promise<BackendResponse[]>;
-  /**
-   * How many executions the instance takes at once (default 1). An instance
-   * that runs on a thread or process of its own may take more than one: it
-   * runs them one after another, and each waits inside it for the one before
-   * (the backend reports that wait with ExecutionTimer.waited). The next
-   * execution then starts as soon as the previous one ends, without a round
-   * trip through the event loop.
-   */
-  readonly maxInFlight?: number;
-  /**
-   * Takes in, synchronously, executions that finished on the instance's own
-   * thread but whose notice still waits for the event loop to reach it (their
-   * promises then settle in the microtasks after the caller's task). Called
-   * by a scheduler refusing requests for a full queue: an event loop flooded
-   * with requests to refuse reaches such notices late, and the instance would
-   * wait that long for its next batch.
-   */
-  collectFinished?(): void;
-  /**
-   * How many batches the dynamic batcher may hand the instance at once, the
-   * running one included (default: 2 when it takes more than one execution,
-   * else 1; at most maxInFlight). An instance that merges batches waiting
-   * behind each other into one run may take more: whatever the event loop
-   * handed over meanwhile then runs as one batch when the instance is free
-   * (onnxruntime's session thread merges, but keeps the default: see its
-   * instance.ts).
-   */
-  readonly batchSlots?: number;
-  /**
-   * Asked by the dynamic batcher before it hands an idle instance what is
-   * queued: true to share it out over the instance's free slots (two halves)
-   * instead of one batch. One batch holding every request in flight moves a
-   * closed loop of clients in lockstep, the instance idle while the event loop
-   * answers it and reads the next requests, and the event loop idle while it
-   * runs; two halves overlap the two, which pays when a core is idle and
-   * costs a little when none is (smaller batches). Default false.
-   */
-  spreadBatches?(): boolean;
+  /** How the instance overlaps executions with the event loop; absent: one execution at a time. */
+  readonly scheduling?: SchedulingHooks;
   /** The instance's own process (process-based backends): its resident memory counts as the model's. */
   readonly pid?: number;
   /** How often the instance's process was restarted after dying (process-based backends). */

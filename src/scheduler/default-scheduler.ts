@@ -3,7 +3,7 @@
  * instance; while all are busy, requests wait in arrival order.
  *
  * An instance whose backend takes more than one execution at once
- * (BackendInstance.maxInFlight, e.g. onnxruntime's session thread) is given
+ * (SchedulingHooks.maxInFlight, e.g. onnxruntime's session thread) is given
  * the next request while it still runs the previous one, so the request
  * starts as soon as the instance is free instead of after a round trip
  * through the event loop. Requests still start in arrival order, each alone.

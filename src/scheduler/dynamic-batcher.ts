@@ -300,7 +300,7 @@ export class DynamicBatcher implements Scheduler {
       options.maxBatchSize > 0,
     );
     // One slot per instance for the batch it runs, and one more for a batch
-    // waiting inside it where its backend takes one (BackendInstance.maxInFlight):
+    // waiting inside it where its backend takes one (SchedulingHooks.maxInFlight):
     // that batch starts the moment the running one ends. Until it starts, its
     // requests still count against max_queue_size: they are waiting to run (and
     // their statistics count the wait as queue time), and a full queue would
@@ -341,7 +341,7 @@ export class DynamicBatcher implements Scheduler {
   }
 
   collectFinished(): void {
-    for (const instance of this.instances) if (instance.inFlight > 0) instance.backend.collectFinished?.();
+    for (const instance of this.instances) if (instance.inFlight > 0) instance.backend.scheduling?.collectFinished?.();
   }
 
   /** Batches that left because their delay ran out, and how long they actually waited. */
@@ -434,7 +434,7 @@ export class DynamicBatcher implements Scheduler {
   /**
    * With several slots free (an idle instance's running and waiting slots,
    * or several idle instances) and the instance asking for it
-   * (BackendInstance.spreadBatches), the queue is shared out in two halves
+   * (SchedulingHooks.spreadBatches), the queue is shared out in two halves
    * instead of going to the first slot as one batch: one is answered while
    * the other runs. Batches of a preferred size the configuration chose go
    * whole, and so do batches under twice SPREAD_MIN_REQUESTS.
@@ -446,7 +446,7 @@ export class DynamicBatcher implements Scheduler {
     if (
       slots < 2 ||
       count < 2 * SPREAD_MIN_REQUESTS ||
-      this.free[this.free.length - 1]!.backend.spreadBatches?.() !== true
+      this.free[this.free.length - 1]!.backend.scheduling?.spreadBatches?.() !== true
     )
       return count;
     const share = Math.ceil(this.queue.size / slots);

@@ -18,7 +18,7 @@ export interface Scheduler {
   /**
    * Called while requests are refused for a full queue: takes in executions
    * the instances finished whose notices are still on their way
-   * (BackendInstance.collectFinished), so that they are answered, and the
+   * (SchedulingHooks.collectFinished), so that they are answered, and the
    * instances given their next batch, without waiting for the flood to pass.
    */
   collectFinished?(): void;
@@ -35,9 +35,9 @@ export class ModelInstance {
   busy = false;
   /** Executions handed to the backend and not yet finished. */
   inFlight = 0;
-  /** Most executions the backend takes at once (BackendInstance.maxInFlight). */
+  /** Most executions the backend takes at once (SchedulingHooks.maxInFlight). */
   readonly depth: number;
-  /** Batches the dynamic batcher may hand it at once (BackendInstance.batchSlots, within depth). */
+  /** Batches the dynamic batcher may hand it at once (SchedulingHooks.batchSlots, within depth). */
   readonly batchSlots: number;
   constructor(
     readonly name: string,
@@ -45,8 +45,8 @@ export class ModelInstance {
     /** Loaded but never given requests (instance_group passive). */
     readonly passive = false,
   ) {
-    this.depth = Math.max(1, Math.floor(backend.maxInFlight ?? 1));
-    this.batchSlots = Math.max(1, Math.min(this.depth, Math.floor(backend.batchSlots ?? 2)));
+    this.depth = Math.max(1, Math.floor(backend.scheduling?.maxInFlight ?? 1));
+    this.batchSlots = Math.max(1, Math.min(this.depth, Math.floor(backend.scheduling?.batchSlots ?? 2)));
   }
 }
 

@@ -1,6 +1,11 @@
 /** Test doubles for the dynamic batcher: an instance that records batches and finishes them on command. */
 import { type MessageInitShape, create } from '@bufbuild/protobuf';
-import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
+import type {
+  BackendInstance,
+  BackendRequest,
+  BackendResponse,
+  SchedulingHooks,
+} from '../../src/backends/backend.js';
 import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import type { NereidError } from '../../src/errors.js';
 import {
@@ -19,26 +24,24 @@ export class GatedInstance implements BackendInstance {
   readonly batches: string[][] = [];
   /** Times the scheduler asked for finished executions (collectFinished). */
   collected = 0;
-  /** BackendInstance.batchSlots (undefined: the default). */
-  readonly batchSlots?: number;
   /** What spreadBatches answers. */
   spread = false;
   /** How often the batcher asked spreadBatches. */
   spreadAsked = 0;
-  constructor(
-    readonly maxInFlight = 1,
-    batchSlots?: number,
-  ) {
-    if (batchSlots !== undefined) this.batchSlots = batchSlots;
-  }
-
-  collectFinished(): void {
-    this.collected++;
-  }
-
-  spreadBatches(): boolean {
-    this.spreadAsked++;
-    return this.spread;
+  readonly scheduling: SchedulingHooks;
+  /** maxInFlight and batchSlots (undefined: the default) of its SchedulingHooks. */
+  constructor(maxInFlight = 1, batchSlots?: number) {
+    this.scheduling = {
+      maxInFlight,
+      ...(batchSlots !== undefined ? { batchSlots } : {}),
+      collectFinished: () => {
+        this.collected++;
+      },
+      spreadBatches: () => {
+        this.spreadAsked++;
+        return this.spread;
+      },
+    };
   }
   private readonly gates: Array<() => void> = [];
   private arrivals: Array<() => void> = [];

@@ -116,7 +116,7 @@ test('a request cancelled while queued is skipped', async () => {
 
 /** A gated instance that takes two executions at once, and reports a wait inside it. */
 class DeepInstance extends GatedInstance {
-  readonly maxInFlight = 2;
+  readonly scheduling = { maxInFlight: 2 };
 }
 
 test('an instance that takes two executions is given the next request ' +

@@ -7,7 +7,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type MessageInitShape, create } from '@bufbuild/protobuf';
-import type { BackendInstance, BackendRequest, BackendResponse } from '../../src/backends/backend.js';
+import type {
+  BackendInstance,
+  BackendRequest,
+  BackendResponse,
+  SchedulingHooks,
+} from '../../src/backends/backend.js';
 import { ModelVersionStatistics } from '../../src/types/statistics.js';
 import type { NereidError } from '../../src/errors.js';
 import {
@@ -25,7 +30,10 @@ const f32 = (t: Tensor | undefined): number[] => (t ? [...new Float32Array(t.dat
 
 /** Runs a batch only when the test says so; OUTPUT = STATE_IN + INPUT, which is also the new state. */
 class SlowAccumulator implements BackendInstance {
-  constructor(readonly maxInFlight = 1) {}
+  readonly scheduling: SchedulingHooks;
+  constructor(maxInFlight = 1) {
+    this.scheduling = { maxInFlight };
+  }
   readonly batches: BackendRequest[][] = [];
   private readonly gates: Array<() => void> = [];
   private waiters: Array<() => void> = [];

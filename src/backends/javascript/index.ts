@@ -19,6 +19,7 @@ import type {
   ExecutionTimer,
   InstanceContext,
   ModelContext,
+  SchedulingHooks,
 } from '../backend.js';
 import { Supervisor } from '../supervisor.js';
 import { modelConfigFromJson, modelConfigToJson } from '../../config/index.js';
@@ -62,7 +63,7 @@ function outputSpecs(config: ModelConfig): OutputSpec[] {
 const NO_RESPONSE: BackendResponse = { outputs: [] };
 
 export class JavaScriptInstance implements BackendInstance {
-  readonly maxInFlight = JS_MAX_IN_FLIGHT;
+  readonly scheduling: SchedulingHooks = { maxInFlight: JS_MAX_IN_FLIGHT };
 
   constructor(
     private readonly modelName: string,

@@ -9,7 +9,13 @@
  * Outputs come back in buffers of their own, and each request's outputs are
  * views into them.
  */
-import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer } from '../../backends/backend.js';
+import type {
+  BackendInstance,
+  BackendRequest,
+  BackendResponse,
+  ExecutionTimer,
+  SchedulingHooks,
+} from '../backend.js';
 import { Errors, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
@@ -68,7 +74,11 @@ function sameDims(a: readonly number[], b: readonly number[], from: number): boo
 export const ORT_MAX_IN_FLIGHT = 8;
 
 export class OnnxRuntimeInstance implements BackendInstance {
-  readonly maxInFlight = ORT_MAX_IN_FLIGHT;
+  readonly scheduling: SchedulingHooks = {
+    maxInFlight: ORT_MAX_IN_FLIGHT,
+    collectFinished: () => this.client.currentThread?.collectFinished(),
+    spreadBatches: () => this.spreadBatches(),
+  };
   // No batchSlots: the batcher's default two (running and one waiting). The session thread would
   // merge more waiting batches into one run, but four slots served the medium MLP at concurrency 32
   // slower (same run, load 8: binary 6,077 -> 5,781 requests/s, binary in / JSON out 5,004 -> 4,155).
@@ -92,10 +102,6 @@ export class OnnxRuntimeInstance implements BackendInstance {
     this.jsonText = new JsonTextPolicy(plan);
   }
 
-  collectFinished(): void {
-    this.client.currentThread?.collectFinished();
-  }
-
   /** Whether batches are being spread (see spreadBatches). */
   private spreading = false;
 
@@ -106,7 +112,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
    * SPARE_CORES idle or so used; a machine whose cores are busy with other
    * work ends it.
    */
-  spreadBatches(): boolean {
+  private spreadBatches(): boolean {
     const spare = spareCores(nowNs());
     this.spreading =
       spare >= SPARE_CORES || (this.spreading && spare + Math.max(0, processCoresUsed() - 1) >= SPARE_CORES);
