@@ -1,7 +1,7 @@
 /**
  * The onnxruntime backend (platform "onnxruntime_onnx"): runs .onnx models
  * with onnxruntime-node, one session per instance, on session threads (small
- * models share a pool of them; see session-pool.ts).
+ * models share a pool of them; see thread/session-pool.ts).
  */
 import { relative } from 'node:path';
 import type {
@@ -18,11 +18,11 @@ import { Errors } from '../../errors.js';
 import { OnnxParseError, readOnnxModelInfo, type OnnxModelInfo } from '../../onnx/model-info.js';
 import { autoCompleteFromModel, needsAutoComplete } from './auto-complete.js';
 import { probeCuda, type CudaProbe } from './cuda.js';
-import { INLINE_MAX_MODEL_BYTES, InlinePolicy, InlineSession, inlineMode, type InlineMode } from './inline.js';
+import { INLINE_MAX_MODEL_BYTES, InlinePolicy, InlineSession, inlineMode, type InlineMode } from './policies/inline.js';
 import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
-import type { SessionClient } from './session-client.js';
+import type { SessionClient } from './thread/session-client.js';
 import {
   DEFAULT_INTRA_OP_THREADS,
   buildSessionOptions,
@@ -33,7 +33,7 @@ import {
   spinWaitMicros,
   wideInlineOptions,
 } from './session-options.js';
-import { SessionThreadPool } from './session-pool.js';
+import { SessionThreadPool } from './thread/session-pool.js';
 import { validateConfigAgainstModel } from './validate.js';
 
 export interface OnnxRuntimeBackendOptions {
@@ -182,7 +182,7 @@ async function loadModel(ctx: ModelContext, cudaProbe: CudaProbe, pool: SessionT
 }
 
 /**
- * The model's inline execution (see inline.ts), or undefined when its runs
+ * The model's inline execution (see policies/inline.ts), or undefined when its runs
  * always go to the session threads. Mode 'on' creates the main-thread
  * session now, and fails the load where it cannot apply.
  */
@@ -202,7 +202,7 @@ function inlinePolicy(
     if (g.kind === ModelInstanceGroup_Kind.GPU)
       return refuse(`instance group '${g.name || ctx.modelName}' is KIND_GPU (inline runs use the CPU)`);
   }
-  // Node 24's Float16Array makes onnxruntime-node read float16 data as empty (see session-worker.ts);
+  // Node 24's Float16Array makes onnxruntime-node read float16 data as empty (see thread/session-worker.ts);
   // the session threads hide it, the main thread cannot.
   if ('Float16Array' in globalThis) {
     for (const t of [...info.inputs, ...info.overridableInitializers, ...info.outputs]) {
@@ -213,7 +213,7 @@ function inlinePolicy(
   const wideThreads = inlineIntraOpThreads(ctx.modelName, ctx.config, ctx.backendConfig);
   if (mode === 'auto' && info.bytes > INLINE_MAX_MODEL_BYTES) return undefined;
   const log = ctx.logger;
-  // The wide session splits long runs while requests come one at a time (auto only; see inline.ts).
+  // The wide session splits long runs while requests come one at a time (auto only; see policies/inline.ts).
   const spinMicros = spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);
   const wide =
     mode === 'auto' && wideThreads > 1 && options.intraOpNumThreads === 1
@@ -281,7 +281,7 @@ class OnnxRuntimeModel implements BackendModel {
     private readonly pool: SessionThreadPool,
     /** Small enough (or configured) to share a pool thread. */
     private readonly mayShare: boolean,
-    /** Where each run of a CPU instance goes (see inline.ts); undefined: always its thread. */
+    /** Where each run of a CPU instance goes (see policies/inline.ts); undefined: always its thread. */
     private readonly inline: InlinePolicy | undefined,
     /** Intra-op threads unless configured. */
     private readonly defaultIntra: number,

@@ -20,10 +20,10 @@ import { Errors, asNereidError } from '../../errors.js';
 import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
-import { type InlinePolicy, type InlineSession, runOverlap } from './inline.js';
-import { JsonTextPolicy, SPARE_CORES, processCoresUsed, spareCores } from './json-text.js';
+import { type InlinePolicy, type InlineSession, runOverlap } from './policies/inline.js';
+import { JsonTextPolicy, SPARE_CORES, processCoresUsed, spareCores } from './policies/json-text.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
-import { RunTimes, type SessionClient } from './session-client.js';
+import { RunTimes, type SessionClient } from './thread/session-client.js';
 import {
   ARENA_ARRAYS,
   MERGED_LATER,
@@ -33,7 +33,7 @@ import {
   nowNs,
   type RunPart,
   type WireTensor,
-} from './worker-protocol.js';
+} from './thread/worker-protocol.js';
 
 const utf8 = new TextDecoder();
 
@@ -84,15 +84,15 @@ export class OnnxRuntimeInstance implements BackendInstance {
   // slower (same run, load 8: binary 6,077 -> 5,781 requests/s, binary in / JSON out 5,004 -> 4,155).
   private readonly client: SessionClient;
   private readonly plan: ModelPlan;
-  /** Where each run goes (see inline.ts); undefined: always the session thread. */
+  /** Where each run goes (see policies/inline.ts); undefined: always the session thread. */
   private readonly inline: InlinePolicy | undefined;
   /** Inline runs: input bytes that are not aligned views, by input position. */
   private readonly scratch: ArrayBuffer[] = [];
   /** Runs made on the event loop so far. */
   inlineRuns = 0;
-  /** Of which in the model's wide main-thread session (see inline.ts). */
+  /** Of which in the model's wide main-thread session (see policies/inline.ts). */
   wideInlineRuns = 0;
-  /** Which JSON output texts the session thread formats (see json-text.ts). */
+  /** Which JSON output texts the session thread formats (see policies/json-text.ts). */
   readonly jsonText: JsonTextPolicy;
 
   constructor(client: SessionClient, plan: ModelPlan, inline?: InlinePolicy) {
@@ -144,7 +144,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     }
   }
 
-  /** Intra-op threads of the model's wide main-thread session (see inline.ts); 1 when it has none. */
+  /** Intra-op threads of the model's wide main-thread session (see policies/inline.ts); 1 when it has none. */
   get inlineWideThreads(): number {
     return this.inline?.wideThreads ?? 1;
   }
@@ -157,7 +157,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     return this.client.close();
   }
 
-  /** One run on the event loop (see inline.ts); times it for the policy and the timer. */
+  /** One run on the event loop (see policies/inline.ts); times it for the policy and the timer. */
   private runInline(
     session: InlineSession,
     feeds: readonly RunFeed[],

@@ -6,7 +6,7 @@
 import type { ModelConfig, ModelInput, ModelOutput } from '../../gen/model_config_pb.js';
 import type { OnnxTensorInfo } from '../../onnx/model-info.js';
 import { datatypeFromConfigEnum, type Datatype } from '../../tensor/datatype.js';
-import type { OrtTensorType } from './worker-protocol.js';
+import type { OrtTensorType } from './thread/worker-protocol.js';
 
 const ORT_TYPES: Record<Datatype, OrtTensorType | undefined> = {
   BOOL: 'bool',

@@ -5,7 +5,7 @@
  * session.* config entries) and `optimization { graph { level } }`.
  */
 import { defaultSpinMicros, processCpuBudget } from '../cpu-budget.js';
-import type { SessionPoolSettings } from './session-pool.js';
+import type { SessionPoolSettings } from './thread/session-pool.js';
 import type { InferenceSession } from 'onnxruntime-node';
 import { ModelInstanceGroup_Kind, type ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
@@ -50,7 +50,7 @@ const SPINNING_STOP_KEY = 'session.force_spinning_stop';
 const SPIN_DURATION_KEY = 'session.intra_op.spin_duration_us';
 
 /**
- * Intra-op threads of a model's wide main-thread session (see inline.ts):
+ * Intra-op threads of a model's wide main-thread session (see policies/inline.ts):
  * while requests come one at a time, a run long enough to gain from it is
  * split between the event loop's thread and this many less one helper
  * threads. Nereid's own parameter (`inline_intra_op_thread_count`, or for
@@ -125,7 +125,7 @@ export function wideInlineOptions(
  * microseconds on a virtual machine, which is more than a small model's run;
  * a run that arrives within the wait starts at once. The thread busy-waits
  * only under light load, and only while most recent gaps between runs were
- * that short (see session-worker.ts). Nereid's own parameter
+ * that short (see thread/session-worker.ts). Nereid's own parameter
  * (`spin_wait_microseconds`, or for every model
  * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
  * With less than two cores to the process (cores or cgroup quota) the default is 0.

@@ -27,7 +27,7 @@ import {
   type Tensor,
 } from '../../../src/tensor/tensor.js';
 import { RecordingTimer, config, instanceContext, modelContext, request, suiteModels, writeModel } from './fixtures.js';
-import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/inline.js';
+import { runOverlap, setEventLoopProbe } from '../../../src/backends/onnxruntime/policies/inline.js';
 import { inlineIntraOpThreads } from '../../../src/backends/onnxruntime/session-options.js';
 
 const backend = createOnnxRuntimeBackend();

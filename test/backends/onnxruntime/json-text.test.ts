@@ -22,13 +22,13 @@ import {
   WINDOW_NS,
   forceJsonTextShare,
   spareCores,
-} from '../../../src/backends/onnxruntime/json-text.js';
+} from '../../../src/backends/onnxruntime/policies/json-text.js';
 import {
   SLICE_FORMAT,
   SLICE_IF_LARGE,
   SLICE_SKIP,
   sliceWord,
-} from '../../../src/backends/onnxruntime/worker-protocol.js';
+} from '../../../src/backends/onnxruntime/thread/worker-protocol.js';
 import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
 import type { BackendInstance, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
 import { buildIdentityModel } from '../../helpers/onnx-builder.js';

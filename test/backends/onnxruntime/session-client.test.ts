@@ -1,7 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/session-client.js';
+import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/thread/session-client.js';
 import {
   C_DONE,
   MERGED_FIRST,
@@ -15,7 +15,7 @@ import {
   arenaTypeCode,
   sliceWord,
   type WireTensor,
-} from '../../../src/backends/onnxruntime/worker-protocol.js';
+} from '../../../src/backends/onnxruntime/thread/worker-protocol.js';
 import { DATATYPES } from '../../../src/tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
 import { OnnxModelBuilder, buildIdentityModel } from '../../helpers/onnx-builder.js';

@@ -6,7 +6,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { forceJsonTextShare } from '../../../src/backends/onnxruntime/json-text.js';
+import { forceJsonTextShare } from '../../../src/backends/onnxruntime/policies/json-text.js';
 import { Server } from '../../../src/core/server.js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { silentLogger } from '../../../src/logger.js';

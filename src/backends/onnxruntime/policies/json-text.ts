@@ -35,10 +35,10 @@
  */
 import { closeSync, openSync, readSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { DATATYPES, type Datatype } from '../../tensor/datatype.js';
-import { processCpuBudget } from '../cpu-budget.js';
-import type { BackendRequest } from '../backend.js';
-import type { ModelPlan } from './plan.js';
+import { DATATYPES, type Datatype } from '../../../tensor/datatype.js';
+import { processCpuBudget } from '../../cpu-budget.js';
+import type { BackendRequest } from '../../backend.js';
+import type { ModelPlan } from '../plan.js';
 import {
   SLICE_FORMAT,
   SLICE_IF_LARGE,
@@ -47,7 +47,7 @@ import {
   TextRequest,
   arenaTypeCode,
   sliceWord,
-} from './worker-protocol.js';
+} from '../thread/worker-protocol.js';
 
 /** Texts of this many values or more are always formatted on the thread. */
 export const LARGE_TEXT_ELEMENTS = 16384;

@@ -11,7 +11,7 @@
  */
 import { readSync } from 'node:fs';
 import type { InferenceSession } from 'onnxruntime-node';
-import type { FileWindow } from '../../tensor/tensor.js';
+import type { FileWindow } from '../../../tensor/tensor.js';
 import { SessionThread, SessionWorkerError } from './session-thread.js';
 import {
   ARENA_ARRAYS,

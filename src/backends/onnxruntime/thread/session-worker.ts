@@ -6,8 +6,8 @@
 import { readSync } from 'node:fs';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
-import { DATATYPES } from '../../tensor/datatype.js';
-import { encodeJsonTensorData } from '../../tensor/json-codec.js';
+import { DATATYPES } from '../../../tensor/datatype.js';
+import { encodeJsonTensorData } from '../../../tensor/json-codec.js';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,

@@ -54,7 +54,7 @@
  *   small model), and only for models of at most INLINE_MAX_MODEL_BYTES.
  * - While requests come one at a time, a run predicted at WIDE_MIN_NS or more
  *   (on one thread) goes to a second main-thread session with more intra-op
- *   threads (`inline_intra_op_thread_count`, see session-options.ts), when
+ *   threads (`inline_intra_op_thread_count`, see ../session-options.ts), when
  *   the model has one: onnxruntime splits its operators between the event
  *   loop's thread and helper threads. A helper that sleeps between runs is
  *   woken at the start of each, which on a virtual machine costs about what
@@ -86,10 +86,10 @@
 import { createRequire } from 'node:module';
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import type { ModelConfig } from '../../gen/model_config_pb.js';
-import { Errors } from '../../errors.js';
-import { configParameter } from './session-options.js';
-import { nowNs } from './worker-protocol.js';
+import type { ModelConfig } from '../../../gen/model_config_pb.js';
+import { Errors } from '../../../errors.js';
+import { configParameter } from '../session-options.js';
+import { nowNs } from '../thread/worker-protocol.js';
 
 export type InlineMode = 'auto' | 'on' | 'off';
 

@@ -22,8 +22,8 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
-import type { TypedArray } from '../../tensor/datatype.js';
-import type { FileWindow } from '../../tensor/tensor.js';
+import type { TypedArray } from '../../../tensor/datatype.js';
+import type { FileWindow } from '../../../tensor/tensor.js';
 
 export type OrtTensorType = OrtTensor.Type;
 
