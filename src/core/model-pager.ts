@@ -1,7 +1,7 @@
 /**
  * Model paging under a memory budget (`--model-memory-budget`): measures
- * what each load adds to the process, unloads idle models least recently
- * used first to make room, and loads an unloaded model again when a request
+ * what each load adds to the process, unloads idle models least frequently
+ * used first (paging-policy.ts) to make room, and loads an unloaded model again when a request
  * needs it (once, however many requests wait). docs/paging.md explains the
  * rules and how exact the measurement is.
  */
@@ -17,6 +17,7 @@ import type { ModelEntry } from './model-entry.js';
 import type { LoadedModel, PreparedModel } from './model-loader.js';
 import type { ModelVersion } from './model-version.js';
 import { formatBytes } from './memory-budget.js';
+import { type PagingCandidate, PagingPolicy } from './paging-policy.js';
 
 /** The reason an unloaded-for-room version shows in the repository index (its state is UNAVAILABLE). */
 export const MEMORY_BUDGET_REASON = 'unloaded: memory budget';
@@ -29,6 +30,8 @@ export const PINNED_PARAMETER = 'nereid.pinned';
 export const DEFAULT_LOAD_WAIT_MS = 30_000;
 /** How often a load that waits for room looks again (models go idle without telling anyone). */
 const ROOM_POLL_MS = 10;
+/** How long a load waits for a colder model's requests to finish rather than unload a hotter idle model. */
+export const BUSY_GRACE_MS = 500;
 
 export interface PagingOptions {
   /** The budget in bytes (resolved from `--model-memory-budget`). */
@@ -111,6 +114,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly procDir: string;
   /** Evictions per model since start. */
   readonly evictions = new Map<string, number>();
+  /** Which model goes for room: the least frequently used, frequencies decaying with traffic. */
+  readonly policy = new PagingPolicy();
   /**
    * Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays
    * one-time costs) is not used.
@@ -210,19 +215,19 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     return last;
   }
 
-  /** The idle, unpinned serving model used longest ago, not in `protect`. */
-  private victim(protect: ReadonlySet<string>): ModelEntry | undefined {
-    let best: ModelEntry | undefined;
-    let bestUse = Infinity;
+  /** A request to `model` (its score in the policy). */
+  recordUse(model: string): void {
+    this.policy.recordUse(model);
+  }
+
+  /** The serving, unpinned models not in `protect` and with no load or unload in progress. */
+  private candidates(protect: ReadonlySet<string>): PagingCandidate[] {
+    const out: PagingCandidate[] = [];
     for (const entry of this.host.entries()) {
-      if (protect.has(entry.name) || !entry.serving || !this.isIdle(entry) || this.isPinned(entry)) continue;
-      const use = this.lastUse(entry);
-      if (use < bestUse) {
-        best = entry;
-        bestUse = use;
-      }
+      if (protect.has(entry.name) || !entry.serving || entry.busy !== undefined || this.isPinned(entry)) continue;
+      out.push({ name: entry.name, idle: this.isIdle(entry), lastUse: this.lastUse(entry) });
     }
-    return best;
+    return out;
   }
 
   /** Whether some model outside `protect` holds memory and may become idle later (so waiting can help). */
@@ -235,18 +240,20 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   }
 
   /**
-   * Unloads idle models, least recently used first, until `needed` more
-   * bytes fit in the budget. Busy models are waited for until `deadline`.
-   * Resolves false when the bytes cannot be made to fit.
+   * Unloads idle models, least frequently used first (PagingPolicy), until
+   * `needed` more bytes fit in the budget. Busy models are waited for until
+   * `deadline`. Resolves false when the bytes cannot be made to fit.
    */
   private async makeRoom(needed: number, protect: ReadonlySet<string>, deadline: number): Promise<boolean> {
+    const graceEnd = Math.min(deadline, Date.now() + BUSY_GRACE_MS);
     for (;;) {
       if (this.usedBytes() + needed <= this.budgetBytes) return true;
-      const victim = this.victim(protect);
+      const chosen = this.policy.choose(this.candidates(protect), Date.now() < graceEnd).evict;
+      const victim = chosen === undefined ? undefined : [...this.host.entries()].find((e) => e.name === chosen);
       if (victim !== undefined) {
         this.host.logger.info(
-          { model: victim.name, needed, used: this.usedBytes(), budget: this.budgetBytes },
-          'unloading the least recently used idle model to make room',
+          { model: victim.name, score: this.policy.score(victim.name), needed, used: this.usedBytes() },
+          'unloading the least frequently used idle model to make room',
         );
         this.evictions.set(victim.name, (this.evictions.get(victim.name) ?? 0) + 1);
         this.emit('evicted', victim.name);

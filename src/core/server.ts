@@ -489,6 +489,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     const scheduler = v.scheduler!;
     v.inflight += 1;
     v.touch();
+    this.repository.pager?.recordUse(v.modelName);
     let response: BackendResponse;
     let onAbort: (() => void) | undefined;
     try {
@@ -593,6 +594,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     }
     v.inflight += 1;
     v.touch();
+    this.repository.pager?.recordUse(v.modelName);
     counted = true;
     const item = new ScheduledRequest(
       prepared.backendRequest,

@@ -336,13 +336,13 @@ test('each load is measured: memory_bytes in the index and the metrics; the sum 
   assert.equal(await metric(ports.metrics, 'nereid_model_evictions_total', 'model="a"'), undefined);
 });
 
-test('idle models go least recently used first; an evicted one is UNAVAILABLE until requested', async (t) => {
+test('idle models go least frequently used first; an evicted one is UNAVAILABLE until requested', async (t) => {
   const { ports } = await serve(t, [...PINNED_FIRST, `--model-memory-budget=${budgetFor(['a', 'b'], 'c')}`]);
   await expectStates(ports.http, { a: 'never loaded', b: 'never loaded', c: 'never loaded' });
   await inferOk(ports.http, 'a');
   await inferOk(ports.http, 'b');
   await inferOk(ports.http, 'a');
-  // b is now the least recently used: c takes its place.
+  // b has been asked for once, a twice: c takes b's place.
   await inferOk(ports.http, 'c');
   await expectStates(ports.http, { a: 'READY', b: EVICTED, c: 'READY' });
   assert.equal(await metric(ports.metrics, 'nereid_model_evictions_total', 'model="b"'), 1);
@@ -350,8 +350,11 @@ test('idle models go least recently used first; an evicted one is UNAVAILABLE un
   assert.equal((await http(ports.http, 'GET', '/v2/health/ready')).status, 200);
   assert.notEqual((await http(ports.http, 'GET', '/v2/models/b/ready')).status, 200);
   assert.equal((await http(ports.http, 'GET', '/v2/models/a/ready')).status, 200);
-  // b again: a was used before c, so a goes.
+  // b again (its second request): c, asked for once, goes, although a was used before it.
   await inferOk(ports.http, 'b');
+  await expectStates(ports.http, { a: 'READY', b: 'READY', c: EVICTED });
+  // c again (its second): a and b were asked for twice too, a longer ago, so its requests weigh less.
+  await inferOk(ports.http, 'c');
   await expectStates(ports.http, { a: EVICTED, b: 'READY', c: 'READY' });
   const used = (await metric(ports.metrics, 'nereid_model_memory_used_bytes'))!;
   assert.ok(used <= Number(budgetFor(['a', 'b'], 'c')), `${used} used`);
@@ -435,19 +438,19 @@ test('a model alone larger than the budget fails its load with its size and the 
   assert.equal((await index(ports.http)).get('a')!.state, 'UNAVAILABLE');
 });
 
-test('a model with a request running or a sequence open is never evicted, even when least recently used', async (t) => {
+test('a model with a request running or a sequence open is never evicted, even when the coldest', async (t) => {
   const { ports } = await serve(t, [...PINNED_FIRST, `--model-memory-budget=${budgetFor(['hold', 'seq', 'a'], 'b')}`]);
   await inferOk(ports.http, 'seq', { sequence_id: 7, sequence_start: true });
   await inferOk(ports.http, 'hold', { ms: 0 });
   await inferOk(ports.http, 'a');
-  // hold runs a long request; a is used after it started, so hold and seq are the least recently used.
+  // hold runs a long request; seq (asked for once) is the coldest, hold and a (twice each) are hotter.
   const long = infer(ports.http, 'hold', { ms: 4000 });
   while (!existsSync(marker())) await new Promise((r) => setTimeout(r, 20));
   await inferOk(ports.http, 'a');
   await inferOk(ports.http, 'b');
   await expectStates(ports.http, { seq: 'READY', hold: 'READY', a: EVICTED, b: 'READY' });
   assert.equal((await long).status, 200);
-  // The sequence ends: seq is idle and the least recently used, and goes first.
+  // The sequence ends: seq is idle and the coldest (its first request is the oldest), and goes first.
   await inferOk(ports.http, 'seq', { sequence_id: 7, sequence_end: true });
   await inferOk(ports.http, 'hold', { ms: 0 });
   await inferOk(ports.http, 'b');
