@@ -153,7 +153,9 @@ test('equal scores go least recently used first; a model never requested is the 
 
 test('a busy colder model is waited for during the grace, then the coldest idle one goes', () => {
   const policy = new PagingPolicy();
-  for (const [m, n] of [['cold', 1], ['warm', 10], ['hot', 100]] as const) for (let i = 0; i < n; i++) policy.recordUse(m);
+  for (const [m, n] of [['cold', 1], ['warm', 10], ['hot', 100]] as const) {
+    for (let i = 0; i < n; i++) policy.recordUse(m);
+  }
   const busyCold = [
     { name: 'hot', idle: true, lastUse: 1 },
     { name: 'cold', idle: false, lastUse: 2 },
