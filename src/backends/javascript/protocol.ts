@@ -168,11 +168,7 @@ export type FromWorker =
   | ExecuteDoneMessage
   | InferCallMessage;
 
-/** The same monotonic clock on every thread of the process. */
-export function nowNs(): number {
-  const t = process.hrtime();
-  return t[0] * 1e9 + t[1];
-}
+export { nowNs } from '../idle-wait.js';
 
 /** Tensors start at multiples of 8 in a packed buffer, so that every typed array can view them. */
 export function align8(n: number): number {

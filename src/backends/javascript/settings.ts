@@ -5,6 +5,7 @@
  * model. A bad value fails the load with a message naming it.
  */
 import { defaultSpinMicros } from '../cpu-budget.js';
+import { DEFAULT_SPIN_WAIT_MICROS } from '../idle-wait.js';
 import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { Errors } from '../../errors.js';
 
@@ -12,12 +13,11 @@ import { Errors } from '../../errors.js';
 export const DEFAULT_EXECUTE_TIMEOUT_MS = 60_000;
 /** How long import and initialize() may take before the load fails (ms). */
 export const DEFAULT_INITIALIZE_TIMEOUT_MS = 60_000;
-/** How long the worker busy-waits for the next batch under light load (µs); 0 turns it off. */
-export const DEFAULT_SPIN_WAIT_MICROS = 300;
 
 export interface JavaScriptSettings {
   readonly executeTimeoutMs: number;
   readonly initializeTimeoutMs: number;
+  /** The busy-wait for the next batch (µs, ../idle-wait.ts); 0 turns it off. */
   readonly spinMicros: number;
   /** Heap limit of each worker thread (MB); 0: Node's default. A thread that runs out of it dies and is restarted. */
   readonly maxHeapMb: number;

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import type { ParameterValue } from '../backend.js';
+import { IdleWait } from '../idle-wait.js';
 import { describeError, describeImportError } from './describe.js';
 import { OutputChecker } from './outputs.js';
 import {
@@ -91,24 +92,14 @@ let finished = false;
 const pendingInfers = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
 let nextInferId = 1;
 
-/**
- * Busy-waiting after a batch, as the onnxruntime session threads do: waking
- * a sleeping thread costs tens of microseconds, more than a small model's
- * execute(). The thread spins only under light load (the main thread had
- * nothing else in flight) and only while most recent idle gaps were within
- * the spin, since a spinning thread holds a core.
- */
+/** How the thread waits for the next batch once it has none (../idle-wait.ts: it spins, then sleeps). */
+const idleWait = new IdleWait(init.mode === 'serve' ? init.spinMicros : 0);
+/** The last batch came with nothing else in flight on the instance. */
 let lastLight = false;
-let hitRate = 1;
-let idleSinceNs = 0;
 
 function noteArrival(msg: ExecuteMessage): void {
   lastLight = msg.light;
-  if (idleSinceNs === 0) return;
-  const spinMicros = init.mode === 'serve' ? init.spinMicros : 0;
-  const hit = msg.at - idleSinceNs <= spinMicros * 1000 ? 1 : 0;
-  hitRate = hitRate * 0.9 + hit * 0.1;
-  idleSinceNs = 0;
+  idleWait.arrived(msg.at);
 }
 
 function onMessage(msg: ToWorker): void {
@@ -139,18 +130,13 @@ function onMessage(msg: ToWorker): void {
 
 /** Spins for the next message while that usually pays; true when a batch arrived. */
 function spin(): boolean {
-  if (init.mode !== 'serve' || init.spinMicros <= 0) return false;
-  if (lastLight) idleSinceNs = nowNs();
-  if (!lastLight || hitRate < 0.5 || pendingInfers.size > 0) return false;
-  const end = performance.now() + init.spinMicros / 1000;
-  do {
+  if (!idleWait.idle(lastLight) || pendingInfers.size > 0) return false;
+  const arrived = (): boolean => {
     const got = receiveMessageOnPort(port);
-    if (got !== undefined) {
-      onMessage(got.message as ToWorker);
-      return queue.length > 0;
-    }
-  } while (performance.now() < end);
-  return false;
+    if (got !== undefined) onMessage(got.message as ToWorker);
+    return got !== undefined;
+  };
+  return idleWait.spin(arrived) && queue.length > 0;
 }
 
 async function drain(): Promise<void> {

@@ -5,6 +5,7 @@
  * session.* config entries) and `optimization { graph { level } }`.
  */
 import { defaultSpinMicros, processCpuBudget } from '../cpu-budget.js';
+import { DEFAULT_SPIN_WAIT_MICROS } from '../idle-wait.js';
 import type { SessionPoolSettings } from './thread/session-pool.js';
 import type { InferenceSession } from 'onnxruntime-node';
 import { ModelInstanceGroup_Kind, type ModelConfig } from '../../gen/model_config_pb.js';
@@ -120,19 +121,12 @@ export function wideInlineOptions(
 }
 
 /**
- * How long an instance's session thread busy-waits for the next run after
- * one ends, before it dozes (µs). Waking a sleeping thread costs tens of
- * microseconds on a virtual machine, which is more than a small model's run;
- * a run that arrives within the wait starts at once. The thread busy-waits
- * only under light load, and only while most recent gaps between runs were
- * that short (see thread/session-worker.ts). Nereid's own parameter
- * (`spin_wait_microseconds`, or for every model
+ * How long an instance's session thread busy-waits for the next run after one
+ * ends, before it dozes (µs; ../idle-wait.ts says when it does). Nereid's own
+ * parameter (`spin_wait_microseconds`, or for every model
  * `--backend-config=onnxruntime,spin_wait_microseconds=N`); 0 turns it off.
- * With less than two cores to the process (cores or cgroup quota) the default is 0.
+ * Throws a config error for a bad value.
  */
-export const DEFAULT_SPIN_WAIT_MICROS = 300;
-
-/** The session thread's busy-wait (see DEFAULT_SPIN_WAIT_MICROS). Throws a config error for a bad value. */
 export function spinWaitMicros(
   modelName: string,
   config: ModelConfig,

@@ -3,13 +3,13 @@ import assert from 'node:assert/strict';
 import { NereidError } from '../../../src/errors.js';
 import {
   DEFAULT_INLINE_INTRA_OP_THREADS,
-  DEFAULT_SPIN_WAIT_MICROS,
   buildSessionOptions,
   inlineIntraOpThreads,
   machineIntraOpThreads,
   spinWaitMicros,
   wideInlineOptions,
 } from '../../../src/backends/onnxruntime/session-options.js';
+import { DEFAULT_SPIN_WAIT_MICROS } from '../../../src/backends/idle-wait.js';
 import { ModelInstanceGroup_Kind } from '../../../src/gen/model_config_pb.js';
 import { config } from './fixtures.js';
 

@@ -8,6 +8,7 @@ import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_thread
 import * as ort from 'onnxruntime-node';
 import { DATATYPES } from '../../../tensor/datatype.js';
 import { encodeJsonTensorData } from '../../../tensor/json-codec.js';
+import { IdleWait, doze } from '../../idle-wait.js';
 import {
   ARENA_ARRAYS,
   ARENA_TYPES,
@@ -161,73 +162,19 @@ function catchUp(): void {
   }
 }
 
-/**
- * After a run, with the ring empty, the worker waits for the next entry in
- * three steps, each cheaper for this thread and dearer for the next run:
- * - under light load (C_LIGHT: the last entry found nothing else in flight)
- *   it busy-waits for spinMicros while that usually catches the next run
- *   (see below), and the next run starts at once; under load it does not,
- *   as a spinning thread takes a core the event loop needs;
- * - it dozes in timed waits on the ring's tail for DOZE_MICROS: the main
- *   thread notifies it when it appends (a cheaper wake-up than a message),
- *   and a doze step that runs out finds the entry anyway; then it dozes on
- *   in one wait of LONG_DOZE_MS, which costs it nothing;
- * - it sleeps in its event loop until the main thread posts WAKE.
- * An idle worker thus costs a little CPU for about 2 ms after its last run,
- * and none after that.
- */
-const SPIN_MICROS = init.spinMicros;
-const DOZE_MICROS = 2000;
-const DOZE_STEP_MS = 0.1;
-/** After the short doze steps, one wait of this long (ms) before the worker sleeps. */
-const LONG_DOZE_MS = 50;
-
-/**
- * The busy-wait pays only when the next run usually comes within it: while
- * this thread spins it holds a core, and on a small machine the event loop
- * (or the client) may need that core to produce the next run. So the worker
- * keeps a moving share of light-load idle gaps (from going idle to the next
- * run being appended) that were within spinMicros, and spins only while
- * most were.
- */
-let hitRate = 1;
-/** hrtime ns when the ring was last found empty under light load; 0 when not idle. */
-let idleSinceNs = 0;
-
-function noteGap(appendedNs: number): void {
-  if (idleSinceNs === 0) return;
-  const hit = appendedNs - idleSinceNs <= SPIN_MICROS * 1000 ? 1 : 0;
-  hitRate = hitRate * 0.9 + hit * 0.1;
-  idleSinceNs = 0;
-}
-
-function spinBudgetMicros(): number {
-  return SPIN_MICROS > 0 && control[C_LIGHT] === 1 && hitRate >= 0.5 ? SPIN_MICROS : 0;
-}
+/** How the worker waits for the next entry once the ring is empty (../../idle-wait.ts). */
+const idleWait = new IdleWait(init.spinMicros);
 
 function awaitEntry(head: number): boolean {
-  if (control[C_LIGHT] === 1) idleSinceNs = nowNs();
-  const spin = spinBudgetMicros();
-  if (spin > 0) {
-    const end = performance.now() + spin / 1000;
-    do {
+  if (idleWait.idle(control[C_LIGHT] === 1)) {
+    const arrived = (): boolean => {
       for (let i = 0; i < 32; i++) if (Atomics.load(control, C_TAIL) !== head) return true;
-    } while (performance.now() < end);
+      return false;
+    };
+    if (idleWait.spin(arrived)) return true;
   }
   Atomics.store(control, C_STATE, STATE_DOZING);
-  const end = performance.now() + DOZE_MICROS / 1000;
-  let got = false;
-  do {
-    if (Atomics.wait(control, C_TAIL, head, DOZE_STEP_MS) !== 'timed-out') {
-      got = true;
-      break;
-    }
-  } while (performance.now() < end);
-  // Then one long doze, which costs this thread nothing while it lasts: the
-  // main thread's notification costs it far less than the message that wakes
-  // a sleeping worker (a closed loop whose batch takes the event loop a few
-  // milliseconds to answer and refill found the worker asleep after most runs).
-  if (!got) got = Atomics.wait(control, C_TAIL, head, LONG_DOZE_MS) !== 'timed-out';
+  const got = doze(control, C_TAIL, head);
   Atomics.store(control, C_STATE, STATE_AWAKE);
   return got || Atomics.load(control, C_TAIL) !== head;
 }
@@ -270,11 +217,11 @@ async function runEntry(entry: number, pickNs: number): Promise<void> {
       post({ kind: 'run-error', session: slot, id: -1 - arenaIndex, message: `no session in slot ${slot}` });
       return;
     }
-    noteGap(arena.times[TIME_APPENDED]!);
+    idleWait.arrived(arena.times[TIME_APPENDED]!);
     await runArena(s.session, slot, s.names, arena, pickNs);
     return;
   }
-  idleSinceNs = 0;
+  idleWait.forget();
   const msg = s?.portRuns.shift();
   if (msg === undefined) return;
   if (s?.session === undefined) {
@@ -531,7 +478,7 @@ function mergeGroup(entry: number, head: number): MergeGroup | undefined {
 async function runMerged(g: MergeGroup, pickNs: number): Promise<void> {
   const first = g.shapes[0]!;
   const lead = g.arenas[0]!;
-  noteGap(lead.times[TIME_APPENDED]!);
+  idleWait.arrived(lead.times[TIME_APPENDED]!);
   Atomics.store(control, C_RUNNING, g.slot + 1);
   const fetches = first.fetchIds.map((id) => g.names[id]!);
   let results: ort.InferenceSession.OnnxValueMapType | undefined;

@@ -307,11 +307,7 @@ export const TIMES_BYTE_OFFSET = HEADER_BYTES - 8 * TIMES_COUNT;
 export const MERGE_ROWS_WORD = TIMES_BYTE_OFFSET / 4 - 1;
 export const USABLE_HEADER_WORDS = MERGE_ROWS_WORD;
 
-/** hrtime in ns as a number (exact to well past a century of uptime). */
-export function nowNs(): number {
-  const t = process.hrtime();
-  return t[0] * 1e9 + t[1];
-}
+export { nowNs } from '../../idle-wait.js';
 /** Every tensor in the data area starts at a multiple of this. */
 export const DATA_ALIGN = 16;
 
