@@ -11,6 +11,7 @@ import type { StartupNote } from './allocator.js';
 import { Server } from '../core/server.js';
 import type { ModelControlMode } from '../types/api.js';
 import { Errors } from '../errors.js';
+import { serverBatchingPolicy } from '../scheduler/batching-policy.js';
 import { cacheGauges, createResponseCache, parseCacheConfigFlags } from '../cache/response-cache.js';
 import { HttpFrontend, type HttpFrontendOptions, LogSettings } from '../frontends/http/index.js';
 import { DashboardHistory } from '../frontends/dashboard/history.js';
@@ -179,6 +180,9 @@ export function parseBackendConfig(values: readonly string[]): Record<string, Re
     if (eq <= 0) throw Errors.config(`--backend-config expects <backend>,<key>=<value> or <key>=<value>, got '${raw}'`);
     (out[backend] ??= {})[setting.slice(0, eq)] = setting.slice(eq + 1);
   }
+  // The batching default for every model is checked here, so a bad value stops the server before any load.
+  serverBatchingPolicy(out, '');
+  for (const backend of Object.keys(out)) serverBatchingPolicy(out, backend);
   return out;
 }
 
@@ -571,6 +575,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         restartCount: () => v.restartCount,
         cacheEnabled: server.isCached(v),
         modelMetrics: v.config.modelMetrics,
+        batching: () => v.scheduler?.batching,
       }),
     );
     if (server.responseCache)

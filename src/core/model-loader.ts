@@ -24,6 +24,7 @@ import { DefaultScheduler } from '../scheduler/default-scheduler.js';
 import { DynamicBatcher } from '../scheduler/dynamic-batcher.js';
 import { SequenceBatcher, type StateSpec, loadStateSpecs } from '../scheduler/sequence-batcher/index.js';
 import { ModelInstance, type Scheduler } from '../scheduler/scheduler.js';
+import { type BatchingSettings, batchingSettings, serverBatchingPolicy } from '../scheduler/batching-policy.js';
 import { ModelSignature } from './request.js';
 import { ModelVersion, type VersionStateListener } from './model-version.js';
 import { createEnsembleVersion, isEnsembleConfig } from './ensembles.js';
@@ -148,7 +149,39 @@ async function readLabels(modelDir: string, config: ModelConfig): Promise<Map<st
   return labels;
 }
 
-function makeScheduler(v: ModelVersion, instances: ModelInstance[], states: StateSpec[], logger: Logger): Scheduler {
+/**
+ * The model's batching_policy and target_p99_ms (docs/batching.md); throws
+ * naming the parameter for a bad value, and warns where the model's
+ * scheduler has no use for them.
+ */
+function resolveBatching(v: ModelVersion, backend: string, options: LoaderOptions, logger: Logger): BatchingSettings {
+  const config = v.config;
+  const serverDefault = serverBatchingPolicy(options.backendConfig, backend);
+  const settings = batchingSettings(v.modelName, config.parameters, serverDefault);
+  const choice = config.schedulingChoice;
+  const dynamic = choice.case === 'dynamicBatching' && config.maxBatchSize > 0;
+  const oldest = choice.case === 'sequenceBatching' && choice.value.strategyChoice.case === 'oldest';
+  const own = ['batching_policy', 'target_p99_ms'].filter((k) => config.parameters[k] !== undefined);
+  if (own.includes('batching_policy') && !dynamic && !oldest) {
+    logger.warn(
+      { model: v.modelName },
+      "parameter 'batching_policy' has no effect: the model has neither dynamic_batching nor " +
+      "sequence_batching's oldest strategy",
+    );
+  }
+  if (own.includes('target_p99_ms') && !dynamic) {
+    logger.warn({ model: v.modelName }, "parameter 'target_p99_ms' has no effect: the model has no dynamic_batching");
+  }
+  return settings;
+}
+
+function makeScheduler(
+  v: ModelVersion,
+  instances: ModelInstance[],
+  states: StateSpec[],
+  batching: BatchingSettings,
+  logger: Logger,
+): Scheduler {
   const active = instances.filter((i) => !i.passive);
   const choice = v.config.schedulingChoice;
   if (choice.case === 'sequenceBatching') {
@@ -157,6 +190,7 @@ function makeScheduler(v: ModelVersion, instances: ModelInstance[], states: Stat
       batching: choice.value,
       states,
       logger,
+      policy: batching.policy,
     });
   }
   if (choice.case === 'dynamicBatching' && v.config.maxBatchSize > 0) {
@@ -166,6 +200,9 @@ function makeScheduler(v: ModelVersion, instances: ModelInstance[], states: Stat
       batching: choice.value,
       raggedInputs: ragged,
       coalesceArrivals: true,
+      policy: batching.policy,
+      targetP99Ms: batching.targetP99Ms,
+      logger,
     });
   }
   return new DefaultScheduler(v.modelName, active, v.stats);
@@ -223,6 +260,7 @@ async function loadVersion(
   try {
     v.signature = new ModelSignature(v.modelName, v.config);
     v.labels = labels;
+    const batching = resolveBatching(v, backend.name, options, logger);
     v.backendModel = await backend.loadModel(baseCtx);
     const planned = planInstances(v.config);
     const instances = await Promise.all(
@@ -232,7 +270,7 @@ async function loadVersion(
       }),
     );
     v.instances = instances;
-    v.scheduler = makeScheduler(v, instances, await loadStateSpecs(v.config, modelDir), logger);
+    v.scheduler = makeScheduler(v, instances, await loadStateSpecs(v.config, modelDir), batching, logger);
     await warmUp(v, modelDir, logger);
     v.loadDurationSecs = Number(process.hrtime.bigint() - started) / 1e9;
     v.setState('READY', '');

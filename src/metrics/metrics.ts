@@ -294,6 +294,30 @@ export class Metrics implements SeriesSource<ModelReporter> {
         out.push({ labels: r.labels, value: r.info.restartCount?.() ?? 0 });
       },
     );
+    // Beyond Triton: the batcher's delay and why batches left (docs/batching.md).
+    this.family(
+      'nereid_batch_delay_seconds',
+      'The longest a batch of this model waits for more requests, in effect now: max_queue_delay_microseconds, ' +
+      'or the delay target_p99_ms chose, seconds',
+      'gauge',
+      (r, out) => {
+        const report = r.info.batching?.();
+        if (report !== undefined) out.push({ labels: r.labels, value: report.delayNs / 1e9 });
+      },
+    );
+    this.family(
+      'nereid_batches_total',
+      'Batches sent to the instances, by why they left: full (max_batch_size reached or the next request cannot ' +
+      'join), preferred (a preferred_batch_size), adaptive (waiting could not make it larger), delay (the queue ' +
+      'delay ran out, or there is none)',
+      'counter',
+      (r, out) => {
+        const report = r.info.batching?.();
+        if (report === undefined) return;
+        for (let i = 0; i < r.dispatchLabels.length; i++)
+          out.push({ labels: r.dispatchLabels[i]!, value: report.dispatched[i]! });
+      },
+    );
     this.family(
       'nv_model_load_duration_secs',
       'How long loading this model version took, seconds',

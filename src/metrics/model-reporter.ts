@@ -5,6 +5,7 @@
 import { Summary } from 'prom-client';
 import type { ModelMetrics } from '../gen/model_config_pb.js';
 import type { FailureReason, StatisticsObserver } from '../types/statistics.js';
+import { type BatchingReport, DISPATCH_REASONS } from '../types/batching.js';
 import type { LatencySettings } from './config.js';
 import { FixedHistogram, type Labels, type SeriesValue } from './family.js';
 
@@ -24,6 +25,8 @@ export interface AttachInfo {
   cacheEnabled?: boolean;
   /** config model_metrics: histogram buckets per metric family. */
   modelMetrics?: ModelMetrics | undefined;
+  /** The batching scheduler's delay in effect and batches by reason, read at scrape (undefined: not batching). */
+  batching?: () => BatchingReport | undefined;
 }
 
 /** The histogram families config model_metrics may set buckets for: Triton core's list. */
@@ -78,6 +81,8 @@ export const SUMMARY_NAMES = [
 export class ModelReporter implements StatisticsObserver {
   readonly labels: Labels;
   readonly failureLabels: Labels[];
+  /** Per DISPATCH_REASONS entry, the model's labels and `reason`. */
+  readonly dispatchLabels: Labels[];
   success = 0;
   readonly failures = [0, 0, 0, 0];
   inferenceCount = 0;
@@ -115,6 +120,7 @@ export class ModelReporter implements StatisticsObserver {
     labels.version = version;
     this.labels = labels;
     this.failureLabels = FAILURE_REASONS.map((reason) => ({ ...labels, reason }));
+    this.dispatchLabels = DISPATCH_REASONS.map((reason) => ({ ...labels, reason }));
     const firstResponse = histogramBuckets(info.modelMetrics).buckets.get('nv_inference_first_response_histogram_ms');
     this.firstResponseMs = latency.histograms
       ? new FixedHistogram(firstResponse ?? FIRST_RESPONSE_BUCKETS_MS)

@@ -4,7 +4,9 @@
  * - the largest reachable preferred batch size goes at once;
  * - otherwise, with max_queue_delay_microseconds > 0, the batch waits until
  *   its oldest request has been queued that long (arrivals may complete it
- *   sooner), then goes with whatever fits in max_batch_size;
+ *   sooner), then goes with whatever fits in max_batch_size; under the
+ *   adaptive policy it goes sooner when waiting cannot make it larger
+ *   (AdaptiveDispatch, docs/batching.md);
  * - requests whose inputs differ in non-batch shape (ragged inputs aside) or
  *   in the set of inputs are never merged.
  * Batches run through executeBatch; slicing outputs per request is the
@@ -18,6 +20,10 @@ import { Fifo } from './fifo.js';
 import { type CandidateSink, PriorityQueue } from './priority-queue.js';
 import { ScheduledRequest, traceQueued } from './scheduled-request.js';
 import { type ModelInstance, type Scheduler, executeBatch } from './scheduler.js';
+import { type BatcherClock, type Wake, hrtimeClock } from './clock.js';
+import { AdaptiveDispatch } from './adaptive-dispatch.js';
+import { type BatchingPolicy, DelayTuner } from './batching-policy.js';
+import type { BatchingReport, DispatchReason } from '../types/batching.js';
 
 export interface DynamicBatcherOptions {
   maxBatchSize: number;
@@ -30,6 +36,13 @@ export interface DynamicBatcherOptions {
    * (the server sets this) rather than on each arrival. Default false.
    */
   coalesceArrivals?: boolean;
+  /** adaptive or fixed (Triton's rule). Default fixed; the server passes the model's policy. */
+  policy?: BatchingPolicy;
+  /** target_p99_ms: the delay is tuned to meet it (DelayTuner). */
+  targetP99Ms?: number;
+  /** Default hrtime; tests pass a simulated clock. */
+  clock?: BatcherClock;
+  logger?: { warn(obj: object, msg: string): void };
 }
 
 /** How long batches that left on their queue delay actually waited. */
@@ -42,63 +55,12 @@ export interface ObtainedDelay {
 }
 
 const noop = (): void => {};
+const REASON_INDEX: Readonly<Record<DispatchReason, number>> = { full: 0, preferred: 1, adaptive: 2, delay: 3 };
 /**
  * A queue spread over free slots gives each at least this many requests;
  * below twice this a batch is never split.
  */
 export const SPREAD_MIN_REQUESTS = 8;
-/** Node's largest timer delay; longer waits re-arm. */
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/**
- * Wakes the batcher at an hrtime instant. Node timers are millisecond
- * grained, so the last stretch is polled with setImmediate against hrtime:
- * sub-millisecond delays are met as configured, and the polling only runs
- * while a batch is waiting.
- */
-class Waker {
-  private atNs = 0n;
-  private timer: NodeJS.Timeout | undefined;
-  private immediate: NodeJS.Immediate | undefined;
-  private readonly tick: () => void;
-
-  constructor(private readonly fire: () => void) {
-    this.tick = this.onTick.bind(this);
-  }
-
-  /** Wakes at `atNs` (or earlier, if already set for earlier). */
-  arm(atNs: bigint): void {
-    if (this.atNs !== 0n && this.atNs <= atNs) return;
-    this.cancel();
-    this.atNs = atNs;
-    this.onTick();
-  }
-
-  cancel(): void {
-    this.atNs = 0n;
-    if (this.timer) clearTimeout(this.timer);
-    if (this.immediate) clearImmediate(this.immediate);
-    this.timer = undefined;
-    this.immediate = undefined;
-  }
-
-  private onTick(): void {
-    this.timer = undefined;
-    this.immediate = undefined;
-    if (this.atNs === 0n) return;
-    const remainingNs = Number(this.atNs - process.hrtime.bigint());
-    if (remainingNs <= 0) {
-      this.atNs = 0n;
-      this.fire();
-    } else if (remainingNs > 1_500_000) {
-      // Sleep to within about a millisecond of the instant, then poll.
-      this.timer = setTimeout(this.tick, Math.min(Math.floor(remainingNs / 1e6) - 1, MAX_TIMER_MS));
-    } else {
-      this.immediate = setImmediate(this.tick);
-    }
-  }
-}
-
 /**
  * Stands in for a request inside a batch when preserve_ordering is on: it
  * holds the outcome until every earlier request has been answered.
@@ -159,8 +121,11 @@ class Execution {
   constructor(
     readonly batcher: DynamicBatcher,
     readonly instance: ModelInstance,
-    readonly requestCount: number,
+    readonly items: readonly ScheduledRequest[],
   ) {}
+  get requestCount(): number {
+    return this.items.length;
+  }
   finished(): void {
     this.batcher.executionFinished(this);
   }
@@ -261,10 +226,18 @@ export class DynamicBatcher implements Scheduler {
   private readonly maxPreferred: number;
   /** Preferred sizes the configuration asked for (max_batch_size, filled in when none is given, is not one). */
   private readonly chosenSizes: ReadonlySet<number>;
-  private readonly delayNs: bigint;
+  /** The delay in effect: max_queue_delay_microseconds, or what the tuner chose. */
+  private delayNs: bigint;
+  private readonly clock: BatcherClock;
+  /** Under the adaptive policy. */
+  private readonly adaptive: AdaptiveDispatch | undefined;
+  /** With target_p99_ms. */
+  private readonly tuner: DelayTuner | undefined;
+  /** Batches sent, by reason (as DISPATCH_REASONS). */
+  private readonly dispatched = [0, 0, 0, 0];
   private readonly preserveOrdering: boolean;
   private readonly ordered = new Fifo<OrderedRequest>();
-  private readonly waker: Waker;
+  private readonly waker: Wake;
   private readonly coalesce: boolean;
   private readonly scheduleSoon: () => void;
   private soon: NodeJS.Immediate | undefined;
@@ -319,7 +292,19 @@ export class DynamicBatcher implements Scheduler {
     for (let level = levels - 1; level >= 0; level--) {
       for (let k = instances.length - 1; k >= 0; k--) if (slotsOf(instances[k]!) > level) this.free.push(instances[k]!);
     }
-    this.waker = new Waker(() => this.schedule());
+    this.clock = options.clock ?? hrtimeClock;
+    this.waker = this.clock.wake(() => this.schedule());
+    if (options.policy === 'adaptive') this.adaptive = new AdaptiveDispatch(this.clock.now());
+    if (options.targetP99Ms !== undefined) {
+      const logger = options.logger;
+      this.tuner = new DelayTuner(Number(this.delayNs), options.targetP99Ms * 1e6, (p99Ns) =>
+        logger?.warn(
+          { model: modelName, target_p99_ms: options.targetP99Ms, p99_ms: p99Ns / 1e6 },
+          'target_p99_ms cannot be met at this load even without a queue delay; ' +
+          'batches wait max_queue_delay_microseconds as configured',
+        ),
+      );
+    }
     this.coalesce = options.coalesceArrivals === true;
     this.scheduleSoon = () => {
       this.soon = undefined;
@@ -344,13 +329,18 @@ export class DynamicBatcher implements Scheduler {
     for (const instance of this.instances) if (instance.inFlight > 0) instance.backend.scheduling?.collectFinished?.();
   }
 
+  /** The delay in effect and the batches sent by reason, for the metrics. */
+  get batching(): BatchingReport {
+    return { delayNs: Number(this.delayNs), dispatched: this.dispatched };
+  }
+
   /** Batches that left because their delay ran out, and how long they actually waited. */
   get obtainedDelay(): Readonly<ObtainedDelay> {
     return this.obtained;
   }
 
   enqueue(item: ScheduledRequest): void {
-    const now = process.hrtime.bigint();
+    const now = this.clock.now();
     item.enqueueNs = now;
     if (item.request.trace !== undefined) traceQueued(item.request.trace, item.request, now);
     if (item.done) return;
@@ -363,6 +353,7 @@ export class DynamicBatcher implements Scheduler {
       item.fail(rejection, 'REJECTED');
       return;
     }
+    this.adaptive?.arrived(now, this.queue.size + this.executing);
     // Batches form at the end of the current event-loop turn, so requests that
     // arrived together (one poll of the sockets) go together even with no
     // queue delay; dispatching on each arrival would send a batch of 1 to every
@@ -398,7 +389,7 @@ export class DynamicBatcher implements Scheduler {
   }
 
   private scheduleOnce(): void {
-    let now = process.hrtime.bigint();
+    let now = this.clock.now();
     const queue = this.queue;
     if (queue.nextDeadlineNs !== 0n && now > queue.nextDeadlineNs) queue.expire(now);
     let wakeAt = 0n;
@@ -410,25 +401,59 @@ export class DynamicBatcher implements Scheduler {
       const waited = now - f.oldestNs;
       const delayExceeded = this.delayNs !== 0n && waited >= this.delayNs;
       let count: number;
+      let reason: DispatchReason;
       if (f.markCount !== 0 && !delayExceeded) {
         count = f.markCount;
+        reason = f.markSize >= this.maxBatchSize || this.chosenSizes.size === 0 ? 'full' : 'preferred';
       } else if (f.blocked || f.size >= this.maxPreferred || this.delayNs === 0n) {
         count = f.count;
+        if (f.blocked || f.size >= this.maxBatchSize) reason = 'full';
+        else reason = f.size >= this.maxPreferred ? 'preferred' : 'delay';
       } else if (delayExceeded) {
         count = f.count;
+        reason = 'delay';
         this.recordObtainedDelay(Number(waited));
       } else {
-        wakeAt = f.oldestNs + this.delayNs;
-        break;
+        const deadline = f.oldestNs + this.delayNs;
+        const again =
+          this.adaptive !== undefined && f.count === queue.size ? this.adaptiveCheck(now, deadline) : deadline;
+        if (again !== 0n) {
+          wakeAt = again;
+          break;
+        }
+        count = f.count;
+        reason = 'adaptive';
       }
       if (!this.chosenSizes.has(f.markCount === count ? f.markSize : f.size)) count = this.spread(count);
+      this.dispatched[REASON_INDEX[reason]]! += 1;
       this.dispatch(queue.take(count));
-      now = process.hrtime.bigint();
+      now = this.clock.now();
     }
     const deadline = queue.size > 0 ? queue.nextDeadlineNs : 0n;
     if (deadline !== 0n && (wakeAt === 0n || deadline < wakeAt)) wakeAt = deadline + 1n;
     if (wakeAt === 0n) this.waker.cancel();
     else this.waker.arm(wakeAt);
+  }
+
+  /**
+   * The adaptive rule for a batch that would wait until `deadline` and takes
+   * the whole queue: it goes now (0n) when an instance is idle and
+   * AdaptiveDispatch predicts nothing more within the delay; otherwise the
+   * instant to look again. The idle instance's slot is moved to where
+   * dispatch takes the next one from.
+   */
+  private adaptiveCheck(now: bigint, deadline: bigint): bigint {
+    const free = this.free;
+    let idle = free.length - 1;
+    while (idle >= 0 && free[idle]!.inFlight !== 0) idle--;
+    if (idle < 0) return deadline;
+    const again = this.adaptive!.decide(now, deadline, this.queue.size + this.executing);
+    if (again === 0n && idle !== free.length - 1) {
+      const slot = free[idle]!;
+      free[idle] = free[free.length - 1]!;
+      free[free.length - 1] = slot;
+    }
+    return again;
   }
 
   /**
@@ -468,7 +493,7 @@ export class DynamicBatcher implements Scheduler {
     const waits = instance.inFlight > 0;
     instance.busy = true;
     instance.inFlight += 1;
-    const execution = new Execution(this, instance, items.length);
+    const execution = new Execution(this, instance, items);
     if (waits && this.queue.bounded) {
       // Not started until the running batch ends: still within max_queue_size.
       this.queue.hold(items, 1);
@@ -492,6 +517,12 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);
+    const tuner = this.tuner;
+    if (tuner !== undefined) {
+      const now = this.clock.now();
+      for (const item of execution.items) tuner.observe(Number(now - item.enqueueNs), now);
+      this.delayNs = BigInt(tuner.delayNs);
+    }
     this.schedule();
   }
 

@@ -6,6 +6,7 @@ import type { BackendInstance, BackendRequest, BackendResponse, ExecutionTimer }
 import { Errors, NereidError, asNereidError } from '../errors.js';
 import type { ModelVersionStatistics } from '../types/statistics.js';
 import type { RequestTrace } from '../types/api.js';
+import type { BatchingReport } from '../types/batching.js';
 import type { ScheduledRequest } from './scheduled-request.js';
 
 export interface Scheduler {
@@ -24,6 +25,8 @@ export interface Scheduler {
   collectFinished?(): void;
   /** Requests executing now. */
   readonly executingCount: number;
+  /** Batching schedulers: the delay in effect and the batches sent by reason (the metrics read it). */
+  readonly batching?: BatchingReport;
   /** Sequences started and not yet ended (sequence batcher): the model must stay loaded meanwhile. */
   readonly openSequences?: number;
   /** Resolves when nothing is queued or executing. New requests may still arrive unless the core stops them. */

@@ -20,7 +20,9 @@
  *   max_queue_delay_microseconds for the other active slots).
  * - oldest: an instance has max_candidate_sequences slots; a batch takes up
  *   to max_batch_size sequences whose next request is oldest (waiting up to
- *   max_queue_delay_microseconds for a full or preferred batch size).
+ *   max_queue_delay_microseconds for a full or preferred batch size; under
+ *   the adaptive batching_policy it goes sooner when waiting cannot make it
+ *   larger, as the dynamic batcher's, docs/batching.md).
  *
  * direct, as Triton: a sequence keeps its slot's index in every batch. A
  * batch spans slots 0 to the highest slot with a request to run; a slot
@@ -38,6 +40,10 @@ import { type Tensor, tensorByteLength } from '../../tensor/tensor.js';
 import { elementCount } from '../../tensor/datatype.js';
 import { type ScheduledRequest, traceQueued } from '../scheduled-request.js';
 import { type BatchItem, type ModelInstance, type Scheduler, executeBatch } from '../scheduler.js';
+import { HrtimeWake, type Wake } from '../clock.js';
+import { AdaptiveDispatch } from '../adaptive-dispatch.js';
+import type { BatchingPolicy } from '../batching-policy.js';
+import type { BatchingReport, DispatchReason } from '../../types/batching.js';
 import {
   type CorrelationId,
   SequenceControls,
@@ -56,7 +62,11 @@ export interface SequenceBatcherOptions {
   readonly batching: ModelSequenceBatching;
   readonly states: readonly StateSpec[];
   readonly logger?: { warn(obj: object, msg: string): void };
+  /** The oldest strategy's policy (the direct strategy waits as Triton). Default fixed. */
+  readonly policy?: BatchingPolicy;
 }
+
+const REASON_INDEX: Readonly<Record<DispatchReason, number>> = { full: 0, preferred: 1, adaptive: 2, delay: 3 };
 
 class Sequence {
   readonly queue: ScheduledRequest[] = [];
@@ -96,13 +106,16 @@ class Lane {
   inFlight = 0;
   /** One batch running and (when the backend takes more) one waiting behind it, as the dynamic batcher. */
   readonly depth: number;
-  timer: NodeJS.Timeout | undefined;
+  /** Wakes the lane when its waiting batch's delay runs out (or the adaptive rule asks again). */
+  readonly wake: Wake;
   constructor(
     readonly instance: ModelInstance,
     slotCount: number,
+    onWake: (lane: Lane) => void,
   ) {
     for (let i = 0; i < slotCount; i++) this.slots.push(new Slot(this, i));
     this.depth = Math.min(2, instance.depth);
+    this.wake = new HrtimeWake(() => onWake(this));
   }
 }
 
@@ -245,6 +258,10 @@ export class SequenceBatcher implements Scheduler {
   private backlogTimer: NodeJS.Timeout | undefined;
   private backlogTimerAt = 0n;
   private drainWaiters: Array<() => void> = [];
+  /** oldest under the adaptive policy. */
+  private readonly adaptive: AdaptiveDispatch | undefined;
+  /** Batches sent, by reason (as DISPATCH_REASONS). */
+  private readonly dispatched = [0, 0, 0, 0];
 
   constructor(
     readonly modelName: string,
@@ -292,11 +309,17 @@ export class SequenceBatcher implements Scheduler {
     this.delayNs = delayUs * 1000n;
     this.preferred = new Set(preferred);
     this.idleNs = (seq.maxSequenceIdleMicroseconds > 0n ? seq.maxSequenceIdleMicroseconds : 1_000_000n) * 1000n;
-    this.lanes = instances.map((i) => new Lane(i, slots));
+    this.lanes = instances.map((i) => new Lane(i, slots, (lane) => this.form(lane)));
+    if (this.oldest && options.policy === 'adaptive') this.adaptive = new AdaptiveDispatch(process.hrtime.bigint());
   }
 
   get pendingCount(): number {
     return this.pending;
+  }
+
+  /** The delay in effect and the batches sent by reason, for the metrics. */
+  get batching(): BatchingReport {
+    return { delayNs: Number(this.delayNs), dispatched: this.dispatched };
   }
 
   get executingCount(): number {
@@ -356,6 +379,7 @@ export class SequenceBatcher implements Scheduler {
     seq.queue.push(item);
     seq.lastActiveNs = item.enqueueNs;
     this.pending += 1;
+    this.adaptive?.arrived(item.enqueueNs, this.pending + this.executing);
     if (!seq.slot && item.timeoutUs > 0) {
       // Triton: a sequence waiting for a slot expires at the earliest timeout of its requests.
       const at = item.enqueueNs + BigInt(item.timeoutUs) * 1000n;
@@ -423,10 +447,7 @@ export class SequenceBatcher implements Scheduler {
   /** Forms and starts a batch on an idle lane, or waits for the queue delay. */
   private form(lane: Lane): void {
     if (lane.inFlight >= lane.depth) return;
-    if (lane.timer) {
-      clearTimeout(lane.timer);
-      lane.timer = undefined;
-    }
+    lane.wake.cancel();
     const ready: Sequence[] = [];
     let active = 0;
     for (const slot of lane.slots) {
@@ -441,21 +462,29 @@ export class SequenceBatcher implements Scheduler {
     // oldest: the sequences whose next requests waited longest, oldest first.
     if (this.oldest && ready.length > 1) ready.sort(byOldestHead);
     const batch = ready.length > this.maxBatch ? ready.slice(0, this.maxBatch) : ready;
-    if (this.delayNs > 0n && batch.length < this.maxBatch) {
-      const full = this.oldest ? this.preferred.has(batch.length) : batch.length >= active;
-      if (!full) {
-        let oldestNs = batch[0]!.queue[0]!.enqueueNs;
-        for (const s of batch) if (s.queue[0]!.enqueueNs < oldestNs) oldestNs = s.queue[0]!.enqueueNs;
-        const waited = process.hrtime.bigint() - oldestNs;
-        if (waited < this.delayNs) {
-          lane.timer = setTimeout(() => {
-            lane.timer = undefined;
-            this.form(lane);
-          }, Math.max(1, Math.ceil(Number(this.delayNs - waited) / 1e6)));
+    let reason: DispatchReason = 'delay';
+    if (batch.length >= this.maxBatch) reason = 'full';
+    else if (this.oldest ? this.preferred.has(batch.length) : batch.length >= active)
+      reason = this.oldest ? 'preferred' : 'full';
+    else if (this.delayNs > 0n) {
+      let oldestNs = batch[0]!.queue[0]!.enqueueNs;
+      for (const s of batch) if (s.queue[0]!.enqueueNs < oldestNs) oldestNs = s.queue[0]!.enqueueNs;
+      const now = process.hrtime.bigint();
+      const deadline = oldestNs + this.delayNs;
+      if (now < deadline) {
+        // Adaptive: the whole of what waits fits this batch, on an idle instance.
+        const again =
+          this.adaptive !== undefined && batch === ready && lane.inFlight === 0
+            ? this.adaptive.decide(now, deadline, this.pending + this.executing)
+            : deadline;
+        if (again !== 0n) {
+          lane.wake.arm(again);
           return;
         }
+        reason = 'adaptive';
       }
     }
+    this.dispatched[REASON_INDEX[reason]]! += 1;
     this.run(lane, batch);
   }
 

@@ -1,0 +1,84 @@
+/**
+ * The adaptive half of batch dispatch, as a pure unit: given the arrivals it
+ * was told of and the time it is given, it says whether a batch that Triton's
+ * rule would hold for its queue delay should go now, because waiting cannot
+ * make it larger. The rule and its reasons: docs/batching.md.
+ */
+
+/** Arrival instants kept for the rate estimate. */
+const RATE_SAMPLES = 32;
+/** Arrivals older than this say nothing about the rate. */
+const RATE_WINDOW_NS = 1e9;
+/** How long one period of the in-system high-water mark lasts. */
+export const CONCURRENCY_PERIOD_NS = 10e6;
+
+export class AdaptiveDispatch {
+  /** Arrival instants, ns after `origin`, in a ring. */
+  private readonly arrivals = new Float64Array(RATE_SAMPLES);
+  private arrivalCount = 0;
+  private newest = -1;
+  private readonly origin: bigint;
+  /** Most requests in the system seen in the current period, and in the period before it. */
+  private periodStart = 0;
+  private periodMax = 0;
+  private previousMax = 0;
+
+  constructor(originNs: bigint) {
+    this.origin = originNs;
+  }
+
+  /** A request arrived at `nowNs`; `inSystem` counts the requests queued or executing, it included. */
+  arrived(nowNs: bigint, inSystem: number): void {
+    const t = Number(nowNs - this.origin);
+    this.newest = (this.newest + 1) % RATE_SAMPLES;
+    this.arrivals[this.newest] = t;
+    if (this.arrivalCount < RATE_SAMPLES) this.arrivalCount += 1;
+    this.observe(t, inSystem);
+  }
+
+  /**
+   * For a batch that would otherwise wait until `deadlineNs`, on an idle
+   * instance with nothing else queued: 0n to send it now, or the instant to
+   * ask again (at most `deadlineNs`, when the delay runs out anyway).
+   * `inSystem` counts the requests queued or executing.
+   */
+  decide(nowNs: bigint, deadlineNs: bigint, inSystem: number): bigint {
+    const now = Number(nowNs - this.origin);
+    this.observe(now, inSystem);
+    // A closed loop: as many requests are with us as the most there were in
+    // the last period, and no more came since; their clients wait on our
+    // answer, so nobody else is coming.
+    if (this.previousMax > 0 && inSystem >= this.previousMax && this.periodMax <= this.previousMax) return 0n;
+    const deadline = Number(deadlineNs - this.origin);
+    const gap = this.meanGap(now);
+    const last = this.arrivalCount > 0 ? this.arrivals[this.newest]! : now;
+    // The next arrival, predicted: one mean gap away, and not sooner than the quiet so far suggests.
+    if (now + Math.max(gap, now - last) >= deadline) return 0n;
+    // Ask again when either estimate reaches past the deadline.
+    const again = Math.min(deadline - gap, (last + deadline) / 2, deadline);
+    return this.origin + BigInt(Math.ceil(again));
+  }
+
+  /** Mean gap between the recent arrivals, ns; Infinity with fewer than two in the window. */
+  meanGap(now: number): number {
+    let n = 0;
+    let oldest = 0;
+    for (let k = 0; k < this.arrivalCount; k++) {
+      const t = this.arrivals[(this.newest - k + RATE_SAMPLES) % RATE_SAMPLES]!;
+      if (now - t > RATE_WINDOW_NS) break;
+      oldest = t;
+      n += 1;
+    }
+    if (n < 2) return Infinity;
+    return (this.arrivals[this.newest]! - oldest) / (n - 1);
+  }
+
+  private observe(now: number, inSystem: number): void {
+    if (now - this.periodStart >= CONCURRENCY_PERIOD_NS) {
+      this.previousMax = this.periodMax;
+      this.periodMax = 0;
+      this.periodStart = now;
+    }
+    if (inSystem > this.periodMax) this.periodMax = inSystem;
+  }
+}

@@ -1,0 +1,199 @@
+/**
+ * The dispatch rule in simulated time: the real DynamicBatcher, decisions
+ * read from the batches its instance received (members, instant, reason).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { type SimBatch, Simulation, seeded } from './simulation.js';
+
+const DELAY = 100;
+
+function sizes(batches: readonly SimBatch[]): number[] {
+  return batches.map((b) => b.ids.length);
+}
+
+function mean(xs: readonly number[]): number {
+  return xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
+test('closed loop at concurrency 1: adaptive sends each request at once, fixed waits the delay', async () => {
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY });
+    sim.closedLoop(1, () => 40);
+    await sim.run(40_000);
+    // A cycle (62 µs) is shorter than the delay: the rate alone predicts the next request within it. Once a whole
+    // period (10 ms) has shown one request in flight at most, the in-flight count says it cannot come before the answer.
+    const steady = sim.batchesAfter(25_000);
+    assert.ok(steady.length > 50, `${policy}: ${steady.length} batches`);
+    assert.ok(sim.batches.every((b) => b.ids.length === 1));
+    for (const b of steady) {
+      if (policy === 'adaptive') {
+        assert.equal(b.reason, 'adaptive');
+        assert.equal(sim.oldestWaitUs(b), 0, 'leaves in the turn it arrived');
+      } else {
+        assert.equal(b.reason, 'delay');
+        assert.equal(sim.oldestWaitUs(b), DELAY);
+      }
+    }
+  }
+});
+
+test('closed loop at concurrency 8: adaptive sends the batch of 8 the moment the eighth arrives', async () => {
+  const rtt = (c: number) => 10 + 5 * c; // answers come back spread over 35 µs
+  const runs = new Map<string, Simulation>();
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY });
+    sim.closedLoop(8, rtt);
+    await sim.run(60_000);
+    runs.set(policy, sim);
+  }
+  const adaptive = runs.get('adaptive')!;
+  const fixed = runs.get('fixed')!;
+  // Once a whole period has shown 8 requests in flight, every batch holds all 8 and leaves without waiting.
+  const steady = adaptive.batchesAfter(25_000);
+  assert.ok(steady.length > 100);
+  for (const b of steady) {
+    assert.equal(b.ids.length, 8);
+    assert.equal(b.reason, 'adaptive');
+    assert.equal(adaptive.lastWaitUs(b), 0);
+  }
+  // fixed holds the same 8 until the oldest has waited the delay.
+  const fixedSteady = fixed.batchesAfter(25_000);
+  for (const b of fixedSteady) {
+    assert.equal(b.ids.length, 8);
+    assert.equal(b.reason, 'delay');
+    assert.equal(fixed.oldestWaitUs(b), DELAY);
+  }
+  assert.ok(steady.length > fixedSteady.length, 'not waiting, the same clients complete more cycles');
+});
+
+test('open loop, Poisson arrivals well apart: adaptive sends nearly every request alone at once', async () => {
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY });
+  sim.poisson(1000, 0, 200_000, seeded(7)); // mean gap 1 ms, ten times the delay
+  await sim.run(210_000);
+  const immediate = sim.batches.filter((b) => b.reason === 'adaptive' && sim.oldestWaitUs(b) === 0);
+  assert.ok(sim.batches.length > 150);
+  assert.ok(immediate.length >= 0.9 * sim.batches.length, `${immediate.length} of ${sim.batches.length}`);
+});
+
+test('open loop, Poisson arrivals dense: adaptive waits and batches as fixed does', async () => {
+  const runs = new Map<string, Simulation>();
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    // mean gap 10 µs against a 100 µs delay; a batch of n takes 20 + 2n µs (the instance is half busy).
+    const sim = new Simulation({ policy, delayUs: DELAY });
+    sim.poisson(100_000, 0, 50_000, seeded(11));
+    await sim.run(60_000);
+    runs.set(policy, sim);
+  }
+  const a = runs.get('adaptive')!;
+  const f = runs.get('fixed')!;
+  const aMean = mean(sizes(a.batches));
+  const fMean = mean(sizes(f.batches));
+  assert.ok(aMean >= 0.8 * fMean, `adaptive mean batch ${aMean.toFixed(1)} vs fixed ${fMean.toFixed(1)}`);
+  assert.ok(aMean > 5, `batches stay large: ${aMean.toFixed(1)}`);
+  // It does not give up early: batches wait most of the delay.
+  const waits = a.batches.map((b) => a.oldestWaitUs(b));
+  assert.ok(mean(waits) > DELAY / 2, `mean wait ${mean(waits).toFixed(1)} µs`);
+});
+
+test('bursts: one burst goes as one batch; a lone request after the quiet goes at once', async () => {
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY });
+  // A burst spread over 20 µs, 2 µs apart.
+  for (let i = 0; i < 10; i++) sim.at(1000 + 2 * i, () => sim.send(`b${i}`));
+  sim.at(50_000, () => sim.send('lone'));
+  await sim.run(60_000);
+  const burst = sim.batches.filter((b) => b.ids.some((id) => id.startsWith('b')));
+  // The first arrives alone with no history and goes at once; the rest arrive as a burst and wait for each other.
+  assert.deepEqual(
+    burst.map((b) => b.ids),
+    [['b0'], ['b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8', 'b9']],
+  );
+  const lone = sim.batches.find((b) => b.ids[0] === 'lone')!;
+  assert.deepEqual(lone.ids, ['lone']);
+  assert.equal(lone.reason, 'adaptive');
+  assert.equal(sim.oldestWaitUs(lone), 0);
+});
+
+test('priorities: the higher level goes first, and a batch that leaves some behind is never sent early', async () => {
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY, maxBatchSize: 2, priorityLevels: 2 });
+  // A long batch occupies the instance while low and high priority requests queue.
+  sim.at(0, () => sim.send('first'));
+  sim.at(5, () => sim.send('low1', { priority: 2 }));
+  sim.at(6, () => sim.send('low2', { priority: 2 }));
+  sim.at(7, () => sim.send('high', { priority: 1 }));
+  await sim.run(10_000);
+  assert.deepEqual(
+    sim.batches.map((b) => b.ids),
+    [['first'], ['high', 'low1'], ['low2']],
+  );
+  assert.equal(sim.batches[1]!.reason, 'full');
+});
+
+test('preferred sizes: a preferred size reached goes at once as preferred', async () => {
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY, maxBatchSize: 8, preferred: [4] });
+  sim.at(0, () => {
+    for (let i = 0; i < 6; i++) sim.send(`r${i}`);
+  });
+  await sim.run(10_000);
+  assert.deepEqual(sim.batches[0]!.ids, ['r0', 'r1', 'r2', 'r3']);
+  assert.equal(sim.batches[0]!.reason, 'preferred');
+  assert.deepEqual(sim.batches[1]!.ids, ['r4', 'r5']);
+});
+
+/**
+ * Triton's rule, written out on its own for one instance without preferred
+ * sizes: when the instance is free, a queue of max_batch_size goes at once;
+ * otherwise the queue goes when its oldest request has waited the delay.
+ * Arrivals at one instant are one turn.
+ */
+function tritonBatches(arrivalsNs: number[], delayNs: number, maxBatch: number, costNs: (n: number) => number) {
+  const out: Array<{ ids: number[]; atNs: number }> = [];
+  const queue: number[] = [];
+  let next = 0;
+  let busyUntil = -1;
+  for (;;) {
+    const candidates: number[] = [];
+    if (next < arrivalsNs.length) candidates.push(arrivalsNs[next]!);
+    if (busyUntil >= 0) candidates.push(busyUntil);
+    else if (queue.length > 0) candidates.push(arrivalsNs[queue[0]!]! + delayNs);
+    if (candidates.length === 0) break;
+    const now = Math.min(...candidates);
+    if (busyUntil >= 0 && busyUntil <= now) busyUntil = -1;
+    while (next < arrivalsNs.length && arrivalsNs[next] === now) queue.push(next++);
+    if (busyUntil >= 0 || queue.length === 0) continue;
+    let take = 0;
+    if (queue.length >= maxBatch) take = maxBatch;
+    else if (now - arrivalsNs[queue[0]!]! >= delayNs) take = queue.length;
+    if (take === 0) continue;
+    const ids = queue.splice(0, take);
+    out.push({ ids, atNs: now });
+    busyUntil = now + costNs(ids.length);
+  }
+  return out;
+}
+
+test('fixed reproduces Triton\'s batches exactly, member for member and instant for instant', async () => {
+  for (const [rate, seed] of [
+    [2_000, 1],
+    [20_000, 2],
+    [200_000, 3],
+  ] as const) {
+    const random = seeded(seed);
+    const arrivals: number[] = [];
+    let t = 0;
+    for (;;) {
+      t += Math.round((-Math.log(1 - random()) / rate) * 1e9);
+      if (t > 30_000_000) break;
+      arrivals.push(t);
+    }
+    const sim = new Simulation({ policy: 'fixed', delayUs: DELAY, maxBatchSize: 16 });
+    arrivals.forEach((ns, i) => sim.at(ns / 1000, () => sim.send(String(i))));
+    await sim.run(40_000);
+    const expected = tritonBatches(arrivals, DELAY * 1000, 16, (n) => (20 + 2 * n) * 1000);
+    assert.equal(sim.batches.length, expected.length, `rate ${rate}`);
+    sim.batches.forEach((b, i) => {
+      assert.deepEqual(b.ids, expected[i]!.ids.map(String), `rate ${rate}, batch ${i}`);
+      assert.equal(Math.round(b.atUs * 1000), expected[i]!.atNs, `rate ${rate}, batch ${i}`);
+    });
+  }
+});
