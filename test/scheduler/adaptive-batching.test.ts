@@ -21,8 +21,9 @@ test('closed loop at concurrency 1: adaptive sends each request at once, fixed w
     const sim = new Simulation({ policy, delayUs: DELAY });
     sim.closedLoop(1, () => 40);
     await sim.run(40_000);
-    // A cycle (62 µs) is shorter than the delay: the rate alone predicts the next request within it. Once a whole
-    // period (10 ms) has shown one request in flight at most, the in-flight count says it cannot come before the answer.
+    // A cycle (62 µs) is shorter than the delay: the rate alone predicts the next request within it. Once a
+    // whole period (10 ms) has shown one request in flight at most, the in-flight count says it cannot come
+    // before the answer.
     const steady = sim.batchesAfter(25_000);
     assert.ok(steady.length > 50, `${policy}: ${steady.length} batches`);
     assert.ok(sim.batches.every((b) => b.ids.length === 1));
