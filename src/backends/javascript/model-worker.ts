@@ -93,14 +93,24 @@ class CancelWatch {
   }
 }
 
-/** A decoupled request whose final response has not come yet. */
+/**
+ * A decoupled request whose final response has not come yet. A traced one
+ * keeps its trace reachable by handle until then: infer() calls the model
+ * makes for it after execute() returned still join the request's trace.
+ */
 class OpenStream extends CancelWatch {
   constructor(
     key: number,
     readonly request: BackendRequest,
     worker: ModelWorker,
+    private readonly traces: Map<number, RequestTrace> | undefined,
   ) {
     super(key, request.signal, worker);
+    if (traces !== undefined) traces.set(request.trace!.id, request.trace!);
+  }
+  override detach(): void {
+    super.detach();
+    this.traces?.delete(this.request.trace!.id);
   }
 }
 
@@ -299,7 +309,7 @@ export class ModelWorker implements SupervisedWorker {
       let c: number | undefined;
       if (r.responseSender) {
         k = this.nextStreamKey++;
-        this.streams.set(k, new OpenStream(k, r, this));
+        this.streams.set(k, new OpenStream(k, r, this, r.trace === undefined ? undefined : this.traces));
         keys.push(k);
       } else if (r.signal) {
         c = this.nextStreamKey++;
@@ -308,8 +318,10 @@ export class ModelWorker implements SupervisedWorker {
       let tr: number | undefined;
       if (r.trace !== undefined) {
         tr = r.trace.id;
-        this.traces.set(tr, r.trace);
-        traced.push(tr);
+        if (!r.responseSender) {
+          this.traces.set(tr, r.trace);
+          traced.push(tr);
+        }
       }
       out[i] = {
         id: r.id,
