@@ -16,15 +16,14 @@ import {
 import * as grpc from '@grpc/grpc-js';
 import {
   GRPCInferenceService,
-  InferParameterSchema,
-  ModelInferRequestSchema,
+  ModelInferResponseSchema,
   ModelStreamInferResponseSchema,
   type InferParameter,
-  type ModelInferRequest,
   type ModelInferResponse,
   type StatisticDuration,
 } from '../gen/grpc_service_pb.js';
 import { modelConfigToJson } from '../config/json.js';
+import type { Datatype } from '../tensor/datatype.js';
 import { abortFailure, exactInteger, throwIfAborted } from './call.js';
 import {
   AbortError,
@@ -34,6 +33,7 @@ import {
   STATUS_CODES,
   TimeoutError,
 } from './errors.js';
+import { encodeInferRequest, readInferAnswer, type InferAnswer } from './grpc-wire.js';
 import { answerShape, emptyData, outputData, sharedMemoryOutputs } from './tensors.js';
 import type { CallContext, LoadArguments, Transport, WireRequest } from './transport.js';
 import type {
@@ -58,8 +58,12 @@ type Input<K extends keyof Methods> = Methods[K]['input'];
 type Output<K extends keyof Methods> = Methods[K]['output'];
 
 const SERVICE = `/${GRPCInferenceService.typeName}/`;
+const MODEL_INFER = `${SERVICE}ModelInfer`;
+const NO_CALL_OPTIONS: grpc.CallOptions = {};
+const same = (b: Buffer): Buffer => b;
+const EMPTY_BYTES = new Uint8Array(0);
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
 const FINAL = 'triton_final_response';
-const EMPTY_FINAL = 'triton_enable_empty_final_response';
 
 /** "host:port" from grpc://host:port (a path is refused by the caller). */
 export function grpcAddress(url: string): string {
@@ -148,26 +152,38 @@ export class GrpcTransport implements Transport {
     request: MessageInitShape<Input<K>> | MessageShape<Input<K>>,
     what: string,
     c: CallContext,
-  ) {
-    return new Promise<MessageShape<Output<K>>>((resolve, reject) => {
+  ): Promise<MessageShape<Output<K>>> {
+    const m = GRPCInferenceService.method[key];
+    const [serialize, deserialize] = this.codec(key);
+    return this.call(SERVICE + m.name, serialize, (b: Buffer) => {
+      try {
+        return deserialize(b);
+      } catch (err) {
+        // grpc-js turns a throwing deserializer into an INTERNAL status naming it.
+        throw new Error(`failed to parse the answer: ${(err as Error).message}`, { cause: err });
+      }
+    }, () => create(m.input as DescMessage, request as never) as MessageShape<Input<K>>, what, c);
+  }
+
+  private call<Req, Res>(
+    path: string,
+    serialize: (m: Req) => Buffer,
+    deserialize: (b: Buffer) => Res,
+    message: () => Req,
+    what: string,
+    c: CallContext,
+  ): Promise<Res> {
+    return new Promise<Res>((resolve, reject) => {
       throwIfAborted(what, c);
-      const m = GRPCInferenceService.method[key];
-      const [serialize, deserialize] = this.codec(key);
-      const message = create(m.input as DescMessage, request as never) as MessageShape<Input<K>>;
-      const options: grpc.CallOptions = c.timeout === undefined ? {} : { deadline: Date.now() + c.timeout };
+      const options: grpc.CallOptions =
+        c.timeout === undefined ? NO_CALL_OPTIONS : { deadline: Date.now() + c.timeout };
       let onAbort: (() => void) | undefined;
-      const call = this.client.makeUnaryRequest(SERVICE + m.name, serialize, (b: Buffer) => {
-        try {
-          return deserialize(b);
-        } catch (err) {
-          // grpc-js turns a throwing deserializer into an INTERNAL status naming it.
-          throw new Error(`failed to parse the answer: ${(err as Error).message}`, { cause: err });
-        }
-      }, message, this.metadataFor(c), options, (err, res) => {
-        if (onAbort !== undefined) c.signal!.removeEventListener('abort', onAbort);
-        if (err) reject(this.failure(what, err, c));
-        else resolve(res!);
-      });
+      const call = this.client.makeUnaryRequest(path, serialize, deserialize, message(), this.metadataFor(c), options,
+        (err, res) => {
+          if (onAbort !== undefined) c.signal!.removeEventListener('abort', onAbort);
+          if (err) reject(this.failure(what, err, c));
+          else resolve(res!);
+        });
       if (c.signal !== undefined) {
         onAbort = () => call.cancel();
         c.signal.addEventListener('abort', onAbort, { once: true });
@@ -219,8 +235,9 @@ export class GrpcTransport implements Transport {
 
   infer(r: WireRequest, c: CallContext): Promise<InferResult> {
     const what = `inference request to model '${r.model}'`;
-    return this.unary('modelInfer', inferMessage(r, false), what, c).then((res) =>
-      readInferResponse(what, res, r.bytesAsStrings, sharedMemoryOutputs(r)),
+    // The message is written and read by hand (grpc-wire.ts): the generic protobuf code costs more than the call.
+    return this.call(MODEL_INFER, same, same, () => encodeInferRequest(r, false), what, c).then((bytes) =>
+      readInferResponse(what, decodeInferAnswer(what, bytes), r.bytesAsStrings, sharedMemoryOutputs(r)),
     );
   }
 
@@ -230,8 +247,8 @@ export class GrpcTransport implements Transport {
     const options: grpc.CallOptions = c.timeout === undefined ? {} : { deadline: Date.now() + c.timeout };
     const call = this.client.makeBidiStreamRequest(
       `${SERVICE}ModelStreamInfer`,
-      (m: ModelInferRequest) => toBuffer(toBinary(ModelInferRequestSchema, m)),
-      (b: Buffer) => b,
+      same,
+      same,
       this.metadataFor(c),
       options,
     );
@@ -243,7 +260,7 @@ export class GrpcTransport implements Transport {
     c.signal?.addEventListener('abort', onAbort, { once: true });
     let done = false;
     try {
-      call.write(create(ModelInferRequestSchema, inferMessage(r, true)));
+      call.write(encodeInferRequest(r, true));
       call.end();
       for (;;) {
         const bytes = await queue.next();
@@ -415,61 +432,6 @@ export class GrpcTransport implements Transport {
   }
 }
 
-/** A JS parameter as an InferParameter: integers as int64 (uint64 past int64), others as double. */
-function grpcParameter(v: unknown): MessageInitShape<typeof InferParameterSchema> {
-  switch (typeof v) {
-    case 'boolean':
-      return { parameterChoice: { case: 'boolParam', value: v } };
-    case 'string':
-      return { parameterChoice: { case: 'stringParam', value: v } };
-    case 'bigint':
-      return v > 0x7fffffffffffffffn
-        ? { parameterChoice: { case: 'uint64Param', value: v } }
-        : { parameterChoice: { case: 'int64Param', value: v } };
-    default:
-      return Number.isInteger(v)
-        ? { parameterChoice: { case: 'int64Param', value: BigInt(v as number) } }
-        : { parameterChoice: { case: 'doubleParam', value: v as number } };
-  }
-}
-
-function grpcParameters(
-  p: Parameters | undefined,
-  shm?: SharedMemoryRef,
-): Record<string, MessageInitShape<typeof InferParameterSchema>> {
-  const out: Record<string, MessageInitShape<typeof InferParameterSchema>> = {};
-  if (p !== undefined) for (const k in p) out[k] = grpcParameter(p[k]);
-  if (shm !== undefined) {
-    out['shared_memory_region'] = grpcParameter(shm.region);
-    out['shared_memory_byte_size'] = grpcParameter(shm.byteSize);
-    if (shm.offset) out['shared_memory_offset'] = grpcParameter(shm.offset);
-  }
-  return out;
-}
-
-function inferMessage(r: WireRequest, streamed: boolean): MessageInitShape<typeof ModelInferRequestSchema> {
-  const raw: Uint8Array[] = [];
-  const inputs = r.inputs.map((t) => {
-    if (t.bytes !== undefined) raw.push(t.bytes);
-    return {
-      name: t.name,
-      datatype: t.datatype,
-      shape: t.shape.map((d) => BigInt(d)),
-      parameters:
-        t.parameters === undefined && t.sharedMemory === undefined ? {} : grpcParameters(t.parameters, t.sharedMemory),
-    };
-  });
-  const outputs =
-    r.outputs?.map((o) => {
-      const p = grpcParameters(o.parameters, o.sharedMemory);
-      if (o.classification !== undefined) p['classification'] = grpcParameter(o.classification);
-      return { name: o.name, parameters: p };
-    }) ?? [];
-  const parameters = r.parameters === undefined ? {} : grpcParameters(r.parameters);
-  if (streamed) parameters[EMPTY_FINAL] = grpcParameter(true);
-  return { modelName: r.model, modelVersion: r.version, id: r.id, parameters, inputs, outputs, rawInputContents: raw };
-}
-
 function parameterValue(p: InferParameter): string | number | boolean | bigint | undefined {
   const c = p.parameterChoice;
   switch (c.case) {
@@ -493,9 +455,18 @@ function readParameters(map: { [key: string]: InferParameter }): Parameters | un
   return out;
 }
 
+/** The answer's bytes as an InferAnswer: the hand-written reader, else the generated decoder (and its error). */
+function decodeInferAnswer(what: string, bytes: Buffer): InferAnswer {
+  try {
+    return readInferAnswer(bytes) ?? fromBinary(ModelInferResponseSchema, bytes);
+  } catch (err) {
+    throw new ProtocolError(`${what}: the answer does not parse: ${(err as Error).message}`, { cause: err });
+  }
+}
+
 function readInferResponse(
   what: string,
-  res: ModelInferResponse,
+  res: InferAnswer,
   bytesAsStrings: boolean,
   inShm: Map<string, SharedMemoryRef> | undefined,
 ): InferResult {
@@ -514,14 +485,10 @@ function readInferResponse(
     if (sharedMemory !== undefined) {
       // Written into the region the request named: its raw entry is empty.
       const data = emptyDataChecked(what, o.name, o.datatype);
-      outputs[i] = {
-        name: o.name,
-        datatype: o.datatype as InferOutput['datatype'],
-        shape,
-        data,
-        ...(parameters ? { parameters } : {}),
-        sharedMemory,
-      };
+      const output: Mutable<InferOutput> = { name: o.name, datatype: o.datatype as Datatype, shape, data };
+      if (parameters !== undefined) output.parameters = parameters;
+      output.sharedMemory = sharedMemory;
+      outputs[i] = output;
       continue;
     }
     if (raw.length === 0 && o.contents !== undefined) {
@@ -529,14 +496,10 @@ function readInferResponse(
         `${what}: output '${o.name}' came in typed contents; the client reads raw_output_contents only`,
       );
     }
-    const data = outputData(what, o.name, o.datatype, shape, raw[i] ?? new Uint8Array(0), bytesAsStrings);
-    outputs[i] = {
-      name: o.name,
-      datatype: o.datatype as InferOutput['datatype'],
-      shape,
-      data,
-      ...(parameters ? { parameters } : {}),
-    };
+    const data = outputData(what, o.name, o.datatype, shape, raw[i] ?? EMPTY_BYTES, bytesAsStrings);
+    const output: Mutable<InferOutput> = { name: o.name, datatype: o.datatype as Datatype, shape, data };
+    if (parameters !== undefined) output.parameters = parameters;
+    outputs[i] = output;
   }
   const parameters = readParameters(res.parameters);
   let final: boolean | undefined;
@@ -544,15 +507,10 @@ function readInferResponse(
     final = parameters[FINAL] === true;
     delete parameters[FINAL];
   }
-  const hasParameters = parameters !== undefined && Object.keys(parameters).length > 0;
-  return {
-    model: res.modelName,
-    version: res.modelVersion,
-    id: res.id,
-    outputs,
-    ...(hasParameters ? { parameters } : {}),
-    ...(final !== undefined ? { final } : {}),
-  };
+  const result: Mutable<InferResult> = { model: res.modelName, version: res.modelVersion, id: res.id, outputs };
+  if (parameters !== undefined && Object.keys(parameters).length > 0) result.parameters = parameters;
+  if (final !== undefined) result.final = final;
+  return result;
 }
 
 function emptyDataChecked(what: string, name: string, datatype: string) {

@@ -72,6 +72,9 @@ export class HttpTransport implements Transport {
   private readonly baseHeaders: Record<string, string>;
   /** Model metadata by "model/version", for mapping generate_stream answers back to tensors. */
   private readonly metadataCache = new Map<string, Promise<ModelMetadata>>();
+  /** Inference-Header-Content-Length headers by length, and each merged with the client's headers. */
+  private readonly lengthHeaders = new Map<number, Record<string, string>>();
+  private readonly mergedHeaders = new WeakMap<Record<string, string>, Record<string, string>>();
 
   constructor(o: HttpTransportOptions) {
     this.origin = o.origin;
@@ -88,8 +91,17 @@ export class HttpTransport implements Transport {
   }
 
   private headersFor(c: CallContext, extra?: Record<string, string>): Record<string, string> {
-    if (c.headers === undefined && extra === undefined) return this.baseHeaders;
-    return { ...this.baseHeaders, ...(c.headers ?? {}), ...(extra ?? {}) };
+    if (c.headers === undefined) {
+      if (extra === undefined) return this.baseHeaders;
+      // The common inference call: the client's headers and the header length, merged once per length.
+      let merged = this.mergedHeaders.get(extra);
+      if (merged === undefined) {
+        merged = { ...this.baseHeaders, ...extra };
+        this.mergedHeaders.set(extra, merged);
+      }
+      return merged;
+    }
+    return { ...this.baseHeaders, ...c.headers, ...(extra ?? {}) };
   }
 
   /** Sends one request and reads the whole answer; every failure leaves as a client error. */
@@ -217,11 +229,22 @@ export class HttpTransport implements Transport {
       `${modelPath(r.model, r.version)}/infer`,
       body,
       c,
-      headerLength === undefined ? undefined : { 'inference-header-content-length': String(headerLength) },
+      headerLength === undefined ? undefined : this.headerLengthHeaders(headerLength),
       true,
     );
     if (reply.status !== 200) throw this.serverError(reply);
     return readInferReply(what, reply, r.bytesAsStrings, sharedMemoryOutputs(r));
+  }
+
+  /** `{ inference-header-content-length }`, one object per length (a request's header length rarely changes). */
+  private headerLengthHeaders(n: number): Record<string, string> {
+    let h = this.lengthHeaders.get(n);
+    if (h === undefined) {
+      h = { [HEADER_LENGTH]: String(n) };
+      if (this.lengthHeaders.size >= 256) this.lengthHeaders.clear();
+      this.lengthHeaders.set(n, h);
+    }
+    return h;
   }
 
   /** The request body: a JSON header and, in binary format, each input's bytes after it. */
@@ -267,9 +290,17 @@ export class HttpTransport implements Transport {
       text += ']';
     }
     text += '}';
-    const json = Buffer.from(text, 'utf8');
-    if (chunks.length === 0) return { body: json, headerLength: binary ? json.byteLength : undefined };
-    return { body: Buffer.concat([json, ...chunks]), headerLength: json.byteLength };
+    // One buffer for the header and every input's bytes, each copied once.
+    const jsonLength = Buffer.byteLength(text);
+    let size = jsonLength;
+    for (const chunk of chunks) size += chunk.byteLength;
+    const body = Buffer.allocUnsafe(size);
+    let at = body.write(text, 0, jsonLength, 'utf8');
+    for (const chunk of chunks) {
+      body.set(chunk, at);
+      at += chunk.byteLength;
+    }
+    return { body, headerLength: binary || chunks.length > 0 ? jsonLength : undefined };
   }
 
   async *stream(r: WireRequest, c: CallContext): AsyncGenerator<InferResult, void, undefined> {
@@ -465,12 +496,14 @@ function sharedMemoryText(ref: SharedMemoryRef): string {
   return `"shared_memory_region":${JSON.stringify(ref.region)},"shared_memory_byte_size":${ref.byteSize}${offset}`;
 }
 
-function parseJson(what: string, body: Buffer): unknown {
+/** The JSON of body's first `end` bytes (all of it by default). */
+function parseJson(what: string, body: Buffer, end = body.byteLength): unknown {
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(body.toString('utf8', 0, end));
   } catch (err) {
     throw new ProtocolError(
-      `${what}: the answer is not JSON (${(err as Error).message}): ${JSON.stringify(body.toString('utf8', 0, 200))}`,
+      `${what}: the answer is not JSON (${(err as Error).message}): ` +
+        JSON.stringify(body.toString('utf8', 0, Math.min(end, 200))),
     );
   }
 }
@@ -554,7 +587,7 @@ function readInferReply(
         `does not fit a body of ${body.byteLength} bytes`,
       );
     }
-    doc = parseJson(what, body.subarray(0, n));
+    doc = parseJson(what, body, n);
     binary = body.subarray(n);
   } else {
     doc = parseJson(what, body);
