@@ -23,7 +23,8 @@ import {
 } from './options.js';
 import { addReflection } from './reflection.js';
 import { authInterceptor } from './auth.js';
-import { compileHeaderPattern, parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
+import { compileHeaderForwardPattern } from '../header-forward.js';
+import { parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
 import { readModelInferRequest } from './infer-request-read.js';
 
@@ -112,7 +113,7 @@ export class GrpcFrontend {
     // Listed after compression: grpc-js wraps in list order, and compression needs the innermost call.
     if (restrictions.size > 0) interceptors.push(restrictionInterceptor(restrictions));
     if (o.access !== undefined) interceptors.push(authInterceptor(o.access));
-    const headerPattern = o.headerForwardPattern ? compileHeaderPattern(o.headerForwardPattern) : undefined;
+    const headerPattern = o.headerForwardPattern ? compileHeaderForwardPattern(o.headerForwardPattern) : undefined;
 
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
     const implementation: UntypedServiceImplementation = {

@@ -1,7 +1,7 @@
 /**
  * `--grpc-restricted-protocol` (RPC groups that require a metadata key and
  * value) and `--grpc-header-forward-pattern` (metadata copied into request
- * parameters), as Triton applies them.
+ * parameters, ../header-forward.ts), as Triton applies them.
  */
 import {
   Metadata,
@@ -11,8 +11,8 @@ import {
   status,
   type ServerInterceptor,
 } from '@grpc/grpc-js';
-import { Errors } from '../../errors.js';
 import type { TritonApiGroup } from '../../auth/index.js';
+import { checkForwardedName } from '../header-forward.js';
 import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
@@ -102,35 +102,13 @@ export function restrictionInterceptor(restrictions: ReadonlyMap<RestrictedCateg
   };
 }
 
-/** Reserved request parameter names a forwarded header may not take. */
-const RESERVED_KEYS = new Set([
-  'sequence_id',
-  'sequence_start',
-  'sequence_end',
-  'priority',
-  'timeout',
-  'headers',
-  'binary_data_output',
-]);
-
-/**
- * Compiles `--grpc-header-forward-pattern`: case-insensitive unless the
- * pattern starts with `(?-i)`; matched anywhere in the key, like RE2's
- * PartialMatch.
- */
-export function compileHeaderPattern(pattern: string): RegExp {
-  return pattern.startsWith('(?-i)') ? new RegExp(pattern.slice(5)) : new RegExp(pattern, 'i');
-}
-
 /** Metadata entries whose key matches, as string parameters; reserved names are INVALID_ARG. */
 export function forwardedHeaders(metadata: Metadata, pattern: RegExp): Record<string, ParameterValue> | undefined {
   let out: Record<string, ParameterValue> | undefined;
   const map = metadata.getMap();
   for (const key in map) {
     if (!pattern.test(key)) continue;
-    if (RESERVED_KEYS.has(key) || key.startsWith('triton_')) {
-      throw Errors.badParameter(`Header '${key}' is reserved for Triton usage and cannot be forwarded.`);
-    }
+    checkForwardedName(key);
     const value = map[key]!;
     (out ??= {})[key] = typeof value === 'string' ? value : value.toString('latin1');
   }

@@ -1,11 +1,11 @@
 /**
  * `--http-restricted-api` (endpoint groups that require a header and value)
  * and `--http-header-forward-pattern` (headers copied into request
- * parameters), as Triton applies them on HTTP.
+ * parameters, ../header-forward.ts), as Triton applies them on HTTP.
  */
 import type { IncomingMessage } from 'node:http';
-import { Errors } from '../../errors.js';
 import { TRITON_API_GROUPS, type TritonApiGroup } from '../../auth/index.js';
+import { checkForwardedName } from '../header-forward.js';
 import { parseRestrictionGroups } from '../restriction-groups.js';
 import type { ParameterValue } from '../../types/api.js';
 
@@ -39,25 +39,6 @@ export function parseRestrictedApis(values: readonly string[]): Map<HttpApiCateg
   return out;
 }
 
-/** Reserved request parameter names a forwarded header may not take. */
-const RESERVED_KEYS = new Set([
-  'sequence_id',
-  'sequence_start',
-  'sequence_end',
-  'priority',
-  'timeout',
-  'headers',
-  'binary_data_output',
-]);
-
-/**
- * Compiles `--http-header-forward-pattern`: case-insensitive unless the
- * pattern starts with `(?-i)`; it may match anywhere in the header name.
- */
-export function compileHeaderForwardPattern(pattern: string): RegExp {
-  return pattern.startsWith('(?-i)') ? new RegExp(pattern.slice(5)) : new RegExp(pattern, 'i');
-}
-
 /** Adds every request header whose name matches `pattern` to `parameters` as a string. */
 export function forwardHeaders(
   req: IncomingMessage,
@@ -68,9 +49,7 @@ export function forwardHeaders(
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     if (!pattern.test(name)) continue;
-    if (RESERVED_KEYS.has(name) || name.startsWith('triton_')) {
-      throw Errors.badParameter(`Header '${name}' is reserved for Triton usage and cannot be forwarded.`);
-    }
+    checkForwardedName(name);
     (parameters ??= {})[name] = raw[i + 1]!;
   }
   return parameters;

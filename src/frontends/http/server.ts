@@ -19,12 +19,8 @@ import { refuseHttp } from './auth.js';
 import { headerValue } from './body.js';
 import { CacheReplies } from './cache-replay.js';
 import { answerClientError } from './client-error.js';
-import {
-  type HttpApiCategory,
-  type Restriction,
-  compileHeaderForwardPattern,
-  parseRestrictedApis,
-} from './restrictions.js';
+import { compileHeaderForwardPattern } from '../header-forward.js';
+import { type HttpApiCategory, type Restriction, parseRestrictedApis } from './restrictions.js';
 import { Replier } from './reply.js';
 import { Router, type RouteParams } from './router.js';
 import { type HttpContext } from './routes/context.js';
