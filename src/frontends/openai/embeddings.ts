@@ -54,46 +54,51 @@ function tokenIds(v: unknown[], param: string): number[] {
 }
 
 /**
- * The vector of one row: its own (a pooled output), or the mean of its first
- * `tokens` token vectors (the attention mask is 1 exactly there); normalised when asked.
+ * The vectors of a batch's `rows` rows, one after the other in one array: each row's own (a pooled output), or
+ * the mean of its first `lengths[first + row]` token vectors (the attention mask is 1 exactly there);
+ * L2-normalised when asked. One array and one accumulator for the batch: per-row arrays cost more than the sums.
  */
-function rowVector(
+function poolRows(
   out: Float32Array,
-  row: number,
+  rows: number,
   seq: number,
   dim: number,
-  tokens: number | undefined,
+  lengths: readonly number[] | undefined,
+  first: number,
   normalize: boolean,
 ): Float32Array {
-  const v = new Float32Array(dim);
-  if (tokens === undefined) {
-    v.set(out.subarray(row * dim, row * dim + dim));
-  } else {
-    const sum = new Float64Array(dim);
-    for (let s = 0; s < tokens; s++) {
-      const base = (row * seq + s) * dim;
-      for (let d = 0; d < dim; d++) sum[d]! += out[base + d]!;
+  const v = new Float32Array(rows * dim);
+  const sum = new Float64Array(dim);
+  for (let row = 0; row < rows; row++) {
+    const o = row * dim;
+    if (lengths === undefined) {
+      for (let d = 0; d < dim; d++) v[o + d] = out[o + d]!;
+    } else {
+      const tokens = lengths[first + row]!;
+      sum.fill(0);
+      for (let s = 0; s < tokens; s++) {
+        const base = (row * seq + s) * dim;
+        for (let d = 0; d < dim; d++) sum[d]! += out[base + d]!;
+      }
+      if (tokens > 0) for (let d = 0; d < dim; d++) v[o + d] = sum[d]! / tokens;
     }
-    if (tokens > 0) for (let d = 0; d < dim; d++) v[d] = sum[d]! / tokens;
-  }
-  if (normalize) {
-    let sum = 0;
-    for (let d = 0; d < dim; d++) sum += v[d]! * v[d]!;
-    const norm = Math.sqrt(sum);
-    if (norm > 0) for (let d = 0; d < dim; d++) v[d]! /= norm;
+    if (normalize) {
+      let squares = 0;
+      for (let d = 0; d < dim; d++) squares += v[o + d]! * v[o + d]!;
+      const norm = Math.sqrt(squares);
+      if (norm > 0) for (let d = 0; d < dim; d++) v[o + d]! /= norm;
+    }
   }
   return v;
 }
 
-/** A [rows, seq] INT64 or INT32 input written straight into its bytes (ids are small non-negative integers). */
-function intMatrix(meta: TensorMetadata, rows: number, seq: number, value: (row: number, s: number) => number): Tensor {
-  const count = rows * seq;
+/** A [rows, seq] INT64 or INT32 input of zeros, and the 32-bit words its values go in (every `step`-th). */
+function intMatrix(meta: TensorMetadata, rows: number, seq: number): { tensor: Tensor; words: Int32Array; step: number } {
   const wide = meta.datatype === 'INT64';
-  const data = new Uint8Array(count * (wide ? 8 : 4));
-  const words = new Int32Array(data.buffer);
-  const step = wide ? 2 : 1;
-  for (let r = 0, i = 0; r < rows; r++) for (let s = 0; s < seq; s++, i += step) words[i] = value(r, s);
-  return { name: meta.name, datatype: meta.datatype, shape: [rows, seq], data };
+  const data = new Uint8Array(rows * seq * (wide ? 8 : 4));
+  const tensor = { name: meta.name, datatype: meta.datatype, shape: [rows, seq], data };
+  // Ids are small non-negative integers: an INT64's low word (little-endian) holds the whole value.
+  return { tensor, words: new Int32Array(data.buffer), step: wide ? 2 : 1 };
 }
 
 function outputOf(r: InferResponse, name: string): Tensor {
@@ -135,12 +140,17 @@ export class EmbeddingsEndpoint {
     }
     if (res.destroyed) return;
     let data = '';
+    // The vectors of a batch share one array: one Buffer over it gives each its base64 (no copies).
+    let bytes: Buffer | undefined;
     for (let i = 0; i < vectors.length; i++) {
       const v = vectors[i]!;
-      const embedding =
-        format === 'base64'
-          ? JSON.stringify(Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64'))
-          : floatList(v);
+      let embedding: string;
+      if (format === 'base64') {
+        if (bytes?.buffer !== v.buffer) bytes = Buffer.from(v.buffer);
+        embedding = `"${bytes.toString('base64', v.byteOffset, v.byteOffset + v.byteLength)}"`;
+      } else {
+        embedding = floatList(v);
+      }
       data += `${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":${embedding}}`;
     }
     const out = `{"object":"list","data":[${data}],"model":` +
@@ -218,7 +228,8 @@ export class EmbeddingsEndpoint {
         const f = typedView(out) as Float32Array;
         const rows = end - start;
         const dim = f.length / rows;
-        for (let i = 0; i < rows; i++) vectors[start + i] = rowVector(f, i, 1, dim, undefined, c.normalize);
+        const v = poolRows(f, rows, 1, dim, undefined, start, c.normalize);
+        for (let i = 0; i < rows; i++) vectors[start + i] = v.subarray(i * dim, i * dim + dim);
       },
     );
     return { vectors, tokens };
@@ -231,8 +242,8 @@ export class EmbeddingsEndpoint {
   ) {
     const c = resolved.contract;
     const tokenizer = resolved.text.tokenizer;
-    const encoded = inputs.map((x, i) => {
-      if ('ids' in x) return { ids: x.ids, types: undefined as readonly number[] | undefined };
+    const encoded = inputs.map((x, i): readonly number[] => {
+      if ('ids' in x) return x.ids;
       if (tokenizer === undefined) {
         throw new OpenAiError(
           400,
@@ -243,28 +254,29 @@ export class EmbeddingsEndpoint {
           'tokenizer_missing',
         );
       }
-      // A single sequence: every token_type_id is 0.
-      return { ids: resolved.text.encode(x.text, true), types: undefined };
+      return resolved.text.encode(x.text, true);
     });
     const limit = c.fixedLength > 0 ? c.fixedLength : resolved.text.maxLength;
     let longest = 0;
     let tokens = 0;
-    encoded.forEach((e, i) => {
-      tokens += e.ids.length;
-      if (limit !== undefined && e.ids.length > limit) {
+    const lengths = new Array<number>(encoded.length);
+    for (let i = 0; i < encoded.length; i++) {
+      const n = encoded[i]!.length;
+      tokens += n;
+      if (limit !== undefined && n > limit) {
         throw invalidRequest(
           `This model's maximum context length is ${limit} tokens, however 'input[` +
-          `${i}]' has ${e.ids.length} tokens. Please reduce the length of the input.`,
+          `${i}]' has ${n} tokens. Please reduce the length of the input.`,
           inputs.length === 1 ? 'input' : `input[${i}]`,
           'context_length_exceeded',
         );
       }
-      longest = Math.max(longest, e.ids.length);
-    });
+      lengths[i] = n;
+      if (n > longest) longest = n;
+    }
     const seq = c.fixedLength > 0 ? c.fixedLength : longest;
     const maxRows = c.batched ? c.maxBatchSize : c.inputIds.shape[0] === -1 ? encoded.length : 1;
     const vectors: Float32Array[] = new Array(encoded.length);
-    const lengths = encoded.map((e) => e.ids.length);
     await this.runBatches(
       resolved.name,
       encoded.length,
@@ -272,17 +284,16 @@ export class EmbeddingsEndpoint {
       signal,
       (start, end) => {
         const rows = end - start;
-        const t = [
-          intMatrix(c.inputIds, rows, seq, (r, s) => (s < lengths[start + r]! ? encoded[start + r]!.ids[s]! : 0)),
-          intMatrix(c.attentionMask, rows, seq, (r, s) => (s < lengths[start + r]! ? 1 : 0)),
-        ];
-        if (c.tokenTypeIds !== undefined) {
-          t.push(
-            intMatrix(c.tokenTypeIds, rows, seq, (r, s) =>
-              s < lengths[start + r]! ? (encoded[start + r]!.types?.[s] ?? 0) : 0,
-            ),
-          );
+        const ids = intMatrix(c.inputIds, rows, seq);
+        const mask = intMatrix(c.attentionMask, rows, seq);
+        for (let r = 0; r < rows; r++) {
+          const row = encoded[start + r]!;
+          for (let s = 0, i = r * seq * ids.step; s < row.length; s++, i += ids.step) ids.words[i] = row[s]!;
+          for (let s = 0, i = r * seq * mask.step; s < row.length; s++, i += mask.step) mask.words[i] = 1;
         }
+        // A single sequence: every token_type_id is 0.
+        const t = [ids.tensor, mask.tensor];
+        if (c.tokenTypeIds !== undefined) t.push(intMatrix(c.tokenTypeIds, rows, seq).tensor);
         return t;
       },
       (start, end, r) => {
@@ -290,9 +301,8 @@ export class EmbeddingsEndpoint {
         const f = typedView(out) as Float32Array;
         const rows = end - start;
         const dim = out.shape[out.shape.length - 1]!;
-        for (let i = 0; i < rows; i++) {
-          vectors[start + i] = rowVector(f, i, seq, dim, c.meanPool ? lengths[start + i] : undefined, c.normalize);
-        }
+        const v = poolRows(f, rows, seq, dim, c.meanPool ? lengths : undefined, start, c.normalize);
+        for (let i = 0; i < rows; i++) vectors[start + i] = v.subarray(i * dim, i * dim + dim);
       },
     );
     return { vectors, tokens };

@@ -10,14 +10,28 @@
 
 type Json = Record<string, unknown>;
 
-const SPACE = 32;
-
-/** ASCII punctuation and symbols: each is a token of its own (BertPreTokenizer). */
-function isAsciiPunctuation(c: number): boolean {
-  return (c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) || (c >= 0x7b && c <= 0x7e);
+/** What an ASCII character is to BertPreTokenizer: part of a word, a space, or a token of its own. */
+const WORD = 0;
+const SPACE = 1;
+const PUNCTUATION = 2;
+const CLASS = new Uint8Array(128);
+for (let c = 0; c < 128; c++) {
+  if (c === 9 || c === 10 || c === 13 || c === 32) CLASS[c] = SPACE;
+  // ASCII punctuation and symbols: each is a token of its own.
+  else if ((c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) || (c >= 0x7b && c <= 0x7e))
+    CLASS[c] = PUNCTUATION;
 }
+/** Control characters clean_text removes (tab, newline and return are spaces). */
+const CONTROLS = /[\x00-\x08\x0b\x0c\x0e-\x1f]/g;
 
 export class FastWordPiece {
+  /** The id each ASCII punctuation character gets as a word of its own. */
+  private readonly punctuationIds = new Int32Array(128);
+  /** ASCII characters an added token starts with: only a text holding one may hold an added token. */
+  private readonly addedStart = new Uint8Array(128);
+  /** An added token with no text: every text goes to the library. */
+  private readonly addedEmpty: boolean;
+
   private constructor(
     private readonly vocab: ReadonlyMap<string, number>,
     private readonly unkId: number,
@@ -28,7 +42,17 @@ export class FastWordPiece {
     private readonly cls: number | undefined,
     private readonly sep: number | undefined,
     private readonly addedTokens: readonly string[],
-  ) {}
+  ) {
+    for (let c = 0; c < 128; c++) {
+      if (CLASS[c] !== PUNCTUATION) continue;
+      const one: number[] = [];
+      this.wordPieces(String.fromCharCode(c), one);
+      this.punctuationIds[c] = one[0]!;
+    }
+    // An added token starting with a non-ASCII character cannot be in the ASCII texts taken here.
+    for (const t of addedTokens) if (t !== '' && t.charCodeAt(0) < 128) this.addedStart[t.charCodeAt(0)] = 1;
+    this.addedEmpty = addedTokens.includes('');
+  }
 
   /** The fast path for this tokenizer.json, or undefined when it is not a BERT WordPiece tokenizer. */
   static from(json: Json): FastWordPiece | undefined {
@@ -65,24 +89,35 @@ export class FastWordPiece {
   /** The ids of `text` (with the special tokens when asked), or undefined when the library must tokenize it. */
   encode(text: string, addSpecialTokens: boolean): number[] | undefined {
     const n = text.length;
-    for (let i = 0; i < n; i++) if (text.charCodeAt(i) > 0x7e) return undefined;
-    for (const t of this.addedTokens) if (text.includes(t)) return undefined;
+    let controls = false;
+    let maybeAdded = this.addedEmpty;
+    for (let i = 0; i < n; i++) {
+      const c = text.charCodeAt(i);
+      if (c > 0x7e) return undefined;
+      if (c < 32 && CLASS[c] !== SPACE) controls = true;
+      if (this.addedStart[c] === 1) maybeAdded = true;
+    }
+    if (maybeAdded) for (const t of this.addedTokens) if (text.includes(t)) return undefined;
+    let s = controls ? text.replace(CONTROLS, '') : text;
+    if (this.lowercase) s = s.toLowerCase();
     const ids: number[] = [];
     if (addSpecialTokens && this.cls !== undefined) ids.push(this.cls);
-    let word = '';
-    for (let i = 0; i < n; i++) {
-      let c = text.charCodeAt(i);
-      if (c === 9 || c === 10 || c === 13) c = SPACE;
-      else if (c < 32 || c === 0x7f) continue; // control characters are removed (clean_text)
-      if (c === SPACE || isAsciiPunctuation(c)) {
-        if (word !== '') this.wordPieces(word, ids);
-        word = '';
-        if (c !== SPACE) this.wordPieces(text[i]!, ids);
+    // Words are the runs between spaces and punctuation, each punctuation character a word of its own.
+    let start = -1;
+    const end = s.length;
+    for (let i = 0; i < end; i++) {
+      const kind = CLASS[s.charCodeAt(i)];
+      if (kind === WORD) {
+        if (start < 0) start = i;
         continue;
       }
-      word += this.lowercase && c >= 0x41 && c <= 0x5a ? String.fromCharCode(c + 32) : text[i]!;
+      if (start >= 0) {
+        this.wordPieces(s.slice(start, i), ids);
+        start = -1;
+      }
+      if (kind === PUNCTUATION) ids.push(this.punctuationIds[s.charCodeAt(i)]!);
     }
-    if (word !== '') this.wordPieces(word, ids);
+    if (start >= 0) this.wordPieces(start === 0 ? s : s.slice(start), ids);
     if (addSpecialTokens && this.sep !== undefined) ids.push(this.sep);
     return ids;
   }
@@ -91,6 +126,11 @@ export class FastWordPiece {
   private wordPieces(word: string, out: number[]): void {
     if (word.length > this.maxChars) {
       out.push(this.unkId);
+      return;
+    }
+    const whole = this.vocab.get(word);
+    if (whole !== undefined) {
+      out.push(whole);
       return;
     }
     const mark = out.length;
