@@ -53,10 +53,13 @@ function tokenIds(v: unknown[], param: string): number[] {
   return v as number[];
 }
 
+/** The pooling sums, kept from one batch to the next. */
+let sums = new Float64Array(64);
+
 /**
  * The vectors of a batch's `rows` rows, one after the other in one array: each row's own (a pooled output), or
  * the mean of its first `lengths[first + row]` token vectors (the attention mask is 1 exactly there);
- * L2-normalised when asked. One array and one accumulator for the batch: per-row arrays cost more than the sums.
+ * L2-normalised when asked. One array for the batch: per-row arrays cost more than the sums.
  */
 function poolRows(
   out: Float32Array,
@@ -68,14 +71,15 @@ function poolRows(
   normalize: boolean,
 ): Float32Array {
   const v = new Float32Array(rows * dim);
-  const sum = new Float64Array(dim);
+  if (sums.length < dim) sums = new Float64Array(dim);
+  const sum = sums;
   for (let row = 0; row < rows; row++) {
     const o = row * dim;
     if (lengths === undefined) {
       for (let d = 0; d < dim; d++) v[o + d] = out[o + d]!;
     } else {
       const tokens = lengths[first + row]!;
-      sum.fill(0);
+      sum.fill(0, 0, dim);
       for (let s = 0; s < tokens; s++) {
         const base = (row * seq + s) * dim;
         for (let d = 0; d < dim; d++) sum[d]! += out[base + d]!;
@@ -92,13 +96,28 @@ function poolRows(
   return v;
 }
 
-/** A [rows, seq] INT64 or INT32 input of zeros, and the 32-bit words its values go in (every `step`-th). */
-function intMatrix(meta: TensorMetadata, rows: number, seq: number): { tensor: Tensor; words: Int32Array; step: number } {
-  const wide = meta.datatype === 'INT64';
-  const data = new Uint8Array(rows * seq * (wide ? 8 : 4));
-  const tensor = { name: meta.name, datatype: meta.datatype, shape: [rows, seq], data };
-  // Ids are small non-negative integers: an INT64's low word (little-endian) holds the whole value.
-  return { tensor, words: new Int32Array(data.buffer), step: wide ? 2 : 1 };
+/**
+ * The [rows, seq] INT64 or INT32 inputs `metas`, zeros, in one allocation (the backends copy their inputs;
+ * an ArrayBuffer each cost more than their filling), with the 32-bit words their values go in (every `step`-th).
+ */
+function intMatrices(
+  metas: readonly TensorMetadata[],
+  rows: number,
+  seq: number,
+): { tensor: Tensor; words: Int32Array; step: number }[] {
+  // Each input starts 8-byte aligned, so INT64 views of it need no copy.
+  const sizes = metas.map((m) => (rows * seq * (m.datatype === 'INT64' ? 8 : 4) + 7) & ~7);
+  const buffer = new ArrayBuffer(sizes.reduce((a, b) => a + b, 0));
+  let at = 0;
+  return metas.map((meta, i) => {
+    const wide = meta.datatype === 'INT64';
+    const data = new Uint8Array(buffer, at, rows * seq * (wide ? 8 : 4));
+    const words = new Int32Array(buffer, at, data.byteLength / 4);
+    at += sizes[i]!;
+    const tensor = { name: meta.name, datatype: meta.datatype, shape: [rows, seq], data };
+    // Ids are small non-negative integers: an INT64's low word (little-endian) holds the whole value.
+    return { tensor, words, step: wide ? 2 : 1 };
+  });
 }
 
 function outputOf(r: InferResponse, name: string): Tensor {
@@ -284,17 +303,18 @@ export class EmbeddingsEndpoint {
       signal,
       (start, end) => {
         const rows = end - start;
-        const ids = intMatrix(c.inputIds, rows, seq);
-        const mask = intMatrix(c.attentionMask, rows, seq);
+        const [ids, mask, types] = intMatrices(
+          c.tokenTypeIds === undefined ? [c.inputIds, c.attentionMask] : [c.inputIds, c.attentionMask, c.tokenTypeIds],
+          rows,
+          seq,
+        );
         for (let r = 0; r < rows; r++) {
           const row = encoded[start + r]!;
-          for (let s = 0, i = r * seq * ids.step; s < row.length; s++, i += ids.step) ids.words[i] = row[s]!;
-          for (let s = 0, i = r * seq * mask.step; s < row.length; s++, i += mask.step) mask.words[i] = 1;
+          for (let s = 0, i = r * seq * ids!.step; s < row.length; s++, i += ids!.step) ids!.words[i] = row[s]!;
+          for (let s = 0, i = r * seq * mask!.step; s < row.length; s++, i += mask!.step) mask!.words[i] = 1;
         }
         // A single sequence: every token_type_id is 0.
-        const t = [ids.tensor, mask.tensor];
-        if (c.tokenTypeIds !== undefined) t.push(intMatrix(c.tokenTypeIds, rows, seq).tensor);
-        return t;
+        return types === undefined ? [ids!.tensor, mask!.tensor] : [ids!.tensor, mask!.tensor, types.tensor];
       },
       (start, end, r) => {
         const out = outputOf(r, c.output.name);
