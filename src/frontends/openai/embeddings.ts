@@ -53,13 +53,11 @@ function tokenIds(v: unknown[], param: string): number[] {
   return v as number[];
 }
 
-/** The pooling sums, kept from one batch to the next. */
-let sums = new Float64Array(64);
-
 /**
  * The vectors of a batch's `rows` rows, one after the other in one array: each row's own (a pooled output), or
  * the mean of its first `lengths[first + row]` token vectors (the attention mask is 1 exactly there);
- * L2-normalised when asked. One array for the batch: per-row arrays cost more than the sums.
+ * L2-normalised when asked. Each mean is summed in local variables, four dimensions at a time, token by token
+ * in order: the same sums as one dimension at a time, at a fraction of the cost of keeping them in an array.
  */
 function poolRows(
   out: Float32Array,
@@ -71,20 +69,38 @@ function poolRows(
   normalize: boolean,
 ): Float32Array {
   const v = new Float32Array(rows * dim);
-  if (sums.length < dim) sums = new Float64Array(dim);
-  const sum = sums;
   for (let row = 0; row < rows; row++) {
     const o = row * dim;
     if (lengths === undefined) {
       for (let d = 0; d < dim; d++) v[o + d] = out[o + d]!;
     } else {
       const tokens = lengths[first + row]!;
-      sum.fill(0, 0, dim);
-      for (let s = 0; s < tokens; s++) {
-        const base = (row * seq + s) * dim;
-        for (let d = 0; d < dim; d++) sum[d]! += out[base + d]!;
+      const start = row * seq * dim;
+      const stop = start + tokens * dim;
+      let d = 0;
+      for (; d + 4 <= dim; d += 4) {
+        let a0 = 0;
+        let a1 = 0;
+        let a2 = 0;
+        let a3 = 0;
+        for (let i = start + d; i < stop; i += dim) {
+          a0 += out[i]!;
+          a1 += out[i + 1]!;
+          a2 += out[i + 2]!;
+          a3 += out[i + 3]!;
+        }
+        if (tokens > 0) {
+          v[o + d] = a0 / tokens;
+          v[o + d + 1] = a1 / tokens;
+          v[o + d + 2] = a2 / tokens;
+          v[o + d + 3] = a3 / tokens;
+        }
       }
-      if (tokens > 0) for (let d = 0; d < dim; d++) v[o + d] = sum[d]! / tokens;
+      for (; d < dim; d++) {
+        let a = 0;
+        for (let i = start + d; i < stop; i += dim) a += out[i]!;
+        if (tokens > 0) v[o + d] = a / tokens;
+      }
     }
     if (normalize) {
       let squares = 0;

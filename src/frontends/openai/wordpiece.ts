@@ -88,38 +88,39 @@ export class FastWordPiece {
 
   /** The ids of `text` (with the special tokens when asked), or undefined when the library must tokenize it. */
   encode(text: string, addSpecialTokens: boolean): number[] | undefined {
+    const ids: number[] = [];
+    if (addSpecialTokens && this.cls !== undefined) ids.push(this.cls);
+    // One pass: words are the runs between spaces and punctuation, each punctuation character a word of its own.
     const n = text.length;
-    let controls = false;
+    let start = -1;
+    let upper = false;
     let maybeAdded = this.addedEmpty;
     for (let i = 0; i < n; i++) {
       const c = text.charCodeAt(i);
       if (c > 0x7e) return undefined;
-      if (c < 32 && CLASS[c] !== SPACE) controls = true;
       if (this.addedStart[c] === 1) maybeAdded = true;
-    }
-    if (maybeAdded) for (const t of this.addedTokens) if (text.includes(t)) return undefined;
-    let s = controls ? text.replace(CONTROLS, '') : text;
-    if (this.lowercase) s = s.toLowerCase();
-    const ids: number[] = [];
-    if (addSpecialTokens && this.cls !== undefined) ids.push(this.cls);
-    // Words are the runs between spaces and punctuation, each punctuation character a word of its own.
-    let start = -1;
-    const end = s.length;
-    for (let i = 0; i < end; i++) {
-      const kind = CLASS[s.charCodeAt(i)];
+      const kind = CLASS[c];
       if (kind === WORD) {
+        if (c < 32) return this.encode(text.replace(CONTROLS, ''), addSpecialTokens);
         if (start < 0) start = i;
+        if (c <= 0x5a && c >= 0x41) upper = true;
         continue;
       }
       if (start >= 0) {
-        this.wordPieces(s.slice(start, i), ids);
+        this.word(text.slice(start, i), upper, ids);
         start = -1;
+        upper = false;
       }
-      if (kind === PUNCTUATION) ids.push(this.punctuationIds[s.charCodeAt(i)]!);
+      if (kind === PUNCTUATION) ids.push(this.punctuationIds[c]!);
     }
-    if (start >= 0) this.wordPieces(start === 0 ? s : s.slice(start), ids);
+    if (start >= 0) this.word(start === 0 ? text : text.slice(start), upper, ids);
+    if (maybeAdded) for (const t of this.addedTokens) if (text.includes(t)) return undefined;
     if (addSpecialTokens && this.sep !== undefined) ids.push(this.sep);
     return ids;
+  }
+
+  private word(word: string, upper: boolean, out: number[]): void {
+    this.wordPieces(upper && this.lowercase ? word.toLowerCase() : word, out);
   }
 
   /** Greedy longest-match-first, as WordPiece does; a word with no match is one unknown token. */

@@ -27,6 +27,8 @@ const TEXTS = [
   'x'.repeat(99) + ' ' + 'y'.repeat(100) + ' ' + 'z'.repeat(101),
   '[]{}|~`^\\<>=+*#$%&_',
   'numbers 12345 and 3.14159',
+  'Mixed\u0001CASE\u0002word, [brackets] and [SEP-like] [CLS',
+  'THE END.',
   '',
 ];
 
