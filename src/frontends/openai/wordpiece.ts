@@ -22,6 +22,7 @@ for (let c = 0; c < 128; c++) {
     CLASS[c] = PUNCTUATION;
 }
 /** Control characters clean_text removes (tab, newline and return are spaces). */
+// eslint-disable-next-line no-control-regex -- these are the characters it matches
 const CONTROLS = /[\x00-\x08\x0b\x0c\x0e-\x1f]/g;
 
 export class FastWordPiece {
