@@ -75,7 +75,6 @@ interface SimEvent {
 
 /** One instance that runs one batch at a time, each for cost(n) µs. */
 class SimInstance implements BackendInstance {
-  readonly maxInFlight = 1;
   constructor(private readonly sim: Simulation) {}
   execute(requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
     this.sim.recordBatch(requests.map((r) => r.id));
