@@ -274,16 +274,7 @@ export class EnsembleScheduler implements Scheduler {
     run.pendingSteps -= 1;
     if (!run.finished) {
       run.finished = true;
-      const step = this.plan.steps[index]!;
-      const e = asNereidError(err);
-      // The step's own error, said to come from the step's model when it does not say so itself.
-      const error = e.message.includes(`'${step.modelName}'`)
-        ? e
-        : new NereidError(
-            e.code,
-            e.errorClass,
-            `in ensemble '${this.modelName}', step model '${step.modelName}' failed: ${e.message}`,
-          );
+      const error = stepError(this.modelName, this.plan.steps[index]!, err);
       run.item.fail(error, run.cancellation.aborted ? 'CANCELED' : 'OTHER');
     }
     // Steps that have not started will not start; launch() counts them down.
@@ -573,15 +564,7 @@ export class EnsembleStreamRun extends EnsembleRunBase {
   private fail(index: number, err: unknown): void {
     if (this.failed || this.ended) return;
     this.failed = true;
-    const step = this.plan.steps[index]!;
-    const e = asNereidError(err);
-    const error = e.message.includes(`'${step.modelName}'`)
-      ? e
-      : new NereidError(
-          e.code,
-          e.errorClass,
-          `in ensemble '${this.ensembleName}', step model '${step.modelName}' failed: ${e.message}`,
-        );
+    const error = stepError(this.ensembleName, this.plan.steps[index]!, err);
     // The steps still streaming stop: nobody reads them any more.
     this.cancellation.abort();
     this.item.fail(error, this.item.signal?.aborted ? 'CANCELED' : 'OTHER');
@@ -614,6 +597,17 @@ export class EnsembleStreamRun extends EnsembleRunBase {
       this.onSettled();
     }
   }
+}
+
+/** A step's error as the ensemble's: said to come from the step's model when it does not say so itself. */
+function stepError(ensemble: string, step: StepPlan, err: unknown): NereidError {
+  const e = asNereidError(err);
+  if (e.message.includes(`'${step.modelName}'`)) return e;
+  return new NereidError(
+    e.code,
+    e.errorClass,
+    `in ensemble '${ensemble}', step model '${step.modelName}' failed: ${e.message}`,
+  );
 }
 
 /** The request a step gets: its model, the ensemble request's id and parameters, its own inputs, a child trace. */
