@@ -24,6 +24,7 @@ import {
 } from '../gen/grpc_service_pb.js';
 import { modelConfigToJson } from '../config/json.js';
 import type { Datatype } from '../tensor/datatype.js';
+import { describeTlsFailure } from './http-text.js';
 import { abortFailure, exactInteger, throwIfAborted } from './call.js';
 import {
   AbortError,
@@ -72,8 +73,13 @@ export function grpcAddress(url: string): string {
 
 /** A sentence for a grpc-js failure; a connection that could not be made names the server. */
 export function describeGrpcError(err: grpc.ServiceError, address: string): string {
-  if (err.code === grpc.status.UNAVAILABLE)
+  if (err.code === grpc.status.UNAVAILABLE) {
+    // grpc-js reports a failed handshake as "No connection established. Last error: Error: <reason>".
+    const last = /Last error: (?:Error: )?(.*?)(?:\. Resolution note:.*)?$/s.exec(err.details ?? '');
+    const tls = last ? describeTlsFailure(address, last[1]!) : undefined;
+    if (tls !== undefined) return tls;
     return `unable to connect to ${address}: ${err.details || 'unavailable'} (is the server running?)`;
+  }
   return err.details || err.message;
 }
 
