@@ -101,7 +101,13 @@ class Harness {
 
   constructor(
     seq: SeqInit,
-    options: { instances?: number; maxBatchSize?: number; states?: StateSpec[]; maxInFlight?: number } = {},
+    options: {
+      instances?: number;
+      maxBatchSize?: number;
+      states?: StateSpec[];
+      maxInFlight?: number;
+      policy?: 'adaptive' | 'fixed';
+    } = {},
   ) {
     this.backends = Array.from({ length: options.instances ?? 1 }, () => new SlowAccumulator(options.maxInFlight));
     const instances = this.backends.map((b, i) => new ModelInstance(`seq_${i}`, b));
@@ -109,6 +115,7 @@ class Harness {
       maxBatchSize: options.maxBatchSize ?? 2,
       batching: create(ModelSequenceBatchingSchema, seq),
       states: options.states ?? [],
+      policy: options.policy,
     });
   }
 
@@ -412,6 +419,32 @@ test('oldest with a long max_queue_delay: a preferred batch size or a full batch
   h.send('c1', 3n, START);
   await h.untilOutcomes(5); // a full batch (max_batch_size 3)
   assert.deepEqual(ids(b.batches[1]!), ['a2', 'b2', 'c1']);
+});
+
+test('oldest, adaptive: a lone request goes at once; fixed holds it for the delay', async () => {
+  const oldest: SeqInit = {
+    strategyChoice: {
+      case: 'oldest',
+      value: { maxCandidateSequences: 8, preferredBatchSize: [2], maxQueueDelayMicroseconds: 600_000_000n },
+    },
+  };
+  const adaptive = new Harness(oldest, { maxBatchSize: 3, policy: 'adaptive' });
+  adaptive.backends[0]!.auto = true;
+  adaptive.send('a1', 1n, START);
+  await adaptive.untilOutcomes(1); // would wait ten minutes under fixed
+  assert.deepEqual(ids(adaptive.backends[0]!.batches[0]!), ['a1']);
+  assert.deepEqual(adaptive.batcher.batching.dispatched, [0, 0, 1, 0]);
+  assert.equal(adaptive.batcher.batching.delayNs, 600e9);
+
+  const fixed = new Harness(oldest, { maxBatchSize: 3, policy: 'fixed' });
+  fixed.backends[0]!.auto = true;
+  fixed.send('a1', 1n, START);
+  for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+  assert.equal(fixed.backends[0]!.batches.length, 0, 'waits for the delay or a preferred size');
+  fixed.send('b1', 2n, START);
+  await fixed.untilOutcomes(2);
+  assert.deepEqual(ids(fixed.backends[0]!.batches[0]!), ['a1', 'b1']);
+  assert.deepEqual(fixed.batcher.batching.dispatched, [0, 1, 0, 0]);
 });
 
 test('direct with a long max_queue_delay: the batch starts once every active slot has a request', async () => {
