@@ -1,12 +1,12 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import type { SessionClient } from '../../../src/backends/onnxruntime/thread/session-client.js';
-import { SessionThreadPool, type SessionRequest } from '../../../src/backends/onnxruntime/thread/session-pool.js';
-import { RunFeed, type WireTensor } from '../../../src/backends/onnxruntime/thread/worker-protocol.js';
-import { OnnxModelBuilder, buildIdentityModel } from '../../helpers/onnx-builder.js';
-import { recordingLogger } from '../../repository/cloud-scenarios.js';
-import { TempDir } from './fixtures.js';
+import type { SessionClient } from '../../../../src/backends/onnxruntime/thread/session-client.js';
+import { SessionThreadPool, type SessionRequest } from '../../../../src/backends/onnxruntime/thread/session-pool.js';
+import { RunFeed, type WireTensor } from '../../../../src/backends/onnxruntime/thread/worker-protocol.js';
+import { OnnxModelBuilder, buildIdentityModel } from '../../../helpers/onnx-builder.js';
+import { recordingLogger } from '../../../repository/cloud-scenarios.js';
+import { TempDir } from '../fixtures.js';
 
 let tmp: TempDir;
 let identityPath: string;

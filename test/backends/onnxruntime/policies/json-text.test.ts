@@ -8,8 +8,8 @@ import { availableParallelism } from 'node:os';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { create } from '@bufbuild/protobuf';
-import { DataType, ModelParameterSchema } from '../../../src/gen/model_config_pb.js';
-import { createOnnxRuntimeBackend } from '../../../src/backends/onnxruntime/index.js';
+import { DataType, ModelParameterSchema } from '../../../../src/gen/model_config_pb.js';
+import { createOnnxRuntimeBackend } from '../../../../src/backends/onnxruntime/index.js';
 import {
   JsonTextPolicy,
   LARGE_TEXT_ELEMENTS,
@@ -22,22 +22,30 @@ import {
   WINDOW_NS,
   forceJsonTextShare,
   spareCores,
-} from '../../../src/backends/onnxruntime/policies/json-text.js';
+} from '../../../../src/backends/onnxruntime/policies/json-text.js';
 import {
   SLICE_FORMAT,
   SLICE_IF_LARGE,
   SLICE_SKIP,
   sliceWord,
-} from '../../../src/backends/onnxruntime/thread/worker-protocol.js';
-import { ModelPlan } from '../../../src/backends/onnxruntime/plan.js';
-import type { BackendInstance, BackendRequest, BackendResponse } from '../../../src/backends/backend.js';
-import { buildIdentityModel } from '../../helpers/onnx-builder.js';
-import { configEnumOf, type Datatype } from '../../../src/tensor/datatype.js';
-import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
-import { bytesOf, makeTensor, type Tensor } from '../../../src/tensor/tensor.js';
-import type { JsonOutputHint } from '../../../src/types/api.js';
-import { HARD_VALUES, rotatedValues, valuesBytes } from '../../helpers/json-values.js';
-import { RecordingTimer, config, instanceContext, modelContext, request, suiteModels, writeModel } from './fixtures.js';
+} from '../../../../src/backends/onnxruntime/thread/worker-protocol.js';
+import { ModelPlan } from '../../../../src/backends/onnxruntime/plan.js';
+import type { BackendInstance, BackendRequest, BackendResponse } from '../../../../src/backends/backend.js';
+import { buildIdentityModel } from '../../../helpers/onnx-builder.js';
+import { configEnumOf, type Datatype } from '../../../../src/tensor/datatype.js';
+import { encodeJsonTensorData } from '../../../../src/tensor/json-codec.js';
+import { bytesOf, makeTensor, type Tensor } from '../../../../src/tensor/tensor.js';
+import type { JsonOutputHint } from '../../../../src/types/api.js';
+import { HARD_VALUES, rotatedValues, valuesBytes } from '../../../helpers/json-values.js';
+import {
+  RecordingTimer,
+  config,
+  instanceContext,
+  modelContext,
+  request,
+  suiteModels,
+  writeModel,
+} from '../fixtures.js';
 
 const backend = createOnnxRuntimeBackend();
 const suite = suiteModels();

@@ -20,11 +20,11 @@ import {
   WIDE_RETIME_AFTER,
   WIDE_WARMUP_RUNS,
   inlineMode,
-} from '../../../src/backends/onnxruntime/policies/inline.js';
-import { wideInlineOptions } from '../../../src/backends/onnxruntime/session-options.js';
-import { NereidError } from '../../../src/errors.js';
-import { buildAddSubModel } from '../../helpers/onnx-builder.js';
-import { TempDir, config } from './fixtures.js';
+} from '../../../../src/backends/onnxruntime/policies/inline.js';
+import { wideInlineOptions } from '../../../../src/backends/onnxruntime/session-options.js';
+import { NereidError } from '../../../../src/errors.js';
+import { buildAddSubModel } from '../../../helpers/onnx-builder.js';
+import { TempDir, config } from '../fixtures.js';
 
 let tmp: TempDir;
 let modelFile: string;

@@ -1,7 +1,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { RunTimes, SessionClient } from '../../../src/backends/onnxruntime/thread/session-client.js';
+import { RunTimes, SessionClient } from '../../../../src/backends/onnxruntime/thread/session-client.js';
 import {
   C_DONE,
   MERGED_FIRST,
@@ -15,11 +15,11 @@ import {
   arenaTypeCode,
   sliceWord,
   type WireTensor,
-} from '../../../src/backends/onnxruntime/thread/worker-protocol.js';
-import { DATATYPES } from '../../../src/tensor/datatype.js';
-import { encodeJsonTensorData } from '../../../src/tensor/json-codec.js';
-import { OnnxModelBuilder, buildIdentityModel } from '../../helpers/onnx-builder.js';
-import { TempDir } from './fixtures.js';
+} from '../../../../src/backends/onnxruntime/thread/worker-protocol.js';
+import { DATATYPES } from '../../../../src/tensor/datatype.js';
+import { encodeJsonTensorData } from '../../../../src/tensor/json-codec.js';
+import { OnnxModelBuilder, buildIdentityModel } from '../../../helpers/onnx-builder.js';
+import { TempDir } from '../fixtures.js';
 
 let tmp: TempDir;
 const clients: SessionClient[] = [];
