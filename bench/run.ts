@@ -29,7 +29,8 @@
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
  * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32),
  * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
- * against all loaded and the client-side load→infer→unload dance).
+ * against all loaded and the client-side load→infer→unload dance),
+ * ab (this build against another build's dist folder, AB_BASE_DIST: tiny and medium MLP, JSON and binary, c32).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -287,3 +288,4 @@ if (want('openai')) runScript('openai.js');
 if (want('client')) runScript('client.js');
 if (want('trace')) runScript('trace.js');
 if (want('paging')) runScript('paging.js');
+if (want('ab')) runScript('ab.js');

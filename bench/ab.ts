@@ -1,0 +1,215 @@
+/**
+ * `node dist/bench/ab.js` (section `ab` of bench/run.ts): this build against
+ * another build of Nereid, same models, same load, alternated point by point,
+ * so that a slowdown between two commits shows as a ratio measured in one run
+ * (docs/benchmarks.md, "A/B against another build").
+ *
+ * Each point is one wrk run (one thread) on one server; per round every point
+ * runs on both builds, the order flipped every round. Printed per point:
+ * medians of requests/s, p50 and the server's CPU per request (all its
+ * threads), and the median and range of the per-round ratios this / base.
+ *
+ * Environment: AB_BASE_DIST (the dist folder of the build to compare with;
+ * without it only this build is measured), AB_DIST (the dist folder to use as
+ * "this build", default this one: two older builds can be compared),
+ * AB_ARGS / AB_BASE_ARGS (extra nereid serve flags, space separated),
+ * AB_ENV / AB_BASE_ENV (environment variables for either, "NAME=value ...";
+ * AB_BASE_ENV or AB_BASE_ARGS without AB_BASE_DIST starts this build twice),
+ * BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
+ * BENCH_MODELS (default "tiny,medium"), BENCH_FORMATS (default
+ * "json,binary"; also "bin→json"), BENCH_CONCURRENCY (default "32"),
+ * AB_SCHEDULERS (default "plain"; "plain,batched" adds the dynamic batcher),
+ * AB_TOGETHER=1 (load both builds at the same time instead of in turns: on a
+ * machine shared with other work both then see the same contention, and the
+ * ratio says which needs less CPU per request; absolute rates are halved).
+ */
+import path from 'node:path';
+import { readFileSync } from 'node:fs';
+import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
+import { type BenchModel, buildBenchModels } from './models.js';
+import { DIST, cpuSeconds, startNereid } from './processes.js';
+import { type HttpBody, runWrk } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const MODELS = (process.env.BENCH_MODELS ?? 'tiny,medium').split(',');
+const FORMATS = (process.env.BENCH_FORMATS ?? 'json,binary').split(',');
+const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '32').split(',').map(Number);
+const SCHEDULERS = (process.env.AB_SCHEDULERS ?? 'plain').split(',');
+const BASE_DIST = process.env.AB_BASE_DIST;
+const THIS_DIST = process.env.AB_DIST;
+const TOGETHER = process.env.AB_TOGETHER === '1';
+const args = (text: string | undefined) => (text ?? '').split(' ').filter((s) => s !== '');
+/** "NAME=value ..." */
+function envOf(text: string | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const kv of args(text)) {
+    const i = kv.indexOf('=');
+    if (i <= 0) throw new Error(`AB_ENV / AB_BASE_ENV: "${kv}" is not NAME=value`);
+    out[kv.slice(0, i)] = kv.slice(i + 1);
+  }
+  return out;
+}
+
+for (const f of FORMATS)
+  if (!['json', 'binary', 'bin→json'].includes(f)) throw new Error(`BENCH_FORMATS: unknown format "${f}"`);
+for (const s of SCHEDULERS)
+  if (s !== 'plain' && s !== 'batched') throw new Error(`AB_SCHEDULERS: unknown scheduler "${s}"`);
+
+function body(model: BenchModel, format: string): HttpBody {
+  if (format === 'json') return jsonBody(model.inputName, model.outputName, model.inputSize);
+  if (format === 'binary') return binaryBody(model.inputName, model.outputName, model.inputSize);
+  return binaryInJsonOutBody(model.inputName, model.outputName, model.inputSize);
+}
+
+function median(values: readonly number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+interface Sample {
+  readonly rps: number;
+  readonly p50us: number;
+  /** Server CPU (all threads) per request, µs. */
+  readonly cpuUs: number;
+  /** The server's main thread's CPU per request, µs. */
+  readonly mainUs: number;
+  readonly errors: number;
+}
+
+interface Build {
+  readonly label: string;
+  readonly dist: string | undefined;
+  readonly extra: string[];
+  readonly env: Record<string, string>;
+}
+
+const thisDist = THIS_DIST === undefined ? undefined : path.resolve(THIS_DIST);
+const hasBase =
+  BASE_DIST !== undefined || process.env.AB_BASE_ENV !== undefined || process.env.AB_BASE_ARGS !== undefined;
+const builds: Build[] = [
+  ...(hasBase
+    ? [
+      {
+        label: 'base',
+        dist: BASE_DIST === undefined ? thisDist : path.resolve(BASE_DIST),
+        extra: args(process.env.AB_BASE_ARGS),
+        env: envOf(process.env.AB_BASE_ENV),
+      },
+    ]
+    : []),
+  { label: 'this', dist: thisDist, extra: args(process.env.AB_ARGS), env: envOf(process.env.AB_ENV) },
+];
+
+function describe(b: Build): string {
+  const env = Object.entries(b.env).map(([k, v]) => `${k}=${v}`);
+  return [b.dist ?? DIST, ...b.extra, ...env].join(' ');
+}
+
+const models = (await buildBenchModels()).filter((m) => MODELS.some((o) => m.plainName === `mlp_${o}`));
+if (models.length === 0) throw new Error(`BENCH_MODELS: none of ${MODELS.join(',')} (tiny, medium)`);
+
+interface Server {
+  readonly build: Build;
+  readonly model: BenchModel;
+  readonly http: number;
+  readonly pid: number;
+  readonly stop: () => Promise<void>;
+}
+
+const servers: Server[] = [];
+const samples = new Map<string, Sample[]>();
+const loads: string[] = [];
+try {
+  for (const model of models) {
+    for (const build of builds) {
+      const s = await startNereid(model.repository, build.extra, {
+        env: build.env,
+        ...(build.dist === undefined ? {} : { dist: build.dist }),
+      });
+      servers.push({ build, model, http: s.http, pid: s.proc.child.pid!, stop: () => s.proc.stop() });
+    }
+  }
+  const points: { model: BenchModel; scheduler: string; format: string; c: number }[] = [];
+  for (const model of models)
+    for (const scheduler of SCHEDULERS)
+      for (const format of FORMATS) for (const c of CONCURRENCY) points.push({ model, scheduler, format, c });
+  const url = (s: Server, scheduler: string) =>
+    `http://127.0.0.1:${s.http}/v2/models/${scheduler === 'plain' ? s.model.plainName : s.model.batchedName}/infer`;
+  // Warm up every server on every point once (allocations, JIT, the batcher's first batches).
+  for (const p of points)
+    for (const s of servers.filter((x) => x.model === p.model))
+      await runWrk(url(s, p.scheduler), body(p.model, p.format), p.c, 1);
+  for (let round = 0; round < ROUNDS; round++) {
+    loads.push(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]!);
+    for (const p of points) {
+      const pair = servers.filter((x) => x.model === p.model);
+      const measure = async (s: Server): Promise<void> => {
+        const cpu0 = cpuSeconds(s.pid);
+        const main0 = cpuSeconds(s.pid, s.pid);
+        const w = await runWrk(url(s, p.scheduler), body(p.model, p.format), p.c, SECONDS);
+        const cpu = cpuSeconds(s.pid) - cpu0;
+        const main = cpuSeconds(s.pid, s.pid) - main0;
+        const key = `${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}|${s.build.label}`;
+        const list = samples.get(key) ?? [];
+        list.push({
+          rps: w.requestsPerSec,
+          p50us: w.p50us,
+          cpuUs: (cpu * 1e6) / Math.max(1, w.requests),
+          mainUs: (main * 1e6) / Math.max(1, w.requests),
+          errors: w.errors + w.non2xx,
+        });
+        samples.set(key, list);
+      };
+      // Together: both builds loaded over the same seconds, so they share whatever else the machine runs.
+      if (TOGETHER) await Promise.all(pair.map(measure));
+      else for (const s of round % 2 === 0 ? pair : [...pair].reverse()) await measure(s);
+    }
+  }
+  const header = ['model', 'sched', 'body', 'conc', 'build', 'req/s', 'p50us', 'cpu us/req', 'main us', 'errors'];
+  header.push('this/base', 'range');
+  const rows: string[][] = [];
+  for (const p of points) {
+    const of = (label: string) => samples.get(`${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}|${label}`) ?? [];
+    const base = of('base');
+    const cur = of('this');
+    const ratios = base.length === 0 ? [] : cur.map((x, i) => x.rps / base[i]!.rps);
+    for (const b of builds) {
+      const ss = of(b.label);
+      const last = b.label === 'this' && ratios.length > 0;
+      rows.push([
+        p.model.plainName.replace('mlp_', ''),
+        p.scheduler,
+        p.format,
+        String(p.c),
+        b.label,
+        fmt(median(ss.map((x) => x.rps))),
+        fmt(median(ss.map((x) => x.p50us))),
+        fmt(median(ss.map((x) => x.cpuUs)), 1),
+        fmt(median(ss.map((x) => x.mainUs)), 1),
+        String(ss.reduce((a, x) => a + x.errors, 0)),
+        last ? fmt(median(ratios), 3) : '',
+        last ? `${fmt(Math.min(...ratios), 2)}-${fmt(Math.max(...ratios), 2)}` : '',
+      ]);
+    }
+  }
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((cell, i) => cell.padStart(widths[i]!)).join('  ');
+  process.stdout.write(
+    `\nA/B: this (${describe(builds.at(-1)!)}) against base (${hasBase ? describe(builds[0]!) : 'none'}); ` +
+      `wrk -t1, ${SECONDS}s per point, medians of ${ROUNDS} ` +
+      `${TOGETHER ? 'rounds, both loaded together' : 'alternated rounds'}; ` +
+      'this/base: median of the ' +
+      'per-round throughput ratios and their range; ' +
+      "cpu: the server's CPU (all threads) per request, main: its main thread's; " +
+      `load averages at round starts ${loads.join(' ')}\n` +
+      `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
+  );
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+} finally {
+  for (const s of servers) await s.stop();
+}
