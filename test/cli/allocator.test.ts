@@ -19,7 +19,7 @@ const GLIBC_LINUX: AllocatorFacts = { platform: 'linux', glibc: '2.36', canReexe
 const facts = (f: Partial<AllocatorFacts> = {}) => () => ({ ...GLIBC_LINUX, ...f });
 
 /** A user's own young-generation option, so that a test of the malloc part sees the malloc part alone. */
-const OWN_SEMI = ['--max-semi-space-size=16'];
+const OWN_SEMI = ['--max-semi-space-size=8'];
 
 test('on Linux with glibc and an untouched environment, serve ' +
   're-executes with the fixed mmap threshold and huge pages', () => {
@@ -39,14 +39,14 @@ test("serve caps V8's semi-spaces on re-execution, ahead of the process's own op
   const plan = planAllocator({}, facts(), ['--import', 'probe.js']);
   assert.equal(plan.kind, 'reexec');
   if (plan.kind !== 'reexec') return;
-  assert.equal(NEREID_V8_FLAG, '--max-semi-space-size=4');
+  assert.equal(NEREID_V8_FLAG, '--max-semi-space-size=16');
   assert.deepEqual(plan.execArgv, [NEREID_V8_FLAG, '--import', 'probe.js']);
   assert.equal(plan.env['GLIBC_TUNABLES'], NEREID_TUNABLES);
   assert.deepEqual(planAllocator(plan.env, facts(), plan.execArgv), { kind: 'keep' });
   assert.match(
     describeYoungGeneration(plan.env, plan.execArgv, true),
     new RegExp(
-      String.raw`semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start; ` +
+      String.raw`semi-spaces up to 16 MiB \(--max-semi-space-size=16, set by nereid at start; ` +
       String.raw`NODE_OPTIONS=--max-semi-space-size=0 keeps V8's own sizing\)`,
     ),
   );
@@ -140,7 +140,7 @@ test('no re-execution off glibc, off Linux, or on a Node without process.execve 
   );
   assert.match(
     describeYoungGeneration({}, [], false),
-    /V8's own sizing \(Node [\d.]+ cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it\)/,
+    /V8's own sizing \(Node [\d.]+ cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=16 caps it\)/,
   );
 });
 
@@ -248,10 +248,10 @@ test("nereid serve runs with V8's semi-spaces capped (on a Node that can re-exec
   const lines = log.split('\n').filter((l) => l.includes('young generation'));
   assert.equal(lines.length, 1, log);
   if (canReexec) {
-    assert.match(lines[0]!, /semi-spaces up to 4 MiB \(--max-semi-space-size=4, set by nereid at start/);
+    assert.match(lines[0]!, /semi-spaces up to 16 MiB \(--max-semi-space-size=16, set by nereid at start/);
     assert.equal(cmdline.filter((a) => a === NEREID_V8_FLAG).length, 1, cmdline.join(' '));
   } else {
-    assert.match(lines[0]!, /cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=4 caps it/);
+    assert.match(lines[0]!, /cannot re-execute itself in place; NODE_OPTIONS=--max-semi-space-size=16 caps it/);
     assert.equal(cmdline.includes(NEREID_V8_FLAG), false);
   }
 });
