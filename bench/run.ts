@@ -28,6 +28,7 @@
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
  * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32),
+ * dashboard (the server's throughput with a dashboard page open in Chromium vs closed, tiny MLP at concurrency 32),
  * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
  * against all loaded and the client-side load→infer→unload dance),
  * ab (this build against another build's dist folder, AB_BASE_DIST: tiny and medium MLP, JSON and binary, c32).
@@ -286,6 +287,7 @@ if (want('malloc')) runScript('malloc.js');
 if (want('auth')) runScript('auth.js');
 if (want('openai')) runScript('openai.js');
 if (want('client')) runScript('client.js');
+if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');
 if (want('paging')) runScript('paging.js');
 if (want('ab')) runScript('ab.js');
