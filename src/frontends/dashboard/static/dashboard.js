@@ -40,7 +40,17 @@
       `RSS ${bytes(s.memory.rssBytes)} of ${bytes(s.memory.totalBytes)}`,
     ];
     if (s.memoryBudgetBytes) parts.push(`budget ${bytes(s.memoryBudgetBytes)}`);
-    $('server').replaceChildren(...parts.map((p) => el('span', { textContent: p })));
+    // Each poll changes a text or two: those are set in place, so the page does little work while it is open.
+    const box = $('server');
+    if (box.children.length !== parts.length) {
+      box.replaceChildren(...parts.map((p) => el('span', { textContent: p })));
+      return;
+    }
+    parts.forEach((p, i) => setText(box.children[i], p));
+  }
+
+  function setText(node, text) {
+    if (node.textContent !== text) node.textContent = text;
   }
 
   async function control(name, action) {
@@ -65,7 +75,18 @@
     return m.maxBatchSize ? `${m.batching} (max ${m.maxBatchSize})` : m.batching;
   }
 
+  let modelsShown = '';
   function showModels() {
+    // The table is built again only when something but the request rates changed; else the rates are set in place.
+    const shape = JSON.stringify([selected, models.map((m) => ({ ...m, requestsPerSec: 0 }))]);
+    if (shape === modelsShown) {
+      for (const m of models) {
+        const cell = $('models').querySelector(`tr[data-model="${CSS.escape(m.name)}"] .rps`);
+        if (cell) setText(cell, fmt(m.requestsPerSec, 1));
+      }
+      return;
+    }
+    modelsShown = shape;
     const rows = models.map((m) => {
       const tr = el('tr', { className: m.name === selected ? 'selected' : '' });
       tr.dataset.model = m.name;
@@ -181,7 +202,11 @@
     }
   }
 
+  let problemsShown = '';
   function showProblems(problems) {
+    const shape = JSON.stringify(problems);
+    if (shape === problemsShown) return;
+    problemsShown = shape;
     const items = problems.slice().reverse().map((p) => el('li', {
       className: p.level, textContent: `${p.time} ${p.level}${p.model ? ` [${p.model}]` : ''}: ${p.message}`,
     }));
