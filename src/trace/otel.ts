@@ -9,24 +9,17 @@
  * An export never delays a request: spans past the queue bound, and those
  * of a batch the collector did not take, are dropped and counted.
  */
-import {
-  ROOT_CONTEXT,
-  SpanKind,
-  type Span,
-  type SpanContext,
-  type Tracer as OtelTracer,
-  trace as traceApi,
-} from '@opentelemetry/api';
-import { ExportResultCode, TraceState, type ExportResult } from '@opentelemetry/core';
+import { randomFillSync } from 'node:crypto';
+import { type HrTime, type SpanContext, SpanKind, type Attributes } from '@opentelemetry/api';
+import { ExportResultCode, TraceState, type ExportResult, type InstrumentationScope } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { resourceFromAttributes } from '@opentelemetry/resources';
+import { type Resource, resourceFromAttributes } from '@opentelemetry/resources';
 import {
-  AlwaysOnSampler,
-  BasicTracerProvider,
   BatchSpanProcessor,
   type ReadableSpan,
   type SpanExporter,
   type SpanProcessor,
+  type TimedEvent,
 } from '@opentelemetry/sdk-trace-base';
 import type { Logger } from 'pino';
 import type { TraceStampName } from '../types/api.js';
@@ -43,13 +36,37 @@ export interface OtelOptions {
   bspMaxExportBatchSize: number;
 }
 
-/** hrtime (ns) → the wall-clock time the SDK takes, measured once: spans keep the monotonic clock's durations. */
-const EPOCH_OFFSET_NS =
-  BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6)) - process.hrtime.bigint();
+/**
+ * hrtime (ns) → the wall-clock time the SDK takes, from one reading of both clocks: spans keep the monotonic
+ * clock's durations. Times are taken relative to that reading, as exact integers in a double (for 104 days).
+ */
+const BASE_HR = process.hrtime.bigint();
+const BASE_WALL_NS = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+const BASE_SEC = Number(BASE_WALL_NS / 1_000_000_000n);
+const BASE_NSEC = Number(BASE_WALL_NS % 1_000_000_000n);
 
-function wallTime(ns: bigint): [number, number] {
-  const t = ns + EPOCH_OFFSET_NS;
-  return [Number(t / 1_000_000_000n), Number(t % 1_000_000_000n)];
+function wallTime(ns: bigint): HrTime {
+  const r = Number(ns - BASE_HR);
+  const s = Math.floor(r / 1e9);
+  let sec = BASE_SEC + s;
+  let nsec = BASE_NSEC + (r - s * 1e9);
+  if (nsec >= 1e9) {
+    sec += 1;
+    nsec -= 1e9;
+  }
+  return [sec, nsec];
+}
+
+/** Random ids from a pool refilled 4 KiB at a time (the SDK's generator draws Math.random per id). */
+const idPool = Buffer.allocUnsafe(4096);
+let idAt = idPool.length;
+function randomHex(bytes: number): string {
+  if (idAt + bytes > idPool.length) {
+    randomFillSync(idPool);
+    idAt = 0;
+  }
+  idAt += bytes;
+  return idPool.toString('hex', idAt - bytes, idAt);
 }
 
 /** Counts the spans that leave the processor's queue, and those whose export failed. */
@@ -104,14 +121,87 @@ class CountingProcessor implements SpanProcessor {
   }
 }
 
-/** The open spans of one trace, innermost last. */
-type SpanStack = Span[];
+/** The root span of a group: its ids, the caller's context, when it began. */
+interface RootSpan {
+  traceId: string | undefined;
+  spanId: string | undefined;
+  readonly remote: RemoteContext | undefined;
+  readonly start: bigint;
+}
 
-const FRONTEND_PREFIXES = ['HTTP_', 'GRPC_'];
+/**
+ * The spans of one trace while it runs: which are open (by ordinal, innermost last), each span's parent
+ * (ordinal in this trace; ROOT; or PARENT_SPAN - k for span k of the parent trace), and ids handed out.
+ */
+interface TraceSpans {
+  readonly open: number[];
+  readonly parents: number[];
+  ids: string[] | undefined;
+}
 
+const ROOT = -1;
+const PARENT_SPAN = -2;
+const SAMPLED = 1;
+const NO_LINKS: ReturnType<() => ReadableSpan['links']> = [];
+const STATUS_UNSET = { code: 0 };
+
+/** A finished span as the batch processor and the OTLP exporter read it, built once the request ended. */
+class FinishedSpan implements ReadableSpan {
+  readonly kind = SpanKind.SERVER;
+  readonly status = STATUS_UNSET;
+  readonly links = NO_LINKS;
+  readonly ended = true;
+  readonly droppedAttributesCount = 0;
+  readonly droppedEventsCount = 0;
+  readonly droppedLinksCount = 0;
+  readonly events: TimedEvent[] = [];
+  endTime: HrTime = [0, 0];
+  private readonly context: SpanContext;
+
+  constructor(
+    readonly name: string,
+    traceId: string,
+    spanId: string,
+    traceState: TraceState | undefined,
+    readonly parentSpanContext: SpanContext | undefined,
+    readonly startTime: HrTime,
+    readonly attributes: Attributes,
+    readonly resource: Resource,
+    readonly instrumentationScope: InstrumentationScope,
+  ) {
+    this.context = { traceId, spanId, traceFlags: SAMPLED, traceState };
+  }
+
+  spanContext(): SpanContext {
+    return this.context;
+  }
+
+  get duration(): HrTime {
+    let s = this.endTime[0] - this.startTime[0];
+    let n = this.endTime[1] - this.startTime[1];
+    if (n < 0) {
+      s -= 1;
+      n += 1e9;
+    }
+    return [s, n];
+  }
+}
+
+const NO_ATTRIBUTES: Attributes = {};
+
+function isFrontendStamp(name: TraceStampName): boolean {
+  return name.startsWith('HTTP_') || name.startsWith('GRPC_');
+}
+
+/**
+ * Spans are not made while a request runs: the traces record their timestamps (and which span is open, for
+ * the W3C context a callee asks for), and the spans are built from them when the request ended, in one go,
+ * then handed to the SDK's batch span processor and OTLP exporter.
+ */
 export class OtelExporter implements TraceRecorder, TraceGroupSink {
-  private readonly provider: BasicTracerProvider;
-  private readonly tracer: OtelTracer;
+  private readonly processor: SpanProcessor;
+  private readonly resource: Resource;
+  private readonly scope: InstrumentationScope = { name: 'triton-server' };
   /** Spans dropped: queue full, or the collector did not take them (nereid_trace_spans_dropped_total). */
   readonly dropped = { queueFull: 0, exportFailed: 0 };
   private failing = false;
@@ -135,118 +225,160 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       scheduledDelayMillis: options.bspScheduleDelayMs,
       maxExportBatchSize: Math.min(options.bspMaxExportBatchSize, options.bspMaxQueueSize),
     });
-    const processor = new CountingProcessor(
+    this.processor = new CountingProcessor(
       batch,
       exporter,
       options.bspMaxQueueSize,
       (n) => (this.dropped.queueFull += n),
     );
-    this.provider = new BasicTracerProvider({
-      resource: resourceFromAttributes({ ...options.resource }),
-      sampler: new AlwaysOnSampler(),
-      spanProcessors: [processor],
-    });
-    this.tracer = this.provider.getTracer('triton-server');
+    this.resource = resourceFromAttributes({ ...options.resource });
   }
 
   /** Starts the group's `InferRequest` span, joined to the caller's trace when the request carried one. */
   startRoot(group: TraceGroup, remote: RemoteContext | undefined): void {
-    let parent = ROOT_CONTEXT;
-    if (remote !== undefined) {
-      const ctx: SpanContext = {
-        traceId: remote.traceId,
-        spanId: remote.spanId,
-        traceFlags: remote.flags,
-        isRemote: true,
-        traceState: remote.traceState === undefined ? undefined : new TraceState(remote.traceState),
-      };
-      parent = traceApi.setSpanContext(ROOT_CONTEXT, ctx);
-    }
-    group.root = this.tracer.startSpan(
-      'InferRequest',
-      { kind: SpanKind.SERVER, startTime: wallTime(process.hrtime.bigint()) },
-      parent,
-    );
+    group.root = {
+      traceId: remote?.traceId,
+      spanId: undefined,
+      remote,
+      start: process.hrtime.bigint(),
+    } satisfies RootSpan;
   }
 
-  stamped(trace: Trace, name: TraceStampName, ns: bigint): void {
-    const root = trace.group.root as Span | undefined;
-    if (root === undefined) return;
-    const time = wallTime(ns);
-    if (name.startsWith(FRONTEND_PREFIXES[0]!) || name.startsWith(FRONTEND_PREFIXES[1]!)) {
-      root.addEvent(name, time);
-      return;
-    }
-    const stack = ((trace.spans as SpanStack | undefined) ??= []);
+  /** Keeps track of the open spans; the stamp itself is in the trace. */
+  stamped(trace: Trace, name: TraceStampName): void {
+    if (isFrontendStamp(name)) return;
+    let spans = trace.spans as TraceSpans | undefined;
+    if (spans === undefined) trace.spans = spans = { open: [], parents: [], ids: undefined };
+    const open = spans.open;
     if (name === 'REQUEST_START') {
       // A spawned trace's span nests in its parent's innermost open span (the ensemble's or the caller's model span).
-      const parentStack = trace.parent?.spans as SpanStack | undefined;
-      const parentSpan = parentStack?.[parentStack.length - 1] ?? root;
-      const span = this.tracer.startSpan(
-        trace.modelName,
-        {
-          kind: SpanKind.SERVER,
-          startTime: time,
-          attributes: {
-            'triton.model_name': trace.modelName,
-            'triton.model_version': Number(trace.modelVersion),
-            'triton.trace_id': trace.id,
-            'triton.trace_parent_id': trace.parentId,
-            ...(trace.requestId !== '' ? { 'triton.request_id': trace.requestId } : {}),
-          },
-        },
-        traceApi.setSpan(ROOT_CONTEXT, parentSpan),
-      );
-      stack.push(span);
+      const parentOpen = (trace.parent?.spans as TraceSpans | undefined)?.open;
+      const top = parentOpen === undefined || parentOpen.length === 0 ? undefined : parentOpen[parentOpen.length - 1]!;
+      open.push(spans.parents.length);
+      spans.parents.push(top === undefined ? ROOT : PARENT_SPAN - top);
     } else if (name === 'COMPUTE_START') {
-      const parentSpan = stack[stack.length - 1] ?? root;
-      stack.push(
-        this.tracer.startSpan(
-          'compute',
-          { kind: SpanKind.SERVER, startTime: time },
-          traceApi.setSpan(ROOT_CONTEXT, parentSpan),
-        ),
-      );
-    }
-    const top = stack[stack.length - 1];
-    if (top === undefined) return;
-    top.addEvent(name, time);
-    if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
-      top.end(time);
-      stack.pop();
+      const top = open.length === 0 ? ROOT : open[open.length - 1]!;
+      open.push(spans.parents.length);
+      spans.parents.push(top);
+    } else if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
+      open.pop();
     }
   }
 
   context(trace: Trace): string | undefined {
-    const stack = trace.spans as SpanStack | undefined;
-    const span = stack?.[stack.length - 1] ?? (trace.group.root as Span | undefined);
-    if (span === undefined) return undefined;
-    const c = span.spanContext();
-    return contextJson(c.traceId, c.spanId, c.traceFlags, c.traceState?.serialize());
+    const root = trace.group.root as RootSpan | undefined;
+    if (root === undefined) return undefined;
+    const spans = trace.spans as TraceSpans | undefined;
+    const open = spans?.open;
+    const spanId =
+      open === undefined || open.length === 0 ? this.rootSpanId(root) : this.spanId(spans!, open[open.length - 1]!);
+    return contextJson(this.traceId(root), spanId, SAMPLED, root.remote?.traceState);
+  }
+
+  private traceId(root: RootSpan): string {
+    return (root.traceId ??= randomHex(16));
+  }
+
+  private rootSpanId(root: RootSpan): string {
+    return (root.spanId ??= randomHex(8));
+  }
+
+  private spanId(spans: TraceSpans, ordinal: number): string {
+    const ids = (spans.ids ??= []);
+    return (ids[ordinal] ??= randomHex(8));
   }
 
   /** The W3C trace id of the group's spans. */
   traceIdOf(group: TraceGroup): string | undefined {
-    return (group.root as Span | undefined)?.spanContext().traceId;
+    const root = group.root as RootSpan | undefined;
+    return root === undefined ? undefined : this.traceId(root);
   }
 
-  ended(group: TraceGroup): void {
-    const now = wallTime(process.hrtime.bigint());
+  ended(): void {}
+
+  /** The request ended: its spans, built from the recorded timestamps, go to the batch span processor. */
+  finished(group: TraceGroup): void {
+    const root = group.root as RootSpan | undefined;
+    if (root === undefined) return;
+    const end = wallTime(process.hrtime.bigint());
+    const traceId = this.traceId(root);
+    const remote = root.remote;
+    const traceState = remote?.traceState === undefined ? undefined : new TraceState(remote.traceState);
+    const rootParent: SpanContext | undefined =
+      remote === undefined
+        ? undefined
+        : { traceId, spanId: remote.spanId, traceFlags: remote.flags, isRemote: true, traceState };
+    const rootSpan = new FinishedSpan(
+      'InferRequest',
+      traceId,
+      this.rootSpanId(root),
+      traceState,
+      rootParent,
+      wallTime(root.start),
+      NO_ATTRIBUTES,
+      this.resource,
+      this.scope,
+    );
+    rootSpan.endTime = end;
+    const out: FinishedSpan[] = [];
+    // Each trace's spans by ordinal, for the traces spawned from it.
+    const built = new Map<Trace, FinishedSpan[]>();
     for (const trace of group.traces) {
-      const stack = trace.spans as SpanStack | undefined;
-      if (stack === undefined) continue;
-      while (stack.length > 0) stack.pop()!.end(now);
+      const spans = trace.spans as TraceSpans | undefined;
+      const mine: FinishedSpan[] = [];
+      built.set(trace, mine);
+      const open: FinishedSpan[] = [];
+      const names = trace.stampNames;
+      const times = trace.stampTimes;
+      for (let i = 0; i < names.length; i++) {
+        const name = names[i]!;
+        const time = wallTime(times[i]!);
+        if (isFrontendStamp(name)) {
+          rootSpan.events.push({ name, time });
+          continue;
+        }
+        if (name === 'REQUEST_START' || name === 'COMPUTE_START') {
+          const ordinal = mine.length;
+          const parentRef = spans!.parents[ordinal]!;
+          let parent: FinishedSpan;
+          if (parentRef === ROOT) parent = rootSpan;
+          else if (parentRef >= 0) parent = mine[parentRef]!;
+          else parent = built.get(trace.parent!)?.[PARENT_SPAN - parentRef] ?? rootSpan;
+          const span = new FinishedSpan(
+            name === 'REQUEST_START' ? trace.modelName : 'compute',
+            traceId,
+            spans!.ids?.[ordinal] ?? randomHex(8),
+            traceState,
+            parent.spanContext(),
+            time,
+            name === 'REQUEST_START' ? modelAttributes(trace) : NO_ATTRIBUTES,
+            this.resource,
+            this.scope,
+          );
+          mine.push(span);
+          open.push(span);
+        }
+        const top = open[open.length - 1];
+        if (top === undefined) continue;
+        top.events.push({ name, time });
+        if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
+          top.endTime = time;
+          open.pop();
+        }
+      }
+      for (const span of open) span.endTime = end;
+      // Spans go out in the order they ended, as the SDK hands them on.
+      for (let i = mine.length - 1; i >= 0; i--) out.push(mine[i]!);
     }
-    (group.root as Span | undefined)?.end(now);
+    for (const span of out) this.processor.onEnd(span);
+    this.processor.onEnd(rootSpan);
   }
-
-  finished(): void {}
 
   /** Exports what is queued, waiting at most `timeoutMs` (a collector that is down must not hold the shutdown). */
   async close(timeoutMs = 5000): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      this.provider.shutdown().catch(() => undefined),
+      this.processor.shutdown().catch(() => undefined),
       new Promise<void>((resolve) => {
         timer = setTimeout(resolve, timeoutMs);
         timer.unref();
@@ -254,4 +386,15 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     ]);
     clearTimeout(timer);
   }
+}
+
+function modelAttributes(trace: Trace): Attributes {
+  const a: Attributes = {
+    'triton.model_name': trace.modelName,
+    'triton.model_version': Number(trace.modelVersion),
+    'triton.trace_id': trace.id,
+    'triton.trace_parent_id': trace.parentId,
+  };
+  if (trace.requestId !== '') a['triton.request_id'] = trace.requestId;
+  return a;
 }

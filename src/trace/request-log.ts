@@ -35,18 +35,16 @@ export class RequestLog {
 
   /** Writes the line of a finished request. */
   write(root: Trace, entry: RequestLogEntry, traceId: string | number | undefined): void {
-    const at = new Map<TraceStampName, bigint>();
-    for (const e of root.entries) if (e.kind === 'stamp' && !at.has(e.name)) at.set(e.name, e.ns);
     const us = (from: TraceStampName, to: TraceStampName): number | undefined => {
-      const a = at.get(from);
-      const b = at.get(to);
+      const a = root.stampOf(from);
+      const b = root.stampOf(to);
       return a === undefined || b === undefined ? undefined : Number(b - a) / 1000;
     };
     const start = entry.protocol === 'grpc' ? 'GRPC_WAITREAD_START' : 'HTTP_RECV_START';
     const end = entry.protocol === 'grpc' ? 'GRPC_SEND_END' : 'HTTP_SEND_END';
-    let last: bigint | undefined;
-    for (const e of root.entries) if (e.kind === 'stamp' && e.name === end) last = e.ns;
-    const first = at.get(start);
+    const lastAt = root.stampNames.lastIndexOf(end);
+    const last = lastAt < 0 ? undefined : root.stampTimes[lastAt];
+    const first = root.stampOf(start);
     const line: Record<string, unknown> = {
       protocol: entry.protocol,
       method: entry.method,

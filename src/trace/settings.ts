@@ -50,8 +50,9 @@ export class ActiveSetting {
   collected = 0;
   remaining: number;
   readonly invalidReason: string;
-  /** Written traces not yet in a file (the file sink's buffer for this setting). */
-  readonly pending: string[] = [];
+  /** Slot for the file sink: finished traces of this setting not yet in a file, and how many groups they are. */
+  pending: unknown = undefined;
+  pendingGroups = 0;
 
   constructor(
     readonly values: Readonly<TraceValues>,

@@ -12,14 +12,9 @@ import type { RequestLogEntry } from './request-log.js';
 
 import { LEVEL_TENSORS, LEVEL_TIMESTAMPS } from './settings.js';
 
-/** A timestamp, or a tensor as the TENSORS level records it. */
-export type TraceEntry =
-  | { readonly kind: 'stamp'; readonly name: TraceStampName; readonly ns: bigint }
-  | { readonly kind: 'tensor'; readonly json: string };
-
-/** Live hooks a sink may take while traces run (OpenTelemetry spans start and end as the stamps come). */
+/** Live hooks a sink may take while traces run (OpenTelemetry: which spans are open as the stamps come). */
 export interface TraceRecorder {
-  stamped(trace: Trace, name: TraceStampName, ns: bigint): void;
+  stamped(trace: Trace, name: TraceStampName): void;
   /** The W3C context of the trace's innermost open span, as `{"traceparent": ...}` JSON. */
   context(trace: Trace): string | undefined;
   /** Every trace of the group ended. */
@@ -36,7 +31,7 @@ let nextTraceId = 1;
 /** The traces of one client request: the frontend's root and those spawned from it. */
 export class TraceGroup {
   readonly traces: Trace[] = [];
-  /** Slot for the recorder (the OpenTelemetry root span). */
+  /** Slot for the recorder (the OpenTelemetry root span's context and start). */
   root: unknown = undefined;
   /** Set when the request log takes this request: the frontend fills it in. */
   log: RequestLogEntry | undefined = undefined;
@@ -79,7 +74,12 @@ export class Trace implements RequestTrace {
   modelName = '';
   modelVersion = '';
   requestId = '';
-  readonly entries: TraceEntry[] = [];
+  /** The timestamps in the order recorded: names and hrtime ns side by side (no object per stamp). */
+  readonly stampNames: TraceStampName[] = [];
+  readonly stampTimes: bigint[] = [];
+  /** TENSORS level: each tensor's entry text, and how many stamps came before it. */
+  tensorEntries: string[] | undefined = undefined;
+  tensorAfter: number[] | undefined = undefined;
   /** Slot for the recorder (its open spans). */
   spans: unknown = undefined;
   private ended = false;
@@ -106,13 +106,21 @@ export class Trace implements RequestTrace {
 
   stamp(name: TraceStampName, ns: bigint = process.hrtime.bigint()): void {
     if (this.group.done || (this.group.level & LEVEL_TIMESTAMPS) === 0) return;
-    this.entries.push({ kind: 'stamp', name, ns });
-    this.group.recorder?.stamped(this, name, ns);
+    this.stampNames.push(name);
+    this.stampTimes.push(ns);
+    this.group.recorder?.stamped(this, name);
+  }
+
+  /** The first time `name` was stamped, or undefined. */
+  stampOf(name: TraceStampName): bigint | undefined {
+    const i = this.stampNames.indexOf(name);
+    return i < 0 ? undefined : this.stampTimes[i];
   }
 
   tensor(activity: TraceTensorActivity, tensor: Tensor): void {
     if (this.group.done || !this.tensors) return;
-    this.entries.push({ kind: 'tensor', json: tensorEntryJson(this.id, activity, tensor) });
+    (this.tensorEntries ??= []).push(tensorEntryJson(this.id, activity, tensor));
+    (this.tensorAfter ??= []).push(this.stampNames.length);
   }
 
   spawn(): Trace {

@@ -92,22 +92,98 @@ export function tensorEntryJson(id: number, activity: string, t: Tensor): string
   return `{"id":${id},"activity":"${activity}","tensor":${JSON.stringify(tensor)}}`;
 }
 
+/**
+ * Trace file entries as bytes, appended trace by trace into one growing
+ * buffer that a single file write takes whole: no string per entry kept
+ * alive, no join of thousands of strings.
+ */
+export class EntryBuffer {
+  private buf: Buffer;
+  /** Bytes used; byte 0 is the array's '['. */
+  private len = 1;
+
+  constructor(private readonly initialSize = 64 * 1024) {
+    this.buf = Buffer.allocUnsafeSlow(initialSize);
+    this.buf[0] = 0x5b; // [
+  }
+
+  get empty(): boolean {
+    return this.len === 1;
+  }
+
+  /** Appends the entries of one trace, in the order Triton writes them. */
+  append(trace: Trace): void {
+    const text = traceEntriesJson(trace);
+    if (text === '') return;
+    // One UTF-8 character per UTF-16 unit takes at most 3 bytes.
+    this.reserve(1 + text.length * 3 + 1);
+    if (this.len > 1) this.buf[this.len++] = 0x2c; // ,
+    this.len += this.buf.write(text, this.len, "utf8");
+  }
+
+  /** Moves the entries of `other` here (`other` starts again empty). */
+  appendEntries(other: EntryBuffer): void {
+    if (other.empty) return;
+    const body = other.take();
+    this.reserve(body.length);
+    if (this.len > 1) this.buf[this.len++] = 0x2c;
+    this.len += body.copy(this.buf, this.len, 1, body.length - 1);
+  }
+
+  private reserve(bytes: number): void {
+    const need = this.len + bytes;
+    if (need <= this.buf.length) return;
+    const grown = Buffer.allocUnsafeSlow(Math.max(need, this.buf.length * 2));
+    this.buf.copy(grown, 0, 0, this.len);
+    this.buf = grown;
+  }
+
+  /** The entries so far as a JSON array (the buffer is handed over); the buffer starts again empty. */
+  take(): Buffer {
+    this.buf[this.len++] = 0x5d; // ]
+    const out = this.buf.subarray(0, this.len);
+    this.buf = Buffer.allocUnsafeSlow(Math.max(this.initialSize, this.len));
+    this.buf[0] = 0x5b;
+    this.len = 1;
+    return out;
+  }
+}
+
 /** The entries of one trace, comma-separated (no brackets), in the order Triton writes them. */
 export function traceEntriesJson(trace: Trace): string {
-  const parts: string[] = [];
   const id = trace.id;
+  let out = '';
   if (trace.modelName !== '') {
-    let head = `{"id":${id},"model_name":${JSON.stringify(trace.modelName)},"model_version":` +
-      `${versionNumber(trace.modelVersion)}`;
-    if (trace.requestId !== '') head += `,"request_id":${JSON.stringify(trace.requestId)}`;
-    if (trace.parent !== undefined) head += `,"parent_id":${trace.parent.id}`;
-    parts.push(head + '}');
+    out = `{"id":${id},"model_name":${quoted(trace.modelName)},"model_version":${versionNumber(trace.modelVersion)}`;
+    if (trace.requestId !== '') out += `,"request_id":${JSON.stringify(trace.requestId)}`;
+    if (trace.parent !== undefined) out += `,"parent_id":${trace.parent.id}`;
+    out += '}';
   }
-  for (const e of trace.entries) {
-    if (e.kind === 'stamp') parts.push(`{"id":${id},"timestamps":[{"name":"${e.name}","ns":${e.ns}}]}`);
-    else parts.push(e.json);
+  const names = trace.stampNames;
+  const times = trace.stampTimes;
+  const tensors = trace.tensorEntries;
+  const after = trace.tensorAfter;
+  let t = 0;
+  const head = `{"id":${id},"timestamps":[{"name":"`;
+  for (let i = 0; i < names.length; i++) {
+    if (tensors !== undefined) {
+      for (; t < tensors.length && after![t] === i; t++) out += (out === '' ? '' : ',') + tensors[t];
+    }
+    out += `${out === '' ? '' : ','}${head}${names[i]}","ns":${times[i]}}]}`;
   }
-  return parts.join(',');
+  if (tensors !== undefined) for (; t < tensors.length; t++) out += (out === '' ? '' : ',') + tensors[t];
+  return out;
+}
+
+/** Model names come back request after request: their JSON text is kept. */
+const quotedNames = new Map<string, string>();
+function quoted(name: string): string {
+  let q = quotedNames.get(name);
+  if (q === undefined) {
+    q = JSON.stringify(name);
+    if (quotedNames.size < 4096) quotedNames.set(name, q);
+  }
+  return q;
 }
 
 function versionNumber(version: string): string {
