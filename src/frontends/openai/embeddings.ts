@@ -8,7 +8,7 @@
 import type { ServerResponse } from 'node:http';
 import type { InferResponse, TensorMetadata } from '../../types/api.js';
 import type { Cancellation } from '../../types/cancellation.js';
-import { encodeJsonTensorData } from '../../tensor/json-codec.js';
+import { formatJsonDouble } from '../../tensor/json-codec.js';
 import { type Tensor, typedView } from '../../tensor/tensor.js';
 import type { TextEmbeddingContract, TokenEmbeddingContract } from './contracts.js';
 import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resolveModel } from './context.js';
@@ -345,11 +345,19 @@ export class EmbeddingsEndpoint {
   }
 }
 
-/** The floats as a JSON array, with the digits /v2's JSON gives FP32 outputs. */
+/**
+ * The floats as a JSON array, with the digits /v2's JSON gives FP32 outputs. A fraction prints as the engine
+ * prints it (it can have no "e+"); only whole values need /v2's formatting ("1.0"). About twice as fast as the
+ * general tensor encoder on vectors of this size, and far faster than JSON.stringify of an Array.from (docs/openai.md).
+ */
 function floatList(v: Float32Array): string {
+  let s = '[';
   for (let i = 0; i < v.length; i++) {
-    if (!Number.isFinite(v[i]!))
-      throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${v[i]})`);
+    const x = v[i]!;
+    if (!Number.isFinite(x))
+      throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${x})`);
+    if (i > 0) s += ',';
+    s += Number.isInteger(x) ? formatJsonDouble(x) : x;
   }
-  return encodeJsonTensorData('embedding', 'FP32', new Uint8Array(v.buffer, v.byteOffset, v.byteLength), v.length);
+  return s + ']';
 }
