@@ -24,8 +24,14 @@
  * measured by the same client, with the same cost per request on the same
  * cores.
  *
+ * With `poisson` set, the open loop's requests leave at exponentially
+ * distributed gaps (a Poisson process at `rate`, seeded) instead of on an
+ * even clock, and the generator polls the clock on every event-loop turn
+ * while the next one is due within a millisecond (so sub-millisecond gaps
+ * are kept, at the cost of a busy generator).
+ *
  * Usage: node open-loop.js <config JSON>, where the config is
- *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath, closed? }.
+ *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath, closed?, poisson? }.
  * Prints one JSON line: sent, ok, okInWindow (answered before the clock stopped), refused, retryAfter, otherErrors,
  * okP50us, okP99us, okP99FromDueUs, okMeanUs, refusedP99us, late, maxLagUs, connections, openedDuringRun,
  * seconds, cpuSeconds (the generator's own CPU over the run).
@@ -46,6 +52,8 @@ interface Config {
   warmPath: string;
   /** Closed loop: every one of `connections` sends its next request when the last is answered; `rate` is unused. */
   closed?: boolean;
+  /** Open loop: exponential gaps (Poisson arrivals) rather than an even clock. */
+  poisson?: boolean;
 }
 
 const config = JSON.parse(process.argv[2]!) as Config;
@@ -234,7 +242,33 @@ const endNs = t0 + BigInt(Math.round(config.seconds * 1e9));
 if (config.closed === true) {
   for (const c of idle.splice(0)) sendNext(c, process.hrtime.bigint());
   await new Promise((r) => setTimeout(r, config.seconds * 1000));
-} else await new Promise<void>((resolve) => {
+} else if (config.poisson === true) await new Promise<void>((resolve) => {
+  // A fixed seed: every variant of a comparison sees the same arrival pattern.
+  let state = 0x2545f491;
+  const random = (): number => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const meanGapNs = 1e9 / config.rate;
+  let nextDue = t0 + BigInt(Math.round(-Math.log(1 - random()) * meanGapNs));
+  const tick = (): void => {
+    const now = process.hrtime.bigint();
+    const limit = now < endNs ? now : endNs;
+    while (nextDue <= limit) {
+      sendOne(nextDue);
+      scheduled++;
+      nextDue += BigInt(Math.round(-Math.log(1 - random()) * meanGapNs));
+    }
+    if (now >= endNs) resolve();
+    else if (nextDue - now < 1_500_000n) setImmediate(tick);
+    else setTimeout(tick, 1);
+  };
+  tick();
+});
+else await new Promise<void>((resolve) => {
   const tick = (): void => {
     const now = process.hrtime.bigint();
     const limit = now < endNs ? now : endNs;

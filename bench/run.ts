@@ -31,7 +31,9 @@
  * dashboard (the server's throughput with a dashboard page open in Chromium vs closed, tiny MLP at concurrency 32),
  * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
  * against all loaded and the client-side load→infer→unload dance),
- * ab (this build against another build's dist folder, AB_BASE_DIST: tiny and medium MLP, JSON and binary, c32).
+ * ab (this build against another build's dist folder, AB_BASE_DIST: tiny and medium MLP, JSON and binary, c32),
+ * adaptive (the dynamic batcher's adaptive policy against fixed and unbatched: c1 latency, c8/c32
+ * throughput, open-loop Poisson at 30/60/90 % of capacity, 2× overload, the batcher's own cost).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -291,3 +293,4 @@ if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');
 if (want('paging')) runScript('paging.js');
 if (want('ab')) runScript('ab.js');
+if (want('adaptive')) runScript('adaptive.js');

@@ -122,6 +122,8 @@ export async function resolveModelConfig(
     gpuCount: options.gpuCount,
   });
   validateModelConfig(config, file, positions, { gpuCount: options.gpuCount });
+  // batching_policy and target_p99_ms: a bad value fails here, so `nereid validate` reports it too.
+  batchingSettings(name, config.parameters, serverBatchingPolicy(options.backendConfig, backend.name));
   if (config.modelTransactionPolicy?.decoupled && !backend.supportsDecoupled) {
     throw Errors.config(
       `model '${name}': the ${backend.name} backend does not support models with the ` +

@@ -1,0 +1,409 @@
+/**
+ * `node dist/bench/adaptive.js` (section `adaptive` of bench/run.ts): the
+ * dynamic batcher's policies side by side, with the guide's settings
+ * (max_queue_delay_microseconds: 100, max_batch_size: 64, one instance), on
+ * the tiny and the medium MLP, binary bodies, against the same model without
+ * dynamic_batching (Triton's default of two instances). All variants are
+ * served by one server and measured in the same run, their order flipped
+ * every round; figures are medians over the rounds.
+ *
+ * (a) concurrency 1 (wrk -c1): p50 of adaptive, fixed and unbatched; bar:
+ *     adaptive ≤ unbatched + 20 µs.
+ * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed.
+ * (c) open-loop Poisson arrivals (bench/open-loop.ts, seeded) at 30, 60 and
+ *     90 % of the capacity (the better of the two policies' throughput at
+ *     concurrency 32): p50 and p99 of each variant.
+ * (d) twice that capacity against the same variants with max_queue_size 64:
+ *     goodput (answered per second) against capacity, both policies.
+ * (e) the batcher's own cost: how long after its delay a batch reaches the
+ *     instance. In process, the real batchers (dynamic, and the sequence
+ *     batcher's oldest strategy) with an instance that notes when execute()
+ *     is called: first enqueue → execute start − delay, p50 and p99. In the
+ *     server, the tiny model under fixed at concurrency 1 with request
+ *     tracing: QUEUE_START → COMPUTE_START (executeBatch) and → COMPUTE_INPUT_END
+ *     (the session thread has the inputs), less the delay.
+ *
+ * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (rounds of
+ * (a) and (b), default 2), BENCH_MODELS (e.g. "tiny").
+ */
+import { spawn } from 'node:child_process';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import type { BackendInstance, BackendRequest, BackendResponse } from '../src/backends/backend.js';
+import { ModelDynamicBatchingSchema, ModelSequenceBatchingSchema } from '../src/gen/model_config_pb.js';
+import { DynamicBatcher } from '../src/scheduler/dynamic-batcher.js';
+import { ScheduledRequest } from '../src/scheduler/scheduled-request.js';
+import { ModelInstance, type Scheduler } from '../src/scheduler/scheduler.js';
+import { SequenceBatcher } from '../src/scheduler/sequence-batcher/index.js';
+import { ModelVersionStatistics } from '../src/types/statistics.js';
+import { binaryBody } from './bodies.js';
+import { type BenchModel, benchModelsDir, buildBenchModels } from './models.js';
+import { DIST, startNereid } from './processes.js';
+import { type HttpBody, runWrk } from './wrk.js';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const DELAY_US = 100;
+const MAX_BATCH = 64;
+const LOADS = [0.3, 0.6, 0.9];
+const OVERLOAD = 2;
+
+type Variant = 'adaptive' | 'fixed' | 'unbatched';
+
+function fmt(n: number, digits = 0): string {
+  if (!Number.isFinite(n)) return '-';
+  return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+}
+
+function printTable(title: string, header: string[], rows: string[][]): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+  process.stdout.write(`\n${title}\n${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`);
+  for (const r of rows) process.stdout.write(`${line(r)}\n`);
+}
+
+function size(m: BenchModel): string {
+  return m.plainName.replace(/^mlp_/, '');
+}
+
+function modelName(m: BenchModel, v: Variant, bounded = false): string {
+  return `${size(m)}_${v}${bounded ? '_bounded' : ''}`;
+}
+
+function configText(m: BenchModel, v: Variant, bounded: boolean): string {
+  const lines = [
+    `name: "${modelName(m, v, bounded)}"`,
+    'platform: "onnxruntime_onnx"',
+    `max_batch_size: ${MAX_BATCH}`,
+    `input [ { name: "input" data_type: TYPE_FP32 dims: [ ${m.inputSize} ] } ]`,
+    `output [ { name: "output" data_type: TYPE_FP32 dims: [ ${m.outputSize} ] } ]`,
+  ];
+  if (v !== 'unbatched') {
+    const queue = bounded ? ' default_queue_policy { max_queue_size: 64 }' : '';
+    lines.push(
+      `dynamic_batching { max_queue_delay_microseconds: ${DELAY_US}${queue} }`,
+      'instance_group [ { kind: KIND_CPU count: 1 } ]',
+      `parameters { key: "batching_policy" value: { string_value: "${v}" } }`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+async function writeRepository(models: readonly BenchModel[]): Promise<string> {
+  const dir = path.join(benchModelsDir(), 'adaptive');
+  await rm(dir, { recursive: true, force: true });
+  for (const m of models) {
+    const onnx = await readFile(m.onnxFile);
+    const variants: Array<[Variant, boolean]> = [
+      ['adaptive', false],
+      ['fixed', false],
+      ['unbatched', false],
+      ['adaptive', true],
+      ['fixed', true],
+    ];
+    for (const [v, bounded] of variants) {
+      const name = modelName(m, v, bounded);
+      await mkdir(path.join(dir, name, '1'), { recursive: true });
+      await writeFile(path.join(dir, name, 'config.pbtxt'), configText(m, v, bounded));
+      await writeFile(path.join(dir, name, '1', 'model.onnx'), onnx);
+    }
+  }
+  return dir;
+}
+
+interface OpenLoopResult {
+  okInWindow: number;
+  refused: number;
+  otherErrors: number;
+  okP50us: number;
+  okP99us: number;
+  seconds: number;
+  late: number;
+}
+
+/** An open loop of Poisson arrivals at `rate` from bench/open-loop.ts in its own process. */
+function openLoop(port: number, model: string, body: HttpBody, rate: number): Promise<OpenLoopResult> {
+  const config = {
+    port,
+    path: `/v2/models/${model}/infer`,
+    headers: body.headers,
+    bodyBase64: body.body.toString('base64'),
+    rate,
+    seconds: SECONDS,
+    connections: 256,
+    maxConnections: 1024,
+    warmPath: '/v2/health/live',
+    poisson: true,
+  };
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(DIST, 'bench', 'open-loop.js'), JSON.stringify(config)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      try {
+        resolve(JSON.parse(out) as OpenLoopResult);
+      } catch {
+        reject(new Error(`open-loop generator exited with ${code}: ${out}`));
+      }
+    });
+  });
+}
+
+/** Flips the order every round. */
+function order<T>(xs: readonly T[], round: number): T[] {
+  return round % 2 === 0 ? [...xs] : [...xs].reverse();
+}
+
+async function policies(models: readonly BenchModel[], repo: string): Promise<void> {
+  const server = await startNereid(repo);
+  try {
+    for (const m of models) {
+      const body = binaryBody(m.inputName, m.outputName, m.inputSize);
+      const url = (v: Variant, bounded = false) =>
+        `http://127.0.0.1:${server.http}/v2/models/${modelName(m, v, bounded)}/infer`;
+      // (a) and (b): closed loops, rounds alternated.
+      const closed = new Map<string, number[]>();
+      const note = (key: string, value: number) => closed.set(key, [...(closed.get(key) ?? []), value]);
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], round)) {
+          const r = await runWrk(url(v), body, 1, SECONDS);
+          note(`c1 ${v} p50`, r.p50us);
+          note(`c1 ${v} p99`, r.p99us);
+          note(`c1 ${v} rps`, r.requestsPerSec);
+        }
+        for (const c of [8, 32]) {
+          for (const v of order<Variant>(['adaptive', 'fixed'], round)) {
+            const r = await runWrk(url(v), body, c, SECONDS);
+            note(`c${c} ${v} rps`, r.requestsPerSec);
+            note(`c${c} ${v} p50`, r.p50us);
+            note(`c${c} ${v} p99`, r.p99us);
+          }
+        }
+      }
+      const med = (key: string) => median(closed.get(key) ?? []);
+      printTable(
+        `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds, medians)`,
+        ['variant', 'req/s', 'p50us', 'p99us', 'Δp50 vs unbatched'],
+        (['adaptive', 'fixed', 'unbatched'] as const).map((v) => [
+          v,
+          fmt(med(`c1 ${v} rps`)),
+          fmt(med(`c1 ${v} p50`)),
+          fmt(med(`c1 ${v} p99`)),
+          fmt(med(`c1 ${v} p50`) - med('c1 unbatched p50'), 1),
+        ]),
+      );
+      const gap = med('c1 adaptive p50') - med('c1 unbatched p50');
+      const verdict = gap <= 20 ? 'met' : 'NOT met';
+      process.stdout.write(`(a) adaptive p50 − unbatched p50 = ${fmt(gap, 1)} µs (bar ≤ 20): ${verdict}\n`);
+      printTable(
+        `${m.label}: closed loops (wrk, binary), adaptive against fixed`,
+        ['conc', 'adaptive/s', 'p50us', 'p99us', 'fixed/s', 'p50us', 'p99us', 'adaptive/fixed'],
+        [8, 32].map((c) => [
+          String(c),
+          fmt(med(`c${c} adaptive rps`)),
+          fmt(med(`c${c} adaptive p50`)),
+          fmt(med(`c${c} adaptive p99`)),
+          fmt(med(`c${c} fixed rps`)),
+          fmt(med(`c${c} fixed p50`)),
+          fmt(med(`c${c} fixed p99`)),
+          fmt(med(`c${c} adaptive rps`) / med(`c${c} fixed rps`), 3),
+        ]),
+      );
+      process.stdout.write('(b) bar: adaptive/fixed ≥ 0.97 at concurrency 8 and 32\n');
+
+      // (c) open-loop Poisson at shares of capacity.
+      const capacity = Math.max(med('c32 adaptive rps'), med('c32 fixed rps'));
+      const rows: string[][] = [];
+      for (const [i, load] of LOADS.entries()) {
+        const rate = Math.round(capacity * load);
+        const point = new Map<Variant, OpenLoopResult>();
+        for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], i))
+          point.set(v, await openLoop(server.http, modelName(m, v), body, rate));
+        const row = [`${Math.round(load * 100)}%`, fmt(rate)];
+        for (const v of ['adaptive', 'fixed', 'unbatched'] as const) {
+          const r = point.get(v)!;
+          row.push(fmt(r.okP50us), fmt(r.okP99us));
+        }
+        row.push(fmt(point.get('adaptive')!.okP50us / point.get('fixed')!.okP50us, 2));
+        rows.push(row);
+      }
+      printTable(
+        `${m.label}: open-loop Poisson arrivals, capacity ${fmt(capacity)} req/s (c32, better policy)`,
+        ['load', 'req/s', 'adapt p50', 'p99', 'fixed p50', 'p99', 'unbat p50', 'p99', 'p50 a/f'],
+        rows,
+      );
+
+      // (d) overload against bounded queues.
+      const over: string[][] = [];
+      for (const v of ['adaptive', 'fixed'] as const) {
+        const r = await openLoop(server.http, modelName(m, v, true), body, Math.round(capacity * OVERLOAD));
+        const goodput = r.okInWindow / r.seconds;
+        over.push([v, fmt(goodput), fmt(goodput / capacity, 2), fmt(r.refused), fmt(r.okP99us), fmt(r.otherErrors)]);
+      }
+      printTable(
+        `${m.label}: ${OVERLOAD}× capacity open loop, max_queue_size 64`,
+        ['policy', 'goodput/s', 'x capacity', 'refused', 'ok p99us', 'errors'],
+        over,
+      );
+    }
+  } finally {
+    await server.proc.stop();
+  }
+}
+
+/** An instance that notes when each execute() starts and answers at once. */
+class StampingInstance implements BackendInstance {
+  startedNs = 0n;
+  execute(requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
+    this.startedNs = process.hrtime.bigint();
+    return Promise.resolve(requests.map(() => ({ outputs: [] })));
+  }
+  async close(): Promise<void> {}
+}
+
+/** Requests sent one at a time (each a turn after the last was answered): execute start − enqueue − delay. */
+async function inProcessCost(make: (i: ModelInstance, s: ModelVersionStatistics) => Scheduler, sequence: boolean) {
+  const stamping = new StampingInstance();
+  const stats = new ModelVersionStatistics('m', '1');
+  const scheduler = make(new ModelInstance('m_0', stamping), stats);
+  const costs: number[] = [];
+  for (let n = 0; n < 3000; n++) {
+    await new Promise<void>((resolve) => {
+      const request: BackendRequest = {
+        id: '',
+        inputs: [],
+        requestedOutputs: [],
+        parameters: {},
+        batchSize: 1,
+        correlationId: sequence ? BigInt(n + 1) : 0n,
+        flags: sequence ? 3 : 0, // a sequence of one request: START and END
+      };
+      const item = new ScheduledRequest(request, 0, 0, stats, () => {
+        costs.push(Number(stamping.startedNs - item.enqueueNs) / 1000 - DELAY_US);
+        setImmediate(resolve);
+      }, undefined);
+      scheduler.enqueue(item);
+    });
+  }
+  costs.sort((a, b) => a - b);
+  return { p50: percentile(costs, 0.5), p99: percentile(costs, 0.99) };
+}
+
+async function serverCost(tiny: BenchModel, repo: string): Promise<{ toStart: number[]; toInput: number[] }> {
+  const dir = path.join(tmpdir(), `nereid-bench-adaptive-${process.pid}`);
+  await mkdir(dir, { recursive: true });
+  const file = path.join(dir, 'trace.json');
+  const server = await startNereid(repo, [
+    `--trace-config=triton,file=${file}`,
+    '--trace-config=level=TIMESTAMPS',
+    '--trace-config=rate=1',
+  ]);
+  try {
+    await runWrk(
+      `http://127.0.0.1:${server.http}/v2/models/${modelName(tiny, 'fixed')}/infer`,
+      binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize),
+      1,
+      SECONDS,
+    );
+  } finally {
+    await server.proc.stop();
+  }
+  const entries = JSON.parse(await readFile(file, 'utf8')) as Array<{
+    id: number;
+    timestamps?: Array<{ name: string; ns: number }>;
+  }>;
+  await rm(dir, { recursive: true, force: true });
+  const byId = new Map<number, Map<string, number>>();
+  for (const e of entries) {
+    let ts = byId.get(e.id);
+    if (ts === undefined) byId.set(e.id, (ts = new Map()));
+    for (const t of e.timestamps ?? []) ts.set(t.name, t.ns);
+  }
+  const toStart: number[] = [];
+  const toInput: number[] = [];
+  for (const ts of byId.values()) {
+    const queued = ts.get('QUEUE_START');
+    const start = ts.get('COMPUTE_START');
+    const input = ts.get('COMPUTE_INPUT_END');
+    if (queued === undefined || start === undefined || input === undefined) continue;
+    toStart.push((start - queued) / 1000 - DELAY_US);
+    toInput.push((input - queued) / 1000 - DELAY_US);
+  }
+  return { toStart: toStart.sort((a, b) => a - b), toInput: toInput.sort((a, b) => a - b) };
+}
+
+function quantiles(sorted: readonly number[]): [string, string] {
+  return [fmt(percentile(sorted, 0.5), 1), fmt(percentile(sorted, 0.99), 1)];
+}
+
+async function batcherCost(models: readonly BenchModel[], repo: string): Promise<void> {
+  const dynamic = await inProcessCost(
+    (i, s) =>
+      new DynamicBatcher('m', [i], s, {
+        maxBatchSize: MAX_BATCH,
+        batching: create(ModelDynamicBatchingSchema, {
+          maxQueueDelayMicroseconds: BigInt(DELAY_US),
+          preferredBatchSize: [MAX_BATCH],
+        }),
+        raggedInputs: new Set(),
+        coalesceArrivals: true,
+        policy: 'fixed',
+      }),
+    false,
+  );
+  const oldest = await inProcessCost(
+    (i, s) =>
+      new SequenceBatcher('m', [i], s, {
+        maxBatchSize: MAX_BATCH,
+        batching: create(ModelSequenceBatchingSchema, {
+          strategyChoice: {
+            case: 'oldest',
+            value: { maxCandidateSequences: 4, maxQueueDelayMicroseconds: BigInt(DELAY_US) },
+          },
+        }),
+        states: [],
+        policy: 'fixed',
+      }),
+    true,
+  );
+  const rows = [
+    ['in process: dynamic batcher', 'enqueue → execute()', fmt(dynamic.p50, 1), fmt(dynamic.p99, 1)],
+    ['in process: sequence batcher, oldest', 'enqueue → execute()', fmt(oldest.p50, 1), fmt(oldest.p99, 1)],
+  ];
+  const tiny = models.find((m) => size(m) === 'tiny');
+  if (tiny !== undefined) {
+    const { toStart, toInput } = await serverCost(tiny, repo);
+    rows.push(
+      ['server: tiny MLP, fixed, c1', 'QUEUE_START → COMPUTE_START', ...quantiles(toStart)],
+      ['server: tiny MLP, fixed, c1', '→ COMPUTE_INPUT_END', ...quantiles(toInput)],
+    );
+  }
+  printTable(
+    `(e) the batcher's own cost: time past the ${DELAY_US} µs delay until the batch reaches the instance ` +
+    '(bar: p50 ≤ 15 µs)',
+    ['where', 'from → to', 'p50 µs', 'p99 µs'],
+    rows,
+  );
+}
+
+const only = process.env.BENCH_MODELS?.split(',');
+const models = (await buildBenchModels()).filter((m) => !only || only.some((o) => m.plainName.includes(o)));
+const repo = await writeRepository(models);
+await batcherCost(models, repo);
+await policies(models, repo);
