@@ -239,16 +239,20 @@ export class InferenceClient {
       throw new InvalidInputError(`request id must be a string, not ${typeof r.id}`);
     checkParameters(`request for model '${model}'`, r.parameters);
     const inputs = wireInputs(model, r.inputs);
-    for (const t of inputs) checkParameters(`input '${t.name}'`, t.parameters);
+    for (const t of inputs) if (t.parameters !== undefined) checkParameters(`input '${t.name}'`, t.parameters);
     if (r.outputs !== undefined) {
       if (!Array.isArray(r.outputs))
         throw new InvalidInputError(`request for model '${model}': outputs must be an array`);
-      const seen = new Set<string>();
-      for (const o of r.outputs) {
-        const name = checkName(`request for model '${model}': an output's name`, o?.name);
-        if (seen.has(name)) throw new InvalidInputError(`output '${name}' is requested twice`);
-        seen.add(name);
-        checkParameters(`output '${name}'`, o.parameters);
+      const outputs = r.outputs;
+      for (let i = 0; i < outputs.length; i++) {
+        const o = outputs[i]!;
+        const name = o?.name;
+        if (typeof name !== 'string' || name === '') checkName(`request for model '${model}': an output's name`, name);
+        // A scan rather than a Set: requests name few outputs, and this runs on every call.
+        for (let j = 0; j < i; j++) {
+          if (outputs[j]!.name === name) throw new InvalidInputError(`output '${name}' is requested twice`);
+        }
+        if (o.parameters !== undefined) checkParameters(`output '${name}'`, o.parameters);
         if (o.sharedMemory !== undefined) checkSharedMemory(`output '${name}'`, o.sharedMemory);
         if (o.classification !== undefined && (!Number.isSafeInteger(o.classification) || o.classification < 1)) {
           throw new InvalidInputError(`output '${name}': classification must be an integer >= 1 (the top K)`);

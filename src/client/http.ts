@@ -38,6 +38,7 @@ const gunzip = promisify(zlib.gunzip);
 const inflate = promisify(zlib.inflate);
 
 const HEADER_LENGTH = 'inference-header-content-length';
+const EMPTY = Buffer.alloc(0);
 type Json = Record<string, unknown>;
 
 export interface HttpTransportOptions {
@@ -123,14 +124,13 @@ export class HttpTransport implements Transport {
       body = await (this.compression === 'gzip' ? gzip(raw) : deflate(raw));
       headers = { ...headers, 'content-encoding': this.compression };
     }
-    let res: Dispatcher.ResponseData;
-    let bytes: Buffer;
+    let res: Reply;
     try {
-      res = await this.pool.request({ method, path, body, headers, signal });
-      bytes = Buffer.from(await res.body.arrayBuffer());
+      res = await this.exchange(method, path, body, headers, signal);
     } catch (err) {
       throw this.failure(what, err, c, signal);
     }
+    let bytes = res.body;
     const encoding = header(res.headers, 'content-encoding');
     if (encoding !== undefined && encoding !== 'identity') {
       try {
@@ -143,7 +143,61 @@ export class HttpTransport implements Transport {
         );
       }
     }
-    return { status: res.statusCode, headers: res.headers, body: bytes };
+    return { status: res.status, headers: res.headers, body: bytes };
+  }
+
+  /**
+   * One request and its whole answer, through the pool's dispatch with a handler that keeps the body's chunks:
+   * undici's request() makes a stream, an async resource and a body mixin for each answer, which cost a call more
+   * than everything else the client does. docs/client.md ("What it costs") has the figures.
+   */
+  private exchange(
+    method: 'GET' | 'POST',
+    path: string,
+    body: Buffer | string | undefined,
+    headers: Record<string, string>,
+    signal: AbortSignal | undefined,
+  ): Promise<Reply> {
+    return new Promise<Reply>((resolve, reject) => {
+      let controller: Dispatcher.DispatchController | undefined;
+      let status = 0;
+      let answerHeaders: Reply['headers'] = {};
+      let first: Buffer | undefined;
+      let more: Buffer[] | undefined;
+      let size = 0;
+      const onAbort = () => controller?.abort(signal!.reason);
+      const done = () => signal?.removeEventListener('abort', onAbort);
+      if (signal !== undefined) {
+        if (signal.aborted) return reject(signal.reason);
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+      this.pool.dispatch({ method, path, body, headers }, {
+        onRequestStart(c) {
+          controller = c;
+          if (signal?.aborted) c.abort(signal.reason);
+        },
+        onResponseStart(_c, statusCode, h) {
+          // 1xx answers come before the final one; only the final one is kept.
+          status = statusCode;
+          answerHeaders = h;
+        },
+        onResponseData(_c, chunk) {
+          if (first === undefined) first = chunk;
+          else (more ??= []).push(chunk);
+          size += chunk.byteLength;
+        },
+        onResponseEnd() {
+          done();
+          const bytes =
+            first === undefined ? EMPTY : more === undefined ? first : Buffer.concat([first, ...more], size);
+          resolve({ status, headers: answerHeaders, body: bytes });
+        },
+        onResponseError(_c, err) {
+          done();
+          reject(err);
+        },
+      });
+    });
   }
 
   private failure(what: string, err: unknown, c: CallContext, signal: AbortSignal | undefined): Error {

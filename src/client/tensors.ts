@@ -160,15 +160,16 @@ function fromPlainArray(where: string, datatype: Datatype, values: readonly unkn
 export function wireInputs(model: string, inputs: readonly InferInput[]): WireInput[] {
   if (!Array.isArray(inputs)) throw new InvalidInputError(`request for model '${model}': inputs must be an array`);
   const out: WireInput[] = new Array(inputs.length);
-  const seen = new Set<string>();
   for (let i = 0; i < inputs.length; i++) {
     const input = inputs[i]!;
     if (typeof input !== 'object' || input === null || typeof input.name !== 'string' || input.name === '') {
       throw new InvalidInputError(`request for model '${model}': input ${i} has no name`);
     }
     const where = `input '${input.name}'`;
-    if (seen.has(input.name)) throw new InvalidInputError(`${where} is given twice`);
-    seen.add(input.name);
+    // A scan rather than a Set: requests have few inputs, and this runs on every call.
+    for (let j = 0; j < i; j++) {
+      if (inputs[j]!.name === input.name) throw new InvalidInputError(`${where} is given twice`);
+    }
     if (typeof input.datatype !== 'string' || !isDatatype(input.datatype)) {
       throw new InvalidInputError(
         `${where}: unknown datatype ${JSON.stringify(input.datatype)} (one of ${DATATYPE_LIST})`,
