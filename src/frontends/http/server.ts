@@ -1,12 +1,12 @@
 /**
  * The KServe v2 HTTP frontend with Triton's extensions, on node:http.
  *
- * Routing follows Triton's: one table of full paths (`addRoutes`), no
+ * Routing follows Triton's: one table of full paths (./routes/table.ts), no
  * percent-decoding, 404 "Not Found" for anything else. The table gives each
  * route its API category and methods, and the dispatcher applies
  * `--http-restricted-api` (403) and then the method (405 "Method Not
  * Allowed" for a known path with the wrong method) once, before the handler.
- * The handlers live in ./routes/, one file per API group.
+ * The handlers live beside the table in ./routes/, one file per API group.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -22,15 +22,9 @@ import { answerClientError } from './client-error.js';
 import { compileHeaderForwardPattern } from '../header-forward.js';
 import { type HttpApiCategory, type Restriction, parseRestrictedApis } from './restrictions.js';
 import { Replier } from './reply.js';
-import { Router, type RouteParams } from './router.js';
+import type { Router } from './router.js';
 import { type HttpContext } from './routes/context.js';
-import { handleGenerate } from './routes/generate.js';
-import { handleHealth, handleModelReady } from './routes/health.js';
-import { admitInfer } from './routes/infer.js';
-import { handleModelConfig, handleModelMetadata, handleServerMetadata, handleStats } from './routes/metadata.js';
-import { handleRepositoryControl, handleRepositoryIndex } from './routes/repository.js';
-import { handleSharedMemory } from './routes/shared-memory.js';
-import { handleLogging, handleTrace } from './routes/trace-logging.js';
+import { type HttpRoute, routeTable } from './routes/table.js';
 import { LogSettings, TraceSettings } from './settings.js';
 
 export interface HttpFrontendOptions {
@@ -67,17 +61,6 @@ export interface HttpFrontendOptions {
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
 
-/** One entry of the route table: the API group `--http-restricted-api` names, the methods, the handler. */
-interface HttpRoute {
-  readonly category: HttpApiCategory;
-  readonly methods: readonly string[];
-  readonly handle: (req: IncomingMessage, res: ServerResponse, params: RouteParams) => Promise<void> | void;
-}
-
-const GET: readonly string[] = ['GET'];
-const POST: readonly string[] = ['POST'];
-const GET_POST: readonly string[] = ['GET', 'POST'];
-
 const METHOD_NOT_ALLOWED = 405;
 const NOT_FOUND = 404;
 
@@ -88,7 +71,7 @@ export class HttpFrontend {
   private readonly ctx: HttpContext;
   private readonly logger: Logger;
   private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
-  private readonly routes = new Router<HttpRoute>();
+  private readonly routes: Router<HttpRoute>;
   private closed: Promise<void> | undefined;
 
   constructor(
@@ -111,7 +94,7 @@ export class HttpFrontend {
       logSettings: options.logSettings ?? new LogSettings(),
       replies: new CacheReplies(),
     };
-    this.addRoutes();
+    this.routes = routeTable(this.ctx);
     this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));
     this.httpServer.on('clientError', answerClientError);
     // Outlive common load-balancer idle timeouts (60 s) so they close first.
@@ -214,81 +197,5 @@ export class HttpFrontend {
     if (this.restricted(req, res, route.category)) return;
     if (!route.methods.includes(req.method ?? '')) return this.notAllowed(res);
     return route.handle(req, res, found.params);
-  }
-
-  /** Triton's endpoints: each path once, with its API category and methods. */
-  private addRoutes(): void {
-    const route = (category: HttpApiCategory, methods: readonly string[], handle: HttpRoute['handle']): HttpRoute => ({
-      category,
-      methods,
-      handle,
-    });
-    const ctx = this.ctx;
-    const model = (p: RouteParams): string => p['model']!;
-    this.routes
-      .add('/v2', route('metadata', GET, (_req, res) => handleServerMetadata(ctx, res)))
-      .add('/v2/health/live', route('health', GET, (_req, res) => handleHealth(ctx, res, 'live')))
-      .add('/v2/health/ready', route('health', GET, (_req, res) => handleHealth(ctx, res, 'ready')))
-      .add('/v2/models/stats', route('statistics', GET, (req, res) => handleStats(ctx, res, '', undefined, req)))
-      .add(
-        '/v2/models/:model[/versions/:version]',
-        route('metadata', GET, (_req, res, p) => handleModelMetadata(ctx, res, model(p), p['version'])),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/ready',
-        route('health', GET, (_req, res, p) => handleModelReady(ctx, res, model(p), p['version'])),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/config',
-        route('model-config', GET, (_req, res, p) => handleModelConfig(ctx, res, model(p), p['version'])),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/stats',
-        route('statistics', GET, (_req, res, p) => handleStats(ctx, res, model(p), p['version'])),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/infer',
-        route('inference', POST, (req, res, p) => admitInfer(ctx, req, res, model(p), p['version'])),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/generate',
-        route('inference', POST, (req, res, p) => handleGenerate(ctx, req, res, model(p), p['version'], false)),
-      )
-      .add(
-        '/v2/models/:model[/versions/:version]/generate_stream',
-        route('inference', POST, (req, res, p) => handleGenerate(ctx, req, res, model(p), p['version'], true)),
-      )
-      .add(
-        '/v2/models/:model/trace/setting',
-        route('trace', GET_POST, (req, res, p) => handleTrace(ctx, req, res, model(p))),
-      )
-      .add('/v2/trace/setting', route('trace', GET_POST, (req, res) => handleTrace(ctx, req, res, '')))
-      .add('/v2/logging', route('logging', GET_POST, (req, res) => handleLogging(ctx, req, res)))
-      .add(
-        '/v2/repository[/:repository]/index',
-        route('model-repository', POST, (req, res, p) => handleRepositoryIndex(ctx, req, res, p['repository'] ?? '')),
-      )
-      .add(
-        '/v2/repository[/:repository]/models/:model/load',
-        route('model-repository', POST, (req, res, p) =>
-          handleRepositoryControl(ctx, req, res, p['repository'] ?? '', model(p), 'load'),
-        ),
-      )
-      .add(
-        '/v2/repository[/:repository]/models/:model/unload',
-        route('model-repository', POST, (req, res, p) =>
-          handleRepositoryControl(ctx, req, res, p['repository'] ?? '', model(p), 'unload'),
-        ),
-      );
-    for (const kind of ['system', 'cuda'] as const) {
-      for (const action of ['status', 'register', 'unregister'] as const) {
-        this.routes.add(
-          `/v2/${kind}sharedmemory[/region/:region]/${action}`,
-          route('shared-memory', action === 'status' ? GET : POST, (req, res, p) =>
-            handleSharedMemory(ctx, req, res, kind, p['region'] ?? '', action),
-          ),
-        );
-      }
-    }
   }
 }
