@@ -6,7 +6,7 @@
  * rules and how exact the measurement is.
  */
 import { EventEmitter } from 'node:events';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from 'pino';
@@ -69,6 +69,29 @@ export function processRssBytes(pid: number | 'self', procDir = '/proc'): number
   }
 }
 
+/**
+ * Starts a new peak of this process's resident memory (VmHWM), as writing 5
+ * to clear_refs does; false where the kernel does not allow it.
+ */
+function resetPeakRss(): boolean {
+  try {
+    writeFileSync('/proc/self/clear_refs', '5');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** This process's peak resident memory since start or the last reset (VmHWM), in bytes. */
+function peakRssBytes(): number | undefined {
+  try {
+    const m = /^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 async function folderBytes(dir: string): Promise<number> {
   let total = 0;
   let names: string[];
@@ -122,6 +145,18 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
    */
   private bytesPerFileByte = 1;
   private measuredLoads = 0;
+  /** The process's resident memory before its first measured load: what the budget comes on top of. */
+  private baseRss: number | undefined;
+  /** The most each model version's load took above what it kept (its peak while loading), by `model/version`. */
+  private readonly transients = new Map<string, number>();
+  /** The last load's peak above what it kept, per byte of its files (times instances). */
+  private transientPerFileByte = 0;
+  /**
+   * Memory the process holds above its base that no loaded model's figure
+   * accounts for, as found before the last load: what the allocators kept of
+   * unloaded models and did not reuse (docs/paging.md#what-the-process-keeps).
+   */
+  retainedBytes = 0;
 
   constructor(
     options: PagingOptions,
@@ -241,14 +276,25 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
 
   /**
    * Unloads idle models, least frequently used first (PagingPolicy), until
-   * `needed` more bytes fit in the budget. Busy models are waited for until
-   * `deadline`. Resolves false when the bytes cannot be made to fit.
+   * `needed` more bytes fit in the budget, and `extra` too while idle models
+   * can go. Busy models are waited for until `deadline`. Resolves false when
+   * `needed` cannot be made to fit.
    */
-  private async makeRoom(needed: number, protect: ReadonlySet<string>, deadline: number): Promise<boolean> {
+  private async makeRoom(
+    needed: number,
+    protect: ReadonlySet<string>,
+    deadline: number,
+    extra = 0,
+  ): Promise<boolean> {
     const graceEnd = Math.min(deadline, Date.now() + BUSY_GRACE_MS);
     for (;;) {
-      if (this.usedBytes() + needed <= this.budgetBytes) return true;
-      const chosen = this.policy.choose(this.candidates(protect), Date.now() < graceEnd).evict;
+      if (this.usedBytes() + extra + needed <= this.budgetBytes) return true;
+      const decision = this.policy.choose(this.candidates(protect), Date.now() < graceEnd);
+      // `extra` (a load's peak, what the allocators kept) is made room for only as far as idle models can go: a load
+      // whose figure fits does not wait or fail for it.
+      const fits = this.usedBytes() + needed <= this.budgetBytes;
+      if (decision.evict === undefined && fits && !(decision.wait && Date.now() < graceEnd)) return true;
+      const chosen = decision.evict;
       const victim = chosen === undefined ? undefined : [...this.host.entries()].find((e) => e.name === chosen);
       if (victim !== undefined) {
         this.host.logger.info(
@@ -287,6 +333,25 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     return known;
   }
 
+  /** The peak above the end of a load, guessed from its last load, else from its files as the last load measured. */
+  private transientGuess(prepared: PreparedModel, files: number): number {
+    let known = 0;
+    for (const n of prepared.selected) {
+      const t = this.transients.get(`${prepared.name}/${n}`);
+      if (t === undefined) return Math.max(known, Math.round(files * this.transientPerFileByte));
+      known += t;
+    }
+    return known;
+  }
+
+  /** What the process holds above its base beyond the loaded models' figures (0 when it holds less). */
+  private measureRetained(): number {
+    const rss = process.memoryUsage.rss();
+    this.baseRss ??= rss;
+    this.retainedBytes = Math.max(0, rss - this.baseRss - this.usedBytes());
+    return this.retainedBytes;
+  }
+
   private noRoom(name: string, needed: number): string {
     return (
       `model '${name}' needs ${formatBytes(needed)} but the memory budget of ${formatBytes(this.budgetBytes)} has ` +
@@ -315,15 +380,29 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     return this.measuring.run(async () => {
       const files = await this.fileBytes(prepared);
       const guess = this.estimate(prepared, files);
-      if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline))) {
+      // Room for the load's peak too, and for what the allocators kept of earlier models: the process's resident
+      // memory stays within its base and the budget (docs/paging.md#what-the-process-keeps).
+      const extra = this.transientGuess(prepared, files) + this.measureRetained();
+      if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline, extra))) {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
+      const peakKnown = resetPeakRss();
       const before = process.memoryUsage();
       const loaded = await load();
       const after = process.memoryUsage();
+      const peak = peakKnown ? peakRssBytes() : undefined;
       // The main thread's JavaScript heap is not the model's: a collection during the load would hide its growth.
       const grown = Math.max(0, after.rss - before.rss - (after.heapTotal - before.heapTotal));
       const ready = [...loaded.versions.values()].filter((v) => v.state === 'READY');
+      if (peak !== undefined) {
+        const over = Math.max(0, peak - after.rss);
+        if (files > 0 && this.measuredLoads > 0) this.transientPerFileByte = over / files;
+        for (const n of prepared.selected) {
+          const key = `${prepared.name}/${n}`;
+          const share = Math.round(over / prepared.selected.length);
+          this.transients.set(key, Math.max(this.transients.get(key) ?? 0, share));
+        }
+      }
       if (ready.length === 0) return loaded;
       const costs = new Map<ModelVersion, number>();
       let total = 0;
@@ -345,7 +424,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         failure =
           `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), ` +
           `more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
-      } else if (!(await this.makeRoom(total, protect, deadline))) {
+      } else if (!(await this.makeRoom(total, protect, deadline, this.retainedAfter(after.rss, grown)))) {
         failure = this.noRoom(entry.name, total);
       }
       if (failure !== undefined) {
@@ -364,6 +443,12 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       );
       return loaded;
     });
+  }
+
+  /** What the allocators keep, measured again after a load that grew the process by `grown` (its own figure). */
+  private retainedAfter(rss: number, grown: number): number {
+    this.retainedBytes = Math.max(0, rss - (this.baseRss ?? rss) - this.usedBytes() - grown);
+    return this.retainedBytes;
   }
 
   /**

@@ -37,6 +37,14 @@ export function registerPagingMetrics(metrics: Metrics, pager: ModelPager): void
         this.set(pager.usedBytes());
       },
     });
+    new Gauge({
+      name: 'nereid_model_memory_retained_bytes',
+      help: 'Resident memory above the base that no loaded model accounts for, as found at the last load (bytes)',
+      registers,
+      collect() {
+        this.set(pager.retainedBytes);
+      },
+    });
     const evictions = new Counter({
       name: 'nereid_model_evictions_total',
       help: 'Models unloaded to make room under the memory budget',

@@ -277,6 +277,13 @@ async function expectStates(port: number, expected: Record<string, string>): Pro
 /** Bytes each model measured on a server with room for all, loaded in the scenarios' order. */
 let cost: Record<string, number>;
 let bigCost: number;
+/** The most a calibration load took above what it kept (the server's peak resident memory less its resident memory). */
+let loadPeak = 0;
+
+/** The peak resident memory (VmHWM) of a process, in bytes; the pager starts a new peak before each load. */
+function peakRss(pid: number): number {
+  return Number(/^VmHWM:\s+(\d+)\s+kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1]) * 1024;
+}
 
 before(async () => {
   const proc = startServe([
@@ -290,7 +297,10 @@ before(async () => {
   try {
     const { http: port } = await proc.ports;
     const whole = { sequence_id: 1, sequence_start: true, sequence_end: true };
-    for (const m of [...BIG, 'hold', 'seq', 'e']) await inferOk(port, m, m === 'seq' ? whole : undefined);
+    for (const m of [...BIG, 'hold', 'seq', 'e']) {
+      await inferOk(port, m, m === 'seq' ? whole : undefined);
+      loadPeak = Math.max(loadPeak, peakRss(proc.pid) - processRssBytes(proc.pid)!);
+    }
     const idx = await index(port);
     cost = {};
     for (const [name, e] of idx) if (e.memory_bytes !== undefined) cost[name] = e.memory_bytes;
@@ -305,11 +315,14 @@ const PINNED_FIRST = ['--load-model=warm', '--load-model=z', '--model-pin=warm',
 
 /**
  * A budget that holds the pinned `warm` and `z` and `fit`, with half of
- * `next` to spare: loading `next` as well needs room (each figure as the
- * calibration server measured it, loaded in the same place in the order).
+ * `next` to spare, and room for a load's peak (`peak`): loading `next` as
+ * well needs room (each figure as the calibration server measured it,
+ * loaded in the same place in the order). Without room for the peak, one
+ * unloaded model could not make room for both and two would go.
  */
-function budgetFor(fit: readonly string[], next: string): string {
-  return String(Math.round([...FIRST, ...fit].reduce((s, m) => s + cost[m]!, 0) + cost[next]! / 2));
+function budgetFor(fit: readonly string[], next: string, peak = true): string {
+  const figures = [...FIRST, ...fit].reduce((s, m) => s + cost[m]!, 0);
+  return String(Math.round(figures + cost[next]! / 2 + (peak ? loadPeak : 0)));
 }
 
 // ---- scenarios --------------------------------------------------------------
@@ -405,7 +418,7 @@ test('pinned models (flag and parameter) stay; a load with no room left answers 
     ...LOOPBACK_PORTS,
     ...PINNED_FIRST,
     '--model-pin=a',
-    `--model-memory-budget=${budgetFor(['a', 'b'], 'c')}`,
+    `--model-memory-budget=${budgetFor(['a', 'b'], 'c', false)}`,
   ]);
   t.after(() => proc.stop());
   const { http: port, metrics } = await proc.ports;
