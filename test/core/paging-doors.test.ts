@@ -236,7 +236,7 @@ test('warm-up samples run on every on-demand load, the first and one after an ev
   assert.deepEqual(lines('w1'), ['0', '5', '0', '8']);
 });
 
-test('poll mode under a budget: what fits stays loaded, polling leaves the evicted alone, requests load it', async (t) => {
+test('poll mode under a budget: polling leaves an evicted model alone, a request loads it', async (t) => {
   const repo = new TempRepository();
   t.after(() => repo.cleanup());
   const logs = { p1: path.join(repo.dir, 'p1.log'), p2: path.join(repo.dir, 'p2.log') };
