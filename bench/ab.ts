@@ -21,13 +21,16 @@
  * AB_SCHEDULERS (default "plain"; "plain,batched" adds the dynamic batcher),
  * AB_TOGETHER=1 (load both builds at the same time instead of in turns: on a
  * machine shared with other work both then see the same contention, and the
- * ratio says which needs less CPU per request; absolute rates are halved).
+ * ratio says which needs less CPU per request; absolute rates are halved),
+ * AB_GC=1 (servers run with V8's --trace-gc: scavenges and the sum of all
+ * collections' pauses per 1,000 requests beside each point; a count of
+ * collections does not depend on how busy the machine is).
  */
 import path from 'node:path';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
-import { DIST, cpuSeconds, startNereid } from './processes.js';
+import { DIST, startNereid } from './processes.js';
 import { type HttpBody, runWrk } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -39,6 +42,7 @@ const SCHEDULERS = (process.env.AB_SCHEDULERS ?? 'plain').split(',');
 const BASE_DIST = process.env.AB_BASE_DIST;
 const THIS_DIST = process.env.AB_DIST;
 const TOGETHER = process.env.AB_TOGETHER === '1';
+const GC = process.env.AB_GC === '1';
 const args = (text: string | undefined) => (text ?? '').split(' ').filter((s) => s !== '');
 /** "NAME=value ..." */
 function envOf(text: string | undefined): Record<string, string> {
@@ -62,6 +66,23 @@ function body(model: BenchModel, format: string): HttpBody {
   return binaryInJsonOutBody(model.inputName, model.outputName, model.inputSize);
 }
 
+/**
+ * CPU seconds a thread ran (the first field of its schedstat: the scheduler's own account, in ns), or all of a
+ * process's threads: far finer than /proc/PID/stat's 10 ms ticks, which at 2 s per point leave 10 % of noise.
+ */
+function runSeconds(pid: number, tid?: number): number {
+  const tids = tid === undefined ? readdirSync(`/proc/${pid}/task`) : [String(tid)];
+  let ns = 0;
+  for (const t of tids) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return ns / 1e9;
+}
+
 function median(values: readonly number[]): number {
   const s = [...values].sort((a, b) => a - b);
   return s[Math.floor(s.length / 2)]!;
@@ -78,6 +99,9 @@ interface Sample {
   readonly cpuUs: number;
   /** The server's main thread's CPU per request, µs. */
   readonly mainUs: number;
+  /** Scavenges per 1,000 requests and all collections' pauses (ms) per 1,000 requests (AB_GC=1). */
+  readonly scavenges: number;
+  readonly gcMs: number;
   readonly errors: number;
 }
 
@@ -119,6 +143,20 @@ interface Server {
   readonly http: number;
   readonly pid: number;
   readonly stop: () => Promise<void>;
+  /** Collections seen in the server's --trace-gc output so far. */
+  readonly gc: { scavenges: number; ms: number; partial: string };
+}
+
+/** Counts collections in --trace-gc lines ("...: Scavenge 34.9 (55.0) -> 21.7 (55.0) MB, pooled: 0 MB, 0.18 / ..."). */
+function countGc(gc: Server['gc'], text: string): void {
+  const lines = (gc.partial + text).split('\n');
+  gc.partial = lines.pop()!;
+  for (const l of lines) {
+    const m = /: (Scavenge|Mark-Compact|Mark-Sweep|Minor Mark-Sweep)\b.*? MB, (?:pooled: \S+ MB, )?([\d.]+) \//.exec(l);
+    if (m === null) continue;
+    if (m[1] === 'Scavenge') gc.scavenges++;
+    gc.ms += Number(m[2]);
+  }
 }
 
 const servers: Server[] = [];
@@ -127,11 +165,13 @@ const loads: string[] = [];
 try {
   for (const model of models) {
     for (const build of builds) {
+      const gc = { scavenges: 0, ms: 0, partial: '' };
       const s = await startNereid(model.repository, build.extra, {
         env: build.env,
         ...(build.dist === undefined ? {} : { dist: build.dist }),
+        ...(GC ? { nodeArgs: ['--trace-gc'], onStdout: (text: string) => countGc(gc, text) } : {}),
       });
-      servers.push({ build, model, http: s.http, pid: s.proc.child.pid!, stop: () => s.proc.stop() });
+      servers.push({ build, model, http: s.http, pid: s.proc.child.pid!, stop: () => s.proc.stop(), gc });
     }
   }
   const points: { model: BenchModel; scheduler: string; format: string; c: number }[] = [];
@@ -149,11 +189,12 @@ try {
     for (const p of points) {
       const pair = servers.filter((x) => x.model === p.model);
       const measure = async (s: Server): Promise<void> => {
-        const cpu0 = cpuSeconds(s.pid);
-        const main0 = cpuSeconds(s.pid, s.pid);
+        const cpu0 = runSeconds(s.pid);
+        const main0 = runSeconds(s.pid, s.pid);
+        const gc0 = { ...s.gc };
         const w = await runWrk(url(s, p.scheduler), body(p.model, p.format), p.c, SECONDS);
-        const cpu = cpuSeconds(s.pid) - cpu0;
-        const main = cpuSeconds(s.pid, s.pid) - main0;
+        const cpu = runSeconds(s.pid) - cpu0;
+        const main = runSeconds(s.pid, s.pid) - main0;
         const key = `${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}|${s.build.label}`;
         const list = samples.get(key) ?? [];
         list.push({
@@ -161,6 +202,8 @@ try {
           p50us: w.p50us,
           cpuUs: (cpu * 1e6) / Math.max(1, w.requests),
           mainUs: (main * 1e6) / Math.max(1, w.requests),
+          scavenges: ((s.gc.scavenges - gc0.scavenges) * 1000) / Math.max(1, w.requests),
+          gcMs: ((s.gc.ms - gc0.ms) * 1000) / Math.max(1, w.requests),
           errors: w.errors + w.non2xx,
         });
         samples.set(key, list);
@@ -171,6 +214,7 @@ try {
     }
   }
   const header = ['model', 'sched', 'body', 'conc', 'build', 'req/s', 'p50us', 'cpu us/req', 'main us', 'errors'];
+  if (GC) header.push('scav/1k', 'gc ms/1k');
   header.push('this/base', 'range');
   const rows: string[][] = [];
   for (const p of points) {
@@ -192,6 +236,7 @@ try {
         fmt(median(ss.map((x) => x.cpuUs)), 1),
         fmt(median(ss.map((x) => x.mainUs)), 1),
         String(ss.reduce((a, x) => a + x.errors, 0)),
+        ...(GC ? [fmt(median(ss.map((x) => x.scavenges)), 2), fmt(median(ss.map((x) => x.gcMs)), 1)] : []),
         last ? fmt(median(ratios), 3) : '',
         last ? `${fmt(Math.min(...ratios), 2)}-${fmt(Math.max(...ratios), 2)}` : '',
       ]);

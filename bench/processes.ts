@@ -46,17 +46,22 @@ export class Proc {
   }
 }
 
-/** `env` adds to this process's environment; an undefined value removes a variable. */
+/**
+ * `env` adds to this process's environment; an undefined value removes a variable. `onStdout` gets its standard
+ * output (otherwise discarded).
+ */
 export function startNode(
   script: string,
   args: string[],
   env: Record<string, string | undefined> = {},
   nodeArgs: readonly string[] = [],
+  onStdout?: (text: string) => void,
 ): Proc {
   const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
-    stdio: ['ignore', 'ignore', 'inherit'],
+    stdio: ['ignore', onStdout === undefined ? 'ignore' : 'pipe', 'inherit'],
     env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
   });
+  if (onStdout !== undefined) child.stdout!.on('data', (chunk: Buffer) => onStdout(chunk.toString()));
   return new Proc(child);
 }
 
@@ -65,6 +70,8 @@ export interface NodeLaunch {
   readonly nodeArgs?: readonly string[];
   /** The dist folder of the build to start (default: this one). */
   readonly dist?: string;
+  /** Receives the server's standard output (e.g. V8's --trace-gc lines). */
+  readonly onStdout?: (text: string) => void;
 }
 
 export async function startNereid(
@@ -82,7 +89,7 @@ export async function startNereid(
     '--http-address=127.0.0.1',
     '--grpc-address=127.0.0.1',
     ...extra,
-  ], launch.env, launch.nodeArgs);
+  ], launch.env, launch.nodeArgs, launch.onStdout);
   await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`);
   return { proc, http, grpc, metrics };
 }
