@@ -365,7 +365,8 @@ function put(from: Uint8Array, first: number, to: Uint8Array, at: number): numbe
 function base64Answer(vectors: readonly Float32Array[], tail: string): Buffer {
   let size = HEAD_BYTES.length + Buffer.byteLength(tail);
   for (let i = 0; i < vectors.length; i++) {
-    size += ITEM_BYTES.length + String(i).length + EMBEDDING_BYTES.length + 4 * Math.ceil(vectors[i]!.byteLength / 3) + 2;
+    const base64 = 4 * Math.ceil(vectors[i]!.byteLength / 3);
+    size += ITEM_BYTES.length + String(i).length + EMBEDDING_BYTES.length + base64 + 2;
   }
   size -= vectors.length > 0 ? 1 : 0; // the first item has no comma
   const out = Buffer.allocUnsafe(size);
