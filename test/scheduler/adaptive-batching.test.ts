@@ -198,3 +198,31 @@ test('fixed reproduces Triton\'s batches exactly, member for member and instant 
     });
   }
 });
+
+test('target_p99_ms: under dense arrivals the batcher shortens its delay to meet the target', async () => {
+  // A 1 ms delay; a batch of n takes 20 + 2n µs; arrivals every 20 µs on average. Waiting the full delay puts
+  // the p99 over 1 ms; the target of 0.5 ms is met with a shorter delay.
+  const warnings: string[] = [];
+  const logger = { warn: (_: object, msg: string) => warnings.push(msg) };
+  const sim = new Simulation({ policy: 'fixed', delayUs: 1000, targetP99Ms: 0.5, logger });
+  sim.poisson(50_000, 0, 200_000, seeded(5));
+  await sim.run(210_000);
+  const delay = sim.batcher.batching.delayNs;
+  assert.ok(delay > 0 && delay < 500_000, `delay in effect ${delay} ns`);
+  assert.deepEqual(warnings, []);
+  // The last requests' time in the batcher is within the target.
+  const late = [...sim.doneUs].filter(([id, done]) => done - sim.arrivedUs.get(id)! > 500 && done > 150_000);
+  assert.ok(late.length < 0.01 * sim.doneUs.size, `${late.length} of ${sim.doneUs.size} over the target`);
+});
+
+test('target_p99_ms out of reach: reported once, the configured delay stays', async () => {
+  const warnings: string[] = [];
+  const logger = { warn: (_: object, msg: string) => warnings.push(msg) };
+  // Every batch takes 300 µs at least: no delay gets the p99 under 0.1 ms.
+  const sim = new Simulation({ policy: 'fixed', delayUs: 200, targetP99Ms: 0.1, costUs: (n) => 300 + n, logger });
+  sim.poisson(20_000, 0, 1_000_000, seeded(9)); // 20 windows of 1,000: enough to halve the delay down to 0
+  await sim.run(1_050_000);
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0]!, /target_p99_ms cannot be met/);
+  assert.equal(sim.batcher.batching.delayNs, 200_000);
+});

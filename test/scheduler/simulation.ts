@@ -94,6 +94,8 @@ export interface SimOptions {
   /** Run time of a batch of n, µs. Default 20 + 2n. */
   costUs?: (n: number) => number;
   instances?: number;
+  targetP99Ms?: number;
+  logger?: { warn(obj: object, msg: string): void };
 }
 
 export class Simulation {
@@ -128,6 +130,8 @@ export class Simulation {
       coalesceArrivals: true,
       policy: opts.policy,
       clock: this.clock,
+      ...(opts.targetP99Ms === undefined ? {} : { targetP99Ms: opts.targetP99Ms }),
+      ...(opts.logger === undefined ? {} : { logger: opts.logger }),
     });
   }
 
