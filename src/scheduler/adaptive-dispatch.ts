@@ -22,6 +22,7 @@ export class AdaptiveDispatch {
   private periodStart = 0;
   private periodMax = 0;
   private previousMax = 0;
+  private readonly gaps = new Float64Array(RATE_SAMPLES - 1);
 
   constructor(originNs: bigint) {
     this.origin = originNs;
@@ -50,27 +51,35 @@ export class AdaptiveDispatch {
     // answer, so nobody else is coming.
     if (this.previousMax > 0 && inSystem >= this.previousMax && this.periodMax <= this.previousMax) return 0n;
     const deadline = Number(deadlineNs - this.origin);
-    const gap = this.meanGap(now);
+    const gap = this.typicalGap(now);
     const last = this.arrivalCount > 0 ? this.arrivals[this.newest]! : now;
-    // The next arrival, predicted: one mean gap away, and not sooner than the quiet so far suggests.
+    // The next arrival, predicted: one typical gap away, and not sooner than the quiet so far suggests.
     if (now + Math.max(gap, now - last) >= deadline) return 0n;
     // Ask again when either estimate reaches past the deadline.
     const again = Math.min(deadline - gap, (last + deadline) / 2, deadline);
     return this.origin + BigInt(Math.ceil(again));
   }
 
-  /** Mean gap between the recent arrivals, ns; Infinity with fewer than two in the window. */
-  meanGap(now: number): number {
+  /**
+   * The median gap between the recent arrivals, ns; Infinity with fewer than
+   * two in the window. The median, not the mean: a closed loop's arrivals
+   * come in waves, and the long gap between two waves says nothing about
+   * when the next request of this wave comes.
+   */
+  typicalGap(now: number): number {
     let n = 0;
-    let oldest = 0;
+    let later = 0;
     for (let k = 0; k < this.arrivalCount; k++) {
       const t = this.arrivals[(this.newest - k + RATE_SAMPLES) % RATE_SAMPLES]!;
       if (now - t > RATE_WINDOW_NS) break;
-      oldest = t;
+      if (k > 0) this.gaps[n - 1] = later - t;
+      later = t;
       n += 1;
     }
     if (n < 2) return Infinity;
-    return (this.arrivals[this.newest]! - oldest) / (n - 1);
+    const gaps = this.gaps.subarray(0, n - 1).sort();
+    const m = gaps.length >> 1;
+    return gaps.length % 2 === 1 ? gaps[m]! : (gaps[m - 1]! + gaps[m]!) / 2;
   }
 
   private observe(now: number, inSystem: number): void {
