@@ -638,10 +638,13 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
       'OpenTelemetry spans dropped, by reason: the export queue was full ' +
       '(queue_full) or the collector did not take them (export_failed)',
       'reason',
-      () => [
-        ['queue_full', tracer.droppedSpans.queueFull],
-        ['export_failed', tracer.droppedSpans.exportFailed],
-      ],
+      async () => {
+        const dropped = await tracer.droppedSpans();
+        return [
+          ['queue_full', dropped.queueFull],
+          ['export_failed', dropped.exportFailed],
+        ];
+      },
     );
     metrics.addScrapeCounter(
       'nereid_trace_context_invalid_total',

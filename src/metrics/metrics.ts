@@ -146,16 +146,22 @@ export class Metrics implements SeriesSource<ModelReporter> {
   }
 
   /** A counter with one label whose values are read at each scrape (counts kept elsewhere, e.g. by reason). */
-  addScrapeCounter(name: string, help: string, label: string, read: () => Iterable<readonly [string, number]>): void {
+  addScrapeCounter(
+    name: string,
+    help: string,
+    label: string,
+    read: () => Iterable<readonly [string, number]> | Promise<Iterable<readonly [string, number]>>,
+  ): void {
     if (!this.enabled) return;
     new Counter({
       name,
       help,
       labelNames: [label],
       registers: [this.registry],
-      collect() {
+      async collect() {
+        const counts = await read();
         this.reset();
-        for (const [value, count] of read()) this.inc({ [label]: value }, count);
+        for (const [value, count] of counts) this.inc({ [label]: value }, count);
       },
     });
 }

@@ -10,22 +10,23 @@
  * of a batch the collector did not take, are dropped and counted.
  */
 import { randomFillSync } from 'node:crypto';
-import { type HrTime, type SpanContext, SpanKind, type Attributes } from '@opentelemetry/api';
-import { ExportResultCode, TraceState, type ExportResult, type InstrumentationScope } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
-import { type Resource, resourceFromAttributes } from '@opentelemetry/resources';
-import {
-  BatchSpanProcessor,
-  type ReadableSpan,
-  type SpanExporter,
-  type SpanProcessor,
-  type TimedEvent,
-} from '@opentelemetry/sdk-trace-base';
+import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { TraceStampName } from '../types/api.js';
 import type { RemoteContext } from './traceparent.js';
 import { contextJson } from './traceparent.js';
 import type { Trace, TraceGroup, TraceGroupSink, TraceRecorder } from './trace.js';
+import {
+  type DropCounts,
+  type ExportInit,
+  type FromExportThread,
+  NONE,
+  SPAN_COMPUTE,
+  SPAN_MODEL,
+  SPAN_ROOT,
+  STAMP_NAMES,
+  type ToExportThread,
+} from './otel-record.js';
 
 export interface OtelOptions {
   url: string;
@@ -37,24 +38,14 @@ export interface OtelOptions {
 }
 
 /**
- * hrtime (ns) → the wall-clock time the SDK takes, from one reading of both clocks: spans keep the monotonic
- * clock's durations. Times are taken relative to that reading, as exact integers in a double (for 104 days).
+ * hrtime (ns) → wall-clock time, from one reading of both clocks: spans keep the monotonic clock's durations.
+ * Records carry times relative to that reading, exact integers in a double (for 104 days).
  */
 const BASE_HR = process.hrtime.bigint();
 const BASE_WALL_NS = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
-const BASE_SEC = Number(BASE_WALL_NS / 1_000_000_000n);
-const BASE_NSEC = Number(BASE_WALL_NS % 1_000_000_000n);
 
-function wallTime(ns: bigint): HrTime {
-  const r = Number(ns - BASE_HR);
-  const s = Math.floor(r / 1e9);
-  let sec = BASE_SEC + s;
-  let nsec = BASE_NSEC + (r - s * 1e9);
-  if (nsec >= 1e9) {
-    sec += 1;
-    nsec -= 1e9;
-  }
-  return [sec, nsec];
+function relTime(ns: bigint): number {
+  return Number(ns - BASE_HR);
 }
 
 /** Random ids from a pool refilled 4 KiB at a time (the SDK's generator draws Math.random per id). */
@@ -67,58 +58,6 @@ function randomHex(bytes: number): string {
   }
   idAt += bytes;
   return idPool.toString('hex', idAt - bytes, idAt);
-}
-
-/** Counts the spans that leave the processor's queue, and those whose export failed. */
-class CountingExporter implements SpanExporter {
-  taken = 0;
-  constructor(
-    private readonly inner: SpanExporter,
-    private readonly lost: (count: number, error: Error | undefined) => void,
-  ) {}
-
-  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
-    this.taken += spans.length;
-    this.inner.export(spans, (result) => {
-      if (result.code !== ExportResultCode.SUCCESS) this.lost(spans.length, result.error);
-      done(result);
-    });
-  }
-
-  shutdown(): Promise<void> {
-    return this.inner.shutdown();
-  }
-
-  forceFlush(): Promise<void> {
-    return this.inner.forceFlush?.() ?? Promise.resolve();
-  }
-}
-
-/** The batch span processor, with the spans it would drop for a full queue counted before it drops them. */
-class CountingProcessor implements SpanProcessor {
-  private given = 0;
-  constructor(
-    private readonly inner: BatchSpanProcessor,
-    private readonly exporter: CountingExporter,
-    private readonly maxQueueSize: number,
-    private readonly dropped: (count: number) => void,
-  ) {}
-
-  onStart(): void {}
-
-  onEnd(span: ReadableSpan): void {
-    if (this.given - this.exporter.taken >= this.maxQueueSize) this.dropped(1);
-    else this.given += 1;
-    this.inner.onEnd(span);
-  }
-
-  forceFlush(): Promise<void> {
-    return this.inner.forceFlush();
-  }
-
-  shutdown(): Promise<void> {
-    return this.inner.shutdown();
-  }
 }
 
 /** The root span of a group: its ids, the caller's context, when it began. */
@@ -142,52 +81,8 @@ interface TraceSpans {
 const ROOT = -1;
 const PARENT_SPAN = -2;
 const SAMPLED = 1;
-const NO_LINKS: ReturnType<() => ReadableSpan['links']> = [];
-const STATUS_UNSET = { code: 0 };
-
-/** A finished span as the batch processor and the OTLP exporter read it, built once the request ended. */
-class FinishedSpan implements ReadableSpan {
-  readonly kind = SpanKind.SERVER;
-  readonly status = STATUS_UNSET;
-  readonly links = NO_LINKS;
-  readonly ended = true;
-  readonly droppedAttributesCount = 0;
-  readonly droppedEventsCount = 0;
-  readonly droppedLinksCount = 0;
-  readonly events: TimedEvent[] = [];
-  endTime: HrTime = [0, 0];
-  private readonly context: SpanContext;
-
-  constructor(
-    readonly name: string,
-    traceId: string,
-    spanId: string,
-    traceState: TraceState | undefined,
-    readonly parentSpanContext: SpanContext | undefined,
-    readonly startTime: HrTime,
-    readonly attributes: Attributes,
-    readonly resource: Resource,
-    readonly instrumentationScope: InstrumentationScope,
-  ) {
-    this.context = { traceId, spanId, traceFlags: SAMPLED, traceState };
-  }
-
-  spanContext(): SpanContext {
-    return this.context;
-  }
-
-  get duration(): HrTime {
-    let s = this.endTime[0] - this.startTime[0];
-    let n = this.endTime[1] - this.startTime[1];
-    if (n < 0) {
-      s -= 1;
-      n += 1e9;
-    }
-    return [s, n];
-  }
-}
-
-const NO_ATTRIBUTES: Attributes = {};
+const STAMP_CODES = new Map<TraceStampName, number>(STAMP_NAMES.map((n, i) => [n, i]));
+const WORKER_URL = new URL('./otel-worker.js', import.meta.url);
 
 function isFrontendStamp(name: TraceStampName): boolean {
   return name.startsWith('HTTP_') || name.startsWith('GRPC_');
@@ -195,45 +90,96 @@ function isFrontendStamp(name: TraceStampName): boolean {
 
 /**
  * Spans are not made while a request runs: the traces record their timestamps (and which span is open, for
- * the W3C context a callee asks for), and the spans are built from them when the request ended, in one go,
- * then handed to the SDK's batch span processor and OTLP exporter.
+ * the W3C context a callee asks for). When the request has ended its spans are written as numbers into a
+ * batch that goes, once per turn of the event loop, to the export thread (otel-worker.ts), where the SDK's
+ * batch span processor and OTLP exporter take them.
  */
 export class OtelExporter implements TraceRecorder, TraceGroupSink {
-  private readonly processor: SpanProcessor;
-  private readonly resource: Resource;
-  private readonly scope: InstrumentationScope = { name: 'triton-server' };
+  private readonly worker: Worker;
   /** Spans dropped: queue full, or the collector did not take them (nereid_trace_spans_dropped_total). */
-  readonly dropped = { queueFull: 0, exportFailed: 0 };
+  dropped: DropCounts = { queueFull: 0, exportFailed: 0 };
+  /** Spans dropped here because the export thread has not taken what it was sent. */
+  private droppedHere = 0;
   private failing = false;
+  private nums: number[] = [];
+  private strings: string[] = [];
+  private newNames: string[] = [];
+  private groups = 0;
+  private spans = 0;
+  private flushing = false;
+  /** Spans sent to the export thread and not yet taken by it. */
+  private unacked = 0;
+  /** Spans on their way to the export thread at most: a few times its queue (it takes them as they come). */
+  private readonly maxInFlight: number;
+  private readonly modelNames = new Map<string, number>();
+  private readonly syncs = new Map<number, (counts: DropCounts) => void>();
+  private nextSync = 1;
+  private closed: Promise<void> | undefined;
+  private onClosed: (() => void) | undefined;
 
   constructor(
-    options: OtelOptions,
+    private readonly options: OtelOptions,
     private readonly logger: Logger | undefined,
   ) {
-    const exporter = new CountingExporter(new OTLPTraceExporter({ url: options.url }), (count, error) => {
-      this.dropped.exportFailed += count;
-      if (!this.failing) {
-        this.failing = true;
-        this.logger?.warn(
-          { url: options.url, err: error },
-          `trace export failed; ${count} spans dropped (counted in nereid_trace_spans_dropped_total)`,
-        );
-      }
+    this.maxInFlight = 4 * options.bspMaxQueueSize + 1024;
+    const init: ExportInit = {
+      ...options,
+      resource: { ...options.resource },
+      baseSec: Number(BASE_WALL_NS / 1_000_000_000n),
+      baseNsec: Number(BASE_WALL_NS % 1_000_000_000n),
+    };
+    this.worker = new Worker(WORKER_URL, { workerData: init });
+    this.worker.unref();
+    this.worker.on('message', (msg: FromExportThread) => this.onMessage(msg));
+    this.worker.on('error', (err: unknown) => this.logger?.error({ err }, 'the trace export thread failed'));
+    this.worker.on('exit', () => {
+      for (const resolve of this.syncs.values()) resolve(this.counts());
+      this.syncs.clear();
+      this.onClosed?.();
     });
-    const batch = new BatchSpanProcessor(exporter, {
-      maxQueueSize: options.bspMaxQueueSize,
-      scheduledDelayMillis: options.bspScheduleDelayMs,
-      maxExportBatchSize: Math.min(options.bspMaxExportBatchSize, options.bspMaxQueueSize),
-    });
-    this.processor = new CountingProcessor(
-      batch,
-      exporter,
-      options.bspMaxQueueSize,
-      (n) => (this.dropped.queueFull += n),
-    );
-    this.resource = resourceFromAttributes({ ...options.resource });
   }
 
+  private counts(): DropCounts {
+    return { queueFull: this.dropped.queueFull + this.droppedHere, exportFailed: this.dropped.exportFailed };
+  }
+
+  private onMessage(msg: FromExportThread): void {
+    switch (msg.t) {
+      case 'ack':
+        this.unacked -= msg.spans;
+        return;
+      case 'counts':
+        this.dropped = msg.dropped;
+        this.syncs.get(msg.id)?.(this.counts());
+        this.syncs.delete(msg.id);
+        return;
+      case 'failed':
+        this.dropped = msg.dropped;
+        if (!this.failing) {
+          this.failing = true;
+          this.logger?.warn(
+            { url: this.options.url, err: { message: msg.message } },
+            `trace export failed; ${msg.count} spans dropped (counted in nereid_trace_spans_dropped_total)`,
+          );
+        }
+        return;
+      case 'closed':
+        this.dropped = msg.dropped;
+        this.onClosed?.();
+        return;
+    }
+  }
+
+  /** The drop counts once the export thread has taken every span finished so far. */
+  droppedNow(): Promise<DropCounts> {
+    this.flush();
+    if (this.closed !== undefined) return Promise.resolve(this.counts());
+    const id = this.nextSync++;
+    return new Promise((resolve) => {
+      this.syncs.set(id, resolve);
+      this.worker.postMessage({ t: 'sync', id } satisfies ToExportThread);
+    });
+  }
   /** Starts the group's `InferRequest` span, joined to the caller's trace when the request carried one. */
   startRoot(group: TraceGroup, remote: RemoteContext | undefined): void {
     group.root = {
@@ -296,105 +242,167 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
 
   ended(): void {}
 
-  /** The request ended: its spans, built from the recorded timestamps, go to the batch span processor. */
+  /** The request ended: its spans go into the batch for the export thread. */
   finished(group: TraceGroup): void {
     const root = group.root as RootSpan | undefined;
-    if (root === undefined) return;
-    const end = wallTime(process.hrtime.bigint());
-    const traceId = this.traceId(root);
+    if (root === undefined || this.closed !== undefined) return;
+    const count = 1 + countSpans(group);
+    if (this.unacked + this.spans + count > this.maxInFlight) {
+      // The export thread is far behind (or stuck): memory stays bounded, the spans are dropped and counted.
+      this.droppedHere += count;
+      return;
+    }
+    const end = relTime(process.hrtime.bigint());
+    const nums = this.nums;
     const remote = root.remote;
-    const traceState = remote?.traceState === undefined ? undefined : new TraceState(remote.traceState);
-    const rootParent: SpanContext | undefined =
-      remote === undefined
-        ? undefined
-        : { traceId, spanId: remote.spanId, traceFlags: remote.flags, isRemote: true, traceState };
-    const rootSpan = new FinishedSpan(
-      'InferRequest',
-      traceId,
-      this.rootSpanId(root),
-      traceState,
-      rootParent,
-      wallTime(root.start),
-      NO_ATTRIBUTES,
-      this.resource,
-      this.scope,
+    nums.push(
+      count,
+      root.traceId === undefined ? NONE : this.string(root.traceId),
+      remote?.traceState === undefined ? NONE : this.string(remote.traceState),
+      remote === undefined ? NONE : this.string(remote.spanId),
+      remote === undefined ? 0 : remote.flags,
     );
-    rootSpan.endTime = end;
-    const out: FinishedSpan[] = [];
-    // Each trace's spans by ordinal, for the traces spawned from it.
-    const built = new Map<Trace, FinishedSpan[]>();
+    // The root span: its events are the frontend's stamps, of every trace of the group.
+    const rootId = root.spanId === undefined ? NONE : this.string(root.spanId);
+    nums.push(SPAN_ROOT, NONE, rootId, NONE, relTime(root.start), end);
+    const eventsAt = nums.length;
+    nums.push(0);
+    let events = 0;
+    for (const trace of group.traces) {
+      const names = trace.stampNames;
+      for (let i = 0; i < names.length; i++) {
+        if (!isFrontendStamp(names[i]!)) continue;
+        nums.push(STAMP_CODES.get(names[i]!)!, relTime(trace.stampTimes[i]!));
+        events += 1;
+      }
+    }
+    nums[eventsAt] = events;
+    // Each trace's spans, replaying its stamps as they came: a span per REQUEST_START (the model's) and
+    // COMPUTE_START, each stamp an event of the innermost open span.
+    let index = 1;
+    const first = new Map<Trace, number>();
     for (const trace of group.traces) {
       const spans = trace.spans as TraceSpans | undefined;
-      const mine: FinishedSpan[] = [];
-      built.set(trace, mine);
-      const open: FinishedSpan[] = [];
+      if (spans === undefined) continue;
+      first.set(trace, index);
       const names = trace.stampNames;
       const times = trace.stampTimes;
+      // Per span: kind, name, id, parent, start, end, then its events.
+      const records: number[][] = [];
+      const open: number[][] = [];
       for (let i = 0; i < names.length; i++) {
         const name = names[i]!;
-        const time = wallTime(times[i]!);
-        if (isFrontendStamp(name)) {
-          rootSpan.events.push({ name, time });
-          continue;
-        }
+        if (isFrontendStamp(name)) continue;
+        const time = relTime(times[i]!);
         if (name === 'REQUEST_START' || name === 'COMPUTE_START') {
-          const ordinal = mine.length;
-          const parentRef = spans!.parents[ordinal]!;
-          let parent: FinishedSpan;
-          if (parentRef === ROOT) parent = rootSpan;
-          else if (parentRef >= 0) parent = mine[parentRef]!;
-          else parent = built.get(trace.parent!)?.[PARENT_SPAN - parentRef] ?? rootSpan;
-          const span = new FinishedSpan(
-            name === 'REQUEST_START' ? trace.modelName : 'compute',
-            traceId,
-            spans!.ids?.[ordinal] ?? randomHex(8),
-            traceState,
-            parent.spanContext(),
+          const ordinal = records.length;
+          const ref = spans.parents[ordinal]!;
+          let parent = 0;
+          if (ref >= 0) parent = index + ref;
+          else if (ref !== ROOT) parent = (first.get(trace.parent!) ?? NaN) + (PARENT_SPAN - ref);
+          if (Number.isNaN(parent)) parent = 0;
+          const model = name === 'REQUEST_START';
+          const id = spans.ids?.[ordinal];
+          const record = [
+            model ? SPAN_MODEL : SPAN_COMPUTE,
+            model ? this.modelName(trace.modelName) : NONE,
+            id === undefined ? NONE : this.string(id),
+            parent,
             time,
-            name === 'REQUEST_START' ? modelAttributes(trace) : NO_ATTRIBUTES,
-            this.resource,
-            this.scope,
-          );
-          mine.push(span);
-          open.push(span);
+            end,
+          ];
+          records.push(record);
+          open.push(record);
         }
         const top = open[open.length - 1];
         if (top === undefined) continue;
-        top.events.push({ name, time });
+        top.push(STAMP_CODES.get(name)!, time);
         if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
-          top.endTime = time;
+          top[5] = time;
           open.pop();
         }
       }
-      for (const span of open) span.endTime = end;
-      // Spans go out in the order they ended, as the SDK hands them on.
-      for (let i = mine.length - 1; i >= 0; i--) out.push(mine[i]!);
+      for (const r of records) {
+        nums.push(r[0]!, r[1]!, r[2]!, r[3]!, r[4]!, r[5]!, (r.length - 6) / 2);
+        for (let k = 6; k < r.length; k++) nums.push(r[k]!);
+        if (r[0] === SPAN_MODEL) {
+          nums.push(
+            Number(trace.modelVersion),
+            trace.id,
+            trace.parentId,
+            trace.requestId === '' ? NONE : this.string(trace.requestId),
+          );
+        }
+      }
+      index += records.length;
     }
-    for (const span of out) this.processor.onEnd(span);
-    this.processor.onEnd(rootSpan);
+    this.groups += 1;
+    this.spans += count;
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(() => this.flush());
+    }
+  }
+
+  private string(text: string): number {
+    return this.strings.push(text) - 1;
+  }
+
+  private modelName(name: string): number {
+    let i = this.modelNames.get(name);
+    if (i === undefined) {
+      i = this.modelNames.size;
+      this.modelNames.set(name, i);
+      this.newNames.push(name);
+    }
+    return i;
+  }
+
+  /** Sends the batch to the export thread. */
+  private flush(): void {
+    this.flushing = false;
+    if (this.groups === 0) return;
+    const msg: ToExportThread = {
+      t: 'spans',
+      groups: this.groups,
+      spans: this.spans,
+      nums: this.nums,
+      strings: this.strings,
+      names: this.newNames,
+    };
+    this.unacked += this.spans;
+    this.nums = [];
+    this.strings = [];
+    this.newNames = [];
+    this.groups = 0;
+    this.spans = 0;
+    this.worker.postMessage(msg);
   }
 
   /** Exports what is queued, waiting at most `timeoutMs` (a collector that is down must not hold the shutdown). */
-  async close(timeoutMs = 5000): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.processor.shutdown().catch(() => undefined),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, timeoutMs);
-        timer.unref();
-      }),
-    ]);
-    clearTimeout(timer);
+  close(timeoutMs = 5000): Promise<void> {
+    if (this.closed !== undefined) return this.closed;
+    this.flush();
+    this.closed = new Promise<void>((resolve) => {
+      const timer = setTimeout(() => resolve(), timeoutMs + 500);
+      timer.unref();
+      this.onClosed = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      this.worker.ref();
+      this.worker.postMessage({ t: 'close', timeoutMs } satisfies ToExportThread);
+    }).then(() => this.worker.terminate().then(() => undefined));
+    return this.closed;
   }
 }
 
-function modelAttributes(trace: Trace): Attributes {
-  const a: Attributes = {
-    'triton.model_name': trace.modelName,
-    'triton.model_version': Number(trace.modelVersion),
-    'triton.trace_id': trace.id,
-    'triton.trace_parent_id': trace.parentId,
-  };
-  if (trace.requestId !== '') a['triton.request_id'] = trace.requestId;
-  return a;
+/** Spans of a group besides its root: a model span per REQUEST_START, a compute span per COMPUTE_START. */
+function countSpans(group: TraceGroup): number {
+  let n = 0;
+  for (const trace of group.traces) {
+    const spans = trace.spans as TraceSpans | undefined;
+    if (spans !== undefined) n += spans.parents.length;
+  }
+  return n;
 }

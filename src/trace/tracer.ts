@@ -86,9 +86,9 @@ export class Tracer {
     return this.settings.enabled || this.requestLog !== undefined;
   }
 
-  /** Spans dropped by the OpenTelemetry exporter (none in Triton mode). */
-  get droppedSpans(): { readonly queueFull: number; readonly exportFailed: number } {
-    return this.otel?.dropped ?? { queueFull: 0, exportFailed: 0 };
+  /** Spans dropped by the OpenTelemetry export (none in Triton mode), once every span finished so far is counted. */
+  async droppedSpans(): Promise<{ readonly queueFull: number; readonly exportFailed: number }> {
+    return (await this.otel?.droppedNow()) ?? { queueFull: 0, exportFailed: 0 };
   }
 
   /**

@@ -1,0 +1,77 @@
+/**
+ * The compact form in which finished requests' spans travel from the event
+ * loop to the export thread (see docs/tracing.md, "Cost"): numbers in one
+ * array, strings (ids given out early, request ids) in another, model names
+ * sent once. Times are ns since BASE_HR, exact integers in a double.
+ */
+import type { TraceStampName } from '../types/api.js';
+
+export const STAMP_NAMES: readonly TraceStampName[] = [
+  'HTTP_RECV_START',
+  'HTTP_RECV_END',
+  'HTTP_SEND_START',
+  'HTTP_SEND_END',
+  'GRPC_WAITREAD_START',
+  'GRPC_WAITREAD_END',
+  'GRPC_SEND_START',
+  'GRPC_SEND_END',
+  'REQUEST_START',
+  'QUEUE_START',
+  'COMPUTE_START',
+  'COMPUTE_INPUT_END',
+  'COMPUTE_OUTPUT_START',
+  'COMPUTE_END',
+  'REQUEST_END',
+];
+
+/** Span kinds in a record. */
+export const SPAN_ROOT = 0;
+export const SPAN_MODEL = 1;
+export const SPAN_COMPUTE = 2;
+
+/** No string: the export thread makes the id. */
+export const NONE = -1;
+
+/**
+ * A batch of finished groups. Per group: span count, trace id, tracestate and remote parent span id (string
+ * indexes or NONE), remote flags; then per span (parents before children): kind, model name index (model
+ * spans), span id (string index or NONE), parent (span index in the group; NONE: the remote parent or none),
+ * start, end, event count, (stamp code, time) per event, and for model spans version, trace id, parent trace
+ * id and request id (string index or NONE).
+ */
+export interface SpanBatch {
+  readonly t: 'spans';
+  readonly groups: number;
+  readonly spans: number;
+  readonly nums: number[];
+  readonly strings: string[];
+  /** Model names first seen in this batch, appended to the thread's table in order. */
+  readonly names: string[];
+}
+
+export interface ExportInit {
+  readonly url: string;
+  readonly resource: Readonly<Record<string, string>>;
+  readonly bspMaxQueueSize: number;
+  readonly bspScheduleDelayMs: number;
+  readonly bspMaxExportBatchSize: number;
+  /** The wall-clock time of BASE_HR: seconds and nanoseconds. */
+  readonly baseSec: number;
+  readonly baseNsec: number;
+}
+
+export type ToExportThread =
+  | SpanBatch
+  | { readonly t: 'sync'; readonly id: number }
+  | { readonly t: 'close'; readonly timeoutMs: number };
+
+export interface DropCounts {
+  readonly queueFull: number;
+  readonly exportFailed: number;
+}
+
+export type FromExportThread =
+  | { readonly t: 'ack'; readonly spans: number }
+  | { readonly t: 'counts'; readonly id: number; readonly dropped: DropCounts }
+  | { readonly t: 'failed'; readonly count: number; readonly message: string; readonly dropped: DropCounts }
+  | { readonly t: 'closed'; readonly dropped: DropCounts };
