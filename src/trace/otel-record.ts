@@ -43,7 +43,7 @@ export interface SpanBatch {
   readonly t: 'spans';
   readonly groups: number;
   readonly spans: number;
-  readonly nums: number[];
+  readonly nums: Float64Array;
   readonly strings: string[];
   /** Model names first seen in this batch, appended to the thread's table in order. */
   readonly names: string[];
