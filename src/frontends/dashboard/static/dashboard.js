@@ -161,14 +161,33 @@
     return [sizes, sizes.map((x) => counts.get(x)), sizes.map((x) => (preferred.includes(x) ? counts.get(x) : null))];
   }
 
+  // Charts scrolled out of view keep their newest data aside and draw it when they come back into view:
+  // drawing is most of what an open page costs its machine each second.
+  const inView = new Set();
+  const watcher = typeof IntersectionObserver === 'function'
+    ? new IntersectionObserver((entries) => {
+      for (const e of entries) {
+        const id = e.target.dataset.chart;
+        if (!e.isIntersecting) { inView.delete(id); continue; }
+        inView.add(id);
+        const c = charts.get(id);
+        if (c && c.pending) { c.plot.setData(c.pending); c.pending = null; }
+      }
+    })
+    : null;
+
   function draw(rebuild) {
     const box = $('charts');
     const samples = series.get(selected) || [];
     const model = models.find((m) => m.name === selected);
     $('chart-title').textContent = selected ? `Model ${selected}, last 15 minutes` : 'No model selected';
     if (rebuild) {
-      for (const c of charts.values()) c.plot.destroy();
+      for (const c of charts.values()) {
+        if (watcher) watcher.unobserve(c.wrap);
+        c.plot.destroy();
+      }
       charts.clear();
+      inView.clear();
       box.replaceChildren();
     }
     const specs = [...CHARTS, { id: 'batches', title: 'Executed batch sizes (preferred sizes highlighted)' }];
@@ -191,10 +210,15 @@
             width: chartWidth(wrap), height: 180, axes: [{}, { size: 70 }],
             series: [{}, ...spec.lines.map(([label, , color]) => ({ label, stroke: color, width: 1.5 }))],
           };
-        c = { wrap, plot: new uPlot(opts, data, wrap) };
+        c = { wrap, plot: new uPlot(opts, data, wrap), pending: null };
         charts.set(spec.id, c);
-      } else {
+        wrap.dataset.chart = spec.id;
+        if (watcher) watcher.observe(wrap);
+      } else if (!watcher || inView.has(spec.id)) {
         c.plot.setData(data);
+        c.pending = null;
+      } else {
+        c.pending = data;
       }
       c.wrap.dataset.points = String(data[0].length);
       const lastValues = data.slice(1).map((d) => d[d.length - 1]);
