@@ -1,0 +1,54 @@
+/**
+ * `node dist/bench/trace-profile.js VARIANT [SECONDS]`: one server of bench/trace.ts (off, file1000, file1, otlp)
+ * under --cpu-prof (NO_PROF=1: without), driven by wrk at concurrency 32; prints req/s and the server's CPU per
+ * request (whole process, main thread). Profiles (a file per thread) and trace files land in $PROFILE_DIR
+ * (default: a temp folder). Where the cost of tracing goes: docs/tracing.md, "Cost".
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { binaryBody } from './bodies.js';
+import { buildBenchModels } from './models.js';
+import { cpuSeconds, startNereid } from './processes.js';
+import { runWrk } from './wrk.js';
+
+const variant = process.argv[2] ?? 'file1';
+const seconds = Number(process.argv[3] ?? 5);
+const dir = process.env.PROFILE_DIR ?? mkdtempSync(path.join(tmpdir(), 'nereid-trace-prof-'));
+mkdirSync(dir, { recursive: true });
+const server = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => res.writeHead(200, { 'Content-Type': 'application/x-protobuf' }).end());
+});
+await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+const receiver = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`;
+const LEVEL = '--trace-config=level=TIMESTAMPS';
+const flags: Record<string, string[]> = {
+  off: [],
+  file1000: [`--trace-config=triton,file=${dir}/r1000.json`, LEVEL, '--trace-config=rate=1000'],
+  file1: [`--trace-config=triton,file=${dir}/r1.json`, '--trace-config=triton,log-frequency=1000', LEVEL,
+    '--trace-config=rate=1'],
+  otlp: ['--trace-config=mode=opentelemetry', `--trace-config=opentelemetry,url=${receiver}`, LEVEL,
+    '--trace-config=rate=1'],
+};
+const [tiny] = await buildBenchModels();
+const model = tiny!;
+const s = await startNereid(model.repository, ['--allow-metrics=false', ...flags[variant]!], {
+  nodeArgs: process.env.NO_PROF ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`],
+});
+const body = binaryBody(model.inputName, model.outputName, model.inputSize);
+const url = `http://127.0.0.1:${s.http}/v2/models/${model.batchedName}/infer`;
+await runWrk(url, body, 32, 1);
+const pid = s.proc.child.pid!;
+const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+const r = await runWrk(url, body, 32, seconds);
+const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+await s.proc.stop();
+server.close();
+const per = (cpu: number): string => ((cpu * 1e6) / r.requests).toFixed(1);
+process.stdout.write(
+  `${variant}: ${r.requestsPerSec.toFixed(0)} req/s; CPU µs/request: process ${per(all1 - all0)}, ` +
+    `main thread ${per(main1 - main0)}; profile in ${dir}\n`,
+);
