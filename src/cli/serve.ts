@@ -21,6 +21,8 @@ import { parseTraceFlags, type TraceFlagResult } from '../trace/config.js';
 import { GrpcFrontend } from '../frontends/grpc/index.js';
 import { OpenAiFrontend, joinRestrictedApiArgs, parseOpenAiRestrictedApis } from '../frontends/openai/index.js';
 import { Metrics, MetricsFrontend } from '../metrics/index.js';
+import { frontendThreadsFromEnv } from '../frontends/threads/index.js';
+import { processCpuBudget } from '../backends/cpu-budget.js';
 import {
   createLogger,
   LOG_FORMATS,
@@ -127,6 +129,8 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   // Beyond tritonserver: one log line per request (every N-th), see docs/tracing.md.
   'log-requests': B,
   'log-requests-rate': I,
+  // Beyond tritonserver: HTTP and gRPC served on this many threads (docs/configuration.md).
+  'frontend-threads': I,
 };
 
 /**
@@ -134,7 +138,7 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
  * names any of them says so once ("accepted for compatibility, has no effect").
  */
 export const IGNORED_FLAGS: Record<string, FlagSpec> = {
-  // Node serves every connection on one event loop: there are no HTTP or gRPC thread pools to size.
+  // Triton's per-protocol pools; Nereid sizes its frontend threads with --frontend-threads.
   'http-thread-count': I,
   'grpc-infer-thread-count': I,
   // gRPC messages are not pooled.
@@ -232,6 +236,8 @@ export interface ServeConfig {
   };
   /** `--auth-keys` (and `--auth-failure-limit`); undefined without a keys file. */
   auth: { keysFile: string; failureLimit: number } | undefined;
+  /** --frontend-threads (else NEREID_FRONTEND_THREADS, else the CPU budget up to MAX_DEFAULT_FRONTEND_THREADS). */
+  frontendThreads: number;
   ignored: string[];
   log: { switches: LogSwitches; format: LogFormat | undefined; file: string | undefined };
   /** --trace-config and the older --trace-* flags, read. */
@@ -239,6 +245,18 @@ export interface ServeConfig {
   /** Lines printed to stderr before the server starts (Triton's start-up warnings). */
   warnings: string[];
   logLevel: string;
+}
+
+/** The default's cap: past it, the main thread (scheduler, batchers) rather than parsing is the limit. */
+export const MAX_DEFAULT_FRONTEND_THREADS = 8;
+
+function frontendThreadsFlag(f: FlagReader): number {
+  if (!f.has('frontend-threads')) {
+    return frontendThreadsFromEnv(Math.max(1, Math.min(MAX_DEFAULT_FRONTEND_THREADS, Math.floor(processCpuBudget()))));
+  }
+  const n = f.int('frontend-threads', 1);
+  if (n < 1) throw Errors.config(`--frontend-threads must be 1 or more, got ${n}`);
+  return n;
 }
 
 export function buildServeConfig(argv: readonly string[]): ServeConfig {
@@ -349,6 +367,7 @@ export function buildServeConfig(argv: readonly string[]): ServeConfig {
       headerForwardPattern: f.string('grpc-header-forward-pattern'),
       ssl: grpcSsl(f),
     },
+    frontendThreads: frontendThreadsFlag(f),
     openai: {
       port: f.has('openai-port') ? f.int('openai-port', 9000) : undefined,
       tokenizerDir: f.string('openai-tokenizer'),
@@ -668,6 +687,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
         v1: openai.handle,
         access,
         dashboard: dashboard?.handle,
+        threads: cfg.frontendThreads,
       })
     : undefined;
   // In-flight gRPC calls get the same drain budget as the models (--exit-timeout-secs).
@@ -678,6 +698,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     logSettings,
     tracer,
     access,
+    threads: cfg.frontendThreads,
   };
   const grpc = cfg.grpc.enabled ? new GrpcFrontend(server, grpcOptions) : undefined;
   const metricsFrontend = metrics

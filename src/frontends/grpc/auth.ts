@@ -8,6 +8,7 @@
  * RESOURCE_EXHAUSTED (with `retry-after` in the trailers); on a stream, a
  * request for a model outside the scopes ends the stream.
  */
+import { PEER_HEADER } from '../threads/protocol.js';
 import {
   Metadata,
   ResponderBuilder,
@@ -56,16 +57,21 @@ export function authorizationOf(metadata: Metadata): string | undefined {
   return typeof value === 'string' ? value : undefined;
 }
 
-export function authInterceptor(access: AccessControl): ServerInterceptor {
+/**
+ * `forwardedPeer`: calls come from the frontend threads, which name the client's address in the metadata
+ * (`PEER_HEADER`); it is taken out before the handlers see the metadata.
+ */
+export function authInterceptor(access: AccessControl, forwardedPeer = false): ServerInterceptor {
   return (method, call) => {
     const rpc = method.path.slice(method.path.lastIndexOf('/') + 1);
     // Server reflection and anything unnamed describe the server: the metadata group.
     const group: ApiGroup = CATEGORY_OF_RPC[rpc] ?? 'metadata';
     const modelOf = MODEL_OF_MESSAGE[rpc];
-    const address = peerAddress(call.getPeer());
+    let address = peerAddress(call.getPeer());
     let who: Principal | undefined;
     let refused = false;
     const builder = new ServerListenerBuilder().withOnReceiveMetadata((metadata: Metadata, next) => {
+      if (forwardedPeer) address = takeForwardedPeer(metadata) ?? address;
       const found = access.authenticate(authorizationOf(metadata), address);
       const failure = isAuthFailure(found) ? found : access.authorize(found, address, group);
       if (failure !== undefined) {
@@ -91,6 +97,26 @@ export function authInterceptor(access: AccessControl): ServerInterceptor {
       });
     }
     const listener = builder.build();
+    return new ServerInterceptingCall(call, new ResponderBuilder().withStart((next) => next(listener)).build());
+  };
+}
+
+/** The client's address a frontend thread put in the metadata, taken out of it. */
+export function takeForwardedPeer(metadata: Metadata): string | undefined {
+  const value = metadata.get(PEER_HEADER)[0];
+  metadata.remove(PEER_HEADER);
+  return typeof value === 'string' ? peerAddress(value) : undefined;
+}
+
+/** Takes the frontend threads' peer metadata out of every call (without `--auth-keys`, nothing reads it). */
+export function dropForwardedPeerInterceptor(): ServerInterceptor {
+  return (_method, call) => {
+    const listener = new ServerListenerBuilder()
+      .withOnReceiveMetadata((metadata: Metadata, next) => {
+        metadata.remove(PEER_HEADER);
+        next(metadata);
+      })
+      .build();
     return new ServerInterceptingCall(call, new ResponderBuilder().withStart((next) => next(listener)).build());
   };
 }

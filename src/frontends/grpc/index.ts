@@ -3,7 +3,6 @@
  * health service and server reflection, served with @grpc/grpc-js over
  * the same ServerApi as the HTTP frontend.
  */
-import { readFileSync } from 'node:fs';
 import { Server, ServerCredentials, type ServerInterceptor, type UntypedServiceImplementation } from '@grpc/grpc-js';
 import { GRPCInferenceService, ModelInferRequestSchema } from '../../gen/grpc_service_pb.js';
 import { Health } from '../../gen/health_pb.js';
@@ -22,10 +21,20 @@ import {
   type GrpcSslOptions,
 } from './options.js';
 import { addReflection } from './reflection.js';
-import { authInterceptor } from './auth.js';
+import { authInterceptor, dropForwardedPeerInterceptor } from './auth.js';
 import { compileHeaderForwardPattern } from '../header-forward.js';
 import { parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
+import { credentialsFor } from './credentials.js';
+import {
+  effectiveThreads,
+  FrontendThreadPool,
+  frontendThreadsFromEnv,
+  internalSocketPath,
+  ListenFailure,
+  removeSocket,
+  type GrpcThreadOptions,
+} from '../threads/index.js';
 import { readModelInferRequest } from './infer-request-read.js';
 
 export {
@@ -57,28 +66,12 @@ const INFER_PATHS: ReadonlySet<string> = new Set([
   inferenceServiceDefinition.ModelStreamInfer!.path,
 ]);
 
-function credentialsFor(ssl: GrpcSslOptions | undefined): ServerCredentials {
-  if (!ssl) return ServerCredentials.createInsecure();
-  const read = (file: string, flag: string): Buffer => {
-    try {
-      return readFileSync(file);
-    } catch (e) {
-      throw Errors.config(`${flag}: cannot read '${file}': ${(e as Error).message}`);
-    }
-  };
-  const root = ssl.rootCert ? read(ssl.rootCert, '--grpc-root-cert') : null;
-  if (ssl.mutual && !root) throw Errors.config('--grpc-use-ssl-mutual requires --grpc-root-cert');
-  return ServerCredentials.createSsl(
-    root,
-    [{ cert_chain: read(ssl.serverCert, '--grpc-server-cert'), private_key: read(ssl.serverKey, '--grpc-server-key') }],
-    ssl.mutual === true,
-  );
-}
-
 export class GrpcFrontend {
   private readonly options: GrpcFrontendOptions;
   private readonly logger: Logger;
   private grpcServer: Server | undefined;
+  private pool: FrontendThreadPool | undefined;
+  private socketPath: string | undefined;
 
   constructor(
     private readonly server: ServerApi,
@@ -112,7 +105,9 @@ export class GrpcFrontend {
     const restrictions = parseRestrictedProtocols(o.restrictedProtocols ?? []);
     // Listed after compression: grpc-js wraps in list order, and compression needs the innermost call.
     if (restrictions.size > 0) interceptors.push(restrictionInterceptor(restrictions));
-    if (o.access !== undefined) interceptors.push(authInterceptor(o.access));
+    const threads = effectiveThreads(o.threads ?? frontendThreadsFromEnv(1), this.logger, o.canReusePort);
+    if (o.access !== undefined) interceptors.push(authInterceptor(o.access, threads > 1));
+    else if (threads > 1) interceptors.push(dropForwardedPeerInterceptor());
     const headerPattern = o.headerForwardPattern ? compileHeaderForwardPattern(o.headerForwardPattern) : undefined;
 
     const grpcServer = new Server({ ...channelOptionsFor(o), interceptors });
@@ -133,9 +128,13 @@ export class GrpcFrontend {
     );
     addReflection(grpcServer);
 
-    const address = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
-    const port = await new Promise<number>((resolve, reject) => {
-      grpcServer.bindAsync(address, credentials, (err, bound) => {
+    if (threads > 1) this.socketPath = internalSocketPath('grpc');
+    const address =
+      this.socketPath !== undefined
+        ? `unix:${this.socketPath}`
+        : bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
+    let port = await new Promise<number>((resolve, reject) => {
+      grpcServer.bindAsync(address, this.socketPath !== undefined ? ServerCredentials.createInsecure() : credentials, (err, bound) => {
         if (!err) resolve(bound);
         else {
           grpcServer.forceShutdown();
@@ -145,8 +144,47 @@ export class GrpcFrontend {
       });
     });
     this.grpcServer = grpcServer;
-    this.logger.info({ address, port }, 'Started GRPCInferenceService');
+    if (this.socketPath !== undefined) port = await this.startThreads(threads, this.socketPath);
+    const publicAddress = bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
+    this.logger.info({ address: publicAddress, port, threads }, 'Started GRPCInferenceService');
     return { port };
+  }
+
+  /** The frontend's threads (undefined with one thread), for tests. */
+  get threads(): FrontendThreadPool | undefined {
+    return this.pool;
+  }
+
+  private async startThreads(threads: number, socketPath: string): Promise<number> {
+    const o = this.options;
+    const own: GrpcThreadOptions = {
+      compressionLevel: o.compressionLevel,
+      keepaliveTimeMs: o.keepaliveTimeMs,
+      keepaliveTimeoutMs: o.keepaliveTimeoutMs,
+      keepalivePermitWithoutCalls: o.keepalivePermitWithoutCalls,
+      http2MaxPingsWithoutData: o.http2MaxPingsWithoutData,
+      http2MinRecvPingIntervalWithoutDataMs: o.http2MinRecvPingIntervalWithoutDataMs,
+      http2MaxPingStrikes: o.http2MaxPingStrikes,
+      maxConnectionAgeMs: o.maxConnectionAgeMs,
+      maxConnectionAgeGraceMs: o.maxConnectionAgeGraceMs,
+      ssl: o.ssl,
+    };
+    const address = (o.address ?? GRPC_DEFAULTS.address).replace(/^ipv[46]:/, '').replace(/^\[(.*)\]$/, '$1');
+    this.pool = new FrontendThreadPool(
+      { kind: 'grpc', port: o.port ?? GRPC_DEFAULTS.port, address, upstream: socketPath, grpc: own },
+      threads,
+      this.logger,
+    );
+    try {
+      return await this.pool.start();
+    } catch (err) {
+      await this.stop();
+      if (err instanceof ListenFailure) {
+        const why = err.code === 'EADDRINUSE' ? `Socket '${bindAddress(address, o.port ?? 0)}' already in use` : err.message;
+        throw Errors.config(`failed to start GRPC service: ${why}`);
+      }
+      throw err;
+    }
   }
 
   /** Stops accepting calls, lets open ones finish within shutdownGraceMs, then cuts the rest. */
@@ -155,6 +193,9 @@ export class GrpcFrontend {
     if (!grpcServer) return;
     this.grpcServer = undefined;
     const graceMs = this.options.shutdownGraceMs ?? GRPC_DEFAULTS.shutdownGraceMs;
+    const pool = this.pool;
+    this.pool = undefined;
+    if (pool !== undefined) await pool.stop(graceMs);
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         grpcServer.forceShutdown();
@@ -165,5 +206,6 @@ export class GrpcFrontend {
         resolve();
       });
     });
+    removeSocket(this.socketPath);
   }
 }

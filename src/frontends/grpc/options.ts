@@ -79,6 +79,13 @@ export interface GrpcFrontendOptions {
   /** Milliseconds stop() waits for open calls and streams before cutting them. Default 2000. */
   shutdownGraceMs?: number;
   logger?: Logger;
+  /**
+   * `--frontend-threads`: threads that each serve this port (default `NEREID_FRONTEND_THREADS`, else 1). Above 1
+   * this frontend listens only for what they forward.
+   */
+  threads?: number;
+  /** Whether this Node can share a port between threads (injectable for tests). */
+  canReusePort?: () => boolean;
 }
 
 export interface GrpcSslOptions {

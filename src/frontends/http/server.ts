@@ -26,6 +26,15 @@ import type { Router } from './router.js';
 import { type HttpContext } from './routes/context.js';
 import { type HttpRoute, routeTable } from './routes/table.js';
 import { LogSettings, TraceSettings } from './settings.js';
+import {
+  effectiveThreads,
+  FrontendThreadPool,
+  frontendThreadsFromEnv,
+  internalSocketPath,
+  ListenFailure,
+  PEER_HEADER,
+  removeSocket,
+} from '../threads/index.js';
 
 export interface HttpFrontendOptions {
   port: number;
@@ -57,9 +66,19 @@ export interface HttpFrontendOptions {
     query: string,
     guard: (req: IncomingMessage, res: ServerResponse) => boolean,
   ) => void;
+  /**
+   * `--frontend-threads`: threads that each serve this port (default `NEREID_FRONTEND_THREADS`, else 1: all on
+   * the calling thread). Above 1 this frontend listens only for what they forward.
+   */
+  threads?: number;
+  /** Whether this Node can share a port between threads (injectable for tests). */
+  canReusePort?: () => boolean;
 }
 
 export const DEFAULT_MAX_INPUT_SIZE = 64 * 1024 * 1024;
+
+/** How long a stopping frontend thread lets its requests in flight finish. */
+const THREAD_STOP_GRACE_MS = 5000;
 
 const METHOD_NOT_ALLOWED = 405;
 const NOT_FOUND = 404;
@@ -73,6 +92,8 @@ export class HttpFrontend {
   private readonly restrictions: ReadonlyMap<HttpApiCategory, Restriction>;
   private readonly routes: Router<HttpRoute>;
   private closed: Promise<void> | undefined;
+  private pool: FrontendThreadPool | undefined;
+  private socketPath: string | undefined;
 
   constructor(
     private readonly server: ServerApi,
@@ -102,41 +123,99 @@ export class HttpFrontend {
     this.httpServer.headersTimeout = 66_000;
   }
 
-  start(): Promise<{ port: number }> {
+  async start(): Promise<{ port: number }> {
+    const threads = effectiveThreads(
+      this.options.threads ?? frontendThreadsFromEnv(1),
+      this.logger,
+      this.options.canReusePort,
+    );
+    if (threads <= 1) {
+      const port = await this.listen(this.options.port, this.options.address);
+      this.logger.info({ address: this.options.address, port }, 'Started HTTPService');
+      return { port };
+    }
+    this.socketPath = internalSocketPath('http');
+    await this.listen(0, '', this.socketPath);
+    const forwardPattern = this.options.headerForwardPattern;
+    this.pool = new FrontendThreadPool(
+      {
+        kind: 'http',
+        port: this.options.port,
+        address: this.options.address,
+        upstream: this.socketPath,
+        http: {
+          maxInputSize: this.ctx.maxInputSize,
+          restrictedApis: this.options.restrictedApis ?? [],
+          headerForwardPattern: forwardPattern === '' ? undefined : forwardPattern,
+          forwardAll: this.options.access !== undefined,
+        },
+      },
+      threads,
+      this.logger,
+    );
+    let port: number;
+    try {
+      port = await this.pool.start();
+    } catch (err) {
+      await this.stop();
+      if (err instanceof ListenFailure && err.code === 'EADDRINUSE')
+        throw Errors.socketInUse(this.options.address, this.options.port);
+      throw err;
+    }
+    this.logger.info({ address: this.options.address, port, threads }, 'Started HTTPService');
+    return { port };
+  }
+
+  /** The frontend's threads (undefined with one thread), for tests. */
+  get threads(): FrontendThreadPool | undefined {
+    return this.pool;
+  }
+
+  private listen(port: number, address: string, socketPath?: string): Promise<number> {
     return new Promise((resolve, reject) => {
       const onError = (err: NodeJS.ErrnoException): void =>
         reject(err.code === 'EADDRINUSE' ? Errors.socketInUse(this.options.address, this.options.port) : err);
       this.httpServer.once('error', onError);
-      this.httpServer.listen(this.options.port, this.options.address, () => {
+      const listening = (): void => {
         this.httpServer.off('error', onError);
-        const port = (this.httpServer.address() as AddressInfo).port;
-        this.logger.info({ address: this.options.address, port }, 'Started HTTPService');
-        resolve({ port });
-      });
+        resolve(socketPath === undefined ? (this.httpServer.address() as AddressInfo).port : 0);
+      };
+      if (socketPath !== undefined) this.httpServer.listen(socketPath, listening);
+      else this.httpServer.listen(port, address, listening);
     });
   }
 
   /** From now on every response closes its connection, so keep-alive clients reconnect (to another replica). */
   drain(): void {
     this.reply.closing = true;
+    this.pool?.drain();
   }
 
   /** Stops accepting connections; requests in flight finish, then their connections close. */
   stop(): Promise<void> {
     if (this.closed !== undefined) return this.closed;
     this.reply.closing = true;
-    this.closed = new Promise<void>((resolve) => {
-      if (!this.httpServer.listening) {
-        resolve();
-        return;
-      }
-      this.httpServer.close(() => resolve());
-      this.httpServer.closeIdleConnections();
-    });
+    const threadsStopped = this.pool?.stop(THREAD_STOP_GRACE_MS) ?? Promise.resolve();
+    this.closed = threadsStopped.then(
+      () =>
+        new Promise<void>((resolve) => {
+          if (!this.httpServer.listening) {
+            resolve();
+            return;
+          }
+          this.httpServer.close(() => {
+            removeSocket(this.socketPath);
+            resolve();
+          });
+          this.httpServer.closeIdleConnections();
+        }),
+    );
     return this.closed;
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
+    // Forwarded by a frontend thread: the client's address, for the key failure limit.
+    if (this.pool !== undefined) takeForwardedPeer(req);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -198,4 +277,11 @@ export class HttpFrontend {
     if (!route.methods.includes(req.method ?? '')) return this.notAllowed(res);
     return route.handle(req, res, found.params);
   }
+}
+
+function takeForwardedPeer(req: IncomingMessage): void {
+  const peer = req.headers[PEER_HEADER];
+  if (typeof peer !== 'string') return;
+  delete req.headers[PEER_HEADER];
+  Object.defineProperty(req.socket, 'remoteAddress', { value: peer, configurable: true });
 }

@@ -1,0 +1,190 @@
+/**
+ * A frontend thread's gRPC forwarding: each call of a service goes, message for message, to the main thread's
+ * frontend over a Unix socket, with its metadata, deadline and cancellation; the answer's messages, metadata and
+ * status come back as they were.
+ */
+import {
+  Client,
+  credentials,
+  Metadata,
+  type MethodDefinition,
+  type ServerDuplexStream,
+  type ServerReadableStream,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceDefinition,
+  type StatusObject,
+  type UntypedServiceImplementation,
+  status as GrpcStatus,
+  type sendUnaryData,
+} from '@grpc/grpc-js';
+import { PEER_HEADER } from './protocol.js';
+
+const same = (b: Buffer): Buffer => b;
+
+/** `def` with its messages left as bytes: a forwarded call is never decoded here. */
+export function passthroughDefinition(def: ServiceDefinition): ServiceDefinition {
+  const out: Record<string, MethodDefinition<Buffer, Buffer>> = {};
+  for (const [name, m] of Object.entries(def)) {
+    out[name] = {
+      ...(m as MethodDefinition<unknown, unknown>),
+      requestSerialize: same,
+      requestDeserialize: same,
+      responseSerialize: same,
+      responseDeserialize: same,
+    };
+  }
+  return out as ServiceDefinition;
+}
+
+/** Metadata keys that describe the hop, not the call; grpc-js sets its own. */
+function forwardable(key: string): boolean {
+  return !key.startsWith('grpc-') && key !== 'user-agent' && key !== 'content-type' && key !== 'te' && key !== 'date';
+}
+
+function copyMetadata(from: Metadata, peer?: string): Metadata {
+  const out = new Metadata();
+  for (const [key, values] of Object.entries(from.toJSON())) {
+    if (!forwardable(key)) continue;
+    for (const v of values) out.add(key, v);
+  }
+  if (peer !== undefined) out.set(PEER_HEADER, peer);
+  return out;
+}
+
+function errorOf(s: StatusObject): { code: number; details: string; metadata: Metadata } {
+  return { code: s.code, details: s.details, metadata: copyMetadata(s.metadata) };
+}
+
+type AnyServerCall =
+  | ServerUnaryCall<Buffer, Buffer>
+  | ServerReadableStream<Buffer, Buffer>
+  | ServerWritableStream<Buffer, Buffer>
+  | ServerDuplexStream<Buffer, Buffer>;
+
+export class GrpcForwarder {
+  private readonly client: Client;
+
+  constructor(socketPath: string) {
+    this.client = new Client(`unix:${socketPath}`, credentials.createInsecure(), {
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+      'grpc.enable_channelz': 0,
+    });
+  }
+
+  close(): void {
+    this.client.close();
+  }
+
+  /** Handlers forwarding every method of `def`. */
+  implementation(def: ServiceDefinition): UntypedServiceImplementation {
+    const impl: UntypedServiceImplementation = {};
+    for (const [name, m] of Object.entries(def)) {
+      const path = m.path;
+      if (!m.requestStream && !m.responseStream) impl[name] = this.unary(path);
+      else if (!m.requestStream) impl[name] = this.serverStream(path);
+      else if (!m.responseStream) impl[name] = this.clientStream(path);
+      else impl[name] = this.bidi(path);
+    }
+    return impl;
+  }
+
+  private options(call: AnyServerCall): { deadline?: Date | number } {
+    const deadline = call.getDeadline();
+    return deadline === Infinity ? {} : { deadline };
+  }
+
+  private unary(path: string) {
+    return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
+      let answer: Buffer | undefined;
+      const upstream = this.client.makeUnaryRequest<Buffer, Buffer>(
+        path,
+        same,
+        same,
+        call.request,
+        copyMetadata(call.metadata, call.getPeer()),
+        this.options(call),
+        (err, value) => {
+          answer = err ? undefined : value;
+        },
+      );
+      upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
+      // grpc-js calls back before it emits the status; the trailers come with the status.
+      upstream.on('status', (s: StatusObject) => {
+        if (s.code === GrpcStatus.OK && answer !== undefined) callback(null, answer, copyMetadata(s.metadata));
+        else callback(errorOf(s));
+      });
+      call.on('cancelled', () => upstream.cancel());
+    };
+  }
+
+  private serverStream(path: string) {
+    return (call: ServerWritableStream<Buffer, Buffer>): void => {
+      const upstream = this.client.makeServerStreamRequest<Buffer, Buffer>(
+        path,
+        same,
+        same,
+        call.request,
+        copyMetadata(call.metadata, call.getPeer()),
+        this.options(call),
+      );
+      this.relayAnswers(upstream, call);
+    };
+  }
+
+  private clientStream(path: string) {
+    return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
+      let answer: Buffer | undefined;
+      const upstream = this.client.makeClientStreamRequest<Buffer, Buffer>(
+        path,
+        same,
+        same,
+        copyMetadata(call.metadata, call.getPeer()),
+        this.options(call),
+        (err, value) => {
+          answer = err ? undefined : value;
+        },
+      );
+      upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
+      // grpc-js calls back before it emits the status; the trailers come with the status.
+      upstream.on('status', (s: StatusObject) => {
+        if (s.code === GrpcStatus.OK && answer !== undefined) callback(null, answer, copyMetadata(s.metadata));
+        else callback(errorOf(s));
+      });
+      call.on('data', (m: Buffer) => upstream.write(m));
+      call.on('end', () => upstream.end());
+      call.on('cancelled', () => upstream.cancel());
+    };
+  }
+
+  private bidi(path: string) {
+    return (call: ServerDuplexStream<Buffer, Buffer>): void => {
+      const upstream = this.client.makeBidiStreamRequest<Buffer, Buffer>(
+        path,
+        same,
+        same,
+        copyMetadata(call.metadata, call.getPeer()),
+        this.options(call),
+      );
+      call.on('data', (m: Buffer) => upstream.write(m));
+      call.on('end', () => upstream.end());
+      this.relayAnswers(upstream, call);
+    };
+  }
+
+  private relayAnswers(
+    upstream: NodeJS.EventEmitter & { cancel(): void },
+    call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+  ): void {
+    upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
+    upstream.on('data', (m: Buffer) => call.write(m));
+    // The status comes once, as the 'status' event; the 'error' event repeats a failed one.
+    upstream.on('error', () => undefined);
+    upstream.on('status', (s: StatusObject) => {
+      if (s.code === GrpcStatus.OK) call.end(copyMetadata(s.metadata));
+      else call.emit('error', errorOf(s));
+    });
+    call.on('cancelled', () => upstream.cancel());
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * A frontend thread: its own HTTP or gRPC server on the shared port (SO_REUSEPORT, so the kernel spreads
+ * connections over the threads), forwarding to the main thread's frontend what it does not serve itself.
+ */
+import http from 'node:http';
+import net from 'node:net';
+import { parentPort, workerData } from 'node:worker_threads';
+import { Server, ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
+import { answerClientError } from '../http/client-error.js';
+import { algorithmForLevel, responseCompressionInterceptor } from '../grpc/compression.js';
+import { healthServiceDefinition, inferenceServiceDefinition } from '../grpc/index.js';
+import { channelOptionsFor, GRPC_DEFAULTS, parseCompressionLevel } from '../grpc/options.js';
+import { addReflection } from '../grpc/reflection.js';
+import { credentialsFor } from '../grpc/credentials.js';
+import { silentLogger } from '../../logger.js';
+import { GrpcForwarder, passthroughDefinition } from './grpc-forward.js';
+import { HttpForwarder } from './http-forward.js';
+import type { FrontendThreadInit, MainMessage, ThreadMessage } from './protocol.js';
+
+const init = workerData as FrontendThreadInit;
+const port = parentPort!;
+
+function tell(message: ThreadMessage): void {
+  port.postMessage(message);
+}
+
+function listenOptions(): net.ListenOptions {
+  return { port: init.port, host: init.address, reusePort: true } as net.ListenOptions;
+}
+
+function failed(err: NodeJS.ErrnoException): void {
+  tell({ t: 'failed', code: err.code, message: err.message });
+  process.exit(1);
+}
+
+function startHttp(): void {
+  const forwarder = new HttpForwarder(init.upstream, init.http?.maxInputSize ?? 64 * 1024 * 1024);
+  const server = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => forwarder.forward(req, res));
+  server.on('clientError', answerClientError);
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+  let closing = false;
+  server.on('request', (_req, res: http.ServerResponse) => {
+    if (closing) res.shouldKeepAlive = false;
+  });
+  server.once('error', failed);
+  server.listen(listenOptions(), () => {
+    server.off('error', failed);
+    tell({ t: 'listening', port: (server.address() as net.AddressInfo).port });
+  });
+  port.on('message', (m: MainMessage) => {
+    if (m.t === 'drain') closing = true;
+    else if (m.t === 'stop') {
+      closing = true;
+      server.close(() => {
+        forwarder.close();
+        port.close();
+      });
+      server.closeIdleConnections();
+    }
+  });
+}
+
+function startGrpc(): void {
+  const o = init.grpc ?? {};
+  const interceptors: ServerInterceptor[] = [];
+  const level = parseCompressionLevel(o.compressionLevel ?? GRPC_DEFAULTS.compressionLevel);
+  const algorithm = level === undefined ? undefined : algorithmForLevel(level);
+  if (algorithm) {
+    const paths = new Set([inferenceServiceDefinition.ModelInfer!.path, inferenceServiceDefinition.ModelStreamInfer!.path]);
+    interceptors.push(responseCompressionInterceptor(algorithm, paths, silentLogger));
+  }
+  const server = new Server({ ...channelOptionsFor(o), interceptors });
+  const forwarder = new GrpcForwarder(init.upstream);
+  for (const def of [inferenceServiceDefinition, healthServiceDefinition]) {
+    const through = passthroughDefinition(def);
+    server.addService(through, forwarder.implementation(through));
+  }
+  addReflection(server);
+  let credentials: ServerCredentials;
+  try {
+    credentials = credentialsFor(o.ssl);
+  } catch (err) {
+    failed(err as NodeJS.ErrnoException);
+    return;
+  }
+  const injector = server.createConnectionInjector(credentials);
+  const listener = net.createServer({ noDelay: true }, (socket) => injector.injectConnection(socket));
+  listener.once('error', failed);
+  listener.listen(listenOptions(), () => {
+    listener.off('error', failed);
+    tell({ t: 'listening', port: (listener.address() as net.AddressInfo).port });
+  });
+  port.on('message', (m: MainMessage) => {
+    if (m.t !== 'stop') return;
+    listener.close();
+    const timer = setTimeout(() => server.forceShutdown(), m.graceMs);
+    server.tryShutdown(() => {
+      clearTimeout(timer);
+      injector.destroy();
+      forwarder.close();
+      port.close();
+    });
+  });
+}
+
+if (init.kind === 'http') startHttp();
+else startGrpc();
