@@ -19,7 +19,11 @@ function find(dir) {
   return out;
 }
 
-const args = process.argv.slice(2);
+// --frontend-threads=N: servers the tests start serve HTTP and gRPC on N threads (NEREID_FRONTEND_THREADS, read
+// where a frontend or `nereid serve` is not told otherwise); package.json's test script runs the protocol suites
+// with 1 and again with 2.
+const threadsArg = process.argv.slice(2).find((a) => a.startsWith('--frontend-threads='));
+const args = process.argv.slice(2).filter((a) => a !== threadsArg);
 // Arguments naming test files are run as they are; the others filter dist/test by substring.
 const named = args.filter((a) => a.endsWith('.js') && existsSync(a));
 const filter = args.filter((a) => !named.includes(a));
@@ -31,6 +35,7 @@ if (files.length === 0) {
 }
 const env = { ...process.env, NEREID_LOG_LEVEL: process.env.NEREID_LOG_LEVEL ?? 'silent' };
 env.NEREID_TEST_PYTHON ??= '/usr/bin/python3';
+if (threadsArg !== undefined) env.NEREID_FRONTEND_THREADS = threadsArg.slice('--frontend-threads='.length);
 
 // The console gets the usual report; a TAP copy goes to a file for the totals.
 const scratch = mkdtempSync(path.join(tmpdir(), 'nereid-tests-'));

@@ -75,6 +75,11 @@ export interface ServerApi {
    */
   admissionError?(model: string, version?: string, requestId?: string): NereidError | undefined;
   /**
+   * Whether the model's bounded queue is full now, with nothing counted (admissionError counts a refusal).
+   * Optional for test doubles.
+   */
+  queueFull?(model: string, version?: string): boolean;
+  /**
    * Answers again a request that was answered from the response cache with
    * `ticket` (InferResponse.cacheHit), for a caller that kept the reply:
    * true when `model`/`version` still resolve to the same model version and

@@ -330,6 +330,14 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
    * thrown, because a throw cost a flood of refusals more than the look-up.
    * Unknown models are left to infer().
    */
+  queueFull(model: string, version?: string): boolean {
+    try {
+      return this.resolveVersion(model, version).scheduler?.full === true;
+    } catch {
+      return false;
+    }
+  }
+
   admissionError(model: string, version?: string, requestId = ''): NereidError | undefined {
     let v: ModelVersion;
     try {

@@ -33,8 +33,13 @@ export const ALLOWED: Record<string, readonly string[]> = {
 
 /** Within frontends/: which protocol folder may import which (files directly under frontends/ are shared). */
 export const FRONTENDS: Record<string, readonly string[]> = {
-  http: [],
-  grpc: [],
+  /** Both start their frontend threads (threads/) when told to run on more than one. */
+  http: ['threads'],
+  grpc: ['threads'],
+  /** The main thread's side of the frontend threads: the pool, the bridge to the server, what they say. */
+  threads: [],
+  /** What runs on a frontend thread: the protocols' servers, their hot paths, forwarding the rest. */
+  worker: ['http', 'grpc', 'threads'],
   /** The OpenAI frontend reads bodies and JSON with the HTTP frontend's readers. */
   openai: ['http'],
   /** The built-in dashboard: the HTTP frontend hands it /dashboard through an option, it imports no frontend. */

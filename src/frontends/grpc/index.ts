@@ -18,7 +18,6 @@ import {
   GRPC_DEFAULTS,
   parseCompressionLevel,
   type GrpcFrontendOptions,
-  type GrpcSslOptions,
 } from './options.js';
 import { addReflection } from './reflection.js';
 import { authInterceptor, dropForwardedPeerInterceptor } from './auth.js';
@@ -134,7 +133,9 @@ export class GrpcFrontend {
         ? `unix:${this.socketPath}`
         : bindAddress(o.address ?? GRPC_DEFAULTS.address, o.port ?? GRPC_DEFAULTS.port);
     let port = await new Promise<number>((resolve, reject) => {
-      grpcServer.bindAsync(address, this.socketPath !== undefined ? ServerCredentials.createInsecure() : credentials, (err, bound) => {
+      // The threads' own link to this server is a Unix socket of this process: no TLS there.
+      const own = this.socketPath !== undefined ? ServerCredentials.createInsecure() : credentials;
+      grpcServer.bindAsync(address, own, (err, bound) => {
         if (!err) resolve(bound);
         else {
           grpcServer.forceShutdown();
@@ -180,7 +181,8 @@ export class GrpcFrontend {
     } catch (err) {
       await this.stop();
       if (err instanceof ListenFailure) {
-        const why = err.code === 'EADDRINUSE' ? `Socket '${bindAddress(address, o.port ?? 0)}' already in use` : err.message;
+        const why =
+          err.code === 'EADDRINUSE' ? `Socket '${bindAddress(address, o.port ?? 0)}' already in use` : err.message;
         throw Errors.config(`failed to start GRPC service: ${why}`);
       }
       throw err;

@@ -28,6 +28,7 @@ import { type HttpRoute, routeTable } from './routes/table.js';
 import { LogSettings, TraceSettings } from './settings.js';
 import {
   effectiveThreads,
+  FrontendBridge,
   FrontendThreadPool,
   frontendThreadsFromEnv,
   internalSocketPath,
@@ -152,6 +153,7 @@ export class HttpFrontend {
       },
       threads,
       this.logger,
+      new FrontendBridge(this.server, this.options.tracer),
     );
     let port: number;
     try {
@@ -214,8 +216,12 @@ export class HttpFrontend {
   }
 
   private onRequest(req: IncomingMessage, res: ServerResponse): void {
-    // Forwarded by a frontend thread: the client's address, for the key failure limit.
-    if (this.pool !== undefined) takeForwardedPeer(req);
+    if (this.pool !== undefined) {
+      // Forwarded by a frontend thread: the client's address, for the key failure limit.
+      takeForwardedPeer(req);
+      // A trace setting changed by this request reaches the threads before its answer does.
+      refreshBeforeHead(res, this.pool.refreshShared);
+    }
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -284,4 +290,12 @@ function takeForwardedPeer(req: IncomingMessage): void {
   if (typeof peer !== 'string') return;
   delete req.headers[PEER_HEADER];
   Object.defineProperty(req.socket, 'remoteAddress', { value: peer, configurable: true });
+}
+
+function refreshBeforeHead(res: ServerResponse, refresh: () => void): void {
+  const writeHead = res.writeHead;
+  res.writeHead = function (this: ServerResponse, ...args: Parameters<ServerResponse['writeHead']>) {
+    refresh();
+    return writeHead.apply(this, args);
+  } as ServerResponse['writeHead'];
 }

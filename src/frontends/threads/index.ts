@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 
 export { FrontendThreadPool, ListenFailure } from './pool.js';
+export { FrontendBridge } from './bridge.js';
 export { effectiveThreads, nodeHasReusePort, resetReusePortWarning } from './reuse-port.js';
 export { PEER_HEADER, type GrpcThreadOptions } from './protocol.js';
 

@@ -3,11 +3,12 @@
  * restarts one that dies (only its connections are lost), and drains and stops them with the frontend.
  */
 import net from 'node:net';
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
+import type { FrontendBridge } from './bridge.js';
 import type { Logger } from '../../logger.js';
-import type { FrontendThreadInit, MainMessage, ThreadMessage } from './protocol.js';
+import type { BridgeEnds, FrontendThreadInit, MainMessage, ThreadMessage } from './protocol.js';
 
-const WORKER_URL = new URL('./worker.js', import.meta.url);
+const WORKER_URL = new URL('../worker/worker.js', import.meta.url);
 /** How long stop() waits for a thread past its grace period before terminating it. */
 const STOP_MARGIN_MS = 2000;
 
@@ -28,9 +29,11 @@ export class FrontendThreadPool {
   restarts = 0;
 
   constructor(
-    private readonly init: Omit<FrontendThreadInit, 'index'>,
+    private readonly init: Omit<FrontendThreadInit, 'index' | 'bridge'>,
     count: number,
     private readonly logger: Logger,
+    /** Serves the threads' own infer requests; without it they forward everything. */
+    private readonly bridge?: FrontendBridge,
   ) {
     this.threads = new Array<Worker | undefined>(count).fill(undefined);
   }
@@ -59,6 +62,9 @@ export class FrontendThreadPool {
     return this.port;
   }
 
+  /** Reads the tracer's state into what the threads share (before a forwarded request's answer goes out). */
+  readonly refreshShared = (): void => this.bridge?.refreshTracing();
+
   drain(): void {
     this.post({ t: 'drain' });
   }
@@ -78,6 +84,7 @@ export class FrontendThreadPool {
     );
     this.post({ t: 'stop', graceMs });
     await Promise.all(exits);
+    this.bridge?.close();
   }
 
   private post(message: MainMessage): void {
@@ -86,8 +93,18 @@ export class FrontendThreadPool {
 
   private spawn(index: number, port: number): Promise<number> {
     return new Promise<number>((resolve, reject) => {
-      const init: FrontendThreadInit = { ...this.init, port, index };
-      const worker = new Worker(WORKER_URL, { workerData: init });
+      let bridge: BridgeEnds | undefined;
+      const transferList: MessagePort[] = [];
+      if (this.bridge !== undefined) {
+        const line = new MessageChannel();
+        const sync = new MessageChannel();
+        const signal = new Int32Array(new SharedArrayBuffer(4));
+        this.bridge.attach(line.port1, sync.port1, signal);
+        bridge = { port: line.port2, sync: sync.port2, signal, shared: this.bridge.shared };
+        transferList.push(line.port2, sync.port2);
+      }
+      const init: FrontendThreadInit = { ...this.init, port, index, bridge };
+      const worker = new Worker(WORKER_URL, { workerData: init, transferList });
       this.threads[index] = worker;
       let listening = false;
       worker.on('message', (m: ThreadMessage) => {

@@ -1,11 +1,19 @@
 /** What the main thread and a frontend thread say to each other (docs/architecture.md, "Frontends on every core"). */
-import type { GrpcFrontendOptions } from '../grpc/options.js';
+import type { MessagePort } from 'node:worker_threads';
 
-/** The gRPC options a frontend thread applies itself (the rest stay with the main thread's frontend). */
-export type GrpcThreadOptions = Omit<
-  GrpcFrontendOptions,
-  'access' | 'tracer' | 'traceSettings' | 'logSettings' | 'logger' | 'port' | 'address'
->;
+/** The gRPC options a frontend thread applies itself (GrpcFrontendOptions' fields; the rest stay on main). */
+export interface GrpcThreadOptions {
+  readonly compressionLevel?: string | undefined;
+  readonly keepaliveTimeMs?: number | undefined;
+  readonly keepaliveTimeoutMs?: number | undefined;
+  readonly keepalivePermitWithoutCalls?: boolean | undefined;
+  readonly http2MaxPingsWithoutData?: number | undefined;
+  readonly http2MinRecvPingIntervalWithoutDataMs?: number | undefined;
+  readonly http2MaxPingStrikes?: number | undefined;
+  readonly maxConnectionAgeMs?: number | undefined;
+  readonly maxConnectionAgeGraceMs?: number | undefined;
+  readonly ssl?: { serverCert: string; serverKey: string; rootCert?: string; mutual?: boolean } | undefined;
+}
 
 export interface FrontendThreadInit {
   readonly kind: 'http' | 'grpc';
@@ -17,6 +25,17 @@ export interface FrontendThreadInit {
   readonly index: number;
   readonly http?: HttpThreadOptions;
   readonly grpc?: GrpcThreadOptions;
+  /** The thread's line to the main thread's server (FrontendBridge). */
+  readonly bridge?: BridgeEnds;
+}
+
+export interface BridgeEnds {
+  readonly port: MessagePort;
+  readonly sync: MessagePort;
+  /** Raised by the main thread when it has answered on `sync`. */
+  readonly signal: Int32Array;
+  /** SharedSlot's slots. */
+  readonly shared: Int32Array;
 }
 
 export interface HttpThreadOptions {

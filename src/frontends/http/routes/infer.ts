@@ -243,8 +243,8 @@ async function inferWithSharedMemory(
 }
 
 /** Writes the reply; returns a promise only when the body is compressed first (off the event loop). */
-function sendInferResponse(
-  ctx: HttpContext,
+export function sendInferResponse(
+  ctx: Pick<HttpContext, 'reply'>,
   req: IncomingMessage,
   res: ServerResponse,
   response: Parameters<typeof encodeInferResponse>[0],

@@ -6,7 +6,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { Errors } from '../../errors.js';
 import { MAX_BODY_CHUNKS } from '../http/body.js';
 import { Replier } from '../http/reply.js';
-import { PEER_HEADER } from './protocol.js';
+import { PEER_HEADER } from '../threads/protocol.js';
 
 /** Request headers that belong to the client's connection, not to the request. */
 const REQUEST_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'expect', PEER_HEADER]);

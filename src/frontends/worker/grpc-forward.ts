@@ -18,7 +18,7 @@ import {
   status as GrpcStatus,
   type sendUnaryData,
 } from '@grpc/grpc-js';
-import { PEER_HEADER } from './protocol.js';
+import { PEER_HEADER } from '../threads/protocol.js';
 
 const same = (b: Buffer): Buffer => b;
 

@@ -15,7 +15,9 @@ import { credentialsFor } from '../grpc/credentials.js';
 import { silentLogger } from '../../logger.js';
 import { GrpcForwarder, passthroughDefinition } from './grpc-forward.js';
 import { HttpForwarder } from './http-forward.js';
-import type { FrontendThreadInit, MainMessage, ThreadMessage } from './protocol.js';
+import { HttpThread } from './http-infer.js';
+import { RemoteServer } from './remote.js';
+import type { FrontendThreadInit, MainMessage, ThreadMessage } from '../threads/protocol.js';
 
 const init = workerData as FrontendThreadInit;
 const port = parentPort!;
@@ -34,26 +36,28 @@ function failed(err: NodeJS.ErrnoException): void {
 }
 
 function startHttp(): void {
-  const forwarder = new HttpForwarder(init.upstream, init.http?.maxInputSize ?? 64 * 1024 * 1024);
-  const server = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => forwarder.forward(req, res));
+  const options = init.http!;
+  const forwarder = new HttpForwarder(init.upstream, options.maxInputSize);
+  const b = init.bridge!;
+  const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
+  const thread = new HttpThread(remote, forwarder, options);
+  const server = http.createServer({ keepAlive: true, noDelay: true }, thread.onRequest);
   server.on('clientError', answerClientError);
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
-  let closing = false;
-  server.on('request', (_req, res: http.ServerResponse) => {
-    if (closing) res.shouldKeepAlive = false;
-  });
   server.once('error', failed);
   server.listen(listenOptions(), () => {
     server.off('error', failed);
     tell({ t: 'listening', port: (server.address() as net.AddressInfo).port });
   });
   port.on('message', (m: MainMessage) => {
-    if (m.t === 'drain') closing = true;
+    if (m.t === 'drain') thread.reply.closing = true;
     else if (m.t === 'stop') {
-      closing = true;
+      thread.reply.closing = true;
       server.close(() => {
         forwarder.close();
+        b.port.close();
+        b.sync.close();
         port.close();
       });
       server.closeIdleConnections();
@@ -67,7 +71,8 @@ function startGrpc(): void {
   const level = parseCompressionLevel(o.compressionLevel ?? GRPC_DEFAULTS.compressionLevel);
   const algorithm = level === undefined ? undefined : algorithmForLevel(level);
   if (algorithm) {
-    const paths = new Set([inferenceServiceDefinition.ModelInfer!.path, inferenceServiceDefinition.ModelStreamInfer!.path]);
+    const def = inferenceServiceDefinition;
+    const paths = new Set([def.ModelInfer!.path, def.ModelStreamInfer!.path]);
     interceptors.push(responseCompressionInterceptor(algorithm, paths, silentLogger));
   }
   const server = new Server({ ...channelOptionsFor(o), interceptors });

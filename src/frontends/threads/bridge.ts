@@ -1,0 +1,190 @@
+/**
+ * The main thread's side of the frontend threads' infer requests: runs them through the server (so batching spans
+ * every connection of every thread), answers with the outputs' bytes moved into a transferred buffer, cancels
+ * the ones whose client went away, answers configurations synchronously, and tells the threads which models'
+ * queues are full so that they refuse there.
+ */
+import type { MessagePort } from 'node:worker_threads';
+import type { ServerApi } from '../../core/server-api.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import { Cancellation } from '../../types/cancellation.js';
+import { Errors } from '../../errors.js';
+import {
+  admissionKey,
+  type BridgeAnswer,
+  type BridgeRequest,
+  type ConfigAnswer,
+  type ConfigQuery,
+  SharedSlot,
+  toWireError,
+  type WireTensor,
+} from './wire.js';
+
+/** What the bridge reads of a tracer: whether it samples requests now. */
+export interface TracingState {
+  readonly enabled: boolean;
+}
+
+interface Events {
+  on?(event: string, listener: () => void): unknown;
+  off?(event: string, listener: () => void): unknown;
+}
+
+const MODEL_EVENTS = ['stateChange', 'versionReady', 'versionUnloaded'] as const;
+/** How often the tracing flag is read again (it also is before every answer of a forwarded HTTP request). */
+const TRACING_POLL_MS = 200;
+
+export class FrontendBridge {
+  /** Shared with every thread: SharedSlot's slots. */
+  readonly shared = new Int32Array(new SharedArrayBuffer(SharedSlot.Count * 4));
+  private readonly ports = new Set<MessagePort>();
+  private readonly full = new Map<string, { model: string; version: string | undefined }>();
+  private fullCheck: NodeJS.Immediate | undefined;
+  private readonly poll: NodeJS.Timeout;
+  private readonly bump = (): void => void Atomics.add(this.shared, SharedSlot.ConfigGeneration, 1);
+
+  constructor(
+    private readonly server: ServerApi,
+    private readonly tracing: TracingState | undefined,
+  ) {
+    const events = server as Events;
+    for (const e of MODEL_EVENTS) events.on?.(e, this.bump);
+    this.refreshTracing();
+    this.poll = setInterval(() => this.refreshTracing(), TRACING_POLL_MS);
+    this.poll.unref();
+  }
+
+  close(): void {
+    clearInterval(this.poll);
+    if (this.fullCheck !== undefined) clearImmediate(this.fullCheck);
+    const events = server(this.server);
+    for (const e of MODEL_EVENTS) events.off?.(e, this.bump);
+    for (const p of this.ports) p.close();
+    this.ports.clear();
+  }
+
+  /** Reads the tracer's state into the shared flag (before a forwarded request is answered, and periodically). */
+  refreshTracing(): void {
+    Atomics.store(this.shared, SharedSlot.Tracing, this.tracing?.enabled === true ? 1 : 0);
+  }
+
+  /** Serves one thread: `port` carries its infer requests, `sync` its configuration queries. */
+  attach(port: MessagePort, sync: MessagePort, signal: Int32Array): void {
+    this.ports.add(port);
+    const pending = new Map<number, Cancellation>();
+    port.on('message', (m: BridgeRequest) => {
+      if (m.t === 'cancel') pending.get(m.id)?.abort();
+      // Counted in the statistics as the main thread's own refusals are.
+      else if (m.t === 'refused') this.server.admissionError?.(m.model, m.version);
+      else this.infer(port, pending, m);
+    });
+    port.on('close', () => {
+      this.ports.delete(port);
+      for (const c of pending.values()) c.abort();
+    });
+    sync.on('message', (q: ConfigQuery) => {
+      let answer: ConfigAnswer;
+      try {
+        answer = { config: this.server.modelConfig(q.model, q.version) };
+      } catch (err) {
+        answer = { error: toWireError(err) };
+      }
+      sync.postMessage(answer);
+      Atomics.store(signal, 0, 1);
+      Atomics.notify(signal, 0);
+    });
+  }
+
+  private infer(
+    port: MessagePort,
+    pending: Map<number, Cancellation>,
+    m: Extract<BridgeRequest, { t: 'infer' }>,
+  ): void {
+    const signal = new Cancellation();
+    pending.set(m.id, signal);
+    const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
+      pending.delete(m.id);
+      port.postMessage(a, transfer);
+    };
+    this.server
+      .infer({
+        model: m.model,
+        version: m.version,
+        id: m.requestId,
+        inputs: m.inputs as Tensor[],
+        outputs: m.outputs,
+        parameters: m.parameters,
+        signal,
+      })
+      .then(
+        (r) => {
+          const { tensors, buffer } = packOutputs(r.outputs);
+          answer(
+            {
+              t: 'answer',
+              id: m.id,
+              response: {
+                modelName: r.modelName,
+                modelVersion: r.modelVersion,
+                id: r.id,
+                parameters: r.parameters,
+                outputs: tensors,
+              },
+            },
+            [buffer],
+          );
+        },
+        (err: unknown) => {
+          const error = toWireError(err);
+          if (error.code === 'NRD_QUEUE_FULL') this.markFull(m.model, m.version);
+          answer({ t: 'failed', id: m.id, error });
+        },
+      );
+  }
+
+  /** Tells the threads to refuse this model's requests themselves until its queue has room again. */
+  private markFull(model: string, version: string | undefined): void {
+    const key = admissionKey(model, version);
+    if (this.full.has(key) || this.server.queueFull?.(model, version) !== true) return;
+    // The refusal as the frontend words it before a request is read (no request id).
+    const error = toWireError(Errors.maxQueueSizeExceeded(''));
+    this.full.set(key, { model, version });
+    this.broadcast({ t: 'full', key, error });
+    this.fullCheck ??= setImmediate(this.checkFull);
+  }
+
+  private readonly checkFull = (): void => {
+    this.fullCheck = undefined;
+    for (const [key, { model, version }] of this.full) {
+      if (this.server.queueFull?.(model, version) === true) continue;
+      this.full.delete(key);
+      this.broadcast({ t: 'open', key });
+    }
+    if (this.full.size > 0) this.fullCheck = setImmediate(this.checkFull);
+  };
+
+  private broadcast(a: BridgeAnswer): void {
+    for (const p of this.ports) p.postMessage(a);
+  }
+}
+
+function server(s: ServerApi): Events {
+  return s as Events;
+}
+
+/** The outputs' bytes copied into one buffer of their own, to be transferred (the batch's buffers stay here). */
+function packOutputs(outputs: readonly Tensor[]): { tensors: WireTensor[]; buffer: ArrayBuffer } {
+  let total = 0;
+  for (const t of outputs) total += t.data.byteLength;
+  const buffer = new ArrayBuffer(total);
+  const bytes = new Uint8Array(buffer);
+  const tensors: WireTensor[] = [];
+  let offset = 0;
+  for (const t of outputs) {
+    bytes.set(t.data, offset);
+    const data = bytes.subarray(offset, offset + t.data.byteLength);
+    tensors.push({ name: t.name, datatype: t.datatype, shape: t.shape, data });
+    offset += t.data.byteLength;
+  }
+  return { tensors, buffer };
+}

@@ -1,0 +1,110 @@
+/**
+ * Requests, answers and errors as they cross between a frontend thread and the main thread: tensors travel as
+ * views over transferred ArrayBuffers (moved, not copied), errors as their code, class and message.
+ */
+import { NereidError, asNereidError, type TritonErrorClass } from '../../errors.js';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import type { InferResponse, ParameterValue, RequestedOutput } from '../../types/api.js';
+
+export interface WireError {
+  readonly code: string;
+  readonly errorClass: TritonErrorClass;
+  readonly message: string;
+  readonly retryAfterSecs: number | undefined;
+}
+
+export function toWireError(err: unknown): WireError {
+  const e = asNereidError(err);
+  return { code: e.code, errorClass: e.errorClass, message: e.message, retryAfterSecs: e.retryAfterSecs };
+}
+
+export function fromWireError(w: WireError): NereidError {
+  const e = new NereidError(w.code, w.errorClass, w.message);
+  e.retryAfterSecs = w.retryAfterSecs;
+  return e;
+}
+
+export interface WireTensor {
+  readonly name: string;
+  readonly datatype: Tensor['datatype'];
+  readonly shape: readonly number[];
+  readonly data: Uint8Array;
+}
+
+/** Frontend thread → main thread, on the bridge port. */
+export type BridgeRequest =
+  | {
+      readonly t: 'infer';
+      readonly id: number;
+      readonly model: string;
+      readonly version: string | undefined;
+      readonly requestId: string;
+      readonly inputs: readonly WireTensor[];
+      readonly outputs: readonly RequestedOutput[] | undefined;
+      readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
+    }
+  | { readonly t: 'cancel'; readonly id: number }
+  | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined };
+
+/** Main thread → frontend thread, on the bridge port. */
+export type BridgeAnswer =
+  | { readonly t: 'answer'; readonly id: number; readonly response: WireResponse }
+  | { readonly t: 'failed'; readonly id: number; readonly error: WireError }
+  | { readonly t: 'full'; readonly key: string; readonly error: WireError }
+  | { readonly t: 'open'; readonly key: string };
+
+export interface WireResponse {
+  readonly modelName: string;
+  readonly modelVersion: string;
+  readonly id: string;
+  readonly parameters: InferResponse['parameters'];
+  readonly outputs: readonly WireTensor[];
+}
+
+/** Frontend thread → main thread on the synchronous port, and the answer. */
+export interface ConfigQuery {
+  readonly model: string;
+  readonly version: string | undefined;
+}
+export type ConfigAnswer = { readonly config: ModelConfig } | { readonly error: WireError };
+
+/** Shared Int32 slots of one pool: what a frontend thread reads per request without asking. */
+export const enum SharedSlot {
+  /** Bumped by the main thread whenever a model version is loaded or unloaded: cached configurations are stale. */
+  ConfigGeneration = 0,
+  /** 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them. */
+  Tracing = 1,
+  Count = 2,
+}
+
+export function admissionKey(model: string, version: string | undefined): string {
+  return version === undefined || version === '' ? model : `${model}\u0000${version}`;
+}
+
+/**
+ * Copies tensors whose bytes do not lie in `owned` into one fresh buffer, so that every tensor is a view over a
+ * buffer that may be transferred; returns those buffers.
+ */
+export function transferableTensors(
+  tensors: readonly Tensor[],
+  owned: ArrayBuffer | undefined,
+): { tensors: WireTensor[]; transfer: ArrayBuffer[] } {
+  let extra = 0;
+  for (const t of tensors) if (t.data.buffer !== owned) extra += t.data.byteLength;
+  const out: WireTensor[] = [];
+  const transfer: ArrayBuffer[] = owned === undefined ? [] : [owned];
+  const pack = extra > 0 ? new Uint8Array(new ArrayBuffer(extra)) : undefined;
+  if (pack !== undefined) transfer.push(pack.buffer as ArrayBuffer);
+  let offset = 0;
+  for (const t of tensors) {
+    let data = t.data;
+    if (data.buffer !== owned) {
+      pack!.set(data, offset);
+      data = pack!.subarray(offset, offset + data.byteLength);
+      offset += data.byteLength;
+    }
+    out.push({ name: t.name, datatype: t.datatype, shape: t.shape, data });
+  }
+  return { tensors: out, transfer };
+}

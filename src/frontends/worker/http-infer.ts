@@ -1,0 +1,123 @@
+/**
+ * A frontend thread's HTTP infer: the hot path, served here from the body to the reply (read, decode, validate
+ * the framing, refuse a full queue, encode); only the request itself crosses to the main thread. Anything this
+ * path does not cover goes to the main thread whole (see `HttpThread.onRequest`).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { NereidError } from '../../errors.js';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import { headerValue, inflateBody, readBody, requestEncoding } from '../http/body.js';
+import { decodeInferBody, decodeRawInfer } from '../http/infer-decode.js';
+import { Replier } from '../http/reply.js';
+import {
+  compileHeaderForwardPattern,
+  forwardHeaders,
+  parseRestrictedApis,
+  type Restriction,
+} from '../http/restrictions.js';
+import { InferCall, inferHeaderLength, sendInferResponse } from '../http/routes/infer.js';
+import { Router } from '../http/router.js';
+import { parseWireVersion } from '../../core/version-string.js';
+import type { HttpForwarder } from './http-forward.js';
+import type { HttpThreadOptions } from '../threads/protocol.js';
+import type { RemoteServer } from './remote.js';
+
+const INFER_ROUTE = '/v2/models/:model[/versions/:version]/infer';
+
+export class HttpThread {
+  readonly reply = new Replier();
+  private readonly router = new Router<true>();
+  private readonly restriction: Restriction | undefined;
+  private readonly forwardPattern: RegExp | undefined;
+
+  constructor(
+    private readonly remote: RemoteServer,
+    private readonly forwarder: HttpForwarder,
+    private readonly options: HttpThreadOptions,
+  ) {
+    this.router.add(INFER_ROUTE, true);
+    this.restriction = parseRestrictedApis(options.restrictedApis).get('inference');
+    const pattern = options.headerForwardPattern;
+    this.forwardPattern = pattern === undefined ? undefined : compileHeaderForwardPattern(pattern);
+  }
+
+  readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    if (this.reply.closing) res.shouldKeepAlive = false;
+    const served = req.method === 'POST' && !this.options.forwardAll ? this.serveInfer(req, res) : false;
+    if (!served) this.forwarder.forward(req, res);
+  };
+
+  /** Serves an infer here; false when the main thread must (not an infer, traced, unknown model, cached...). */
+  private serveInfer(req: IncomingMessage, res: ServerResponse): boolean {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const found = this.router.match(q === -1 ? url : url.slice(0, q));
+    if (found === undefined || this.remote.tracing) return false;
+    const r = this.restriction;
+    if (r !== undefined && headerValue(req, r.headerKey) !== r.value) return false;
+    const model = found.params['model']!;
+    let version: string | undefined;
+    try {
+      version = parseWireVersion(found.params['version']);
+    } catch {
+      return false;
+    }
+    const config = this.remote.modelConfig(model, version);
+    // Decoupled models are refused, and cached replies kept, by the main thread's frontend.
+    if (config === undefined || config.modelTransactionPolicy?.decoupled === true) return false;
+    if (config.responseCache?.enable === true) return false;
+    const refused = this.remote.admissionError(model, version);
+    if (refused !== undefined) {
+      this.reply.error(res, refused);
+      return true;
+    }
+    this.infer(req, res, model, version, config).catch((err: unknown) => this.fail(res, err));
+    return true;
+  }
+
+  private async infer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    config: ModelConfig,
+  ): Promise<void> {
+    const encoding = requestEncoding(req);
+    if (encoding === 'unknown') {
+      this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
+      return;
+    }
+    const max = this.options.maxInputSize;
+    const received = await readBody(req, max, true);
+    const inflated = encoding === 'identity' ? received : await inflateBody(received, max);
+    // The body in a buffer of its own, which moves to the main thread with the request (the parser's is not ours).
+    const owned = new ArrayBuffer(inflated.byteLength);
+    const body = Buffer.from(owned);
+    body.set(inflated);
+    const headerLength = inferHeaderLength(headerValue(req, 'inference-header-content-length'), body.byteLength);
+    const decoded =
+      headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, max);
+    if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
+      // Client shared memory is registered with the main thread, which reads and writes it.
+      this.forwarder.forward(req, res, received);
+      return;
+    }
+    const pattern = this.forwardPattern;
+    const parameters = pattern === undefined ? decoded.parameters : forwardHeaders(req, pattern, decoded.parameters);
+    const call = new InferCall(res);
+    const { id, inputs, outputs } = decoded;
+    const response = await this.remote.infer(
+      { model, version, id, inputs, outputs, parameters, signal: call.signal },
+      owned,
+    );
+    call.done();
+    const compressing = sendInferResponse(this, req, res, response, decoded);
+    if (compressing !== undefined) await compressing;
+  }
+
+  private fail(res: ServerResponse, err: unknown): void {
+    if (err instanceof NereidError && (err.code === 'NRD_BODY_TOO_LARGE' || err.code === 'NRD_TOO_MANY_CHUNKS'))
+      res.shouldKeepAlive = false;
+    this.reply.error(res, err);
+  }
+}

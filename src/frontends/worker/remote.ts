@@ -1,0 +1,130 @@
+/**
+ * A frontend thread's view of the server: model configurations (cached until the main thread says a model
+ * changed), infer requests sent to the main thread with their tensors transferred, and the models whose queue is
+ * full, refused here.
+ */
+import { receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
+import type { NereidError } from '../../errors.js';
+import type { ModelConfig } from '../../gen/model_config_pb.js';
+import type { Tensor } from '../../tensor/tensor.js';
+import type { InferResponse, ParameterValue, RequestedOutput } from '../../types/api.js';
+import type { CancellationSignal } from '../../types/cancellation.js';
+import {
+  admissionKey,
+  type BridgeAnswer,
+  type BridgeRequest,
+  type ConfigAnswer,
+  fromWireError,
+  SharedSlot,
+  transferableTensors,
+} from '../threads/wire.js';
+
+export interface RemoteInfer {
+  readonly model: string;
+  readonly version: string | undefined;
+  readonly id: string;
+  readonly inputs: readonly Tensor[];
+  readonly outputs: readonly RequestedOutput[] | undefined;
+  readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
+  readonly signal: CancellationSignal;
+}
+
+interface Waiter {
+  resolve(r: InferResponse): void;
+  reject(e: NereidError): void;
+}
+
+export class RemoteServer {
+  private nextId = 1;
+  private readonly waiting = new Map<number, Waiter>();
+  private readonly configs = new Map<string, ModelConfig>();
+  private configGeneration = -1;
+  private readonly full = new Map<string, NereidError>();
+
+  constructor(
+    private readonly port: MessagePort,
+    private readonly sync: MessagePort,
+    private readonly signal: Int32Array,
+    private readonly shared: Int32Array,
+  ) {
+    port.on('message', (a: BridgeAnswer) => this.onAnswer(a));
+  }
+
+  /** Whether requests are traced now (they then go to the main thread whole). */
+  get tracing(): boolean {
+    return Atomics.load(this.shared, SharedSlot.Tracing) !== 0;
+  }
+
+  /** The model's configuration, or undefined when the main thread must answer (unknown model, not ready, paging). */
+  modelConfig(model: string, version: string | undefined): ModelConfig | undefined {
+    const generation = Atomics.load(this.shared, SharedSlot.ConfigGeneration);
+    if (generation !== this.configGeneration) {
+      this.configs.clear();
+      this.configGeneration = generation;
+    }
+    const key = admissionKey(model, version);
+    const cached = this.configs.get(key);
+    if (cached !== undefined) return cached;
+    // Asked once per model and version (until a model changes): the thread waits for the main thread's answer.
+    Atomics.store(this.signal, 0, 0);
+    this.sync.postMessage({ model, version });
+    Atomics.wait(this.signal, 0, 0);
+    const answer = receiveMessageOnPort(this.sync)?.message as ConfigAnswer | undefined;
+    if (answer === undefined || !('config' in answer)) return undefined;
+    this.configs.set(key, answer.config);
+    return answer.config;
+  }
+
+  /** The refusal for a full queue, while the main thread says the model's queue is full. */
+  admissionError(model: string, version: string | undefined): NereidError | undefined {
+    if (this.full.size === 0) return undefined;
+    const refused = this.full.get(admissionKey(model, version));
+    if (refused !== undefined) this.port.postMessage({ t: 'refused', model, version } satisfies BridgeRequest);
+    return refused;
+  }
+
+  infer(r: RemoteInfer, owned: ArrayBuffer | undefined): Promise<InferResponse> {
+    const id = this.nextId++;
+    const { tensors, transfer } = transferableTensors(r.inputs, owned);
+    const message: BridgeRequest = {
+      t: 'infer',
+      id,
+      model: r.model,
+      version: r.version,
+      requestId: r.id,
+      inputs: tensors,
+      outputs: r.outputs,
+      parameters: r.parameters,
+    };
+    return new Promise<InferResponse>((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.port.postMessage(message, transfer);
+      r.signal.addEventListener('abort', () => {
+        if (this.waiting.has(id)) this.port.postMessage({ t: 'cancel', id } satisfies BridgeRequest);
+      });
+    });
+  }
+
+  private onAnswer(a: BridgeAnswer): void {
+    switch (a.t) {
+      case 'answer': {
+        const w = this.waiting.get(a.id);
+        this.waiting.delete(a.id);
+        w?.resolve(a.response as InferResponse);
+        break;
+      }
+      case 'failed': {
+        const w = this.waiting.get(a.id);
+        this.waiting.delete(a.id);
+        w?.reject(fromWireError(a.error));
+        break;
+      }
+      case 'full':
+        this.full.set(a.key, fromWireError(a.error));
+        break;
+      case 'open':
+        this.full.delete(a.key);
+        break;
+    }
+  }
+}
