@@ -9,12 +9,8 @@ import type { ModelConfig } from '../../gen/model_config_pb.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from '../http/body.js';
 import { decodeInferBody, decodeRawInfer } from '../http/infer-decode.js';
 import { Replier } from '../http/reply.js';
-import {
-  compileHeaderForwardPattern,
-  forwardHeaders,
-  parseRestrictedApis,
-  type Restriction,
-} from '../http/restrictions.js';
+import { forwardHeaders, parseRestrictedApis, type Restriction } from '../http/restrictions.js';
+import { compileHeaderForwardPattern } from '../header-forward.js';
 import { InferCall, inferHeaderLength, sendInferResponse } from '../http/routes/infer.js';
 import { Router } from '../http/router.js';
 import { parseWireVersion } from '../../core/version-string.js';
