@@ -7,6 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Server } from '../../src/core/server.js';
 import { parseBackendConfig } from '../../src/cli/serve.js';
+import { runValidate } from '../../src/cli/validate.js';
 import { DelayTuner, batchingSettings } from '../../src/scheduler/batching-policy.js';
 import { TempRepository } from '../helpers/repository.js';
 import { LOOPBACK_PORTS, startServe } from '../helpers/serve-process.js';
@@ -59,6 +60,19 @@ test('a bad batching_policy or target_p99_ms fails the load, naming the paramete
     assert.match(entry?.reason ?? '', message, name);
     assert.match(entry?.reason ?? '', new RegExp(`model '${name}'`), name);
   }
+});
+
+test('nereid validate reports a bad batching parameter as loading would', async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  repo.addSub('bad', [1], config('bad', { target_p99_ms: 'soon' }));
+  repo.addSub('good', [1], config('good', { batching_policy: 'fixed' }));
+  const chunks: string[] = [];
+  const code = await runValidate([`--model-repository=${repo.dir}`], (s) => chunks.push(s));
+  const out = chunks.join('');
+  assert.equal(code, 1, out);
+  assert.match(out, /FAIL bad: .*parameter 'target_p99_ms' must be a positive number of milliseconds, got 'soon'/);
+  assert.match(out, /^ok +good/m);
 });
 
 test('the server-wide default comes from --backend-config; a bad one stops serve naming the flag', () => {
