@@ -12,15 +12,25 @@
  *     the chat template renders. Bar: p50 within 150 us.
  * (c) streamed tokens per second at concurrency 32 over /v1/chat/completions
  *     (and generate_stream beside it).
+ * The layer alone: (a)'s /v1/embeddings work in this process, from the body's
+ * bytes to the answer's, with the model call answered by a canned output:
+ * microseconds of this thread's CPU per request, which a busy machine
+ * inflates far less than it does throughput.
  *
  * Environment: BENCH_SECONDS (per round, default 5), BENCH_OPENAI_ROUNDS (default 3),
  * BENCH_OPENAI_TTFT (requests per round for (b), default 300).
  */
 import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import http from 'node:http';
+import http, { type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
+import type { ServerApi } from '../src/core/server-api.js';
+import type { ModelConfig } from '../src/gen/model_config_pb.js';
+import { EmbeddingsEndpoint } from '../src/frontends/openai/embeddings.js';
+import { ModelTexts } from '../src/frontends/openai/model-text.js';
+import { parseJsonBytes } from '../src/frontends/http/json-parse.js';
+import type { InferRequest } from '../src/types/api.js';
 import { startNereid } from './processes.js';
 import { runWrk, type WrkResult } from './wrk.js';
 
@@ -148,6 +158,68 @@ async function tokensPerSecond(
   return tokens / (Number(process.hrtime.bigint() - start) / 1e9);
 }
 
+/** Thread CPU (process CPU where Node has no per-thread figure) in microseconds. */
+const threadCpuUsage = (process as { threadCpuUsage?: () => NodeJS.CpuUsage }).threadCpuUsage;
+const cpuUs = (): number => {
+  const u = threadCpuUsage?.call(process) ?? process.cpuUsage();
+  return u.user + u.system;
+};
+
+/** Median microseconds of thread CPU per /v1/embeddings request of TEXTS, the model call stubbed out. */
+async function layerCost(format: 'float' | 'base64'): Promise<number> {
+  const dir = path.join(EXAMPLES, 'text_embedder');
+  const int64 = (name: string) => ({ name, datatype: 'INT64', shape: [-1, -1] });
+  const names = ['input_ids', 'attention_mask', 'token_type_ids'];
+  const metadata = {
+    name: 'text_embedder',
+    versions: ['1'],
+    platform: 'onnxruntime_onnx',
+    inputs: names.map(int64),
+    outputs: [{ name: 'last_hidden_state', datatype: 'FP32', shape: [-1, -1, 32] }],
+  };
+  const config = { maxBatchSize: 64, input: names.map((name) => ({ name })), parameters: {} } as unknown as ModelConfig;
+  const outputs = new Map<string, Uint8Array>();
+  const server = {
+    modelConfig: () => config,
+    modelMetadata: () => metadata,
+    modelDirectory: () => dir,
+    admissionError: () => undefined,
+    infer: (r: InferRequest) => {
+      const [rows, seq] = r.inputs[0]!.shape as number[];
+      let data = outputs.get(`${rows}x${seq}`);
+      if (data === undefined) {
+        const f = Float32Array.from({ length: rows! * seq! * 32 }, (_, i) => Math.sin(i * 0.37) + 0.1);
+        data = new Uint8Array(f.buffer);
+        outputs.set(`${rows}x${seq}`, data);
+      }
+      const out = { name: 'last_hidden_state', datatype: 'FP32', shape: [rows, seq, 32], data };
+      return Promise.resolve({ model_name: 'text_embedder', model_version: '1', outputs: [out] });
+    },
+  } as unknown as ServerApi;
+  const texts = new ModelTexts(undefined);
+  const endpoint = new EmbeddingsEndpoint({ server, texts, timings: undefined, maxInputSize: 1 << 26 });
+  const bytes = Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: format }));
+  let written = 0;
+  const res = {
+    destroyed: false,
+    writableFinished: true,
+    on: () => res,
+    writeHead: () => res,
+    // A string is turned into bytes on its way to the socket.
+    end: (b: string | Buffer) => (written += typeof b === 'string' ? Buffer.byteLength(b) : b.byteLength),
+  } as unknown as ServerResponse;
+  const one = () => endpoint.handle(res, parseJsonBytes(bytes) as Record<string, unknown>);
+  for (let i = 0; i < 3000; i++) await one();
+  const blocks: number[] = [];
+  for (let b = 0; b < 100; b++) {
+    const start = cpuUs();
+    for (let i = 0; i < 200; i++) await one();
+    blocks.push((cpuUs() - start) / 200);
+  }
+  if (written === 0) throw new Error('no answer written');
+  return median(blocks);
+}
+
 async function main(): Promise<void> {
   const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-openai-'));
   for (const m of ['text_embedder', 'tiny_llm'])
@@ -190,6 +262,12 @@ async function main(): Promise<void> {
         line('/v2 infer, binary, same tokens', a2) +
         `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ` +
         `${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
+    );
+    const layer: Record<'float' | 'base64', number[]> = { float: [], base64: [] };
+    for (let r = 0; r < ROUNDS; r++) for (const f of ['float', 'base64'] as const) layer[f].push(await layerCost(f));
+    process.stdout.write(
+      `  the layer alone (body bytes to answer, model stubbed), thread CPU per request: ` +
+        `floats ${fmt(median(layer.float), 1)} us, base64 ${fmt(median(layer.base64), 1)} us\n`,
     );
 
     // (b) time to first token
