@@ -10,6 +10,7 @@ import { HttpFrontend } from '../../../src/frontends/http/index.js';
 import { GrpcFrontend, healthServiceDefinition } from '../../../src/frontends/grpc/index.js';
 import { resetReusePortWarning } from '../../../src/frontends/threads/index.js';
 import { silentLogger } from '../../../src/logger.js';
+import { budgetFrontendThreads, buildServeConfig } from '../../../src/cli/serve.js';
 import { EchoServer } from '../http/echo-server.js';
 import { call, json } from '../http/helpers.js';
 import { recordingLogger } from '../../helpers/recording-logger.js';
@@ -127,5 +128,27 @@ test('without reusePort both frontends serve on one thread, and the log says so 
   } finally {
     await Promise.all([httpFe.stop(), grpcFe.stop()]);
     resetReusePortWarning();
+  }
+});
+
+test('--frontend-threads: a count or auto (the CPU budget, up to 8); else NEREID_FRONTEND_THREADS, else 1', () => {
+  const saved = process.env['NEREID_FRONTEND_THREADS'];
+  delete process.env['NEREID_FRONTEND_THREADS'];
+  try {
+    assert.equal(buildServeConfig([]).frontendThreads, 1);
+    assert.equal(buildServeConfig(['--frontend-threads=3']).frontendThreads, 3);
+    assert.equal(buildServeConfig(['--frontend-threads=auto']).frontendThreads, budgetFrontendThreads());
+    assert.equal(budgetFrontendThreads(1.5), 1);
+    assert.equal(budgetFrontendThreads(64), 8);
+    for (const bad of ['0', '-2', 'two', '1.5']) {
+      assert.throws(() => buildServeConfig([`--frontend-threads=${bad}`]), {
+        message: `--frontend-threads must be auto or 1 or more, got '${bad}'`,
+      });
+    }
+    process.env['NEREID_FRONTEND_THREADS'] = '2';
+    assert.equal(buildServeConfig([]).frontendThreads, 2);
+  } finally {
+    if (saved === undefined) delete process.env['NEREID_FRONTEND_THREADS'];
+    else process.env['NEREID_FRONTEND_THREADS'] = saved;
   }
 });
