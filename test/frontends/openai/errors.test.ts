@@ -113,6 +113,19 @@ describe('OpenAI errors', () => {
       'n',
       /'n' is not supported/,
     );
+    // Several prompts in one request (OpenAI's API allows them) are refused, strings or token ids.
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: ['one', 'two'] }),
+      400,
+      'prompt',
+      /'prompt' is not supported by this server: one prompt per request/,
+    );
+    await rejectsWith(
+      s.client().completions.create({ model: 'tiny_llm', prompt: [[1, 2], [3]] }),
+      400,
+      'prompt',
+      /one prompt per request/,
+    );
     await rejectsWith(
       s.client().completions.create({ model: 'tiny_llm', prompt: 'x', logprobs: 2 }),
       400,
