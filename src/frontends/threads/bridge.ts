@@ -11,6 +11,7 @@ import { Cancellation } from '../../types/cancellation.js';
 import { Errors } from '../../errors.js';
 import {
   admissionKey,
+  Coalescer,
   type BridgeAnswer,
   type BridgeRequest,
   type ConfigAnswer,
@@ -72,12 +73,15 @@ export class FrontendBridge {
   attach(port: MessagePort, sync: MessagePort, signal: Int32Array): void {
     this.ports.add(port);
     const pending = new Map<number, Cancellation>();
-    port.on('message', (m: BridgeRequest) => {
+    const out = new Coalescer<BridgeAnswer>(port, (items) => ({ t: 'batch', items }));
+    const take = (m: BridgeRequest): void => {
       if (m.t === 'cancel') pending.get(m.id)?.abort();
       // Counted in the statistics as the main thread's own refusals are.
       else if (m.t === 'refused') this.server.admissionError?.(m.model, m.version);
-      else this.infer(port, pending, m);
-    });
+      else if (m.t === 'batch') for (const item of m.items) take(item);
+      else this.infer(out, pending, m);
+    };
+    port.on('message', take);
     port.on('close', () => {
       this.ports.delete(port);
       for (const c of pending.values()) c.abort();
@@ -96,7 +100,7 @@ export class FrontendBridge {
   }
 
   private infer(
-    port: MessagePort,
+    out: Coalescer<BridgeAnswer>,
     pending: Map<number, Cancellation>,
     m: Extract<BridgeRequest, { t: 'infer' }>,
   ): void {
@@ -104,7 +108,7 @@ export class FrontendBridge {
     pending.set(m.id, signal);
     const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
       pending.delete(m.id);
-      port.postMessage(a, transfer);
+      out.send(a, transfer);
     };
     this.server
       .infer({

@@ -45,14 +45,50 @@ export type BridgeRequest =
       readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
     }
   | { readonly t: 'cancel'; readonly id: number }
-  | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined };
+  | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined }
+  | { readonly t: 'batch'; readonly items: readonly BridgeRequest[] };
 
 /** Main thread → frontend thread, on the bridge port. */
 export type BridgeAnswer =
   | { readonly t: 'answer'; readonly id: number; readonly response: WireResponse }
   | { readonly t: 'failed'; readonly id: number; readonly error: WireError }
   | { readonly t: 'full'; readonly key: string; readonly error: WireError }
-  | { readonly t: 'open'; readonly key: string };
+  | { readonly t: 'open'; readonly key: string }
+  | { readonly t: 'batch'; readonly items: readonly BridgeAnswer[] };
+
+/**
+ * Messages sent in one event-loop turn leave as one (a message costs its receiver a wake-up and a task, whatever
+ * it carries): the requests one socket poll brought, the answers of one batch.
+ */
+export class Coalescer<M> {
+  private items: M[] = [];
+  private transfer: ArrayBuffer[] = [];
+  private scheduled = false;
+
+  constructor(
+    private readonly port: { postMessage(message: unknown, transfer?: ArrayBuffer[]): void },
+    private readonly wrap: (items: M[]) => M,
+  ) {}
+
+  send(message: M, transfer?: readonly ArrayBuffer[]): void {
+    this.items.push(message);
+    if (transfer !== undefined) for (const b of transfer) this.transfer.push(b);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flush);
+    }
+  }
+
+  private readonly flush = (): void => {
+    this.scheduled = false;
+    const items = this.items;
+    const transfer = this.transfer;
+    this.items = [];
+    this.transfer = [];
+    if (items.length === 1) this.port.postMessage(items[0], transfer);
+    else if (items.length > 1) this.port.postMessage(this.wrap(items), transfer);
+  };
+}
 
 export interface WireResponse {
   readonly modelName: string;

@@ -11,6 +11,7 @@ import type { InferResponse, ParameterValue, RequestedOutput } from '../../types
 import type { CancellationSignal } from '../../types/cancellation.js';
 import {
   admissionKey,
+  Coalescer,
   type BridgeAnswer,
   type BridgeRequest,
   type ConfigAnswer,
@@ -40,6 +41,7 @@ export class RemoteServer {
   private readonly configs = new Map<string, ModelConfig>();
   private configGeneration = -1;
   private readonly full = new Map<string, NereidError>();
+  private readonly out: Coalescer<BridgeRequest>;
 
   constructor(
     private readonly port: MessagePort,
@@ -48,6 +50,7 @@ export class RemoteServer {
     private readonly shared: Int32Array,
   ) {
     port.on('message', (a: BridgeAnswer) => this.onAnswer(a));
+    this.out = new Coalescer<BridgeRequest>(port, (items) => ({ t: 'batch', items }));
   }
 
   /** Whether requests are traced now (they then go to the main thread whole). */
@@ -79,7 +82,7 @@ export class RemoteServer {
   admissionError(model: string, version: string | undefined): NereidError | undefined {
     if (this.full.size === 0) return undefined;
     const refused = this.full.get(admissionKey(model, version));
-    if (refused !== undefined) this.port.postMessage({ t: 'refused', model, version } satisfies BridgeRequest);
+    if (refused !== undefined) this.out.send({ t: 'refused', model, version });
     return refused;
   }
 
@@ -98,15 +101,18 @@ export class RemoteServer {
     };
     return new Promise<InferResponse>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      this.port.postMessage(message, transfer);
+      this.out.send(message, transfer);
       r.signal.addEventListener('abort', () => {
-        if (this.waiting.has(id)) this.port.postMessage({ t: 'cancel', id } satisfies BridgeRequest);
+        if (this.waiting.has(id)) this.out.send({ t: 'cancel', id });
       });
     });
   }
 
   private onAnswer(a: BridgeAnswer): void {
     switch (a.t) {
+      case 'batch':
+        for (const item of a.items) this.onAnswer(item);
+        break;
       case 'answer': {
         const w = this.waiting.get(a.id);
         this.waiting.delete(a.id);
