@@ -2,8 +2,8 @@
  * `nereid serve --auth-keys` and `nereid keys create` as real processes:
  * a key made by the command works, failures show in
  * nereid_auth_failures_total, a bad keys file stops the start naming
- * file:line and field, and the file reloads under load with no failed
- * request for a key that did not change.
+ * file:line and field, and the file reloads under load (HTTP and gRPC) with
+ * no failed request for a key that did not change.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -22,6 +22,11 @@ import {
 } from '../helpers/serve-process.js';
 import { TempRepository } from '../helpers/repository.js';
 import { call } from '../frontends/http/helpers.js';
+import * as grpc from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
+import { ModelInferRequestSchema } from '../../src/gen/grpc_service_pb.js';
+import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { unary } from '../frontends/grpc/helpers.js';
 
 const ONES = Array.from({ length: 16 }, () => 1);
 const INFER = JSON.stringify({
@@ -140,6 +145,64 @@ describe('nereid serve --auth-keys', () => {
     agent.destroy();
     assert.deepEqual([...statuses.keys()], [200], JSON.stringify([...statuses]));
     assert.ok(statuses.get(200)! >= 8);
+  });
+
+  test('over gRPC too: the file reloads under load, an unchanged key never fails, ' +
+    'an added key starts and a removed key stops working', async () => {
+    const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
+    const grpcClient = new Client(`127.0.0.1:${ports.grpc}`, grpc.credentials.createInsecure());
+    const ones = new Uint8Array(Int32Array.from(ONES).buffer);
+    const request = create(ModelInferRequestSchema, {
+      modelName: 'simple',
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+      ],
+      rawInputContents: [ones, ones],
+    });
+    const inferWith = async (secret: string): Promise<string> => {
+      const md = new grpc.Metadata();
+      md.set('authorization', `Bearer ${secret}`);
+      try {
+        await unary(grpcClient, 'ModelInfer', request, md);
+        return 'OK';
+      } catch (err) {
+        return grpc.status[(err as grpc.ServiceError).code] ?? String(err);
+      }
+    };
+    const outcomes = new Map<string, number>();
+    let stop = false;
+    // 8 clients on one channel, each at most 400 calls, ending early once the file work is done.
+    const loop = async () => {
+      for (let i = 0; i < 400 && !stop; i++) {
+        const outcome = await inferWith(client.secret);
+        outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
+      }
+    };
+    const clients = Array.from({ length: 8 }, loop);
+    const until = async (what: string, ok: () => Promise<boolean>) => {
+      const end = Date.now() + 15_000;
+      while (!(await ok())) {
+        if (Date.now() > end) assert.fail(`${what} within 15 s`);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    };
+    const newcomer = createKey('grpc-newcomer', ['inference:simple']);
+    try {
+      assert.equal(await inferWith(newcomer.secret), 'UNAUTHENTICATED');
+      for (let round = 0; round < 3; round++) {
+        writeKeys(keysFile, client.entry + monitor.entry + newcomer.entry);
+        await until('the added key working', async () => (await inferWith(newcomer.secret)) === 'OK');
+        writeKeys(keysFile, client.entry + monitor.entry);
+        await until('the removed key refused', async () => (await inferWith(newcomer.secret)) === 'UNAUTHENTICATED');
+      }
+    } finally {
+      stop = true;
+      await Promise.all(clients);
+      grpcClient.close();
+    }
+    assert.deepEqual([...outcomes.keys()], ['OK'], JSON.stringify([...outcomes]));
+    assert.ok(outcomes.get('OK')! >= 8);
   });
 
   test('a request admitted before its key is removed finishes', async () => {
