@@ -3,7 +3,8 @@
  * (`--frontend-threads=1`) against frontend threads (`auto`: the CPU budget, or FRONTENDS_THREADS), and the
  * naive node:http wrapper, in the same run. Tiny and medium MLP under the dynamic batcher, binary and JSON,
  * concurrency 8 and 32 (wrk, one thread); the servers are started once and their points alternated for
- * BENCH_ROUNDS rounds, medians printed. Beside each point: the server's CPU (all its threads) per request.
+ * BENCH_ROUNDS rounds, medians printed. Beside each point: the server's CPU (all its threads) per request, and
+ * for the threaded server its main thread's share (the rest is the frontend threads and the session thread).
  * Then the crossing itself: a postMessage round trip with a transferred buffer, as a frontend thread's request
  * and answer make it. Then, unless FRONTENDS_OVERLOAD=0, the overload section (bench/overload.ts: 2× capacity
  * on a bounded queue) once per setting.
@@ -38,6 +39,8 @@ interface Point {
   rps: number;
   p50us: number;
   cpuUsPerRequest: number;
+  /** The main thread's share (scheduler, Server.infer, the crossing's main side; everything with one thread). */
+  mainUsPerRequest: number;
 }
 
 function median(xs: number[]): number {
@@ -48,10 +51,14 @@ function median(xs: number[]): number {
 async function measure(t: Target, body: HttpBody, connections: number): Promise<Point> {
   const pid = t.proc.child.pid!;
   const before = cpuSeconds(pid);
+  const mainBefore = cpuSeconds(pid, pid);
   const r = await runWrk(`http://127.0.0.1:${t.port}${t.path}`, body, connections, SECONDS);
   const cpu = cpuSeconds(pid) - before;
+  const main = cpuSeconds(pid, pid) - mainBefore;
   if (r.errors > 0 || r.non2xx > 0) process.stderr.write(`${t.name}: ${r.errors} errors, ${r.non2xx} non-2xx\n`);
-  return { rps: r.requestsPerSec, p50us: r.p50us, cpuUsPerRequest: (cpu * 1e6) / Math.max(1, r.requests) };
+  const n = Math.max(1, r.requests);
+  const cpuUsPerRequest = (cpu * 1e6) / n;
+  return { rps: r.requestsPerSec, p50us: r.p50us, cpuUsPerRequest, mainUsPerRequest: (main * 1e6) / n };
 }
 
 function fmt(n: number, digits = 0): string {
@@ -94,6 +101,7 @@ async function modelSection(model: BenchModel): Promise<void> {
           fmt(med(base, 'cpuUsPerRequest'), 1),
           fmt(med(threaded, 'rps')),
           fmt(med(threaded, 'cpuUsPerRequest'), 1),
+          fmt(med(threaded, 'mainUsPerRequest'), 1),
           fmt(med(wrapper, 'rps')),
           fmt(med(wrapper, 'cpuUsPerRequest'), 1),
           fmt(med(threaded, 'rps') / med(base, 'rps'), 2),
@@ -108,6 +116,7 @@ async function modelSection(model: BenchModel): Promise<void> {
       'CPU µs/req',
       `${targets[1]!.name} rps`,
       'CPU µs/req',
+      'main µs/req',
       'naive rps',
       'CPU µs/req',
       '× 1 thread',
