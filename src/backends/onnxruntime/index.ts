@@ -251,7 +251,6 @@ function inlinePolicy(
           : `model '${ctx.modelName}': runs stay on the session threads: ${err.message}`,
       ),
     undefined,
-    undefined,
     wide === undefined
       ? undefined
       : { create: measured(() => new InlineSession(info.path, wide)), threads: wideThreads, spinMicros },

@@ -27,12 +27,12 @@
  *   run that turns out long moves the figure, and the next runs of that
  *   size go to the thread: no prediction exceeds MAX_INLINE_NS inline
  *   (LIGHT_INLINE_NS while requests come one at a time, below).
- * - While the event loop is saturated (busy SATURATED_UTILIZATION of the
- *   last LOOP_WINDOW_MS or more), a run of a single request stays on the
- *   thread: the loop has no slack to give it, and on the thread it runs on
- *   another core while the loop serves other requests (inline, an unbatched
- *   model at concurrency 8 ran at half the rate). A batch of several requests
- *   still goes inline: it shares the crossing it saves among them.
+ * - A run of a single request stays on the thread: on the thread it runs on
+ *   another core while the loop serves other requests, and costs the loop
+ *   only the hand-over (inline, an unbatched model at concurrency 8 ran at
+ *   half the rate; at concurrency 32 on a busy machine, whose loop never read
+ *   as saturated, inline runs doubled the loop's CPU per request). A batch of
+ *   several requests still goes inline: it shares the crossing it saves.
  * - Unless requests come one at a time (RunOverlap): the last SEQUENTIAL_RUNS
  *   runs handed to the session threads (of any model) each found none there
  *   before it, and no batch of several was made since, within
@@ -84,7 +84,7 @@
  * session is created at load), `off` never.
  */
 import { createRequire } from 'node:module';
-import { performance, type EventLoopUtilization } from 'node:perf_hooks';
+import { performance } from 'node:perf_hooks';
 import type { InferenceSession, Tensor as OrtTensor } from 'onnxruntime-node';
 import type { ModelConfig } from '../../../gen/model_config_pb.js';
 import { Errors } from '../../../errors.js';
@@ -116,46 +116,11 @@ export function inlineMode(
 export const MIN_INLINE_NS = 20_000;
 /** No run predicted longer than this goes inline, however slow the crossing. */
 export const MAX_INLINE_NS = 500_000;
-/** The event loop counts as saturated when busy this share of a window or more. */
-export const SATURATED_UTILIZATION = 0.95;
 /**
- * Under a saturated loop, single runs in a row that go inline while the session thread sleeps, before one goes to wake
- * it.
+ * Single runs in a row that go inline while the session thread sleeps (requests not known to come one at a time),
+ * before one goes to wake it.
  */
 export const ASLEEP_INLINE_RUNS = 8;
-/** The window over which the event loop's utilisation is read, ms. */
-export const LOOP_WINDOW_MS = 25;
-
-let windowStart: EventLoopUtilization = performance.eventLoopUtilization();
-let windowStartMs = performance.now();
-let saturated = false;
-
-/** Whether the main thread's event loop was saturated over the last full window (read once a window). */
-export function eventLoopSaturated(): boolean {
-  const now = performance.now();
-  if (now - windowStartMs >= LOOP_WINDOW_MS) {
-    const current = performance.eventLoopUtilization();
-    saturated = performance.eventLoopUtilization(current, windowStart).utilization >= SATURATED_UTILIZATION;
-    windowStart = current;
-    windowStartMs = now;
-  }
-  return saturated;
-}
-
-let loopProbe: () => boolean = eventLoopSaturated;
-
-/**
- * Replaces how policies with the default probe read the
- * loop's saturation (tests that need runs to go inline whatever the machine's
- * load); returns the function that puts the real reading back.
- */
-export function setEventLoopProbe(probe: () => boolean): () => void {
-  loopProbe = probe;
-  return () => {
-    loopProbe = eventLoopSaturated;
-  };
-}
-
 /** Runs handed to session threads one at a time, in a row, before requests count as coming one at a time. */
 export const SEQUENTIAL_RUNS = 32;
 /** How long that reading holds, ms (inline runs cannot renew it). */
@@ -400,7 +365,6 @@ export class InlinePolicy {
     ) => void = () => {},
     /** `wide`: the wide session could not be created (runs keep the one-thread session). */
     private readonly onFailed: (err: Error, wide: boolean) => void = () => {},
-    private readonly loopSaturated: () => boolean = () => loopProbe(),
     private readonly overlap: RunOverlap = runOverlap,
     /**
      * The wide session (see the file comment); undefined: the model has none (one thread, or a CPU budget under two
@@ -456,7 +420,7 @@ export class InlinePolicy {
     const light = requests < 2 && this.overlap.oneAtATime;
     const bound = light ? LIGHT_INLINE_NS : this.thresholdNs;
     if (predicted > bound) return undefined;
-    if (!light && requests < 2 && this.loopSaturated()) {
+    if (!light && requests < 2) {
       // A thread that has gone to sleep had nothing for a while: waking it costs the event loop
       // more than a short run, and gains no parallel core for runs that rare. A few such runs
       // go inline; then one goes to the thread, so that runs which keep coming find it awake.

@@ -3,8 +3,6 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import {
   DEFAULT_CROSSING_NS,
-  LOOP_WINDOW_MS,
-  eventLoopSaturated,
   InlinePolicy,
   InlineSession,
   LIGHT_INLINE_NS,
@@ -96,6 +94,7 @@ test('InlinePolicy: the threshold is the measured crossing, within its bounds', 
 test('InlinePolicy auto: inline only for runs predicted within the ' +
   'threshold, with the thread idle; the session comes on first use', () => {
   let created = 0;
+  const { overlap, oneByOne } = overlapOnClock();
   const p = new InlinePolicy(
     'auto',
     () => {
@@ -104,9 +103,9 @@ test('InlinePolicy auto: inline only for runs predicted within the ' +
     },
     undefined,
     undefined,
-    () => false,
-    new RunOverlap(),
+    overlap,
   );
+  oneByOne(SEQUENTIAL_RUNS);
   assert.equal(p.choose(1, true), undefined, 'nothing timed yet');
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
   assert.equal(created, 0);
@@ -115,8 +114,8 @@ test('InlinePolicy auto: inline only for runs predicted within the ' +
   assert.ok(s instanceof InlineSession);
   assert.equal(created, 1);
   assert.equal(p.choose(1, true), s);
-  // 64 items scaled from 5 µs each: 320 µs, more than the 60 µs default crossing.
-  assert.equal(p.choose(64, true), undefined);
+  // A batch of 64 items scaled from 5 µs each: 320 µs, more than the 60 µs default crossing.
+  assert.equal(p.choose(64, true, 2), undefined);
   // Runs that get long move the model back to the thread.
   for (let i = 0; i < 32; i++) p.recordRun(1, 2_000_000);
   assert.equal(p.choose(1, true), undefined);
@@ -126,39 +125,35 @@ test('InlinePolicy auto: inline only for runs predicted within the ' +
   assert.equal(created, 1);
 });
 
-test('InlinePolicy auto: while the event loop is saturated a single request ' +
+test('InlinePolicy auto: while requests are not known to come one at a time a single request ' +
   'stays on the thread and a batch of several still goes inline', () => {
-  let busy = false;
+  const { overlap, oneByOne } = overlapOnClock();
   const p = new InlinePolicy(
     'auto',
     () => new InlineSession(modelFile, cpuOptions),
     undefined,
     undefined,
-    () => busy,
-    new RunOverlap(),
+    overlap,
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
-  assert.ok(p.choose(1, true, 1) instanceof InlineSession, 'the loop has slack');
-  busy = true;
   assert.equal(
     p.choose(1, true, 1),
     undefined,
-    'saturated: one request goes to the thread, which runs on another core',
+    'other requests may wait: one request goes to the thread, which runs on another core',
   );
-  assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'saturated: a batch of four shares the crossing it saves');
-  busy = false;
-  assert.ok(p.choose(1, true, 1) instanceof InlineSession);
+  assert.ok(p.choose(1, true, 4) instanceof InlineSession, 'a batch of four shares the crossing it saves');
+  oneByOne(SEQUENTIAL_RUNS);
+  assert.ok(p.choose(1, true, 1) instanceof InlineSession, 'one at a time: nothing else for the loop to do');
   p.close();
 });
 
-test('InlinePolicy auto: under a saturated loop a single request goes inline ' +
+test('InlinePolicy auto: with requests not one at a time a single request goes inline ' +
   'while the thread sleeps, a few in a row, then one goes to wake it', () => {
   const p = new InlinePolicy(
     'auto',
     () => new InlineSession(modelFile, cpuOptions),
     undefined,
     undefined,
-    () => true,
     new RunOverlap(),
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
@@ -231,14 +226,13 @@ test('RunOverlap: a run handed over while another is in flight, or a ' +
 });
 
 test('InlinePolicy auto: while requests come one at a time, a single request goes ' +
-  'inline when predicted within LIGHT_INLINE_NS, saturated loop or not', () => {
+  'inline when predicted within LIGHT_INLINE_NS', () => {
   const { overlap, oneByOne } = overlapOnClock();
   const p = new InlinePolicy(
     'auto',
     () => new InlineSession(modelFile, cpuOptions),
     undefined,
     undefined,
-    () => true,
     overlap,
   );
   // 200 µs a run: above the 60 µs default crossing, within LIGHT_INLINE_NS.
@@ -247,7 +241,7 @@ test('InlinePolicy auto: while requests come one at a time, a single request goe
   assert.equal(
     p.choose(1, true),
     undefined,
-    'not known to come one at a time: the threshold and the saturated loop rule apply',
+    'not known to come one at a time: the single-request rule applies',
   );
   oneByOne(SEQUENTIAL_RUNS);
   const s = p.choose(1, true);
@@ -268,7 +262,7 @@ test('InlinePolicy auto: while requests come one at a time, a single request goe
   p.close();
 });
 
-test('InlinePolicy auto: a tiny model under a saturated loop goes inline ' +
+test('InlinePolicy auto: a tiny model goes inline ' +
   'while requests come one at a time, to the thread once they overlap', () => {
   const { overlap, oneByOne } = overlapOnClock();
   const p = new InlinePolicy(
@@ -276,11 +270,10 @@ test('InlinePolicy auto: a tiny model under a saturated loop goes inline ' +
     () => new InlineSession(modelFile, cpuOptions),
     undefined,
     undefined,
-    () => true,
     overlap,
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 5_000);
-  assert.equal(p.choose(1, true), undefined, 'saturated, and nothing known about the requests');
+  assert.equal(p.choose(1, true), undefined, 'nothing known about the requests');
   oneByOne(SEQUENTIAL_RUNS);
   assert.ok(p.choose(1, true) instanceof InlineSession);
   overlap.started();
@@ -289,31 +282,18 @@ test('InlinePolicy auto: a tiny model under a saturated loop goes inline ' +
   p.close();
 });
 
-test('eventLoopSaturated: a loop blocked for a whole window reads as saturated, an idle one does not', async () => {
-  const spin = (ms: number): void => {
-    const end = performance.now() + ms;
-    while (performance.now() < end);
-  };
-  eventLoopSaturated(); // starts a window if one is due
-  await new Promise((r) => setTimeout(r, LOOP_WINDOW_MS * 3));
-  eventLoopSaturated(); // the window that was mostly idle closes here
-  spin(LOOP_WINDOW_MS * 3);
-  assert.equal(eventLoopSaturated(), true);
-  await new Promise((r) => setTimeout(r, LOOP_WINDOW_MS * 3));
-  assert.equal(eventLoopSaturated(), false);
-});
-
 test('InlinePolicy: a session that cannot be created leaves the runs on the thread and says why', () => {
   const failures: string[] = [];
+  const { overlap, oneByOne } = overlapOnClock();
   const p = new InlinePolicy(
     'auto',
     () => new InlineSession(join(tmp.path, 'missing.onnx'), cpuOptions),
     undefined,
     (err) => failures.push(err.message),
-    () => false,
-    new RunOverlap(),
+    overlap,
   );
   for (let i = 0; i < MIN_SAMPLES; i++) p.recordRun(1, 1_000);
+  oneByOne(SEQUENTIAL_RUNS);
   assert.equal(p.choose(1, true), undefined);
   assert.equal(p.choose(1, true), undefined);
   assert.equal(failures.length, 1);
@@ -355,7 +335,6 @@ function widePolicy(): {
     () => new InlineSession(modelFile, cpuOptions),
     (_s, _predicted, _bound, wide) => created.push(wide),
     undefined,
-    () => false,
     overlap,
     {
       create: () => new InlineSession(modelFile, wideInlineOptions(cpuOptions, config({}), 2, 300)),
