@@ -37,6 +37,7 @@
  * seconds, cpuSeconds (the generator's own CPU over the run).
  */
 import net from 'node:net';
+import { seededRandom } from '../test/helpers/random.js';
 
 interface Config {
   port: number;
@@ -244,14 +245,7 @@ if (config.closed === true) {
   await new Promise((r) => setTimeout(r, config.seconds * 1000));
 } else if (config.poisson === true) await new Promise<void>((resolve) => {
   // A fixed seed: every variant of a comparison sees the same arrival pattern.
-  let state = 0x2545f491;
-  const random = (): number => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = seededRandom(0x2545f491);
   const meanGapNs = 1e9 / config.rate;
   let nextDue = t0 + BigInt(Math.round(-Math.log(1 - random()) * meanGapNs));
   const tick = (): void => {

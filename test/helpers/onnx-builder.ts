@@ -31,6 +31,9 @@ import {
 } from '../../src/gen/onnx_pb.js';
 import type { Datatype, TypedArray } from '../../src/tensor/datatype.js';
 import { OnnxElemType, onnxElemTypeOf } from '../../src/onnx/datatypes.js';
+import { seededRandom } from './random.js';
+
+export { seededRandom };
 
 /** A dimension: a size, a symbolic name such as 'batch' (dynamic), or null (unknown). */
 export type Dim = number | string | null;
@@ -197,18 +200,6 @@ function attributeProto(name: string, v: AttributeValue): AttributeProto {
 
 // ---------------------------------------------------------------------------
 // Ready-made models
-
-/** Deterministic pseudo-random numbers in [0, 1) (mulberry32), so weights are the same on every machine. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export interface MlpWeights {
   /** Layer sizes, input first. */

@@ -4,7 +4,8 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { type SimBatch, Simulation, seeded } from './simulation.js';
+import { seededRandom as seeded } from '../helpers/random.js';
+import { type SimBatch, Simulation } from './simulation.js';
 
 const DELAY = 100;
 
