@@ -5,7 +5,6 @@
  * protobuf encoding and the HTTP exchange stay off the server's event loop.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { randomFillSync } from 'node:crypto';
 import { type Attributes, type HrTime, type SpanContext, SpanKind } from '@opentelemetry/api';
 import { ExportResultCode, TraceState, type ExportResult, type InstrumentationScope } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
@@ -28,6 +27,7 @@ import {
   type SpanBatch,
   type ToExportThread,
 } from './otel-record.js';
+import { randomHex } from './random-id.js';
 
 /** Counts the spans that leave the processor's queue, and those whose export failed. */
 class CountingExporter implements SpanExporter {
@@ -126,19 +126,6 @@ class FinishedSpan implements ReadableSpan {
     }
     return [s, n];
   }
-}
-
-
-/** Random ids from a pool refilled 4 KiB at a time. */
-const idPool = Buffer.allocUnsafe(4096);
-let idAt = idPool.length;
-function randomHex(bytes: number): string {
-  if (idAt + bytes > idPool.length) {
-    randomFillSync(idPool);
-    idAt = 0;
-  }
-  idAt += bytes;
-  return idPool.toString('hex', idAt - bytes, idAt);
 }
 
 const init = workerData as ExportInit;

@@ -9,12 +9,12 @@
  * An export never delays a request: spans past the queue bound, and those
  * of a batch the collector did not take, are dropped and counted.
  */
-import { randomFillSync } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { TraceStampName } from '../types/api.js';
 import type { RemoteContext } from './traceparent.js';
 import { contextJson } from './traceparent.js';
+import { randomHex } from './random-id.js';
 import type { Trace, TraceGroup, TraceGroupSink, TraceRecorder } from './trace.js';
 import {
   type DropCounts,
@@ -48,17 +48,6 @@ function relTime(ns: bigint): number {
   return Number(ns - BASE_HR);
 }
 
-/** Random ids from a pool refilled 4 KiB at a time (the SDK's generator draws Math.random per id). */
-const idPool = Buffer.allocUnsafe(4096);
-let idAt = idPool.length;
-function randomHex(bytes: number): string {
-  if (idAt + bytes > idPool.length) {
-    randomFillSync(idPool);
-    idAt = 0;
-  }
-  idAt += bytes;
-  return idPool.toString('hex', idAt - bytes, idAt);
-}
 
 /** The root span of a group: its ids, the caller's context, when it began. */
 interface RootSpan {
