@@ -5,6 +5,7 @@
  */
 import {
   Client,
+  type ClientUnaryCall,
   credentials,
   Metadata,
   type MethodDefinition,
@@ -16,6 +17,7 @@ import {
   type StatusObject,
   type UntypedServiceImplementation,
   status as GrpcStatus,
+  type requestCallback,
   type sendUnaryData,
 } from '@grpc/grpc-js';
 import { PEER_HEADER } from '../threads/protocol.js';
@@ -97,25 +99,17 @@ export class GrpcForwarder {
 
   private unary(path: string) {
     return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
-      let answer: Buffer | undefined;
-      const upstream = this.client.makeUnaryRequest<Buffer, Buffer>(
-        path,
-        same,
-        same,
-        call.request,
-        copyMetadata(call.metadata, call.getPeer()),
-        this.options(call),
-        (err, value) => {
-          answer = err ? undefined : value;
-        },
+      this.relayAnswer(call, callback, (done) =>
+        this.client.makeUnaryRequest<Buffer, Buffer>(
+          path,
+          same,
+          same,
+          call.request,
+          copyMetadata(call.metadata, call.getPeer()),
+          this.options(call),
+          done,
+        ),
       );
-      upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
-      // grpc-js calls back before it emits the status; the trailers come with the status.
-      upstream.on('status', (s: StatusObject) => {
-        if (s.code === GrpcStatus.OK && answer !== undefined) callback(null, answer, copyMetadata(s.metadata));
-        else callback(errorOf(s));
-      });
-      call.on('cancelled', () => upstream.cancel());
     };
   }
 
@@ -135,27 +129,42 @@ export class GrpcForwarder {
 
   private clientStream(path: string) {
     return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
-      let answer: Buffer | undefined;
-      const upstream = this.client.makeClientStreamRequest<Buffer, Buffer>(
-        path,
-        same,
-        same,
-        copyMetadata(call.metadata, call.getPeer()),
-        this.options(call),
-        (err, value) => {
-          answer = err ? undefined : value;
-        },
+      const upstream = this.relayAnswer(call, callback, (done) =>
+        this.client.makeClientStreamRequest<Buffer, Buffer>(
+          path,
+          same,
+          same,
+          copyMetadata(call.metadata, call.getPeer()),
+          this.options(call),
+          done,
+        ),
       );
-      upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
-      // grpc-js calls back before it emits the status; the trailers come with the status.
-      upstream.on('status', (s: StatusObject) => {
-        if (s.code === GrpcStatus.OK && answer !== undefined) callback(null, answer, copyMetadata(s.metadata));
-        else callback(errorOf(s));
-      });
       call.on('data', (m: Buffer) => upstream.write(m));
       call.on('end', () => upstream.end());
-      call.on('cancelled', () => upstream.cancel());
     };
+  }
+
+  /**
+   * Starts a call with one answer (`start` is handed its callback) and relays it back: metadata as it
+   * comes, the answer with the trailers once the status arrives, cancellation upstream.
+   */
+  private relayAnswer<C extends ClientUnaryCall>(
+    call: ServerUnaryCall<Buffer, Buffer> | ServerReadableStream<Buffer, Buffer>,
+    callback: sendUnaryData<Buffer>,
+    start: (done: requestCallback<Buffer>) => C,
+  ): C {
+    let answer: Buffer | undefined;
+    const upstream = start((err, value) => {
+      answer = err ? undefined : value;
+    });
+    upstream.on('metadata', (md: Metadata) => call.sendMetadata(copyMetadata(md)));
+    // grpc-js calls back before it emits the status; the trailers come with the status.
+    upstream.on('status', (s: StatusObject) => {
+      if (s.code === GrpcStatus.OK && answer !== undefined) callback(null, answer, copyMetadata(s.metadata));
+      else callback(errorOf(s));
+    });
+    call.on('cancelled', () => upstream.cancel());
+    return upstream;
   }
 
   private bidi(path: string) {
