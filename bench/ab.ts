@@ -17,7 +17,9 @@
  * AB_BASE_ENV or AB_BASE_ARGS without AB_BASE_DIST starts this build twice),
  * BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
  * BENCH_MODELS (default "tiny,medium"), BENCH_FORMATS (default
- * "json,binary"; also "bin→json"), BENCH_CONCURRENCY (default "32"),
+ * "json,binary"; also "bin→json", and "grpc": ModelInfer with raw input
+ * contents through h2load, one stream per connection, p50 there being
+ * h2load's mean), BENCH_CONCURRENCY (default "32"),
  * AB_SCHEDULERS (default "plain"; "plain,batched" adds the dynamic batcher),
  * AB_TOGETHER=1 (load both builds at the same time instead of in turns: on a
  * machine shared with other work both then see the same contention, and the
@@ -31,7 +33,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, startNereid } from './processes.js';
-import { type HttpBody, runWrk } from './wrk.js';
+import { type HttpBody, type WrkResult, runWrk } from './wrk.js';
+import { modelInferBody, runH2load } from './grpc.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
@@ -56,7 +59,7 @@ function envOf(text: string | undefined): Record<string, string> {
 }
 
 for (const f of FORMATS)
-  if (!['json', 'binary', 'bin→json'].includes(f)) throw new Error(`BENCH_FORMATS: unknown format "${f}"`);
+  if (!['json', 'binary', 'bin→json', 'grpc'].includes(f)) throw new Error(`BENCH_FORMATS: unknown format "${f}"`);
 for (const s of SCHEDULERS)
   if (s !== 'plain' && s !== 'batched') throw new Error(`AB_SCHEDULERS: unknown scheduler "${s}"`);
 
@@ -141,6 +144,7 @@ interface Server {
   readonly build: Build;
   readonly model: BenchModel;
   readonly http: number;
+  readonly grpc: number;
   readonly pid: number;
   readonly stop: () => Promise<void>;
   /** Collections seen in the server's --trace-gc output so far. */
@@ -171,7 +175,7 @@ try {
         ...(build.dist === undefined ? {} : { dist: build.dist }),
         ...(GC ? { nodeArgs: ['--trace-gc'], onStdout: (text: string) => countGc(gc, text) } : {}),
       });
-      servers.push({ build, model, http: s.http, pid: s.proc.child.pid!, stop: () => s.proc.stop(), gc });
+      servers.push({ build, model, http: s.http, grpc: s.grpc, pid: s.proc.child.pid!, stop: () => s.proc.stop(), gc });
     }
   }
   const points: { model: BenchModel; scheduler: string; format: string; c: number }[] = [];
@@ -180,10 +184,26 @@ try {
       for (const format of FORMATS) for (const c of CONCURRENCY) points.push({ model, scheduler, format, c });
   const url = (s: Server, scheduler: string) =>
     `http://127.0.0.1:${s.http}/v2/models/${scheduler === 'plain' ? s.model.plainName : s.model.batchedName}/infer`;
+  const load = async (s: Server, scheduler: string, format: string, c: number, seconds: number) => {
+    if (format !== 'grpc') return runWrk(url(s, scheduler), body(s.model, format), c, seconds);
+    const name = scheduler === 'plain' ? s.model.plainName : s.model.batchedName;
+    const h = await runH2load(s.grpc, modelInferBody(name, s.model.inputName, s.model.outputName, s.model.inputSize),
+      c, 1, seconds);
+    const r: WrkResult = {
+      requestsPerSec: h.requestsPerSec,
+      p50us: h.meanUs,
+      p99us: h.maxUs,
+      errors: h.failed,
+      non2xx: 0,
+      requests: h.succeeded,
+      seconds,
+    };
+    return r;
+  };
   // Warm up every server on every point once (allocations, JIT, the batcher's first batches).
   for (const p of points)
     for (const s of servers.filter((x) => x.model === p.model))
-      await runWrk(url(s, p.scheduler), body(p.model, p.format), p.c, 1);
+      await load(s, p.scheduler, p.format, p.c, 1);
   for (let round = 0; round < ROUNDS; round++) {
     loads.push(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]!);
     for (const p of points) {
@@ -192,7 +212,7 @@ try {
         const cpu0 = runSeconds(s.pid);
         const main0 = runSeconds(s.pid, s.pid);
         const gc0 = { ...s.gc };
-        const w = await runWrk(url(s, p.scheduler), body(p.model, p.format), p.c, SECONDS);
+        const w = await load(s, p.scheduler, p.format, p.c, SECONDS);
         const cpu = runSeconds(s.pid) - cpu0;
         const main = runSeconds(s.pid, s.pid) - main0;
         const key = `${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}|${s.build.label}`;

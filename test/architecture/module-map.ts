@@ -9,6 +9,8 @@ export const SHARED = new Set(['gen', 'errors.ts', 'logger.ts']);
 
 export const ALLOWED: Record<string, readonly string[]> = {
   tensor: [],
+  /** The protobuf wire primitives of the hand-written message readers, shared by the gRPC frontend and the client. */
+  protowire: [],
   config: ['tensor'],
   repository: ['config'],
   onnx: ['tensor'],
@@ -23,12 +25,12 @@ export const ALLOWED: Record<string, readonly string[]> = {
   /** Request tracing: settings, sampler, the per-request trace, trace files and OpenTelemetry export. */
   trace: ['tensor', 'types'],
   metrics: ['core', 'types', 'auth'],
-  frontends: ['core', 'tensor', 'types', 'auth', 'trace'],
+  frontends: ['core', 'tensor', 'types', 'auth', 'trace', 'protowire'],
   /**
-   * The KServe v2 client (`nereid/client`): nothing of the server, only the pure tensor codecs and
-   * config/json.ts (the ModelConfig JSON form); test/client/isolation.test.ts checks what loading it loads.
+   * The KServe v2 client (`nereid/client`): nothing of the server, only the pure tensor codecs, the protobuf
+   * wire reader and config/json.ts (the ModelConfig JSON form); test/client/isolation.test.ts checks what it loads.
    */
-  client: ['tensor', 'config'],
+  client: ['tensor', 'config', 'protowire'],
 };
 
 /** Within frontends/: which protocol folder may import which (files directly under frontends/ are shared). */

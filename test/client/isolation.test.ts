@@ -14,7 +14,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 
 /** Our files `nereid/client` may load (under dist/src), and the packages. */
-const ALLOWED_FILES = /^(client\/[^/]+|tensor\/[^/]+|gen\/[^/]+|config\/(json|errors)|errors)\.js$/;
+const ALLOWED_FILES = /^(client\/[^/]+|tensor\/[^/]+|protowire\/[^/]+|gen\/[^/]+|config\/(json|errors)|errors)\.js$/;
 const ALLOWED_PACKAGES = new Set([
   'undici',
   '@grpc/grpc-js',

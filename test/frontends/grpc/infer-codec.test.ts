@@ -35,6 +35,8 @@ const sampleResponse: InferResponse = {
     big: 2n ** 62n,
     huge: 2n ** 63n + 1n,
     ratio: 0.25,
+    // An integral number past int64's range cannot be a varint: it goes as a double.
+    outOfRange: 1e20,
     text: 'héllo',
     empty: '',
   },
@@ -63,6 +65,7 @@ test('the hand-written response encoder agrees with the generated decoder', () =
   assert.deepEqual(p.big!.parameterChoice, { case: 'int64Param', value: 2n ** 62n });
   assert.deepEqual(p.huge!.parameterChoice, { case: 'uint64Param', value: 2n ** 63n + 1n });
   assert.deepEqual(p.ratio!.parameterChoice, { case: 'doubleParam', value: 0.25 });
+  assert.deepEqual(p.outOfRange!.parameterChoice, { case: 'doubleParam', value: 1e20 });
   assert.deepEqual(p.text!.parameterChoice, { case: 'stringParam', value: 'héllo' });
   assert.deepEqual(p.empty!.parameterChoice, { case: 'stringParam', value: '' });
   assert.equal(msg.parameters.triton_final_response, undefined);
