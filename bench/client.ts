@@ -10,10 +10,14 @@
  *   (makeGenericClientConstructor with protobuf-es serializers) sending one
  *   ModelInferRequest message built once and decoding the response message.
  *
- * Each pair runs in alternating rounds (BENCH_ROUNDS, default 4, of
- * BENCH_SECONDS, default 3, each); printed per variant: the median of
- * requests/s, the load process's CPU per request, and the median of each
- * round's client/baseline ratio (both measured in the same round).
+ * Each pair runs BENCH_ROUNDS rounds (default 4) of BENCH_SECONDS (default 3)
+ * per variant; within a round the two variants take turns in slices of
+ * BENCH_SLICE seconds (default 0.5, in the order ABBA...), so a drift in the
+ * machine's load reaches both alike. Printed per variant: the median over
+ * rounds of requests/s and of the load process's CPU per call; per pair the
+ * median and range of each round's client/baseline ratio of requests/s, and
+ * of the client's CPU per call over the baseline's. BENCH_PROTOCOLS ("http,grpc")
+ * picks the pairs.
  */
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import * as grpc from '@grpc/grpc-js';
@@ -31,32 +35,55 @@ import { startNereid } from './processes.js';
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 32);
+const SLICE = Number(process.env.BENCH_SLICE ?? 0.5);
 
 interface Point {
   rps: number;
   cpuUs: number;
 }
 
-/** Runs `one` in CONCURRENCY closed loops for SECONDS; requests/s and this process's CPU per request. */
-async function closedLoops(one: () => Promise<void>): Promise<Point> {
-  // A short warm-up so connections and JIT are in place before counting.
-  const warmEnd = Date.now() + 300;
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-    while (Date.now() < warmEnd) await one();
-  }));
+/** Calls, seconds and this process's CPU µs, added up over a round's slices. */
+interface Tally {
+  calls: number;
+  seconds: number;
+  cpuUs: number;
+}
+
+/** Runs `one` in CONCURRENCY closed loops for `seconds`, adding what it did to `tally`. */
+async function closedLoops(one: () => Promise<void>, seconds: number, tally?: Tally): Promise<void> {
   let done = 0;
   const cpu0 = process.cpuUsage();
   const t0 = process.hrtime.bigint();
-  const end = Date.now() + SECONDS * 1000;
+  const end = Date.now() + seconds * 1000;
   await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
     while (Date.now() < end) {
       await one();
       done++;
     }
   }));
-  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  if (tally === undefined) return;
   const cpu = process.cpuUsage(cpu0);
-  return { rps: done / seconds, cpuUs: (cpu.user + cpu.system) / done };
+  tally.calls += done;
+  tally.seconds += Number(process.hrtime.bigint() - t0) / 1e9;
+  tally.cpuUs += cpu.user + cpu.system;
+}
+
+/** One round: both variants in turns of SLICE seconds (ABBA...), SECONDS each in all. */
+async function round(a: () => Promise<void>, b: () => Promise<void>): Promise<[Point, Point]> {
+  const ta: Tally = { calls: 0, seconds: 0, cpuUs: 0 };
+  const tb: Tally = { calls: 0, seconds: 0, cpuUs: 0 };
+  const slices = Math.max(1, Math.round(SECONDS / SLICE));
+  for (let i = 0; i < slices; i++) {
+    if (i % 2 === 0) {
+      await closedLoops(a, SECONDS / slices, ta);
+      await closedLoops(b, SECONDS / slices, tb);
+    } else {
+      await closedLoops(b, SECONDS / slices, tb);
+      await closedLoops(a, SECONDS / slices, ta);
+    }
+  }
+  const point = (t: Tally): Point => ({ rps: t.calls / t.seconds, cpuUs: t.cpuUs / t.calls });
+  return [point(ta), point(tb)];
 }
 
 const median = (xs: number[]): number => {
@@ -144,10 +171,12 @@ const handGrpc = () =>
   );
 const grpcClient = new InferenceClient({ url: `grpc://127.0.0.1:${nereid.grpc}` });
 
-const pairs: Array<{ protocol: string; baseline: [string, () => Promise<void>]; client: () => Promise<void> }> = [
+const PROTOCOLS = (process.env.BENCH_PROTOCOLS ?? 'http,grpc').toLowerCase().split(',');
+type Pair = { protocol: string; baseline: [string, () => Promise<void>]; client: () => Promise<void> };
+const pairs = ([
   { protocol: 'HTTP', baseline: ['hand-written undici loop', handHttp], client: clientOne(httpClient) },
   { protocol: 'gRPC', baseline: ['bare grpc-js stub', handGrpc], client: clientOne(grpcClient) },
-];
+] satisfies Pair[] as Pair[]).filter((p) => PROTOCOLS.includes(p.protocol.toLowerCase()));
 
 try {
   const rows: string[][] = [];
@@ -155,21 +184,18 @@ try {
     const client: Point[] = [];
     const base: Point[] = [];
     const ratios: number[] = [];
+    const cpuRatios: number[] = [];
+    // A short warm-up so connections and JIT are in place before counting.
+    await closedLoops(pair.client, 0.5);
+    await closedLoops(pair.baseline[1], 0.5);
     for (let r = 0; r < ROUNDS; r++) {
-      // Alternate which variant goes first, so a drift in the machine's load favours neither.
-      let c: Point;
-      let b: Point;
-      if (r % 2 === 0) {
-        c = await closedLoops(pair.client);
-        b = await closedLoops(pair.baseline[1]);
-      } else {
-        b = await closedLoops(pair.baseline[1]);
-        c = await closedLoops(pair.client);
-      }
+      const [c, b] = await round(pair.client, pair.baseline[1]);
       client.push(c);
       base.push(b);
       ratios.push(c.rps / b.rps);
+      cpuRatios.push(c.cpuUs / b.cpuUs);
     }
+    const range = (xs: number[]) => `${fmt(Math.min(...xs), 3)}-${fmt(Math.max(...xs), 3)}`;
     rows.push([
       pair.protocol,
       pair.baseline[0],
@@ -178,26 +204,31 @@ try {
       fmt(median(base.map((p) => p.rps))),
       fmt(median(base.map((p) => p.cpuUs)), 1),
       fmt(median(ratios), 3),
-      `${fmt(Math.min(...ratios), 3)}-${fmt(Math.max(...ratios), 3)}`,
+      range(ratios),
+      fmt(median(cpuRatios), 3),
+      range(cpuRatios),
     ]);
   }
   const head = [
     'protocol',
     'baseline',
     'client/s',
-    'client CPU µs/req',
+    'client CPU µs/call',
     'baseline/s',
-    'baseline CPU µs/req',
+    'baseline CPU µs/call',
     'ratio (median)',
     'ratio range',
+    'CPU ratio (median)',
+    'CPU ratio range',
   ];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
   process.stdout.write(
     `\nnereid/client vs hand-written calls: ${tiny.label}, concurrency ${CONCURRENCY}, ` +
-      `${ROUNDS} alternated rounds of ${SECONDS}s\n` +
+      `${ROUNDS} rounds of ${SECONDS}s per variant in alternated ${SLICE}s slices\n` +
       `${line(head)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
-      'CPU µs/req: this load process (client side) only; the ratio is client/baseline requests/s, per round.\n',
+      'CPU µs/call: this load process (client side) only. ratio: client/baseline requests/s, per round; ' +
+      'CPU ratio: client/baseline CPU per call, per round (below 1: the client costs less).\n',
   );
 } finally {
   await Promise.all([httpClient.close(), grpcClient.close(), pool.close()]);

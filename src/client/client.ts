@@ -83,6 +83,8 @@ export class InferenceClient {
   private readonly transport: Transport;
   private readonly timeout: number | undefined;
   private readonly backoff: Backoff | undefined;
+  /** The context of a call that sets no signal, timeout or headers. */
+  private readonly defaults: CallContext;
 
   constructor(options: ClientOptions) {
     if (typeof options !== 'object' || options === null)
@@ -119,6 +121,7 @@ export class InferenceClient {
     this.url = options.url;
     this.timeout = checkTimeout('client options', options.timeout);
     this.backoff = InferenceClient.backoff(options.retry);
+    this.defaults = { signal: undefined, timeout: this.timeout, headers: undefined };
     switch (u.protocol) {
       case 'http:':
       case 'https:':
@@ -170,6 +173,8 @@ export class InferenceClient {
 
   private context(o: CallOptions | undefined): CallContext {
     const opts = o ?? NO_OPTIONS;
+    // The common call has none of its own: one context object serves them all.
+    if (opts.timeout === undefined && opts.signal === undefined && opts.headers === undefined) return this.defaults;
     const timeout = opts.timeout === undefined ? this.timeout : checkTimeout('call options', opts.timeout);
     if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal))
       throw new InvalidInputError('signal must be an AbortSignal');

@@ -15,6 +15,8 @@ import { lenField, stringField, varintSize, WireParameter, WireWriter } from '..
 import type { SharedMemoryRef } from './types.js';
 import type { WireRequest } from './transport.js';
 
+const NO_OUTPUTS: WireRequest['outputs'] & object = [];
+
 function parameters(
   p: Record<string, string | number | boolean | bigint> | undefined,
   shm: SharedMemoryRef | undefined,
@@ -36,6 +38,11 @@ function parametersSize(list: WireParameter[] | undefined): number {
   return size;
 }
 
+// Per tensor while a request is written (encoding is synchronous, so one set serves every call): sizes, then
+// parameters; inputs first, then outputs.
+const sizes: number[] = [];
+const tensorParameters: (WireParameter[] | undefined)[] = [];
+
 /**
  * The ModelInferRequest for `r` as bytes: inputs' data as raw_input_contents;
  * `streamed` adds triton_enable_empty_final_response, so the end of a stream is known.
@@ -44,14 +51,12 @@ export function encodeInferRequest(r: WireRequest, streamed: boolean): Buffer {
   const modelLen = Buffer.byteLength(r.model);
   const versionLen = Buffer.byteLength(r.version);
   const idLen = Buffer.byteLength(r.id);
-  const requestParameters = parameters(r.parameters, undefined) ?? [];
-  if (streamed) requestParameters.push(new WireParameter('triton_enable_empty_final_response', true));
+  let requestParameters = parameters(r.parameters, undefined);
+  if (streamed) (requestParameters ??= []).push(new WireParameter('triton_enable_empty_final_response', true));
   const inputs = r.inputs;
-  // Per input: name bytes, packed shape bytes, parameters, message bytes.
-  const inputNames = new Array<number>(inputs.length);
-  const inputShapes = new Array<number>(inputs.length);
-  const inputParameters = new Array<WireParameter[] | undefined>(inputs.length);
-  const inputLens = new Array<number>(inputs.length);
+  const outputs = r.outputs ?? NO_OUTPUTS;
+  // sizes: per input its name's bytes, its packed shape's bytes, its message's bytes; per output its name's and
+  // its message's bytes.
   let size = stringField(modelLen) + stringField(versionLen) + stringField(idLen) + parametersSize(requestParameters);
   for (let i = 0; i < inputs.length; i++) {
     const t = inputs[i]!;
@@ -61,26 +66,23 @@ export function encodeInferRequest(r: WireRequest, streamed: boolean): Buffer {
     const p = parameters(t.parameters, t.sharedMemory);
     const len = stringField(nameLen) + stringField(t.datatype.length) + (shapeLen === 0 ? 0 : lenField(shapeLen)) +
       parametersSize(p);
-    inputNames[i] = nameLen;
-    inputShapes[i] = shapeLen;
-    inputParameters[i] = p;
-    inputLens[i] = len;
+    sizes[i * 3] = nameLen;
+    sizes[i * 3 + 1] = shapeLen;
+    sizes[i * 3 + 2] = len;
+    tensorParameters[i] = p;
     size += lenField(len);
     if (t.bytes !== undefined) size += lenField(t.bytes.byteLength);
   }
-  const outputs = r.outputs ?? [];
-  const outputNames = new Array<number>(outputs.length);
-  const outputParameters = new Array<WireParameter[] | undefined>(outputs.length);
-  const outputLens = new Array<number>(outputs.length);
+  const o0 = inputs.length;
   for (let i = 0; i < outputs.length; i++) {
     const o = outputs[i]!;
     const nameLen = Buffer.byteLength(o.name);
     let p = parameters(o.parameters, o.sharedMemory);
     if (o.classification !== undefined) (p ??= []).push(new WireParameter('classification', o.classification));
     const len = stringField(nameLen) + parametersSize(p);
-    outputNames[i] = nameLen;
-    outputParameters[i] = p;
-    outputLens[i] = len;
+    sizes[o0 * 3 + i * 2] = nameLen;
+    sizes[o0 * 3 + i * 2 + 1] = len;
+    tensorParameters[o0 + i] = p;
     size += lenField(len);
   }
 
@@ -88,27 +90,30 @@ export function encodeInferRequest(r: WireRequest, streamed: boolean): Buffer {
   if (modelLen > 0) w.string(0x0a, r.model, modelLen);
   if (versionLen > 0) w.string(0x12, r.version, versionLen);
   if (idLen > 0) w.string(0x1a, r.id, idLen);
-  for (const p of requestParameters) p.write(w, 0x22);
+  if (requestParameters !== undefined) for (const p of requestParameters) p.write(w, 0x22);
   for (let i = 0; i < inputs.length; i++) {
     const t = inputs[i]!;
-    w.lenHead(0x2a, inputLens[i]!);
-    if (inputNames[i]! > 0) w.string(0x0a, t.name, inputNames[i]!);
+    w.lenHead(0x2a, sizes[i * 3 + 2]!);
+    if (sizes[i * 3]! > 0) w.string(0x0a, t.name, sizes[i * 3]!);
     w.string(0x12, t.datatype, t.datatype.length);
-    if (inputShapes[i]! > 0) {
-      w.lenHead(0x1a, inputShapes[i]!);
+    const shapeLen = sizes[i * 3 + 1]!;
+    if (shapeLen > 0) {
+      w.lenHead(0x1a, shapeLen);
       for (const d of t.shape) w.varint(d);
     }
-    const p = inputParameters[i];
+    const p = tensorParameters[i];
     if (p !== undefined) for (const x of p) x.write(w, 0x22);
   }
   for (let i = 0; i < outputs.length; i++) {
     const o = outputs[i]!;
-    w.lenHead(0x32, outputLens[i]!);
-    if (outputNames[i]! > 0) w.string(0x0a, o.name, outputNames[i]!);
-    const p = outputParameters[i];
+    w.lenHead(0x32, sizes[o0 * 3 + i * 2 + 1]!);
+    const nameLen = sizes[o0 * 3 + i * 2]!;
+    if (nameLen > 0) w.string(0x0a, o.name, nameLen);
+    const p = tensorParameters[o0 + i];
     if (p !== undefined) for (const x of p) x.write(w, 0x12);
   }
   for (const t of inputs) if (t.bytes !== undefined) w.bytes(0x3a, t.bytes);
+  tensorParameters.fill(undefined, 0, o0 + outputs.length);
   return w.expectFull('ModelInferRequest');
 }
 

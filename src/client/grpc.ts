@@ -61,6 +61,8 @@ type Output<K extends keyof Methods> = Methods[K]['output'];
 const SERVICE = `/${GRPCInferenceService.typeName}/`;
 const MODEL_INFER = `${SERVICE}ModelInfer`;
 const NO_CALL_OPTIONS: grpc.CallOptions = {};
+const NO_CONTEXT = {};
+type ChannelCall = ReturnType<grpc.ChannelInterface['createCall']>;
 const same = (b: Buffer): Buffer => b;
 const EMPTY_BYTES = new Uint8Array(0);
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
@@ -102,6 +104,7 @@ const toBuffer = (b: Uint8Array) => Buffer.from(b.buffer, b.byteOffset, b.byteLe
 
 export class GrpcTransport implements Transport {
   private readonly client: grpc.Client;
+  private readonly channel: grpc.ChannelInterface;
   private readonly address: string;
   private readonly metadata: grpc.Metadata;
   private readonly serializers = new Map<string, [(m: never) => Buffer, (b: Buffer) => unknown]>();
@@ -116,11 +119,12 @@ export class GrpcTransport implements Transport {
     const options: grpc.ChannelOptions = { 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 };
     if (o.compression !== undefined) options['grpc.default_compression_algorithm'] = o.compression === 'gzip' ? 2 : 1;
     this.client = new grpc.Client(o.address, creds, options);
+    this.channel = this.client.getChannel();
     this.metadata = new grpc.Metadata();
     for (const [k, v] of Object.entries(o.headers ?? {})) this.metadata.add(k.toLowerCase(), v);
   }
 
-  private metadataFor(c: CallContext): grpc.Metadata {
+  metadataFor(c: CallContext): grpc.Metadata {
     if (c.headers === undefined) return this.metadata;
     const md = this.metadata.clone();
     for (const [k, v] of Object.entries(c.headers)) md.set(k.toLowerCase(), v);
@@ -141,7 +145,7 @@ export class GrpcTransport implements Transport {
     return pair as unknown as [(m: MessageShape<Input<K>>) => Buffer, (b: Buffer) => MessageShape<Output<K>>];
   }
 
-  private failure(what: string, err: grpc.ServiceError, c: CallContext): Error {
+  failure(what: string, err: grpc.ServiceError, c: CallContext): Error {
     if (err.code === grpc.status.CANCELLED && c.signal?.aborted) return new AbortError(what, c.signal.reason);
     if (err.code === grpc.status.DEADLINE_EXCEEDED && c.timeout !== undefined) return new TimeoutError(what, c.timeout);
     if (isConnectionFailure(err))
@@ -239,12 +243,33 @@ export class GrpcTransport implements Transport {
     return modelConfigToJson(r.config);
   }
 
+  /**
+   * One ModelInfer call on the channel itself, with one promise: makeUnaryRequest's layers (an Error for the
+   * caller's stack, a call event emitter, the interceptor chain, the options objects) cost more than the rest of the
+   * client's work per call. The message is written and read by hand (grpc-wire.ts).
+   */
   infer(r: WireRequest, c: CallContext): Promise<InferResult> {
-    const what = `inference request to model '${r.model}'`;
-    // The message is written and read by hand (grpc-wire.ts): the generic protobuf code costs more than the call.
-    return this.call(MODEL_INFER, same, same, () => encodeInferRequest(r, false), what, c).then((bytes) =>
-      readInferResponse(what, decodeInferAnswer(what, bytes), r.bytesAsStrings, sharedMemoryOutputs(r)),
-    );
+    return new Promise<InferResult>((resolve, reject) => {
+      if (c.signal?.aborted) return reject(new AbortError(inferWhat(r), c.signal.reason));
+      const bytes = encodeInferRequest(r, false);
+      const deadline = c.timeout === undefined ? Infinity : Date.now() + c.timeout;
+      const call = this.channel.createCall(MODEL_INFER, deadline, undefined, null, undefined);
+      const listener = new InferListener(this, r, c, call, resolve, reject);
+      call.start(this.metadataFor(c), listener);
+      call.startRead();
+      call.sendMessageWithContext(NO_CONTEXT, bytes);
+      call.halfClose();
+      if (c.signal !== undefined) listener.listen(c.signal);
+    });
+  }
+
+  /** The client's error for a call that ended with a status other than OK. */
+  statusFailure(what: string, status: grpc.StatusObject, c: CallContext): Error {
+    const err = new Error(`${status.code} ${grpc.status[status.code]}: ${status.details}`) as grpc.ServiceError;
+    err.code = status.code;
+    err.details = status.details;
+    err.metadata = status.metadata;
+    return this.failure(what, err, c);
   }
 
   async *stream(r: WireRequest, c: CallContext): AsyncGenerator<InferResult, void, undefined> {
@@ -524,6 +549,58 @@ function emptyDataChecked(what: string, name: string, datatype: string) {
     return emptyData(datatype as InferOutput['datatype']);
   } catch {
     throw new ProtocolError(`${what}: output '${name}' has an unknown datatype ${JSON.stringify(datatype)}`);
+  }
+}
+
+const inferWhat = (r: WireRequest) => `inference request to model '${r.model}'`;
+
+/** What grpc-js tells of one ModelInfer call, turned into the caller's result or error. */
+class InferListener implements grpc.InterceptingListener {
+  private message: Buffer | undefined;
+  private onAbort: (() => void) | undefined;
+  private ended = false;
+
+  constructor(
+    private readonly transport: GrpcTransport,
+    private readonly r: WireRequest,
+    private readonly c: CallContext,
+    private readonly call: ChannelCall,
+    private readonly resolve: (result: InferResult) => void,
+    private readonly reject: (err: Error) => void,
+  ) {}
+
+  /** Cancels the call when `signal` fires. */
+  listen(signal: AbortSignal): void {
+    if (this.ended) return;
+    this.onAbort = () => this.call.cancelWithStatus(grpc.status.CANCELLED, 'Cancelled on client');
+    signal.addEventListener('abort', this.onAbort, { once: true });
+  }
+
+  onReceiveMetadata(): void {}
+
+  onReceiveMessage(message: Buffer): void {
+    if (this.message !== undefined) {
+      this.call.cancelWithStatus(grpc.status.UNIMPLEMENTED, 'Too many responses received');
+      return;
+    }
+    this.message = message;
+  }
+
+  onReceiveStatus(status: grpc.StatusObject): void {
+    if (this.ended) return;
+    this.ended = true;
+    if (this.onAbort !== undefined) this.c.signal!.removeEventListener('abort', this.onAbort);
+    const r = this.r;
+    const what = inferWhat(r);
+    if (status.code !== grpc.status.OK) return this.reject(this.transport.statusFailure(what, status, this.c));
+    const bytes = this.message;
+    this.message = undefined;
+    if (bytes === undefined) return this.reject(new ProtocolError(`${what}: the server answered OK without a message`));
+    try {
+      this.resolve(readInferResponse(what, decodeInferAnswer(what, bytes), r.bytesAsStrings, sharedMemoryOutputs(r)));
+    } catch (err) {
+      this.reject(err as Error);
+    }
   }
 }
 
