@@ -1,12 +1,13 @@
 /**
  * `node dist/bench/trace-profile.js VARIANT [SECONDS]`: one server of bench/trace.ts (off, file1000, file1, otlp)
  * under --cpu-prof (NO_PROF=1: without), driven by wrk at concurrency 32; prints req/s and the server's CPU per
- * request (whole process, main thread). Profiles (a file per thread) and trace files land in $PROFILE_DIR
- * (default: a temp folder). Where the cost of tracing goes: docs/tracing.md, "Cost".
+ * request (whole process, main thread, each other thread taking ≥ 1 µs: the export thread is `WorkerThread`).
+ * Profiles (a file per thread) and trace files land in $PROFILE_DIR (default: a temp folder). Where the cost of
+ * tracing goes: docs/tracing.md, "Cost".
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { binaryBody } from './bodies.js';
@@ -42,13 +43,27 @@ const body = binaryBody(model.inputName, model.outputName, model.inputSize);
 const url = `http://127.0.0.1:${s.http}/v2/models/${model.batchedName}/infer`;
 await runWrk(url, body, 32, 1);
 const pid = s.proc.child.pid!;
-const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+/** CPU seconds of each thread of the server, by thread id (the export thread is one of them). */
+const threads = (): Map<number, number> => {
+  const m = new Map<number, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) m.set(Number(tid), cpuSeconds(pid, Number(tid)));
+  return m;
+};
+const [all0, main0, t0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads()];
 const r = await runWrk(url, body, 32, seconds);
-const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+const [all1, main1, t1] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads()];
+const busy = [...t1]
+  .map(([tid, cpu]) => [tid, cpu - (t0.get(tid) ?? 0)] as const)
+  .filter(([tid, cpu]) => tid !== pid && cpu * 1e6 >= r.requests) // ≥ 1 µs per request
+  .sort((a, b) => b[1] - a[1])
+  .map(([tid, cpu]) => {
+    const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    return `${comm} ${((cpu * 1e6) / r.requests).toFixed(1)}`;
+  });
 await s.proc.stop();
 server.close();
 const per = (cpu: number): string => ((cpu * 1e6) / r.requests).toFixed(1);
 process.stdout.write(
   `${variant}: ${r.requestsPerSec.toFixed(0)} req/s; CPU µs/request: process ${per(all1 - all0)}, ` +
-    `main thread ${per(main1 - main0)}; profile in ${dir}\n`,
+    `main thread ${per(main1 - main0)}; other threads ${busy.join(', ')}; profile in ${dir}\n`,
 );
