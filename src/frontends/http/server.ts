@@ -115,6 +115,7 @@ export class HttpFrontend {
       traceSettings: options.traceSettings ?? options.tracer?.settings ?? new TraceSettings(),
       logSettings: options.logSettings ?? new LogSettings(),
       replies: new CacheReplies(),
+      fail: (res, err) => this.fail(res, err),
     };
     this.routes = routeTable(this.ctx);
     this.httpServer = http.createServer({ keepAlive: true, noDelay: true }, (req, res) => this.onRequest(req, res));

@@ -6,6 +6,7 @@ import { parseWireVersion } from '../../../core/version-string.js';
 import { Errors } from '../../../errors.js';
 import type { Tracer } from '../../../trace/index.js';
 import { readBody } from '../body.js';
+import type { ServerResponse } from 'node:http';
 import type { CacheReplies } from '../cache-replay.js';
 import { parseJsonBytes } from '../json-parse.js';
 import type { Replier } from '../reply.js';
@@ -24,6 +25,8 @@ export interface HttpContext {
   readonly logSettings: LogSettings;
   /** Replies to response-cache hits, kept for the same request sent again. */
   readonly replies: CacheReplies;
+  /** Answers a request whose handler failed (logged as the server logs handler failures). */
+  readonly fail: (res: ServerResponse, err: unknown) => void;
 }
 
 export const JSON_TYPE = 'application/json';

@@ -75,12 +75,16 @@ function handleInfer(
 ): Promise<void> {
   const tracer = ctx.tracer;
   if (tracer !== undefined && tracer.enabled) {
-    const trace = sampleRequest(tracer, model, req, res);
+    const trace = sampleRequest(tracer, model, req);
     if (trace !== undefined) return tracedInfer(ctx, req, res, model, version, config, trace);
   }
   return inferBody(ctx, req, res, model, version, config, undefined);
 }
 
+/**
+ * An infer whose trace ends here, once its reply (or error reply) has been written: every path of inferBody writes
+ * its reply before it settles, so no listener on the response is needed.
+ */
 async function tracedInfer(
   ctx: HttpContext,
   req: IncomingMessage,
@@ -90,12 +94,25 @@ async function tracedInfer(
   config: ReturnType<ServerApi['modelConfig']>,
   trace: Trace,
 ): Promise<void> {
+  // The reply's bytes as written to the socket (status line and headers included), for the request log.
+  const log = trace.group.log;
+  const socket = log !== undefined ? res.socket : null;
+  const writtenBefore = socket?.bytesWritten ?? 0;
   try {
     await inferBody(ctx, req, res, model, version, config, trace);
   } catch (err) {
-    trace.stamp('HTTP_SEND_START'); // the error reply follows
-    throw err;
+    trace.stamp('HTTP_SEND_START');
+    ctx.fail(res, err);
   }
+  // Ended and not destroyed: the reply was handed to the socket (a client gone first gets no HTTP_SEND_END).
+  if (res.writableEnded && !res.destroyed) {
+    trace.stamp('HTTP_SEND_END');
+    if (log !== undefined) {
+      log.status = res.statusCode;
+      log.bytesOut = (socket?.bytesWritten ?? writtenBefore) - writtenBefore;
+    }
+  }
+  trace.end();
 }
 
 async function inferBody(
@@ -335,9 +352,9 @@ function inferRequest(
 
 /**
  * A trace for this request when the tracer samples it (W3C context from its
- * headers). It ends when the reply has gone out (or the client went away).
+ * headers). tracedInfer ends it.
  */
-function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res: ServerResponse): Trace | undefined {
+function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage): Trace | undefined {
   const parent = req.headers.traceparent;
   const state = req.headers.tracestate;
   const trace = tracer.sample(
@@ -354,18 +371,5 @@ function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage, res:
     log.path = req.url ?? '';
     log.bytesIn = Number(req.headers['content-length'] ?? 0) || 0;
   }
-  // The reply's bytes as written to the socket (status line and headers included); kept: 'finish' detaches it.
-  const socket = log !== undefined ? res.socket : null;
-  const writtenBefore = socket?.bytesWritten ?? 0;
-  // 'finish': the reply is handed to the socket; 'close' alone: the client went away first.
-  res.once('finish', () => {
-    trace.stamp('HTTP_SEND_END');
-    if (log !== undefined) {
-      log.status = res.statusCode;
-      log.bytesOut = (socket?.bytesWritten ?? writtenBefore) - writtenBefore;
-    }
-    trace.end();
-  });
-  res.once('close', () => trace.end());
   return trace;
 }
