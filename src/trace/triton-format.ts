@@ -92,10 +92,35 @@ export function tensorEntryJson(id: number, activity: string, t: Tensor): string
   return `{"id":${id},"activity":"${activity}","tensor":${JSON.stringify(tensor)}}`;
 }
 
+const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1');
+const ID = ascii('{"id":');
+const PARENT = ascii(',"parent_id":');
+const REQUEST_ID = ascii(',"request_id":');
+const STAMP_END = ascii('}]}');
+/** `,"timestamps":[{"name":"NAME","ns":` per timestamp name. */
+const stampHeads = new Map<string, Uint8Array>();
+/** `,"model_name":NAME,"model_version":` per model name (kept for 4096 names). */
+const modelHeads = new Map<string, Uint8Array>();
+
+function stampHead(name: string): Uint8Array {
+  let head = stampHeads.get(name);
+  if (head === undefined) stampHeads.set(name, (head = ascii(`,"timestamps":[{"name":"${name}","ns":`)));
+  return head;
+}
+
+function modelHead(name: string): Uint8Array {
+  let head = modelHeads.get(name);
+  if (head === undefined) {
+    head = Buffer.from(`,"model_name":${JSON.stringify(name)},"model_version":`, 'utf8');
+    if (modelHeads.size < 4096) modelHeads.set(name, head);
+  }
+  return head;
+}
+
 /**
  * Trace file entries as bytes, appended trace by trace into one growing
- * buffer that a single file write takes whole: no string per entry kept
- * alive, no join of thousands of strings.
+ * buffer that a single file write takes whole: numbers are written as
+ * digits and names as bytes prepared once, with no string per entry.
  */
 export class EntryBuffer {
   private buf: Buffer;
@@ -113,12 +138,76 @@ export class EntryBuffer {
 
   /** Appends the entries of one trace, in the order Triton writes them. */
   append(trace: Trace): void {
-    const text = traceEntriesJson(trace);
-    if (text === '') return;
-    // One UTF-8 character per UTF-16 unit takes at most 3 bytes.
-    this.reserve(1 + text.length * 3 + 1);
+    const id = trace.id;
+    const names = trace.stampNames;
+    const times = trace.stampTimes;
+    const tensors = trace.tensorEntries;
+    const after = trace.tensorAfter;
+    const named = trace.modelName !== '';
+    // Room at most needed: 128 bytes per timestamp entry (20 digits for ns, 16 for the id), 6 per character of
+    // the names' JSON text (an escaped control character), 3 per character of the tensors' UTF-8.
+    let room = 256 + names.length * 128;
+    if (named) room += (trace.modelName.length + trace.requestId.length) * 6 + trace.modelVersion.length;
+    if (tensors !== undefined) for (const t of tensors) room += t.length * 3 + 1;
+    this.reserve(room);
+    if (named) {
+      this.entryStart(id);
+      this.bytes(modelHead(trace.modelName));
+      this.len += this.buf.write(versionNumber(trace.modelVersion), this.len, 'latin1');
+      if (trace.requestId !== '') {
+        this.bytes(REQUEST_ID);
+        this.len += this.buf.write(JSON.stringify(trace.requestId), this.len, 'utf8');
+      }
+      if (trace.parent !== undefined) {
+        this.bytes(PARENT);
+        this.uint(trace.parent.id);
+      }
+      this.buf[this.len++] = 0x7d; // }
+    }
+    let t = 0;
+    for (let i = 0; i < names.length; i++) {
+      if (tensors !== undefined) for (; t < tensors.length && after![t] === i; t++) this.text(tensors[t]!);
+      this.entryStart(id);
+      this.bytes(stampHead(names[i]!));
+      // Exact as a double below 2^53 ns (104 days of uptime); past that, as text.
+      const ns = Number(times[i]!);
+      if (ns <= Number.MAX_SAFE_INTEGER && ns >= 0) this.uint(ns);
+      else this.len += this.buf.write(String(times[i]!), this.len, 'latin1');
+      this.bytes(STAMP_END);
+    }
+    if (tensors !== undefined) for (; t < tensors.length; t++) this.text(tensors[t]!);
+  }
+
+  /** `,{"id":N` (no comma before the array's first entry). */
+  private entryStart(id: number): void {
     if (this.len > 1) this.buf[this.len++] = 0x2c; // ,
-    this.len += this.buf.write(text, this.len, "utf8");
+    this.bytes(ID);
+    this.uint(id);
+  }
+
+  /** A prepared fragment. */
+  private bytes(src: Uint8Array): void {
+    this.buf.set(src, this.len);
+    this.len += src.length;
+  }
+
+  /** A whole entry given as text. */
+  private text(entry: string): void {
+    if (this.len > 1) this.buf[this.len++] = 0x2c;
+    this.len += this.buf.write(entry, this.len, 'utf8');
+  }
+
+  /** A non-negative integer up to 2^53 in decimal: two halves of at most 8 digits, each in 32-bit arithmetic. */
+  private uint(n: number): void {
+    const buf = this.buf;
+    const high = Math.floor(n / 1e8);
+    const low = n - high * 1e8;
+    if (high === 0) {
+      this.len = writeDigits(buf, this.len, low, digitCount(low));
+      return;
+    }
+    const at = writeDigits(buf, this.len, high, digitCount(high));
+    this.len = writeDigits(buf, at, low, 8);
   }
 
   /** Moves the entries of `other` here (`other` starts again empty). */
@@ -140,50 +229,33 @@ export class EntryBuffer {
 
   /** The entries so far as a JSON array (the buffer is handed over); the buffer starts again empty. */
   take(): Buffer {
+    this.reserve(1);
     this.buf[this.len++] = 0x5d; // ]
     const out = this.buf.subarray(0, this.len);
-    this.buf = Buffer.allocUnsafeSlow(Math.max(this.initialSize, this.len));
+    // Room for a batch a little larger than this one, so that the next does not grow (a copy of it all) near its end.
+    this.buf = Buffer.allocUnsafeSlow(Math.max(this.initialSize, this.len + (this.len >> 3)));
     this.buf[0] = 0x5b;
     this.len = 1;
     return out;
   }
 }
 
-/** The entries of one trace, comma-separated (no brackets), in the order Triton writes them. */
-export function traceEntriesJson(trace: Trace): string {
-  const id = trace.id;
-  let out = '';
-  if (trace.modelName !== '') {
-    out = `{"id":${id},"model_name":${quoted(trace.modelName)},"model_version":${versionNumber(trace.modelVersion)}`;
-    if (trace.requestId !== '') out += `,"request_id":${JSON.stringify(trace.requestId)}`;
-    if (trace.parent !== undefined) out += `,"parent_id":${trace.parent.id}`;
-    out += '}';
-  }
-  const names = trace.stampNames;
-  const times = trace.stampTimes;
-  const tensors = trace.tensorEntries;
-  const after = trace.tensorAfter;
-  let t = 0;
-  const head = `{"id":${id},"timestamps":[{"name":"`;
-  for (let i = 0; i < names.length; i++) {
-    if (tensors !== undefined) {
-      for (; t < tensors.length && after![t] === i; t++) out += (out === '' ? '' : ',') + tensors[t];
-    }
-    out += `${out === '' ? '' : ','}${head}${names[i]}","ns":${times[i]}}]}`;
-  }
-  if (tensors !== undefined) for (; t < tensors.length; t++) out += (out === '' ? '' : ',') + tensors[t];
-  return out;
+function digitCount(n: number): number {
+  let d = 1;
+  for (let p = 10; p <= n && d < 8; p *= 10) d++;
+  return d;
 }
 
-/** Model names come back request after request: their JSON text is kept. */
-const quotedNames = new Map<string, string>();
-function quoted(name: string): string {
-  let q = quotedNames.get(name);
-  if (q === undefined) {
-    q = JSON.stringify(name);
-    if (quotedNames.size < 4096) quotedNames.set(name, q);
+/** `n` (< 10^8) as exactly `count` digits (zero-padded) at `at`; returns the position after them. */
+function writeDigits(buf: Buffer, at: number, n: number, count: number): number {
+  let v = n | 0;
+  const end = at + count;
+  for (let i = end - 1; i >= at; i--) {
+    const q = (v / 10) | 0;
+    buf[i] = 48 + v - q * 10;
+    v = q;
   }
-  return q;
+  return end;
 }
 
 function versionNumber(version: string): string {
