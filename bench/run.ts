@@ -24,6 +24,7 @@
  * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and
  * another build),
  * trace (request tracing off, rate=1000 and rate=1 to a file, rate=1 over OTLP),
+ * tracepath (tracing's own CPU per request on the event loop and the OTLP export thread, without HTTP),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
@@ -293,6 +294,7 @@ if (want('openai')) runScript('openai.js');
 if (want('client')) runScript('client.js');
 if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');
+if (want('tracepath')) runScript('trace-path.js');
 if (want('paging')) runScript('paging.js');
 if (want('ab')) runScript('ab.js');
 if (want('adaptive')) runScript('adaptive.js');
