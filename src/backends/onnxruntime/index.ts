@@ -18,7 +18,14 @@ import { Errors } from '../../errors.js';
 import { OnnxParseError, readOnnxModelInfo, type OnnxModelInfo } from '../../onnx/model-info.js';
 import { autoCompleteFromModel, needsAutoComplete } from './auto-complete.js';
 import { probeCuda, type CudaProbe } from './cuda.js';
-import { INLINE_MAX_MODEL_BYTES, InlinePolicy, InlineSession, inlineMode, type InlineMode } from './policies/inline.js';
+import {
+  INLINE_MAX_MODEL_BYTES,
+  InlinePolicy,
+  InlineSession,
+  PAGED_INLINE_MAX_MODEL_BYTES,
+  inlineMode,
+  type InlineMode,
+} from './policies/inline.js';
 import { OnnxRuntimeInstance } from './instance.js';
 import { resolveModelFile } from './model-file.js';
 import { ModelPlan } from './plan.js';
@@ -211,7 +218,9 @@ function inlinePolicy(
     }
   }
   const wideThreads = inlineIntraOpThreads(ctx.modelName, ctx.config, ctx.backendConfig);
-  if (mode === 'auto' && info.bytes > INLINE_MAX_MODEL_BYTES) return undefined;
+  // memoryGrew is set under a memory budget only.
+  const maxBytes = ctx.memoryGrew === undefined ? INLINE_MAX_MODEL_BYTES : PAGED_INLINE_MAX_MODEL_BYTES;
+  if (mode === 'auto' && info.bytes > maxBytes) return undefined;
   const log = ctx.logger;
   // The wide session splits long runs while requests come one at a time (auto only; see policies/inline.ts).
   const spinMicros = spinWaitMicros(ctx.modelName, ctx.config, ctx.backendConfig);

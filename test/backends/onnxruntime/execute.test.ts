@@ -38,12 +38,14 @@ async function load(
   name: string,
   builder: OnnxModelBuilder,
   cfgInit: Parameters<typeof config>[0],
+  /** Loaded as under a memory budget (the core hears of memory the model takes after its load). */
+  paged = false,
 ) {
   const dirName = `${name}_${mode}`;
   const modelDir = await writeModel(suite.dir, dirName, builder);
   const cfg = config({ name, ...cfgInit });
   cfg.parameters['inline_execution'] = create(ModelParameterSchema, { stringValue: mode });
-  const ctx = modelContext(modelDir, cfg);
+  const ctx = { ...modelContext(modelDir, cfg), ...(paged ? { memoryGrew: () => undefined } : {}) };
   const model = await backend.loadModel(ctx);
   const instance = await model.createInstance(instanceContext(ctx));
   suite.keep(model, instance);
@@ -566,6 +568,28 @@ test('inline_execution auto: with variable dims, a request far ' +
   const out = new Float32Array(ok(r)[0]!.data.slice().buffer);
   assert.equal(out[7], 3);
   assert.equal(out[8], 0);
+});
+
+test('under a memory budget, auto makes no main-thread session (a copy of the weights) ' +
+  'for a model over 1 MiB', async () => {
+  const wide = (inst: BackendInstance): number => (inst as OnnxRuntimeInstance).inlineWideThreads;
+  // 256 -> 1024 -> 256: 2 MiB of weights, within the 16 MiB that auto considers without a budget.
+  const cfg = {
+    maxBatchSize: 8,
+    input: [{ name: 'input', dataType: DataType.TYPE_FP32, dims: [256n] }],
+    output: [{ name: 'output', dataType: DataType.TYPE_FP32, dims: [256n] }],
+  };
+  const expected = inlineIntraOpThreads('mid', config({}), {});
+  assert.equal(wide(await load('auto', 'mid_free', buildMlp([256, 1024, 256], 4).builder, cfg)), expected);
+  assert.equal(wide(await load('auto', 'mid_paged', buildMlp([256, 1024, 256], 4).builder, cfg, true)), 1);
+  // A tiny model keeps its inline runs under a budget: its copy costs next to nothing.
+  assert.equal(wide(await load('auto', 'tiny_paged', buildAddSubModel('FP32', 4), tinyConfig, true)), expected);
+  // The model's own inline_execution wins.
+  const on = await load('on', 'mid_paged', buildMlp([256, 1024, 256], 4).builder, cfg, true);
+  const [r] = await on.execute([request('r', [makeTensor('input', 'FP32', [1, 256], bytesOf(new Float32Array(256)))],
+    ['output'])], new RecordingTimer());
+  ok(r);
+  assert.equal(inlineRuns(on), 1);
 });
 
 test('the wide main-thread session: the model gets one with the configured threads under ' +

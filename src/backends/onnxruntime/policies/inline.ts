@@ -190,6 +190,11 @@ export const WIDE_RETIME_AFTER = 64;
 export const DEFAULT_CROSSING_NS = 60_000;
 /** auto considers only model files up to this size (bigger ones take longer to create a session for, and to run). */
 export const INLINE_MAX_MODEL_BYTES = 16 * 1024 * 1024;
+/**
+ * The same under a memory budget: each main-thread session holds its own copy of the weights, which
+ * doubled or tripled what a paged model costs (docs/paging.md#what-a-model-costs-measured-not-guessed).
+ */
+export const PAGED_INLINE_MAX_MODEL_BYTES = 1024 * 1024;
 /** Run times kept per batch-size class. */
 export const RUN_SAMPLES = 32;
 /** Runs timed in a class before its figure is trusted. */
