@@ -45,6 +45,15 @@ export function registerPagingMetrics(metrics: Metrics, pager: ModelPager): void
         this.set(pager.retainedBytes);
       },
     });
+    new Counter({
+      name: 'nereid_model_memory_collections_total',
+      help: 'Garbage collections run before unloading a model for memory the process kept (docs/paging.md)',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(pager.collections);
+      },
+    });
     const evictions = new Counter({
       name: 'nereid_model_evictions_total',
       help: 'Models unloaded to make room under the memory budget',
