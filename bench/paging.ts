@@ -15,6 +15,7 @@
  *              against Triton: load, infer, unload: latency and failures
  *              (clients unload each other's models).
  *
+ * BENCH_PAGING_ONLY=paging runs the first variant alone (while tuning it).
  * Models are written under bench/models/paging (git-ignored) by the fixture builder.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -30,6 +31,7 @@ const HOLD = Number(process.env.BENCH_PAGING_HOLD ?? 8);
 const CONCURRENCY = 8;
 const ZIPF_S = 1.1;
 const HOTTEST = 5;
+const PAGING_ONLY = process.env.BENCH_PAGING_ONLY === 'paging';
 /**
  * Requests before the hottest models' evictions count (reported apart): until then a frequency cannot tell the
  * 5th hottest model from the 6th to 8th (docs/paging.md#which-model-goes).
@@ -355,7 +357,7 @@ const notes: string[] = [];
 }
 
 // All loaded, no budget.
-{
+if (!PAGING_ONLY) {
   const s = await startNereid(repo, []);
   const pid = s.proc.child.pid!;
   try {
@@ -367,7 +369,7 @@ const notes: string[] = [];
 }
 
 // Triton's client-side dance: load, infer, unload, with clients racing each other.
-{
+if (!PAGING_ONLY) {
   const s = await startNereid(repo, ['--model-control-mode=explicit']);
   const pid = s.proc.child.pid!;
   try {
