@@ -1,12 +1,15 @@
 /**
  * `npm run bench -- dashboard` (bench/dashboard.ts): what an open dashboard
  * page costs the server. One `nereid serve` with the tiny MLP; wrk at
- * concurrency 32 with binary tensors, in rounds that alternate the page
- * closed and open (real Chromium through playwright-core, the page showing
- * the model under load, polling as it does). Per setting: the median of
- * requests/s and of the server's CPU per request; per round the ratio
- * open/closed (both measured back to back). Also printed: the browser's CPU
- * while the page is open, and the state requests the page made and their size.
+ * concurrency 32 with binary tensors, the page closed and open (real
+ * Chromium through playwright-core, the page showing the model under load,
+ * polling as it does). Each round gives each setting BENCH_SECONDS, in
+ * slices of one second that take turns (closed, open, open, closed, ...), so a
+ * drift in the machine's load reaches both alike; the page is opened afresh
+ * for each open slice and settles a second before counting. Per setting: the
+ * median over rounds of requests/s and of the server's CPU per request; per
+ * round the ratio open/closed of both. Also printed: the browser's CPU while
+ * the page is open, and the state requests the page made and their size.
  *
  * Environment: BENCH_SECONDS (per setting and round, default 3), BENCH_ROUNDS
  * (default 4), BENCH_CONCURRENCY (default 32), NEREID_CHROMIUM (default
@@ -74,6 +77,34 @@ interface Point {
   stateBytes?: number;
 }
 
+/** A setting's slices of one round, added up. */
+interface Tally {
+  requests: number;
+  seconds: number;
+  serverCpu: number;
+  failed: number;
+  browserCpu: number;
+  stateRequests: number;
+  stateBytes: number;
+}
+
+const newTally = (): Tally =>
+  ({ requests: 0, seconds: 0, serverCpu: 0, failed: 0, browserCpu: 0, stateRequests: 0, stateBytes: 0 });
+
+function pointOf(t: Tally, open: boolean): Point {
+  const p: Point = {
+    rps: t.requests / t.seconds,
+    cpuUsPerRequest: (t.serverCpu * 1e6) / Math.max(1, t.requests),
+    failed: t.failed,
+  };
+  if (open) {
+    p.browserCpu = t.browserCpu / t.seconds;
+    p.stateRequests = t.stateRequests / t.seconds;
+    p.stateBytes = t.stateRequests > 0 ? t.stateBytes / t.stateRequests : 0;
+  }
+  return p;
+}
+
 const tiny = (await buildBenchModels()).find((m) => m.plainName === 'mlp_tiny')!;
 const model = tiny.plainName;
 const nereid = await startNereid(tiny.repository, []);
@@ -100,7 +131,8 @@ async function openDashboard(b: Browser): Promise<{ page: Page; counts: { reques
   return { page, counts };
 }
 
-async function measure(open: boolean): Promise<Point> {
+/** One slice of `seconds` with the page closed or open, added to `t`. */
+async function slice(open: boolean, seconds: number, t: Tally): Promise<void> {
   let opened: Awaited<ReturnType<typeof openDashboard>> | undefined;
   if (open) {
     opened = await openDashboard(browser!);
@@ -111,20 +143,17 @@ async function measure(open: boolean): Promise<Point> {
   }
   const browserCpu0 = open ? treeCpuSeconds(process.pid, new Set([serverPid])) : 0;
   const cpu0 = cpuSeconds(serverPid);
-  const w = await runWrk(url, body, CONCURRENCY, SECONDS);
-  const cpu = cpuSeconds(serverPid) - cpu0;
-  const point: Point = {
-    rps: w.requestsPerSec,
-    cpuUsPerRequest: (cpu * 1e6) / Math.max(1, w.requests),
-    failed: w.errors + w.non2xx,
-  };
+  const w = await runWrk(url, body, CONCURRENCY, seconds);
+  t.serverCpu += cpuSeconds(serverPid) - cpu0;
+  t.requests += w.requests;
+  t.seconds += w.seconds;
+  t.failed += w.errors + w.non2xx;
   if (opened !== undefined) {
-    point.browserCpu = (treeCpuSeconds(process.pid, new Set([serverPid])) - browserCpu0) / w.seconds;
-    point.stateRequests = opened.counts.requests / w.seconds;
-    point.stateBytes = opened.counts.requests > 0 ? opened.counts.bytes / opened.counts.requests : 0;
+    t.browserCpu += treeCpuSeconds(process.pid, new Set([serverPid])) - browserCpu0;
+    t.stateRequests += opened.counts.requests;
+    t.stateBytes += opened.counts.bytes;
     await opened.page.close();
   }
-  return point;
 }
 
 const closed: Point[] = [];
@@ -135,14 +164,21 @@ try {
   await runWrk(url, body, CONCURRENCY, 1);
   await (await openDashboard(browser)).page.close();
   for (let round = 0; round < ROUNDS; round++) {
-    // Alternate which goes first, so a drift in the machine's load favours neither.
-    if (round % 2 === 0) {
-      closed.push(await measure(false));
-      open.push(await measure(true));
-    } else {
-      open.push(await measure(true));
-      closed.push(await measure(false));
+    const c = newTally();
+    const o = newTally();
+    const slices = Math.max(1, Math.round(SECONDS));
+    for (let i = 0; i < slices; i++) {
+      // closed, open, open, closed, ...: neither setting always goes first.
+      if (i % 2 === 0) {
+        await slice(false, 1, c);
+        await slice(true, 1, o);
+      } else {
+        await slice(true, 1, o);
+        await slice(false, 1, c);
+      }
     }
+    closed.push(pointOf(c, false));
+    open.push(pointOf(o, true));
   }
 } finally {
   await browser?.close();
@@ -169,10 +205,11 @@ const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.le
 const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
 process.stdout.write(
   `\ndashboard page open vs closed: ${tiny.label}, binary, concurrency ${CONCURRENCY}, ` +
-    `${SECONDS}s per setting, ${ROUNDS} rounds in turns (medians)\n` +
+    `${SECONDS}s per setting and round in 1s slices taking turns, ${ROUNDS} rounds (medians)\n` +
     `${line(head)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
     `open/closed requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')})\n` +
-    `open/closed server CPU per request: median ${fmt(median(cpuRatios), 3)}x\n` +
+    `open/closed server CPU per request: median ${fmt(median(cpuRatios), 3)}x ` +
+    `(rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n` +
     `with the page open: browser CPU ${fmt(100 * median(open.map((p) => p.browserCpu!)), 1)} % of a core, ` +
     `${fmt(median(open.map((p) => p.stateRequests!)), 2)} state requests/s of ` +
     `${fmt(median(open.map((p) => p.stateBytes!)))} bytes\n`,

@@ -80,7 +80,11 @@ export class DashboardRoute {
       return send(res, 400, 'application/json', JSON.stringify({ error: "'since' must be a non-negative number" }));
     }
     this.history.state(since).then(
-      (state) => send(res, 200, 'application/json', JSON.stringify(state), req.method === 'HEAD'),
+      (state) => {
+        // Live numbers: a browser that kept each answer in its HTTP cache would do that work every second.
+        res.setHeader('Cache-Control', 'no-store');
+        send(res, 200, 'application/json', JSON.stringify(state), req.method === 'HEAD');
+      },
       (err: unknown) => send(res, 500, 'application/json', JSON.stringify({ error: String(err) })),
     );
   }

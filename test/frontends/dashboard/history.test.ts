@@ -82,7 +82,8 @@ test('the state endpoint takes GET only, checks `since`, and is guarded; the pag
   const port = (srv.address() as AddressInfo).port;
   const get = async (path: string, method = 'GET') => {
     const r = await fetch(`http://127.0.0.1:${port}${path}`, { method });
-    return { status: r.status, text: await r.text(), allow: r.headers.get('allow') };
+    const headers = r.headers;
+    return { status: r.status, text: await r.text(), allow: headers.get('allow'), cache: headers.get('cache-control') };
   };
   assert.equal((await get('/dashboard/api/state', 'POST')).status, 405);
   assert.equal((await get('/dashboard/api/state', 'POST')).allow, 'GET, HEAD');
@@ -90,6 +91,7 @@ test('the state endpoint takes GET only, checks `since`, and is guarded; the pag
   assert.equal((await get('/dashboard/nothing')).status, 404);
   const ok = await get('/dashboard/api/state');
   assert.equal(ok.status, 200);
+  assert.equal(ok.cache, 'no-store');
   const parsed = JSON.parse(ok.text) as { models: Array<{ name: string }> };
   assert.equal(parsed.models[0]!.name, '<img src=x onerror=alert(1)>');
   refuse = true;

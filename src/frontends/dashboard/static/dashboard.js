@@ -242,7 +242,7 @@
     if (polling) return;
     polling = true;
     try {
-      const r = await fetch(`/dashboard/api/state?since=${lastT}`, { headers: headers() });
+      const r = await fetch(`/dashboard/api/state?since=${lastT}`, { headers: headers(), cache: 'no-store' });
       if (r.status === 401 || r.status === 403) {
         $('auth').hidden = false;
         $('auth-message').textContent =
