@@ -26,10 +26,14 @@
  * ratio says which needs less CPU per request; absolute rates are halved),
  * AB_GC=1 (servers run with V8's --trace-gc: scavenges and the sum of all
  * collections' pauses per 1,000 requests beside each point; a count of
- * collections does not depend on how busy the machine is).
+ * collections does not depend on how busy the machine is), AB_PROFILE=n (servers run under V8's CPU profiler,
+ * sampling every 100 µs; per point, the n functions whose self time per request on the main thread differs most
+ * between the builds, counted only while that point's load ran).
  */
 import path from 'node:path';
-import { readFileSync, readdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { type Window, diffRows, monotonicUs, selfTimes } from './profile-diff.js';
 import { binaryBody, binaryInJsonOutBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, startNereid } from './processes.js';
@@ -46,6 +50,7 @@ const BASE_DIST = process.env.AB_BASE_DIST;
 const THIS_DIST = process.env.AB_DIST;
 const TOGETHER = process.env.AB_TOGETHER === '1';
 const GC = process.env.AB_GC === '1';
+const PROFILE_TOP = Number(process.env.AB_PROFILE ?? 0);
 const args = (text: string | undefined) => (text ?? '').split(' ').filter((s) => s !== '');
 /** "NAME=value ..." */
 function envOf(text: string | undefined): Record<string, string> {
@@ -149,6 +154,8 @@ interface Server {
   readonly stop: () => Promise<void>;
   /** Collections seen in the server's --trace-gc output so far. */
   readonly gc: { scavenges: number; ms: number; partial: string };
+  /** Where its CPU profiles go (AB_PROFILE). */
+  readonly profDir: string | undefined;
 }
 
 /** Counts collections in --trace-gc lines ("...: Scavenge 34.9 (55.0) -> 21.7 (55.0) MB, pooled: 0 MB, 0.18 / ..."). */
@@ -165,17 +172,34 @@ function countGc(gc: Server['gc'], text: string): void {
 
 const servers: Server[] = [];
 const samples = new Map<string, Sample[]>();
+/** AB_PROFILE: per point and build, the windows its load ran in and the requests served in them. */
+const profiled = new Map<string, { windows: Window[]; requests: number }>();
 const loads: string[] = [];
 try {
   for (const model of models) {
     for (const build of builds) {
       const gc = { scavenges: 0, ms: 0, partial: '' };
+      const profDir = PROFILE_TOP > 0 ? mkdtempSync(path.join(tmpdir(), 'nereid-ab-prof-')) : undefined;
+      const nodeArgs = [
+        ...(GC ? ['--trace-gc'] : []),
+        ...(profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=100']),
+      ];
       const s = await startNereid(model.repository, build.extra, {
         env: build.env,
+        nodeArgs,
         ...(build.dist === undefined ? {} : { dist: build.dist }),
-        ...(GC ? { nodeArgs: ['--trace-gc'], onStdout: (text: string) => countGc(gc, text) } : {}),
+        ...(GC ? { onStdout: (text: string) => countGc(gc, text) } : {}),
       });
-      servers.push({ build, model, http: s.http, grpc: s.grpc, pid: s.proc.child.pid!, stop: () => s.proc.stop(), gc });
+      servers.push({
+        build,
+        model,
+        http: s.http,
+        grpc: s.grpc,
+        pid: s.proc.child.pid!,
+        stop: () => s.proc.stop(),
+        gc,
+        profDir,
+      });
     }
   }
   const points: { model: BenchModel; scheduler: string; format: string; c: number }[] = [];
@@ -212,10 +236,16 @@ try {
         const cpu0 = runSeconds(s.pid);
         const main0 = runSeconds(s.pid, s.pid);
         const gc0 = { ...s.gc };
+        const fromUs = monotonicUs();
         const w = await load(s, p.scheduler, p.format, p.c, SECONDS);
+        const toUs = monotonicUs();
         const cpu = runSeconds(s.pid) - cpu0;
         const main = runSeconds(s.pid, s.pid) - main0;
         const key = `${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}|${s.build.label}`;
+        const prof = profiled.get(key) ?? { windows: [], requests: 0 };
+        prof.windows.push({ fromUs, toUs });
+        prof.requests += w.requests;
+        profiled.set(key, prof);
         const list = samples.get(key) ?? [];
         list.push({
           rps: w.requestsPerSec,
@@ -275,6 +305,48 @@ try {
       `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n`,
   );
   for (const r of rows) process.stdout.write(`${line(r)}\n`);
+  if (PROFILE_TOP > 0) {
+    for (const s of servers) await s.stop();
+    printProfiles(points);
+  }
 } finally {
-  for (const s of servers) await s.stop();
+  for (const s of servers) {
+    await s.stop();
+    if (s.profDir !== undefined) rmSync(s.profDir, { recursive: true, force: true });
+  }
+}
+
+/** The main thread's profile of a server: the file with the lowest thread number (CPU.date.time.pid.tid.seq). */
+function mainProfile(s: Server): string | undefined {
+  const files = readdirSync(s.profDir!)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
+  return files.length === 0 ? undefined : path.join(s.profDir!, files[0]!);
+}
+
+function printProfiles(points: readonly { model: BenchModel; scheduler: string; format: string; c: number }[]): void {
+  for (const p of points) {
+    const pointKey = `${p.model.plainName}|${p.scheduler}|${p.format}|${p.c}`;
+    const account = (label: string) => {
+      const s = servers.find((x) => x.model === p.model && x.build.label === label);
+      const prof = profiled.get(`${pointKey}|${label}`);
+      const file = s === undefined ? undefined : mainProfile(s);
+      if (prof === undefined || file === undefined) return { times: new Map<string, number>(), requests: 1 };
+      return { times: selfTimes(file, prof.windows), requests: prof.requests };
+    };
+    const base = account('base');
+    const cur = account('this');
+    const rows = diffRows(base.times, base.requests, cur.times, cur.requests, PROFILE_TOP);
+    const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length), 8));
+    process.stdout.write(
+      `\nmain-thread self time, µs per request (profiler on): ${pointKey.replace(/\|/g, ' ')}\n` +
+        `${'function'.padEnd(widths[0]!)}  ${'base'.padStart(widths[1]!)}  ${'this'.padStart(widths[2]!)}  ` +
+        `${'this-base'.padStart(widths[3]!)}\n`,
+    );
+    for (const r of rows)
+      process.stdout.write(
+        `${r[0]!.padEnd(widths[0]!)}  ${r[1]!.padStart(widths[1]!)}  ${r[2]!.padStart(widths[2]!)}  ` +
+          `${r[3]!.padStart(widths[3]!)}\n`,
+      );
+  }
 }
