@@ -46,10 +46,7 @@ export class AdaptiveDispatch {
   decide(nowNs: bigint, deadlineNs: bigint, inSystem: number): bigint {
     const now = Number(nowNs - this.origin);
     this.observe(now, inSystem);
-    // A closed loop: as many requests are with us as the most there were in
-    // the last period, and no more came since; their clients wait on our
-    // answer, so nobody else is coming.
-    if (this.previousMax > 0 && inSystem >= this.previousMax && this.periodMax <= this.previousMax) return 0n;
+    if (this.allHere(inSystem)) return 0n;
     const deadline = Number(deadlineNs - this.origin);
     const gap = this.typicalGap(now);
     const last = this.arrivalCount > 0 ? this.arrivals[this.newest]! : now;
@@ -58,6 +55,15 @@ export class AdaptiveDispatch {
     // Ask again when either estimate reaches past the deadline.
     const again = Math.min(deadline - gap, (last + deadline) / 2, deadline);
     return this.origin + BigInt(Math.ceil(again));
+  }
+
+  /**
+   * A closed loop: as many requests are with us (`inSystem`, queued or
+   * executing) as the most there were in the last period, and no more came
+   * since; their clients wait on our answer, so nobody else is coming.
+   */
+  allHere(inSystem: number): boolean {
+    return this.previousMax > 0 && inSystem >= this.previousMax && this.periodMax <= this.previousMax;
   }
 
   /**

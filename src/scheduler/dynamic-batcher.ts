@@ -353,15 +353,30 @@ export class DynamicBatcher implements Scheduler {
       item.fail(rejection, 'REJECTED');
       return;
     }
-    this.adaptive?.arrived(now, this.queue.size + this.executing);
+    const inSystem = this.queue.size + this.executing;
+    this.adaptive?.arrived(now, inSystem);
     // Batches form at the end of the current event-loop turn, so requests that
     // arrived together (one poll of the sockets) go together even with no
     // queue delay; dispatching on each arrival would send a batch of 1 to every
     // free instance and leave the rest to wait behind it. A whole batch that is
     // already there goes at once: a turn flooded with requests (most of them
     // refused for a full queue) would otherwise hold it, and the instance, until it ends.
-    if (!this.coalesce || (this.free.length > 0 && this.queue.size >= this.maxPreferred)) this.schedule();
+    // So does, under the adaptive policy, a batch that every request of a closed
+    // loop has joined, for an idle instance: nobody else can come in this turn,
+    // and the turn's end is a few microseconds away at concurrency 1.
+    if (
+      !this.coalesce ||
+      (this.free.length > 0 && (this.queue.size >= this.maxPreferred || this.closedLoopComplete(inSystem)))
+    )
+      this.schedule();
     else if (this.soon === undefined) this.soon = setImmediate(this.scheduleSoon);
+  }
+
+  /** Under the adaptive policy: every request of a closed loop is here, and an instance is idle. */
+  private closedLoopComplete(inSystem: number): boolean {
+    if (this.adaptive === undefined || !this.adaptive.allHere(inSystem)) return false;
+    for (const i of this.free) if (i.inFlight === 0) return true;
+    return false;
   }
 
   drain(): Promise<void> {

@@ -40,6 +40,39 @@ test('closed loop at concurrency 1: adaptive sends each request at once, fixed w
   }
 });
 
+test('closed loop: adaptive sends the request that completes it within its arrival, not at the turn end', async () => {
+  for (const [policy, clients] of [['adaptive', 1], ['adaptive', 8], ['fixed', 1]] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY });
+    // Sends that left before send() returned, by how many were in the system with them.
+    const within = new Map<number, number>();
+    const counted = new Map<number, number>();
+    for (let c = 0; c < clients; c++) {
+      let n = 0;
+      const next = (): void => {
+        const before = sim.batches.length;
+        const inSystem = sim.batcher.pendingCount + sim.batcher.executingCount + 1;
+        sim.send(`c${c}-${n++}`, { onDone: () => sim.after(10 + 5 * c, next) });
+        if (sim.nowUs < 25_000) return;
+        counted.set(inSystem, (counted.get(inSystem) ?? 0) + 1);
+        if (sim.batches.length > before) within.set(inSystem, (within.get(inSystem) ?? 0) + 1);
+      };
+      sim.at(10 + 5 * c, next);
+    }
+    await sim.run(40_000);
+    const all = counted.get(clients) ?? 0;
+    assert.ok(all > 50, `${policy} c${clients}: ${all} sends completed the loop`);
+    if (policy === 'fixed') {
+      assert.equal(within.size, 0, 'fixed waits its delay');
+      continue;
+    }
+    // The last of each wave goes at once; the others wait for it (at the end of their turn at the earliest).
+    assert.equal(within.get(clients), all, `${policy} c${clients}`);
+    for (const [k, v] of within) {
+      if (k !== clients) assert.fail(`c${clients}: ${v} sends left with ${k} in the system`);
+    }
+  }
+});
+
 test('closed loop at concurrency 8: adaptive sends the batch of 8 the moment the eighth arrives', async () => {
   const rtt = (c: number) => 10 + 5 * c; // answers come back spread over 35 µs
   const runs = new Map<string, Simulation>();
