@@ -1,0 +1,212 @@
+/**
+ * FP32 values as JSON numbers written straight into bytes: each is the shortest decimal that a
+ * client's JSON parser (a double) followed by a float32 cast (`Math.fround`, numpy's `float32`)
+ * reads back as the very same float32. Nine significant digits at most, against the up to
+ * seventeen of the value printed as a double. See docs/openai.md, "Performance".
+ */
+import { formatJsonDouble } from '../../tensor/json-codec.js';
+
+/** 10^0 .. 10^13, each exact as a double. */
+const POW10 = Float64Array.from({ length: 14 }, (_, i) => Number(`1e${i}`));
+/**
+ * Per biased float32 exponent e: 8 - D, D the decimal exponent of 2^(e - 127), so that |x| times
+ * 10^(8 - D) (or a tenth of it) has nine integer digits; -1 where that is outside the fast path.
+ */
+const SCALE_EXPONENT = Int8Array.from({ length: 256 }, (_, e) => {
+  const d = Math.floor(Math.log10(2) * (e - 127));
+  return d >= -5 && d <= 7 ? 8 - d : -1;
+});
+/** Half the gap between a normal float32 of biased exponent `e` and its neighbours: 2^(e - 151). */
+const HALF_GAP = Float64Array.from({ length: 256 }, (_, e) => 2 ** (e - 151));
+/** 2^-48: candidates this close (relatively) to a rounding boundary are passed over; see float32(). */
+const MARGIN = 2 ** -48;
+/** "0000" to "9999", each four ASCII digits as one little-endian 32-bit word. */
+const QUADS = Uint32Array.from({ length: 10000 }, (_, n) => {
+  const d = (k: number) => 0x30 + (Math.floor(n / 10 ** (3 - k)) % 10);
+  return (d(0) | (d(1) << 8) | (d(2) << 16) | (d(3) << 24)) >>> 0;
+});
+/** "0.00" as one little-endian word. */
+const ZERO_POINT = 0x30 | (0x2e << 8) | (0x30 << 16) | (0x30 << 24);
+/** Bytes one value takes at most ("-123456790000000000000.0"), and room for a separator. */
+const MAX_VALUE_BYTES = 26;
+
+const MINUS = 0x2d;
+const DOT = 0x2e;
+const ZERO = 0x30;
+
+/** A growable byte buffer for ASCII JSON text, with a float32 writer. */
+export class JsonBytes {
+  private bytes: Buffer;
+  private view: DataView;
+  pos = 0;
+
+  constructor(size = 1 << 16) {
+    this.bytes = Buffer.allocUnsafeSlow(size);
+    this.view = new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength);
+  }
+
+  /** Makes room for `n` more bytes, or for `n` float32 values with their separators. */
+  reserve(n: number, floats = 0): void {
+    const need = this.pos + n + floats * MAX_VALUE_BYTES;
+    if (need <= this.bytes.length) return;
+    const bytes = Buffer.allocUnsafeSlow(Math.max(need, 2 * this.bytes.length));
+    this.bytes.copy(bytes, 0, 0, this.pos);
+    this.bytes = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  /** Appends ASCII bytes (room reserved). */
+  put(ascii: Uint8Array): void {
+    const out = this.bytes;
+    let pos = this.pos;
+    for (let i = 0; i < ascii.length; i++) out[pos++] = ascii[i]!;
+    this.pos = pos;
+  }
+
+  /** Appends one ASCII byte (room reserved). */
+  byte(b: number): void {
+    this.bytes[this.pos++] = b;
+  }
+
+  /** Appends an ASCII string (room reserved). */
+  ascii(s: string): void {
+    const out = this.bytes;
+    let pos = this.pos;
+    for (let i = 0; i < s.length; i++) out[pos++] = s.charCodeAt(i);
+    this.pos = pos;
+  }
+
+  /** Forgets what was written. */
+  clear(): void {
+    this.pos = 0;
+  }
+
+  /** The text written so far; the buffer is then empty again. */
+  take(): string {
+    const s = this.bytes.toString('latin1', 0, this.pos);
+    this.pos = 0;
+    return s;
+  }
+
+  /**
+   * Appends `values[i]` (`words` a view of the same bytes; room reserved); false, writing nothing,
+   * for a NaN or an infinity (which JSON cannot hold). Whole values keep /v2's "1.0" form. (An
+   * index, not the value: a float, or a bit pattern past 2^30, passed to a call is a heap number.)
+   *
+   * The fast path covers 1e-4 <= |x| < 1e8 (every value of a normalised embedding but those very
+   * near zero): there x * 10^k, with k chosen to give nine integer digits, and the bounds of the
+   * values rounding to x are exact doubles (a 25-bit odd mantissa times 5^k of at most 28 bits),
+   * so finding the fewest digits that land inside the bounds is exact arithmetic. A candidate
+   * within 2^-48 of a bound (but not on it) is passed over: a double read of it could land on the
+   * bound itself and tie away. Zeros, powers of two (the lower bound is nearer) and the rest take
+   * the engine's formatting.
+   */
+  float32(values: Float32Array, words: Int32Array, i: number): boolean {
+    const x = values[i]!;
+    const bits = words[i]!;
+    const exponent = (bits >>> 23) & 0xff;
+    if (exponent === 0xff) return false;
+    let k = SCALE_EXPONENT[exponent]!;
+    if (k < 0 || (bits & 0x7fffff) === 0) return this.slow(x);
+    const a = x < 0 ? -x : x;
+    k -= +(a * POW10[k]! >= 1e9);
+    if (k > 12) return this.slow(x);
+    const scale = POW10[k]!;
+    const s = a * scale;
+    const half = HALF_GAP[exponent]!;
+    const lo = (a - half) * scale;
+    const hi = (a + half) * scale;
+    const margin = s * MARGIN;
+    const above = lo + margin;
+    const below = hi - margin;
+    const even = (bits & 1) === 0;
+    // The half gap scaled is at least 1e8 / 2^25 (about 3), so the nearest integer c is inside the
+    // bounds; then the nearest multiple of 10, 100, ..., while it stays inside; `level` counts c's
+    // trailing zeros (a multiple of ten inside is found a level up). Integer divisions by
+    // constants (a multiplication once compiled), all three before the first test: measured faster.
+    const whole = s | 0;
+    const frac = s - whole;
+    const r1 = whole - ((whole / 10) | 0) * 10;
+    const m1 = r1 + frac < 5 ? whole - r1 : whole - r1 + 10;
+    const r2 = whole - ((whole / 100) | 0) * 100;
+    const m2 = r2 + frac < 50 ? whole - r2 : whole - r2 + 100;
+    const r3 = whole - ((whole / 1000) | 0) * 1000;
+    const m3 = r3 + frac < 500 ? whole - r3 : whole - r3 + 1000;
+    let c = frac < 0.5 ? whole : whole + 1;
+    let level = 0;
+    if ((m1 > above && m1 < below) || (even && (m1 === lo || m1 === hi))) {
+      c = m1;
+      level = 1;
+      if ((m2 > above && m2 < below) || (even && (m2 === lo || m2 === hi))) {
+        c = m2;
+        level = 2;
+        if ((m3 > above && m3 < below) || (even && (m3 === lo || m3 === hi))) {
+          c = m3;
+          level = 3;
+          // Rare: the bounds are at most about 120 apart.
+          for (let p = 10000; p < 1e9; p *= 10) {
+            const r = whole % p;
+            const m = r + frac < p / 2 ? whole - r : whole - r + p;
+            if (!((m > above && m < below) || (even && (m === lo || m === hi)))) break;
+            c = m;
+            level++;
+          }
+        }
+      }
+    }
+    if (c >= 1e9) return this.slow(x);
+    const out = this.bytes;
+    const view = this.view;
+    let pos = this.pos;
+    out[pos] = MINUS;
+    pos += bits >>> 31;
+    // x = c * 10^-k: its first digit is at 10^(8 - k).
+    const d = 8 - k;
+    const top = (c / 100000000) | 0;
+    const rest = (c - top * 100000000) | 0;
+    const mid = (rest / 10000) | 0;
+    const low = (rest - mid * 10000) | 0;
+    if (d < 0) {
+      // "0." and -d - 1 zeros (at most three), then the nine digits less c's trailing zeros.
+      view.setUint32(pos, ZERO_POINT, true);
+      out[pos + 4] = ZERO;
+      pos += 1 - d;
+      out[pos] = ZERO + top;
+      view.setUint32(pos + 1, QUADS[mid]!, true);
+      view.setUint32(pos + 5, QUADS[low]!, true);
+      this.pos = pos + 9 - level;
+      return true;
+    }
+    // The nine digits one place to the right, then the first d + 1 back left of the point.
+    out[pos + 1] = ZERO + top;
+    view.setUint32(pos + 2, QUADS[mid]!, true);
+    view.setUint32(pos + 6, QUADS[low]!, true);
+    for (let j = 0; j <= d; j++) out[pos + j] = out[pos + j + 1]!;
+    const point = pos + d + 1;
+    out[point] = DOT;
+    // Of the 8 - d digits after the point, the trailing zeros go but for one.
+    const fraction = 8 - d;
+    if (level >= fraction) {
+      out[point + 1] = ZERO;
+      this.pos = point + 2;
+    } else {
+      this.pos = point + 1 + fraction - level;
+    }
+    return true;
+  }
+
+  private slow(x: number): true {
+    this.ascii(slowFloat32Text(x));
+    return true;
+  }
+}
+
+/** The same text by the engine's own formatting: the fewest significant digits that read back as `x`. */
+export function slowFloat32Text(x: number): string {
+  if (x === 0) return formatJsonDouble(x);
+  for (let p = 1; p < 9; p++) {
+    const v = Number(x.toPrecision(p));
+    if (Math.fround(v) === x) return formatJsonDouble(v);
+  }
+  return formatJsonDouble(Number(x.toPrecision(9)));
+}
