@@ -8,6 +8,7 @@ import { S3Store, parseS3Url, parseS3UrlParts } from '../../src/repository/s3.js
 import { createModelSource } from '../../src/repository/index.js';
 import { radosGatewayUnavailable, startRadosGateway, type RadosGateway } from '../helpers/ceph.js';
 import { freePort } from '../helpers/processes.js';
+import { pagedModelComesFromTheCache } from './paged-cloud.js';
 import {
   failingRepositoryLeavesOthersServing,
   explicitModeDownloadsOnlyLoadedModels,
@@ -83,6 +84,11 @@ describe('against Ceph radosgw', { skip: radosGatewayUnavailable() }, () => {
   test('a server on s3://host:port/bucket/path answers an inference, ' +
     'and a restart with a warm cache downloads nothing', async () => {
     await serveInferAndRestartFromCache(store, 'serve');
+  });
+
+  test('under a memory budget, a model unloaded for room and requested again downloads nothing the second time; ' +
+    'the store sees no GET for it', async () => {
+    await pagedModelComesFromTheCache(rgw, bucket, store.env);
   });
 
   test('poll mode loads a version added to the bucket, downloading only the new object', async () => {
