@@ -19,6 +19,7 @@ import {
   responseId,
 } from './context.js';
 import { invalidRequest, toOpenAiError, unsupportedField } from './errors.js';
+import type { Cancellation } from '../../types/cancellation.js';
 import {
   type Body,
   type StreamChoice,
@@ -78,20 +79,27 @@ const CHAT_FIELDS = new Set([
 ]);
 const CHAT_ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
 
-/** What a generation request asks, read and checked. */
+/** What a generation request asks, read and checked (the prompts apart). */
 interface Generation {
   readonly model: string;
   readonly chat: boolean;
-  readonly prompt: string;
-  /** Tokens of the prompt when the client sent token ids. */
-  readonly promptTokenCount: number | undefined;
   readonly maxTokens: number | undefined;
   readonly stream: StreamChoice;
   readonly sampling: ReadonlyMap<string, number>;
   readonly stop: string[] | undefined;
 }
 
-function readCommon(body: Body): Omit<Generation, 'chat' | 'prompt' | 'promptTokenCount' | 'maxTokens'> {
+/** One prompt of a request: a choice of the answer. */
+interface Prompt {
+  readonly text: string;
+  /** Tokens of the prompt when the client sent token ids. */
+  readonly tokens: number | undefined;
+}
+
+/** OpenAI's bound on the prompts of one request (as on the inputs of /v1/embeddings). */
+const MAX_PROMPTS = 2048;
+
+function readCommon(body: Body): Omit<Generation, 'chat' | 'maxTokens'> {
   singleChoice(body);
   checkUser(body);
   refuseUnlessNeutral(
@@ -110,7 +118,7 @@ function readCommon(body: Body): Omit<Generation, 'chat' | 'prompt' | 'promptTok
   return { model: modelName(body), stream: streamChoice(body), sampling, stop: stopWords(body) };
 }
 
-function readCompletion(body: Body): Omit<Generation, 'prompt' | 'promptTokenCount'> & { promptValue: unknown } {
+function readCompletion(body: Body): Generation & { promptValue: unknown } {
   checkKnownFields(body, COMPLETION_FIELDS);
   refuseUnlessNeutral(body, 'logprobs', 'log probabilities are not returned');
   refuseUnlessNeutral(body, 'echo', 'the prompt is not echoed', (v) => v === false);
@@ -125,7 +133,7 @@ function readCompletion(body: Body): Omit<Generation, 'prompt' | 'promptTokenCou
   };
 }
 
-function readChat(body: Body): Omit<Generation, 'prompt' | 'promptTokenCount'> & { messages: ChatMessage[] } {
+function readChat(body: Body): Generation & { messages: ChatMessage[] } {
   checkKnownFields(body, CHAT_FIELDS);
   refuseUnlessNeutral(body, 'logprobs', 'log probabilities are not returned', (v) => v === false);
   refuseUnlessNeutral(body, 'top_logprobs', 'log probabilities are not returned');
@@ -209,37 +217,68 @@ function messageContent(value: unknown, at: string): string {
   throw invalidRequest(`'${at}' must be a string or an array of text parts`, at);
 }
 
-/** The prompt of /v1/completions: a string, or token ids the tokenizer turns back into text. */
-function completionPrompt(
-  value: unknown,
-  resolved: ResolvedModel<GenerationContract>,
-): { prompt: string; tokens: number | undefined } {
-  let v = value;
-  if (Array.isArray(v) && v.length === 1 && (typeof v[0] === 'string' || Array.isArray(v[0]))) v = v[0];
-  if (typeof v === 'string') {
-    if (v === '') throw invalidRequest("'prompt' is empty", 'prompt');
-    return { prompt: v, tokens: undefined };
+/**
+ * The prompts of /v1/completions: a string, token ids (which the tokenizer turns back into text),
+ * or an array of either kind, each prompt a choice of the answer.
+ */
+function completionPrompts(value: unknown, resolved: ResolvedModel<GenerationContract>): Prompt[] {
+  const form = "'prompt' must be a non-empty string, an array of token ids, or an array of either";
+  if (typeof value === 'string') {
+    if (value === '') throw invalidRequest("'prompt' is empty", 'prompt');
+    return [{ text: value, tokens: undefined }];
   }
-  if (Array.isArray(v) && v.length > 0 && v.every((x) => Number.isInteger(x) && (x as number) >= 0)) {
-    const tokenizer = resolved.text.tokenizer;
-    if (tokenizer === undefined) {
+  if (!Array.isArray(value)) throw invalidRequest(form, 'prompt');
+  if (value.length === 0) throw invalidRequest("'prompt' is an empty array", 'prompt');
+  if (typeof value[0] === 'number') return [tokenPrompt(value, 'prompt', resolved)];
+  if (value.length > MAX_PROMPTS) {
+    throw invalidRequest(
+      `'prompt' holds ${value.length} prompts; at most ${MAX_PROMPTS} are taken per request`,
+      'prompt',
+    );
+  }
+  const strings = typeof value[0] === 'string';
+  return value.map((v: unknown, i): Prompt => {
+    const at = `prompt[${i}]`;
+    if (typeof v === 'string' && strings) {
+      if (v === '') throw invalidRequest(`'${at}' is empty`, at);
+      return { text: v, tokens: undefined };
+    }
+    if (Array.isArray(v) && !strings) return tokenPrompt(v, at, resolved);
+    if (typeof v === 'string' || Array.isArray(v)) {
       throw invalidRequest(
-        `model '${resolved.name}' has no tokenizer.json to read token ids with; send the prompt as text`,
-        'prompt',
+        `'${at}' is ${strings ? 'an array of token ids' : 'a string'} where 'prompt[0]' is ` +
+        `${strings ? 'a string' : 'an array of token ids'}: the prompts of one request are all ` +
+        'strings or all token ids',
+        at,
       );
     }
-    return { prompt: tokenizer.decode(v as number[], { skip_special_tokens: false }), tokens: v.length };
+    throw invalidRequest(`'${at}' must be a string or an array of token ids`, at);
+  });
+}
+
+function tokenPrompt(ids: unknown[], at: string, resolved: ResolvedModel<GenerationContract>): Prompt {
+  if (ids.length === 0) throw invalidRequest(`'${at}' is an empty array of token ids`, at);
+  ids.forEach((x, i) => {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < 0) {
+      throw invalidRequest(`'${at}[${i}]' must be a token id (an integer from 0), got ${JSON.stringify(x)}`, at);
+    }
+  });
+  const tokenizer = resolved.text.tokenizer;
+  if (tokenizer === undefined) {
+    throw invalidRequest(
+      `model '${resolved.name}' has no tokenizer.json to read token ids with; send the prompt as text`,
+      at,
+    );
   }
-  if (Array.isArray(v) && v.length > 1) throw unsupportedField('prompt', 'one prompt per request');
-  throw invalidRequest("'prompt' must be a non-empty string, or an array of token ids", 'prompt');
+  return { text: tokenizer.decode(ids as number[], { skip_special_tokens: false }), tokens: ids.length };
 }
 
 /**
  * The inputs of one generation request: only those the model declares, and every field the request sets must have one.
  */
-function generationInputs(g: Generation, contract: GenerationContract, model: string): Tensor[] {
+function generationInputs(g: Generation, prompt: string, contract: GenerationContract, model: string): Tensor[] {
   const inputs = contract.inputs;
-  const tensors: Tensor[] = [bytesTensor(inputs.get('text_input')!, [g.prompt], g.chat ? 'messages' : 'prompt')];
+  const tensors: Tensor[] = [bytesTensor(inputs.get('text_input')!, [prompt], g.chat ? 'messages' : 'prompt')];
   const need = (name: string, field: string): TensorMetadata => {
     const meta = inputs.get(name);
     if (meta === undefined)
@@ -274,6 +313,20 @@ interface Usage {
   total_tokens: number;
 }
 
+/** One prompt on its way through the model: a choice of the answer. */
+interface Run {
+  readonly prompt: Prompt;
+  readonly responses: AsyncIterable<StreamResponse>;
+}
+
+/** A choice's text as it streams, and what it waits to send while the socket is full. */
+class StreamedChoice {
+  text = '';
+  pieces = 0;
+  pending = '';
+  constructor(public last: bigint) {}
+}
+
 export class GenerationEndpoint {
   constructor(private readonly ctx: OpenAiContext) {}
 
@@ -281,36 +334,37 @@ export class GenerationEndpoint {
     const arrived = process.hrtime.bigint();
     const read = chat ? readChat(body) : readCompletion(body);
     const resolved = await resolveModel(this.ctx, read.model, 'generation');
-    let prompt: string;
-    let promptTokenCount: number | undefined;
-    if (chat) {
-      prompt = resolved.text.renderChat((read as ReturnType<typeof readChat>).messages);
-    } else {
-      const p = completionPrompt((read as ReturnType<typeof readCompletion>).promptValue, resolved);
-      prompt = p.prompt;
-      promptTokenCount = p.tokens;
-    }
-    if (Buffer.byteLength(prompt, 'utf8') > this.ctx.maxInputSize) {
-      throw invalidRequest(
-        `the prompt is ${Buffer.byteLength(prompt, 'utf8')} bytes, over the maximum ` +
-        `input size of ${this.ctx.maxInputSize} bytes (--http-max-input-size)`,
-        chat ? 'messages' : 'prompt',
-        'request_too_large',
-      );
-    }
-    const g: Generation = { ...read, chat, prompt, promptTokenCount };
-    const inputs = generationInputs(g, resolved.contract, resolved.name);
+    const prompts: Prompt[] = chat
+      ? [{ text: resolved.text.renderChat((read as ReturnType<typeof readChat>).messages), tokens: undefined }]
+      : completionPrompts((read as ReturnType<typeof readCompletion>).promptValue, resolved);
+    const g: Generation = read;
+    const inputs = prompts.map((p, i) => {
+      const size = Buffer.byteLength(p.text, 'utf8');
+      if (size > this.ctx.maxInputSize) {
+        throw invalidRequest(
+          `the prompt is ${size} bytes, over the maximum input size of ${this.ctx.maxInputSize} bytes ` +
+          '(--http-max-input-size)',
+          chat ? 'messages' : prompts.length > 1 ? `prompt[${i}]` : 'prompt',
+          'request_too_large',
+        );
+      }
+      return generationInputs(g, p.text, resolved.contract, resolved.name);
+    });
     admission(this.ctx, resolved.name);
     const signal = cancelOnClose(res);
-    const responses = streamResponses(this.ctx.server, { model: resolved.name, inputs, signal });
-    if (g.stream.stream) await this.stream(res, g, resolved, responses, arrived);
-    else await this.whole(res, g, resolved, responses);
+    // All prompts go to the model at once, so its batcher may join them.
+    const runs: Run[] = prompts.map((prompt, i) => ({
+      prompt,
+      responses: streamResponses(this.ctx.server, { model: resolved.name, inputs: inputs[i]!, signal }),
+    }));
+    if (g.stream.stream) await this.stream(res, g, resolved, runs, signal, arrived);
+    else await this.whole(res, g, resolved, runs, signal);
   }
 
-  private usage(g: Generation, resolved: ResolvedModel<GenerationContract>, text: string, pieces: number): Usage {
-    const prompt = g.promptTokenCount ?? resolved.text.countTokens(g.prompt);
+  private usage(resolved: ResolvedModel<GenerationContract>, prompt: Prompt, text: string, pieces: number): Usage {
+    const promptTokens = prompt.tokens ?? resolved.text.countTokens(prompt.text);
     const completion = resolved.text.tokenizer !== undefined ? resolved.text.countTokens(text) : pieces;
-    return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+    return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
   }
 
   private finishReason(g: Generation, resolved: ResolvedModel<GenerationContract>, usage: Usage): 'stop' | 'length' {
@@ -318,57 +372,71 @@ export class GenerationEndpoint {
     return max !== undefined && usage.completion_tokens >= max ? 'length' : 'stop';
   }
 
-  private async whole(
-    res: ServerResponse,
-    g: Generation,
-    resolved: ResolvedModel<GenerationContract>,
-    responses: AsyncIterable<StreamResponse>,
-  ): Promise<void> {
+  /** The whole text of one run; the first error cancels the request's other runs. */
+  private async collect(run: Run, g: Generation, signal: Cancellation): Promise<{ text: string; pieces: number }> {
     let text = '';
     let pieces = 0;
-    for await (const item of responses) {
-      if (item.error !== undefined) throw toOpenAiError(item.error, g.model);
+    for await (const item of run.responses) {
+      if (item.error !== undefined) {
+        signal.abort();
+        throw toOpenAiError(item.error, g.model);
+      }
       if (item.response === undefined) continue;
       const piece = responseText(item.response);
       if (piece !== '') pieces++;
       text += piece;
     }
+    return { text, pieces };
+  }
+
+  private async whole(
+    res: ServerResponse,
+    g: Generation,
+    resolved: ResolvedModel<GenerationContract>,
+    runs: readonly Run[],
+    signal: Cancellation,
+  ): Promise<void> {
+    const results = await Promise.all(runs.map((run) => this.collect(run, g, signal)));
     if (res.destroyed) return;
-    const usage = this.usage(g, resolved, text, pieces);
-    const finish = this.finishReason(g, resolved, usage);
-    const created = Math.floor(Date.now() / 1000);
-    const choice = g.chat
-      ? {
-          index: 0,
-          message: { role: 'assistant', content: text, refusal: null },
-          logprobs: null,
-          finish_reason: finish,
-        }
-      : { index: 0, text, logprobs: null, finish_reason: finish };
+    const total: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+    const choices = results.map(({ text, pieces }, index) => {
+      const usage = this.usage(resolved, runs[index]!.prompt, text, pieces);
+      addUsage(total, usage);
+      const finish = this.finishReason(g, resolved, usage);
+      return g.chat
+        ? {
+            index,
+            message: { role: 'assistant', content: text, refusal: null },
+            logprobs: null,
+            finish_reason: finish,
+          }
+        : { index, text, logprobs: null, finish_reason: finish };
+    });
     const out = JSON.stringify({
       id: responseId(g.chat ? 'chatcmpl' : 'cmpl'),
       object: g.chat ? 'chat.completion' : 'text_completion',
-      created,
+      created: Math.floor(Date.now() / 1000),
       model: g.model,
-      choices: [choice],
-      usage,
+      choices,
+      usage: total,
     });
     res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(out))]);
     res.end(out);
   }
 
   /**
-   * Server-Sent Events, one chunk per model response as it comes. A client
-   * that reads slower than the model writes does not make memory grow with
-   * the stream: while the socket's buffer is full, the pieces that arrive are
-   * joined into one pending piece (at most the answer's text), sent as one
-   * chunk when the socket drains.
+   * Server-Sent Events, one chunk per model response as it comes, each naming its choice's index;
+   * a choice's last chunk carries its finish_reason. A client that reads slower than the model
+   * writes does not make memory grow with the stream: while the socket's buffer is full, the
+   * pieces that arrive are joined into one pending piece per choice (at most its text), sent as
+   * one chunk when the socket drains.
    */
   private async stream(
     res: ServerResponse,
     g: Generation,
     resolved: ResolvedModel<GenerationContract>,
-    responses: AsyncIterable<StreamResponse>,
+    runs: readonly Run[],
+    signal: Cancellation,
     arrived: bigint,
   ): Promise<void> {
     const id = responseId(g.chat ? 'chatcmpl' : 'cmpl');
@@ -377,28 +445,29 @@ export class GenerationEndpoint {
     const usageField = g.stream.includeUsage ? ',"usage":null' : '';
     const head = `{"id":${JSON.stringify(id)},"object":"` +
       `${object}","created":${created},"model":${JSON.stringify(g.model)}`;
-    const chunk = (piece: string | undefined, finish: string | null): string => {
+    const chunk = (index: number, piece: string | undefined, finish: string | null): string => {
       const choice = g.chat
-        ? `{"index":0,"delta":` +
+        ? `{"index":${index},"delta":` +
           `${piece === undefined ? '{}' : `{"content":${JSON.stringify(piece)}}`},"logprobs":null,"finish_reason":` +
           `${finish === null ? 'null' : `"${finish}"`}}`
-        : `{"index":0,"text":${JSON.stringify(piece ?? '')},"logprobs":null,"finish_reason":` +
+        : `{"index":${index},"text":${JSON.stringify(piece ?? '')},"logprobs":null,"finish_reason":` +
           `${finish === null ? 'null' : `"${finish}"`}}`;
       return `data: ${head},"choices":[${choice}]${usageField}}\n\n`;
     };
     const timings = this.ctx.timings;
+    const choices = runs.map(() => new StreamedChoice(arrived));
     let started = false;
-    let text = '';
-    let pieces = 0;
-    let pending = '';
-    let last = arrived;
-    let version: string;
-    const flush = (): void => {
-      if (pending === '' || res.destroyed) return;
-      res.write(chunk(pending, null));
-      pending = '';
+    /** Set once an error ended the answer: the other runs stop. */
+    let failed = false;
+    const flushOne = (index: number): void => {
+      const c = choices[index]!;
+      if (c.pending === '' || res.destroyed) return;
+      res.write(chunk(index, c.pending, null));
+      c.pending = '';
     };
-    const onDrain = (): void => flush();
+    const onDrain = (): void => {
+      for (let i = 0; i < choices.length; i++) flushOne(i);
+    };
     const start = (): void => {
       started = true;
       res.writeHead(200, [
@@ -416,38 +485,68 @@ export class GenerationEndpoint {
             `"logprobs":null,"finish_reason":null}]${usageField}}\n\n`,
         );
     };
-    try {
-      for await (const item of responses) {
-        if (res.destroyed) break;
+    const usages: Usage[] = new Array(runs.length);
+    /** Streams run `index`; returns its finish chunk, or undefined when the answer ended early. */
+    const pump = async (index: number): Promise<string | undefined> => {
+      const c = choices[index]!;
+      for await (const item of runs[index]!.responses) {
+        if (res.destroyed || failed) return undefined;
         if (item.error !== undefined) {
           const err = toOpenAiError(item.error, g.model);
+          failed = true;
+          signal.abort();
           if (!started) throw err;
-          flush();
+          onDrain();
           res.end(`data: ${err.toJson()}\n\n`);
-          return;
+          return undefined;
         }
         if (item.response === undefined) continue;
         const piece = responseText(item.response);
         if (piece === '') continue;
         const now = process.hrtime.bigint();
-        version = item.response.modelVersion;
         if (timings !== undefined) {
-          if (pieces === 0) timings.observeFirstToken(resolved.name, version, Number(now - arrived) / 1e9);
-          else timings.observeInterToken(resolved.name, version, Number(now - last) / 1e9);
+          const version = item.response.modelVersion;
+          if (c.pieces === 0) timings.observeFirstToken(resolved.name, version, Number(now - arrived) / 1e9);
+          else timings.observeInterToken(resolved.name, version, Number(now - c.last) / 1e9);
         }
-        last = now;
-        pieces++;
-        text += piece;
+        c.last = now;
+        c.pieces++;
+        c.text += piece;
         if (!started) start();
-        pending += piece;
-        if (!res.writableNeedDrain) flush();
+        c.pending += piece;
+        if (!res.writableNeedDrain) flushOne(index);
       }
-      if (res.destroyed) return;
+      if (res.destroyed || failed) return undefined;
       if (!started) start();
-      flush();
-      const usage = this.usage(g, resolved, text, pieces);
-      let tail = chunk(undefined, this.finishReason(g, resolved, usage));
-      if (g.stream.includeUsage) tail += `data: ${head},"choices":[],"usage":${JSON.stringify(usage)}}\n\n`;
+      flushOne(index);
+      const usage = this.usage(resolved, runs[index]!.prompt, c.text, c.pieces);
+      usages[index] = usage;
+      return chunk(index, undefined, this.finishReason(g, resolved, usage));
+    };
+    try {
+      let tail: string;
+      if (runs.length === 1) {
+        const finish = await pump(0);
+        if (finish === undefined) return;
+        tail = finish;
+      } else {
+        // A choice's finish goes out as soon as it ends; the others keep streaming.
+        const finishes = await Promise.all(
+          runs.map((_, i) =>
+            pump(i).then((finish) => {
+              if (finish !== undefined && !res.destroyed && !failed) res.write(finish);
+              return finish;
+            }),
+          ),
+        );
+        if (finishes.includes(undefined)) return;
+        tail = '';
+      }
+      if (g.stream.includeUsage) {
+        const total: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
+        for (const u of usages) addUsage(total, u);
+        tail += `data: ${head},"choices":[],"usage":${JSON.stringify(total)}}\n\n`;
+      }
       res.end(`${tail}data: [DONE]\n\n`);
     } finally {
       res.off('drain', onDrain);
@@ -455,3 +554,8 @@ export class GenerationEndpoint {
   }
 }
 
+function addUsage(total: Usage, u: Usage): void {
+  total.prompt_tokens += u.prompt_tokens;
+  total.completion_tokens += u.completion_tokens;
+  total.total_tokens += u.total_tokens;
+}

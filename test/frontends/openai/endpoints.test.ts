@@ -47,14 +47,14 @@ function assertClose(actual: readonly number[], expected: readonly number[], tol
 describe('OpenAI endpoints with the openai client', () => {
   let s: OpenAiServer;
   before(async () => {
-    s = await OpenAiServer.start({ fixtures: ['text_stats'], prepare: (repo) => repo.addSub('simple') });
+    s = await OpenAiServer.start({ fixtures: ['text_stats', 'batch_llm'], prepare: (repo) => repo.addSub('simple') });
   });
   after(() => s.stop());
 
   test('GET /v1/models lists the ready models that fit a contract, and only those', async () => {
     const ids: string[] = [];
     for await (const m of s.client().models.list()) ids.push(m.id);
-    assert.deepEqual(ids, ['text_embedder', 'text_stats', 'tiny_llm']);
+    assert.deepEqual(ids, ['batch_llm', 'text_embedder', 'text_stats', 'tiny_llm']);
     const one = await s.client().models.retrieve('tiny_llm');
     assert.equal(one.id, 'tiny_llm');
     assert.equal(one.object, 'model');
@@ -148,6 +148,58 @@ describe('OpenAI endpoints with the openai client', () => {
     const short = await s.client().completions.create({ model: 'tiny_llm', prompt: 'hello world', max_tokens: 8 });
     assert.equal(short.choices[0]!.text, 'hello world');
     assert.equal(short.choices[0]!.finish_reason, 'stop');
+  });
+
+  test('several prompts make one choice each, in order, with the usage summed', async () => {
+    const r = await s.client().completions.create({ model: 'tiny_llm', prompt: ['one two three', 'four', 'five six'] });
+    assert.deepEqual(r.choices.map((c) => [c.index, c.text, c.finish_reason]), [
+      [0, 'one two three', 'stop'],
+      [1, 'four', 'stop'],
+      [2, 'five six', 'stop'],
+    ]);
+    assert.deepEqual(r.usage, { prompt_tokens: 6, completion_tokens: 6, total_tokens: 12 });
+    // Token-id prompts: the tokenizer reads each back into text.
+    const tokenizer = JSON.parse(readFileSync(path.join(EXAMPLES, 'tiny_llm', 'tokenizer.json'), 'utf8'));
+    const tiny = new Tokenizer(tokenizer, {});
+    const ids = ['red green', 'blue'].map((t) => tiny.encode(t).ids);
+    const byIds = await s.client().completions.create({ model: 'tiny_llm', prompt: ids, max_tokens: 1 });
+    assert.deepEqual(byIds.choices.map((c) => [c.index, c.text, c.finish_reason]), [
+      [0, 'red', 'length'],
+      [1, 'blue', 'length'],
+    ]);
+    assert.equal(byIds.usage?.prompt_tokens, ids[0]!.length + ids[1]!.length);
+  });
+
+  test('the prompts of one request reach the model together, so its batcher joins them', async () => {
+    const r = await s.client().completions.create({ model: 'batch_llm', prompt: ['a', 'b', 'c'] });
+    assert.deepEqual(r.choices.map((c) => c.text), ['a in a batch of 3', 'b in a batch of 3', 'c in a batch of 3']);
+  });
+
+  test('several prompts stream their pieces with the index of their choice', async () => {
+    const stream = await s.client().completions.create({
+      model: 'tiny_llm',
+      prompt: ['a b c', 'd e', 'f g h i'],
+      max_tokens: 3,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const texts = ['', '', ''];
+    const finishes: Array<Array<string | null>> = [[], [], []];
+    let usage: unknown;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        texts[c.index] += c.text;
+        finishes[c.index]!.push(c.finish_reason);
+      }
+    }
+    assert.deepEqual(texts, ['a b c', 'd e', 'f g h']);
+    // Each choice's last chunk, and only it, carries its finish_reason.
+    for (const [i, f] of finishes.entries()) {
+      assert.ok(f.slice(0, -1).every((x) => x === null), `choice ${i}: ${JSON.stringify(f)}`);
+    }
+    assert.deepEqual(finishes.map((f) => f.at(-1)), ['length', 'stop', 'length']);
+    assert.deepEqual(usage, { prompt_tokens: 9, completion_tokens: 8, total_tokens: 17 });
   });
 
   test('stop words reach the model as stop_words', async () => {
