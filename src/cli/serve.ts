@@ -236,7 +236,7 @@ export interface ServeConfig {
   };
   /** `--auth-keys` (and `--auth-failure-limit`); undefined without a keys file. */
   auth: { keysFile: string; failureLimit: number } | undefined;
-  /** --frontend-threads (a count, or auto: the CPU budget up to 8), else NEREID_FRONTEND_THREADS, else 1. */
+  /** --frontend-threads (a count, or auto: budgetFrontendThreads), else NEREID_FRONTEND_THREADS, else auto. */
   frontendThreads: number;
   ignored: string[];
   log: { switches: LogSwitches; format: LogFormat | undefined; file: string | undefined };
@@ -250,14 +250,17 @@ export interface ServeConfig {
 /** The default's cap: past it, the main thread (scheduler, batchers) rather than parsing is the limit. */
 export const MAX_DEFAULT_FRONTEND_THREADS = 8;
 
-/** `--frontend-threads=auto`'s count: the CPU budget, at least 1, at most MAX_DEFAULT_FRONTEND_THREADS. */
+/**
+ * `--frontend-threads=auto` (the default): half the CPU budget, at most MAX_DEFAULT_FRONTEND_THREADS, and 1 (all on
+ * the main thread) up to 3 cores. The main thread and the models need the rest; on 2 cores threads were slower at
+ * every point measured (docs/architecture.md, "How many threads").
+ */
 export function budgetFrontendThreads(budget = processCpuBudget()): number {
-  return Math.max(1, Math.min(MAX_DEFAULT_FRONTEND_THREADS, Math.floor(budget)));
+  return Math.max(1, Math.min(MAX_DEFAULT_FRONTEND_THREADS, Math.floor(budget / 2)));
 }
 
 function frontendThreadsFlag(f: FlagReader): number {
-  // Default 1 until the whole suite passes with more (docs/configuration.md); `auto` asks for the CPU budget.
-  if (!f.has('frontend-threads')) return frontendThreadsFromEnv(1);
+  if (!f.has('frontend-threads')) return frontendThreadsFromEnv(budgetFrontendThreads());
   if (f.string('frontend-threads') === 'auto') return budgetFrontendThreads();
   const text = f.string('frontend-threads') ?? '';
   const n = Number(text);
@@ -724,8 +727,11 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
   };
   try {
     await server.start();
+    const beforeFrontends = process.memoryUsage.rss();
     if (http) ports.http = (await http.start()).port;
     if (grpc) ports.grpc = (await grpc.start()).port;
+    // The frontends (with --frontend-threads, tens of MB per thread) are not models: the memory budget's base.
+    server.repository.pager?.addToBase(process.memoryUsage.rss() - beforeFrontends);
     if (metricsFrontend) ports.metrics = (await metricsFrontend.start()).port;
     if (cfg.openai.port !== undefined) ports.openai = (await openai.start(cfg.openai.port, cfg.http.address)).port;
   } catch (err) {

@@ -352,6 +352,14 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     return known;
   }
 
+  /**
+   * Memory the process took after its first load for something that is not a model (the frontends, their threads'
+   * JavaScript engines): added to the base, so that it is not counted as kept by the allocators.
+   */
+  addToBase(bytes: number): void {
+    if (this.baseRss !== undefined && bytes > 0) this.baseRss += bytes;
+  }
+
   /** What the process holds above its base beyond the loaded models' figures (0 when it holds less). */
   private measureRetained(): number {
     const rss = process.memoryUsage.rss();

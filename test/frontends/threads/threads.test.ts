@@ -131,15 +131,15 @@ test('without reusePort both frontends serve on one thread, and the log says so 
   }
 });
 
-test('--frontend-threads: a count or auto (the CPU budget, up to 8); else NEREID_FRONTEND_THREADS, else 1', () => {
+test('--frontend-threads: a count or auto (half the CPU budget, 1 up to 3 cores, at most 8), the default', () => {
   const saved = process.env['NEREID_FRONTEND_THREADS'];
   delete process.env['NEREID_FRONTEND_THREADS'];
   try {
-    assert.equal(buildServeConfig([]).frontendThreads, 1);
+    assert.equal(buildServeConfig([]).frontendThreads, budgetFrontendThreads());
     assert.equal(buildServeConfig(['--frontend-threads=3']).frontendThreads, 3);
     assert.equal(buildServeConfig(['--frontend-threads=auto']).frontendThreads, budgetFrontendThreads());
-    assert.equal(budgetFrontendThreads(1.5), 1);
-    assert.equal(budgetFrontendThreads(64), 8);
+    const rule = [1, 1.5, 2, 2.5, 3, 3.9, 4, 6, 16, 64].map((cores) => [cores, budgetFrontendThreads(cores)]);
+    assert.deepEqual(rule, [[1, 1], [1.5, 1], [2, 1], [2.5, 1], [3, 1], [3.9, 1], [4, 2], [6, 3], [16, 8], [64, 8]]);
     for (const bad of ['0', '-2', 'two', '1.5']) {
       assert.throws(() => buildServeConfig([`--frontend-threads=${bad}`]), {
         message: `--frontend-threads must be auto or 1 or more, got '${bad}'`,
