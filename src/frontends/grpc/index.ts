@@ -27,6 +27,7 @@ import { serviceDefinition } from './service.js';
 import { credentialsFor } from './credentials.js';
 import {
   effectiveThreads,
+  FrontendBridge,
   FrontendThreadPool,
   frontendThreadsFromEnv,
   internalSocketPath,
@@ -169,12 +170,15 @@ export class GrpcFrontend {
       maxConnectionAgeMs: o.maxConnectionAgeMs,
       maxConnectionAgeGraceMs: o.maxConnectionAgeGraceMs,
       ssl: o.ssl,
+      headerForwardPattern: o.headerForwardPattern,
+      forwardAll: o.access !== undefined || (o.restrictedProtocols ?? []).length > 0,
     };
     const address = (o.address ?? GRPC_DEFAULTS.address).replace(/^ipv[46]:/, '').replace(/^\[(.*)\]$/, '$1');
     this.pool = new FrontendThreadPool(
       { kind: 'grpc', port: o.port ?? GRPC_DEFAULTS.port, address, upstream: socketPath, grpc: own },
       threads,
       this.logger,
+      new FrontendBridge(this.server, o.tracer),
     );
     try {
       return await this.pool.start();

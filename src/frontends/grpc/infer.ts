@@ -77,7 +77,7 @@ function logSent(trace: Trace, status: string, bytes: number): void {
 }
 
 /** Completes one unary call; a class so no closures are made per request. */
-class UnaryInferCall {
+export class UnaryInferCall {
   private finished = false;
   constructor(
     private readonly callback: sendUnaryData<Uint8Array>,

@@ -13,6 +13,10 @@ export interface GrpcThreadOptions {
   readonly maxConnectionAgeMs?: number | undefined;
   readonly maxConnectionAgeGraceMs?: number | undefined;
   readonly ssl?: { serverCert: string; serverKey: string; rootCert?: string; mutual?: boolean } | undefined;
+  /** `--grpc-header-forward-pattern`, applied to the infer calls a thread serves itself. */
+  readonly headerForwardPattern?: string | undefined;
+  /** Every call goes to the main thread (`--auth-keys` and restricted protocols are checked there). */
+  readonly forwardAll?: boolean;
 }
 
 export interface FrontendThreadInit {

@@ -97,7 +97,8 @@ export class GrpcForwarder {
     return deadline === Infinity ? {} : { deadline };
   }
 
-  private unary(path: string) {
+  /** A handler forwarding the unary method at `path` (also for a call a thread's own handler hands over). */
+  unary(path: string) {
     return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
       this.relayAnswer(call, callback, (done) =>
         this.client.makeUnaryRequest<Buffer, Buffer>(

@@ -14,6 +14,7 @@ import { addReflection } from '../grpc/reflection.js';
 import { credentialsFor } from '../grpc/credentials.js';
 import { silentLogger } from '../../logger.js';
 import { GrpcForwarder, passthroughDefinition } from './grpc-forward.js';
+import { GrpcInferThread } from './grpc-infer.js';
 import { HttpForwarder } from './http-forward.js';
 import { HttpThread } from './http-infer.js';
 import { RemoteServer } from './remote.js';
@@ -79,7 +80,19 @@ function startGrpc(): void {
   const forwarder = new GrpcForwarder(init.upstream);
   for (const def of [inferenceServiceDefinition, healthServiceDefinition]) {
     const through = passthroughDefinition(def);
-    server.addService(through, forwarder.implementation(through));
+    const implementation = forwarder.implementation(through);
+    const b = init.bridge;
+    if (def === inferenceServiceDefinition && b !== undefined) {
+      // ModelInfer is served here (grpc-infer.ts); the rest, and what it hands over, goes to the main thread.
+      const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
+      const forwardAll = o.forwardAll === true;
+      const infer = new GrpcInferThread(remote, forwarder.unary(def.ModelInfer!.path), {
+        headerForwardPattern: o.headerForwardPattern,
+        forwardAll,
+      });
+      implementation['ModelInfer'] = infer.handle;
+    }
+    server.addService(through, implementation);
   }
   addReflection(server);
   let credentials: ServerCredentials;
@@ -104,6 +117,8 @@ function startGrpc(): void {
       clearTimeout(timer);
       injector.destroy();
       forwarder.close();
+      init.bridge?.port.close();
+      init.bridge?.sync.close();
       port.close();
     });
   });

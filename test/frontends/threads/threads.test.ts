@@ -1,22 +1,35 @@
 /**
- * Frontend threads (--frontend-threads): a thread that dies is restarted while the others serve, cancellation
- * crosses from a thread to the server, and a Node without reusePort serves on one thread, saying so once.
+ * Frontend threads (--frontend-threads): a thread that dies is restarted while the others serve, HTTP and gRPC
+ * infer are served on a thread, cancellation crosses from a thread to the server, and a Node without reusePort
+ * serves on one thread, saying so once.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { HttpFrontend } from '../../../src/frontends/http/index.js';
-import { GrpcFrontend, healthServiceDefinition } from '../../../src/frontends/grpc/index.js';
+import { create, toBinary } from '@bufbuild/protobuf';
+import {
+  GrpcFrontend,
+  healthServiceDefinition,
+  inferenceServiceDefinition,
+} from '../../../src/frontends/grpc/index.js';
+import {
+  ModelInferRequestSchema,
+  type ModelInferRequest,
+  type ModelInferResponse,
+} from '../../../src/gen/grpc_service_pb.js';
 import { resetReusePortWarning } from '../../../src/frontends/threads/index.js';
 import { silentLogger } from '../../../src/logger.js';
+import type { ServerApi } from '../../../src/core/server-api.js';
 import { budgetFrontendThreads, buildServeConfig } from '../../../src/cli/serve.js';
 import { EchoServer } from '../http/echo-server.js';
 import { call, json } from '../http/helpers.js';
 import { recordingLogger } from '../../helpers/recording-logger.js';
-import { unary } from '../grpc/helpers.js';
+import { callError, unary } from '../grpc/helpers.js';
 
 const HealthClient = makeGenericClientConstructor(healthServiceDefinition, 'Health');
+const InferenceClient = makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
 
 const INPUTS = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1], data: [7] }] });
 
@@ -97,6 +110,52 @@ test('gRPC on two frontend threads: a thread that dies is restarted', async () =
     assert.equal(pool.restarts, 1);
     for (let i = 0; i < 5; i++) assert.equal(await live(), true);
   } finally {
+    await fe.stop();
+  }
+});
+
+test('gRPC on two frontend threads: ModelInfer is served on a thread; the rest is forwarded', async () => {
+  const core = new EchoServer();
+  // The main thread's gRPC frontend asks for admission before every ModelInfer it serves itself.
+  let askedOnMain = 0;
+  const api: ServerApi = core;
+  api.admissionError = () => void askedOnMain++;
+  const fe = new GrpcFrontend(core, { port: 0, address: '127.0.0.1', threads: 2 });
+  const { port } = await fe.start();
+  const client = new InferenceClient(`127.0.0.1:${port}`, credentials.createInsecure());
+  try {
+    const request = (model: string, id: string) =>
+      create(ModelInferRequestSchema, {
+        modelName: model,
+        id,
+        inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n] }],
+        rawInputContents: [new Uint8Array(new Int32Array([7]).buffer)],
+      });
+    const res = await unary<ModelInferResponse>(client, 'ModelInfer', request('echo', 'a'));
+    assert.equal(res.id, 'a');
+    assert.deepEqual(res.outputs.map((o) => [o.name, o.datatype, o.shape]), [['OUTPUT0', 'INT32', [1n]]]);
+    assert.deepEqual([...new Int32Array(new Uint8Array(res.rawOutputContents[0]!).buffer)], [7]);
+    assert.equal(core.lastRequest?.id, 'a');
+    assert.equal(askedOnMain, 0);
+    // A decoupled model is refused by the main thread's frontend, with Triton's words.
+    const decoupled = await callError(unary(client, 'ModelInfer', request('decoupled', 'b')));
+    assert.match(decoupled.details, /doesn't support models with decoupled transaction policy/);
+    assert.equal(askedOnMain, 1);
+    // A client that gives up cancels its request on the main thread.
+    const hanging = client.makeUnaryRequest(
+      inferenceServiceDefinition.ModelInfer!.path,
+      (m: ModelInferRequest) => Buffer.from(toBinary(ModelInferRequestSchema, m)),
+      (b: Buffer) => b,
+      request('hang', 'c'),
+      () => undefined,
+    );
+    while (core.lastRequest?.model !== 'hang') await new Promise((r) => setTimeout(r, 5));
+    hanging.cancel();
+    await core.aborted;
+    assert.equal(core.lastRequest.signal?.aborted, true);
+    assert.equal(askedOnMain, 1);
+  } finally {
+    client.close();
     await fe.stop();
   }
 });

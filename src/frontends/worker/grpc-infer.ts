@@ -1,0 +1,97 @@
+/**
+ * A frontend thread's gRPC ModelInfer: the hot path, served here from the message to the answer (read, decode,
+ * validate, refuse a full queue, encode) with the same code as the main thread's frontend; only the request crosses
+ * to the main thread. A call this path does not cover goes to the main thread whole, as its bytes.
+ */
+import type { sendUnaryData, ServerUnaryCall } from '@grpc/grpc-js';
+import { Cancellation } from '../../types/cancellation.js';
+import type { ModelInferRequest } from '../../gen/grpc_service_pb.js';
+import { inferenceServiceDefinition } from '../grpc/index.js';
+import { decodeInfer } from '../grpc/infer-decode.js';
+import { UnaryInferCall } from '../grpc/infer.js';
+import { forwardedHeaders } from '../grpc/restrictions.js';
+import { MalformedMessage } from '../grpc/service.js';
+import { toServiceError } from '../grpc/status.js';
+import { compileHeaderForwardPattern } from '../header-forward.js';
+import type { RemoteServer } from './remote.js';
+
+type Call = ServerUnaryCall<Buffer, Buffer>;
+type Callback = sendUnaryData<Buffer>;
+
+const readRequest = inferenceServiceDefinition.ModelInfer!.requestDeserialize as (
+  bytes: Buffer,
+) => ModelInferRequest | MalformedMessage;
+
+export interface GrpcInferOptions {
+  /** `--grpc-header-forward-pattern`. */
+  readonly headerForwardPattern: string | undefined;
+  /** Every call to the main thread (`--auth-keys`, restricted protocols: checked there). */
+  readonly forwardAll: boolean;
+}
+
+export class GrpcInferThread {
+  private readonly headerPattern: RegExp | undefined;
+
+  constructor(
+    private readonly remote: RemoteServer,
+    /** Hands a call to the main thread as it came. */
+    private readonly forward: (call: Call, callback: Callback) => void,
+    private readonly options: GrpcInferOptions,
+  ) {
+    const pattern = options.headerForwardPattern;
+    this.headerPattern = pattern === undefined || pattern === '' ? undefined : compileHeaderForwardPattern(pattern);
+  }
+
+  readonly handle = (call: Call, callback: Callback): void => {
+    if (this.options.forwardAll || this.remote.tracing || !this.serve(call, callback)) this.forward(call, callback);
+  };
+
+  /** Serves the call here; false when the main thread must (malformed, unknown model, decoupled, cached, shm). */
+  private serve(call: Call, callback: Callback): boolean {
+    // The message in a buffer of its own, which moves to the main thread with the request (tensors are views).
+    const owned = new ArrayBuffer(call.request.byteLength);
+    const bytes = Buffer.from(owned);
+    bytes.set(call.request);
+    const msg = readRequest(bytes);
+    if (msg instanceof MalformedMessage) return false;
+    const version = msg.modelVersion === '' ? undefined : msg.modelVersion;
+    const config = this.remote.modelConfig(msg.modelName, version);
+    if (config === undefined || config.modelTransactionPolicy?.decoupled === true) return false;
+    if (config.responseCache?.enable === true) return false;
+    const refused = this.remote.admissionError(msg.modelName, version);
+    if (refused !== undefined) {
+      callback(toServiceError(refused), null);
+      return true;
+    }
+    const abort = new Cancellation();
+    let decoded;
+    try {
+      const pattern = this.headerPattern;
+      decoded = decodeInfer(msg, abort, pattern === undefined ? undefined : forwardedHeaders(call.metadata, pattern));
+    } catch (e) {
+      callback(toServiceError(e), null);
+      return true;
+    }
+    // Client shared memory is registered with the main thread, which reads and writes it.
+    if (decoded.shm !== undefined) return false;
+    const pending = new UnaryInferCall(callback as sendUnaryData<Uint8Array>, abort, undefined);
+    call.on('cancelled', pending.cancelled.bind(pending));
+    const r = decoded.request;
+    this.remote
+      .infer(
+        {
+          model: r.model,
+          // '' for the latest, as the main thread's gRPC frontend passes it.
+          version: String(r.version ?? ''),
+          id: r.id ?? '',
+          inputs: r.inputs,
+          outputs: r.outputs,
+          parameters: r.parameters,
+          signal: abort,
+        },
+        owned,
+      )
+      .then(pending.done.bind(pending), pending.failed.bind(pending));
+    return true;
+  }
+}
