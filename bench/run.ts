@@ -36,7 +36,9 @@
  * adaptive (the dynamic batcher's adaptive policy against fixed and unbatched: c1 latency, c8/c32
  * throughput, open-loop Poisson at 30/60/90 % of capacity, 2× overload, the batcher's own cost),
  * frontends (--frontend-threads=1 against the default and naive: tiny and medium MLP, binary and JSON, c8/c32,
- * server CPU per request; the thread crossing; 2× overload with each).
+ * server CPU per request; the thread crossing; 2× overload with each),
+ * crossing (a frontend thread's request and answer: postMessage with transferred buffers against a
+ * SharedArrayBuffer ring with Atomics.waitAsync; round-trip p50 and CPU per round trip).
  * Environment: BENCH_SECONDS (per point, default 5), BENCH_CONCURRENCY (e.g. "1,8,32"),
  * BENCH_MODELS (e.g. "tiny" or "tiny,medium"), BENCH_FORMATS (http and batching: "binary,json,bin→json";
  * bin→json is binary input with the output asked back as JSON).
@@ -299,3 +301,4 @@ if (want('paging')) runScript('paging.js');
 if (want('ab')) runScript('ab.js');
 if (want('adaptive')) runScript('adaptive.js');
 if (want('frontends')) runScript('frontends.js');
+if (want('crossing')) runScript('crossing.js');
