@@ -3,17 +3,25 @@
  * `--auth-keys` costs a request. Two servers on the same repository, one
  * without keys and one with a keys file of AUTH_BENCH_KEYS keys (the
  * client's key narrowed to the model by a glob, so the check runs the model
- * pattern too), measured in turns, off on off on ..., with wrk on the tiny
- * MLP at concurrency 32 with binary tensors. Per setting: the median over
- * the rounds of requests/s and of the server's CPU time per request (all its
- * threads; on a shared machine steadier than the rate), and each round's
- * ratio on/off (both measured back to back, so a round slowed by other work
- * slows both).
+ * pattern too), with wrk on the tiny MLP at concurrency 32 with binary
+ * tensors. Per setting: the median over the rounds of requests/s and of the
+ * server's CPU time per request (all its threads; on a shared machine
+ * steadier than the rate), and each round's ratio on/off (both measured
+ * back to back, so a round slowed by other work slows both).
+ *
+ * Two runs of 4 rounds on an idle machine gave 0.847x and 1.02x. Apart from
+ * the keys, two things can set the servers apart for a whole run: the order
+ * within a round (always the same setting second, after the other's load)
+ * and the servers themselves (each adapts, e.g. whether it runs the tiny
+ * model on the event loop, from timings of its own first moments, and keeps
+ * that). So the rounds alternate the order (off on, on off, ...) and run in
+ * BENCH_BLOCKS blocks, each with a fresh pair of servers; the ratio reported
+ * is the median over every round, with each block's median beside it.
  *
  * Environment: BENCH_SECONDS (per setting and round, default 3),
- * BENCH_ROUNDS (default 4), AUTH_BENCH_KEYS (default 100),
- * AUTH_BENCH_MODEL (plain | batched, default batched: dynamic batching),
- * AUTH_BENCH_CONCURRENCY (default 32).
+ * BENCH_ROUNDS (per block, default 4), BENCH_BLOCKS (default 3),
+ * AUTH_BENCH_KEYS (default 100), AUTH_BENCH_MODEL (plain | batched, default
+ * batched: dynamic batching), AUTH_BENCH_CONCURRENCY (default 32).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -26,6 +34,7 @@ import { runWrk } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 3);
 const KEYS = Number(process.env.AUTH_BENCH_KEYS ?? 100);
 const CONCURRENCY = Number(process.env.AUTH_BENCH_CONCURRENCY ?? 32);
 const VARIANT = process.env.AUTH_BENCH_MODEL ?? 'batched';
@@ -78,43 +87,57 @@ const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
 const inferUrl = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model}/infer`;
 const withHeaders = (headers: Record<string, string>) => ({ ...body, headers: { ...body.headers, ...headers } });
 const settings = [
-  { name: 'keys off', server: await startNereid(tiny.repository), headers: {} as Record<string, string> },
+  { name: 'keys off', args: [] as string[], headers: {} as Record<string, string> },
   {
     name: `keys on (${KEYS} keys)`,
-    server: await startNereid(tiny.repository, [`--auth-keys=${keysFile}`]),
+    args: [`--auth-keys=${keysFile}`],
     headers: { Authorization: `Bearer ${client.secret}` },
   },
 ];
 const points: Point[][] = settings.map(() => []);
+/** Each block's rounds: [block][round] = on/off requests/s. */
+const blockRatios: number[][] = [];
 try {
-  for (const s of settings) {
-    // Warm-up, and a check that the key opens the model (a refused request would measure 403s).
-    const r = await fetch(`http://127.0.0.1:${s.server.http}/v2/models/${model}/infer`, {
-      method: 'POST',
-      headers: { ...body.headers, ...s.headers },
-      body: body.body,
-    });
-    if (r.status !== 200) throw new Error(`${s.name}: warm-up answered ${r.status}: ${await r.text()}`);
-    await runWrk(inferUrl(s.server.http), withHeaders(s.headers), CONCURRENCY, 1);
-  }
-  for (let round = 0; round < ROUNDS; round++) {
-    for (let i = 0; i < settings.length; i++) {
-      const s = settings[i]!;
-      const pid = s.server.proc.child.pid!;
-      const cpu0 = cpuSeconds(pid);
-      const w = await runWrk(inferUrl(s.server.http), withHeaders(s.headers), CONCURRENCY, SECONDS);
-      const cpu = cpuSeconds(pid) - cpu0;
-      const cpuMsPerRequest = (cpu * 1000) / Math.max(1, w.requests);
-      points[i]!.push({ rps: w.requestsPerSec, cpuMsPerRequest, failed: w.errors + w.non2xx });
+  for (let block = 0; block < BLOCKS; block++) {
+    const servers: Array<Awaited<ReturnType<typeof startNereid>>> = [];
+    try {
+      for (const s of settings) servers.push(await startNereid(tiny.repository, s.args));
+      for (const [i, s] of settings.entries()) {
+        const port = servers[i]!.http;
+        // Warm-up, and a check that the key opens the model (a refused request would measure 403s).
+        const headers = { ...body.headers, ...s.headers };
+        const r = await fetch(inferUrl(port), { method: 'POST', headers, body: body.body });
+        if (r.status !== 200) throw new Error(`${s.name}: warm-up answered ${r.status}: ${await r.text()}`);
+        await runWrk(inferUrl(port), withHeaders(s.headers), CONCURRENCY, 1);
+      }
+      const ratios: number[] = [];
+      for (let round = 0; round < ROUNDS; round++) {
+        const got: Point[] = [];
+        // Off then on in even rounds, on then off in odd ones.
+        const order = round % 2 === 0 ? [0, 1] : [1, 0];
+        for (const i of order) {
+          const s = settings[i]!;
+          const pid = servers[i]!.proc.child.pid!;
+          const cpu0 = cpuSeconds(pid);
+          const w = await runWrk(inferUrl(servers[i]!.http), withHeaders(s.headers), CONCURRENCY, SECONDS);
+          const cpu = cpuSeconds(pid) - cpu0;
+          const cpuMsPerRequest = (cpu * 1000) / Math.max(1, w.requests);
+          got[i] = { rps: w.requestsPerSec, cpuMsPerRequest, failed: w.errors + w.non2xx };
+        }
+        for (const [i, p] of got.entries()) points[i]!.push(p);
+        ratios.push(got[1]!.rps / got[0]!.rps);
+      }
+      blockRatios.push(ratios);
+    } finally {
+      await Promise.all(servers.map((s) => s.proc.stop()));
     }
   }
 } finally {
-  await Promise.all(settings.map((s) => s.server.proc.stop()));
   rmSync(dir, { recursive: true, force: true });
 }
 
 const micros = checkMicros();
-const ratios = points[1]!.map((p, r) => p.rps / points[0]![r]!.rps);
+const ratios = blockRatios.flat();
 const cpuRatios = points[1]!.map((p, r) => p.cpuMsPerRequest / points[0]![r]!.cpuMsPerRequest);
 const rows = settings.map((s, i) => {
   const ps = points[i]!;
@@ -131,9 +154,11 @@ const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.
 const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
 process.stdout.write(
   `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ` +
-    `${SECONDS}s per setting, ${ROUNDS} rounds in turns (medians)\n` +
+    `${SECONDS}s per setting and round, ${BLOCKS} blocks (fresh servers) of ${ROUNDS} rounds, order alternating ` +
+    '(medians)\n' +
     `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
-    `on/off requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')})\n` +
+    `on/off requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')}; ` +
+    `block medians ${blockRatios.map((b) => fmt(median(b), 3)).join(' ')})\n` +
     `on/off CPU per request: median ${fmt(median(cpuRatios), 3)}x ` +
     `(rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n` +
     `the check alone (SHA-256 of the token, the digest's lookup, the scope): ${fmt(micros, 2)} us, ` +
