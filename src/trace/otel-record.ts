@@ -24,26 +24,32 @@ export const STAMP_NAMES: readonly TraceStampName[] = [
   'REQUEST_END',
 ];
 
-/** Span kinds in a record. */
+/** Span kinds in a record (each also the code of the op that opens such a span). */
 export const SPAN_ROOT = 0;
 export const SPAN_MODEL = 1;
 export const SPAN_COMPUTE = 2;
+/** Ops besides a span's: an event of a span, the end of a group. */
+export const OP_EVENT = 3;
+export const OP_END = 4;
 
 /** No string: the export thread makes the id. */
 export const NONE = -1;
 
 /**
- * A batch of finished groups. Per group: span count, trace id, tracestate and remote parent span id (string
- * indexes or NONE), remote flags; then per span (parents before children): kind, model name index (model
- * spans), span id (string index or NONE), parent (span index in the group; NONE: the remote parent or none),
- * start, end, event count, (stamp code, time) per event, and for model spans version, trace id, parent trace
- * id and request id (string index or NONE).
+ * A batch of finished groups, written in one pass over each trace's timestamps. Per group: span count, trace id,
+ * tracestate and remote parent span id (string indexes or NONE), remote flags; then ops until OP_END:
+ * - a span (op = its kind; parents before children): model name index (model spans), span id (string index or
+ *   NONE), parent (span index in the group; NONE: the remote parent or none), start, end, and for model spans
+ *   version, trace id, parent trace id and request id (string index or NONE);
+ * - OP_EVENT: span index in the group, stamp code, time (events of a span in the order recorded).
  */
 export interface SpanBatch {
   readonly t: 'spans';
   readonly groups: number;
   readonly spans: number;
+  /** The records, in the first `length` numbers. */
   readonly nums: Float64Array;
+  readonly length: number;
   readonly strings: string[];
   /** Model names first seen in this batch, appended to the thread's table in order. */
   readonly names: string[];

@@ -20,6 +20,8 @@ import {
   type ExportInit,
   type FromExportThread,
   NONE,
+  OP_END,
+  OP_EVENT,
   SPAN_COMPUTE,
   SPAN_MODEL,
   SPAN_ROOT,
@@ -167,11 +169,11 @@ function wallTime(rel: number): HrTime {
 
 function exportBatch(batch: SpanBatch): void {
   for (const name of batch.names) modelNames.push(name);
-  const { nums, strings } = batch;
+  const { nums, strings, length } = batch;
   const spans: FinishedSpan[] = [];
   let at = 0;
-  for (let g = 0; g < batch.groups; g++) {
-    const count = nums[at++]!;
+  for (let g = 0; g < batch.groups && at < length; g++) {
+    at += 1; // the span count
     const traceIdAt = nums[at++]!;
     const traceStateAt = nums[at++]!;
     const remoteSpanAt = nums[at++]!;
@@ -183,23 +185,22 @@ function exportBatch(batch: SpanBatch): void {
         ? undefined
         : { traceId, spanId: strings[remoteSpanAt]!, traceFlags: remoteFlags, isRemote: true, traceState };
     const first = spans.length;
-    for (let i = 0; i < count; i++) {
-      const kind = nums[at++]!;
-      const nameAt = nums[at++]!;
+    for (let op = nums[at++]!; op !== OP_END; op = nums[at++]!) {
+      if (op === OP_EVENT) {
+        const span = spans[first + nums[at]!]!;
+        (span.events as TimedEvent[]).push({ name: STAMP_NAMES[nums[at + 1]!]!, time: wallTime(nums[at + 2]!) });
+        at += 3;
+        continue;
+      }
+      let name = op === SPAN_ROOT ? 'InferRequest' : 'compute';
+      if (op === SPAN_MODEL) name = modelNames[nums[at++]!]!;
+      else if (op !== SPAN_COMPUTE && op !== SPAN_ROOT) throw new Error(`op ${op} in a span record`);
       const spanIdAt = nums[at++]!;
       const parent = nums[at++]!;
       const start = nums[at++]!;
       const end = nums[at++]!;
-      const events = nums[at++]!;
       let attributes = NO_ATTRIBUTES;
-      const eventList: TimedEvent[] = new Array<TimedEvent>(events);
-      for (let e = 0; e < events; e++) {
-        eventList[e] = { name: STAMP_NAMES[nums[at]!]!, time: wallTime(nums[at + 1]!) };
-        at += 2;
-      }
-      let name = kind === SPAN_ROOT ? 'InferRequest' : 'compute';
-      if (kind === SPAN_MODEL) {
-        name = modelNames[nameAt]!;
+      if (op === SPAN_MODEL) {
         attributes = {
           'triton.model_name': name,
           'triton.model_version': nums[at]!,
@@ -208,8 +209,6 @@ function exportBatch(batch: SpanBatch): void {
         };
         if (nums[at + 3]! !== NONE) attributes['triton.request_id'] = strings[nums[at + 3]!]!;
         at += 4;
-      } else if (kind !== SPAN_COMPUTE && kind !== SPAN_ROOT) {
-        throw new Error(`span kind ${kind} in a span record`);
       }
       const span = new FinishedSpan(
         name,
@@ -223,7 +222,6 @@ function exportBatch(batch: SpanBatch): void {
         scope,
       );
       span.endTime = wallTime(end);
-      (span.events as TimedEvent[]).push(...eventList);
       spans.push(span);
     }
   }

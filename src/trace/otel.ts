@@ -21,6 +21,8 @@ import {
   type ExportInit,
   type FromExportThread,
   NONE,
+  OP_END,
+  OP_EVENT,
   SPAN_COMPUTE,
   SPAN_MODEL,
   SPAN_ROOT,
@@ -42,10 +44,13 @@ export interface OtelOptions {
  * Records carry times relative to that reading, exact integers in a double (for 104 days).
  */
 const BASE_HR = process.hrtime.bigint();
+const BASE_HR_NUMBER = Number(BASE_HR);
 const BASE_WALL_NS = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 
 function relTime(ns: bigint): number {
-  return Number(ns - BASE_HR);
+  // Without a BigInt subtraction while the clock is below 2^53 ns (104 days of uptime), exact either way.
+  const n = Number(ns);
+  return n <= Number.MAX_SAFE_INTEGER ? n - BASE_HR_NUMBER : Number(ns - BASE_HR);
 }
 
 
@@ -65,19 +70,27 @@ interface TraceSpans {
   readonly open: number[];
   readonly parents: number[];
   ids: string[] | undefined;
+  /** When the group is written: the index in the group of this trace's first span. */
+  first: number;
 }
 
 const ROOT = -1;
 const PARENT_SPAN = -2;
 const SAMPLED = 1;
 const STAMP_CODES = new Map<TraceStampName, number>(STAMP_NAMES.map((n, i) => [n, i]));
+const CODE_REQUEST_START = STAMP_CODES.get('REQUEST_START')!;
+const CODE_COMPUTE_START = STAMP_CODES.get('COMPUTE_START')!;
+const CODE_REQUEST_END = STAMP_CODES.get('REQUEST_END')!;
+const CODE_COMPUTE_END = STAMP_CODES.get('COMPUTE_END')!;
 const WORKER_URL = new URL('./otel-worker.js', import.meta.url);
 /** A batch goes to the export thread after this long, or once it holds this many requests. */
 const FLUSH_MS = 20;
 const FLUSH_GROUPS = 512;
 
+/** HTTP_* and GRPC_*: the frontend's stamps, events of the root span. */
 function isFrontendStamp(name: TraceStampName): boolean {
-  return name.startsWith('HTTP_') || name.startsWith('GRPC_');
+  const c = name.charCodeAt(0);
+  return c === 0x48 || c === 0x47; // H, G
 }
 
 /**
@@ -93,7 +106,9 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   /** Spans dropped here because the export thread has not taken what it was sent. */
   private droppedHere = 0;
   private failing = false;
-  private nums: number[] = [];
+  /** The batch being written (see SpanBatch), its first `at` numbers used. */
+  private nums = new Float64Array(16 * 1024);
+  private at = 0;
   private strings: string[] = [];
   private newNames: string[] = [];
   private groups = 0;
@@ -186,7 +201,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   stamped(trace: Trace, name: TraceStampName): void {
     if (isFrontendStamp(name)) return;
     let spans = trace.spans as TraceSpans | undefined;
-    if (spans === undefined) trace.spans = spans = { open: [], parents: [], ids: undefined };
+    if (spans === undefined) trace.spans = spans = { open: [], parents: [], ids: undefined, first: 0 };
     const open = spans.open;
     if (name === 'REQUEST_START') {
       // A spawned trace's span nests in its parent's innermost open span (the ensemble's or the caller's model span).
@@ -234,100 +249,97 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
 
   ended(): void {}
 
-  /** The request ended: its spans go into the batch for the export thread. */
+  /** The request ended: its spans go into the batch for the export thread, in one pass over its timestamps. */
   finished(group: TraceGroup): void {
     const root = group.root as RootSpan | undefined;
     if (root === undefined || this.closed !== undefined) return;
-    const count = 1 + countSpans(group);
+    let count = 1;
+    let stamps = 0;
+    for (const trace of group.traces) {
+      const spans = trace.spans as TraceSpans | undefined;
+      if (spans !== undefined) count += spans.parents.length;
+      stamps += trace.stampNames.length;
+    }
     if (this.unacked + this.spans + count > this.maxInFlight) {
       // The export thread is far behind (or stuck): memory stays bounded, the spans are dropped and counted.
       this.droppedHere += count;
       return;
     }
-    const end = relTime(process.hrtime.bigint());
+    // At most: the group's head, the root span, per stamp an event (4) and a model span (11), the end.
+    this.reserve(16 + stamps * 15);
     const nums = this.nums;
+    let at = this.at;
+    const end = relTime(process.hrtime.bigint());
     const remote = root.remote;
-    nums.push(
-      count,
-      root.traceId === undefined ? NONE : this.string(root.traceId),
-      remote?.traceState === undefined ? NONE : this.string(remote.traceState),
-      remote === undefined ? NONE : this.string(remote.spanId),
-      remote === undefined ? 0 : remote.flags,
-    );
-    // The root span: its events are the frontend's stamps, of every trace of the group.
-    const rootId = root.spanId === undefined ? NONE : this.string(root.spanId);
-    nums.push(SPAN_ROOT, NONE, rootId, NONE, relTime(root.start), end);
-    const eventsAt = nums.length;
-    nums.push(0);
-    let events = 0;
-    for (const trace of group.traces) {
-      const names = trace.stampNames;
-      for (let i = 0; i < names.length; i++) {
-        if (!isFrontendStamp(names[i]!)) continue;
-        nums.push(STAMP_CODES.get(names[i]!)!, relTime(trace.stampTimes[i]!));
-        events += 1;
-      }
-    }
-    nums[eventsAt] = events;
+    nums[at++] = count;
+    nums[at++] = root.traceId === undefined ? NONE : this.string(root.traceId);
+    nums[at++] = remote?.traceState === undefined ? NONE : this.string(remote.traceState);
+    nums[at++] = remote === undefined ? NONE : this.string(remote.spanId);
+    nums[at++] = remote === undefined ? 0 : remote.flags;
+    // The root span (index 0): its events are the frontend's stamps, of every trace of the group.
+    nums[at++] = SPAN_ROOT;
+    nums[at++] = root.spanId === undefined ? NONE : this.string(root.spanId);
+    nums[at++] = NONE;
+    nums[at++] = relTime(root.start);
+    nums[at++] = end;
     // Each trace's spans, replaying its stamps as they came: a span per REQUEST_START (the model's) and
-    // COMPUTE_START, each stamp an event of the innermost open span.
+    // COMPUTE_START, each stamp an event of the innermost open span; a span's end is filled in when it closes.
     let index = 1;
-    const first = new Map<Trace, number>();
+    const openIndex = this.openIndex;
+    const openEnd = this.openEnd;
     for (const trace of group.traces) {
-      const spans = trace.spans as TraceSpans | undefined;
-      if (spans === undefined) continue;
-      first.set(trace, index);
       const names = trace.stampNames;
       const times = trace.stampTimes;
-      // Per span: kind, name, id, parent, start, end, then its events.
-      const records: number[][] = [];
-      const open: number[][] = [];
+      const spans = trace.spans as TraceSpans | undefined;
+      if (spans !== undefined) spans.first = index;
+      let ordinal = 0;
+      let open = 0;
       for (let i = 0; i < names.length; i++) {
         const name = names[i]!;
-        if (isFrontendStamp(name)) continue;
+        const code = STAMP_CODES.get(name)!;
         const time = relTime(times[i]!);
-        if (name === 'REQUEST_START' || name === 'COMPUTE_START') {
-          const ordinal = records.length;
-          const ref = spans.parents[ordinal]!;
-          let parent = 0;
-          if (ref >= 0) parent = index + ref;
-          else if (ref !== ROOT) parent = (first.get(trace.parent!) ?? NaN) + (PARENT_SPAN - ref);
-          if (Number.isNaN(parent)) parent = 0;
-          const model = name === 'REQUEST_START';
-          const id = spans.ids?.[ordinal];
-          const record = [
-            model ? SPAN_MODEL : SPAN_COMPUTE,
-            model ? this.modelName(trace.modelName) : NONE,
-            id === undefined ? NONE : this.string(id),
-            parent,
-            time,
-            end,
-          ];
-          records.push(record);
-          open.push(record);
+        let span = 0; // the root's, for a frontend stamp
+        if (!isFrontendStamp(name)) {
+          if (spans === undefined) continue;
+          if (code === CODE_REQUEST_START || code === CODE_COMPUTE_START) {
+            const ref = spans.parents[ordinal]!;
+            let parent = 0;
+            if (ref >= 0) parent = spans.first + ref;
+            else if (ref !== ROOT) {
+              const parentSpans = trace.parent?.spans as TraceSpans | undefined;
+              parent = parentSpans === undefined ? 0 : parentSpans.first + (PARENT_SPAN - ref);
+            }
+            const model = code === CODE_REQUEST_START;
+            const id = spans.ids?.[ordinal];
+            nums[at++] = model ? SPAN_MODEL : SPAN_COMPUTE;
+            if (model) nums[at++] = this.modelName(trace.modelName);
+            nums[at++] = id === undefined ? NONE : this.string(id);
+            nums[at++] = parent;
+            nums[at++] = time;
+            openIndex[open] = index;
+            openEnd[open++] = at;
+            nums[at++] = end;
+            if (model) {
+              nums[at++] = Number(trace.modelVersion);
+              nums[at++] = trace.id;
+              nums[at++] = trace.parentId;
+              nums[at++] = trace.requestId === '' ? NONE : this.string(trace.requestId);
+            }
+            ordinal += 1;
+            index += 1;
+          }
+          if (open === 0) continue;
+          span = openIndex[open - 1]!;
+          if (code === CODE_REQUEST_END || code === CODE_COMPUTE_END) nums[openEnd[--open]!] = time;
         }
-        const top = open[open.length - 1];
-        if (top === undefined) continue;
-        top.push(STAMP_CODES.get(name)!, time);
-        if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
-          top[5] = time;
-          open.pop();
-        }
+        nums[at++] = OP_EVENT;
+        nums[at++] = span;
+        nums[at++] = code;
+        nums[at++] = time;
       }
-      for (const r of records) {
-        nums.push(r[0]!, r[1]!, r[2]!, r[3]!, r[4]!, r[5]!, (r.length - 6) / 2);
-        for (let k = 6; k < r.length; k++) nums.push(r[k]!);
-        if (r[0] === SPAN_MODEL) {
-          nums.push(
-            Number(trace.modelVersion),
-            trace.id,
-            trace.parentId,
-            trace.requestId === '' ? NONE : this.string(trace.requestId),
-          );
-        }
-      }
-      index += records.length;
     }
+    nums[at++] = OP_END;
+    this.at = at;
     this.groups += 1;
     this.spans += count;
     if (this.groups >= FLUSH_GROUPS) this.flush();
@@ -339,6 +351,18 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
         this.flush();
       }, FLUSH_MS).unref();
     }
+  }
+
+  /** Open spans while a trace is written: their index in the group and where their end is. */
+  private readonly openIndex: number[] = [];
+  private readonly openEnd: number[] = [];
+
+  /** Room for `more` numbers in the batch. */
+  private reserve(more: number): void {
+    if (this.at + more <= this.nums.length) return;
+    const grown = new Float64Array(Math.max(this.nums.length * 2, this.at + more));
+    grown.set(this.nums.subarray(0, this.at));
+    this.nums = grown;
   }
 
   private string(text: string): number {
@@ -355,21 +379,22 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     return i;
   }
 
-  /** Sends the batch to the export thread. */
+  /** Sends the batch to the export thread, its numbers as a transferred buffer. */
   private flush(): void {
     if (this.groups === 0) return;
-    // The numbers travel as a transferred buffer: a cloned array of numbers costs the event loop more.
-    const nums = new Float64Array(this.nums);
+    const nums = this.nums;
     const msg: ToExportThread = {
       t: 'spans',
       groups: this.groups,
       spans: this.spans,
       nums,
+      length: this.at,
       strings: this.strings,
       names: this.newNames,
     };
     this.unacked += this.spans;
-    this.nums = [];
+    this.nums = new Float64Array(nums.length);
+    this.at = 0;
     this.strings = [];
     this.newNames = [];
     this.groups = 0;
@@ -393,14 +418,4 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     }).then(() => this.worker.terminate().then(() => undefined));
     return this.closed;
   }
-}
-
-/** Spans of a group besides its root: a model span per REQUEST_START, a compute span per COMPUTE_START. */
-function countSpans(group: TraceGroup): number {
-  let n = 0;
-  for (const trace of group.traces) {
-    const spans = trace.spans as TraceSpans | undefined;
-    if (spans !== undefined) n += spans.parents.length;
-  }
-  return n;
 }
