@@ -6,7 +6,8 @@
  * rate=1 over OTLP/HTTP to a receiver in this process that takes and drops
  * the bodies. wrk at concurrency 32 with binary tensors visits them in turn,
  * ROUNDS times; the medians of throughput and p50/p99 are printed with the
- * ratio of each to tracing off. Goals: rate=1000 ≥ 0.97×, rate=1 to a file
+ * ratio of each to tracing off, and the server's CPU per request (whole
+ * process, and its main thread: on a busy machine the steadier measure). Goals: rate=1000 ≥ 0.97×, rate=1 to a file
  * ≥ 0.85×, OTLP rate=1 ≥ 0.8× of off.
  *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3).
@@ -18,7 +19,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { binaryBody } from './bodies.js';
 import { buildBenchModels } from './models.js';
-import { startNereid } from './processes.js';
+import { cpuSeconds, startNereid } from './processes.js';
 import { type WrkResult, runWrk } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -83,12 +84,19 @@ const servers = [];
 for (const v of variants) servers.push(await startNereid(model.repository, ['--allow-metrics=false', ...v.flags]));
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
 const results: WrkResult[][] = variants.map(() => []);
+/** Server CPU µs per request of each run: whole process, main thread. */
+const cpu: Array<Array<{ all: number; main: number }>> = variants.map(() => []);
 const url = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model.batchedName}/infer`;
 try {
   for (const s of servers) await runWrk(url(s.http), body, CONNECTIONS, 1); // warm-up
   for (let round = 0; round < ROUNDS; round++) {
     for (let i = 0; i < servers.length; i++) {
-      results[i]!.push(await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS));
+      const pid = servers[i]!.proc.child.pid!;
+      const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+      const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
+      const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+      results[i]!.push(r);
+      cpu[i]!.push({ all: ((all1 - all0) * 1e6) / r.requests, main: ((main1 - main0) * 1e6) / r.requests });
     }
   }
 } finally {
@@ -102,8 +110,10 @@ process.stdout.write(
   `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}, ` +
     `${ROUNDS} rounds × ${SECONDS}s, alternated; medians\n`,
 );
-const widths = [10, 8, 9, 9, 9];
-const header = ['req/s', '× off', 'p50 µs', 'p99 µs', 'errors'].map((h, i) => h.padStart(widths[i]!)).join('');
+const widths = [10, 8, 9, 9, 9, 11, 11];
+const header = ['req/s', '× off', 'p50 µs', 'p99 µs', 'errors', 'CPU µs/req', 'main µs/req']
+  .map((h, i) => h.padStart(widths[i]!))
+  .join('');
 process.stdout.write(`${'variant'.padEnd(30)}${header}\n`);
 const offRps = median(results[0]!.map((r) => r.requestsPerSec));
 const goals = [undefined, 0.97, 0.85, 0.8];
@@ -115,10 +125,13 @@ for (let i = 0; i < variants.length; i++) {
   const p50 = median(rs.map((r) => r.p50us));
   const p99 = median(rs.map((r) => r.p99us));
   const errors = rs.reduce((n, r) => n + r.errors + r.non2xx, 0);
+  const cpuAll = median(cpu[i]!.map((c) => c.all)).toFixed(1);
+  const cpuMain = median(cpu[i]!.map((c) => c.main)).toFixed(1);
   const verdict = goal === undefined ? '' : `  goal ≥ ${goal}: ${ratio >= goal ? 'met' : 'NOT met'}`;
   process.stdout.write(
     `${variants[i]!.label.padEnd(30)}${rps.toFixed(0).padStart(10)}${ratio.toFixed(3).padStart(8)}` +
-      `${p50.toFixed(0).padStart(9)}${p99.toFixed(0).padStart(9)}${String(errors).padStart(9)}${verdict}\n`,
+      `${p50.toFixed(0).padStart(9)}${p99.toFixed(0).padStart(9)}${String(errors).padStart(9)}` +
+      `${cpuAll.padStart(11)}${cpuMain.padStart(11)}${verdict}\n`,
   );
 }
 process.stdout.write(`trace files written: ${files}; OTLP bodies received: ${receiver.bodies()}\n`);
