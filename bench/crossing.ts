@@ -58,8 +58,6 @@ class Ring {
     return Buffer.concat([this.data.subarray(at), this.data.subarray(0, len - (this.cap - at))]).toString('utf8');
   }
   async run(onMessage) {
-    // A pending Atomics.waitAsync does not keep a thread's event loop alive (a server's sockets would).
-    const alive = setInterval(() => {}, 1 << 30);
     for (;;) {
       const w = Atomics.load(this.ctrl, 0);
       while (this.read !== w) {
@@ -152,6 +150,9 @@ if (workerData.mode !== 'ring') {
   });
 } else {
   const { toMain, fromMain, inSlab, outSlab, slotBytes } = workerData;
+  // A pending Atomics.waitAsync does not keep a thread alive (a server's sockets would); the main thread is kept
+  // alive by the worker.
+  setInterval(() => {}, 1 << 30);
   const ring = new Ring(toMain);
   const inBytes = new Uint8Array(inSlab);
   const outBytes = new Uint8Array(outSlab);

@@ -1,32 +1,33 @@
 /**
  * `node dist/bench/frontends.js` (section `frontends` of bench/run.ts): the HTTP frontend on the main thread
- * (`--frontend-threads=1`) against frontend threads (`auto`: the CPU budget, or FRONTENDS_THREADS), and the
- * naive node:http wrapper, in the same run. Tiny and medium MLP under the dynamic batcher, binary and JSON,
- * concurrency 8 and 32 (wrk, one thread); the servers are started once and their points alternated for
- * BENCH_ROUNDS rounds, medians printed. Beside each point: the server's CPU (all its threads) per request, and
- * for the threaded server its main thread's share (the rest is the frontend threads and the session thread).
- * Then the crossing itself: a postMessage round trip with a transferred buffer, as a frontend thread's request
- * and answer make it. Then, unless FRONTENDS_OVERLOAD=0, the overload section (bench/overload.ts: 2× capacity
- * on a bounded queue) once per setting.
+ * (`--frontend-threads=1`) against frontend threads (the default, `auto`, or 2 where auto gives 1; or
+ * FRONTENDS_THREADS), and the naive node:http wrapper, in the same run. Tiny and medium MLP under the dynamic
+ * batcher, binary and JSON, concurrency 8 and 32 (wrk, one thread); the servers are started once and their
+ * points alternated for BENCH_ROUNDS rounds, medians printed. Beside each point: the server's CPU (all its
+ * threads) per request, and for the threaded server its main thread's share (the rest is the frontend threads
+ * and the session thread). Then the crossing itself: a postMessage round trip with a transferred buffer, as a
+ * frontend thread's request and answer make it (bench/crossing.ts sets it against a SharedArrayBuffer ring).
+ * Then, unless FRONTENDS_OVERLOAD=0, the overload section (bench/overload.ts: 2× capacity on a bounded queue)
+ * once per setting.
  * Bars: tiny MLP c32 ≥ 1.4× one thread and ≥ 2× naive; no point below 0.95× one thread; overload goodput ≥ 0.9×.
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3), BENCH_MODELS, BENCH_CONCURRENCY
- * (default "8,32"), BENCH_FORMATS (default "binary,json"), FRONTENDS_THREADS (default auto).
+ * (default "8,32"), BENCH_FORMATS (default "binary,json"), FRONTENDS_THREADS (default auto, or 2 where auto is 1).
  */
 import { spawnSync } from 'node:child_process';
-import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { binaryBody, jsonBody } from './bodies.js';
 import { type BenchModel, buildBenchModels } from './models.js';
 import { DIST, type Proc, cpuSeconds, startNaive, startNereid } from './processes.js';
 import { type HttpBody, runWrk } from './wrk.js';
+import { budgetFrontendThreads } from '../src/cli/serve.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const CONCURRENCY = (process.env.BENCH_CONCURRENCY ?? '8,32').split(',').map(Number);
 const FORMATS = (process.env.BENCH_FORMATS ?? 'binary,json').split(',');
-/** `auto`: the CPU budget (up to 8). */
-const THREADS = process.env.FRONTENDS_THREADS ?? 'auto';
+/** The default (`auto`), or 2 where the default is one thread (up to 3 cores): there is nothing to compare then. */
+const THREADS = process.env.FRONTENDS_THREADS ?? (budgetFrontendThreads() > 1 ? 'auto' : '2');
 
 interface Target {
   readonly name: string;
@@ -170,7 +171,7 @@ printTable('the crossing: postMessage round trip with a transferred buffer (µs,
   [String(65536), fmt(await crossing(65536), 1)],
 ]);
 if (process.env.FRONTENDS_OVERLOAD !== '0') {
-  const many = THREADS === 'auto' ? String(Math.min(8, availableParallelism())) : THREADS;
+  const many = THREADS === 'auto' ? String(budgetFrontendThreads()) : THREADS;
   for (const threads of ['1', many]) {
     process.stdout.write(`\noverload with --frontend-threads=${threads}\n`);
     const env = { ...process.env, NEREID_FRONTEND_THREADS: threads };
