@@ -318,7 +318,7 @@ for (const bytes of SIZES) {
     ]);
   }
 }
-const header = ['bytes', 'crossing', 'p50 µs, 1 at a time', `trips/s, ${DEPTH} in flight`, 'CPU µs/trip', '× ring'];
+const header = ['bytes', 'crossing', 'p50 µs, 1 at a time', `trips/s, ${DEPTH} in flight`, 'CPU µs/trip', 'CPU × ring'];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const pad = (c: string, i: number): string => (i === 1 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!));
 const line = (cells: string[]): string => cells.map(pad).join('  ');
