@@ -6,7 +6,8 @@
  * polling as it does). Each round gives each setting BENCH_SECONDS, in
  * slices of one second that take turns (closed, open, open, closed, ...), so a
  * drift in the machine's load reaches both alike; the page is opened afresh
- * for each open slice and settles a second before counting. Per setting: the
+ * for each open slice and settles a second before counting (the server rests
+ * a second before a closed slice too). Per setting: the
  * median over rounds of requests/s and of the server's CPU per request; per
  * round the ratio open/closed of both. Also printed: the browser's CPU while
  * the page is open, and the state requests the page made and their size.
@@ -134,10 +135,10 @@ async function openDashboard(b: Browser): Promise<{ page: Page; counts: { reques
 /** One slice of `seconds` with the page closed or open, added to `t`. */
 async function slice(open: boolean, seconds: number, t: Tally): Promise<void> {
   let opened: Awaited<ReturnType<typeof openDashboard>> | undefined;
-  if (open) {
-    opened = await openDashboard(browser!);
-    // Let the page settle into its polling before counting.
-    await new Promise((r) => setTimeout(r, 1000));
+  if (open) opened = await openDashboard(browser!);
+  // The page settles into its polling before counting; the server rests as long before a closed slice.
+  await new Promise((r) => setTimeout(r, 1000));
+  if (opened !== undefined) {
     opened.counts.requests = 0;
     opened.counts.bytes = 0;
   }

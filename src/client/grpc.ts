@@ -124,7 +124,7 @@ export class GrpcTransport implements Transport {
     for (const [k, v] of Object.entries(o.headers ?? {})) this.metadata.add(k.toLowerCase(), v);
   }
 
-  metadataFor(c: CallContext): grpc.Metadata {
+  private metadataFor(c: CallContext): grpc.Metadata {
     if (c.headers === undefined) return this.metadata;
     const md = this.metadata.clone();
     for (const [k, v] of Object.entries(c.headers)) md.set(k.toLowerCase(), v);
@@ -145,7 +145,7 @@ export class GrpcTransport implements Transport {
     return pair as unknown as [(m: MessageShape<Input<K>>) => Buffer, (b: Buffer) => MessageShape<Output<K>>];
   }
 
-  failure(what: string, err: grpc.ServiceError, c: CallContext): Error {
+  private failure(what: string, err: grpc.ServiceError, c: CallContext): Error {
     if (err.code === grpc.status.CANCELLED && c.signal?.aborted) return new AbortError(what, c.signal.reason);
     if (err.code === grpc.status.DEADLINE_EXCEEDED && c.timeout !== undefined) return new TimeoutError(what, c.timeout);
     if (isConnectionFailure(err))

@@ -226,7 +226,11 @@ describe('HTTP answers that do not parse, retries and the pool', () => {
 describe('gRPC answers that do not parse and retries', () => {
   let server: grpc.Server;
   let url: string;
-  const plan: { metadata: Array<grpc.StatusObject | Buffer>; infer: Buffer[] } = { metadata: [], infer: [] };
+  const plan: { metadata: Array<grpc.StatusObject | Buffer>; infer: Array<grpc.StatusObject | Buffer> } = {
+    metadata: [],
+    infer: [],
+  };
+  let inferCalls = 0;
   let metadataCalls = 0;
   let lastMetadata: grpc.Metadata | undefined;
   const identity = (b: Buffer) => b;
@@ -259,7 +263,12 @@ describe('gRPC answers that do not parse and retries', () => {
           else if (Buffer.isBuffer(next)) cb(null, next);
           else cb(next as grpc.ServiceError);
         },
-        ModelInfer: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => cb(null, plan.infer.shift()!),
+        ModelInfer: (_call: unknown, cb: grpc.sendUnaryData<Buffer>) => {
+          inferCalls++;
+          const next = plan.infer.shift()!;
+          if (Buffer.isBuffer(next)) cb(null, next);
+          else cb(next as grpc.ServiceError);
+        },
       },
     );
     const port = await new Promise<number>((resolve, reject) =>
@@ -300,6 +309,29 @@ describe('gRPC answers that do not parse and retries', () => {
     plan.infer.push(Buffer.from(toBinary(ModelInferResponseSchema, missing)));
     await assert.rejects(client.infer(INFER), /the answer has 2 outputs but 1 raw_output_contents/);
     await client.close();
+  });
+
+  test("an inference call's error status is the server's, and UNAVAILABLE is retried when asked", async () => {
+    const unavailable = { code: grpc.status.UNAVAILABLE, details: 'model is reloading' } as grpc.StatusObject;
+    const notFound = { code: grpc.status.NOT_FOUND, details: "Request for unknown model: 'x'" } as grpc.StatusObject;
+    const plain = new InferenceClient({ url });
+    plan.infer = [notFound];
+    await assert.rejects(plain.infer(INFER), (err: unknown) => {
+      assert.ok(err instanceof InferenceServerError);
+      assert.deepEqual([err.status, err.code, err.message], [5, 'NOT_FOUND', "Request for unknown model: 'x'"]);
+      return true;
+    });
+    const retrying = new InferenceClient({ url, retry: { attempts: 3, initialDelay: 5 } });
+    const answer = create(ModelInferResponseSchema, {
+      modelName: 'm',
+      outputs: [{ name: 'Y', datatype: 'INT32', shape: [1n] }],
+      rawOutputContents: [new Uint8Array(new Int32Array([7]).buffer)],
+    });
+    plan.infer = [unavailable, unavailable, Buffer.from(toBinary(ModelInferResponseSchema, answer))];
+    inferCalls = 0;
+    const r = await retrying.infer(INFER);
+    assert.deepEqual([inferCalls, r.model, [...(r.outputs[0]!.data as Int32Array)]], [3, 'm', [7]]);
+    await Promise.all([plain.close(), retrying.close()]);
   });
 
   test("the client's headers and a call's own go as metadata", async () => {
