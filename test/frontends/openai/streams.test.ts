@@ -7,7 +7,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { APIError } from 'openai';
 import { missingPythonModule } from '../../backends/python/helpers.js';
@@ -57,6 +57,31 @@ describe('OpenAI streams from decoupled models', () => {
       (err: unknown) => err instanceof APIError && /failed mid-stream/.test(err.message),
     );
     assert.deepEqual(texts, [' t0', ' t1']);
+  });
+
+  test('an error in one of several prompts ends the stream and cancels the other prompts', async () => {
+    rmSync(s.marker('stream_llm_js'), { force: true });
+    const stream = await s
+      .client()
+      .completions.create({ model: 'stream_llm_js', prompt: ['forever', 'fail after 2'], stream: true });
+    const texts = ['', ''];
+    await assert.rejects(
+      (async () => {
+        for await (const chunk of stream) for (const c of chunk.choices) texts[c.index] += c.text;
+      })(),
+      (err: unknown) => err instanceof APIError && /failed mid-stream/.test(err.message),
+    );
+    assert.equal(texts[1], ' t0 t1');
+    assert.match(await waitForFile(s.marker('stream_llm_js')), /^cancelled after \d+$/);
+  });
+
+  test('an error in one of several prompts fails a whole answer and cancels the other prompts', async () => {
+    rmSync(s.marker('stream_llm_js'), { force: true });
+    const body = { model: 'stream_llm_js', prompt: ['forever', 'fail after 1'] };
+    const r = await post(s.httpPort, '/v1/completions', body);
+    assert.equal(r.status, 500);
+    assert.match(r.json['error']['message'], /failed mid-stream/);
+    assert.match(await waitForFile(s.marker('stream_llm_js')), /^cancelled after \d+$/);
   });
 
   test('a model failing before its first token answers an HTTP error, not a stream', async () => {
