@@ -34,7 +34,7 @@ const ROOM_POLL_MS = 10;
 /** How long a load waits for a colder model's requests to finish rather than unload a hotter idle model. */
 export const BUSY_GRACE_MS = 500;
 /** At most one collection for what the process keeps in this time (it stops the event loop meanwhile). */
-export const COLLECT_EVERY_MS = 5_000;
+export const COLLECT_EVERY_MS = 15_000;
 
 export interface PagingOptions {
   /** The budget in bytes (resolved from `--model-memory-budget`). */
@@ -382,7 +382,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     this.collect();
     this.collections++;
     this.lastCollect = performance.now();
-    const after = this.measureRetained();
+    // Garbage grows back after a collection (the page pool's part does not): half of what it freed is still counted.
+    const freed = Math.max(0, retained - this.measureRetained());
+    const after = retained - freed / 2;
+    this.retainedBytes = after;
     this.host.logger.debug(
       { retained, after, ms: Math.round(this.lastCollect - now) },
       'garbage collection for the memory the process keeps',
