@@ -34,13 +34,16 @@ const MINUS = 0x2d;
 const DOT = 0x2e;
 const ZERO = 0x30;
 
+/** A buffer grown past this is let go once its text is taken, so one huge answer is not kept for good. */
+const RETAINED_BYTES = 1 << 20;
+
 /** A growable byte buffer for ASCII JSON text, with a float32 writer. */
 export class JsonBytes {
   private bytes: Buffer;
   private view: DataView;
   pos = 0;
 
-  constructor(size = 1 << 16) {
+  constructor(private readonly size = 1 << 16) {
     this.bytes = Buffer.allocUnsafeSlow(size);
     this.view = new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength);
   }
@@ -79,12 +82,16 @@ export class JsonBytes {
   /** Forgets what was written. */
   clear(): void {
     this.pos = 0;
+    if (this.bytes.length > RETAINED_BYTES) {
+      this.bytes = Buffer.allocUnsafeSlow(this.size);
+      this.view = new DataView(this.bytes.buffer, this.bytes.byteOffset, this.bytes.byteLength);
+    }
   }
 
   /** The text written so far; the buffer is then empty again. */
   take(): string {
     const s = this.bytes.toString('latin1', 0, this.pos);
-    this.pos = 0;
+    this.clear();
     return s;
   }
 

@@ -75,6 +75,25 @@ describe('float32 JSON writer', () => {
     assert.equal(write(new Int32Array(Float32Array.of(0.00012345).buffer)[0]!), '0.00012345');
   });
 
+  test('the buffer grows as values come and the text keeps what was written before', () => {
+    const many = Float32Array.from({ length: 100_000 }, (_, i) => Math.sin(i) * 3);
+    const bits = new Int32Array(many.buffer);
+    const out = new JsonBytes(8);
+    for (let round = 0; round < 2; round++) {
+      out.reserve(1);
+      out.byte(0x5b);
+      for (let i = 0; i < many.length; i++) {
+        out.reserve(1, 1);
+        if (i > 0) out.byte(0x2c);
+        assert.ok(out.float32(many, bits, i));
+      }
+      out.reserve(1);
+      out.byte(0x5d);
+      // Past 1 MiB the buffer is let go after the text is taken; the next answer starts small again.
+      assert.deepEqual((JSON.parse(out.take()) as number[]).map(Math.fround), Array.from(many));
+    }
+  });
+
   test('NaN and the infinities are refused: JSON cannot hold them', () => {
     for (const v of [NaN, Infinity, -Infinity]) {
       assert.equal(write(new Int32Array(Float32Array.of(v).buffer)[0]!), undefined);
