@@ -120,44 +120,39 @@ export class JsonBytes {
     if (k > 12) return this.slow(x);
     const scale = POW10[k]!;
     const s = a * scale;
-    const half = HALF_GAP[exponent]!;
-    const lo = (a - half) * scale;
-    const hi = (a + half) * scale;
-    const margin = s * MARGIN;
-    const above = lo + margin;
-    const below = hi - margin;
+    // The values rounding to x are those within h of s (scaled, an exact double); `near` keeps the
+    // margin off the bounds, which a value exactly on is inside for an even mantissa.
+    const h = HALF_GAP[exponent]! * scale;
+    const near = h - s * MARGIN;
     const even = (bits & 1) === 0;
-    // The half gap scaled is at least 1e8 / 2^25 (about 3), so the nearest integer c is inside the
-    // bounds; then the nearest multiple of 10, 100, ..., while it stays inside; `level` counts c's
-    // trailing zeros (a multiple of ten inside is found a level up). Integer divisions by
-    // constants (a multiplication once compiled), all three before the first test: measured faster.
+    // The scaled half gap h is at least 1e8 / 2^25 (about 3), so the nearest integer c is inside;
+    // then the nearest multiple of 10, 100, ..., while it stays inside; `level` counts c's
+    // trailing zeros (a multiple of ten inside is found a level up). t is s's distance above the
+    // multiple below it, exact; integer divisions by constants are multiplications once compiled.
     const whole = s | 0;
     const frac = s - whole;
-    const r1 = whole - ((whole / 10) | 0) * 10;
-    const m1 = r1 + frac < 5 ? whole - r1 : whole - r1 + 10;
-    const r2 = whole - ((whole / 100) | 0) * 100;
-    const m2 = r2 + frac < 50 ? whole - r2 : whole - r2 + 100;
-    const r3 = whole - ((whole / 1000) | 0) * 1000;
-    const m3 = r3 + frac < 500 ? whole - r3 : whole - r3 + 1000;
-    let c = frac < 0.5 ? whole : whole + 1;
+    let c = Math.round(s) | 0;
     let level = 0;
-    if ((m1 > above && m1 < below) || (even && (m1 === lo || m1 === hi))) {
-      c = m1;
+    const r1 = whole - ((whole / 10) | 0) * 10;
+    const t1 = r1 + frac;
+    const d1 = Math.min(t1, 10 - t1);
+    if (d1 < near || (even && d1 === h)) {
+      c = t1 < 5 ? whole - r1 : whole - r1 + 10;
       level = 1;
-      if ((m2 > above && m2 < below) || (even && (m2 === lo || m2 === hi))) {
-        c = m2;
+      const r2 = whole - ((whole / 100) | 0) * 100;
+      const t2 = r2 + frac;
+      const d2 = Math.min(t2, 100 - t2);
+      if (d2 < near || (even && d2 === h)) {
+        c = t2 < 50 ? whole - r2 : whole - r2 + 100;
         level = 2;
-        if ((m3 > above && m3 < below) || (even && (m3 === lo || m3 === hi))) {
-          c = m3;
-          level = 3;
-          // Rare: the bounds are at most about 120 apart.
-          for (let p = 10000; p < 1e9; p *= 10) {
-            const r = whole % p;
-            const m = r + frac < p / 2 ? whole - r : whole - r + p;
-            if (!((m > above && m < below) || (even && (m === lo || m === hi)))) break;
-            c = m;
-            level++;
-          }
+        // Rare: h is at most about 60.
+        for (let p = 1000; p < 1e9; p *= 10) {
+          const r = whole % p;
+          const t = r + frac;
+          const d = Math.min(t, p - t);
+          if (!(d < near || (even && d === h))) break;
+          c = t < p / 2 ? whole - r : whole - r + p;
+          level++;
         }
       }
     }
