@@ -93,10 +93,8 @@ export function tensorEntryJson(id: number, activity: string, t: Tensor): string
 }
 
 const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1');
-const ID = ascii('{"id":');
 const PARENT = ascii(',"parent_id":');
 const REQUEST_ID = ascii(',"request_id":');
-const STAMP_END = ascii('}]}');
 /** `,"timestamps":[{"name":"NAME","ns":` per timestamp name. */
 const stampHeads = new Map<string, Uint8Array>();
 /** `,"model_name":NAME,"model_version":` per model name (kept for 4096 names). */
@@ -173,16 +171,34 @@ export class EntryBuffer {
       const ns = Number(times[i]!);
       if (ns <= Number.MAX_SAFE_INTEGER && ns >= 0) this.uint(ns);
       else this.len += this.buf.write(String(times[i]!), this.len, 'latin1');
-      this.bytes(STAMP_END);
+      this.stampEnd();
     }
     if (tensors !== undefined) for (; t < tensors.length; t++) this.text(tensors[t]!);
   }
 
-  /** `,{"id":N` (no comma before the array's first entry). */
+  /** `,{"id":N` (no comma before the array's first entry); bytes this short are stored, not copied. */
   private entryStart(id: number): void {
-    if (this.len > 1) this.buf[this.len++] = 0x2c; // ,
-    this.bytes(ID);
+    const buf = this.buf;
+    let at = this.len;
+    if (at > 1) buf[at++] = 0x2c; // ,
+    buf[at] = 0x7b; // {
+    buf[at + 1] = 0x22; // "
+    buf[at + 2] = 0x69; // i
+    buf[at + 3] = 0x64; // d
+    buf[at + 4] = 0x22; // "
+    buf[at + 5] = 0x3a; // :
+    this.len = at + 6;
     this.uint(id);
+  }
+
+  /** `}]}` */
+  private stampEnd(): void {
+    const buf = this.buf;
+    const at = this.len;
+    buf[at] = 0x7d;
+    buf[at + 1] = 0x5d;
+    buf[at + 2] = 0x7d;
+    this.len = at + 3;
   }
 
   /** A prepared fragment. */
