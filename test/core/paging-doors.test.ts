@@ -15,6 +15,7 @@ import { buildServeConfig, startServing, type RunningServer } from '../../src/cl
 import { silentLogger } from '../../src/logger.js';
 import { ModelInferRequestSchema, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { post } from '../helpers/paging.js';
 import { TempRepository } from '../helpers/repository.js';
 import { jsModel } from '../backends/javascript/fixtures.js';
 import { OpenAiServer } from '../frontends/openai/helpers.js';
@@ -61,15 +62,6 @@ async function serve(
   );
   t.after(() => running.shutdown());
   return running;
-}
-
-async function post(port: number, url: string, body: unknown): Promise<{ status: number; text: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}${url}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, text: await res.text() };
 }
 
 /** Each model's state as the repository index shows it ('never loaded' without one). */

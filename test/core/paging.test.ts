@@ -14,6 +14,7 @@ import { buildAccumulatorModel, buildMlp } from '../helpers/onnx-builder.js';
 import { processRssBytes } from '../../src/core/model-pager.js';
 import { ModelInferRequestSchema, type RepositoryIndexResponse } from '../../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { pagedMlpConfig } from '../helpers/paging.js';
 import { TempRepository } from '../helpers/repository.js';
 import { callError, unary } from '../frontends/grpc/helpers.js';
 import { LOOPBACK_PORTS, type ServePorts, type ServeProcess, startServe } from '../helpers/serve-process.js';
@@ -25,16 +26,6 @@ const BIG_LAYERS = [256, 3072, 3072, 16];
 const BIG = ['a', 'b', 'c'];
 /** Loaded and pinned with `warm` at start: the first big model of a process measures differently (one-time costs). */
 const FIRST = ['warm', 'z'];
-
-function bigConfig(name: string, extra = ''): string {
-  return `name: "${name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "input" data_type: TYPE_FP32 dims: [ 256 ] } ]
-output [ { name: "output" data_type: TYPE_FP32 dims: [ 16 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-${extra}`;
-}
 
 const ACCUMULATOR = `name: "seq"
 platform: "onnxruntime_onnx"
@@ -126,7 +117,7 @@ before(() => {
   repo = new TempRepository();
   repo.addSub('warm').addSub('s1').addSub('s2');
   [...BIG, 'z'].forEach((name, i) => {
-    repo.config(name, bigConfig(name));
+    repo.config(name, pagedMlpConfig(name));
     repo.file(name, '1/model.onnx', buildMlp(BIG_LAYERS, 100 + i).builder.toBytes());
   });
   repo.config('seq', ACCUMULATOR).file('seq', '1/model.onnx', buildAccumulatorModel('FP32', 4).toBytes());
@@ -408,7 +399,7 @@ test('pinned models (flag and parameter) stay; a load with no room left answers 
   t.after(() => pinnedRepo.cleanup());
   for (const [i, name] of [...BIG, 'z'].entries()) {
     const pinned = 'parameters { key: "nereid.pinned" value: { string_value: "true" } }\n';
-    pinnedRepo.config(name, bigConfig(name, name === 'b' ? pinned : ''));
+    pinnedRepo.config(name, pagedMlpConfig(name, name === 'b' ? pinned : ''));
     pinnedRepo.file(name, '1/model.onnx', buildMlp(BIG_LAYERS, 100 + i).builder.toBytes());
   }
   pinnedRepo.addSub('warm');

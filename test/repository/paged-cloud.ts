@@ -10,21 +10,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { RadosGateway } from '../helpers/ceph.js';
 import { buildMlp } from '../helpers/onnx-builder.js';
+import { pagedMlpConfig, post } from '../helpers/paging.js';
 import { TempRepository } from '../helpers/repository.js';
 import { LOOPBACK_PORTS, type ServeProcess, startServe } from '../helpers/serve-process.js';
 
 /** ~41 MB of weights, about 100 MB loaded: far above the measuring noise of a fresh server. */
 const LAYERS = [256, 3072, 3072, 16];
-
-function mlpConfig(name: string): string {
-  return `name: "${name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "input" data_type: TYPE_FP32 dims: [ 256 ] } ]
-output [ { name: "output" data_type: TYPE_FP32 dims: [ 16 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-`;
-}
 
 /** A pass-through proxy to `target` that records each request's method and path (with its query). */
 async function recordingProxy(target: string): Promise<{ port: number; seen: string[]; close(): Promise<void> }> {
@@ -54,15 +45,6 @@ async function recordingProxy(target: string): Promise<{ port: number; seen: str
         server.close(() => resolve());
       }),
   };
-}
-
-async function post(port: number, url: string, body: unknown): Promise<{ status: number; text: string }> {
-  const res = await fetch(`http://127.0.0.1:${port}${url}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, text: await res.text() };
 }
 
 async function inferOk(port: number, model: string): Promise<void> {
@@ -97,7 +79,7 @@ export async function pagedModelComesFromTheCache(
   const prefix = 'budget-reload';
   const repo = new TempRepository().addSub('warm');
   for (const [i, m] of ['a', 'b'].entries()) {
-    repo.config(m, mlpConfig(m)).file(m, '1/model.onnx', buildMlp(LAYERS, 50 + i).builder.toBytes());
+    repo.config(m, pagedMlpConfig(m)).file(m, '1/model.onnx', buildMlp(LAYERS, 50 + i).builder.toBytes());
   }
   const cacheDir = mkdtempSync(path.join(tmpdir(), 'nereid-cache-'));
   const proxy = await recordingProxy(rgw.endpoint);
