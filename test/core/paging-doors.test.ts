@@ -13,8 +13,9 @@ import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { silentLogger } from '../../src/logger.js';
-import { ModelInferRequestSchema, type ModelStreamInferResponse } from '../../src/gen/grpc_service_pb.js';
+import { ModelInferRequestSchema } from '../../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { streamAll } from '../frontends/grpc/helpers.js';
 import { post } from '../helpers/paging.js';
 import { TempRepository } from '../helpers/repository.js';
 import { jsModel } from '../backends/javascript/fixtures.js';
@@ -96,27 +97,17 @@ test('a gRPC stream, generate and generate_stream each load a model on demand an
   const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
   const client = new Client(`127.0.0.1:${running.ports.grpc!}`, grpc.credentials.createInsecure());
   t.after(() => client.close());
-  const streamed = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
-    const out: ModelStreamInferResponse[] = [];
-    const stream = (
-      client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
-    ).ModelStreamInfer();
-    stream.on('data', (m: ModelStreamInferResponse) => out.push(m));
-    stream.on('error', reject);
-    stream.on('end', () => resolve(out));
-    stream.write(
-      create(ModelInferRequestSchema, {
-        modelName: 'streamed',
-        id: 'on-demand',
-        inputs: [
-          { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
-          { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
-        ],
-        rawInputContents: [int32Bytes(A), int32Bytes(B)],
-      }),
-    );
-    stream.end();
-  });
+  const streamed = await streamAll(client, [
+    create(ModelInferRequestSchema, {
+      modelName: 'streamed',
+      id: 'on-demand',
+      inputs: [
+        { name: 'INPUT0', datatype: 'INT32', shape: [1n, 16n] },
+        { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
+      ],
+      rawInputContents: [int32Bytes(A), int32Bytes(B)],
+    }),
+  ]);
   assert.equal(streamed.length, 1);
   assert.equal(streamed[0]!.errorMessage, '');
   const response = streamed[0]!.inferResponse!;

@@ -14,7 +14,6 @@ import { create } from '@bufbuild/protobuf';
 import {
   ModelInferRequestSchema,
   type ModelInferResponse,
-  type ModelStreamInferResponse,
 } from '../../src/gen/grpc_service_pb.js';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { silentLogger } from '../../src/logger.js';
@@ -22,6 +21,7 @@ import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { TempRepository } from '../helpers/repository.js';
 import { decoupledRepository } from '../helpers/decoupled.js';
 import { type MergedTrace, type TraceFileEntry, mergeTraces, summarize } from '../helpers/trace-summary.js';
+import { streamAll } from '../frontends/grpc/helpers.js';
 import { call, int32Bytes, json } from '../frontends/http/helpers.js';
 
 const A = Array.from({ length: 16 }, (_, i) => i);
@@ -162,24 +162,14 @@ describe('Triton trace file', () => {
           }),
         );
         assert.equal(res.modelName, 'simple');
-        const streamed = await new Promise<ModelStreamInferResponse[]>((resolve, reject) => {
-          const out: ModelStreamInferResponse[] = [];
-          const stream = (
-            client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
-          ).ModelStreamInfer();
-          stream.on('data', (m: ModelStreamInferResponse) => out.push(m));
-          stream.on('error', reject);
-          stream.on('end', () => resolve(out));
-          stream.write(
-            create(ModelInferRequestSchema, {
-              modelName: 'decoupled_repeat',
-              id: 'stream-1',
-              inputs: [{ name: 'IN', datatype: 'INT32', shape: [3n] }],
-              rawInputContents: [int32Bytes([4, 5, 6])],
-            }),
-          );
-          stream.end();
-        });
+        const streamed = await streamAll(client, [
+          create(ModelInferRequestSchema, {
+            modelName: 'decoupled_repeat',
+            id: 'stream-1',
+            inputs: [{ name: 'IN', datatype: 'INT32', shape: [3n] }],
+            rawInputContents: [int32Bytes([4, 5, 6])],
+          }),
+        ]);
         assert.equal(streamed.length, 3);
       } finally {
         client.close();

@@ -25,6 +25,7 @@ import {
   type GrpcFrontendOptions,
 } from '../../../src/frontends/grpc/index.js';
 import { modelConfigToJson } from '../../../src/config/index.js';
+import type { ModelStreamInferResponse } from '../../../src/gen/grpc_service_pb.js';
 
 /** The repository root (tests run from dist/test/...). */
 export const repoRoot = fileURLToPath(new URL('../../../../', import.meta.url));
@@ -199,6 +200,21 @@ export function unary<Res>(
   return new Promise((resolve, reject) => {
     const fn = (client as unknown as Record<string, (...args: unknown[]) => void>)[method]!;
     fn.call(client, request, metadata, (err: grpc.ServiceError | null, res: Res) => (err ? reject(err) : resolve(res)));
+  });
+}
+
+/** Sends `requests` on one ModelStreamInfer stream, ends it, and resolves with every response it answered. */
+export function streamAll(client: grpc.Client, requests: unknown[]): Promise<ModelStreamInferResponse[]> {
+  return new Promise((resolve, reject) => {
+    const out: ModelStreamInferResponse[] = [];
+    const stream = (
+      client as unknown as { ModelStreamInfer(): grpc.ClientDuplexStream<unknown, ModelStreamInferResponse> }
+    ).ModelStreamInfer();
+    stream.on('data', (m: ModelStreamInferResponse) => out.push(m));
+    stream.on('error', reject);
+    stream.on('end', () => resolve(out));
+    for (const r of requests) stream.write(r);
+    stream.end();
   });
 }
 
