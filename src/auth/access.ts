@@ -18,8 +18,16 @@ import { readFileSync, statSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { Errors } from '../errors.js';
 import { FailureLimiter } from './failure-limiter.js';
-import { type KeyTable, type Principal, KeysFileError, MAX_KEYS_FILE_BYTES, parseKeysFile } from './keys-file.js';
-import type { ApiGroup } from './scopes.js';
+import {
+  ANONYMOUS,
+  type KeyEntry,
+  type KeyTable,
+  type Principal,
+  KeysFileError,
+  MAX_KEYS_FILE_BYTES,
+  parseKeysFile,
+} from './keys-file.js';
+import { type ApiGroup, Grants } from './scopes.js';
 
 /** Longer than any secret `nereid keys create` makes (47 characters); longer tokens are refused unhashed. */
 export const MAX_TOKEN_LENGTH = 512;
@@ -134,10 +142,51 @@ export interface AccessControlOptions {
   readonly now?: () => number;
 }
 
+/**
+ * A key table as plain data (names, hashes, scope texts), for another thread to compile its own copy: a frontend
+ * thread checks keys itself (src/frontends/threads).
+ */
+export interface KeysSnapshot {
+  readonly keys: ReadonlyArray<{ readonly name: string; readonly sha256: string; readonly scopes: readonly string[] }>;
+  readonly anonymous: readonly string[];
+  readonly anonymousGiven: boolean;
+}
+
+export function snapshotKeys(table: KeyTable): KeysSnapshot {
+  return {
+    keys: [...table.byHash.values()].map((k) => ({ name: k.name, sha256: k.sha256, scopes: k.grants.scopes })),
+    anonymous: table.anonymous.grants.scopes,
+    anonymousGiven: table.anonymousGiven,
+  };
+}
+
+export function keysFromSnapshot(snapshot: KeysSnapshot): KeyTable {
+  const byHash = new Map<string, KeyEntry>();
+  for (const k of snapshot.keys) {
+    byHash.set(k.sha256, { name: k.name, sha256: k.sha256, grants: new Grants(k.scopes), anonymous: false });
+  }
+  const anonymous = { name: ANONYMOUS, grants: new Grants(snapshot.anonymous), anonymous: true };
+  return { byHash, anonymous, anonymousGiven: snapshot.anonymousGiven };
+}
+
+/** What changes in an AccessControl after it is made: the keys (a reload), an address reaching the failure limit. */
+export type AccessUpdate =
+  | { readonly t: 'keys'; readonly keys: KeysSnapshot }
+  | { readonly t: 'limited'; readonly address: string; readonly untilMs: number };
+
+/** The last key a connection presented and what it named: a request repeating it skips the hash. */
+interface Presented {
+  readonly header: string;
+  readonly table: KeyTable;
+  readonly who: Principal;
+}
+
 export class AccessControl {
   private table: KeyTable;
   private readonly limiter: FailureLimiter;
   private readonly logger: Logger | undefined;
+  private readonly listeners = new Set<(update: AccessUpdate) => void>();
+  private readonly presented = new WeakMap<object, Presented>();
   /** Failed checks since start, by reason (`nereid_auth_failures_total{reason}`). */
   readonly failures: Record<AuthFailureReason, number> = {
     missing: 0,
@@ -161,6 +210,22 @@ export class AccessControl {
   /** Swaps in a new table: checks from now on use it, those already made stand. */
   replaceKeys(table: KeyTable): void {
     this.table = table;
+    if (this.listeners.size > 0) this.emit({ t: 'keys', keys: snapshotKeys(table) });
+  }
+
+  /** Calls `listener` on every change of the keys and every address reaching the failure limit; returns `off`. */
+  subscribe(listener: (update: AccessUpdate) => void): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  /** The keys and the addresses refused now, as data: what a copy on another thread starts from. */
+  snapshot(): { keys: KeysSnapshot; limited: Array<[address: string, untilMs: number]> } {
+    return { keys: snapshotKeys(this.table), limited: this.limiter.limited() };
+  }
+
+  private emit(update: AccessUpdate): void {
+    for (const l of this.listeners) l(update);
   }
 
   get keys(): KeyTable {
@@ -177,13 +242,21 @@ export class AccessControl {
     address: string | undefined,
     group: ApiGroup,
     model?: string,
+    connection?: object,
   ): AuthFailure | undefined {
-    const who = this.authenticate(authorization, address);
+    const who = this.authenticate(authorization, address, connection);
     return isAuthFailure(who) ? who : this.authorize(who, address, group, model);
   }
 
-  /** Who the header says the request is (anonymous without one), or why it is refused. */
-  authenticate(authorization: string | undefined, address: string | undefined): Principal | AuthFailure {
+  /**
+   * Who the header says the request is (anonymous without one), or why it is refused. `connection` (an HTTP
+   * request's socket): a request that repeats the header the connection's last key came in is not hashed again.
+   */
+  authenticate(
+    authorization: string | undefined,
+    address: string | undefined,
+    connection?: object,
+  ): Principal | AuthFailure {
     if (authorization === undefined || authorization === '') return this.table.anonymous;
     const addr = address ?? '';
     const wait = this.limiter.retryAfterSecs(addr);
@@ -191,9 +264,18 @@ export class AccessControl {
       this.failures.rate_limited++;
       return rateLimited(wait);
     }
+    if (connection !== undefined) {
+      const last = this.presented.get(connection);
+      // Compared with what this connection sent before, in constant time all the same (a proxy's connection
+      // carries many clients' keys).
+      if (last !== undefined && last.table === this.table && sameText(last.header, authorization)) return last.who;
+    }
     const token = bearerToken(authorization);
     if (token === undefined) return this.fail(addr, MALFORMED);
-    return this.table.byHash.get(secretDigest(token)) ?? this.fail(addr, UNKNOWN);
+    const who = this.table.byHash.get(secretDigest(token));
+    if (who === undefined) return this.fail(addr, UNKNOWN);
+    if (connection !== undefined) this.presented.set(connection, { header: authorization, table: this.table, who });
+    return who;
   }
 
   /**
@@ -233,9 +315,18 @@ export class AccessControl {
         { address: addr, limit: this.limiter.limit, last: failure.reason },
         'too many failed key checks from one address: its requests get 429 for up to a minute',
       );
+      if (this.listeners.size > 0) this.emit({ t: 'limited', address: addr, untilMs: this.limiter.limitedUntil(addr) });
     }
     return failure;
   }
+}
+
+/** Whether two strings are equal, in a time that depends on their length alone. */
+function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
 }
 
 /** Reads and parses a keys file; errors are NereidError (config) naming the file, line and field. */

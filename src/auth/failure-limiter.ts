@@ -23,10 +23,26 @@ export class FailureLimiter {
   /** Seconds `address` must wait before a key is checked for it again; 0 when it need not. */
   retryAfterSecs(address: string): number {
     if (this.limit <= 0 || this.failures.size === 0) return 0;
-    const times = this.failures.get(address);
-    if (times === undefined || times.length < this.limit) return 0;
-    const wait = times[0]! + FAILURE_WINDOW_MS - this.now();
+    const wait = this.limitedUntil(address) - this.now();
     return wait <= 0 ? 0 : Math.ceil(wait / 1000);
+  }
+
+  /** When (ms since the epoch) `address` may be checked again, once it has reached the limit; else 0. */
+  limitedUntil(address: string): number {
+    const times = this.failures.get(address);
+    if (times === undefined || times.length < this.limit || this.limit <= 0) return 0;
+    return times[0]! + FAILURE_WINDOW_MS;
+  }
+
+  /** The addresses refused now, with when each may be checked again. */
+  limited(): Array<[address: string, untilMs: number]> {
+    const now = this.now();
+    const out: Array<[string, number]> = [];
+    for (const address of this.failures.keys()) {
+      const until = this.limitedUntil(address);
+      if (until > now) out.push([address, until]);
+    }
+    return out;
   }
 
   /** Counts a failed check from `address`; true when this failure makes it reach the limit. */

@@ -10,7 +10,11 @@ export {
   readKeysFile,
   readKeysText,
   secretDigest,
+  keysFromSnapshot,
+  snapshotKeys,
   type AccessControlOptions,
+  type AccessUpdate,
+  type KeysSnapshot,
   type AuthFailure,
   type AuthFailureReason,
 } from './access.js';
@@ -34,5 +38,6 @@ export {
   type ApiGroup,
   type TritonApiGroup,
 } from './scopes.js';
+export { AccessReplica, type ReplicaInit } from './replica.js';
 export { KeysFileWatcher, type KeysWatcherOptions } from './watcher.js';
 export { createKey, type CreatedKey } from './create.js';

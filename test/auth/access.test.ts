@@ -3,6 +3,8 @@ import { pino } from 'pino';
 import assert from 'node:assert/strict';
 import {
   AccessControl,
+  AccessReplica,
+  type AccessUpdate,
   MAX_TOKEN_LENGTH,
   bearerToken,
   createKey,
@@ -100,6 +102,68 @@ test('a table swapped in applies to checks from then on', () => {
   assert.equal(access.check(bearer(extra.secret), 'a', 'statistics', 'fraud_a'), undefined);
   assert.equal(access.check(bearer(extra.secret), 'a', 'statistics', 'fraud_b')?.httpStatus, 403);
   assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a')?.httpStatus, 401);
+});
+
+test("a connection's repeated key is not hashed again, yet a reload or another header is checked afresh", () => {
+  const access = new AccessControl(table(), { failureLimit: 0 });
+  const connection = {};
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a', connection), undefined);
+  // The same header on the same connection: the key it named, with that key's scopes.
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a', connection), undefined);
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'credit_a', connection)?.httpStatus, 403);
+  // Another header on that connection is a key of its own (a proxy's connection carries many clients).
+  assert.equal(access.check(bearer('fraud-secreT'), 'a', 'inference', 'fraud_a', connection)?.httpStatus, 401);
+  assert.equal(access.check(bearer(ADMIN), 'a', 'model-repository', undefined, connection), undefined);
+  assert.equal(access.check(bearer(FRAUD), 'a', 'model-repository', undefined, connection)?.httpStatus, 403);
+  // A reload drops what the connection's last key named.
+  access.replaceKeys(parseKeysFile('k.yaml', `keys:\n${createKey('other', ['*']).entry}`));
+  assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a', connection)?.httpStatus, 401);
+  assert.deepEqual(access.failures, { missing: 0, malformed: 0, unknown: 2, scope: 2, rate_limited: 0 });
+});
+
+test("a replica admits what the original would, and follows its reloads and limited addresses", () => {
+  let now = 1_000_000;
+  const access = new AccessControl(table(), { failureLimit: 2, now: () => now });
+  const updates: AccessUpdate[] = [];
+  access.subscribe((u) => updates.push(u));
+  const replica = new AccessReplica(access.snapshot(), () => now);
+  const cases: Array<[string | undefined, 'inference' | 'health' | 'model-repository', string | undefined]> = [
+    [bearer(FRAUD), 'inference', 'fraud_a'],
+    [bearer(FRAUD), 'inference', 'credit_a'],
+    [bearer(FRAUD), 'health', undefined],
+    [bearer(ADMIN), 'model-repository', undefined],
+    [undefined, 'health', undefined],
+    [undefined, 'inference', 'fraud_a'],
+    ['Basic abc', 'health', undefined],
+  ];
+  const fresh = () => new AccessControl(access.keys, { failureLimit: 0 });
+  for (const [header, group, model] of cases) {
+    const expected = fresh().check(header, 'b', group, model) === undefined;
+    assert.equal(replica.admits(header, 'b', group, model), expected, `${header} ${group} ${model}`);
+  }
+  // Only the original counts: the replica's refusals are left to it.
+  assert.deepEqual(updates, []);
+  const late = createKey('late', ['inference:credit_*']);
+  access.replaceKeys(parseKeysFile('k.yaml', `keys:\n${late.entry}`));
+  assert.equal(updates.length, 1);
+  assert.equal(replica.admits(bearer(late.secret), 'b', 'inference', 'credit_a'), false);
+  replica.apply(updates[0]!);
+  assert.equal(replica.admits(bearer(late.secret), 'b', 'inference', 'credit_a'), true);
+  assert.equal(replica.admits(bearer(FRAUD), 'b', 'inference', 'fraud_a'), false);
+  // An address at the limit: its keys are refused (the original answers 429), anonymous requests are not.
+  for (let i = 0; i < 2; i++) access.check(bearer(`guess${i}`), '10.0.0.9', 'inference', 'credit_a');
+  assert.deepEqual(updates[1], { t: 'limited', address: '10.0.0.9', untilMs: 1_000_000 + 60_000 });
+  replica.apply(updates[1]!);
+  assert.equal(replica.admits(bearer(late.secret), '10.0.0.9', 'inference', 'credit_a'), false);
+  assert.equal(access.check(bearer(late.secret), '10.0.0.9', 'inference', 'credit_a')?.httpStatus, 429);
+  assert.equal(replica.admits(undefined, '10.0.0.9', 'health'), true);
+  assert.equal(replica.admits(bearer(late.secret), '10.0.0.8', 'inference', 'credit_a'), true);
+  // A replica made now starts with the limited address; both let it through once its minute is over.
+  const joined = new AccessReplica(access.snapshot(), () => now);
+  assert.equal(joined.admits(bearer(late.secret), '10.0.0.9', 'inference', 'credit_a'), false);
+  now += 60_000;
+  assert.equal(replica.admits(bearer(late.secret), '10.0.0.9', 'inference', 'credit_a'), true);
+  assert.equal(access.check(bearer(late.secret), '10.0.0.9', 'inference', 'credit_a'), undefined);
 });
 
 test('keys create makes a 256-bit secret whose entry parses back to the same grants', () => {

@@ -171,14 +171,14 @@ export class GrpcFrontend {
       maxConnectionAgeGraceMs: o.maxConnectionAgeGraceMs,
       ssl: o.ssl,
       headerForwardPattern: o.headerForwardPattern,
-      forwardAll: o.access !== undefined || (o.restrictedProtocols ?? []).length > 0,
+      forwardAll: (o.restrictedProtocols ?? []).length > 0,
     };
     const address = (o.address ?? GRPC_DEFAULTS.address).replace(/^ipv[46]:/, '').replace(/^\[(.*)\]$/, '$1');
     this.pool = new FrontendThreadPool(
       { kind: 'grpc', port: o.port ?? GRPC_DEFAULTS.port, address, upstream: socketPath, grpc: own },
       threads,
       this.logger,
-      new FrontendBridge(this.server, o.tracer),
+      new FrontendBridge(this.server, o.tracer, o.access),
     );
     try {
       return await this.pool.start();

@@ -30,7 +30,8 @@ export function refuseHttp(
   group: ApiGroup,
   model?: string,
 ): boolean {
-  const failure = access.check(req.headers.authorization, req.socket.remoteAddress, group, model);
+  const socket = req.socket;
+  const failure = access.check(req.headers.authorization, socket.remoteAddress, group, model, socket);
   if (failure === undefined) return false;
   reply.errorText(res, failure.httpStatus, failure.message, refusalHeaders(failure));
   return true;

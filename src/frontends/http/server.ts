@@ -149,12 +149,11 @@ export class HttpFrontend {
           maxInputSize: this.ctx.maxInputSize,
           restrictedApis: this.options.restrictedApis ?? [],
           headerForwardPattern: forwardPattern === '' ? undefined : forwardPattern,
-          forwardAll: this.options.access !== undefined,
         },
       },
       threads,
       this.logger,
-      new FrontendBridge(this.server, this.options.tracer),
+      new FrontendBridge(this.server, this.options.tracer, this.options.access),
     );
     let port: number;
     try {

@@ -4,11 +4,13 @@
  * the ones whose client went away, answers configurations synchronously, and tells the threads which models'
  * queues are full so that they refuse there.
  */
-import type { MessagePort } from 'node:worker_threads';
+import { MessageChannel, type MessagePort } from 'node:worker_threads';
+import type { AccessControl, AccessUpdate } from '../../auth/index.js';
 import type { ServerApi } from '../../core/server-api.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { Cancellation } from '../../types/cancellation.js';
 import { Errors } from '../../errors.js';
+import type { AuthEnds } from './protocol.js';
 import {
   admissionKey,
   Coalescer,
@@ -43,19 +45,45 @@ export class FrontendBridge {
   private fullCheck: NodeJS.Immediate | undefined;
   private readonly poll: NodeJS.Timeout;
   private readonly bump = (): void => void Atomics.add(this.shared, SharedSlot.ConfigGeneration, 1);
+  /** Each thread's end of its keys updates (AuthEnds). */
+  private readonly authPorts = new Set<MessagePort>();
+  private readonly unsubscribe: (() => void) | undefined;
 
   constructor(
     private readonly server: ServerApi,
     private readonly tracing: TracingState | undefined,
+    /** `--auth-keys`: the threads check keys themselves, with copies kept up to date from this one. */
+    private readonly access?: AccessControl,
   ) {
     const events = server as Events;
     for (const e of MODEL_EVENTS) events.on?.(e, this.bump);
     this.refreshTracing();
     this.poll = setInterval(() => this.refreshTracing(), TRACING_POLL_MS);
     this.poll.unref();
+    this.unsubscribe = access?.subscribe((u) => this.relayAuth(u));
+  }
+
+  /** A new thread's keys and the port of their updates (undefined without `--auth-keys`). */
+  attachAuth(): AuthEnds | undefined {
+    if (this.access === undefined) return undefined;
+    const channel = new MessageChannel();
+    const mine = channel.port1;
+    this.authPorts.add(mine);
+    mine.on('close', () => this.authPorts.delete(mine));
+    mine.unref();
+    return { port: channel.port2, init: this.access.snapshot() };
+  }
+
+  private relayAuth(update: AccessUpdate): void {
+    for (const p of this.authPorts) p.postMessage(update);
+    // After the posts: a thread that sees the new generation finds the update on its port.
+    Atomics.add(this.shared, SharedSlot.AuthGeneration, 1);
   }
 
   close(): void {
+    this.unsubscribe?.();
+    for (const p of this.authPorts) p.close();
+    this.authPorts.clear();
     clearInterval(this.poll);
     if (this.fullCheck !== undefined) clearImmediate(this.fullCheck);
     const events = server(this.server);

@@ -103,7 +103,9 @@ export class FrontendThreadPool {
         bridge = { port: line.port2, sync: sync.port2, signal, shared: this.bridge.shared };
         transferList.push(line.port2, sync.port2);
       }
-      const init: FrontendThreadInit = { ...this.init, port, index, bridge };
+      const auth = this.bridge?.attachAuth();
+      if (auth !== undefined) transferList.push(auth.port);
+      const init: FrontendThreadInit = { ...this.init, port, index, bridge, auth };
       const worker = new Worker(WORKER_URL, { workerData: init, transferList });
       this.threads[index] = worker;
       let listening = false;

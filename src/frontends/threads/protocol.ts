@@ -1,5 +1,6 @@
 /** What the main thread and a frontend thread say to each other (docs/architecture.md, "Frontends on every core"). */
 import type { MessagePort } from 'node:worker_threads';
+import type { ReplicaInit } from '../../auth/index.js';
 
 /** The gRPC options a frontend thread applies itself (GrpcFrontendOptions' fields; the rest stay on main). */
 export interface GrpcThreadOptions {
@@ -15,7 +16,7 @@ export interface GrpcThreadOptions {
   readonly ssl?: { serverCert: string; serverKey: string; rootCert?: string; mutual?: boolean } | undefined;
   /** `--grpc-header-forward-pattern`, applied to the infer calls a thread serves itself. */
   readonly headerForwardPattern?: string | undefined;
-  /** Every call goes to the main thread (`--auth-keys` and restricted protocols are checked there). */
+  /** Every call goes to the main thread (restricted protocols are checked there). */
   readonly forwardAll?: boolean;
 }
 
@@ -31,6 +32,18 @@ export interface FrontendThreadInit {
   readonly grpc?: GrpcThreadOptions;
   /** The thread's line to the main thread's server (FrontendBridge). */
   readonly bridge?: BridgeEnds;
+  /** With `--auth-keys`: the keys, for the thread to check its infer requests itself. */
+  readonly auth?: AuthEnds;
+}
+
+/**
+ * The keys as the main thread has them when the thread starts, and the port their updates (AccessUpdate: a
+ * reload, an address reaching the failure limit) come on. The main thread bumps SharedSlot.AuthGeneration after
+ * posting one, so the thread reads it before its next check, not after its next event-loop turn.
+ */
+export interface AuthEnds {
+  readonly port: MessagePort;
+  readonly init: ReplicaInit;
 }
 
 export interface BridgeEnds {
@@ -46,8 +59,6 @@ export interface HttpThreadOptions {
   readonly maxInputSize: number;
   readonly restrictedApis: readonly string[];
   readonly headerForwardPattern: string | undefined;
-  /** With `--auth-keys` every request is forwarded: the keys, their failure limit and counters live on main. */
-  readonly forwardAll: boolean;
 }
 
 /** Frontend thread → main thread. */

@@ -111,7 +111,9 @@ export const enum SharedSlot {
   ConfigGeneration = 0,
   /** 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them. */
   Tracing = 1,
-  Count = 2,
+  /** Bumped by the main thread after it posts a keys update (AuthEnds): a thread reads it before its next check. */
+  AuthGeneration = 2,
+  Count = 3,
 }
 
 export function admissionKey(model: string, version: string | undefined): string {

@@ -14,6 +14,8 @@ import { MalformedMessage } from '../grpc/service.js';
 import { toServiceError } from '../grpc/status.js';
 import { compileHeaderForwardPattern } from '../header-forward.js';
 import type { RemoteServer } from './remote.js';
+import type { ThreadAccess } from './access.js';
+import { authorizationOf, peerAddress } from '../grpc/auth.js';
 
 type Call = ServerUnaryCall<Buffer, Buffer>;
 type Callback = sendUnaryData<Buffer>;
@@ -25,8 +27,10 @@ const readRequest = inferenceServiceDefinition.ModelInfer!.requestDeserialize as
 export interface GrpcInferOptions {
   /** `--grpc-header-forward-pattern`. */
   readonly headerForwardPattern: string | undefined;
-  /** Every call to the main thread (`--auth-keys`, restricted protocols: checked there). */
+  /** Every call to the main thread (restricted protocols: checked there). */
   readonly forwardAll: boolean;
+  /** `--auth-keys`: the thread's copy of the keys. */
+  readonly access?: ThreadAccess | undefined;
 }
 
 export class GrpcInferThread {
@@ -54,6 +58,12 @@ export class GrpcInferThread {
     bytes.set(call.request);
     const msg = readRequest(bytes);
     if (msg instanceof MalformedMessage) return false;
+    // Before the model is looked up: a model outside the key's scopes is refused by the main thread, never asked about.
+    const a = this.options.access;
+    if (a !== undefined) {
+      const address = peerAddress(call.getPeer());
+      if (!a.admits(authorizationOf(call.metadata), address, 'inference', msg.modelName)) return false;
+    }
     const version = msg.modelVersion === '' ? undefined : msg.modelVersion;
     const config = this.remote.modelConfig(msg.modelName, version);
     if (config === undefined || config.modelTransactionPolicy?.decoupled === true) return false;

@@ -17,6 +17,7 @@ import { parseWireVersion } from '../../core/version-string.js';
 import type { HttpForwarder } from './http-forward.js';
 import type { HttpThreadOptions } from '../threads/protocol.js';
 import type { RemoteServer } from './remote.js';
+import type { ThreadAccess } from './access.js';
 
 const INFER_ROUTE = '/v2/models/:model[/versions/:version]/infer';
 
@@ -30,6 +31,8 @@ export class HttpThread {
     private readonly remote: RemoteServer,
     private readonly forwarder: HttpForwarder,
     private readonly options: HttpThreadOptions,
+    /** `--auth-keys`: the thread's copy of the keys. */
+    private readonly access?: ThreadAccess,
   ) {
     this.router.add(INFER_ROUTE, true);
     this.restriction = parseRestrictedApis(options.restrictedApis).get('inference');
@@ -39,7 +42,7 @@ export class HttpThread {
 
   readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (this.reply.closing) res.shouldKeepAlive = false;
-    const served = req.method === 'POST' && !this.options.forwardAll ? this.serveInfer(req, res) : false;
+    const served = req.method === 'POST' ? this.serveInfer(req, res) : false;
     if (!served) this.forwarder.forward(req, res);
   };
 
@@ -52,6 +55,11 @@ export class HttpThread {
     const r = this.restriction;
     if (r !== undefined && headerValue(req, r.headerKey) !== r.value) return false;
     const model = found.params['model']!;
+    // Before the model is looked up: a model outside the key's scopes is refused by the main thread, never asked about.
+    const a = this.access;
+    const socket = req.socket;
+    if (a !== undefined && !a.admits(req.headers.authorization, socket.remoteAddress, 'inference', model, socket))
+      return false;
     let version: string | undefined;
     try {
       version = parseWireVersion(found.params['version']);

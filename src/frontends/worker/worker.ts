@@ -18,6 +18,7 @@ import { GrpcInferThread } from './grpc-infer.js';
 import { HttpForwarder } from './http-forward.js';
 import { HttpThread } from './http-infer.js';
 import { RemoteServer } from './remote.js';
+import { ThreadAccess } from './access.js';
 import type { FrontendThreadInit, MainMessage, ThreadMessage } from '../threads/protocol.js';
 
 const init = workerData as FrontendThreadInit;
@@ -41,7 +42,8 @@ function startHttp(): void {
   const forwarder = new HttpForwarder(init.upstream, options.maxInputSize);
   const b = init.bridge!;
   const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
-  const thread = new HttpThread(remote, forwarder, options);
+  const access = init.auth === undefined ? undefined : new ThreadAccess(init.auth, b.shared);
+  const thread = new HttpThread(remote, forwarder, options, access);
   const server = http.createServer({ keepAlive: true, noDelay: true }, thread.onRequest);
   server.on('clientError', answerClientError);
   server.keepAliveTimeout = 65_000;
@@ -59,6 +61,7 @@ function startHttp(): void {
         forwarder.close();
         b.port.close();
         b.sync.close();
+        access?.close();
         port.close();
       });
       server.closeIdleConnections();
@@ -86,9 +89,11 @@ function startGrpc(): void {
       // ModelInfer is served here (grpc-infer.ts); the rest, and what it hands over, goes to the main thread.
       const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
       const forwardAll = o.forwardAll === true;
+      const access = init.auth === undefined ? undefined : new ThreadAccess(init.auth, b.shared);
       const infer = new GrpcInferThread(remote, forwarder.unary(def.ModelInfer!.path), {
         headerForwardPattern: o.headerForwardPattern,
         forwardAll,
+        access,
       });
       implementation['ModelInfer'] = infer.handle;
     }
@@ -119,6 +124,7 @@ function startGrpc(): void {
       forwarder.close();
       init.bridge?.port.close();
       init.bridge?.sync.close();
+      init.auth?.port.close();
       port.close();
     });
   });
