@@ -5,6 +5,7 @@
  */
 import type { Tensor } from '../tensor/tensor.js';
 import type { Trace } from './trace.js';
+import { BASE_HR, NONE, RecordWriter, STAMP_NAMES } from './file-record.js';
 
 /** A number as a C++ ostream prints it by default (%g with 6 significant digits). */
 export function formatG(x: number): string {
@@ -95,16 +96,10 @@ export function tensorEntryJson(id: number, activity: string, t: Tensor): string
 const ascii = (text: string): Uint8Array => Buffer.from(text, 'latin1');
 const PARENT = ascii(',"parent_id":');
 const REQUEST_ID = ascii(',"request_id":');
-/** `,"timestamps":[{"name":"NAME","ns":` per timestamp name. */
-const stampHeads = new Map<string, Uint8Array>();
+/** `,"timestamps":[{"name":"NAME","ns":` per timestamp code. */
+const STAMP_HEADS: readonly Uint8Array[] = STAMP_NAMES.map((name) => ascii(`,"timestamps":[{"name":"${name}","ns":`));
 /** `,"model_name":NAME,"model_version":` per model name (kept for 4096 names). */
 const modelHeads = new Map<string, Uint8Array>();
-
-function stampHead(name: string): Uint8Array {
-  let head = stampHeads.get(name);
-  if (head === undefined) stampHeads.set(name, (head = ascii(`,"timestamps":[{"name":"${name}","ns":`)));
-  return head;
-}
 
 function modelHead(name: string): Uint8Array {
   let head = modelHeads.get(name);
@@ -116,64 +111,105 @@ function modelHead(name: string): Uint8Array {
 }
 
 /**
- * Trace file entries as bytes, appended trace by trace into one growing
- * buffer that a single file write takes whole: numbers are written as
- * digits and names as bytes prepared once, with no string per entry.
+ * Trace file entries as bytes, appended trace by trace (from the records of
+ * file-record.ts) into one growing buffer that a single file write takes
+ * whole: numbers are written as digits and names as bytes prepared once,
+ * with no string per entry.
  */
 export class EntryBuffer {
   private buf: Buffer;
   /** Bytes used; byte 0 is the array's '['. */
   private len = 1;
+  private readonly baseNumber: number;
 
-  constructor(private readonly initialSize = 64 * 1024) {
+  constructor(
+    private readonly initialSize = 64 * 1024,
+    /** BASE_HR of the thread that wrote the records. */
+    private readonly base: bigint = BASE_HR,
+  ) {
     this.buf = Buffer.allocUnsafeSlow(initialSize);
     this.buf[0] = 0x5b; // [
+    this.baseNumber = Number(base);
   }
 
   get empty(): boolean {
     return this.len === 1;
   }
 
-  /** Appends the entries of one trace, in the order Triton writes them. */
+  /** Appends the entries of one trace (as RecordWriter writes it), in the order Triton writes them. */
   append(trace: Trace): void {
-    const id = trace.id;
-    const names = trace.stampNames;
-    const times = trace.stampTimes;
-    const tensors = trace.tensorEntries;
-    const after = trace.tensorAfter;
-    const named = trace.modelName !== '';
+    const records = new RecordWriter();
+    if (!records.trace(0, trace)) return;
+    const batch = records.take();
+    this.appendRecord(batch.nums, 2, batch.strings);
+  }
+
+  /**
+   * Appends the trace whose OP_TRACE record's fields start at `nums[at]` (after the op and the setting key); returns
+   * where the next op starts.
+   */
+  appendRecord(nums: Float64Array, at: number, strings: readonly string[]): number {
+    const id = nums[at++]!;
+    const parent = nums[at++]!;
+    const nameAt = nums[at++]!;
+    const named = nameAt !== NONE;
+    let version = 0;
+    let versionText: string | undefined;
+    let requestIdAt = NONE;
+    if (named) {
+      version = nums[at++]!;
+      if (Number.isNaN(version)) versionText = strings[nums[at++]!]!;
+      requestIdAt = nums[at++]!;
+    }
+    const stamps = nums[at++]!;
+    const tensors = nums[at++]!;
+    const stampsAt = at;
     // Room at most needed: 128 bytes per timestamp entry (20 digits for ns, 16 for the id), 6 per character of
     // the names' JSON text (an escaped control character), 3 per character of the tensors' UTF-8.
-    let room = 256 + names.length * 128;
-    if (named) room += (trace.modelName.length + trace.requestId.length) * 6 + trace.modelVersion.length;
-    if (tensors !== undefined) for (const t of tensors) room += t.length * 3 + 1;
+    let room = 256 + stamps * 128;
+    if (named) {
+      room += strings[nameAt]!.length * 6 + (versionText?.length ?? 0);
+      if (requestIdAt !== NONE) room += strings[requestIdAt]!.length * 6;
+    }
+    let tensorsAt = stampsAt;
+    for (let i = 0; i < stamps; i++) tensorsAt += Number.isNaN(nums[tensorsAt + 1]!) ? 3 : 2;
+    for (let i = 0; i < tensors; i++) room += strings[nums[tensorsAt + 2 * i + 1]!]!.length * 3 + 1;
     this.reserve(room);
     if (named) {
       this.entryStart(id);
-      this.bytes(modelHead(trace.modelName));
-      this.len += this.buf.write(versionNumber(trace.modelVersion), this.len, 'latin1');
-      if (trace.requestId !== '') {
+      this.bytes(modelHead(strings[nameAt]!));
+      if (versionText !== undefined) this.len += this.buf.write(versionText, this.len, 'latin1');
+      else if (version < 0) {
+        this.buf[this.len++] = 0x2d; // -
+        this.uint(-version);
+      } else this.uint(version);
+      if (requestIdAt !== NONE) {
         this.bytes(REQUEST_ID);
-        this.len += this.buf.write(JSON.stringify(trace.requestId), this.len, 'utf8');
+        this.len += this.buf.write(JSON.stringify(strings[requestIdAt]!), this.len, 'utf8');
       }
-      if (trace.parent !== undefined) {
+      if (parent !== NONE) {
         this.bytes(PARENT);
-        this.uint(trace.parent.id);
+        this.uint(parent);
       }
       this.buf[this.len++] = 0x7d; // }
     }
     let t = 0;
-    for (let i = 0; i < names.length; i++) {
-      if (tensors !== undefined) for (; t < tensors.length && after![t] === i; t++) this.text(tensors[t]!);
+    at = stampsAt;
+    for (let i = 0; i < stamps; i++) {
+      for (; t < tensors && nums[tensorsAt + 2 * t]! === i; t++) this.text(strings[nums[tensorsAt + 2 * t + 1]!]!);
       this.entryStart(id);
-      this.bytes(stampHead(names[i]!));
-      // Exact as a double below 2^53 ns (104 days of uptime); past that, as text.
-      const ns = Number(times[i]!);
-      if (ns <= Number.MAX_SAFE_INTEGER && ns >= 0) this.uint(ns);
-      else this.len += this.buf.write(String(times[i]!), this.len, 'latin1');
+      this.bytes(STAMP_HEADS[nums[at++]!]!);
+      const rel = nums[at++]!;
+      if (Number.isNaN(rel)) this.len += this.buf.write(strings[nums[at++]!]!, this.len, 'latin1');
+      else {
+        const ns = this.baseNumber + rel;
+        if (ns <= Number.MAX_SAFE_INTEGER && ns >= 0 && this.baseNumber <= Number.MAX_SAFE_INTEGER) this.uint(ns);
+        else this.len += this.buf.write(String(this.base + BigInt(rel)), this.len, 'latin1');
+      }
       this.stampEnd();
     }
-    if (tensors !== undefined) for (; t < tensors.length; t++) this.text(tensors[t]!);
+    for (; t < tensors; t++) this.text(strings[nums[tensorsAt + 2 * t + 1]!]!);
+    return tensorsAt + 2 * tensors;
   }
 
   /** `,{"id":N` (no comma before the array's first entry); bytes this short are stored, not copied. */
@@ -274,6 +310,3 @@ function writeDigits(buf: Buffer, at: number, n: number, count: number): number 
   return end;
 }
 
-function versionNumber(version: string): string {
-  return /^-?\d+$/.test(version) ? version : '-1';
-}
