@@ -1,13 +1,13 @@
 /**
  * `node dist/bench/trace-profile.js VARIANT [SECONDS]`: one server of bench/trace.ts (off, file1000, file1, otlp)
- * under --cpu-prof (NO_PROF=1: without), driven by wrk at concurrency 32; prints req/s and the server's CPU per
+ * under --cpu-prof (NO_PROF=1: without; NODE_ARGS: those flags instead), driven by wrk at concurrency 32; prints req/s and the server's CPU per
  * request (whole process, main thread, each other thread taking ≥ 1 µs: the export thread is `WorkerThread`).
  * Profiles (a file per thread) and trace files land in $PROFILE_DIR (default: a temp folder). Where the cost of
  * tracing goes: docs/tracing.md, "Cost".
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
+import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { binaryBody } from './bodies.js';
@@ -36,8 +36,11 @@ const flags: Record<string, string[]> = {
 };
 const [tiny] = await buildBenchModels();
 const model = tiny!;
+// NODE_ARGS: other flags for the server's node instead of --cpu-prof (its standard output goes to $dir/stdout.txt).
+const nodeArgs = process.env.NODE_ARGS?.split(' ').filter((a) => a !== '');
 const s = await startNereid(model.repository, ['--allow-metrics=false', ...flags[variant]!], {
-  nodeArgs: process.env.NO_PROF ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`],
+  nodeArgs: nodeArgs ?? (process.env.NO_PROF ? [] : ['--cpu-prof', `--cpu-prof-dir=${dir}`]),
+  onStdout: nodeArgs === undefined ? undefined : (text) => appendFileSync(path.join(dir, 'stdout.txt'), text),
 });
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
 const url = `http://127.0.0.1:${s.http}/v2/models/${model.batchedName}/infer`;
