@@ -1,7 +1,8 @@
 /**
  * `node dist/bench/trace-profile.js VARIANT [SECONDS]`: one server of bench/trace.ts (off, file1000, file1, otlp)
- * under --cpu-prof (NO_PROF=1: without; NODE_ARGS: those flags instead), driven by wrk at concurrency 32; prints req/s and the server's CPU per
- * request (whole process, main thread, each other thread taking ≥ 1 µs: the export thread is `WorkerThread`).
+ * under --cpu-prof (NO_PROF=1: without; NODE_ARGS: those flags instead), driven by wrk at concurrency 32; prints
+ * req/s and the server's CPU per request (whole process, main thread, each other thread taking ≥ 1 µs: the export
+ * and trace file threads are `WorkerThread`).
  * Profiles (a file per thread) and trace files land in $PROFILE_DIR (default: a temp folder). Where the cost of
  * tracing goes: docs/tracing.md, "Cost".
  */
