@@ -91,6 +91,10 @@ export function parseScope(text: string): ParsedScope {
 export class Grants {
   private readonly everything: boolean;
   private readonly groups = new Map<ApiGroup, ModelSet>();
+  /** The last model tested against a glob, and the answer: a client sends most requests to the same model. */
+  private lastSet: RegExp | undefined;
+  private lastModel = '';
+  private lastAnswer = false;
 
   constructor(readonly scopes: readonly string[]) {
     let everything = false;
@@ -120,7 +124,13 @@ export class Grants {
     if (this.everything) return true;
     const set = this.groups.get(group);
     if (set === undefined) return false;
-    return set === true || model === undefined || set.test(model);
+    if (set === true || model === undefined) return true;
+    if (set === this.lastSet && model === this.lastModel) return this.lastAnswer;
+    const answer = set.test(model);
+    this.lastSet = set;
+    this.lastModel = model;
+    this.lastAnswer = answer;
+    return answer;
   }
 
   /** Whether the group is open for every model (a list of all models needs no filtering). */

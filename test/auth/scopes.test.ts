@@ -27,6 +27,13 @@ test('model globs: * any run, ? one character, everything else literal', () => {
   assert.ok(!g.allowsEveryModel('metadata'));
   assert.ok(new Grants(['metadata']).allowsEveryModel('metadata'));
   assert.ok(new Grants(['metadata:*']).allowsEveryModel('metadata'));
+  // The same model asked again, in the same group and in another one (the last answer is remembered per glob).
+  for (let i = 0; i < 3; i++) {
+    assert.ok(g.allows('inference', 'fraud_a'));
+    assert.ok(!g.allows('metadata', 'fraud_a'));
+    assert.ok(g.allows('metadata', 'exact'));
+    assert.ok(!g.allows('inference', 'exact'));
+  }
 });
 
 test('* opens every group and model, the metrics port and the OpenAI routes', () => {
