@@ -27,6 +27,7 @@
  * tracepath (tracing's own CPU per request on the event loop and the OTLP export thread, without HTTP),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
+ * float32json (the float32 JSON writer of /v1/embeddings in process, previous vs current code),
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
  * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32),
  * dashboard (the server's throughput with a dashboard page open in Chromium vs closed, tiny MLP at concurrency 32),
@@ -293,6 +294,7 @@ if (want('medium')) runScript('medium.js');
 if (want('malloc')) runScript('malloc.js');
 if (want('auth')) runScript('auth.js');
 if (want('openai')) runScript('openai.js');
+if (want('float32json')) runScript('float32-json.js');
 if (want('client')) runScript('client.js');
 if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');

@@ -376,12 +376,10 @@ function floatAnswer(vectors: readonly Float32Array[], tail: string): string {
     out.ascii(String(i));
     out.put(ITEM_EMBEDDING);
     const first = v.byteOffset >> 2;
-    for (let j = first; j < first + v.length; j++) {
-      if (j > first) out.byte(0x2c);
-      if (!out.float32(floats, words, j)) {
-        out.clear();
-        throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${floats[j]})`);
-      }
+    const bad = out.floats(floats, words, first, first + v.length);
+    if (bad >= 0) {
+      out.clear();
+      throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${floats[bad]})`);
     }
     out.byte(0x5d);
     out.byte(0x7d);

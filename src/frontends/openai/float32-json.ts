@@ -2,11 +2,11 @@
  * FP32 values as JSON numbers written straight into bytes: each is the shortest decimal that a
  * client's JSON parser (a double) followed by a float32 cast (`Math.fround`, numpy's `float32`)
  * reads back as the very same float32. Nine significant digits at most, against the up to
- * seventeen of the value printed as a double. See docs/openai.md, "Performance".
+ * seventeen of the value printed as a double. See docs/openai.md, "Floats as JSON".
  */
 import { formatJsonDouble } from '../../tensor/json-codec.js';
 
-/** 10^0 .. 10^13, each exact as a double. */
+/** 10^0 .. 10^13, each exact as a double (13 is looked up, then passed to the slow path). */
 const POW10 = Float64Array.from({ length: 14 }, (_, i) => Number(`1e${i}`));
 /**
  * Per biased float32 exponent e: 8 - D, D the decimal exponent of 2^(e - 127), so that |x| times
@@ -16,23 +16,13 @@ const SCALE_EXPONENT = Int8Array.from({ length: 256 }, (_, e) => {
   const d = Math.floor(Math.log10(2) * (e - 127));
   return d >= -5 && d <= 7 ? 8 - d : -1;
 });
-/** Half the gap between a normal float32 of biased exponent `e` and its neighbours: 2^(e - 151). */
-const HALF_GAP = Float64Array.from({ length: 256 }, (_, e) => 2 ** (e - 151));
-/** 2^-48: candidates this close (relatively) to a rounding boundary are passed over; see float32(). */
-const MARGIN = 2 ** -48;
 /** "0000" to "9999", each four ASCII digits as one little-endian 32-bit word. */
 const QUADS = Uint32Array.from({ length: 10000 }, (_, n) => {
   const d = (k: number) => 0x30 + (Math.floor(n / 10 ** (3 - k)) % 10);
   return (d(0) | (d(1) << 8) | (d(2) << 16) | (d(3) << 24)) >>> 0;
 });
-/** "0.00" as one little-endian word. */
-const ZERO_POINT = 0x30 | (0x2e << 8) | (0x30 << 16) | (0x30 << 24);
 /** Bytes one value takes at most ("-123456790000000000000.0"), and room for a separator. */
 const MAX_VALUE_BYTES = 26;
-
-const MINUS = 0x2d;
-const DOT = 0x2e;
-const ZERO = 0x30;
 
 /** A buffer grown past this is let go once its text is taken, so one huge answer is not kept for good. */
 const RETAINED_BYTES = 1 << 20;
@@ -73,10 +63,7 @@ export class JsonBytes {
 
   /** Appends an ASCII string (room reserved). */
   ascii(s: string): void {
-    const out = this.bytes;
-    let pos = this.pos;
-    for (let i = 0; i < s.length; i++) out[pos++] = s.charCodeAt(i);
-    this.pos = pos;
+    this.pos = writeAscii(this.bytes, this.pos, s);
   }
 
   /** Forgets what was written. */
@@ -96,115 +83,135 @@ export class JsonBytes {
   }
 
   /**
-   * Appends `values[i]` (`words` a view of the same bytes; room reserved); false, writing nothing,
-   * for a NaN or an infinity (which JSON cannot hold). Whole values keep /v2's "1.0" form. (An
-   * index, not the value: a float, or a bit pattern past 2^30, passed to a call is a heap number.)
+   * Appends `values[start]` to `values[end - 1]`, comma-separated (`words` a view of the same bytes;
+   * room reserved). Returns -1, or the index of a NaN or an infinity (which JSON cannot hold), in
+   * which case what was written is to be thrown away. Whole values keep /v2's "1.0" form.
    *
    * The fast path covers 1e-4 <= |x| < 1e8 (every value of a normalised embedding but those very
-   * near zero): there x * 10^k, with k chosen to give nine integer digits, and the bounds of the
-   * values rounding to x are exact doubles (a 25-bit odd mantissa times 5^k of at most 28 bits),
-   * so finding the fewest digits that land inside the bounds is exact arithmetic. A candidate
-   * within 2^-48 of a bound (but not on it) is passed over: a double read of it could land on the
-   * bound itself and tie away. Zeros, powers of two (the lower bound is nearer) and the rest take
-   * the engine's formatting.
+   * near zero). There s = |x| * 10^k, with k chosen to give nine integer digits, is exact (a 24-bit
+   * mantissa times 5^k of at most 28 bits), and so are its nearest integer and its nearest
+   * multiples of 10, 100 and 1000 (ties away from zero, as `toPrecision` rounds). A candidate c
+   * is what a client reads back as x exactly when `Math.fround(c / 10^k)` is x: the division is
+   * rounded once, as a parser rounds the decimal text. The nine-digit one always is; the widest
+   * multiple that is wins. Every check is computed and the choice made with masks rather than
+   * branches: on random digits, branches were mispredicted often enough to cost a third of the time.
+   * A multiple of 10^4 or more is tried only when that of 1000 fits (within the rounding interval,
+   * at most about 60 wide, two multiples of 1000 cannot both fit).
    */
-  float32(values: Float32Array, words: Int32Array, i: number): boolean {
-    const x = values[i]!;
-    const bits = words[i]!;
-    const exponent = (bits >>> 23) & 0xff;
-    if (exponent === 0xff) return false;
-    let k = SCALE_EXPONENT[exponent]!;
-    if (k < 0 || (bits & 0x7fffff) === 0) return this.slow(x);
-    const a = x < 0 ? -x : x;
-    k -= +(a * POW10[k]! >= 1e9);
-    if (k > 12) return this.slow(x);
-    const scale = POW10[k]!;
-    const s = a * scale;
-    // The values rounding to x are those within h of s (scaled, an exact double); `near` keeps the
-    // margin off the bounds, which a value exactly on is inside for an even mantissa.
-    const h = HALF_GAP[exponent]! * scale;
-    const near = h - s * MARGIN;
-    const even = (bits & 1) === 0;
-    // The scaled half gap h is at least 1e8 / 2^25 (about 3), so the nearest integer c is inside;
-    // then the nearest multiple of 10, 100, ..., while it stays inside; `level` counts c's
-    // trailing zeros (a multiple of ten inside is found a level up). t is s's distance above the
-    // multiple below it, exact; integer divisions by constants are multiplications once compiled.
-    const whole = s | 0;
-    const frac = s - whole;
-    let c = Math.round(s) | 0;
-    let level = 0;
-    const r1 = whole - ((whole / 10) | 0) * 10;
-    const t1 = r1 + frac;
-    const d1 = Math.min(t1, 10 - t1);
-    if (d1 < near || (even && d1 === h)) {
-      c = t1 < 5 ? whole - r1 : whole - r1 + 10;
-      level = 1;
-      const r2 = whole - ((whole / 100) | 0) * 100;
-      const t2 = r2 + frac;
-      const d2 = Math.min(t2, 100 - t2);
-      if (d2 < near || (even && d2 === h)) {
-        c = t2 < 50 ? whole - r2 : whole - r2 + 100;
-        level = 2;
-        // Rare: h is at most about 60.
-        for (let p = 1000; p < 1e9; p *= 10) {
-          const r = whole % p;
-          const t = r + frac;
-          const d = Math.min(t, p - t);
-          if (!(d < near || (even && d === h))) break;
-          c = t < p / 2 ? whole - r : whole - r + p;
-          level++;
-        }
-      }
-    }
-    if (c >= 1e9) return this.slow(x);
-    const out = this.bytes;
-    const view = this.view;
-    let pos = this.pos;
-    out[pos] = MINUS;
-    pos += bits >>> 31;
-    // x = c * 10^-k: its first digit is at 10^(8 - k).
-    const d = 8 - k;
-    const top = (c / 100000000) | 0;
-    const rest = (c - top * 100000000) | 0;
-    const mid = (rest / 10000) | 0;
-    const low = (rest - mid * 10000) | 0;
-    if (d < 0) {
-      // "0." and -d - 1 zeros (at most three), then the nine digits less c's trailing zeros.
-      view.setUint32(pos, ZERO_POINT, true);
-      out[pos + 4] = ZERO;
-      pos += 1 - d;
-      out[pos] = ZERO + top;
-      view.setUint32(pos + 1, QUADS[mid]!, true);
-      view.setUint32(pos + 5, QUADS[low]!, true);
-      this.pos = pos + 9 - level;
-      return true;
-    }
-    // The nine digits one place to the right, then the first d + 1 back left of the point.
-    out[pos + 1] = ZERO + top;
-    view.setUint32(pos + 2, QUADS[mid]!, true);
-    view.setUint32(pos + 6, QUADS[low]!, true);
-    for (let j = 0; j <= d; j++) out[pos + j] = out[pos + j + 1]!;
-    const point = pos + d + 1;
-    out[point] = DOT;
-    // Of the 8 - d digits after the point, the trailing zeros go but for one.
-    const fraction = 8 - d;
-    if (level >= fraction) {
-      out[point + 1] = ZERO;
-      this.pos = point + 2;
-    } else {
-      this.pos = point + 1 + fraction - level;
-    }
-    return true;
-  }
-
-  private slow(x: number): true {
-    this.ascii(slowFloat32Text(x));
-    return true;
+  floats(values: Float32Array, words: Int32Array, start: number, end: number): number {
+    const pos = writeFloats(values, words, start, end, this.bytes, this.view, this.pos);
+    if (pos < 0) return -1 - pos;
+    this.pos = pos;
+    return -1;
   }
 }
 
+/** JsonBytes.floats on the buffer's bytes from `pos`: the position after, or -1 - the index refused. */
+function writeFloats(
+  values: Float32Array,
+  words: Int32Array,
+  start: number,
+  end: number,
+  out: Buffer,
+  view: DataView,
+  pos: number,
+): number {
+  const pow10 = POW10;
+  const scaleExponent = SCALE_EXPONENT;
+  const quads = QUADS;
+  pos |= 0;
+  for (let i = start | 0; i < end; i = (i + 1) | 0) {
+    if (i > start) out[pos++] = 0x2c;
+    const bits = words[i]! | 0;
+    const x = values[i]!;
+    const exponent = (bits >>> 23) & 0xff;
+    let k = scaleExponent[exponent]! | 0;
+    const a = Math.abs(x);
+    if (k >= 0) k = (k - +(a * pow10[k]! >= 1e9)) | 0;
+    if (k < 0 || k > 12) {
+      if (exponent === 0xff) return -1 - i;
+      pos = writeAscii(out, pos, slowFloat32Text(x));
+      continue;
+    }
+    const scale = pow10[k]!;
+    const s = a * scale;
+    const whole = s | 0;
+    const frac = s - whole;
+    const r1 = (whole - Math.imul((whole / 10) | 0, 10)) | 0;
+    const r2 = (whole - Math.imul((whole / 100) | 0, 100)) | 0;
+    const r3 = (whole - Math.imul((whole / 1000) | 0, 1000)) | 0;
+    const c0 = (whole + +(frac >= 0.5)) | 0;
+    const c1 = (whole - r1 + (-(r1 + frac >= 5) & 10)) | 0;
+    const c2 = (whole - r2 + (-(r2 + frac >= 50) & 100)) | 0;
+    const c3 = (whole - r3 + (-(r3 + frac >= 500) & 1000)) | 0;
+    const ok1 = +(Math.fround(c1 / scale) === a);
+    const ok2 = +(Math.fround(c2 / scale) === a);
+    const ok3 = +(Math.fround(c3 / scale) === a);
+    let c = c0 ^ (-ok1 & (c0 ^ c1));
+    c ^= -ok2 & (c ^ c2);
+    c ^= -ok3 & (c ^ c3);
+    let level = ok1;
+    level += -ok2 & (2 - level);
+    level += -ok3 & (3 - level);
+    if (ok3 !== 0) {
+      for (let p = 10000; p < 1e9; p *= 10) {
+        const r = whole % p;
+        const wider = (r + frac >= p / 2 ? whole - r + p : whole - r) | 0;
+        if (Math.fround(wider / scale) !== a) break;
+        c = wider;
+        level++;
+      }
+    }
+    if (c >= 1e9) {
+      // Rounded up to ten digits (just below a power of ten): rare.
+      pos = writeAscii(out, pos, slowFloat32Text(x));
+      continue;
+    }
+    out[pos] = 0x2d;
+    pos = (pos + (bits >>> 31)) | 0;
+    // x = c * 10^-k: its first digit is at 10^(8 - k).
+    const d = (8 - k) | 0;
+    const top = (c / 100000000) | 0;
+    const rest = (c - Math.imul(top, 100000000)) | 0;
+    const mid = (rest / 10000) | 0;
+    const low = (rest - Math.imul(mid, 10000)) | 0;
+    if (d < 0) {
+      // "0." and -d - 1 zeros (at most three), then the nine digits less c's trailing zeros.
+      view.setUint32(pos, 0x30302e30, true);
+      out[pos + 4] = 0x30;
+      pos = (pos + 1 - d) | 0;
+      out[pos] = 0x30 + top;
+      view.setUint32(pos + 1, quads[mid]!, true);
+      view.setUint32(pos + 5, quads[low]!, true);
+      pos = (pos + 9 - level) | 0;
+      continue;
+    }
+    // The nine digits one place to the right, then the first d + 1 back left of the point.
+    out[pos + 1] = 0x30 + top;
+    view.setUint32(pos + 2, quads[mid]!, true);
+    view.setUint32(pos + 6, quads[low]!, true);
+    for (let j = 0; j <= d; j++) out[pos + j] = out[pos + j + 1]!;
+    const point = (pos + d + 1) | 0;
+    out[point] = 0x2e;
+    // Of the 8 - d digits after the point, the trailing zeros go but for one.
+    const fraction = (8 - d) | 0;
+    if (level >= fraction) {
+      out[point + 1] = 0x30;
+      pos = (point + 2) | 0;
+    } else {
+      pos = (point + 1 + fraction - level) | 0;
+    }
+  }
+  return pos;
+}
+
+function writeAscii(out: Buffer, pos: number, s: string): number {
+  for (let i = 0; i < s.length; i++) out[pos++] = s.charCodeAt(i);
+  return pos;
+}
+
 /** The same text by the engine's own formatting: the fewest significant digits that read back as `x`. */
-export function slowFloat32Text(x: number): string {
+function slowFloat32Text(x: number): string {
   if (x === 0) return formatJsonDouble(x);
   for (let p = 1; p < 9; p++) {
     const v = Number(x.toPrecision(p));
