@@ -45,6 +45,24 @@ describe('OpenAI streams from decoupled models', () => {
     cancelAfterThreeChunks('stream_llm_py'),
   );
 
+  test('a client that disconnects from a stream of several prompts cancels every prompt', async () => {
+    const tags = ['a', 'b', 'c'];
+    const markers = tags.map((t) => `${s.marker('stream_llm_js')}.${t}`);
+    const prompt = tags.map((t) => `forever ${t}`);
+    const stream = await s.client().completions.create({ model: 'stream_llm_js', prompt, stream: true });
+    const seen = tags.map(() => 0);
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) seen[c.index]! += c.text.split(' t').length - 1;
+      if (seen.every((n) => n >= 2)) break; // leaving the loop aborts the HTTP request
+    }
+    // Each prompt's own model request saw isCancelled() turn true.
+    for (const marker of markers) assert.match(await waitForFile(marker), /^cancelled after \d+$/);
+    // The server keeps serving, the same model included.
+    const r = await post(s.httpPort, '/v1/completions', { model: 'stream_llm_js', prompt: 'still here' });
+    assert.equal(r.status, 200);
+    assert.equal(r.json['choices'][0]['text'], 'still here');
+  });
+
   test('a model failing mid-stream ends the stream with an error chunk the client raises', async () => {
     const stream = await s
       .client()
