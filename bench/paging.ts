@@ -16,6 +16,9 @@
  *              (clients unload each other's models).
  *
  * BENCH_PAGING_ONLY=paging runs the first variant alone (while tuning it).
+ * BENCH_PAGING_TRACE=1 also samples the paging server's RSS every 5 ms and
+ * prints, around each sample above base + budget, the server's paging log
+ * lines (unloads, measured loads) with their times.
  * Models are written under bench/models/paging (git-ignored) by the fixture builder.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -32,6 +35,7 @@ const CONCURRENCY = 8;
 const ZIPF_S = 1.1;
 const HOTTEST = 5;
 const PAGING_ONLY = process.env.BENCH_PAGING_ONLY === 'paging';
+const TRACE = process.env.BENCH_PAGING_TRACE === '1';
 /**
  * Requests before the hottest models' evictions count (reported apart): until then a frequency cannot tell the
  * 5th hottest model from the 6th to 8th (docs/paging.md#which-model-goes).
@@ -151,6 +155,70 @@ function percentile(sorted: readonly number[], p: number): number {
 
 const MB = (n: number) => (n / 2 ** 20).toFixed(1);
 const ms = (n: number) => n.toFixed(1);
+
+/** RSS every 5 ms and the server's log lines, both stamped with Date.now(). */
+class Trace {
+  readonly samples: Array<[number, number]> = [];
+  readonly events: Array<[number, string]> = [];
+  private timer: NodeJS.Timeout | undefined;
+  private partial = '';
+  start(pid: number): void {
+    this.timer = setInterval(() => {
+      try {
+        this.samples.push([Date.now(), rssOf(pid)]);
+      } catch {
+        // the server is gone
+      }
+    }, 5);
+  }
+  stop(): void {
+    clearInterval(this.timer);
+  }
+  onStdout = (text: string): void => {
+    const lines = (this.partial + text).split('\n');
+    this.partial = lines.pop()!;
+    for (const line of lines) {
+      try {
+        const o = JSON.parse(line) as Record<string, unknown>;
+        const { time, msg, model, bytes, used, needed, level: _l, pid: _p, hostname: _h, ...rest } = o;
+        const figures = [bytes, used, needed].map((n) => (typeof n === 'number' ? MB(n) : '-')).join('/');
+        const text = `${String(msg)} ${String(model ?? '')} ${figures} ${JSON.stringify(rest)}`;
+        this.events.push([Date.parse(String(time)), text]);
+      } catch {
+        // not a log line
+      }
+    }
+  };
+  /**
+   * The highest samples (within 8 MiB of `limit` or above it), each with the events and RSS in the 1.5 s before it
+   * (at most `peaks` of them, 2 s apart).
+   */
+  report(limit: number, peaks = 6): string {
+    const over = this.samples.filter(([, r]) => r > limit);
+    const near = this.samples.filter(([, r]) => r > limit - 8 * 2 ** 20);
+    const out = [
+      `trace: ${this.samples.length} samples, ${over.length} above ${MB(limit)} MiB, ${near.length} within 8 MiB`,
+    ];
+    let lastShown = -Infinity;
+    let shown = 0;
+    for (const [t, r] of near.sort((a, b) => b[1] - a[1])) {
+      if (shown >= peaks || Math.abs(t - lastShown) < 2000) continue;
+      shown++;
+      lastShown = t;
+      out.push(`-- peak ${MB(r)} MiB (+${MB(r - limit)}) at ${t}`);
+      const from = t - 1500;
+      const rows: Array<[number, string]> = [
+        ...this.events.filter(([e]) => e >= from && e <= t + 300),
+        ...this.samples
+          .filter(([s], i) => s >= from && s <= t + 300 && (i % 10 === 0 || Math.abs(s - t) < 150))
+          .map(([s, v]) => [s, `rss ${MB(v)}`] as [number, string]),
+      ];
+      rows.sort((a, b) => a[0] - b[0]);
+      for (const [e, text] of rows) out.push(`  ${e - t} ms: ${text}`);
+    }
+    return out.join('\n');
+  }
+}
 
 interface RunResult {
   requests: number;
@@ -304,14 +372,16 @@ const notes: string[] = [];
 
 // Paging.
 {
-  const s = await startNereid(repo, [
-    '--model-control-mode=explicit',
-    `--model-memory-budget=${budget}`,
-    '--model-pin=warm',
-  ]);
+  const trace = TRACE ? new Trace() : undefined;
+  const s = await startNereid(
+    repo,
+    ['--model-control-mode=explicit', `--model-memory-budget=${budget}`, '--model-pin=warm'],
+    trace === undefined ? {} : { env: { NEREID_LOG_LEVEL: 'debug' }, onStdout: trace.onStdout },
+  );
   const pid = s.proc.child.pid!;
   try {
     const base = rssOf(pid);
+    trace?.start(pid);
     await post(s.http, '/v2/repository/models/warm/load');
     const hotEvictions = async () => {
       const text = await metricsText(s.metrics);
@@ -351,6 +421,10 @@ const notes: string[] = [];
         `${MB(retained)} MiB held beyond their figures (nereid_model_memory_retained_bytes)`,
     );
     if (r.failureSamples.length > 0) notes.push(`paging failures, e.g.: ${r.failureSamples.join('; ')}`);
+    if (trace !== undefined) {
+      trace.stop();
+      notes.push(trace.report(base + budget));
+    }
   } finally {
     await stop(s.proc);
   }

@@ -731,7 +731,7 @@ export async function startServing(cfg: ServeConfig, logger: Logger): Promise<Ru
     if (http) ports.http = (await http.start()).port;
     if (grpc) ports.grpc = (await grpc.start()).port;
     // The frontends (with --frontend-threads, tens of MB per thread) are not models: the memory budget's base.
-    server.repository.pager?.addToBase(process.memoryUsage.rss() - beforeFrontends);
+    server.repository.pager?.frontendsStarted(process.memoryUsage.rss() - beforeFrontends);
     if (metricsFrontend) ports.metrics = (await metricsFrontend.start()).port;
     if (cfg.openai.port !== undefined) ports.openai = (await openai.start(cfg.openai.port, cfg.http.address)).port;
   } catch (err) {

@@ -33,6 +33,11 @@ export const DEFAULT_LOAD_WAIT_MS = 30_000;
 const ROOM_POLL_MS = 10;
 /** How long a load waits for a colder model's requests to finish rather than unload a hotter idle model. */
 export const BUSY_GRACE_MS = 500;
+/**
+ * How long a load waits for a model just unloaded to give its memory back (its thread exits, the allocators return
+ * what it freed) before it unloads another model to stay within the budget.
+ */
+export const RELEASE_WAIT_MS = 250;
 /** At most one collection for what the process keeps in this time (it stops the event loop meanwhile). */
 export const COLLECT_EVERY_MS = 15_000;
 
@@ -164,6 +169,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   collections = 0;
   private readonly collect: Collect | undefined;
   private lastCollect = -Infinity;
+  /** When a model was last unloaded for room (performance.now()). */
+  private lastEviction = -Infinity;
 
   constructor(
     options: PagingOptions,
@@ -302,20 +309,61 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       // whose figure fits does not wait or fail for it.
       const fits = this.usedBytes() + needed <= this.budgetBytes;
       if (decision.evict === undefined && fits && !(decision.wait && Date.now() < graceEnd)) return true;
-      const chosen = decision.evict;
-      const victim = chosen === undefined ? undefined : [...this.host.entries()].find((e) => e.name === chosen);
-      if (victim !== undefined) {
-        this.host.logger.info(
-          { model: victim.name, score: this.policy.score(victim.name), needed, used: this.usedBytes() },
-          'unloading the least frequently used idle model to make room',
-        );
-        this.evictions.set(victim.name, (this.evictions.get(victim.name) ?? 0) + 1);
-        this.emit('evicted', victim.name);
-        await this.host.evict(victim);
-        continue;
-      }
+      if (decision.evict !== undefined && (await this.evict(decision.evict, needed))) continue;
       if (Date.now() >= deadline || !this.couldFree(protect)) return false;
       await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
+    }
+  }
+
+  /** Unloads the model `name` for a load of `needed` bytes; false when it is no longer there. */
+  private async evict(name: string, needed: number): Promise<boolean> {
+    const victim = [...this.host.entries()].find((e) => e.name === name);
+    if (victim === undefined) return false;
+    this.host.logger.info(
+      { model: victim.name, score: this.policy.score(victim.name), needed, used: this.usedBytes() },
+      'unloading the least frequently used idle model to make room',
+    );
+    this.evictions.set(victim.name, (this.evictions.get(victim.name) ?? 0) + 1);
+    this.emit('evicted', victim.name);
+    await this.host.evict(victim);
+    this.lastEviction = performance.now();
+    return true;
+  }
+
+  /** The resident memory of this process and of the loaded instances' own processes (Python, TorchScript). */
+  private residentNow(): number {
+    let total = process.memoryUsage.rss();
+    for (const v of this.resident.keys()) {
+      for (const i of v.instances) {
+        const pid = i.backend.pid;
+        if (pid !== undefined) total += processRssBytes(pid, this.procDir) ?? 0;
+      }
+    }
+    return total;
+  }
+
+  /**
+   * Holds a load until the resident memory leaves room under the base and the budget for `bytes` (its figure and
+   * its peak). The figures say there is room once a model is unloaded, but its memory comes back only as its thread
+   * exits and the allocators return it: a load started before passes the bound by as much. When the memory has not
+   * come back within RELEASE_WAIT_MS of the last unload, what the process keeps has grown since it was measured, and
+   * another idle model goes; with none left the load goes ahead (its figure fits).
+   * docs/paging.md#what-the-process-keeps
+   */
+  private async untilResidentFits(bytes: number, protect: ReadonlySet<string>, deadline: number): Promise<void> {
+    if (this.baseRss === undefined) return;
+    const limit = this.baseRss + this.budgetBytes;
+    for (;;) {
+      const over = this.residentNow() + bytes - limit;
+      if (over <= 0 || Date.now() >= deadline) return;
+      if (performance.now() - this.lastEviction < RELEASE_WAIT_MS) {
+        await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
+        continue;
+      }
+      const decision = this.policy.choose(this.candidates(protect), false);
+      if (decision.evict === undefined) return;
+      this.host.logger.debug({ over, bytes }, 'resident memory above the budget before a load');
+      if (!(await this.evict(decision.evict, bytes))) return;
     }
   }
 
@@ -353,18 +401,25 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   }
 
   /**
-   * Memory the process took after its first load for something that is not a model (the frontends, their threads'
-   * JavaScript engines): added to the base, so that it is not counted as kept by the allocators.
+   * The frontends have started (they took `bytes`, their threads' JavaScript engines among them): not a model's
+   * memory, so it goes into the base. With no load measured yet (explicit mode), the base is the process as it is
+   * now, before any request: taken at the first load instead, it would include what the first requests allocated.
    */
-  addToBase(bytes: number): void {
-    if (this.baseRss !== undefined && bytes > 0) this.baseRss += bytes;
+  frontendsStarted(bytes: number): void {
+    if (this.baseRss === undefined) this.setBase(process.memoryUsage.rss());
+    else if (bytes > 0) this.setBase(this.baseRss + bytes);
+  }
+
+  private setBase(bytes: number): void {
+    this.baseRss = bytes;
+    this.host.logger.info({ base: bytes, budget: this.budgetBytes }, 'memory budget base');
   }
 
   /** What the process holds above its base beyond the loaded models' figures (0 when it holds less). */
   private measureRetained(): number {
     const rss = process.memoryUsage.rss();
-    this.baseRss ??= rss;
-    this.retainedBytes = Math.max(0, rss - this.baseRss - this.usedBytes());
+    if (this.baseRss === undefined) this.setBase(rss);
+    this.retainedBytes = Math.max(0, rss - this.baseRss! - this.usedBytes());
     return this.retainedBytes;
   }
 
@@ -428,6 +483,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline, extra))) {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
+      if (guess <= this.budgetBytes) await this.untilResidentFits(guess + transient, protect, deadline);
       const peakKnown = resetPeakRss();
       const before = process.memoryUsage();
       const loaded = await load();
