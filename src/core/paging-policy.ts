@@ -28,8 +28,6 @@ export interface PagingDecision {
 export class PagingPolicy {
   /** Each model's weight, in units of `scale` at the time of each request. */
   private readonly weights = new Map<string, number>();
-  /** Requests waiting for their model to load: they count toward its standing before they run. */
-  private readonly waitingRequests = new Map<string, number>();
   private scale = 1;
   private readonly growth: number;
 
@@ -48,19 +46,9 @@ export class PagingPolicy {
     }
   }
 
-  /**
-   * A request to `model` that waits for its load (`delta` 1) or stopped
-   * waiting (-1: it runs now and is recorded by recordUse, or it gave up).
-   */
-  waiting(model: string, delta: 1 | -1): void {
-    const n = (this.waitingRequests.get(model) ?? 0) + delta;
-    if (n > 0) this.waitingRequests.set(model, n);
-    else this.waitingRequests.delete(model);
-  }
-
-  /** The model's decayed request count (0 for a model never requested), with its requests waiting to run. */
+  /** The model's decayed request count (0 for a model never requested). */
   score(model: string): number {
-    return (this.weights.get(model) ?? 0) / this.scale + (this.waitingRequests.get(model) ?? 0);
+    return (this.weights.get(model) ?? 0) / this.scale;
   }
 
   /** Coldest first: lowest score, then least recently used, then by name. */

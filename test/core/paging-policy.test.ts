@@ -111,6 +111,68 @@ test('on a Zipf(1.1) stream the five hottest models are never unloaded after war
   }
 });
 
+// From a cold start, with requests in flight: a request keeps its model busy for the next few requests, a load
+// that needs room asks the policy, and a wait lets the requests in flight finish. The policy may only unload the
+// idle model with the fewest (decayed) requests, so a model is protected as soon as its requests outnumber another
+// resident's; a load waits for a colder busy model at most for the grace, then the coldest idle model goes.
+test('from a cold start a load unloads no model more requested than one kept, and waits at most the grace', () => {
+  const GRACE = 5;
+  const IN_FLIGHT = 3;
+  for (const seed of [1, 7, 42]) {
+    const policy = new PagingPolicy();
+    const busyUntil = new Map<string, number>();
+    const lastUse = new Map<string, number>();
+    const resident = new Set<string>();
+    let now = 0;
+    let waits = 0;
+    let hotLate = 0;
+    for (const [t, model] of zipfStream(1.1, seed, 5000).entries()) {
+      now++;
+      policy.recordUse(model);
+      if (!resident.has(model)) {
+        let waited = 0;
+        while (resident.size >= PLACES) {
+          const candidates = [...resident].map((name) => ({
+            name,
+            idle: (busyUntil.get(name) ?? 0) <= now,
+            lastUse: lastUse.get(name)!,
+          }));
+          const decision = policy.choose(candidates, waited < GRACE);
+          if (decision.evict === undefined) {
+            assert.ok(decision.wait, `seed ${seed}, request ${t}: neither an unload nor a wait`);
+            assert.ok(waited < GRACE, `seed ${seed}, request ${t}: waited past the grace with idle models`);
+            waited++;
+            waits++;
+            now++; // the requests in flight move on
+            continue;
+          }
+          const victim = decision.evict;
+          for (const c of candidates) {
+            if (c.idle && c.name !== victim) {
+              assert.ok(
+                policy.score(c.name) >= policy.score(victim),
+                `seed ${seed}, request ${t}: unloaded ${victim} (${policy.score(victim)}) kept ${c.name} ` +
+                  `(${policy.score(c.name)})`,
+              );
+            }
+          }
+          if (waited < GRACE) {
+            // Within the grace nothing colder is busy: the victim is the coldest of all candidates.
+            for (const c of candidates) assert.ok(policy.score(c.name) >= policy.score(victim) || c.idle);
+          }
+          resident.delete(victim);
+          if (t >= WARM_UP && HOTTEST.includes(victim)) hotLate++;
+        }
+        resident.add(model);
+      }
+      busyUntil.set(model, now + IN_FLIGHT);
+      lastUse.set(model, now);
+    }
+    assert.ok(waits > 0, `seed ${seed}: no load ever found a colder model busy, the grace went untested`);
+    assert.equal(hotLate, 0, `seed ${seed}: the five hottest were unloaded ${hotLate} times after warm-up`);
+  }
+});
+
 test('scores decay with traffic: a model that stops being requested gives way to the newly popular', () => {
   const policy = new PagingPolicy(1000);
   for (let i = 0; i < 100; i++) policy.recordUse('old');
