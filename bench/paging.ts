@@ -162,6 +162,8 @@ class Trace {
   readonly events: Array<[number, string]> = [];
   private timer: NodeJS.Timeout | undefined;
   private partial = '';
+  /** The base the server's pager took (its log), to compare with the bench's. */
+  serverBase: number | undefined;
   start(pid: number): void {
     this.timer = setInterval(() => {
       try {
@@ -174,7 +176,7 @@ class Trace {
   stop(): void {
     clearInterval(this.timer);
   }
-  onStdout = (text: string): void => {
+  onLog = (text: string): void => {
     const lines = (this.partial + text).split('\n');
     this.partial = lines.pop()!;
     for (const line of lines) {
@@ -182,6 +184,7 @@ class Trace {
         const o = JSON.parse(line) as Record<string, unknown>;
         const { time, msg, model, bytes, used, needed, level: _l, pid: _p, hostname: _h, ...rest } = o;
         const figures = [bytes, used, needed].map((n) => (typeof n === 'number' ? MB(n) : '-')).join('/');
+        if (msg === 'memory budget base' && typeof o.base === 'number') this.serverBase = o.base;
         const text = `${String(msg)} ${String(model ?? '')} ${figures} ${JSON.stringify(rest)}`;
         this.events.push([Date.parse(String(time)), text]);
       } catch {
@@ -197,7 +200,8 @@ class Trace {
     const over = this.samples.filter(([, r]) => r > limit);
     const near = this.samples.filter(([, r]) => r > limit - 8 * 2 ** 20);
     const out = [
-      `trace: ${this.samples.length} samples, ${over.length} above ${MB(limit)} MiB, ${near.length} within 8 MiB`,
+      `trace: ${this.samples.length} samples, ${over.length} above ${MB(limit)} MiB, ${near.length} within 8 MiB; ` +
+        `the server's base ${this.serverBase === undefined ? '?' : MB(this.serverBase)} MiB`,
     ];
     let lastShown = -Infinity;
     let shown = 0;
@@ -376,7 +380,7 @@ const notes: string[] = [];
   const s = await startNereid(
     repo,
     ['--model-control-mode=explicit', `--model-memory-budget=${budget}`, '--model-pin=warm'],
-    trace === undefined ? {} : { env: { NEREID_LOG_LEVEL: 'debug' }, onStdout: trace.onStdout },
+    trace === undefined ? {} : { env: { NEREID_LOG_LEVEL: 'debug' }, onStderr: trace.onLog },
   );
   const pid = s.proc.child.pid!;
   try {

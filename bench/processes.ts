@@ -48,7 +48,7 @@ export class Proc {
 
 /**
  * `env` adds to this process's environment; an undefined value removes a variable. `onStdout` gets its standard
- * output (otherwise discarded).
+ * output (otherwise discarded), `onStderr` its standard error (the server's log; otherwise this process's).
  */
 export function startNode(
   script: string,
@@ -56,12 +56,14 @@ export function startNode(
   env: Record<string, string | undefined> = {},
   nodeArgs: readonly string[] = [],
   onStdout?: (text: string) => void,
+  onStderr?: (text: string) => void,
 ): Proc {
   const child = spawn(process.execPath, [...nodeArgs, script, ...args], {
-    stdio: ['ignore', onStdout === undefined ? 'ignore' : 'pipe', 'inherit'],
+    stdio: ['ignore', onStdout === undefined ? 'ignore' : 'pipe', onStderr === undefined ? 'inherit' : 'pipe'],
     env: { ...process.env, NEREID_LOG_LEVEL: 'warn', ...env },
   });
   if (onStdout !== undefined) child.stdout!.on('data', (chunk: Buffer) => onStdout(chunk.toString()));
+  if (onStderr !== undefined) child.stderr!.on('data', (chunk: Buffer) => onStderr(chunk.toString()));
   return new Proc(child);
 }
 
@@ -72,6 +74,8 @@ export interface NodeLaunch {
   readonly dist?: string;
   /** Receives the server's standard output (e.g. V8's --trace-gc lines). */
   readonly onStdout?: (text: string) => void;
+  /** Receives the server's standard error (its log). */
+  readonly onStderr?: (text: string) => void;
 }
 
 export async function startNereid(
@@ -89,7 +93,7 @@ export async function startNereid(
     '--http-address=127.0.0.1',
     '--grpc-address=127.0.0.1',
     ...extra,
-  ], launch.env, launch.nodeArgs, launch.onStdout);
+  ], launch.env, launch.nodeArgs, launch.onStdout, launch.onStderr);
   await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`);
   return { proc, http, grpc, metrics };
 }

@@ -140,6 +140,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly resident = new Map<ModelVersion, number>();
   /** The largest measurement of each model version so far: a reload into memory freed earlier may measure less. */
   private readonly remembered = new Map<string, number>();
+  /** The backend and the files (times instances) of each remembered version, to compare models of a kind and size. */
+  private readonly shapes = new Map<string, { backend: string; files: number }>();
   /** Loads are measured one at a time, so two loads' growth is not mixed up. */
   private readonly measuring = new Limiter(1);
   private readonly procDir: string;
@@ -389,6 +391,21 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     return known;
   }
 
+  /**
+   * The largest figure, scaled to `files`, of a model of the same backend with files within a quarter of these. A
+   * load's figure is what the process grew by; where it reused memory an unload had just freed, it is less than the
+   * load takes where none is left, and a model of its size measured elsewhere says more.
+   */
+  private likeSized(prepared: PreparedModel, files: number): number {
+    let most = 0;
+    if (files <= 0 || prepared.backend === undefined) return most;
+    for (const [key, shape] of this.shapes) {
+      if (shape.backend !== prepared.backend.name || shape.files < files * 0.8 || shape.files > files * 1.25) continue;
+      most = Math.max(most, (this.remembered.get(key) ?? 0) * (files / shape.files));
+    }
+    return Math.round(most);
+  }
+
   /** The peak above the end of a load, guessed from its last load, else from its files as the last load measured. */
   private transientGuess(prepared: PreparedModel, files: number): number {
     let known = 0;
@@ -483,7 +500,9 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline, extra))) {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
-      if (guess <= this.budgetBytes) await this.untilResidentFits(guess + transient, protect, deadline);
+      if (guess <= this.budgetBytes) {
+        await this.untilResidentFits(Math.max(guess, this.likeSized(prepared, files)) + transient, protect, deadline);
+      }
       const peakKnown = resetPeakRss();
       const before = process.memoryUsage();
       const loaded = await load();
@@ -513,6 +532,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         const key = `${v.modelName}/${v.version}`;
         const bytes = Math.round(Math.max(own, this.remembered.get(key) ?? 0));
         this.remembered.set(key, bytes);
+        this.shapes.set(key, { backend: prepared.backend?.name ?? '', files: files / ready.length });
         costs.set(v, bytes);
         total += bytes;
       }
@@ -536,7 +556,17 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         v.touch();
       }
       this.host.logger.info(
-        { model: entry.name, bytes: total, used: this.usedBytes(), budget: this.budgetBytes },
+        {
+          model: entry.name,
+          bytes: total,
+          used: this.usedBytes(),
+          budget: this.budgetBytes,
+          rssBefore: before.rss,
+          rssAfter: after.rss,
+          rssPeak: peak,
+          guess,
+          transient,
+        },
         'model memory measured',
       );
       return loaded;
