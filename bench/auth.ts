@@ -25,7 +25,9 @@
  * Environment: BENCH_SECONDS (per setting and round, default 3),
  * BENCH_ROUNDS (per block, default 4), BENCH_BLOCKS (default 5),
  * AUTH_BENCH_KEYS (default 100), AUTH_BENCH_MODEL (plain | batched, default
- * batched: dynamic batching), AUTH_BENCH_CONCURRENCY (default 32).
+ * batched: dynamic batching), AUTH_BENCH_CONCURRENCY (default 32),
+ * AUTH_BENCH_THREADS (`--frontend-threads` of both servers; default: the
+ * server's own, 1 up to 3 cores).
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,6 +43,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 5);
 const KEYS = Number(process.env.AUTH_BENCH_KEYS ?? 100);
 const CONCURRENCY = Number(process.env.AUTH_BENCH_CONCURRENCY ?? 32);
+const THREADS = process.env.AUTH_BENCH_THREADS;
+const threadArgs = THREADS === undefined || THREADS === '' ? [] : [`--frontend-threads=${THREADS}`];
 const VARIANT = process.env.AUTH_BENCH_MODEL ?? 'batched';
 
 function fmt(n: number, digits = 0): string {
@@ -98,10 +102,10 @@ const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
 const inferUrl = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model}/infer`;
 const withHeaders = (headers: Record<string, string>) => ({ ...body, headers: { ...body.headers, ...headers } });
 const settings = [
-  { name: 'keys off', args: [] as string[], headers: {} as Record<string, string> },
+  { name: 'keys off', args: threadArgs, headers: {} as Record<string, string> },
   {
     name: `keys on (${KEYS} keys)`,
-    args: [`--auth-keys=${keysFile}`],
+    args: [...threadArgs, `--auth-keys=${keysFile}`],
     headers: { Authorization: `Bearer ${client.secret}` },
   },
 ];
@@ -175,6 +179,7 @@ const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.
 const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
 process.stdout.write(
   `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ` +
+    `frontend threads ${THREADS ?? 'default'}, ` +
     `${SECONDS}s per setting and round, ${BLOCKS} blocks (fresh servers) of ${ROUNDS} rounds, order alternating ` +
     '(medians)\n' +
     `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
