@@ -4,7 +4,11 @@
  * speaks just enough of the v2 protocol (JSON and binary bodies) that the
  * same load can be sent to it and to Nereid.
  *
- * Usage: node naive-server.js <model.onnx> <port> [--no-spin]
+ * With --refuse it answers every request at once with the 503 a full queue
+ * gets (the same status, headers and body as Nereid's, written the same way),
+ * the least node:http can do per request: the floor of a refusal's cost.
+ *
+ * Usage: node naive-server.js <model.onnx> <port> [--no-spin | --refuse]
  */
 import http from 'node:http';
 import * as ort from 'onnxruntime-node';
@@ -19,7 +23,22 @@ const session = await ort.InferenceSession.create(modelPath!, options);
 const inputName = session.inputNames[0]!;
 const outputName = session.outputNames[0]!;
 
+const REFUSAL = JSON.stringify({ error: 'Exceeds maximum queue size' });
+const REFUSAL_HEADERS = [
+  'Content-Type',
+  'application/json',
+  'Content-Length',
+  String(REFUSAL.length),
+  'Retry-After',
+  '1',
+];
+
 const server = http.createServer((req, res) => {
+  if (flag === '--refuse') {
+    res.writeHead(503, REFUSAL_HEADERS);
+    res.end(REFUSAL);
+    return;
+  }
   const chunks: Buffer[] = [];
   req.on('data', (c: Buffer) => chunks.push(c));
   req.on('end', async () => {

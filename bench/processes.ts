@@ -98,12 +98,16 @@ export async function startNereid(
   return { proc, http, grpc, metrics };
 }
 
-export async function startNaive(modelFile: string, noSpin = false): Promise<{ proc: Proc; port: number }> {
+/** `noSpin`: one intra-op thread, no spinning; 'refuse': every request gets a full queue's 503 (naive-server.ts). */
+export async function startNaive(
+  modelFile: string,
+  noSpin: boolean | 'refuse' = false,
+): Promise<{ proc: Proc; port: number }> {
   const port = await freePort();
   const proc = startNode(path.join(DIST, 'bench', 'naive-server.js'), [
     modelFile,
     String(port),
-    ...(noSpin ? ['--no-spin'] : []),
+    ...(noSpin === 'refuse' ? ['--refuse'] : noSpin ? ['--no-spin'] : []),
   ]);
   const end = Date.now() + 30000;
   while (Date.now() < end) {

@@ -6,8 +6,10 @@
  *    /proc, divided by the requests served), alternated in rounds in the same
  *    run: the tiny MLP with binary tensors on Nereid and on the naive
  *    node:http + onnxruntime wrapper; Nereid's health endpoint and a
- *    response-cache hit (Triton's "simple" add/sub model, binary). The whole
- *    process's CPU per request beside it (session threads included).
+ *    response-cache hit (Triton's "simple" add/sub model, binary); a refusal
+ *    for a full queue on Nereid and the same 503 from a bare node:http server
+ *    (the floor of a refusal's cost). The whole process's CPU per request
+ *    beside it (session threads included).
  * 2. Nereid's main-thread CPU split by stage for the infer and the cache hit,
  *    from a V8 CPU profile taken during the same load (sampled every 250 µs;
  *    each sample goes to the innermost stage on its stack; the shares are
@@ -337,6 +339,7 @@ const BASE_DIST = process.env.COST_BASE_DIST;
 const nereid = await startServe(serveArgs, []);
 const base = BASE_DIST === undefined ? undefined : await startServe(serveArgs, [], path.resolve(BASE_DIST));
 const naive = await startNaive(tiny.onnxFile);
+const floor = await startNaive(tiny.onnxFile, 'refuse');
 const targets: Target[] = [
   {
     label: 'nereid infer',
@@ -363,6 +366,8 @@ const targets: Target[] = [
     url: () => `http://127.0.0.1:${nereid.http}/v2/models/${FULL}/infer`,
     body,
   },
+  // node:http answering the same 503 at once, nothing else: what a refusal cannot cost less than.
+  { label: 'naive refusal', pid: () => floor.proc.child.pid!, url: () => `http://127.0.0.1:${floor.port}/`, body },
 ];
 if (base !== undefined) {
   targets.push(
@@ -404,6 +409,7 @@ try {
   await nereid.proc.stop();
   await base?.proc.stop();
   await naive.proc.stop();
+  await floor.proc.stop();
 }
 
 /** The profiled pass: per stage, scaled to the main thread's measured CPU over the same interval. */
@@ -499,7 +505,10 @@ process.stdout.write(
     `p50 ${paired('nereid infer', 'naive infer', (p) => p.wrk.p50us).toFixed(0)} ` +
     `µs (bar: p50 ≤ naive + 40 µs at c1)\n` +
     `cache hit - health: main thread ${f1(paired('nereid cache hit', 'nereid health', (p) => p.mainUs))} µs/req, ` +
-    `p50 ${paired('nereid cache hit', 'nereid health', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 within 30 µs)\n`,
+    `p50 ${paired('nereid cache hit', 'nereid health', (p) => p.wrk.p50us).toFixed(0)} µs (bar: p50 within 30 µs)\n` +
+    `nereid - naive (refusal, node:http's floor): main thread ` +
+    `${f1(paired('nereid refusal', 'naive refusal', (p) => p.mainUs))} µs/req, ` +
+    `process ${f1(paired('nereid refusal', 'naive refusal', (p) => p.processUs))} µs/req\n`,
 );
 if (base !== undefined) {
   process.stdout.write(
