@@ -4,8 +4,8 @@
  * load generator around it, so that it can be compared between builds on a
  * busy machine. A traced request's life is replayed through the Tracer (sample,
  * the timestamps of an HTTP request to a dynamically batched model, end) at
- * a steady 20,000 requests/s, and the CPU of the event loop and of the OTLP
- * export thread is read from /proc, per request: rate=1000 (the check on
+ * a steady 20,000 requests/s, and the CPU of the event loop and of the
+ * tracer's own thread (OTLP export, trace file writer) is read from /proc, per request: rate=1000 (the check on
  * untraced requests), rate=1 to a file (log-frequency=1000), rate=1 over
  * OTLP/HTTP to a receiver in a child process. Variants alternate, ROUNDS
  * times; medians. TRACE_PATH_BASE=<another build's dist folder> runs
@@ -23,7 +23,11 @@ import type { Tracer as TracerClass, TracerOptions } from '../src/trace/index.js
 
 /** CPU seconds of one thread, from the scheduler's ns count (the clock ticks of /proc/.../stat are 10 ms). */
 function cpuSeconds(pid: number, tid: number): number {
-  return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]) / 1e9;
+  try {
+    return Number(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').split(' ')[0]) / 1e9;
+  } catch {
+    return 0; // a thread gone
+  }
 }
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
@@ -64,9 +68,14 @@ function request(tracer: TracerClass): void {
 
 /** The threads of this process other than the main one whose name says they are worker threads. */
 function workerThreads(): number[] {
-  return readdirSync(`/proc/${process.pid}/task`)
-    .map(Number)
-    .filter((tid) => readFileSync(`/proc/${process.pid}/task/${tid}/comm`, 'utf8').trim() === 'WorkerThread');
+  const named = (tid: number): boolean => {
+    try {
+      return readFileSync(`/proc/${process.pid}/task/${tid}/comm`, 'utf8').trim() === 'WorkerThread';
+    } catch {
+      return false; // gone since the listing
+    }
+  };
+  return readdirSync(`/proc/${process.pid}/task`).map(Number).filter(named);
 }
 
 interface Point {
@@ -132,12 +141,12 @@ async function main(): Promise<void> {
   const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
   process.stdout.write(
     `\nTracing's own CPU per request (µs), ${PER_SECOND} requests/s, ${ROUNDS} rounds × ${SECONDS}s; medians\n` +
-      `${'variant'.padEnd(18)}${'build'.padEnd(7)}${'event loop'.padStart(11)}${'export thread'.padStart(15)}\n`,
+      `${'variant'.padEnd(18)}${'build'.padEnd(7)}${'event loop'.padStart(11)}${'its thread'.padStart(15)}\n`,
   );
   for (let v = 0; v < variants.length; v++) {
     for (let b = 0; b < builds.length; b++) {
       const ps = points[b]![v]!;
-      const exporter = variants[v]!.label.includes('OTLP') ? median(ps.map((p) => p.exporter)).toFixed(2) : '';
+      const exporter = variants[v]!.label.startsWith('rate=1,') ? median(ps.map((p) => p.exporter)).toFixed(2) : '';
       process.stdout.write(
         `${variants[v]!.label.padEnd(18)}${builds[b]!.label.padEnd(7)}` +
           `${median(ps.map((p) => p.main)).toFixed(2).padStart(11)}${exporter.padStart(15)}\n`,

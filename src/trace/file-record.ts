@@ -8,9 +8,7 @@
 import type { TraceStampName } from '../types/api.js';
 import type { Trace } from './trace.js';
 
-/** The hrtime of one instant early in this thread: records carry times relative to it. */
-export const BASE_HR = process.hrtime.bigint();
-const BASE_HR_NUMBER = Number(BASE_HR);
+export { BASE_HR } from './clock.js';
 
 export const STAMP_NAMES: readonly TraceStampName[] = [
   'HTTP_RECV_START',
@@ -101,14 +99,9 @@ export class RecordWriter {
     nums[at++] = tensorCount;
     for (let i = 0; i < names.length; i++) {
       nums[at++] = STAMP_CODES.get(names[i]!)!;
-      const ns = times[i]!;
-      const n = Number(ns);
-      // Exact as a double below 2^53 ns (104 days of uptime); past that, as text.
-      if (n <= Number.MAX_SAFE_INTEGER && n >= 0) nums[at++] = n - BASE_HR_NUMBER;
-      else {
-        nums[at++] = NaN;
-        nums[at++] = this.string(String(ns));
-      }
+      const rel = times[i]!;
+      nums[at++] = rel;
+      if (rel !== rel) nums[at++] = this.string(String(trace.stampNs(i))); // NaN: as text
     }
     for (let i = 0; i < tensorCount; i++) {
       nums[at++] = trace.tensorAfter![i]!;

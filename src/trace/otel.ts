@@ -15,6 +15,7 @@ import type { TraceStampName } from '../types/api.js';
 import type { RemoteContext } from './traceparent.js';
 import { contextJson } from './traceparent.js';
 import { randomHex } from './random-id.js';
+import { BASE_HR, BASE_WALL_NS, nowNs } from './clock.js';
 import type { Trace, TraceGroup, TraceGroupSink, TraceRecorder } from './trace.js';
 import {
   type DropCounts,
@@ -39,18 +40,10 @@ export interface OtelOptions {
   bspMaxExportBatchSize: number;
 }
 
-/**
- * hrtime (ns) → wall-clock time, from one reading of both clocks: spans keep the monotonic clock's durations.
- * Records carry times relative to that reading, exact integers in a double (for 104 days).
- */
-const BASE_HR = process.hrtime.bigint();
-const BASE_HR_NUMBER = Number(BASE_HR);
-const BASE_WALL_NS = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
-
-function relTime(ns: bigint): number {
-  // Without a BigInt subtraction while the clock is below 2^53 ns (104 days of uptime), exact either way.
-  const n = Number(ns);
-  return n <= Number.MAX_SAFE_INTEGER ? n - BASE_HR_NUMBER : Number(ns - BASE_HR);
+/** A time past a double's integers since BASE_HR (a process up for 104 days): near enough for a span. */
+function relTime(trace: Trace, i: number): number {
+  const rel = trace.stampTimes[i]!;
+  return rel === rel ? rel : Number(trace.stampNs(i) - BASE_HR);
 }
 
 
@@ -59,7 +52,8 @@ interface RootSpan {
   traceId: string | undefined;
   spanId: string | undefined;
   readonly remote: RemoteContext | undefined;
-  readonly start: bigint;
+  /** ns since BASE_HR. */
+  readonly start: number;
 }
 
 /**
@@ -123,6 +117,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   private nextSync = 1;
   private closed: Promise<void> | undefined;
   private onClosed: (() => void) | undefined;
+  private exited = false;
 
   constructor(
     private readonly options: OtelOptions,
@@ -140,6 +135,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     this.worker.on('message', (msg: FromExportThread) => this.onMessage(msg));
     this.worker.on('error', (err: unknown) => this.logger?.error({ err }, 'the trace export thread failed'));
     this.worker.on('exit', () => {
+      this.exited = true;
       for (const resolve of this.syncs.values()) resolve(this.counts());
       this.syncs.clear();
       this.onClosed?.();
@@ -180,7 +176,8 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   /** The drop counts once the export thread has taken every span finished so far. */
   droppedNow(): Promise<DropCounts> {
     this.flush();
-    if (this.closed !== undefined) return Promise.resolve(this.counts());
+    // A thread gone (closed, or failed) answers nothing: what is known.
+    if (this.closed !== undefined || this.exited) return Promise.resolve(this.counts());
     const id = this.nextSync++;
     return new Promise((resolve) => {
       this.syncs.set(id, resolve);
@@ -193,7 +190,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       traceId: remote?.traceId,
       spanId: undefined,
       remote,
-      start: process.hrtime.bigint(),
+      start: nowNs(),
     } satisfies RootSpan;
   }
 
@@ -269,7 +266,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     this.reserve(16 + stamps * 15);
     const nums = this.nums;
     let at = this.at;
-    const end = relTime(process.hrtime.bigint());
+    const end = nowNs();
     const remote = root.remote;
     nums[at++] = count;
     nums[at++] = root.traceId === undefined ? NONE : this.string(root.traceId);
@@ -280,7 +277,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     nums[at++] = SPAN_ROOT;
     nums[at++] = root.spanId === undefined ? NONE : this.string(root.spanId);
     nums[at++] = NONE;
-    nums[at++] = relTime(root.start);
+    nums[at++] = root.start;
     nums[at++] = end;
     // Each trace's spans, replaying its stamps as they came: a span per REQUEST_START (the model's) and
     // COMPUTE_START, each stamp an event of the innermost open span; a span's end is filled in when it closes.
@@ -289,7 +286,6 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     const openEnd = this.openEnd;
     for (const trace of group.traces) {
       const names = trace.stampNames;
-      const times = trace.stampTimes;
       const spans = trace.spans as TraceSpans | undefined;
       if (spans !== undefined) spans.first = index;
       let ordinal = 0;
@@ -297,7 +293,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       for (let i = 0; i < names.length; i++) {
         const name = names[i]!;
         const code = STAMP_CODES.get(name)!;
-        const time = relTime(times[i]!);
+        const time = relTime(trace, i);
         let span = 0; // the root's, for a frontend stamp
         if (!isFrontendStamp(name)) {
           if (spans === undefined) continue;

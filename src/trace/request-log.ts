@@ -38,7 +38,7 @@ export class RequestLog {
     const us = (from: TraceStampName, to: TraceStampName): number | undefined => {
       const a = root.stampOf(from);
       const b = root.stampOf(to);
-      return a === undefined || b === undefined ? undefined : Number(b - a) / 1000;
+      return a === undefined || b === undefined ? undefined : (b - a) / 1000;
     };
     const start = entry.protocol === 'grpc' ? 'GRPC_WAITREAD_START' : 'HTTP_RECV_START';
     const end = entry.protocol === 'grpc' ? 'GRPC_SEND_END' : 'HTTP_SEND_END';
@@ -56,7 +56,7 @@ export class RequestLog {
       bytes_out: entry.bytesOut,
       queue_us: round(us('QUEUE_START', 'COMPUTE_START')),
       compute_us: round(us('COMPUTE_START', 'COMPUTE_END')),
-      total_us: first === undefined || last === undefined ? undefined : round(Number(last - first) / 1000),
+      total_us: first === undefined || last === undefined ? undefined : round((last - first) / 1000),
     };
     if (traceId !== undefined) line.trace_id = traceId;
     this.logger.info(line, 'request');

@@ -11,6 +11,7 @@ import type { ActiveSetting } from './settings.js';
 import type { RequestLogEntry } from './request-log.js';
 
 import { LEVEL_TENSORS, LEVEL_TIMESTAMPS } from './settings.js';
+import { absNs, nowNs, relNs } from './clock.js';
 
 /** Live hooks a sink may take while traces run (OpenTelemetry: which spans are open as the stamps come). */
 export interface TraceRecorder {
@@ -27,6 +28,13 @@ export interface TraceGroupSink {
 }
 
 let nextTraceId = 1;
+
+/** An empty array whose elements are doubles from the start (no change of its kind at the first push). */
+function doubles(): number[] {
+  const a = [0.5];
+  a.pop();
+  return a;
+}
 
 /** The traces of one client request: the frontend's root and those spawned from it. */
 export class TraceGroup {
@@ -74,9 +82,13 @@ export class Trace implements RequestTrace {
   modelName = '';
   modelVersion = '';
   requestId = '';
-  /** The timestamps in the order recorded: names and hrtime ns side by side (no object per stamp). */
+  /**
+   * The timestamps in the order recorded: names and times side by side (no object per stamp), a time as ns since
+   * BASE_HR (clock.ts); NaN for one that is not an exact double there, kept in `bigTimes`.
+   */
   readonly stampNames: TraceStampName[] = [];
-  readonly stampTimes: bigint[] = [];
+  readonly stampTimes: number[] = doubles();
+  bigTimes: Map<number, bigint> | undefined = undefined;
   /** TENSORS level: each tensor's entry text, and how many stamps came before it. */
   tensorEntries: string[] | undefined = undefined;
   tensorAfter: number[] | undefined = undefined;
@@ -104,15 +116,23 @@ export class Trace implements RequestTrace {
     this.requestId = requestId;
   }
 
-  stamp(name: TraceStampName, ns: bigint = process.hrtime.bigint()): void {
+  stamp(name: TraceStampName, ns?: bigint): void {
     if (this.group.done || (this.group.level & LEVEL_TIMESTAMPS) === 0) return;
+    let rel: number;
+    if (ns === undefined) rel = nowNs();
+    else if ((rel = relNs(ns)) !== rel) (this.bigTimes ??= new Map()).set(this.stampTimes.length, ns); // NaN
     this.stampNames.push(name);
-    this.stampTimes.push(ns);
+    this.stampTimes.push(rel);
     this.group.recorder?.stamped(this, name);
   }
 
-  /** The first time `name` was stamped, or undefined. */
-  stampOf(name: TraceStampName): bigint | undefined {
+  /** The i-th timestamp as hrtime ns. */
+  stampNs(i: number): bigint {
+    return this.bigTimes?.get(i) ?? absNs(this.stampTimes[i]!);
+  }
+
+  /** The first time `name` was stamped (ns since BASE_HR), or undefined. */
+  stampOf(name: TraceStampName): number | undefined {
     const i = this.stampNames.indexOf(name);
     return i < 0 ? undefined : this.stampTimes[i];
   }

@@ -32,7 +32,7 @@ function expectedEntries(trace: Trace): string[] {
   const tensors = trace.tensorEntries ?? [];
   for (let i = 0; i < trace.stampNames.length; i++) {
     for (; t < tensors.length && trace.tensorAfter![t] === i; t++) out.push(tensors[t]!);
-    out.push(`{"id":${trace.id},"timestamps":[{"name":"${trace.stampNames[i]}","ns":${trace.stampTimes[i]}}]}`);
+    out.push(`{"id":${trace.id},"timestamps":[{"name":"${trace.stampNames[i]}","ns":${trace.stampNs(i)}}]}`);
   }
   for (; t < tensors.length; t++) out.push(tensors[t]!);
   return out;
