@@ -76,6 +76,9 @@ async function close(file: string): Promise<void> {
 }
 
 port.on('message', (msg: ToFileWriter) => {
-  if (msg.t === 'batch') take(msg);
+  if (msg.t === 'batch') {
+    take(msg);
+    port.postMessage({ t: 'spare', nums: msg.nums } satisfies FromFileWriter, [msg.nums.buffer]);
+  }
   else void close(msg.file);
 });
