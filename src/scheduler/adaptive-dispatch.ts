@@ -11,6 +11,14 @@ const RATE_SAMPLES = 32;
 const RATE_WINDOW_NS = 1e9;
 /** How long one period of the in-system high-water mark lasts. */
 export const CONCURRENCY_PERIOD_NS = 10e6;
+/**
+ * The rate's prediction may send a batch early only while the batches have
+ * been smaller than this (expectedBatch): at higher load the delay is what
+ * fills them, and a pause inside a closed loop's wave would split it.
+ */
+export const SMALL_BATCH = 4;
+/** Weight of the newest batch in expectedBatch. */
+const BATCH_WEIGHT = 1 / 8;
 
 export class AdaptiveDispatch {
   /** Arrival instants, ns after `origin`, in a ring. */
@@ -23,6 +31,8 @@ export class AdaptiveDispatch {
   private periodMax = 0;
   private previousMax = 0;
   private readonly gaps = new Float64Array(RATE_SAMPLES - 1);
+  /** Recent batch sizes (requests), exponentially weighted; 1 after a period without arrivals. */
+  private expected = 1;
 
   constructor(originNs: bigint) {
     this.origin = originNs;
@@ -31,10 +41,22 @@ export class AdaptiveDispatch {
   /** A request arrived at `nowNs`; `inSystem` counts the requests queued or executing, it included. */
   arrived(nowNs: bigint, inSystem: number): void {
     const t = Number(nowNs - this.origin);
+    // Nobody came for a whole period: the load is light again, whatever the batches were.
+    if (this.arrivalCount > 0 && t - this.arrivals[this.newest]! >= CONCURRENCY_PERIOD_NS) this.expected = 1;
     this.newest = (this.newest + 1) % RATE_SAMPLES;
     this.arrivals[this.newest] = t;
     if (this.arrivalCount < RATE_SAMPLES) this.arrivalCount += 1;
     this.observe(t, inSystem);
+  }
+
+  /** A batch of `requests` left for an instance, for whatever reason. */
+  sent(requests: number): void {
+    this.expected += (requests - this.expected) * BATCH_WEIGHT;
+  }
+
+  /** The recent batches' size, exponentially weighted (1 at the start and after a quiet period). */
+  get expectedBatch(): number {
+    return this.expected;
   }
 
   /**
@@ -47,6 +69,8 @@ export class AdaptiveDispatch {
     const now = Number(nowNs - this.origin);
     this.observe(now, inSystem);
     if (this.allHere(inSystem)) return 0n;
+    // High load: wait as configured (a closed loop's full wave still goes at once, above).
+    if (this.expected >= SMALL_BATCH) return deadlineNs;
     const deadline = Number(deadlineNs - this.origin);
     const gap = this.typicalGap(now);
     const last = this.arrivalCount > 0 ? this.arrivals[this.newest]! : now;

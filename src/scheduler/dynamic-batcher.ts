@@ -441,6 +441,7 @@ export class DynamicBatcher implements Scheduler {
       }
       if (!this.chosenSizes.has(f.markCount === count ? f.markSize : f.size)) count = this.spread(count);
       this.dispatched[REASON_INDEX[reason]]! += 1;
+      this.adaptive?.sent(count);
       this.dispatch(queue.take(count));
       now = this.clock.now();
     }

@@ -276,3 +276,47 @@ test('closed loop at concurrency 32 with answers spread wider than the delay: ad
   const ratio = done.get('adaptive')! / done.get('fixed')!;
   assert.ok(ratio >= 1, `adaptive/fixed requests served: ${ratio.toFixed(3)} (${[...done]}; batches ${[...batches]})`);
 });
+
+test('closed loop at concurrency 32 with a pause inside each wave: adaptive does not split the wave', async () => {
+  // Half the answers come back within 25 µs, the other half 60 µs later: the pause is longer than the
+  // delay left, so the arrival rate alone would predict nothing more and send the first half.
+  const rtt = (c: number) => (c < 16 ? 10 + c : 70 + c);
+  const runs = new Map<string, Simulation>();
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY });
+    sim.closedLoop(32, rtt);
+    await sim.run(60_000);
+    runs.set(policy, sim);
+  }
+  const adaptive = runs.get('adaptive')!;
+  const fixed = runs.get('fixed')!;
+  // The batches are large, so the rate's prediction is not used: every wave goes whole, and once a period has
+  // shown all 32 in the system, the moment its last request arrives.
+  const steady = adaptive.batchesAfter(25_000);
+  assert.ok(steady.length > 50, `${steady.length} batches`);
+  for (const b of steady) {
+    assert.equal(b.ids.length, 32);
+    assert.equal(b.reason, 'adaptive');
+    assert.equal(adaptive.lastWaitUs(b), 0);
+  }
+  assert.ok(adaptive.batcher.batching.dispatched[2]! > 0);
+  for (const b of fixed.batchesAfter(25_000)) assert.equal(b.ids.length, 32);
+  assert.ok(adaptive.doneUs.size >= fixed.doneUs.size, `served ${adaptive.doneUs.size} vs ${fixed.doneUs.size}`);
+});
+
+test('expected batch: the rate rule is used at light load only, and again after a quiet period', async () => {
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY });
+  // Dense bursts of 16 every 300 µs: batches are large, so a lone request right after one waits its delay...
+  for (let k = 0; k < 20; k++) for (let i = 0; i < 16; i++) sim.at(k * 300 + i, () => sim.send(`b${k}-${i}`));
+  sim.at(6_000 + 200, () => sim.send('soon'));
+  // ...while one after a whole quiet period (10 ms) is light load again and goes before it.
+  sim.at(50_000, () => sim.send('later'));
+  await sim.run(60_000);
+  const soon = sim.batches.find((b) => b.ids.includes('soon'))!;
+  assert.deepEqual(soon.ids, ['soon']);
+  assert.equal(soon.reason, 'delay');
+  assert.equal(sim.oldestWaitUs(soon), DELAY);
+  const later = sim.batches.find((b) => b.ids.includes('later'))!;
+  assert.equal(later.reason, 'adaptive');
+  assert.ok(sim.oldestWaitUs(later) < DELAY, `waited ${sim.oldestWaitUs(later)} µs`);
+});

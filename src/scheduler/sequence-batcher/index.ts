@@ -485,6 +485,7 @@ export class SequenceBatcher implements Scheduler {
       }
     }
     this.dispatched[REASON_INDEX[reason]]! += 1;
+    this.adaptive?.sent(batch.length);
     this.run(lane, batch);
   }
 
