@@ -31,8 +31,8 @@
  *     (the session thread has the inputs), less the delay.
  *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (rounds of
- * (a) and (b), default 2), BENCH_MODELS (e.g. "tiny"), ADAPTIVE_OVERLOAD_ONLY=1
- * ((d) alone).
+ * (a) and (b), default 2), BENCH_MODELS (e.g. "tiny"), BENCH_PARTS (the
+ * parts to run, e.g. "ab"; default all), ADAPTIVE_OVERLOAD_ONLY=1 ((d) alone).
  */
 import { spawn } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
@@ -59,6 +59,7 @@ const LOADS = [0.3, 0.6, 0.9];
 const OVERLOAD = 2;
 /** ADAPTIVE_OVERLOAD_ONLY=1: (d) alone. */
 const OVERLOAD_ONLY = process.env['ADAPTIVE_OVERLOAD_ONLY'] === '1';
+const PARTS = process.env['BENCH_PARTS'] ?? 'abcde';
 
 type Variant = 'adaptive' | 'fixed' | 'unbatched';
 
@@ -186,6 +187,14 @@ function openLoop(
   });
 }
 
+/** A model's inference and execution counts so far (its statistics). */
+async function counts(port: number, model: string): Promise<{ requests: number; batches: number }> {
+  const res = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`);
+  const body = (await res.json()) as { model_stats: Array<{ inference_count: number; execution_count: number }> };
+  const s = body.model_stats[0]!;
+  return { requests: Number(s.inference_count), batches: Number(s.execution_count) };
+}
+
 /** Flips the order every round. */
 function order<T>(xs: readonly T[], round: number): T[] {
   return round % 2 === 0 ? [...xs] : [...xs].reverse();
@@ -236,21 +245,31 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       const note = (key: string, value: number) => closed.set(key, [...(closed.get(key) ?? []), value]);
       for (let round = 0; round < ROUNDS; round++) {
         for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], round)) {
+          if (!PARTS.includes('a')) break;
           const r = await runWrk(url(v), body, 1, SECONDS);
           note(`c1 ${v} p50`, r.p50us);
           note(`c1 ${v} p99`, r.p99us);
           note(`c1 ${v} rps`, r.requestsPerSec);
         }
         for (const c of [8, 32]) {
+          if (!PARTS.includes('b')) break;
           for (const v of order<Variant>(['adaptive', 'fixed'], round)) {
+            const before = await counts(server.http, modelName(m, v));
             const r = await runWrk(url(v), body, c, SECONDS);
+            const after = await counts(server.http, modelName(m, v));
             note(`c${c} ${v} rps`, r.requestsPerSec);
             note(`c${c} ${v} p50`, r.p50us);
             note(`c${c} ${v} p99`, r.p99us);
+            note(`c${c} ${v} batch`, (after.requests - before.requests) / (after.batches - before.batches));
           }
+          const ratios = closed.get(`c${c} adaptive rps`)!;
+          const fixed = closed.get(`c${c} fixed rps`)!;
+          note(`c${c} ratio`, ratios[round]! / fixed[round]!);
         }
       }
       const med = (key: string) => median(closed.get(key) ?? []);
+      const range = (key: string) => (closed.get(key) ?? []).map((x) => fmt(x, 2)).join(' ');
+      if (PARTS.includes('a')) {
       printTable(
         `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds, medians)`,
         ['variant', 'req/s', 'p50us', 'p99us', 'Δp50 vs unbatched'],
@@ -265,26 +284,38 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       const gap = med('c1 adaptive p50') - med('c1 unbatched p50');
       const verdict = gap <= 20 ? 'met' : 'NOT met';
       process.stdout.write(`(a) adaptive p50 − unbatched p50 = ${fmt(gap, 1)} µs (bar ≤ 20): ${verdict}\n`);
-      printTable(
-        `${m.label}: closed loops (wrk, binary), adaptive against fixed`,
-        ['conc', 'adaptive/s', 'p50us', 'p99us', 'fixed/s', 'p50us', 'p99us', 'adaptive/fixed'],
-        [8, 32].map((c) => [
-          String(c),
-          fmt(med(`c${c} adaptive rps`)),
-          fmt(med(`c${c} adaptive p50`)),
-          fmt(med(`c${c} adaptive p99`)),
-          fmt(med(`c${c} fixed rps`)),
-          fmt(med(`c${c} fixed p50`)),
-          fmt(med(`c${c} fixed p99`)),
-          fmt(med(`c${c} adaptive rps`) / med(`c${c} fixed rps`), 3),
-        ]),
-      );
-      process.stdout.write('(b) bar: adaptive/fixed ≥ 0.97 at concurrency 8 and 32\n');
+      }
+      if (PARTS.includes('b')) {
+        printTable(
+          `${m.label}: closed loops (wrk, binary), adaptive against fixed; requests per batch (statistics)`,
+          ['conc', 'adaptive/s', 'p50us', 'p99us', 'batch', 'fixed/s', 'p50us', 'p99us', 'batch', 'adaptive/fixed'],
+          [8, 32].map((c) => [
+            String(c),
+            fmt(med(`c${c} adaptive rps`)),
+            fmt(med(`c${c} adaptive p50`)),
+            fmt(med(`c${c} adaptive p99`)),
+            fmt(med(`c${c} adaptive batch`), 1),
+            fmt(med(`c${c} fixed rps`)),
+            fmt(med(`c${c} fixed p50`)),
+            fmt(med(`c${c} fixed p99`)),
+            fmt(med(`c${c} fixed batch`), 1),
+            fmt(med(`c${c} adaptive rps`) / med(`c${c} fixed rps`), 3),
+          ]),
+        );
+        for (const c of [8, 32]) process.stdout.write(`c${c} adaptive/fixed by round: ${range(`c${c} ratio`)}\n`);
+        process.stdout.write('(b) bar: adaptive/fixed ≥ 0.97 at concurrency 8 and 32\n');
+      }
+      if (!PARTS.includes('c') && !PARTS.includes('d')) continue;
 
       // (c) open-loop Poisson at shares of capacity.
-      const capacity = Math.max(med('c32 adaptive rps'), med('c32 fixed rps'));
+      let capacity = Math.max(med('c32 adaptive rps'), med('c32 fixed rps'));
+      if (!Number.isFinite(capacity) && PARTS.includes('c')) {
+        const r = await runWrk(url('fixed'), body, 32, SECONDS);
+        capacity = r.requestsPerSec;
+      }
       const rows: string[][] = [];
       for (const [i, load] of LOADS.entries()) {
+        if (!PARTS.includes('c')) break;
         const rate = Math.round(capacity * load);
         const point = new Map<Variant, OpenLoopResult>();
         for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], i))
@@ -297,13 +328,14 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         row.push(fmt(point.get('adaptive')!.okP50us / point.get('fixed')!.okP50us, 2));
         rows.push(row);
       }
+      if (PARTS.includes('c'))
       printTable(
         `${m.label}: open-loop Poisson arrivals, capacity ${fmt(capacity)} req/s (c32, better policy)`,
         ['load', 'req/s', 'adapt p50', 'p99', 'fixed p50', 'p99', 'unbat p50', 'p99', 'p50 a/f'],
         rows,
       );
 
-      await overloadPoint(server.http, m, body);
+      if (PARTS.includes('d')) await overloadPoint(server.http, m, body);
     }
   } finally {
     await server.proc.stop();
@@ -448,5 +480,5 @@ async function batcherCost(models: readonly BenchModel[], repo: string): Promise
 const only = process.env.BENCH_MODELS?.split(',');
 const models = (await buildBenchModels()).filter((m) => !only || only.some((o) => m.plainName.includes(o)));
 const repo = await writeRepository(models);
-if (!OVERLOAD_ONLY) await batcherCost(models, repo);
-await policies(models, repo);
+if (!OVERLOAD_ONLY && PARTS.includes('e')) await batcherCost(models, repo);
+if (OVERLOAD_ONLY || /[abcd]/.test(PARTS)) await policies(models, repo);
