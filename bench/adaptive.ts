@@ -187,12 +187,23 @@ function openLoop(
   });
 }
 
-/** A model's inference and execution counts so far (its statistics). */
-async function counts(port: number, model: string): Promise<{ requests: number; batches: number }> {
-  const res = await fetch(`http://127.0.0.1:${port}/v2/models/${model}/stats`);
+interface Counts {
+  requests: number;
+  batches: number;
+  /** Batches sent early by the adaptive rule (nereid_batches_total{reason="adaptive"}). */
+  early: number;
+}
+
+/** A model's inference and execution counts so far (its statistics), and its early batches (metrics). */
+async function counts(server: { http: number; metrics: number }, model: string): Promise<Counts> {
+  const res = await fetch(`http://127.0.0.1:${server.http}/v2/models/${model}/stats`);
   const body = (await res.json()) as { model_stats: Array<{ inference_count: number; execution_count: number }> };
   const s = body.model_stats[0]!;
-  return { requests: Number(s.inference_count), batches: Number(s.execution_count) };
+  const text = await (await fetch(`http://127.0.0.1:${server.metrics}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith('nereid_batches_total{') &&
+    l.includes(`model="${model}"`) && l.includes('reason="adaptive"'));
+  const early = line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+  return { requests: Number(s.inference_count), batches: Number(s.execution_count), early };
 }
 
 /** Flips the order every round. */
@@ -254,13 +265,14 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         for (const c of [8, 32]) {
           if (!PARTS.includes('b')) break;
           for (const v of order<Variant>(['adaptive', 'fixed'], round)) {
-            const before = await counts(server.http, modelName(m, v));
+            const before = await counts(server, modelName(m, v));
             const r = await runWrk(url(v), body, c, SECONDS);
-            const after = await counts(server.http, modelName(m, v));
+            const after = await counts(server, modelName(m, v));
             note(`c${c} ${v} rps`, r.requestsPerSec);
             note(`c${c} ${v} p50`, r.p50us);
             note(`c${c} ${v} p99`, r.p99us);
             note(`c${c} ${v} batch`, (after.requests - before.requests) / (after.batches - before.batches));
+            note(`c${c} ${v} early`, (100 * (after.early - before.early)) / (after.batches - before.batches));
           }
           const ratios = closed.get(`c${c} adaptive rps`)!;
           const fixed = closed.get(`c${c} fixed rps`)!;
@@ -302,7 +314,13 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
             fmt(med(`c${c} adaptive rps`) / med(`c${c} fixed rps`), 3),
           ]),
         );
-        for (const c of [8, 32]) process.stdout.write(`c${c} adaptive/fixed by round: ${range(`c${c} ratio`)}\n`);
+        for (const c of [8, 32]) {
+          process.stdout.write(
+            `c${c} by round: adaptive/fixed ${range(`c${c} ratio`)}; requests per batch, adaptive ` +
+            `${range(`c${c} adaptive batch`)}, fixed ${range(`c${c} fixed batch`)}; ` +
+            `% of adaptive's batches sent early ${range(`c${c} adaptive early`)}\n`,
+          );
+        }
         process.stdout.write('(b) bar: adaptive/fixed ≥ 0.97 at concurrency 8 and 32\n');
       }
       if (!PARTS.includes('c') && !PARTS.includes('d')) continue;

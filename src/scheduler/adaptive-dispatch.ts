@@ -38,15 +38,22 @@ export class AdaptiveDispatch {
     this.origin = originNs;
   }
 
-  /** A request arrived at `nowNs`; `inSystem` counts the requests queued or executing, it included. */
-  arrived(nowNs: bigint, inSystem: number): void {
+  /**
+   * A request arrived at `nowNs`; `inSystem` counts the requests queued or
+   * executing, it included. `answered` counts those answered earlier in the
+   * same event-loop turn: their clients cannot have sent again yet, so they
+   * count towards the high-water mark (a batch that ran and was answered
+   * within the turn would otherwise hide them, and the mark could never
+   * grow past the batches sent at it).
+   */
+  arrived(nowNs: bigint, inSystem: number, answered = 0): void {
     const t = Number(nowNs - this.origin);
     // Nobody came for a whole period: the load is light again, whatever the batches were.
     if (this.arrivalCount > 0 && t - this.arrivals[this.newest]! >= CONCURRENCY_PERIOD_NS) this.expected = 1;
     this.newest = (this.newest + 1) % RATE_SAMPLES;
     this.arrivals[this.newest] = t;
     if (this.arrivalCount < RATE_SAMPLES) this.arrivalCount += 1;
-    this.observe(t, inSystem);
+    this.observe(t, inSystem + answered);
   }
 
   /** A batch of `requests` left for an instance, for whatever reason. */

@@ -241,6 +241,12 @@ export class DynamicBatcher implements Scheduler {
   private readonly coalesce: boolean;
   private readonly scheduleSoon: () => void;
   private soon: NodeJS.Immediate | undefined;
+  /**
+   * Under the adaptive policy: requests answered in this event-loop turn
+   * before its end (AdaptiveDispatch.arrived), and whether the turn's end is running.
+   */
+  private answered = 0;
+  private turnEnding = false;
   private executing = 0;
   private drainWaiters: Array<() => void> = [];
   private scheduling = false;
@@ -308,7 +314,13 @@ export class DynamicBatcher implements Scheduler {
     this.coalesce = options.coalesceArrivals === true;
     this.scheduleSoon = () => {
       this.soon = undefined;
-      this.schedule();
+      this.answered = 0;
+      this.turnEnding = true;
+      try {
+        this.schedule();
+      } finally {
+        this.turnEnding = false;
+      }
     };
   }
 
@@ -354,7 +366,7 @@ export class DynamicBatcher implements Scheduler {
       return;
     }
     const inSystem = this.queue.size + this.executing;
-    this.adaptive?.arrived(now, inSystem);
+    this.adaptive?.arrived(now, inSystem, this.answered);
     // Batches form at the end of the current event-loop turn, so requests that
     // arrived together (one poll of the sockets) go together even with no
     // queue delay; dispatching on each arrival would send a batch of 1 to every
@@ -533,6 +545,11 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);
+    if (this.adaptive !== undefined && !this.turnEnding) {
+      // Counted as with us until the turn ends (the batcher's immediate, scheduled here if need be).
+      this.answered += execution.requestCount;
+      this.soon ??= setImmediate(this.scheduleSoon);
+    }
     const tuner = this.tuner;
     if (tuner !== undefined) {
       const now = this.clock.now();

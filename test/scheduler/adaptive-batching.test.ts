@@ -320,3 +320,22 @@ test('expected batch: the rate rule is used at light load only, and again after 
   assert.equal(later.reason, 'adaptive');
   assert.ok(sim.oldestWaitUs(later) < DELAY, `waited ${sim.oldestWaitUs(later)} µs`);
 });
+
+test('closed loop at c32 after c8, batches run within the turn: the high-water mark grows to 32', async () => {
+  // Batches that run and are answered within the turn (inline runs) leave the system before the rest of the
+  // turn's arrivals; counting them until the turn ends lets the high-water mark of 8 grow to 32, instead of
+  // every wave of 32 going in batches of 8 the moment 8 are queued.
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY, inline: true });
+  sim.closedLoop(8, () => 20, 'a', 0, 20_000);
+  sim.closedLoop(32, () => 20, 'b', 25_000);
+  await sim.run(60_000);
+  const first = sim.batchesAfter(25_000)[0]!;
+  assert.equal(first.ids.length, 8, 'the first wave meets the mark of the loop of 8');
+  const steady = sim.batchesAfter(50_000);
+  assert.ok(steady.length > 50, `${steady.length} batches`);
+  for (const b of steady) {
+    assert.equal(b.ids.length, 32);
+    assert.equal(b.reason, 'adaptive');
+    assert.equal(sim.lastWaitUs(b), 0);
+  }
+});

@@ -73,11 +73,12 @@ interface SimEvent {
   readonly run: () => void;
 }
 
-/** One instance that runs one batch at a time, each for cost(n) µs. */
+/** One instance that runs one batch at a time, each for cost(n) µs (inline: at once, within the turn). */
 class SimInstance implements BackendInstance {
   constructor(private readonly sim: Simulation) {}
   execute(requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
     this.sim.recordBatch(requests.map((r) => r.id));
+    if (this.sim.inline) return Promise.resolve(requests.map(() => ({ outputs: [] })));
     return new Promise((resolve) => {
       this.sim.after(this.sim.costUs(requests.length), () => resolve(requests.map(() => ({ outputs: [] }))));
     });
@@ -96,6 +97,12 @@ export interface SimOptions {
   instances?: number;
   targetP99Ms?: number;
   logger?: { warn(obj: object, msg: string): void };
+  /**
+   * Batches run on the event loop (as small models' inline runs do): answered
+   * before the next event of the same instant, which each is one socket's
+   * callback of one turn (microtasks run between them).
+   */
+  inline?: boolean;
 }
 
 export class Simulation {
@@ -106,6 +113,7 @@ export class Simulation {
   readonly arrivedUs = new Map<string, number>();
   readonly doneUs = new Map<string, number>();
   readonly costUs: (n: number) => number;
+  readonly inline: boolean;
   private readonly events: SimEvent[] = [];
   private seq = 0;
   private lastCounts = [0, 0, 0, 0];
@@ -113,6 +121,7 @@ export class Simulation {
 
   constructor(opts: SimOptions) {
     this.costUs = opts.costUs ?? ((n) => 20 + 2 * n);
+    this.inline = opts.inline === true;
     const maxBatchSize = opts.maxBatchSize ?? 64;
     const batching: ModelDynamicBatching = create(ModelDynamicBatchingSchema, {
       maxQueueDelayMicroseconds: BigInt(opts.delayUs),
@@ -167,14 +176,18 @@ export class Simulation {
     this.batcher.enqueue(item);
   }
 
-  /** `clients` closed loops: each sends, waits for its answer, then sends again after its own round trip. */
-  closedLoop(clients: number, rttUs: (client: number) => number, prefix = 'c'): void {
+  /**
+   * `clients` closed loops: each sends, waits for its answer, then sends again after its own round trip;
+   * from `fromUs` (plus the round trip) and, with `untilUs`, no new request after it.
+   */
+  closedLoop(clients: number, rttUs: (client: number) => number, prefix = 'c', fromUs = 0, untilUs = Infinity): void {
     for (let c = 0; c < clients; c++) {
       let n = 0;
       const next = (): void => {
+        if (this.nowUs >= untilUs) return;
         this.send(`${prefix}${c}-${n++}`, { onDone: () => this.after(rttUs(c), next) });
       };
-      this.at(rttUs(c), next);
+      this.at(fromUs + rttUs(c), next);
     }
   }
 
@@ -209,7 +222,10 @@ export class Simulation {
       this.clock.t = next;
       const due = this.events.filter((e) => e.at === next).sort((a, b) => a.seq - b.seq);
       for (const e of due) this.events.splice(this.events.indexOf(e), 1);
-      for (const e of due) e.run();
+      for (const e of due) {
+        e.run();
+        if (this.inline) for (let k = 0; k < 20; k++) await Promise.resolve();
+      }
       this.clock.fireDue();
       // The turn ends: microtasks, then the batcher's end-of-turn formation.
       await new Promise((r) => setImmediate(r));
