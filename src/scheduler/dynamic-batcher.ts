@@ -118,6 +118,8 @@ class OrderedRequest extends ScheduledRequest {
 class Execution {
   /** Set while the batch waits behind the instance's running one and its requests count against the queue bound. */
   held: ScheduledRequest[] | undefined = undefined;
+  /** Sent from the end of an event-loop turn (not within an arrival or a completion). */
+  atTurnEnd = false;
   constructor(
     readonly batcher: DynamicBatcher,
     readonly instance: ModelInstance,
@@ -243,7 +245,10 @@ export class DynamicBatcher implements Scheduler {
   private soon: NodeJS.Immediate | undefined;
   /**
    * Under the adaptive policy: requests answered in this event-loop turn
-   * before its end (AdaptiveDispatch.arrived), and whether the turn's end is running.
+   * before its end (AdaptiveDispatch.arrived), and whether the turn's end is
+   * running. A batch sent from the turn's end and run inline is answered in
+   * its microtasks, after the turn's arrivals: not counted, or the next
+   * turn's would count its clients twice.
    */
   private answered = 0;
   private turnEnding = false;
@@ -299,7 +304,8 @@ export class DynamicBatcher implements Scheduler {
       for (let k = instances.length - 1; k >= 0; k--) if (slotsOf(instances[k]!) > level) this.free.push(instances[k]!);
     }
     this.clock = options.clock ?? hrtimeClock;
-    this.waker = this.clock.wake(() => this.schedule());
+    // The waker fires at a turn's end (an immediate) or its start (a timer): not within an arrival.
+    this.waker = this.clock.wake(() => this.turnEnd());
     if (options.policy === 'adaptive') this.adaptive = new AdaptiveDispatch(this.clock.now());
     if (options.targetP99Ms !== undefined) {
       const logger = options.logger;
@@ -314,13 +320,7 @@ export class DynamicBatcher implements Scheduler {
     this.coalesce = options.coalesceArrivals === true;
     this.scheduleSoon = () => {
       this.soon = undefined;
-      this.answered = 0;
-      this.turnEnding = true;
-      try {
-        this.schedule();
-      } finally {
-        this.turnEnding = false;
-      }
+      this.turnEnd();
     };
   }
 
@@ -382,6 +382,17 @@ export class DynamicBatcher implements Scheduler {
     )
       this.schedule();
     else if (this.soon === undefined) this.soon = setImmediate(this.scheduleSoon);
+  }
+
+  /** Forms batches at the end of an event-loop turn (its immediates) or at a wake-up. */
+  private turnEnd(): void {
+    this.answered = 0;
+    this.turnEnding = true;
+    try {
+      this.schedule();
+    } finally {
+      this.turnEnding = false;
+    }
   }
 
   /** Under the adaptive policy: every request of a closed loop is here, and an instance is idle. */
@@ -522,6 +533,7 @@ export class DynamicBatcher implements Scheduler {
     instance.busy = true;
     instance.inFlight += 1;
     const execution = new Execution(this, instance, items);
+    execution.atTurnEnd = this.turnEnding;
     if (waits && this.queue.bounded) {
       // Not started until the running batch ends: still within max_queue_size.
       this.queue.hold(items, 1);
@@ -545,7 +557,7 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);
-    if (this.adaptive !== undefined && !this.turnEnding) {
+    if (this.adaptive !== undefined && !execution.atTurnEnd) {
       // Counted as with us until the turn ends (the batcher's immediate, scheduled here if need be).
       this.answered += execution.requestCount;
       this.soon ??= setImmediate(this.scheduleSoon);

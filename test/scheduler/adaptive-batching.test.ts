@@ -339,3 +339,18 @@ test('closed loop at c32 after c8, batches run within the turn: the high-water m
     assert.equal(sim.lastWaitUs(b), 0);
   }
 });
+
+test('closed loop at concurrency 8, batches run within the turn: each wave leaves whole as it completes', async () => {
+  // A batch sent from the turn's end is answered in its microtasks: its clients are not counted twice in the
+  // next turn, so the high-water mark stays at 8 and the eighth arrival completes the loop.
+  const sim = new Simulation({ policy: 'adaptive', delayUs: DELAY, inline: true });
+  sim.closedLoop(8, (c) => 20 + c);
+  await sim.run(40_000);
+  const steady = sim.batchesAfter(25_000);
+  assert.ok(steady.length > 100, `${steady.length} batches`);
+  for (const b of steady) {
+    assert.equal(b.ids.length, 8);
+    assert.equal(b.reason, 'adaptive');
+    assert.equal(sim.lastWaitUs(b), 0);
+  }
+});

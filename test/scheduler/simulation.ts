@@ -227,9 +227,10 @@ export class Simulation {
         if (this.inline) for (let k = 0; k < 20; k++) await Promise.resolve();
       }
       this.clock.fireDue();
-      // The turn ends: microtasks, then the batcher's end-of-turn formation.
+      // The turn ends: microtasks, then the batcher's end-of-turn formation. Inline, as in Node: an immediate
+      // that the turn's end queues (from an inline run's answer) runs after the next instant's events.
       await new Promise((r) => setImmediate(r));
-      await new Promise((r) => setImmediate(r));
+      if (!this.inline) await new Promise((r) => setImmediate(r));
     }
   }
 
