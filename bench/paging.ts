@@ -164,6 +164,8 @@ class Trace {
   private partial = '';
   /** The base the server's pager took (its log), to compare with the bench's. */
   serverBase: number | undefined;
+  /** Loads the pager held for resident memory: how many, for how long in all, and the models it unloaded for it. */
+  readonly checks = { n: 0, ms: 0, unloaded: 0 };
   start(pid: number): void {
     this.timer = setInterval(() => {
       try {
@@ -185,6 +187,11 @@ class Trace {
         const { time, msg, model, bytes, used, needed, level: _l, pid: _p, hostname: _h, ...rest } = o;
         const figures = [bytes, used, needed].map((n) => (typeof n === 'number' ? MB(n) : '-')).join('/');
         if (msg === 'memory budget base' && typeof o.base === 'number') this.serverBase = o.base;
+        if (msg === 'resident memory checked before a load') {
+          this.checks.n++;
+          this.checks.ms += Number(o.ms);
+          this.checks.unloaded += Number(o.unloaded);
+        }
         const text = `${String(msg)} ${String(model ?? '')} ${figures} ${JSON.stringify(rest)}`;
         this.events.push([Date.parse(String(time)), text]);
       } catch {
@@ -202,6 +209,8 @@ class Trace {
     const out = [
       `trace: ${this.samples.length} samples, ${over.length} above ${MB(limit)} MiB, ${near.length} within 8 MiB; ` +
         `the server's base ${this.serverBase === undefined ? '?' : MB(this.serverBase)} MiB`,
+      `trace: ${this.checks.n} loads held for resident memory, ${this.checks.ms} ms in all, ` +
+        `${this.checks.unloaded} models unloaded for it`,
     ];
     let lastShown = -Infinity;
     let shown = 0;

@@ -38,6 +38,8 @@ export const BUSY_GRACE_MS = 500;
  * what it freed) before it unloads another model to stay within the budget.
  */
 export const RELEASE_WAIT_MS = 250;
+/** Less than this back since the last look, and an unloaded model's memory is taken as having come back. */
+const RELEASE_STEP_BYTES = 1 << 20;
 /** At most one collection for what the process keeps in this time (it stops the event loop meanwhile). */
 export const COLLECT_EVERY_MS = 15_000;
 
@@ -355,17 +357,32 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private async untilResidentFits(bytes: number, protect: ReadonlySet<string>, deadline: number): Promise<void> {
     if (this.baseRss === undefined) return;
     const limit = this.baseRss + this.budgetBytes;
+    const started = performance.now();
+    let unloaded = 0;
+    let previous = Infinity;
     for (;;) {
-      const over = this.residentNow() + bytes - limit;
-      if (over <= 0 || Date.now() >= deadline) return;
-      if (performance.now() - this.lastEviction < RELEASE_WAIT_MS) {
-        await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
-        continue;
+      const resident = this.residentNow();
+      const over = resident + bytes - limit;
+      // Waiting helps while the memory is still coming back; once a poll finds it no lower, it is kept.
+      const returning = resident < previous - RELEASE_STEP_BYTES;
+      previous = resident;
+      if (over > 0 && Date.now() < deadline) {
+        if (returning && performance.now() - this.lastEviction < RELEASE_WAIT_MS) {
+          await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
+          continue;
+        }
+        const decision = this.policy.choose(this.candidates(protect), false);
+        if (decision.evict !== undefined && (await this.evict(decision.evict, bytes))) {
+          unloaded++;
+          previous = Infinity;
+          continue;
+        }
       }
-      const decision = this.policy.choose(this.candidates(protect), false);
-      if (decision.evict === undefined) return;
-      this.host.logger.debug({ over, bytes }, 'resident memory above the budget before a load');
-      if (!(await this.evict(decision.evict, bytes))) return;
+      if (unloaded > 0 || performance.now() - started >= ROOM_POLL_MS) {
+        const ms = Math.round(performance.now() - started);
+        this.host.logger.debug({ over, bytes, ms, unloaded }, 'resident memory checked before a load');
+      }
+      return;
     }
   }
 
