@@ -1,0 +1,82 @@
+/**
+ * The resident-memory check a load passes before it starts under a memory
+ * budget (docs/paging.md#what-the-process-keeps): against this process's
+ * real resident memory, with idle models that unloading does not shrink
+ * (they hold nothing here), so only the check's own decisions are seen.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ModelEntry } from '../../src/core/model-entry.js';
+import { ModelPager } from '../../src/core/model-pager.js';
+import { recordingLogger } from '../helpers/recording-logger.js';
+
+const MiB = 2 ** 20;
+
+/** What the pager reads of a serving, idle model with no versions. */
+function idleModel(name: string): ModelEntry {
+  return {
+    name,
+    serving: true,
+    busy: undefined,
+    override: undefined,
+    config: undefined,
+    versions: new Map(),
+    loadingDependencies: [],
+    dependsOn: () => false,
+  } as unknown as ModelEntry;
+}
+
+interface Check {
+  untilResidentFits(bytes: number, protect: ReadonlySet<string>, deadline: number): Promise<void>;
+}
+
+function setup(budgetBytes: number) {
+  const models = ['hot', 'warm', 'cold'].map(idleModel);
+  const evicted: string[] = [];
+  const { logger, records } = recordingLogger();
+  const pager = new ModelPager(
+    { budgetBytes },
+    {
+      entries: () => models.filter((m) => !evicted.includes(m.name)),
+      evict: (e) => {
+        evicted.push(e.name);
+        return Promise.resolve();
+      },
+      logger,
+    },
+  );
+  for (const [name, uses] of [['hot', 30], ['warm', 10], ['cold', 1]] as const) {
+    for (let i = 0; i < uses; i++) pager.recordUse(name);
+  }
+  // The base is the process as it is now (as when the frontends start with no model loaded).
+  pager.frontendsStarted(0);
+  return { check: pager as unknown as Check, evicted, records, pager };
+}
+
+test('a load that fits in the resident memory starts at once and unloads nothing', async () => {
+  const { check, evicted, records } = setup(512 * MiB);
+  await check.untilResidentFits(16 * MiB, new Set(), Date.now() + 5000);
+  assert.deepEqual(evicted, []);
+  assert.equal(records.filter((r) => r.msg === 'resident memory checked before a load').length, 0);
+});
+
+test('a load the resident memory has no room for unloads idle models coldest first, then goes ahead', async () => {
+  const { check, evicted, records, pager } = setup(64 * MiB);
+  // More than the whole budget above the base: no unload makes room here (these models hold nothing), so each
+  // idle model but the protected one goes, each after its memory was found not to come back, and the load starts.
+  await check.untilResidentFits(128 * MiB, new Set(['hot']), Date.now() + 5000);
+  assert.deepEqual(evicted, ['cold', 'warm']);
+  assert.deepEqual([...pager.evictions], [
+    ['cold', 1],
+    ['warm', 1],
+  ]);
+  const checked = records.filter((r) => r.msg === 'resident memory checked before a load');
+  assert.equal(checked.length, 1);
+  assert.equal(checked[0]!.unloaded, 2);
+});
+
+test('past the load wait the check lets the load start without unloading', async () => {
+  const { check, evicted } = setup(64 * MiB);
+  await check.untilResidentFits(128 * MiB, new Set(), Date.now() - 1);
+  assert.deepEqual(evicted, []);
+});
