@@ -19,9 +19,9 @@
  *     it on an even clock, from the same generator: goodput (answered within
  *     the clock, per second) against that capacity. Capacity and overload are
  *     measured by one client at the same cost per request; the Poisson
- *     generator of (c) polls a core away, and wrk costs a third of the
- *     generator's CPU per request, so either against the other on two cores
- *     charged the client's difference to the server.
+ *     generator of (c) polls a core away where wrk never polls, so either
+ *     against the other on two cores charged the client's difference to the
+ *     server.
  * (e) the batcher's own cost: how long after its delay a batch reaches the
  *     instance. In process, the real batchers (dynamic, and the sequence
  *     batcher's oldest strategy) with an instance that notes when execute()
