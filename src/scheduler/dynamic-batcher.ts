@@ -247,8 +247,9 @@ export class DynamicBatcher implements Scheduler {
    * Under the adaptive policy: requests answered in this event-loop turn
    * before its end (AdaptiveDispatch.arrived), and whether the turn's end is
    * running. A batch sent from the turn's end and run inline is answered in
-   * its microtasks, after the turn's arrivals: not counted, or the next
-   * turn's would count its clients twice.
+   * its microtasks, after the turn's arrivals, and one collected at the
+   * turn's end is answered after them too: neither is counted, or the next
+   * turn's arrivals would count its clients twice.
    */
   private answered = 0;
   private turnEnding = false;
@@ -557,7 +558,7 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);
-    if (this.adaptive !== undefined && !execution.atTurnEnd) {
+    if (this.adaptive !== undefined && !execution.atTurnEnd && !this.turnEnding) {
       // Counted as with us until the turn ends (the batcher's immediate, scheduled here if need be).
       this.answered += execution.requestCount;
       this.soon ??= setImmediate(this.scheduleSoon);
