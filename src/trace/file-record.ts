@@ -59,8 +59,6 @@ export type ToFileWriter = FileBatch | { readonly t: 'close'; readonly file: str
 
 export type FromFileWriter =
   | { readonly t: 'failed'; readonly file: string; readonly message: string }
-  /** A batch's numbers' buffer, back for the next batch (transferred). */
-  | { readonly t: 'spare'; readonly nums: Float64Array<ArrayBuffer> }
   | { readonly t: 'closed' };
 
 /** `version` as the trace file's number: a plain integer as given, anything else -1 (Triton's stoll fallback). */
@@ -68,17 +66,10 @@ const versions = new Map<string, number>();
 
 /** Records being written into one batch (the event loop's side). */
 export class RecordWriter {
-  nums: Float64Array<ArrayBuffer> = new Float64Array(8 * 1024);
+  nums = new Float64Array(8 * 1024);
   at = 0;
   strings: string[] = [];
   private names = new Map<string, number>();
-  /** Arrays of batches taken, back from the writer thread (see take). */
-  private readonly spare: Array<Float64Array<ArrayBuffer>> = [];
-
-  /** A batch's array, back: batches' arrays go back and forth (a new one each time, zeroed, costs the GC more). */
-  recycle(nums: Float64Array<ArrayBuffer>): void {
-    if (this.spare.length < 2) this.spare.push(nums);
-  }
 
   /** Appends one trace; false (nothing written) when it has no entry in the file. */
   trace(key: number, trace: Trace): boolean {
@@ -135,7 +126,7 @@ export class RecordWriter {
   /** The batch so far (its array handed over); the writer starts again empty. */
   take(): FileBatch {
     const batch: FileBatch = { t: 'batch', nums: this.nums, length: this.at, strings: this.strings };
-    this.nums = this.spare.pop() ?? new Float64Array(this.nums.length);
+    this.nums = new Float64Array(this.nums.length);
     this.at = 0;
     this.strings = [];
     this.names = new Map();

@@ -46,8 +46,7 @@ export class TritonFileSink implements TraceGroupSink {
     this.worker = new Worker(WRITER_URL, { workerData: { base: BASE_HR } satisfies FileWriterInit });
     this.worker.unref();
     this.worker.on('message', (msg: FromFileWriter) => {
-      if (msg.t === 'spare') this.records.recycle(msg.nums);
-      else if (msg.t === 'closed') this.onClosed?.();
+      if (msg.t === 'closed') this.onClosed?.();
       else this.logger?.error({ err: { message: msg.message }, file: msg.file }, 'failed creating trace file');
     });
     this.worker.on('error', (err: unknown) => this.logger?.error({ err }, 'the trace file thread failed'));

@@ -76,9 +76,6 @@ async function close(file: string): Promise<void> {
 }
 
 port.on('message', (msg: ToFileWriter) => {
-  if (msg.t === 'batch') {
-    take(msg);
-    port.postMessage({ t: 'spare', nums: msg.nums } satisfies FromFileWriter, [msg.nums.buffer]);
-  }
+  if (msg.t === 'batch') take(msg);
   else void close(msg.file);
 });

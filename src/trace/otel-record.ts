@@ -48,7 +48,7 @@ export interface SpanBatch {
   readonly groups: number;
   readonly spans: number;
   /** The records, in the first `length` numbers. */
-  readonly nums: Float64Array<ArrayBuffer>;
+  readonly nums: Float64Array;
   readonly length: number;
   readonly strings: string[];
   /** Model names first seen in this batch, appended to the thread's table in order. */
@@ -77,8 +77,7 @@ export interface DropCounts {
 }
 
 export type FromExportThread =
-  /** The batch was taken; its numbers' buffer comes back for the next batch (transferred). */
-  | { readonly t: 'ack'; readonly spans: number; readonly nums: Float64Array<ArrayBuffer> }
+  | { readonly t: 'ack'; readonly spans: number }
   | { readonly t: 'counts'; readonly id: number; readonly dropped: DropCounts }
   | { readonly t: 'failed'; readonly count: number; readonly message: string; readonly dropped: DropCounts }
   | { readonly t: 'closed'; readonly dropped: DropCounts };

@@ -226,7 +226,7 @@ function exportBatch(batch: SpanBatch): void {
     }
   }
   for (const span of spans) processor.onEnd(span);
-  port.postMessage({ t: 'ack', spans: batch.spans, nums } satisfies FromExportThread, [nums.buffer]);
+  post({ t: 'ack', spans: batch.spans });
 }
 
 async function close(timeoutMs: number): Promise<void> {

@@ -102,7 +102,6 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   private failing = false;
   /** The batch being written (see SpanBatch), its first `at` numbers used. */
   private nums = new Float64Array(16 * 1024);
-  private readonly spare: Array<Float64Array<ArrayBuffer>> = [];
   private at = 0;
   private strings: string[] = [];
   private newNames: string[] = [];
@@ -151,8 +150,6 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     switch (msg.t) {
       case 'ack':
         this.unacked -= msg.spans;
-        // Batches' arrays go back and forth: a new one each time (zeroed, outside the heap) costs the GC more.
-        if (this.spare.length < 2) this.spare.push(msg.nums);
         return;
       case 'counts':
         this.dropped = msg.dropped;
@@ -392,7 +389,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       names: this.newNames,
     };
     this.unacked += this.spans;
-    this.nums = this.spare.pop() ?? new Float64Array(nums.length);
+    this.nums = new Float64Array(nums.length);
     this.at = 0;
     this.strings = [];
     this.newNames = [];
