@@ -34,8 +34,8 @@ const ROOM_POLL_MS = 10;
 /** How long a load waits for a colder model's requests to finish rather than unload a hotter idle model. */
 export const BUSY_GRACE_MS = 500;
 /**
- * How long a load waits for a model just unloaded to give its memory back (its thread exits, the allocators return
- * what it freed) before it unloads another model to stay within the budget.
+ * The longest a load waits for a model just unloaded to give its memory back (its thread exits, the allocators
+ * return what it freed) before it unloads another model to stay within the budget.
  */
 export const RELEASE_WAIT_MS = 250;
 /** Less than this back since the last look, and an unloaded model's memory is taken as having come back. */
@@ -349,9 +349,9 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   /**
    * Holds a load until the resident memory leaves room under the base and the budget for `bytes` (its figure and
    * its peak). The figures say there is room once a model is unloaded, but its memory comes back only as its thread
-   * exits and the allocators return it: a load started before passes the bound by as much. When the memory has not
-   * come back within RELEASE_WAIT_MS of the last unload, what the process keeps has grown since it was measured, and
-   * another idle model goes; with none left the load goes ahead (its figure fits).
+   * exits and the allocators return it: a load started before passes the bound by as much. Once the memory stops
+   * coming back (or RELEASE_WAIT_MS after the last unload), what the process keeps has grown since it was measured,
+   * and another idle model goes; with none left the load goes ahead (its figure fits).
    * docs/paging.md#what-the-process-keeps
    */
   private async untilResidentFits(bytes: number, protect: ReadonlySet<string>, deadline: number): Promise<void> {
