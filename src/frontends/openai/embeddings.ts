@@ -348,15 +348,18 @@ function base64Answer(vectors: readonly Float32Array[], tail: string): string {
 
 const ascii = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
 const FLOAT_HEAD = ascii(ANSWER_HEAD);
-const ITEM_HEAD = ascii('{"object":"embedding","index":');
-const ITEM_EMBEDDING = ascii(',"embedding":[');
+/** `{"object":"embedding","index":i,"embedding":[` (with its leading comma past the first), by index. */
+const itemHeads: Uint8Array[] = [];
+const itemHead = (i: number): Uint8Array =>
+  (itemHeads[i] ??= ascii(`${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":[`));
+const NOT_ASCII = /[\u0080-\uffff]/;
 /** Reused by every float answer: the answer leaves it as a string. */
 const floatBytes = new JsonBytes();
 
 /**
  * The answer with the vectors as JSON arrays of floats, written into one buffer (no string per
  * value): each float32 as the shortest decimal that reads back as it (docs/openai.md). It goes out
- * as a string, which the server sends in one chunk with the header.
+ * as one flat string, which the server sends in one chunk with the header.
  */
 function floatAnswer(vectors: readonly Float32Array[], tail: string): string {
   const out = floatBytes;
@@ -370,11 +373,9 @@ function floatAnswer(vectors: readonly Float32Array[], tail: string): string {
       floats = new Float32Array(v.buffer);
       words = new Int32Array(v.buffer);
     }
-    out.reserve(ITEM_HEAD.length + ITEM_EMBEDDING.length + 16, v.length);
-    if (i > 0) out.byte(0x2c);
-    out.put(ITEM_HEAD);
-    out.ascii(String(i));
-    out.put(ITEM_EMBEDDING);
+    const head = itemHead(i);
+    out.reserve(head.length + 2, v.length);
+    out.put(head);
     const first = v.byteOffset >> 2;
     const bad = out.floats(floats, words, first, first + v.length);
     if (bad >= 0) {
@@ -384,5 +385,9 @@ function floatAnswer(vectors: readonly Float32Array[], tail: string): string {
     out.byte(0x5d);
     out.byte(0x7d);
   }
-  return out.take() + tail;
+  // The tail holds the model's name, which may not be ASCII.
+  if (NOT_ASCII.test(tail)) return out.take() + tail;
+  out.reserve(tail.length);
+  out.ascii(tail);
+  return out.take();
 }

@@ -5,7 +5,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { cpSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { EXAMPLES, OpenAiServer, post } from './helpers.js';
@@ -47,14 +47,23 @@ function assertClose(actual: readonly number[], expected: readonly number[], tol
 describe('OpenAI endpoints with the openai client', () => {
   let s: OpenAiServer;
   before(async () => {
-    s = await OpenAiServer.start({ fixtures: ['text_stats', 'batch_llm'], prepare: (repo) => repo.addSub('simple') });
+    s = await OpenAiServer.start({
+      fixtures: ['text_stats', 'batch_llm'],
+      prepare: (repo) => {
+        repo.addSub('simple');
+        // The embedder again under a name that is not ASCII (nor Latin-1).
+        cpSync(path.join(EXAMPLES, 'text_embedder'), path.join(repo.dir, 'вектор'), { recursive: true });
+        const config = readFileSync(path.join(EXAMPLES, 'text_embedder', 'config.pbtxt'), 'utf8');
+        repo.config('вектор', config.replace('name: "text_embedder"', 'name: "вектор"'));
+      },
+    });
   });
   after(() => s.stop());
 
   test('GET /v1/models lists the ready models that fit a contract, and only those', async () => {
     const ids: string[] = [];
     for await (const m of s.client().models.list()) ids.push(m.id);
-    assert.deepEqual(ids, ['batch_llm', 'text_embedder', 'text_stats', 'tiny_llm']);
+    assert.deepEqual(ids, ['batch_llm', 'text_embedder', 'text_stats', 'tiny_llm', 'вектор']);
     const one = await s.client().models.retrieve('tiny_llm');
     assert.equal(one.id, 'tiny_llm');
     assert.equal(one.object, 'model');
@@ -99,6 +108,16 @@ describe('OpenAI endpoints with the openai client', () => {
     // And the client's own base64 path (its default) decodes to the same numbers.
     const viaClient = await s.client().embeddings.create({ model: 'text_embedder', input });
     assertClose(viaClient.data[1]!.embedding, floats.data[1]!.embedding, 1e-7);
+  });
+
+  test('a model whose name is not ASCII has it back in the float answer, whole', async () => {
+    const input = ['model server', 'vector search'];
+    const r = await post(s.httpPort, '/v1/embeddings', { model: 'вектор', input, encoding_format: 'float' });
+    assert.equal(r.status, 200);
+    assert.equal(r.json['model'], 'вектор');
+    const same = await s.client().embeddings.create({ model: 'text_embedder', input, encoding_format: 'float' });
+    const vectors = r.json['data'].map((d: { embedding: number[] }) => d.embedding);
+    assert.deepEqual(vectors, same.data.map((d) => d.embedding));
   });
 
   test('token-id inputs give the embeddings of the texts they encode', async () => {
