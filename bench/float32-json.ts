@@ -2,9 +2,10 @@
  * `node dist/bench/float32-json.js` (section `float32json` of bench/run.ts): the float32 JSON writer of
  * /v1/embeddings in process, the previous writer against the current one, alternated in rounds in
  * the same run. Each call writes one answer's floats: 16 vectors of 32 values, normalised as an
- * embedding model's are, 64 different answers taking turns (V8 caches number strings, and a real
- * client's vectors differ from call to call). Printed: nanoseconds of thread CPU per float (medians
- * of the rounds) and previous / current.
+ * embedding model's are: 64 different answers taking turns, as a real client's vectors differ from
+ * call to call; then one answer again and again, as in `npm run bench -- openai` (a), where the CPU
+ * learns the previous writer's branches. Printed: nanoseconds of thread CPU per float (medians of
+ * the rounds) and previous / current.
  * Environment: BENCH_ROUNDS (default 15).
  */
 import { formatJsonDouble } from '../src/tensor/json-codec.js';
@@ -258,10 +259,10 @@ const cpuUs = (): number => {
 };
 
 /** Nanoseconds of CPU per float over `calls` answers (blocks long enough for the clock's ticks). */
-function time(write: (f: Float32Array, w: Int32Array) => string, calls: number): number {
+function time(write: (f: Float32Array, w: Int32Array) => string, calls: number, distinct: number): number {
   const start = cpuUs();
   for (let i = 0; i < calls; i++) {
-    const a = answers[i % answers.length]!;
+    const a = answers[i % distinct]!;
     write(a.floats, a.words);
   }
   return ((cpuUs() - start) * 1000) / calls / FLOATS;
@@ -275,19 +276,22 @@ const median = (xs: number[]): number => {
 for (const a of answers) {
   if (previous(a.floats, a.words) !== current(a.floats, a.words)) throw new Error('the writers disagree');
 }
-time(previous, 3000);
-time(current, 3000);
-const results = { previous: [] as number[], current: [] as number[] };
-for (let r = 0; r < ROUNDS; r++) {
-  results.previous.push(time(previous, 2000));
-  results.current.push(time(current, 2000));
+time(previous, 3000, answers.length);
+time(current, 3000, answers.length);
+for (const distinct of [answers.length, 1]) {
+  const results = { previous: [] as number[], current: [] as number[] };
+  for (let r = 0; r < ROUNDS; r++) {
+    results.previous.push(time(previous, 2000, distinct));
+    results.current.push(time(current, 2000, distinct));
+  }
+  const p = median(results.previous);
+  const c = median(results.current);
+  process.stdout.write(
+    `\nfloat32 JSON writer, ${FLOATS} floats per answer (16 normalised vectors of ${DIM}), ` +
+      `${distinct === 1 ? 'the same answer every time' : `${distinct} answers taking turns`}, ` +
+      `${ROUNDS} alternated rounds (medians, thread CPU)\n` +
+      `  previous  ${p.toFixed(1)} ns per float (${((p * FLOATS) / 1000).toFixed(1)} us per answer)\n` +
+      `  current   ${c.toFixed(1)} ns per float (${((c * FLOATS) / 1000).toFixed(1)} us per answer)\n` +
+      `  previous / current: ${(p / c).toFixed(2)}x\n`,
+  );
 }
-const p = median(results.previous);
-const c = median(results.current);
-process.stdout.write(
-  `\nfloat32 JSON writer, ${FLOATS} floats per answer (16 normalised vectors of ${DIM}), ` +
-    `${ROUNDS} alternated rounds (medians, thread CPU)\n` +
-    `  previous  ${p.toFixed(1)} ns per float (${((p * FLOATS) / 1000).toFixed(1)} us per answer)\n` +
-    `  current   ${c.toFixed(1)} ns per float (${((c * FLOATS) / 1000).toFixed(1)} us per answer)\n` +
-    `  previous / current: ${(p / c).toFixed(2)}x\n`,
-);

@@ -16,6 +16,10 @@ const SCALE_EXPONENT = Int8Array.from({ length: 256 }, (_, e) => {
   const d = Math.floor(Math.log10(2) * (e - 127));
   return d >= -5 && d <= 7 ? 8 - d : -1;
 });
+/** Half the gap between a normal float32 of biased exponent `e` and its neighbours: 2^(e - 151). */
+const HALF_GAP = Float64Array.from({ length: 256 }, (_, e) => 2 ** (e - 151));
+/** 2^-48: candidates this close (relatively) to a rounding bound are passed over; see JsonBytes.floats. */
+const MARGIN = 2 ** -48;
 /** "0000" to "9999", each four ASCII digits as one little-endian 32-bit word. */
 const QUADS = Uint32Array.from({ length: 10000 }, (_, n) => {
   const d = (k: number) => 0x30 + (Math.floor(n / 10 ** (3 - k)) % 10);
@@ -87,16 +91,16 @@ export class JsonBytes {
    * room reserved). Returns -1, or the index of a NaN or an infinity (which JSON cannot hold), in
    * which case what was written is to be thrown away. Whole values keep /v2's "1.0" form.
    *
-   * The fast path covers 1e-4 <= |x| < 1e8 (every value of a normalised embedding but those very
-   * near zero). There s = |x| * 10^k, with k chosen to give nine integer digits, is exact (a 24-bit
-   * mantissa times 5^k of at most 28 bits), and so are its nearest integer and its nearest
-   * multiples of 10, 100 and 1000 (ties away from zero, as `toPrecision` rounds). A candidate c
-   * is what a client reads back as x exactly when `Math.fround(c / 10^k)` is x: the division is
-   * rounded once, as a parser rounds the decimal text. The nine-digit one always is; the widest
-   * multiple that is wins. Every check is computed and the choice made with masks rather than
-   * branches: on random digits, branches were mispredicted often enough to cost a third of the time.
-   * A multiple of 10^4 or more is tried only when that of 1000 fits (within the rounding interval,
-   * at most about 60 wide, two multiples of 1000 cannot both fit).
+   * The fast path covers 1e-4 <= |x| < 1e8 but for powers of two (every value of a normalised
+   * embedding but those very near zero). There s = |x| * 10^k, with k chosen to give nine integer
+   * digits, is exact (a 24-bit mantissa times 5^k of at most 28 bits), and so are the bounds of the
+   * values rounding to x, s - h and s + h: the nine-digit integer nearest s is within them, and the
+   * nearest multiple of 10, 100, ... is taken while it is too (ties away from zero, as `toPrecision`
+   * rounds). A candidate within 2^-48 of a bound (but not on it) is passed over: a client's double
+   * read of it could land on the bound itself and round away. The checks for 10 and 100 are made
+   * and the choice taken with masks rather than branches: on the digits of real vectors, branches
+   * were mispredicted often enough to cost nearly half the time. A power of two (whose lower bound
+   * is nearer) and the rest take the engine's formatting.
    */
   floats(values: Float32Array, words: Int32Array, start: number, end: number): number {
     const pos = writeFloats(values, words, start, end, this.bytes, this.view, this.pos);
@@ -118,6 +122,7 @@ function writeFloats(
 ): number {
   const pow10 = POW10;
   const scaleExponent = SCALE_EXPONENT;
+  const halfGap = HALF_GAP;
   const quads = QUADS;
   pos |= 0;
   for (let i = start | 0; i < end; i = (i + 1) | 0) {
@@ -128,37 +133,44 @@ function writeFloats(
     let k = scaleExponent[exponent]! | 0;
     const a = Math.abs(x);
     if (k >= 0) k = (k - +(a * pow10[k]! >= 1e9)) | 0;
-    if (k < 0 || k > 12) {
+    if (k < 0 || k > 12 || (bits & 0x7fffff) === 0) {
       if (exponent === 0xff) return -1 - i;
       pos = writeAscii(out, pos, slowFloat32Text(x));
       continue;
     }
     const scale = pow10[k]!;
     const s = a * scale;
+    // The values that round to x are those within h of s (scaled, an exact double); `near` keeps a
+    // margin off the bounds, and a value exactly on one is inside for an even mantissa (`tie`).
+    const h = halfGap[exponent]! * scale;
+    const near = h - s * MARGIN;
+    const tie = h - (bits & 1) * (h + 1);
+    // t1, t2: s's distance above the multiple of 10, 100 below it (exact); e1, e2: to the nearest.
     const whole = s | 0;
     const frac = s - whole;
-    const r1 = (whole - Math.imul((whole / 10) | 0, 10)) | 0;
-    const r2 = (whole - Math.imul((whole / 100) | 0, 100)) | 0;
-    const r3 = (whole - Math.imul((whole / 1000) | 0, 1000)) | 0;
+    const q1 = (whole / 10) | 0;
+    const q2 = (whole / 100) | 0;
+    const t1 = ((whole - Math.imul(q1, 10)) | 0) + frac;
+    const t2 = ((whole - Math.imul(q2, 100)) | 0) + frac;
+    const e1 = 5 - Math.abs(t1 - 5);
+    const e2 = 50 - Math.abs(t2 - 50);
+    const ok1 = +(e1 < near) | +(e1 === tie);
+    const ok2 = ok1 & (+(e2 < near) | +(e2 === tie));
     const c0 = (whole + +(frac >= 0.5)) | 0;
-    const c1 = (whole - r1 + (-(r1 + frac >= 5) & 10)) | 0;
-    const c2 = (whole - r2 + (-(r2 + frac >= 50) & 100)) | 0;
-    const c3 = (whole - r3 + (-(r3 + frac >= 500) & 1000)) | 0;
-    const ok1 = +(Math.fround(c1 / scale) === a);
-    const ok2 = +(Math.fround(c2 / scale) === a);
-    const ok3 = +(Math.fround(c3 / scale) === a);
+    const c1 = Math.imul(q1 + +(t1 >= 5), 10);
+    const c2 = Math.imul(q2 + +(t2 >= 50), 100);
     let c = c0 ^ (-ok1 & (c0 ^ c1));
     c ^= -ok2 & (c ^ c2);
-    c ^= -ok3 & (c ^ c3);
-    let level = ok1;
-    level += -ok2 & (2 - level);
-    level += -ok3 & (3 - level);
-    if (ok3 !== 0) {
-      for (let p = 10000; p < 1e9; p *= 10) {
+    let level = ok1 + ok2;
+    // A multiple of 1000 or more fits for a few values in a hundred: only then a loop.
+    const e3 = 500 - Math.abs(((whole - Math.imul((whole / 1000) | 0, 1000)) | 0) + frac - 500);
+    if ((ok2 & +(e3 <= h)) !== 0) {
+      for (let p = 1000; p < 1e9; p *= 10) {
         const r = whole % p;
-        const wider = (r + frac >= p / 2 ? whole - r + p : whole - r) | 0;
-        if (Math.fround(wider / scale) !== a) break;
-        c = wider;
+        const t = r + frac;
+        const e = Math.min(t, p - t);
+        if (!(e < near || e === tie)) break;
+        c = (t < p / 2 ? whole - r : whole - r + p) | 0;
         level++;
       }
     }
