@@ -59,11 +59,19 @@ export function authorizationOf(metadata: Metadata): string | undefined {
 
 /**
  * `forwardedPeer`: calls come from the frontend threads, which name the client's address in the metadata
- * (`PEER_HEADER`); it is taken out before the handlers see the metadata.
+ * (`PEER_HEADER`); it is taken out before the handlers see the metadata. `checkedByHandler`: RPCs whose handler
+ * makes the same check itself (inferKeyCheck), which pass through untouched: wrapping a call costs grpc-js more
+ * than the check.
  */
-export function authInterceptor(access: AccessControl, forwardedPeer = false): ServerInterceptor {
+export function authInterceptor(
+  access: AccessControl,
+  forwardedPeer = false,
+  checkedByHandler: ReadonlySet<string> = new Set(),
+): ServerInterceptor {
   return (method, call) => {
     const rpc = method.path.slice(method.path.lastIndexOf('/') + 1);
+    // grpc-js chains what an interceptor returns: the call itself adds nothing.
+    if (checkedByHandler.has(rpc)) return call as ServerInterceptingCall;
     // Server reflection and anything unnamed describe the server: the metadata group.
     const group: ApiGroup = CATEGORY_OF_RPC[rpc] ?? 'metadata';
     const modelOf = MODEL_OF_MESSAGE[rpc];
@@ -98,6 +106,32 @@ export function authInterceptor(access: AccessControl, forwardedPeer = false): S
     }
     const listener = builder.build();
     return new ServerInterceptingCall(call, new ResponderBuilder().withStart((next) => next(listener)).build());
+  };
+}
+
+/** The answer a handler gives for a refused key: the status, with `retry-after` in the trailers for a 429. */
+export function refusal(failure: AuthFailure): { code: number; details: string; metadata: Metadata } {
+  const metadata = new Metadata();
+  if (failure.retryAfterSecs !== undefined) metadata.set('retry-after', String(failure.retryAfterSecs));
+  return { code: failure.grpcStatus, details: failure.message, metadata };
+}
+
+/**
+ * ModelInfer's key check, made by its handler (the interceptor lets it through): the key and the group as the
+ * interceptor checks them when the metadata arrives, then the message's model, before anything looks it up.
+ * `model` undefined (a malformed message): the group alone, as the interceptor would.
+ */
+export function inferKeyCheck(
+  access: AccessControl,
+  forwardedPeer: boolean,
+): (call: { metadata: Metadata; getPeer(): string }, model: string | undefined) => AuthFailure | undefined {
+  return (call, model) => {
+    let address = peerAddress(call.getPeer());
+    if (forwardedPeer) address = takeForwardedPeer(call.metadata) ?? address;
+    const who = access.authenticate(authorizationOf(call.metadata), address);
+    if (isAuthFailure(who)) return who;
+    const group = access.authorize(who, address, 'inference');
+    return group ?? (model === undefined ? undefined : access.authorize(who, address, 'inference', model));
   };
 }
 

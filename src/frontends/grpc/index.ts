@@ -20,7 +20,7 @@ import {
   type GrpcFrontendOptions,
 } from './options.js';
 import { addReflection } from './reflection.js';
-import { authInterceptor, dropForwardedPeerInterceptor } from './auth.js';
+import { authInterceptor, dropForwardedPeerInterceptor, inferKeyCheck } from './auth.js';
 import { compileHeaderForwardPattern } from '../header-forward.js';
 import { parseRestrictedProtocols, restrictionInterceptor } from './restrictions.js';
 import { serviceDefinition } from './service.js';
@@ -106,7 +106,11 @@ export class GrpcFrontend {
     // Listed after compression: grpc-js wraps in list order, and compression needs the innermost call.
     if (restrictions.size > 0) interceptors.push(restrictionInterceptor(restrictions));
     const threads = effectiveThreads(o.threads ?? frontendThreadsFromEnv(1), this.logger, o.canReusePort);
-    if (o.access !== undefined) interceptors.push(authInterceptor(o.access, threads > 1));
+    // Without restricted protocols ModelInfer's handler checks the key itself (a restriction is checked first).
+    const keyCheck =
+      o.access !== undefined && restrictions.size === 0 ? inferKeyCheck(o.access, threads > 1) : undefined;
+    const byHandler = new Set(keyCheck === undefined ? [] : ['ModelInfer']);
+    if (o.access !== undefined) interceptors.push(authInterceptor(o.access, threads > 1, byHandler));
     else if (threads > 1) interceptors.push(dropForwardedPeerInterceptor());
     const headerPattern = o.headerForwardPattern ? compileHeaderForwardPattern(o.headerForwardPattern) : undefined;
 
@@ -118,7 +122,7 @@ export class GrpcFrontend {
         logSettings: o.logSettings,
         access: o.access,
       }),
-      ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer),
+      ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer, keyCheck),
       ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern, o.tracer),
     } as unknown as UntypedServiceImplementation;
     grpcServer.addService(inferenceServiceDefinition, implementation);

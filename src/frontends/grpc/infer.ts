@@ -25,6 +25,8 @@ import { malformedError } from './handlers.js';
 import { forwardedHeaders } from './restrictions.js';
 import { MalformedMessage } from './service.js';
 import { toServiceError } from './status.js';
+import { refusal } from './auth.js';
+import type { AuthFailure } from '../../auth/index.js';
 import { batchWrites } from './batched-writes.js';
 
 const DECOUPLED_ON_MODEL_INFER = "ModelInfer RPC doesn't support models with decoupled transaction policy";
@@ -121,12 +123,25 @@ export class UnaryInferCall {
   }
 }
 
-export function modelInferHandler(server: ServerApi, headerPattern?: RegExp, tracer?: Tracer) {
+export function modelInferHandler(
+  server: ServerApi,
+  headerPattern?: RegExp,
+  tracer?: Tracer,
+  /** `--auth-keys` (auth.ts, inferKeyCheck): checked first, as the interceptor checks the other RPCs. */
+  keyCheck?: (call: ServerUnaryCall<unknown, unknown>, model: string | undefined) => AuthFailure | undefined,
+) {
   return (
     call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>,
     callback: sendUnaryData<Uint8Array>,
   ): void => {
     const msg = call.request;
+    if (keyCheck !== undefined) {
+      const failure = keyCheck(call, msg instanceof MalformedMessage ? undefined : msg.modelName);
+      if (failure !== undefined) {
+        callback(refusal(failure), null);
+        return;
+      }
+    }
     if (msg instanceof MalformedMessage) {
       callback(malformedError(msg), null);
       return;
