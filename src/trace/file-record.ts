@@ -5,29 +5,12 @@
  * request ids, tensor entries) in another. Times are ns since BASE_HR,
  * exact integers in a double; the writer adds BASE_HR back.
  */
-import type { TraceStampName } from '../types/api.js';
 import type { Trace } from './trace.js';
+import { STAMP_CODES, STAMP_NAMES } from './stamp-codes.js';
 
 export { BASE_HR } from './clock.js';
 
-export const STAMP_NAMES: readonly TraceStampName[] = [
-  'HTTP_RECV_START',
-  'HTTP_RECV_END',
-  'HTTP_SEND_START',
-  'HTTP_SEND_END',
-  'GRPC_WAITREAD_START',
-  'GRPC_WAITREAD_END',
-  'GRPC_SEND_START',
-  'GRPC_SEND_END',
-  'REQUEST_START',
-  'QUEUE_START',
-  'COMPUTE_START',
-  'COMPUTE_INPUT_END',
-  'COMPUTE_OUTPUT_START',
-  'COMPUTE_END',
-  'REQUEST_END',
-];
-export const STAMP_CODES = new Map<TraceStampName, number>(STAMP_NAMES.map((n, i) => [n, i]));
+export { STAMP_CODES, STAMP_NAMES };
 
 /**
  * Ops of a batch:

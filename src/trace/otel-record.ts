@@ -4,25 +4,8 @@
  * array, strings (ids given out early, request ids) in another, model names
  * sent once. Times are ns since BASE_HR, exact integers in a double.
  */
-import type { TraceStampName } from '../types/api.js';
 
-export const STAMP_NAMES: readonly TraceStampName[] = [
-  'HTTP_RECV_START',
-  'HTTP_RECV_END',
-  'HTTP_SEND_START',
-  'HTTP_SEND_END',
-  'GRPC_WAITREAD_START',
-  'GRPC_WAITREAD_END',
-  'GRPC_SEND_START',
-  'GRPC_SEND_END',
-  'REQUEST_START',
-  'QUEUE_START',
-  'COMPUTE_START',
-  'COMPUTE_INPUT_END',
-  'COMPUTE_OUTPUT_START',
-  'COMPUTE_END',
-  'REQUEST_END',
-];
+export { STAMP_NAMES } from './stamp-codes.js';
 
 /** Span kinds in a record (each also the code of the op that opens such a span). */
 export const SPAN_ROOT = 0;

@@ -27,9 +27,9 @@ import {
   SPAN_COMPUTE,
   SPAN_MODEL,
   SPAN_ROOT,
-  STAMP_NAMES,
   type ToExportThread,
 } from './otel-record.js';
+import { STAMP_CODES } from './stamp-codes.js';
 
 export interface OtelOptions {
   url: string;
@@ -71,7 +71,6 @@ interface TraceSpans {
 const ROOT = -1;
 const PARENT_SPAN = -2;
 const SAMPLED = 1;
-const STAMP_CODES = new Map<TraceStampName, number>(STAMP_NAMES.map((n, i) => [n, i]));
 const CODE_REQUEST_START = STAMP_CODES.get('REQUEST_START')!;
 const CODE_COMPUTE_START = STAMP_CODES.get('COMPUTE_START')!;
 const CODE_REQUEST_END = STAMP_CODES.get('REQUEST_END')!;
