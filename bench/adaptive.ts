@@ -21,7 +21,10 @@
  *     measured by one client at the same cost per request; the Poisson
  *     generator of (c) polls a core away where wrk never polls, so either
  *     against the other on two cores charged the client's difference to the
- *     server.
+ *     server. Beside it, its controls (bench/overload-control.ts): the same
+ *     generator at the same rate, with only 1× sent to the server and the
+ *     excess to a separate process that refuses everything (what the machine
+ *     leaves the server when its refusals cost it nothing), and 1× alone.
  * (e) the batcher's own cost: how long after its delay a batch reaches the
  *     instance. In process, the real batchers (dynamic, and the sequence
  *     batcher's oldest strategy) with an instance that notes when execute()
@@ -48,7 +51,8 @@ import { SequenceBatcher } from '../src/scheduler/sequence-batcher/index.js';
 import { ModelVersionStatistics } from '../src/types/statistics.js';
 import { binaryBody } from './bodies.js';
 import { type BenchModel, benchModelsDir, buildBenchModels } from './models.js';
-import { DIST, startNereid } from './processes.js';
+import { overloadControl } from './overload-control.js';
+import { DIST, startNaive, startNereid } from './processes.js';
 import { type HttpBody, runWrk } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -212,7 +216,7 @@ function order<T>(xs: readonly T[], round: number): T[] {
 }
 
 /** (d): goodput at twice each policy's capacity against its bounded queue, both from the same generator. */
-async function overloadPoint(port: number, m: BenchModel, body: HttpBody): Promise<void> {
+async function overloadPoint(port: number, m: BenchModel, body: HttpBody, refuserPort: number): Promise<void> {
   const over: string[][] = [];
   for (const v of ['adaptive', 'fixed'] as const) {
     const name = modelName(m, v, true);
@@ -222,11 +226,15 @@ async function overloadPoint(port: number, m: BenchModel, body: HttpBody): Promi
     const capOk = cap.okInWindow / cap.seconds;
     const r = await openLoop(port, name, body, Math.round(capOk * OVERLOAD), { even: true });
     const goodput = r.okInWindow / r.seconds;
+    const url = { port, urlPath: `/v2/models/${name}/infer` };
+    const control = await overloadControl(url, refuserPort, body, capOk, OVERLOAD, SECONDS);
     over.push([
       v,
       fmt(capOk),
       fmt(goodput),
       fmt(goodput / capOk, 2),
+      fmt(control.elsewhereOkPerSec / capOk, 2),
+      fmt(control.aloneOkPerSec / capOk, 2),
       fmt(r.refused),
       fmt(r.okP99us),
       fmt(cap.okP99us),
@@ -235,18 +243,31 @@ async function overloadPoint(port: number, m: BenchModel, body: HttpBody): Promi
   }
   printTable(
     `${m.label}: ${OVERLOAD}× capacity open loop (even clock), max_queue_size 64; capacity: closed loop over 64`,
-    ['policy', 'capacity/s', 'goodput/s', 'x capacity', 'refused', 'ok p99us', 'cap p99us', 'errors'],
+    [
+      'policy',
+      'capacity/s',
+      'goodput/s',
+      'x capacity',
+      'control: excess refused elsewhere',
+      '1x alone',
+      'refused',
+      'ok p99us',
+      'cap p99us',
+      'errors',
+    ],
     over,
   );
 }
 
 async function policies(models: readonly BenchModel[], repo: string): Promise<void> {
   const server = await startNereid(repo);
+  // The excess of (d)'s control, refused by a process of its own.
+  const refuser = OVERLOAD_ONLY || PARTS.includes('d') ? await startNaive(models[0]!.onnxFile, 'refuse') : undefined;
   try {
     for (const m of models) {
       const body = binaryBody(m.inputName, m.outputName, m.inputSize);
       if (OVERLOAD_ONLY) {
-        await overloadPoint(server.http, m, body);
+        await overloadPoint(server.http, m, body, refuser!.port);
         continue;
       }
       const url = (v: Variant, bounded = false) =>
@@ -353,10 +374,11 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         rows,
       );
 
-      if (PARTS.includes('d')) await overloadPoint(server.http, m, body);
+      if (PARTS.includes('d')) await overloadPoint(server.http, m, body, refuser!.port);
     }
   } finally {
     await server.proc.stop();
+    await refuser?.proc.stop();
   }
 }
 

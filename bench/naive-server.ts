@@ -35,6 +35,12 @@ const REFUSAL_HEADERS = [
 
 const server = http.createServer((req, res) => {
   if (flag === '--refuse') {
+    // A GET (a load generator warming its connections, as on /v2/health/live) is answered; every POST is refused.
+    if (req.method === 'GET') {
+      res.writeHead(200, ['Content-Length', '0']);
+      res.end();
+      return;
+    }
     res.writeHead(503, REFUSAL_HEADERS);
     res.end(REFUSAL);
     return;

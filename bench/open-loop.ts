@@ -30,8 +30,17 @@
  * while the next one is due within a millisecond (so sub-millisecond gaps
  * are kept, at the cost of a busy generator).
  *
+ * With `excessPort` and `excessShare` set (an open loop on an even clock),
+ * that share of the due requests goes to another server instead (one that
+ * refuses everything), on as many connections of its own: the generator does
+ * the work of the whole load while the server gets only the rest; the
+ * control of an overload point (bench/overload-control.ts). Those requests
+ * are counted apart (excessSent, excessRefused, excessDropped: due while
+ * every connection to that server was busy).
+ *
  * Usage: node open-loop.js <config JSON>, where the config is
- *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath, closed?, poisson? }.
+ *   { port, path, headers, bodyBase64, rate, seconds, connections, maxConnections, warmPath, closed?, poisson?,
+ *   excessPort?, excessShare? }.
  * Prints one JSON line: sent, ok, okInWindow (answered before the clock stopped), refused, retryAfter, otherErrors,
  * okP50us, okP99us, okP99FromDueUs, okMeanUs, refusedP99us, late, maxLagUs, connections, openedDuringRun,
  * seconds, cpuSeconds (the generator's own CPU over the run).
@@ -55,18 +64,31 @@ interface Config {
   closed?: boolean;
   /** Open loop: exponential gaps (Poisson arrivals) rather than an even clock. */
   poisson?: boolean;
+  /** Even-clock open loop: `excessShare` of the due requests go to this port instead, each on a connection of its own. */
+  excessPort?: number;
+  excessShare?: number;
 }
 
 const config = JSON.parse(process.argv[2]!) as Config;
 const body = Buffer.from(config.bodyBase64, 'base64');
-const head =
-  `POST ${config.path} HTTP/1.1\r\nHost: 127.0.0.1:${config.port}\r\nContent-Length: ${body.byteLength}\r\n` +
-  Object.entries(config.headers)
-    .map(([k, v]) => `${k}: ${v}\r\n`)
-    .join('') +
-  '\r\n';
-const request = Buffer.concat([Buffer.from(head, 'latin1'), body]);
-const warmRequest = Buffer.from(`GET ${config.warmPath} HTTP/1.1\r\nHost: 127.0.0.1:${config.port}\r\n\r\n`, 'latin1');
+const requestTo = (port: number): Buffer => {
+  const head =
+    `POST ${config.path} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Length: ${body.byteLength}\r\n` +
+    Object.entries(config.headers)
+      .map(([k, v]) => `${k}: ${v}\r\n`)
+      .join('') +
+    '\r\n';
+  return Buffer.concat([Buffer.from(head, 'latin1'), body]);
+};
+const warmTo = (port: number): Buffer =>
+  Buffer.from(`GET ${config.warmPath} HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\n\r\n`, 'latin1');
+const excessShare = config.excessPort === undefined ? 0 : (config.excessShare ?? 0);
+const excessPort = config.excessPort ?? config.port;
+const request = requestTo(config.port);
+const warmRequest = warmTo(config.port);
+const excessRequest = requestTo(excessPort);
+const excessWarmRequest = warmTo(excessPort);
+const excessCounts = { excessSent: 0, excessRefused: 0, excessDropped: 0 };
 
 const okLatencies: number[] = [];
 /** The same, from the instant each request was due (its lag in the generator included). */
@@ -95,16 +117,17 @@ class Connection {
   private dueNs = 0n;
   private pending: Buffer | undefined;
 
-  constructor() {
-    opened++;
-    this.socket = net.connect({ port: config.port, host: '127.0.0.1', noDelay: true });
+  /** `excess`: a connection to `excessPort`. */
+  constructor(private readonly excess = false) {
+    if (!excess) opened++;
+    this.socket = net.connect({ port: excess ? excessPort : config.port, host: '127.0.0.1', noDelay: true });
     this.socket.on('connect', () => {
       this.ready = true;
       if (warming) {
         this.warm();
         return;
       }
-      idle.push(this);
+      this.pool.push(this);
       pump();
     });
     this.socket.on('data', (chunk: Buffer) => this.onData(chunk));
@@ -112,17 +135,21 @@ class Connection {
     this.socket.on('close', () => this.lost());
   }
 
+  private get pool(): Connection[] {
+    return this.excess ? excessIdle : idle;
+  }
+
   send(dueNs: bigint): void {
     this.busy = true;
     outstanding++;
     this.dueNs = dueNs;
     this.sentNs = process.hrtime.bigint();
-    this.socket.write(request);
+    this.socket.write(this.excess ? excessRequest : request);
   }
 
   warm(): void {
     this.busy = true;
-    this.socket.write(warmRequest);
+    this.socket.write(this.excess ? excessWarmRequest : warmRequest);
   }
 
   private onData(chunk: Buffer): void {
@@ -146,13 +173,19 @@ class Connection {
       this.busy = false;
       if (status === 200) warmed++;
       else counts.otherErrors++;
-      idle.push(this);
+      this.pool.push(this);
       return;
     }
     const now = process.hrtime.bigint();
     const us = Number(now - this.sentNs) / 1000;
     outstanding--;
     this.busy = false;
+    if (this.excess) {
+      if (status === 503) excessCounts.excessRefused++;
+      else counts.otherErrors++;
+      if (sending) excessIdle.push(this);
+      return;
+    }
     if (status === 200) {
       counts.ok++;
       if (sending) counts.okInWindow++;
@@ -182,9 +215,9 @@ class Connection {
       outstanding--;
       counts.otherErrors++;
     }
-    const i = idle.indexOf(this);
-    if (i !== -1) idle.splice(i, 1);
-    opened--;
+    const i = this.pool.indexOf(this);
+    if (i !== -1) this.pool.splice(i, 1);
+    if (!this.excess) opened--;
   }
 
   close(): void {
@@ -193,6 +226,7 @@ class Connection {
 }
 
 const idle: Connection[] = [];
+const excessIdle: Connection[] = [];
 const all: Connection[] = [];
 let sending = true;
 
@@ -213,6 +247,21 @@ function sendOne(dueNs: bigint): void {
   c.send(dueNs);
 }
 
+/** An even clock's due request `index`: to the server, or, for its share, to `excessPort`. */
+function dispatch(dueNs: bigint, index: number): void {
+  if (excessShare === 0 || Math.floor((index + 1) * excessShare) === Math.floor(index * excessShare)) {
+    sendOne(dueNs);
+    return;
+  }
+  const c = excessIdle.pop();
+  if (c === undefined) {
+    excessCounts.excessDropped++;
+    return;
+  }
+  excessCounts.excessSent++;
+  c.send(dueNs);
+}
+
 /** Closed loop: the connection that was just answered sends again at once. */
 function sendNext(c: Connection, now: bigint): void {
   counts.sent++;
@@ -230,10 +279,12 @@ function pump(): void {
 }
 
 for (let i = 0; i < config.connections; i++) all.push(new Connection());
+const excessConnections = excessShare > 0 ? config.connections : 0;
+for (let i = 0; i < excessConnections; i++) all.push(new Connection(true));
+const toWarm = config.connections + excessConnections;
 const warmEnd = Date.now() + 30_000;
-while (warmed + counts.otherErrors < config.connections && Date.now() < warmEnd)
-  await new Promise((r) => setTimeout(r, 5));
-if (warmed < config.connections) throw new Error(`only ${warmed} of ${config.connections} connections warmed up`);
+while (warmed + counts.otherErrors < toWarm && Date.now() < warmEnd) await new Promise((r) => setTimeout(r, 5));
+if (warmed < toWarm) throw new Error(`only ${warmed} of ${toWarm} connections warmed up`);
 warming = false;
 counts.otherErrors = 0;
 const cpu0 = process.cpuUsage();
@@ -267,7 +318,7 @@ else await new Promise<void>((resolve) => {
     const now = process.hrtime.bigint();
     const limit = now < endNs ? now : endNs;
     while (t0 + BigInt(Math.round(scheduled * periodNs)) <= limit) {
-      sendOne(t0 + BigInt(Math.round(scheduled * periodNs)));
+      dispatch(t0 + BigInt(Math.round(scheduled * periodNs)), scheduled);
       scheduled++;
     }
     if (now >= endNs) resolve();
@@ -293,6 +344,7 @@ function percentile(xs: number[], p: number): number {
 process.stdout.write(
   `${JSON.stringify({
     ...counts,
+    ...excessCounts,
     scheduled,
     unsent,
     okP50us: percentile(okLatencies, 50),

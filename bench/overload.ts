@@ -24,13 +24,21 @@
  * serves at capacity once the overload has passed.
  * Bars: goodput ≥ 0.9× capacity, accepted p99 ≤ 3× the p99 at capacity.
  *
+ * Beside each overload point, its controls (bench/overload-control.ts): the
+ * same generator at the same rate with only 1× going to the server and the
+ * excess to a separate process that refuses everything (bench/naive-server.ts
+ * --refuse; its CPU shows under "others"), and 1× alone. The first is the
+ * goodput the machine leaves the server when its refusals cost it nothing.
+ *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3),
  * OVERLOAD_FACTOR (default 2), OVERLOAD_NODE_ARGS (extra node flags for the
  * server, e.g. "--cpu-prof --cpu-prof-dir=DIR"), OVERLOAD_GENERATOR_PREFIX (a
  * command the generator is started under, e.g. "nice -n 5" or "taskset -c 1"),
  * OVERLOAD_BASELINE (the dist folder of another build: its server runs the same
  * rounds in turns with this one, the order flipped every round, and each
- * round's goodput is also set against the other's).
+ * round's goodput is also set against the other's), OVERLOAD_VARIANT_ARGS (server
+ * flags, e.g. "--backend-config=onnxruntime,intra_op_thread_count=2": a second
+ * server of this build started with them takes the baseline's place).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
@@ -39,7 +47,8 @@ import path from 'node:path';
 import { binaryBody } from './bodies.js';
 import { benchModelsDir, buildBenchModels } from './models.js';
 import { pathToFileURL } from 'node:url';
-import { DIST, cpuSeconds, startNereid } from './processes.js';
+import { evenLoad, runGenerator } from './overload-control.js';
+import { DIST, cpuSeconds, startNaive, startNereid } from './processes.js';
 import type { HttpBody } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -70,6 +79,10 @@ interface OpenLoopResult {
   openedDuringRun: number;
   seconds: number;
   cpuSeconds: number;
+  /** Sent to the refuser instead (a control: bench/overload-control.ts), refused there, or due with no connection. */
+  excessSent: number;
+  excessRefused: number;
+  excessDropped: number;
 }
 
 /**
@@ -231,6 +244,7 @@ interface Point {
 const body = binaryBody(medium.inputName, medium.outputName, medium.inputSize);
 const nodeArgs = process.env['OVERLOAD_NODE_ARGS']?.split(' ') ?? [];
 const BASELINE = process.env['OVERLOAD_BASELINE'];
+const VARIANT_ARGS = process.env['OVERLOAD_VARIANT_ARGS']?.split(' ').filter((w) => w !== '');
 type Started = Awaited<ReturnType<typeof startNereid>>;
 const servers: Array<{ name: string; nereid: Started }> = [
   { name: 'this', nereid: await startNereid(repo, [], { nodeArgs }) },
@@ -240,13 +254,22 @@ if (BASELINE !== undefined) {
     startNereid: typeof startNereid;
   };
   servers.push({ name: 'baseline', nereid: await mod.startNereid(repo, [], { nodeArgs }) });
+} else if (VARIANT_ARGS !== undefined) {
+  servers.push({ name: 'baseline', nereid: await startNereid(repo, VARIANT_ARGS, { nodeArgs }) });
 }
+/** The excess of each overload point's control, refused by a process of its own. */
+const refuser = await startNaive(medium.onnxFile, 'refuse');
 const cores = os.availableParallelism();
 try {
   const urlPath = `/v2/models/${MODEL}/infer`;
 
   /** One load of the generator, with the server's threads, the machine and the server's statistics read around it. */
-  const point = async (nereid: Started, label: string, load: { rate: number } | { closed: number }): Promise<Point> => {
+  const point = async (
+    nereid: Started,
+    label: string,
+    load: { rate: number } | { closed: number },
+    run: () => Promise<OpenLoopResult> = () => generate(nereid.http, urlPath, body, load, SECONDS),
+  ): Promise<Point> => {
     const pid = nereid.proc.child.pid!;
     const before = await modelStats(nereid.http);
     const t0 = process.hrtime.bigint();
@@ -256,7 +279,7 @@ try {
     const [st0, sm0] = [schedstat(pid, busiest), schedstat(pid, pid)];
     const p0 = cpuSeconds(pid);
     const m0 = machineTicks();
-    const out = await generate(nereid.http, urlPath, body, load, SECONDS);
+    const out = await run();
     const s = Number(process.hrtime.bigint() - t0) / 1e9;
     const threads1 = threadSeconds(pid);
     const [st1, sm1] = [schedstat(pid, busiest), schedstat(pid, pid)];
@@ -312,12 +335,30 @@ try {
       `${fmt(p.machinePct)} / ${fmt(p.othersPct)}`,
       p.server +
         (o.otherErrors > 0 ? `; ${o.otherErrors} other errors` : '') +
-        (o.unsent > 0 ? `; ${o.unsent} never sent` : ''),
+        (o.unsent > 0 ? `; ${o.unsent} never sent` : '') +
+        (o.excessSent > 0 ? `; ${o.excessRefused} refused elsewhere, ${o.excessDropped} not sent there` : ''),
     ]);
   };
 
   for (const { nereid } of servers) await generate(nereid.http, urlPath, body, { closed: 32 }, 1); // warm-up
-  type Ratios = { goodput32: number; goodput64: number; p99vs32: number; p99vs64: number; goodput: number };
+  type Ratios = {
+    goodput32: number;
+    goodput64: number;
+    p99vs32: number;
+    p99vs64: number;
+    goodput: number;
+    split: number;
+    alone: number;
+  };
+  /** The overload's generator, with all but 1× of its requests sent to the refuser. */
+  const split = (nereid: Started, capacity: number) => (): Promise<OpenLoopResult> =>
+    runGenerator(
+      evenLoad(nereid.http, urlPath, body, capacity * FACTOR, SECONDS, {
+        port: refuser.port,
+        share: (FACTOR - 1) / FACTOR,
+      }),
+      GENERATOR_PREFIX,
+    );
   const ratios = new Map<string, Ratios[]>(servers.map((x) => [x.name, []]));
   const againstBaseline: number[] = [];
   for (let r = 1; r <= ROUNDS; r++) {
@@ -328,13 +369,18 @@ try {
       const c64 = await point(nereid, 'closed c64', { closed: 64 });
       const capacity = Math.max(c32.okPerSec, c64.okPerSec);
       const over = await point(nereid, `${FACTOR}x open (${fmt(capacity * FACTOR)}/s)`, { rate: capacity * FACTOR });
-      for (const p of [c32, c64, over]) row(String(r), name, p);
+      const excess = `${fmt(FACTOR - 1)}x`;
+      const elsewhere = await point(nereid, `1x + ${excess} to a refuser`, { rate: capacity }, split(nereid, capacity));
+      const alone = await point(nereid, '1x open alone', { rate: capacity });
+      for (const p of [c32, c64, over, elsewhere, alone]) row(String(r), name, p);
       ratios.get(name)!.push({
         goodput32: over.okPerSec / c32.okPerSec,
         goodput64: over.okPerSec / c64.okPerSec,
         p99vs32: over.load.okP99us / c32.load.okP99us,
         p99vs64: over.load.okP99us / c64.load.okP99us,
         goodput: over.okPerSec / capacity,
+        split: elsewhere.okPerSec / capacity,
+        alone: alone.okPerSec / capacity,
       });
       goodputs.set(name, over.okPerSec / capacity);
     }
@@ -377,6 +423,11 @@ try {
     const tag = servers.length > 1 ? `${name}: ` : '';
     process.stdout.write(`${tag}${summary('goodput / capacity at c64', xs.map((x) => x.goodput64), '≥ 0.9')}\n`);
     process.stdout.write(`${tag}${summary('goodput / capacity at c32', xs.map((x) => x.goodput32), '≥ 0.9')}\n`);
+    process.stdout.write(`${tag}${summary('goodput / capacity', xs.map((x) => x.goodput), '≥ 0.9')}\n`);
+    process.stdout.write(
+      `${tag}${summary('control: goodput / capacity, excess refused elsewhere', xs.map((x) => x.split), 'none')}\n`,
+    );
+    process.stdout.write(`${tag}${summary('control: goodput / capacity, 1x alone', xs.map((x) => x.alone), 'none')}\n`);
     process.stdout.write(`${tag}${summary('accepted p99 / p99 at c64', xs.map((x) => x.p99vs64), '≤ 3')}\n`);
     process.stdout.write(`${tag}${summary('accepted p99 / p99 at c32', xs.map((x) => x.p99vs32), '≤ 3')}\n`);
   }
@@ -384,4 +435,5 @@ try {
     process.stdout.write(`${summary('goodput/capacity, this / baseline, per round', againstBaseline, 'none')}\n`);
 } finally {
   for (const { nereid } of servers) await nereid.proc.stop();
+  await refuser.proc.stop();
 }
