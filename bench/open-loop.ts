@@ -64,7 +64,7 @@ interface Config {
   closed?: boolean;
   /** Open loop: exponential gaps (Poisson arrivals) rather than an even clock. */
   poisson?: boolean;
-  /** Even-clock open loop: `excessShare` of the due requests go to this port instead, each on a connection of its own. */
+  /** Even-clock open loop: `excessShare` of the due requests go to this port instead, on connections of its own. */
   excessPort?: number;
   excessShare?: number;
 }
