@@ -1,16 +1,25 @@
 /**
  * `node dist/bench/trace.js` (section `trace` of bench/run.ts): what request
- * tracing costs. Four Nereid processes serve the tiny MLP (dynamic
- * batching): tracing off; Triton mode at rate=1000 to a file; rate=1 to a
- * file (log-frequency=1000, so files rotate as they would in production);
- * rate=1 over OTLP/HTTP to a receiver in this process that takes and drops
- * the bodies. wrk at concurrency 32 with binary tensors visits them in turn,
- * ROUNDS times; the medians of throughput and p50/p99 are printed with the
- * ratio of each to tracing off, and the server's CPU per request (whole
- * process, and its main thread: on a busy machine the steadier measure). Goals: rate=1000 ≥ 0.97×, rate=1 to a file
- * ≥ 0.85×, OTLP rate=1 ≥ 0.8× of off.
+ * tracing costs. Five Nereid processes serve the tiny MLP (dynamic
+ * batching): tracing off twice (A and B: an A/A control that shows the noise
+ * floor of two servers that differ in nothing); Triton mode at rate=1000 to a
+ * file; rate=1 to a file (log-frequency=1000, so files rotate as they would in
+ * production); rate=1 over OTLP/HTTP to a receiver in this process that takes
+ * and drops the bodies. wrk at concurrency 32 with binary tensors visits them
+ * in turn.
  *
- * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (default 3).
+ * Each server adapts to timings of its own first moments and keeps what it
+ * chose, so two servers of one build can stand apart for a whole run by as
+ * much as the goals' margins. So the run is BENCH_BLOCKS blocks, each with a
+ * fresh set of servers, of BENCH_ROUNDS rounds; the order within a round
+ * rotates (every variant takes every place); each round's requests/s and
+ * CPU per request (all threads, from /proc) are divided by off A's in the
+ * same round, and the medians of those ratios over every round are printed
+ * with each block's median beside them. Goals: rate=1000 ≥ 0.97×, rate=1 to a
+ * file ≥ 0.85×, OTLP rate=1 ≥ 0.8× of off; read them against the A/A row.
+ *
+ * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (per block,
+ * default 3), BENCH_BLOCKS (default 5).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -20,13 +29,14 @@ import path from 'node:path';
 import { binaryBody } from './bodies.js';
 import { buildBenchModels } from './models.js';
 import { cpuSeconds, startNereid } from './processes.js';
-import { type WrkResult, runWrk } from './wrk.js';
+import { runWrk } from './wrk.js';
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 5);
 const CONNECTIONS = 32;
 
-const median = (xs: number[]): number => {
+const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 === 1 ? s[(s.length - 1) >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
@@ -56,15 +66,18 @@ const dir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-trace-'));
 const receiver = await startReceiver();
 const LEVEL = '--trace-config=level=TIMESTAMPS';
 const variants = [
-  { label: 'tracing off', flags: [] as string[] },
+  { label: 'tracing off (A)', goal: undefined, flags: (): string[] => [] },
+  { label: 'tracing off (B), A/A', goal: undefined, flags: (): string[] => [] },
   {
     label: 'triton, rate=1000, file',
-    flags: [`--trace-config=triton,file=${dir}/r1000.json`, LEVEL, '--trace-config=rate=1000'],
+    goal: 0.97,
+    flags: (b: number) => [`--trace-config=triton,file=${dir}/r1000-${b}.json`, LEVEL, '--trace-config=rate=1000'],
   },
   {
     label: 'triton, rate=1, file',
-    flags: [
-      `--trace-config=triton,file=${dir}/r1.json`,
+    goal: 0.85,
+    flags: (b: number) => [
+      `--trace-config=triton,file=${dir}/r1-${b}.json`,
       '--trace-config=triton,log-frequency=1000',
       LEVEL,
       '--trace-config=rate=1',
@@ -72,7 +85,8 @@ const variants = [
   },
   {
     label: 'opentelemetry, rate=1, OTLP',
-    flags: [
+    goal: 0.8,
+    flags: () => [
       '--trace-config=mode=opentelemetry',
       `--trace-config=opentelemetry,url=${receiver.url}`,
       LEVEL,
@@ -80,58 +94,97 @@ const variants = [
     ],
   },
 ];
-const servers = [];
-for (const v of variants) servers.push(await startNereid(model.repository, ['--allow-metrics=false', ...v.flags]));
+
+interface Point {
+  rps: number;
+  p50: number;
+  p99: number;
+  failed: number;
+  /** Server CPU µs per request: all threads, the main thread. */
+  cpu: number;
+  main: number;
+}
+
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
-const results: WrkResult[][] = variants.map(() => []);
-/** Server CPU µs per request of each run: whole process, main thread. */
-const cpu: Array<Array<{ all: number; main: number }>> = variants.map(() => []);
 const url = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model.batchedName}/infer`;
+/** points[variant][round], rounds of every block in order; ratios likewise, to off A in the same round. */
+const points: Point[][] = variants.map(() => []);
+const rpsRatios: number[][] = variants.map(() => []);
+const cpuRatios: number[][] = variants.map(() => []);
+const started = Date.now();
 try {
-  for (const s of servers) await runWrk(url(s.http), body, CONNECTIONS, 1); // warm-up
-  for (let round = 0; round < ROUNDS; round++) {
-    for (let i = 0; i < servers.length; i++) {
-      const pid = servers[i]!.proc.child.pid!;
-      const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
-      const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
-      const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
-      results[i]!.push(r);
-      cpu[i]!.push({ all: ((all1 - all0) * 1e6) / r.requests, main: ((main1 - main0) * 1e6) / r.requests });
+  for (let block = 0; block < BLOCKS; block++) {
+    const servers = await Promise.all(
+      variants.map((v) => startNereid(model.repository, ['--allow-metrics=false', ...v.flags(block)])),
+    );
+    try {
+      for (const s of servers) await runWrk(url(s.http), body, CONNECTIONS, 1); // warm-up
+      for (let round = 0; round < ROUNDS; round++) {
+        const got: Point[] = [];
+        const shift = block * ROUNDS + round;
+        for (let k = 0; k < variants.length; k++) {
+          const i = (k + shift) % variants.length;
+          const pid = servers[i]!.proc.child.pid!;
+          const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+          const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
+          const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+          const n = Math.max(1, r.requests);
+          got[i] = {
+            rps: r.requestsPerSec,
+            p50: r.p50us,
+            p99: r.p99us,
+            failed: r.errors + r.non2xx,
+            cpu: ((all1 - all0) * 1e6) / n,
+            main: ((main1 - main0) * 1e6) / n,
+          };
+        }
+        for (const [i, p] of got.entries()) {
+          points[i]!.push(p);
+          rpsRatios[i]!.push(p.rps / got[0]!.rps);
+          cpuRatios[i]!.push(p.cpu / got[0]!.cpu);
+        }
+      }
+    } finally {
+      await Promise.all(servers.map((s) => s.proc.stop()));
     }
   }
 } finally {
-  for (const s of servers) await s.proc.stop();
   await receiver.stop();
 }
 const files = readdirSync(dir).length;
 rmSync(dir, { recursive: true, force: true });
 
+const f = (x: number, d: number): string => x.toFixed(d);
 process.stdout.write(
-  `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}, ` +
-    `${ROUNDS} rounds × ${SECONDS}s, alternated; medians\n`,
+  `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}; ${BLOCKS} blocks ` +
+    `(fresh servers) × ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
+    `(${((Date.now() - started) / 1000).toFixed(0)} s)\n`,
 );
-const widths = [10, 8, 9, 9, 9, 11, 11];
-const header = ['req/s', '× off', 'p50 µs', 'p99 µs', 'errors', 'CPU µs/req', 'main µs/req']
-  .map((h, i) => h.padStart(widths[i]!))
-  .join('');
-process.stdout.write(`${'variant'.padEnd(30)}${header}\n`);
-const offRps = median(results[0]!.map((r) => r.requestsPerSec));
-const goals = [undefined, 0.97, 0.85, 0.8];
+const header = ['req/s', '× off A', 'CPU× off A', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main µs/req'];
+const widths = [9, 9, 12, 8, 8, 8, 12, 12];
+process.stdout.write(`${'variant'.padEnd(30)}${header.map((h, i) => h.padStart(widths[i]!)).join('')}\n`);
 for (let i = 0; i < variants.length; i++) {
-  const rs = results[i]!;
-  const rps = median(rs.map((r) => r.requestsPerSec));
-  const ratio = rps / offRps;
-  const goal = goals[i];
-  const p50 = median(rs.map((r) => r.p50us));
-  const p99 = median(rs.map((r) => r.p99us));
-  const errors = rs.reduce((n, r) => n + r.errors + r.non2xx, 0);
-  const cpuAll = median(cpu[i]!.map((c) => c.all)).toFixed(1);
-  const cpuMain = median(cpu[i]!.map((c) => c.main)).toFixed(1);
-  const verdict = goal === undefined ? '' : `  goal ≥ ${goal}: ${ratio >= goal ? 'met' : 'NOT met'}`;
+  const ps = points[i]!;
+  const cells = [
+    f(median(ps.map((p) => p.rps)), 0),
+    f(median(rpsRatios[i]!), 3),
+    f(median(cpuRatios[i]!), 3),
+    f(median(ps.map((p) => p.p50)), 0),
+    f(median(ps.map((p) => p.p99)), 0),
+    String(ps.reduce((n, p) => n + p.failed, 0)),
+    f(median(ps.map((p) => p.cpu)), 1),
+    f(median(ps.map((p) => p.main)), 1),
+  ];
+  process.stdout.write(`${variants[i]!.label.padEnd(30)}${cells.map((c, k) => c.padStart(widths[k]!)).join('')}\n`);
+}
+process.stdout.write('\nreq/s × off A, per block (median of its rounds), and the goal:\n');
+for (let i = 1; i < variants.length; i++) {
+  const blocks = Array.from({ length: BLOCKS }, (_, b) => median(rpsRatios[i]!.slice(b * ROUNDS, (b + 1) * ROUNDS)));
+  const all = median(rpsRatios[i]!);
+  const goal = variants[i]!.goal;
+  const verdict = goal === undefined ? '(the noise floor)' : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}`;
   process.stdout.write(
-    `${variants[i]!.label.padEnd(30)}${rps.toFixed(0).padStart(10)}${ratio.toFixed(3).padStart(8)}` +
-      `${p50.toFixed(0).padStart(9)}${p99.toFixed(0).padStart(9)}${String(errors).padStart(9)}` +
-      `${cpuAll.padStart(11)}${cpuMain.padStart(11)}${verdict}\n`,
+    `${variants[i]!.label.padEnd(30)}${f(all, 3)}  blocks ${blocks.map((x) => f(x, 3)).join(' ')}  ${verdict}\n`,
   );
 }
 process.stdout.write(`trace files written: ${files}; OTLP bodies received: ${receiver.bodies()}\n`);
