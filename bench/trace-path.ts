@@ -11,7 +11,9 @@
  * times; medians. TRACE_PATH_BASE=<another build's dist folder> runs
  * that build's tracer beside this one.
  *
- * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (default 3).
+ * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (default 3),
+ * TRACE_PATH_ONLY (a word of the variants' labels, e.g. OTLP: only those), TRACE_PATH_BSP=QUEUE,BATCH (the batch
+ * span processor's bsp_max_queue_size and bsp_max_export_batch_size; default Triton's 2048,512).
  */
 import { fork } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -81,6 +83,8 @@ function workerThreads(): number[] {
 interface Point {
   main: number;
   exporter: number;
+  /** Spans dropped (queue full or export failed), per 1000 requests. */
+  dropped: number;
 }
 
 /** Runs `seconds` of requests at PER_SECOND; CPU µs per request of the event loop and of the export thread. */
@@ -88,6 +92,11 @@ async function run(tracer: TracerClass, seconds: number): Promise<Point> {
   const pid = process.pid;
   const threads = workerThreads();
   const exportCpu = (): number => threads.reduce((s, tid) => s + cpuSeconds(pid, tid), 0);
+  const lost = async (): Promise<number> => {
+    const d = await tracer.droppedSpans();
+    return d.queueFull + d.exportFailed;
+  };
+  const lost0 = await lost();
   const [main0, exp0] = [cpuSeconds(pid, pid), exportCpu()];
   const start = performance.now();
   let done = 0;
@@ -100,7 +109,8 @@ async function run(tracer: TracerClass, seconds: number): Promise<Point> {
   await tracer.droppedSpans(); // the export thread has taken every span
   await new Promise((resolve) => setTimeout(resolve, 50));
   const [main1, exp1] = [cpuSeconds(pid, pid), exportCpu()];
-  return { main: ((main1 - main0) * 1e6) / total, exporter: ((exp1 - exp0) * 1e6) / total };
+  const dropped = ((await lost()) - lost0) / (total / 1000);
+  return { main: ((main1 - main0) * 1e6) / total, exporter: ((exp1 - exp0) * 1e6) / total, dropped };
 }
 
 async function main(): Promise<void> {
@@ -112,18 +122,21 @@ async function main(): Promise<void> {
   const receiver = fork(fileURLToPath(import.meta.url), ['receiver'], { stdio: 'ignore' });
   const port = await new Promise<number>((resolve) => receiver.once('message', (m) => resolve(m as number)));
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-trace-path-'));
+  const [queue, batch] = (process.env.TRACE_PATH_BSP ?? '2048,512').split(',').map(Number);
   const otel = {
     url: `http://127.0.0.1:${port}/v1/traces`,
     resource: { 'service.name': 'nereid' },
-    bspMaxQueueSize: 2048,
+    bspMaxQueueSize: queue!,
     bspScheduleDelayMs: 5000,
-    bspMaxExportBatchSize: 512,
+    bspMaxExportBatchSize: batch!,
   };
   const variants: Array<{ label: string; options: (i: number) => TracerOptions }> = [
     { label: 'rate=1000, file', options: (i) => ({ level: 1, rate: 1000, file: `${dir}/a${i}.json` }) },
     { label: 'rate=1, file', options: (i) => ({ level: 1, rate: 1, logFrequency: 1000, file: `${dir}/b${i}.json` }) },
     { label: 'rate=1, OTLP', options: () => ({ level: 1, rate: 1, mode: 'opentelemetry', otel }) },
   ];
+  const only = process.env.TRACE_PATH_ONLY;
+  if (only) variants.splice(0, variants.length, ...variants.filter((v) => v.label.includes(only)));
   const tracers = builds.map((b) => variants.map((v, i) => new b.Tracer(v.options(i))));
   const points: Point[][][] = builds.map(() => variants.map(() => []));
   try {
@@ -141,7 +154,8 @@ async function main(): Promise<void> {
   const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
   process.stdout.write(
     `\nTracing's own CPU per request (µs), ${PER_SECOND} requests/s, ${ROUNDS} rounds × ${SECONDS}s; medians\n` +
-      `${'variant'.padEnd(18)}${'build'.padEnd(7)}${'event loop'.padStart(11)}${'its thread'.padStart(15)}\n`,
+      `${'variant'.padEnd(18)}${'build'.padEnd(7)}${'event loop'.padStart(11)}${'its thread'.padStart(15)}` +
+      `${'dropped/1000'.padStart(14)}\n`,
   );
   for (let v = 0; v < variants.length; v++) {
     for (let b = 0; b < builds.length; b++) {
@@ -149,7 +163,8 @@ async function main(): Promise<void> {
       const exporter = variants[v]!.label.startsWith('rate=1,') ? median(ps.map((p) => p.exporter)).toFixed(2) : '';
       process.stdout.write(
         `${variants[v]!.label.padEnd(18)}${builds[b]!.label.padEnd(7)}` +
-          `${median(ps.map((p) => p.main)).toFixed(2).padStart(11)}${exporter.padStart(15)}\n`,
+          `${median(ps.map((p) => p.main)).toFixed(2).padStart(11)}${exporter.padStart(15)}` +
+          `${median(ps.map((p) => p.dropped)).toFixed(1).padStart(14)}\n`,
       );
     }
   }

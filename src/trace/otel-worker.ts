@@ -88,31 +88,44 @@ const NO_LINKS: ReturnType<() => ReadableSpan['links']> = [];
 const STATUS_UNSET = { code: 0 };
 const NO_ATTRIBUTES: Attributes = {};
 
-/** A finished span as the batch processor and the OTLP exporter read it, built once the request ended. */
+/**
+ * A finished span as the batch processor and the OTLP exporter read it, built once the request ended. What every
+ * span shares lives on the prototype and the rest is assigned once in the constructor (`declare`: no class field
+ * definitions), so a span is one small object of one shape.
+ */
 class FinishedSpan implements ReadableSpan {
-  readonly kind = SpanKind.SERVER;
-  readonly status = STATUS_UNSET;
-  readonly links = NO_LINKS;
-  readonly ended = true;
-  readonly droppedAttributesCount = 0;
-  readonly droppedEventsCount = 0;
-  readonly droppedLinksCount = 0;
-  readonly events: TimedEvent[] = [];
-  endTime: HrTime = [0, 0];
-  private readonly context: SpanContext;
+  declare readonly kind: SpanKind;
+  declare readonly status: ReadableSpan['status'];
+  declare readonly links: ReadableSpan['links'];
+  declare readonly ended: boolean;
+  declare readonly droppedAttributesCount: number;
+  declare readonly droppedEventsCount: number;
+  declare readonly droppedLinksCount: number;
+  declare readonly name: string;
+  declare readonly parentSpanContext: SpanContext | undefined;
+  declare readonly startTime: HrTime;
+  declare readonly endTime: HrTime;
+  declare readonly attributes: Attributes;
+  declare readonly resource: Resource;
+  declare readonly instrumentationScope: InstrumentationScope;
+  declare readonly events: TimedEvent[];
+  declare private readonly context: SpanContext;
 
   constructor(
-    readonly name: string,
-    traceId: string,
-    spanId: string,
-    traceState: TraceState | undefined,
-    readonly parentSpanContext: SpanContext | undefined,
-    readonly startTime: HrTime,
-    readonly attributes: Attributes,
-    readonly resource: Resource,
-    readonly instrumentationScope: InstrumentationScope,
+    name: string,
+    context: SpanContext,
+    parentSpanContext: SpanContext | undefined,
+    startTime: HrTime,
+    endTime: HrTime,
+    attributes: Attributes,
   ) {
-    this.context = { traceId, spanId, traceFlags: SAMPLED, traceState };
+    this.name = name;
+    this.context = context;
+    this.parentSpanContext = parentSpanContext;
+    this.startTime = startTime;
+    this.endTime = endTime;
+    this.attributes = attributes;
+    this.events = [];
   }
 
   spanContext(): SpanContext {
@@ -150,6 +163,17 @@ const processor = new CountingProcessor(
 );
 const resource: Resource = resourceFromAttributes({ ...init.resource });
 const scope: InstrumentationScope = { name: 'triton-server' };
+Object.assign(FinishedSpan.prototype, {
+  kind: SpanKind.SERVER,
+  status: STATUS_UNSET,
+  links: NO_LINKS,
+  ended: true,
+  droppedAttributesCount: 0,
+  droppedEventsCount: 0,
+  droppedLinksCount: 0,
+  resource,
+  instrumentationScope: scope,
+});
 const modelNames: string[] = [];
 
 function post(msg: FromExportThread): void {
@@ -210,18 +234,15 @@ function exportBatch(batch: SpanBatch): void {
         if (nums[at + 3]! !== NONE) attributes['triton.request_id'] = strings[nums[at + 3]!]!;
         at += 4;
       }
+      const spanId = spanIdAt === NONE ? randomHex(8) : strings[spanIdAt]!;
       const span = new FinishedSpan(
         name,
-        traceId,
-        spanIdAt === NONE ? randomHex(8) : strings[spanIdAt]!,
-        traceState,
+        { traceId, spanId, traceFlags: SAMPLED, traceState },
         parent === NONE ? remote : spans[first + parent]!.spanContext(),
         wallTime(start),
+        wallTime(end),
         attributes,
-        resource,
-        scope,
       );
-      span.endTime = wallTime(end);
       spans.push(span);
     }
   }

@@ -1,18 +1,22 @@
 /**
- * Random trace and span ids as hex, from a pool refilled 4 KiB at a time: the OpenTelemetry SDK's
- * generator draws Math.random per id, which costs more per request than one randomFillSync per pool.
+ * Random trace and span ids as hex, cut from a pool of random hex refilled 4 KiB of random bytes at a time: the
+ * OpenTelemetry SDK's generator draws Math.random per id, and a Buffer.toString per id costs a native call each;
+ * a slice of a string is a small view (it keeps its 8 KiB pool alive while an id lives, bounded by the span queue).
  */
 import { randomFillSync } from 'node:crypto';
 
-const idPool = Buffer.allocUnsafe(4096);
-let idAt = idPool.length;
+const POOL_BYTES = 4096;
+const bytes = Buffer.allocUnsafe(POOL_BYTES);
+let pool = '';
+let at = 0;
 
-/** `bytes` random bytes as lower-case hex (16 for a trace id, 8 for a span id). */
-export function randomHex(bytes: number): string {
-  if (idAt + bytes > idPool.length) {
-    randomFillSync(idPool);
-    idAt = 0;
+/** `count` random bytes as lower-case hex (16 for a trace id, 8 for a span id). */
+export function randomHex(count: number): string {
+  const chars = 2 * count;
+  if (at + chars > pool.length) {
+    pool = randomFillSync(bytes).toString('hex');
+    at = 0;
   }
-  idAt += bytes;
-  return idPool.toString('hex', idAt - bytes, idAt);
+  at += chars;
+  return pool.slice(at - chars, at);
 }
