@@ -123,7 +123,8 @@ export class TraceSettings {
 
   /** The setting in force for `model` ('' or unknown: the global one). */
   active(model: string): ActiveSetting {
-    return this.modelActive.get(model) ?? this.globalActive;
+    // Most servers set no per-model setting: no lookup of the model's name then.
+    return this.modelActive.size === 0 ? this.globalActive : (this.modelActive.get(model) ?? this.globalActive);
   }
 
   /** The settings as the gRPC TraceSetting RPC reports them (every value a list of strings). */

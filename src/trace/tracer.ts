@@ -82,6 +82,11 @@ export class Tracer {
   }
 
   /** Whether any setting may trace (or the request log is on): frontends look at this before anything else. */
+  /** Whether sample() reads a W3C context (opentelemetry mode): else frontends need not look for one. */
+  get readsContext(): boolean {
+    return this.otel !== undefined;
+  }
+
   get enabled(): boolean {
     return this.settings.enabled || this.requestLog !== undefined;
   }

@@ -52,8 +52,9 @@ export function sampleCall(
   msg?: ModelInferRequest,
 ): Trace | undefined {
   if (tracer === undefined || !tracer.enabled) return undefined;
-  const parent = metadata.get('traceparent')[0];
-  const state = metadata.get('tracestate')[0];
+  // Triton mode never reads a context: no metadata lookups (each validates its key) on every call.
+  const parent = tracer.readsContext ? metadata.get('traceparent')[0] : undefined;
+  const state = parent === undefined ? undefined : metadata.get('tracestate')[0];
   const trace = tracer.sample(
     model,
     typeof parent === 'string' ? parent : undefined,

@@ -355,8 +355,9 @@ function inferRequest(
  * headers). tracedInfer ends it.
  */
 function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage): Trace | undefined {
-  const parent = req.headers.traceparent;
-  const state = req.headers.tracestate;
+  // Triton mode never reads a context: no header lookups on every request.
+  const parent = tracer.readsContext ? req.headers.traceparent : undefined;
+  const state = parent === undefined ? undefined : req.headers.tracestate;
   const trace = tracer.sample(
     model,
     typeof parent === 'string' ? parent : undefined,
