@@ -27,13 +27,20 @@
  * AUTH_BENCH_KEYS (default 100), AUTH_BENCH_MODEL (plain | batched, default
  * batched: dynamic batching), AUTH_BENCH_CONCURRENCY (default 32),
  * AUTH_BENCH_THREADS (`--frontend-threads` of both servers; default: the
- * server's own, 1 up to 3 cores).
+ * server's own, 1 up to 3 cores), AUTH_BENCH_PROTOCOL (http | grpc, default
+ * http; grpc: ModelInfer through h2load, AUTH_BENCH_GRPC connections x
+ * streams, default 4x8, each run checked against the model's success count,
+ * as h2load does not read grpc-status), AUTH_BENCH_BASE_DIST (the dist
+ * folder of another build: a third server, keys on, from that build, so a
+ * change to the check is measured before and after in one run).
  */
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { AccessControl, createKey, parseKeysFile } from '../src/auth/index.js';
 import { binaryBody } from './bodies.js';
+import { h2loadArgs, modelInferBody, parseH2load } from './grpc.js';
 import { buildBenchModels } from './models.js';
 import { cpuSeconds, startNereid } from './processes.js';
 import { runWrk } from './wrk.js';
@@ -46,6 +53,13 @@ const CONCURRENCY = Number(process.env.AUTH_BENCH_CONCURRENCY ?? 32);
 const THREADS = process.env.AUTH_BENCH_THREADS;
 const threadArgs = THREADS === undefined || THREADS === '' ? [] : [`--frontend-threads=${THREADS}`];
 const VARIANT = process.env.AUTH_BENCH_MODEL ?? 'batched';
+const PROTOCOL = process.env.AUTH_BENCH_PROTOCOL ?? 'http';
+if (PROTOCOL !== 'http' && PROTOCOL !== 'grpc') {
+  throw new Error(`AUTH_BENCH_PROTOCOL must be http or grpc, got ${PROTOCOL}`);
+}
+/** gRPC: h2load's connections and streams per connection (AUTH_BENCH_GRPC, "4x8"). */
+const GRPC_SHAPE = (process.env.AUTH_BENCH_GRPC ?? '4x8').split('x').map(Number) as [number, number];
+const BASE_DIST = process.env.AUTH_BENCH_BASE_DIST;
 
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
@@ -73,7 +87,9 @@ let entries = '';
 for (let i = 1; i < KEYS; i++) {
   entries += createKey(`tenant-${i}`, [`inference:tenant_${i}_*`, `metadata:tenant_${i}_*`]).entry;
 }
-writeFileSync(keysFile, `keys:\n${entries}${client.entry}`);
+// Reads the metrics port (the model's success count, which checks h2load's gRPC calls).
+const metricsKey = createKey('bench-metrics', ['metrics']);
+writeFileSync(keysFile, `keys:\n${entries}${client.entry}${metricsKey.entry}`);
 
 /**
  * The check alone, in this process: microseconds per call for the client's key (best of 3 runs of 200,000), on a
@@ -101,49 +117,111 @@ function checkMicros(sameConnection: boolean): number {
 const body = binaryBody(tiny.inputName, tiny.outputName, tiny.inputSize);
 const inferUrl = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model}/infer`;
 const withHeaders = (headers: Record<string, string>) => ({ ...body, headers: { ...body.headers, ...headers } });
-const settings = [
-  { name: 'keys off', args: threadArgs, headers: {} as Record<string, string> },
+const grpcBodyFile = path.join(dir, 'infer.grpc');
+writeFileSync(grpcBodyFile, modelInferBody(model, tiny.inputName, tiny.outputName, tiny.inputSize));
+const metricsHeaders = { Authorization: `Bearer ${metricsKey.secret}` };
+
+interface Setting {
+  readonly name: string;
+  readonly args: string[];
+  readonly headers: Record<string, string>;
+  /** Another build's dist folder (AUTH_BENCH_BASE_DIST). */
+  readonly dist?: string;
+}
+const settings: Setting[] = [
+  { name: 'keys off', args: threadArgs, headers: {} },
   {
     name: `keys on (${KEYS} keys)`,
     args: [...threadArgs, `--auth-keys=${keysFile}`],
     headers: { Authorization: `Bearer ${client.secret}` },
   },
 ];
+if (BASE_DIST !== undefined && BASE_DIST !== '') {
+  settings.push({ ...settings[1]!, name: 'keys on, base build', dist: path.resolve(BASE_DIST) });
+}
+
+type Server = Awaited<ReturnType<typeof startNereid>>;
+
+/** The model's successful requests so far (h2load counts HTTP statuses, not grpc-status: every call is checked). */
+async function successCount(server: Server): Promise<number> {
+  const r = await fetch(`http://127.0.0.1:${server.metrics}/metrics`, { headers: metricsHeaders });
+  const text = await r.text();
+  const m = new RegExp(`^nv_inference_request_success\\{model="${model}",version="1"[^}]*\\} (\\S+)`, 'm').exec(text);
+  if (!m) throw new Error(`no nv_inference_request_success for ${model} (metrics answered ${r.status})`);
+  return Number(m[1]);
+}
+
+/** h2load posting ModelInfer: requests completed and per second, the calls the model did not count as failed. */
+interface LoadRun {
+  readonly requests: number;
+  readonly rps: number;
+  readonly failed: number;
+}
+
+async function runGrpc(server: Server, s: Setting, seconds: number): Promise<LoadRun> {
+  const extra = Object.entries(s.headers).flatMap(([k, v]) => ['-H', `${k.toLowerCase()}: ${v}`]);
+  const [clients, streams] = GRPC_SHAPE;
+  const args = h2loadArgs(server.grpc, grpcBodyFile, clients, streams, seconds, extra);
+  const before = await successCount(server);
+  const out = await new Promise<string>((resolve, reject) => {
+    const child = spawn('h2load', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let text = '';
+    child.stdout.on('data', (c: Buffer) => (text += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (text += c.toString()));
+    child.on('error', reject);
+    child.on('close', () => resolve(text));
+  });
+  const h = parseH2load(out);
+  const succeeded = (await successCount(server)) - before;
+  const requests = h.succeeded + h.failed;
+  return { requests, rps: h.requestsPerSec, failed: Math.max(0, requests - succeeded) };
+}
+
+async function runLoad(server: Server, s: Setting, seconds: number): Promise<LoadRun> {
+  if (PROTOCOL === 'grpc') return runGrpc(server, s, seconds);
+  const w = await runWrk(inferUrl(server.http), withHeaders(s.headers), CONCURRENCY, seconds);
+  return { requests: w.requests, rps: w.requestsPerSec, failed: w.errors + w.non2xx };
+}
+
 const points: Point[][] = settings.map(() => []);
-/** Each block's rounds: [block][round] = on/off requests/s. */
+/** Each block's rounds: [block][round] = on/off requests/s (this build). */
 const blockRatios: number[][] = [];
 try {
   for (let block = 0; block < BLOCKS; block++) {
-    const servers: Array<Awaited<ReturnType<typeof startNereid>>> = [];
+    const servers: Server[] = [];
     try {
-      for (const s of settings) servers.push(await startNereid(tiny.repository, s.args));
+      for (const s of settings) {
+        servers.push(await startNereid(tiny.repository, s.args, s.dist === undefined ? {} : { dist: s.dist }));
+      }
       for (const [i, s] of settings.entries()) {
         const port = servers[i]!.http;
         // Warm-up, and a check that the key opens the model (a refused request would measure 403s).
         const headers = { ...body.headers, ...s.headers };
         const r = await fetch(inferUrl(port), { method: 'POST', headers, body: body.body });
         if (r.status !== 200) throw new Error(`${s.name}: warm-up answered ${r.status}: ${await r.text()}`);
-        await runWrk(inferUrl(port), withHeaders(s.headers), CONCURRENCY, 1);
+        const warm = await runLoad(servers[i]!, s, 1);
+        if (warm.failed > 0) throw new Error(`${s.name}: ${warm.failed} calls of the warm-up failed`);
       }
       const ratios: number[] = [];
       for (let round = 0; round < ROUNDS; round++) {
         const got: Point[] = [];
-        // Off then on in even rounds, on then off in odd ones.
-        const order = round % 2 === 0 ? [0, 1] : [1, 0];
+        // In order in even rounds, in reverse in odd ones.
+        const order = settings.map((_, i) => i);
+        if (round % 2 === 1) order.reverse();
         for (const i of order) {
           const s = settings[i]!;
           const pid = servers[i]!.proc.child.pid!;
           const cpu0 = cpuSeconds(pid);
           const main0 = cpuSeconds(pid, pid);
-          const w = await runWrk(inferUrl(servers[i]!.http), withHeaders(s.headers), CONCURRENCY, SECONDS);
+          const w = await runLoad(servers[i]!, s, SECONDS);
           const cpu = cpuSeconds(pid) - cpu0;
           const main = cpuSeconds(pid, pid) - main0;
           const n = Math.max(1, w.requests);
           got[i] = {
-            rps: w.requestsPerSec,
+            rps: w.rps,
             cpuMsPerRequest: (cpu * 1000) / n,
             mainMsPerRequest: (main * 1000) / n,
-            failed: w.errors + w.non2xx,
+            failed: w.failed,
           };
         }
         for (const [i, p] of got.entries()) points[i]!.push(p);
@@ -161,34 +239,45 @@ try {
 const micros = checkMicros(true);
 const microsHashed = checkMicros(false);
 const ratios = blockRatios.flat();
-const cpuRatios = points[1]!.map((p, r) => p.cpuMsPerRequest / points[0]![r]!.cpuMsPerRequest);
-const mainRatios = points[1]!.map((p, r) => p.mainMsPerRequest / points[0]![r]!.mainMsPerRequest);
+/** Each round's ratio of setting i to keys off, for one measure. */
+const ratiosOf = (i: number, of: (p: Point) => number): number[] =>
+  points[i]!.map((p, r) => of(p) / of(points[0]![r]!));
+const fmtRatios = (rs: number[]): string =>
+  `median ${fmt(median(rs), 3)}x (rounds ${rs.map((r) => fmt(r, 3)).join(' ')})`;
 const rows = settings.map((s, i) => {
   const ps = points[i]!;
   return [
     s.name,
     fmt(median(ps.map((p) => p.rps))),
-    fmt(median(ps.map((p) => p.cpuMsPerRequest)), 3),
-    fmt(median(ps.map((p) => p.mainMsPerRequest)), 3),
+    fmt(median(ps.map((p) => p.cpuMsPerRequest * 1000)), 1),
+    fmt(median(ps.map((p) => p.mainMsPerRequest * 1000)), 1),
     String(ps.reduce((n, p) => n + p.failed, 0)),
     ps.map((p) => fmt(p.rps)).join(' '),
   ];
 });
-const header = ['setting', 'req/s', 'CPU ms/req', 'main ms/req', 'failed', 'rounds req/s'];
+const header = ['setting', 'req/s', 'CPU us/req', 'main us/req', 'failed', 'rounds req/s'];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
 const line = (cells: string[]) => cells.map((c, i) => c.padStart(widths[i]!)).join('  ');
+let versus = '';
+for (let i = 1; i < settings.length; i++) {
+  versus +=
+    `${settings[i]!.name} / keys off: requests/s ${fmtRatios(ratiosOf(i, (p) => p.rps))}\n` +
+    `  CPU per request ${fmtRatios(ratiosOf(i, (p) => p.cpuMsPerRequest))}\n` +
+    `  main-thread CPU per request ${fmtRatios(ratiosOf(i, (p) => p.mainMsPerRequest))}\n`;
+}
+const load =
+  PROTOCOL === 'grpc'
+    ? `gRPC ModelInfer (h2load, ${GRPC_SHAPE[0]} connections x ${GRPC_SHAPE[1]} streams)`
+    : `HTTP binary, concurrency ${CONCURRENCY}`;
 process.stdout.write(
-  `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), binary, concurrency ${CONCURRENCY}, ` +
+  `\n--auth-keys on vs off: ${tiny.label} (${VARIANT}), ${load}, ` +
     `frontend threads ${THREADS ?? 'default'}, ` +
     `${SECONDS}s per setting and round, ${BLOCKS} blocks (fresh servers) of ${ROUNDS} rounds, order alternating ` +
     '(medians)\n' +
     `${line(header)}\n${widths.map((w) => '-'.repeat(w)).join('  ')}\n${rows.map(line).join('\n')}\n` +
-    `on/off requests/s: median ${fmt(median(ratios), 3)}x (rounds ${ratios.map((r) => fmt(r, 3)).join(' ')}; ` +
-    `block medians ${blockRatios.map((b) => fmt(median(b), 3)).join(' ')})\n` +
-    `on/off CPU per request: median ${fmt(median(cpuRatios), 3)}x ` +
-    `(rounds ${cpuRatios.map((r) => fmt(r, 3)).join(' ')})\n` +
-    `on/off main-thread CPU per request: median ${fmt(median(mainRatios), 3)}x ` +
-    `(rounds ${mainRatios.map((r) => fmt(r, 3)).join(' ')})\n` +
+    `on/off requests/s: median ${fmt(median(ratios), 3)}x ` +
+    `(block medians ${blockRatios.map((b) => fmt(median(b), 3)).join(' ')})\n` +
+    versus +
     `the check alone: ${fmt(micros, 2)} us on a kept-alive connection, ` +
     `${fmt((100 * micros) / (1000 * median(points[0]!.map((p) => p.mainMsPerRequest))), 1)} % ` +
     `of the main thread's CPU a request takes without keys; ${fmt(microsHashed, 2)} us on a new connection ` +
