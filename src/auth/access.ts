@@ -174,6 +174,12 @@ export type AccessUpdate =
   | { readonly t: 'keys'; readonly keys: KeysSnapshot }
   | { readonly t: 'limited'; readonly address: string; readonly untilMs: number };
 
+/**
+ * Connections known by a string (a gRPC peer, `address:port`) whose last key is remembered: the oldest is forgotten
+ * past this many.
+ */
+export const MAX_PEER_CONNECTIONS = 4096;
+
 /** The last key a connection presented and what it named: a request repeating it skips the hash. */
 interface Presented {
   readonly header: string;
@@ -187,6 +193,12 @@ export class AccessControl {
   private readonly logger: Logger | undefined;
   private readonly listeners = new Set<(update: AccessUpdate) => void>();
   private readonly presented = new WeakMap<object, Presented>();
+  /**
+   * The same for connections known by their peer string (grpc-js shows no connection object to a handler). A
+   * peer string outlives its connection and may come back on a new one: harmless, since an entry is used only for
+   * a header equal to the one it was made for, which names the same key whichever connection sends it.
+   */
+  private readonly presentedByPeer = new Map<string, Presented>();
   /** Failed checks since start, by reason (`nereid_auth_failures_total{reason}`). */
   readonly failures: Record<AuthFailureReason, number> = {
     missing: 0,
@@ -210,6 +222,8 @@ export class AccessControl {
   /** Swaps in a new table: checks from now on use it, those already made stand. */
   replaceKeys(table: KeyTable): void {
     this.table = table;
+    // Every entry names keys of the old table (and would be passed over): let them go.
+    this.presentedByPeer.clear();
     if (this.listeners.size > 0) this.emit({ t: 'keys', keys: snapshotKeys(table) });
   }
 
@@ -242,7 +256,7 @@ export class AccessControl {
     address: string | undefined,
     group: ApiGroup,
     model?: string,
-    connection?: object,
+    connection?: object | string,
   ): AuthFailure | undefined {
     const who = this.authenticate(authorization, address, connection);
     return isAuthFailure(who) ? who : this.authorize(who, address, group, model);
@@ -250,12 +264,13 @@ export class AccessControl {
 
   /**
    * Who the header says the request is (anonymous without one), or why it is refused. `connection` (an HTTP
-   * request's socket): a request that repeats the header the connection's last key came in is not hashed again.
+   * request's socket, a gRPC call's peer string): a request that repeats the header the connection's last key came
+   * in is not hashed again.
    */
   authenticate(
     authorization: string | undefined,
     address: string | undefined,
-    connection?: object,
+    connection?: object | string,
   ): Principal | AuthFailure {
     if (authorization === undefined || authorization === '') return this.table.anonymous;
     const addr = address ?? '';
@@ -265,7 +280,8 @@ export class AccessControl {
       return rateLimited(wait);
     }
     if (connection !== undefined) {
-      const last = this.presented.get(connection);
+      const last =
+        typeof connection === 'string' ? this.presentedByPeer.get(connection) : this.presented.get(connection);
       // Compared with what this connection sent before, in constant time all the same (a proxy's connection
       // carries many clients' keys).
       if (last !== undefined && last.table === this.table && sameText(last.header, authorization)) return last.who;
@@ -274,8 +290,36 @@ export class AccessControl {
     if (token === undefined) return this.fail(addr, MALFORMED);
     const who = this.table.byHash.get(secretDigest(token));
     if (who === undefined) return this.fail(addr, UNKNOWN);
-    if (connection !== undefined) this.presented.set(connection, { header: authorization, table: this.table, who });
+    if (connection !== undefined) this.remember(connection, { header: authorization, table: this.table, who });
     return who;
+  }
+
+  private remember(connection: object | string, presented: Presented): void {
+    if (typeof connection !== 'string') {
+      this.presented.set(connection, presented);
+      return;
+    }
+    const peers = this.presentedByPeer;
+    // Re-inserted at the end: the first entry is the one hashed longest ago, the one to forget.
+    peers.delete(connection);
+    if (peers.size >= MAX_PEER_CONNECTIONS) peers.delete(peers.keys().next().value!);
+    peers.set(connection, presented);
+  }
+
+  /** Connections known by their peer string whose last key is remembered (tests: the bound). */
+  get rememberedPeers(): number {
+    return this.presentedByPeer.size;
+  }
+
+  /**
+   * The 429 (counted) for a request with a key from an address at the failure limit, else undefined: the main
+   * thread's last word on an infer a frontend thread admitted, in case the address reached the limit meanwhile.
+   */
+  refuseLimited(address: string): AuthFailure | undefined {
+    const wait = this.limiter.retryAfterSecs(address);
+    if (wait <= 0) return undefined;
+    this.failures.rate_limited++;
+    return rateLimited(wait);
   }
 
   /**

@@ -3,6 +3,7 @@ export {
   AccessControl,
   AUTH_FAILURE_REASONS,
   DEFAULT_FAILURE_LIMIT,
+  MAX_PEER_CONNECTIONS,
   MAX_TOKEN_LENGTH,
   bearerToken,
   isAuthFailure,

@@ -39,7 +39,7 @@ export class AccessReplica {
     address: string | undefined,
     group: ApiGroup,
     model?: string,
-    connection?: object,
+    connection?: object | string,
   ): boolean {
     // As on the main thread, a limited address is refused whatever key it sends; without a key it is anonymous.
     if (this.limited.size > 0 && authorization !== undefined && authorization !== '' && this.isLimited(address ?? ''))

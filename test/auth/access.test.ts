@@ -5,6 +5,7 @@ import {
   AccessControl,
   AccessReplica,
   type AccessUpdate,
+  MAX_PEER_CONNECTIONS,
   MAX_TOKEN_LENGTH,
   bearerToken,
   createKey,
@@ -119,6 +120,52 @@ test("a connection's repeated key is not hashed again, yet a reload or another h
   access.replaceKeys(parseKeysFile('k.yaml', `keys:\n${createKey('other', ['*']).entry}`));
   assert.equal(access.check(bearer(FRAUD), 'a', 'inference', 'fraud_a', connection)?.httpStatus, 401);
   assert.deepEqual(access.failures, { missing: 0, malformed: 0, unknown: 2, scope: 2, rate_limited: 0 });
+});
+
+test('a connection known by its peer string (gRPC) skips the hash for its repeated key, within a bound', () => {
+  const access = new AccessControl(table(), { failureLimit: 0 });
+  const peer = '127.0.0.1:40001';
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'inference', 'fraud_a', peer), undefined);
+  // Taken out of the table behind the check's back: only the peer's remembered key still names it.
+  const byHash = access.keys.byHash as Map<string, unknown>;
+  const fraudEntry = byHash.get(secretDigest(FRAUD));
+  byHash.delete(secretDigest(FRAUD));
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'inference', 'fraud_a', peer), undefined);
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'inference', 'credit_a', peer)?.httpStatus, 403);
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'inference', 'fraud_a', '127.0.0.1:40002')?.httpStatus, 401);
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'inference', 'fraud_a')?.httpStatus, 401);
+  byHash.set(secretDigest(FRAUD), fraudEntry);
+  // The peer string back on a new connection with another header: that header's own key, hashed.
+  assert.equal(access.check(bearer(ADMIN), '127.0.0.1', 'model-repository', undefined, peer), undefined);
+  assert.equal(access.check(bearer('admin-secreT'), '127.0.0.1', 'model-repository', undefined, peer)?.httpStatus, 401);
+  assert.equal(access.check(bearer(FRAUD), '127.0.0.1', 'model-repository', undefined, peer)?.httpStatus, 403);
+  // Unknown keys are not remembered; known ones are, up to the bound, the longest unhashed forgotten first.
+  assert.equal(access.rememberedPeers, 1);
+  for (let port = 0; port < MAX_PEER_CONNECTIONS + 50; port++) {
+    assert.equal(access.check(bearer(ADMIN), '10.0.0.1', 'health', undefined, `10.0.0.1:${port}`), undefined);
+  }
+  assert.equal(access.rememberedPeers, MAX_PEER_CONNECTIONS);
+  // A reload forgets them all: a removed key stops working on a connection that used it.
+  access.replaceKeys(parseKeysFile('k.yaml', `keys:\n${createKey('other', ['*']).entry}`));
+  assert.equal(access.rememberedPeers, 0);
+  assert.equal(access.check(bearer(ADMIN), '10.0.0.1', 'health', undefined, '10.0.0.1:1')?.httpStatus, 401);
+});
+
+test('refuseLimited: the 429 for an address at the failure limit, counted; nothing below it', () => {
+  let now = 5_000_000;
+  const access = new AccessControl(table(), { failureLimit: 3, now: () => now });
+  assert.equal(access.refuseLimited('10.1.1.1'), undefined);
+  for (let i = 0; i < 2; i++) access.check(bearer(`guess${i}`), '10.1.1.1', 'inference', 'fraud_a');
+  assert.equal(access.refuseLimited('10.1.1.1'), undefined);
+  access.check(bearer('guess2'), '10.1.1.1', 'inference', 'fraud_a');
+  const limited = access.refuseLimited('10.1.1.1')!;
+  assert.equal(limited.httpStatus, 429);
+  assert.equal(limited.grpcStatus, 8);
+  assert.equal(limited.retryAfterSecs, 60);
+  assert.equal(access.refuseLimited('10.1.1.2'), undefined);
+  assert.equal(access.failures.rate_limited, 1);
+  now += 60_000;
+  assert.equal(access.refuseLimited('10.1.1.1'), undefined);
 });
 
 test("a replica admits what the original would, and follows its reloads and limited addresses", () => {

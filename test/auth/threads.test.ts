@@ -6,6 +6,7 @@
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { AccessControl, createKey, parseKeysFile } from '../../src/auth/index.js';
@@ -58,13 +59,20 @@ interface Stack {
   servedOnMain: number;
   /** Configurations asked for, by a thread or the main thread. */
   configsAsked: string[];
+  /** When (performance.now()) the server ran each infer, whichever thread admitted it. */
+  inferredAt: number[];
   close(): Promise<void>;
 }
 
-async function startStack(keysYaml: string, failureLimit: number): Promise<Stack> {
+async function startStack(keysYaml: string, failureLimit: number, now?: () => number): Promise<Stack> {
   const core = new EchoServer();
-  const access = new AccessControl(parseKeysFile('keys.yaml', keysYaml), { failureLimit });
-  const stack = { core, access, servedOnMain: 0, configsAsked: [] as string[] } as Stack;
+  const access = new AccessControl(parseKeysFile('keys.yaml', keysYaml), { failureLimit, ...(now ? { now } : {}) });
+  const stack = { core, access, servedOnMain: 0, configsAsked: [] as string[], inferredAt: [] as number[] } as Stack;
+  const run = core.infer.bind(core);
+  core.infer = (request) => {
+    stack.inferredAt.push(performance.now());
+    return run(request);
+  };
   const api: ServerApi = core;
   api.admissionError = () => void stack.servedOnMain++;
   const modelConfig = core.modelConfig.bind(core);
@@ -163,6 +171,102 @@ test('the failure limit is one per server, however many threads see the failures
     assert.equal(s.access.failures.rate_limited, 7);
     // Without a key a request is anonymous, which the limit does not touch (health stays open).
     assert.equal((await call(s.httpPort, 'GET', '/v2/health/ready', { headers: { Connection: 'close' } })).status, 200);
+  } finally {
+    await s.close();
+  }
+});
+
+/** Resolves once `cond` holds (checked every 5 ms), or fails after `ms`. */
+async function until(cond: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+test('a request a thread admitted before its address reached the failure limit, run after it, gets 429', async () => {
+  const key = createKey('k', ['inference']);
+  const s = await startStack(`keys:\n${key.entry}`, 3);
+  const socket = net.connect(s.httpPort, '127.0.0.1');
+  try {
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    let reply = '';
+    socket.on('data', (d: Buffer) => (reply += d.toString('latin1')));
+    const closed = new Promise<void>((resolve) => socket.once('close', resolve));
+    // The headers and half the body: the thread checks the key on the headers, then waits for the rest.
+    socket.write(
+      `POST /v2/models/echo/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${key.secret}\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${INPUTS.length}\r\nConnection: close\r\n\r\n` +
+        INPUTS.slice(0, 10),
+    );
+    // The thread asks for the model's configuration only once it has admitted the key.
+    await until(() => s.configsAsked.includes('echo'), 'the thread to admit the request');
+    for (let i = 0; i < 3; i++) assert.equal((await infer(s.httpPort, 'echo', `guess-${i}`)).status, 401);
+    socket.write(INPUTS.slice(10));
+    // Connection: close: the server closes once it has answered.
+    await closed;
+    assert.match(reply, /^HTTP\/1\.1 429 /, reply);
+    assert.match(reply, /\r\nretry-after: \d+\r\n/i, reply);
+    assert.match(reply, /too many failed key checks from this address/);
+    assert.deepEqual(s.inferredAt, []);
+    assert.equal(s.access.failures.rate_limited, 1);
+  } finally {
+    socket.destroy();
+    await s.close();
+  }
+});
+
+test('under load on both threads, no keyed request from a limited address runs until its minute ends', async () => {
+  const key = createKey('k', ['inference']);
+  let offset = 0;
+  const s = await startStack(`keys:\n${key.entry}`, 5, () => Date.now() + offset);
+  let limitedAt = Infinity;
+  s.access.subscribe((u) => {
+    if (u.t === 'limited') limitedAt = Math.min(limitedAt, performance.now());
+  });
+  try {
+    let stop = false;
+    /** Every keyed infer sent while the failures mount: when it was sent, and its answer. */
+    const answers: Array<{ sentAt: number; status: number | string; via: string }> = [];
+    const httpLoop = async (): Promise<void> => {
+      while (!stop) {
+        const sentAt = performance.now();
+        const r = await infer(s.httpPort, 'echo', key.secret);
+        answers.push({ sentAt, status: r.status, via: 'http' });
+        if (r.status === 429) assert.ok(Number(r.headers['retry-after']) >= 1);
+      }
+    };
+    const grpcLoop = async (): Promise<void> => {
+      while (!stop) {
+        const sentAt = performance.now();
+        const status = await grpcInfer(s.grpcPort, 'echo', key.secret).then(
+          () => 'OK',
+          (e: grpc.ServiceError) => grpc.status[e.code],
+        );
+        answers.push({ sentAt, status, via: 'grpc' });
+      }
+    };
+    const loops = [httpLoop(), httpLoop(), httpLoop(), grpcLoop(), grpcLoop()];
+    await until(() => answers.length >= 10, 'the load to start');
+    for (let i = 0; i < 5; i++) assert.equal((await infer(s.httpPort, 'echo', `guess-${i}`)).status, 401);
+    const limitSeen = performance.now();
+    const after = (via: string): number => answers.filter((a) => a.via === via && a.sentAt > limitSeen).length;
+    await until(() => after('http') >= 20 && after('grpc') >= 4, 'requests after the limit');
+    stop = true;
+    await Promise.all(loops);
+    assert.ok(limitedAt <= limitSeen, 'the fifth failure reached the limit');
+    // Nothing ran after the limit was reached, whichever thread had admitted it.
+    assert.deepEqual(s.inferredAt.filter((t) => t >= limitedAt), []);
+    for (const a of answers) {
+      const ok: Array<number | string> = a.via === 'http' ? [200, 429] : ['OK', 'RESOURCE_EXHAUSTED'];
+      assert.ok(ok.includes(a.status), `${a.via} answered ${a.status}`);
+      if (a.sentAt > limitSeen) assert.ok(a.status === 429 || a.status === 'RESOURCE_EXHAUSTED', JSON.stringify(a));
+    }
+    // The minute over: the key works again, over both protocols.
+    offset = 61_000;
+    assert.equal((await infer(s.httpPort, 'echo', key.secret)).status, 200);
+    assert.equal((await grpcInfer(s.grpcPort, 'echo', key.secret)).modelName, 'echo');
   } finally {
     await s.close();
   }

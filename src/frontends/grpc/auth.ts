@@ -75,12 +75,16 @@ export function authInterceptor(
     // Server reflection and anything unnamed describe the server: the metadata group.
     const group: ApiGroup = CATEGORY_OF_RPC[rpc] ?? 'metadata';
     const modelOf = MODEL_OF_MESSAGE[rpc];
-    let address = peerAddress(call.getPeer());
+    let peer = call.getPeer();
+    let address = peerAddress(peer);
     let who: Principal | undefined;
     let refused = false;
     const builder = new ServerListenerBuilder().withOnReceiveMetadata((metadata: Metadata, next) => {
-      if (forwardedPeer) address = takeForwardedPeer(metadata) ?? address;
-      const found = access.authenticate(authorizationOf(metadata), address);
+      if (forwardedPeer) {
+        peer = takeForwardedPeer(metadata) ?? peer;
+        address = peerAddress(peer);
+      }
+      const found = access.authenticate(authorizationOf(metadata), address, peer);
       const failure = isAuthFailure(found) ? found : access.authorize(found, address, group);
       if (failure !== undefined) {
         refused = true;
@@ -119,27 +123,29 @@ export function refusal(failure: AuthFailure): { code: number; details: string; 
 /**
  * ModelInfer's key check, made by its handler (the interceptor lets it through): the key and the group as the
  * interceptor checks them when the metadata arrives, then the message's model, before anything looks it up.
- * `model` undefined (a malformed message): the group alone, as the interceptor would.
+ * `model` undefined (a malformed message): the group alone, as the interceptor would. The peer string stands for
+ * the connection: a call repeating the connection's last key is not hashed again (AccessControl.authenticate).
  */
 export function inferKeyCheck(
   access: AccessControl,
   forwardedPeer: boolean,
 ): (call: { metadata: Metadata; getPeer(): string }, model: string | undefined) => AuthFailure | undefined {
   return (call, model) => {
-    let address = peerAddress(call.getPeer());
-    if (forwardedPeer) address = takeForwardedPeer(call.metadata) ?? address;
-    const who = access.authenticate(authorizationOf(call.metadata), address);
+    let peer = call.getPeer();
+    if (forwardedPeer) peer = takeForwardedPeer(call.metadata) ?? peer;
+    const address = peerAddress(peer);
+    const who = access.authenticate(authorizationOf(call.metadata), address, peer);
     if (isAuthFailure(who)) return who;
     const group = access.authorize(who, address, 'inference');
     return group ?? (model === undefined ? undefined : access.authorize(who, address, 'inference', model));
   };
 }
 
-/** The client's address a frontend thread put in the metadata, taken out of it. */
+/** The client's peer (`address:port`) a frontend thread put in the metadata, taken out of it. */
 export function takeForwardedPeer(metadata: Metadata): string | undefined {
   const value = metadata.get(PEER_HEADER)[0];
   metadata.remove(PEER_HEADER);
-  return typeof value === 'string' ? peerAddress(value) : undefined;
+  return typeof value === 'string' ? value : undefined;
 }
 
 /** Takes the frontend threads' peer metadata out of every call (without `--auth-keys`, nothing reads it). */

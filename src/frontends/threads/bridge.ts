@@ -5,7 +5,7 @@
  * queues are full so that they refuse there.
  */
 import { MessageChannel, type MessagePort } from 'node:worker_threads';
-import type { AccessControl, AccessUpdate } from '../../auth/index.js';
+import type { AccessControl, AccessUpdate, AuthFailure } from '../../auth/index.js';
 import type { ServerApi } from '../../core/server-api.js';
 import type { Tensor } from '../../tensor/tensor.js';
 import { Cancellation } from '../../types/cancellation.js';
@@ -20,6 +20,7 @@ import {
   type ConfigQuery,
   SharedSlot,
   toWireError,
+  type WireError,
   type WireTensor,
 } from './wire.js';
 
@@ -132,6 +133,15 @@ export class FrontendBridge {
     pending: Map<number, Cancellation>,
     m: Extract<BridgeRequest, { t: 'infer' }>,
   ): void {
+    // A thread admitted this keyed request on its copy of the keys; the address may have reached the failure limit
+    // since (its update still on the way): the limit is the main thread's, so it has the last word.
+    if (m.keyedAddress !== undefined && this.access !== undefined) {
+      const limited = this.access.refuseLimited(m.keyedAddress);
+      if (limited !== undefined) {
+        out.send({ t: 'failed', id: m.id, error: authWireError(limited) });
+        return;
+      }
+    }
     const signal = new Cancellation();
     pending.set(m.id, signal);
     const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
@@ -198,6 +208,18 @@ export class FrontendBridge {
   private broadcast(a: BridgeAnswer): void {
     for (const p of this.ports) p.postMessage(a);
   }
+}
+
+/** A refused key as it crosses to a thread: its own statuses (429 / RESOURCE_EXHAUSTED), with Retry-After. */
+function authWireError(f: AuthFailure): WireError {
+  return {
+    code: f.code,
+    errorClass: 'UNAVAILABLE',
+    message: f.message,
+    retryAfterSecs: f.retryAfterSecs,
+    httpStatus: f.httpStatus,
+    grpcStatus: f.grpcStatus,
+  };
 }
 
 function server(s: ServerApi): Events {

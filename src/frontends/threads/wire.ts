@@ -12,6 +12,9 @@ export interface WireError {
   readonly errorClass: TritonErrorClass;
   readonly message: string;
   readonly retryAfterSecs: number | undefined;
+  /** Statuses outside Triton's error classes (a refused key: 429 / RESOURCE_EXHAUSTED); else the class's. */
+  readonly httpStatus?: number;
+  readonly grpcStatus?: number;
 }
 
 export function toWireError(err: unknown): WireError {
@@ -20,9 +23,31 @@ export function toWireError(err: unknown): WireError {
 }
 
 export function fromWireError(w: WireError): NereidError {
-  const e = new NereidError(w.code, w.errorClass, w.message);
+  const e =
+    w.httpStatus === undefined || w.grpcStatus === undefined
+      ? new NereidError(w.code, w.errorClass, w.message)
+      : new StatusError(w.code, w.errorClass, w.message, w.httpStatus, w.grpcStatus);
   e.retryAfterSecs = w.retryAfterSecs;
   return e;
+}
+
+/** An error answered with statuses of its own rather than its class's. */
+class StatusError extends NereidError {
+  constructor(
+    code: string,
+    errorClass: TritonErrorClass,
+    message: string,
+    private readonly http: number,
+    private readonly grpc: number,
+  ) {
+    super(code, errorClass, message);
+  }
+  override get httpStatus(): number {
+    return this.http;
+  }
+  override get grpcStatus(): number {
+    return this.grpc;
+  }
 }
 
 export interface WireTensor {
@@ -43,6 +68,8 @@ export type BridgeRequest =
       readonly inputs: readonly WireTensor[];
       readonly outputs: readonly RequestedOutput[] | undefined;
       readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
+      /** The client's address when the request carried a key (`--auth-keys`): checked against the failure limit. */
+      readonly keyedAddress?: string | undefined;
     }
   | { readonly t: 'cancel'; readonly id: number }
   | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined }

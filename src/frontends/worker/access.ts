@@ -29,7 +29,7 @@ export class ThreadAccess {
     address: string | undefined,
     group: ApiGroup,
     model: string,
-    connection?: object,
+    connection?: object | string,
   ): boolean {
     const generation = Atomics.load(this.shared, SharedSlot.AuthGeneration);
     if (generation !== this.generation) {

@@ -60,9 +60,15 @@ export class GrpcInferThread {
     if (msg instanceof MalformedMessage) return false;
     // Before the model is looked up: a model outside the key's scopes is refused by the main thread, never asked about.
     const a = this.options.access;
+    /** The client's address when the call carries a key: the main thread checks the failure limit once more. */
+    let keyedAddress: string | undefined;
     if (a !== undefined) {
-      const address = peerAddress(call.getPeer());
-      if (!a.admits(authorizationOf(call.metadata), address, 'inference', msg.modelName)) return false;
+      // The peer string stands for the connection: a call repeating its last key is not hashed again.
+      const peer = call.getPeer();
+      const address = peerAddress(peer);
+      const authorization = authorizationOf(call.metadata);
+      if (!a.admits(authorization, address, 'inference', msg.modelName, peer)) return false;
+      if (authorization !== undefined && authorization !== '') keyedAddress = address;
     }
     const version = msg.modelVersion === '' ? undefined : msg.modelVersion;
     const config = this.remote.modelConfig(msg.modelName, version);
@@ -98,6 +104,7 @@ export class GrpcInferThread {
           outputs: r.outputs,
           parameters: r.parameters,
           signal: abort,
+          keyedAddress,
         },
         owned,
       )

@@ -111,12 +111,19 @@ export class HttpThread {
     const call = new InferCall(res);
     const { id, inputs, outputs } = decoded;
     const response = await this.remote.infer(
-      { model, version, id, inputs, outputs, parameters, signal: call.signal },
+      { model, version, id, inputs, outputs, parameters, signal: call.signal, keyedAddress: this.keyedAddress(req) },
       owned,
     );
     call.done();
     const compressing = sendInferResponse(this, req, res, response, decoded);
     if (compressing !== undefined) await compressing;
+  }
+
+  /** `--auth-keys`: the client's address when the request carries a key, for the main thread's last limit check. */
+  private keyedAddress(req: IncomingMessage): string | undefined {
+    const authorization = req.headers.authorization;
+    if (this.access === undefined || authorization === undefined || authorization === '') return undefined;
+    return req.socket.remoteAddress ?? '';
   }
 
   private fail(res: ServerResponse, err: unknown): void {
@@ -125,3 +132,4 @@ export class HttpThread {
     this.reply.error(res, err);
   }
 }
+

@@ -28,6 +28,11 @@ export interface RemoteInfer {
   readonly outputs: readonly RequestedOutput[] | undefined;
   readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
   readonly signal: CancellationSignal;
+  /**
+   * `--auth-keys`: the client's address when the request carried a key. The main thread refuses the request (429)
+   * if the address reached the failure limit after this thread admitted it.
+   */
+  readonly keyedAddress?: string | undefined;
 }
 
 interface Waiter {
@@ -98,6 +103,7 @@ export class RemoteServer {
       inputs: tensors,
       outputs: r.outputs,
       parameters: r.parameters,
+      keyedAddress: r.keyedAddress,
     };
     return new Promise<InferResponse>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
