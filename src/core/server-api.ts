@@ -75,6 +75,11 @@ export interface ServerApi {
    */
   admissionError?(model: string, version?: string, requestId?: string): NereidError | undefined;
   /**
+   * Counts `count` requests refused for a full queue elsewhere (a frontend thread) as admissionError would have.
+   * Optional for test doubles.
+   */
+  countRefusals?(model: string, version: string | undefined, count: number): void;
+  /**
    * Whether the model's bounded queue is full now, with nothing counted (admissionError counts a refusal).
    * Optional for test doubles.
    */

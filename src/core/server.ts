@@ -353,6 +353,16 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
     return Errors.maxQueueSizeExceeded(requestId);
   }
 
+  countRefusals(model: string, version: string | undefined, count: number): void {
+    let v: ModelVersion;
+    try {
+      v = this.resolveVersion(model, version);
+    } catch {
+      return; // unloaded meanwhile: its statistics are gone with it
+    }
+    for (let i = 0; i < count; i++) v.stats.recordFailure('REJECTED', 0);
+  }
+
   async infer(request: InferRequest): Promise<InferResponse> {
     // A step of an ensemble request accepted before stop() is part of the drain, not a new request.
     if (this.stopping && request.stepTimings === undefined) throw Errors.serverStopping();

@@ -105,8 +105,8 @@ export class FrontendBridge {
     const out = new Coalescer<BridgeAnswer>(port, (items) => ({ t: 'batch', items }));
     const take = (m: BridgeRequest): void => {
       if (m.t === 'cancel') pending.get(m.id)?.abort();
-      // Counted in the statistics as the main thread's own refusals are.
-      else if (m.t === 'refused') this.server.admissionError?.(m.model, m.version);
+      // Counted in the statistics as the main thread's own refusals are, whether or not the queue is still full.
+      else if (m.t === 'refused') this.server.countRefusals?.(m.model, m.version, m.count);
       else if (m.t === 'batch') for (const item of m.items) take(item);
       else this.infer(out, pending, m);
     };

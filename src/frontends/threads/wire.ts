@@ -72,7 +72,8 @@ export type BridgeRequest =
       readonly keyedAddress?: string | undefined;
     }
   | { readonly t: 'cancel'; readonly id: number }
-  | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined }
+  /** Requests refused for a full queue on the thread, counted per model and version over one event-loop turn. */
+  | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined; count: number }
   | { readonly t: 'batch'; readonly items: readonly BridgeRequest[] };
 
 /** Main thread → frontend thread, on the bridge port. */
@@ -92,9 +93,11 @@ export class Coalescer<M> {
   private transfer: ArrayBuffer[] = [];
   private scheduled = false;
 
+  /** `flushed`: called once the turn's messages have left (messages sent until then may still be changed). */
   constructor(
     private readonly port: { postMessage(message: unknown, transfer?: ArrayBuffer[]): void },
     private readonly wrap: (items: M[]) => M,
+    private readonly flushed?: () => void,
   ) {}
 
   send(message: M, transfer?: readonly ArrayBuffer[]): void {
@@ -114,6 +117,7 @@ export class Coalescer<M> {
     this.transfer = [];
     if (items.length === 1) this.port.postMessage(items[0], transfer);
     else if (items.length > 1) this.port.postMessage(this.wrap(items), transfer);
+    this.flushed?.();
   };
 }
 

@@ -47,6 +47,8 @@ export class RemoteServer {
   private configGeneration = -1;
   private readonly full = new Map<string, NereidError>();
   private readonly out: Coalescer<BridgeRequest>;
+  /** This turn's refusals by model and version: one message each carries the count (a flood is one item, not many). */
+  private readonly refusals = new Map<string, Extract<BridgeRequest, { t: 'refused' }>>();
 
   constructor(
     private readonly port: MessagePort,
@@ -55,7 +57,7 @@ export class RemoteServer {
     private readonly shared: Int32Array,
   ) {
     port.on('message', (a: BridgeAnswer) => this.onAnswer(a));
-    this.out = new Coalescer<BridgeRequest>(port, (items) => ({ t: 'batch', items }));
+    this.out = new Coalescer<BridgeRequest>(port, (items) => ({ t: 'batch', items }), () => this.refusals.clear());
   }
 
   /** Whether requests are traced now (they then go to the main thread whole). */
@@ -86,8 +88,16 @@ export class RemoteServer {
   /** The refusal for a full queue, while the main thread says the model's queue is full. */
   admissionError(model: string, version: string | undefined): NereidError | undefined {
     if (this.full.size === 0) return undefined;
-    const refused = this.full.get(admissionKey(model, version));
-    if (refused !== undefined) this.out.send({ t: 'refused', model, version });
+    const key = admissionKey(model, version);
+    const refused = this.full.get(key);
+    if (refused === undefined) return undefined;
+    const counted = this.refusals.get(key);
+    if (counted !== undefined) counted.count++;
+    else {
+      const first: Extract<BridgeRequest, { t: 'refused' }> = { t: 'refused', model, version, count: 1 };
+      this.refusals.set(key, first);
+      this.out.send(first);
+    }
     return refused;
   }
 
