@@ -44,6 +44,7 @@ export class FrontendBridge {
   private readonly ports = new Set<MessagePort>();
   private readonly full = new Map<string, { model: string; version: string | undefined }>();
   private fullCheck: NodeJS.Immediate | undefined;
+  private fullTimer: NodeJS.Timeout | undefined;
   private readonly poll: NodeJS.Timeout;
   private readonly bump = (): void => void Atomics.add(this.shared, SharedSlot.ConfigGeneration, 1);
   /** Each thread's end of its keys updates (AuthEnds). */
@@ -87,6 +88,7 @@ export class FrontendBridge {
     this.authPorts.clear();
     clearInterval(this.poll);
     if (this.fullCheck !== undefined) clearImmediate(this.fullCheck);
+    clearTimeout(this.fullTimer);
     const events = server(this.server);
     for (const e of MODEL_EVENTS) events.off?.(e, this.bump);
     for (const p of this.ports) p.close();
@@ -147,6 +149,8 @@ export class FrontendBridge {
     const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
       pending.delete(m.id);
       out.send(a, transfer);
+      // A request done may have let the next batch leave the queue.
+      this.scheduleFullCheck();
     };
     this.server
       .infer({
@@ -192,7 +196,16 @@ export class FrontendBridge {
     const error = toWireError(Errors.maxQueueSizeExceeded(''));
     this.full.set(key, { model, version });
     this.broadcast({ t: 'full', key, error });
-    this.fullCheck ??= setImmediate(this.checkFull);
+    this.scheduleFullCheck();
+  }
+
+  /**
+   * Looks again at the full queues at the end of this turn. Asked when a forwarded request is answered, and every
+   * millisecond while a queue is full (for room made by requests from elsewhere): an immediate asked again from each
+   * check would keep the event loop from ever sleeping while a queue is full, taking a core from the model's threads.
+   */
+  private scheduleFullCheck(): void {
+    if (this.full.size > 0) this.fullCheck ??= setImmediate(this.checkFull);
   }
 
   private readonly checkFull = (): void => {
@@ -202,7 +215,12 @@ export class FrontendBridge {
       this.full.delete(key);
       this.broadcast({ t: 'open', key });
     }
-    if (this.full.size > 0) this.fullCheck = setImmediate(this.checkFull);
+    if (this.full.size > 0) this.fullTimer ??= setTimeout(this.fullTimeout, 1);
+  };
+
+  private readonly fullTimeout = (): void => {
+    this.fullTimer = undefined;
+    this.scheduleFullCheck();
   };
 
   private broadcast(a: BridgeAnswer): void {
