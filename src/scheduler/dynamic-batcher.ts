@@ -120,6 +120,8 @@ class Execution {
   held: ScheduledRequest[] | undefined = undefined;
   /** Sent from the end of an event-loop turn (not within an arrival or a completion). */
   atTurnEnd = false;
+  /** When it left for an idle instance (adaptive policy), else 0n. */
+  idleStartNs = 0n;
   constructor(
     readonly batcher: DynamicBatcher,
     readonly instance: ModelInstance,
@@ -398,7 +400,7 @@ export class DynamicBatcher implements Scheduler {
 
   /** Under the adaptive policy: every request of a closed loop is here, and an instance is idle. */
   private closedLoopComplete(inSystem: number): boolean {
-    if (this.adaptive === undefined || !this.adaptive.allHere(inSystem)) return false;
+    if (this.adaptive === undefined || this.adaptive.out > 0 || !this.adaptive.allHere(inSystem)) return false;
     for (const i of this.free) if (i.inFlight === 0) return true;
     return false;
   }
@@ -535,6 +537,7 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight += 1;
     const execution = new Execution(this, instance, items);
     execution.atTurnEnd = this.turnEnding;
+    if (!waits && this.adaptive !== undefined) execution.idleStartNs = this.clock.now();
     if (waits && this.queue.bounded) {
       // Not started until the running batch ends: still within max_queue_size.
       this.queue.hold(items, 1);
@@ -558,6 +561,12 @@ export class DynamicBatcher implements Scheduler {
     instance.inFlight -= 1;
     instance.busy = instance.inFlight > 0;
     this.free.push(instance);
+    const adaptive = this.adaptive;
+    if (adaptive !== undefined) {
+      const now = this.clock.now();
+      adaptive.answered(now, execution.requestCount);
+      if (execution.idleStartNs !== 0n) adaptive.ran(execution.requestCount, Number(now - execution.idleStartNs));
+    }
     if (this.adaptive !== undefined && !execution.atTurnEnd && !this.turnEnding) {
       // Counted as with us until the turn ends (the batcher's immediate, scheduled here if need be).
       this.answered += execution.requestCount;

@@ -354,3 +354,36 @@ test('closed loop at concurrency 8, batches run within the turn: each wave leave
     assert.equal(sim.lastWaitUs(b), 0);
   }
 });
+
+test('closed loop at concurrency 8 after light load, answers back in two groups: waves go whole', async () => {
+  // Five clients send again 10 µs after their answer, three 70 µs after it (from the second wave on); a batch
+  // costs 150 µs plus 10 per request. After light load (batches of one) the rate's prediction is in use: 50 µs
+  // after the fast group the quiet equals the delay left, and it would send those five, leaving the slow three
+  // to a batch of their own (and the loop split for good). The batcher has seen answered clients come back
+  // within 70 µs, less than the 150 µs a second batch costs: it waits for them and each wave goes whole. The
+  // loop starts after a quiet period, so its first request is not sent alone on the light load's mark of 1.
+  const runs = new Map<string, Simulation>();
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY, costUs: (n) => 150 + 10 * n });
+    for (let k = 0; k < 20; k++) sim.at(k * 1000, () => sim.send(`l${k}`));
+    for (let c = 0; c < 8; c++) {
+      let n = 0;
+      // The first answers all come back after 70 µs: that much the batcher knows when the groups part.
+      const next = (): void => {
+        const rtt = c < 5 && n > 0 ? 10 : 70;
+        sim.send(`c${c}-${n++}`, { onDone: () => sim.after(rtt, next) });
+      };
+      sim.at(35_000, next);
+    }
+    await sim.run(80_000);
+    runs.set(policy, sim);
+  }
+  const adaptive = runs.get('adaptive')!;
+  const fixed = runs.get('fixed')!;
+  const waves = adaptive.batchesAfter(35_000);
+  assert.ok(waves.length > 100, `${waves.length} batches`);
+  for (const b of waves) assert.equal(b.ids.length, 8, `a batch of ${b.ids.length} at ${b.atUs} µs (${b.reason})`);
+  // Once a whole period has shown all 8 with us, each goes as its last request arrives.
+  for (const b of adaptive.batchesAfter(50_000)) assert.equal(adaptive.lastWaitUs(b), 0);
+  assert.ok(adaptive.doneUs.size >= fixed.doneUs.size, `served ${adaptive.doneUs.size} vs ${fixed.doneUs.size}`);
+});
