@@ -162,6 +162,10 @@ async function churn(spec: string, repo: string, mode: Mode): Promise<Sample> {
       );
       const end = Date.now() + SERVE_SECONDS * 1000;
       let k = 0;
+      const sampler = setInterval(() => {
+        const kept = rssOf(pid) - base - f0.reduce((a, b) => a + b, 0);
+        process.stdout.write(`  serve: ${k} requests, kept ${MB(kept)} MiB, ${mainHeap(memoryFile)}\n`);
+      }, 3000);
       await Promise.all(
         Array.from({ length: CONCURRENCY }, async () => {
           while (Date.now() < end) {
@@ -169,6 +173,7 @@ async function churn(spec: string, repo: string, mode: Mode): Promise<Sample> {
           }
         }),
       );
+      clearInterval(sampler);
     };
     if (mode === 'serve') await serve();
     else await Promise.all(Array.from({ length: mode === 'c8' ? CONCURRENCY : 1 }, one));
@@ -182,6 +187,7 @@ async function churn(spec: string, repo: string, mode: Mode): Promise<Sample> {
     writeFileSync(`${memoryFile}.collect`, '');
     await new Promise((r) => setTimeout(r, 1500));
     const keptAfterGc = rssOf(pid) - base - used;
+    process.stdout.write(`  ${mode}: after a collection ${mainHeap(memoryFile)}\n`);
     return { perModel: used / Math.max(1, f.length), kept, keptAfterGc, failed, workerHeaps: heaps };
   } finally {
     await s.proc.stop();
