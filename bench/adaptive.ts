@@ -25,6 +25,9 @@
  *     generator at the same rate, with only 1× sent to the server and the
  *     excess to a separate process that refuses everything (what the machine
  *     leaves the server when its refusals cost it nothing), and 1× alone.
+ *     "sent/due": the share of the 2× point's due requests that found a free
+ *     connection among the generator's 1,024 (below 1, the server read them
+ *     so slowly that less than 2× was offered).
  * (e) the batcher's own cost: how long after its delay a batch reaches the
  *     instance. In process, the real batchers (dynamic, and the sequence
  *     batcher's oldest strategy) with an instance that notes when execute()
@@ -140,6 +143,9 @@ async function writeRepository(models: readonly BenchModel[]): Promise<string> {
 }
 
 interface OpenLoopResult {
+  /** Requests written, and due on the clock (a due request waits for a free connection, up to 1,024). */
+  sent: number;
+  scheduled: number;
   okInWindow: number;
   refused: number;
   otherErrors: number;
@@ -235,6 +241,7 @@ async function overloadPoint(port: number, m: BenchModel, body: HttpBody, refuse
       fmt(goodput / capOk, 2),
       fmt(control.elsewhereOkPerSec / capOk, 2),
       fmt(control.aloneOkPerSec / capOk, 2),
+      fmt(r.sent / Math.max(1, r.scheduled), 2),
       fmt(r.refused),
       fmt(r.okP99us),
       fmt(cap.okP99us),
@@ -250,6 +257,7 @@ async function overloadPoint(port: number, m: BenchModel, body: HttpBody, refuse
       'x capacity',
       'control: excess refused elsewhere',
       '1x alone',
+      'sent/due at 2x',
       'refused',
       'ok p99us',
       'cap p99us',
