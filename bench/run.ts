@@ -23,7 +23,8 @@
  * jsontext (JSON outputs formatted on the session thread: the medium MLP against another build and naive),
  * medium (the medium MLP under dynamic batching at c32, binary and binary in / JSON out, against the ceiling, naive and
  * another build),
- * trace (request tracing off, rate=1000 and rate=1 to a file, rate=1 over OTLP),
+ * trace (request tracing off twice (an A/A control), rate=1000 and rate=1 to a file, rate=1 over OTLP; blocks of
+ * fresh servers),
  * tracepath (tracing's own CPU per request on the event loop and the OTLP export thread, without HTTP),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
