@@ -387,3 +387,37 @@ test('closed loop at concurrency 8 after light load, answers back in two groups:
   for (const b of adaptive.batchesAfter(50_000)) assert.equal(adaptive.lastWaitUs(b), 0);
   assert.ok(adaptive.doneUs.size >= fixed.doneUs.size, `served ${adaptive.doneUs.size} vs ${fixed.doneUs.size}`);
 });
+
+test('open loop at 60 % of a busy event loop\'s capacity: the queue stays bounded, as under fixed', async () => {
+  // Inline runs on an event loop that also spends 20 µs on each request: a batch of n costs 20n + 30 + n µs of
+  // loop time, so requests sent one at a time (51 µs each) would take more than the 36 µs between arrivals at
+  // 60 % of the capacity with full batches (46k/s). Arrivals due while the loop works wait in their sockets and
+  // are read in one turn. Early batches must not leave the loop behind the arrivals for good: the time from a
+  // request's due instant to its answer stays within a few delays, throughout, as under fixed.
+  const rate = 0.6 * (1e6 / (20 + 1 + 30 / 64));
+  const p99 = new Map<string, number>();
+  for (const policy of ['adaptive', 'fixed'] as const) {
+    const sim = new Simulation({ policy, delayUs: DELAY, inline: true, loopUs: 20, costUs: (n) => 30 + n });
+    const random = seeded(13);
+    const due = new Map<string, number>();
+    for (let t = 0, k = 0; ; k++) {
+      t += (-Math.log(1 - random()) / rate) * 1e6;
+      if (t >= 150_000) break;
+      const id = `p${k}`;
+      due.set(id, t);
+      sim.at(t, () => sim.send(id));
+    }
+    await sim.run(200_000);
+    assert.equal(sim.doneUs.size, due.size, `${policy}: every request answered`);
+    const latency = (from: number, to: number) =>
+      [...due].filter(([, t]) => t >= from && t < to).map(([id, t]) => sim.doneUs.get(id)! - t).sort((a, b) => a - b);
+    const middle = latency(50_000, 100_000);
+    const last = latency(130_000, 150_000);
+    const q = (xs: number[], p: number) => xs[Math.floor(p * (xs.length - 1))]!;
+    // No backlog that grows: the last requests wait no longer than those in the middle of the run.
+    assert.ok(q(last, 0.5) < 1.5 * q(middle, 0.5) + 20, `${policy}: p50 ${q(middle, 0.5)} then ${q(last, 0.5)} µs`);
+    assert.ok(q(middle, 0.99) < 5 * DELAY, `${policy}: p99 ${q(middle, 0.99)} µs`);
+    p99.set(policy, q(latency(50_000, 150_000), 0.99));
+  }
+  assert.ok(p99.get('adaptive')! <= 1.25 * p99.get('fixed')!, `p99 ${[...p99]}`);
+});

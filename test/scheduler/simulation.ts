@@ -73,12 +73,18 @@ interface SimEvent {
   readonly run: () => void;
 }
 
-/** One instance that runs one batch at a time, each for cost(n) µs (inline: at once, within the turn). */
+/**
+ * One instance that runs one batch at a time, each for cost(n) µs (inline: at once, within the turn; with
+ * `loopUs`, the event loop is busy for cost(n) meanwhile).
+ */
 class SimInstance implements BackendInstance {
   constructor(private readonly sim: Simulation) {}
   execute(requests: readonly BackendRequest[]): Promise<BackendResponse[]> {
     this.sim.recordBatch(requests.map((r) => r.id));
-    if (this.sim.inline) return Promise.resolve(requests.map(() => ({ outputs: [] })));
+    if (this.sim.inline) {
+      if (this.sim.loopUs !== undefined) this.sim.busy(this.sim.costUs(requests.length));
+      return Promise.resolve(requests.map(() => ({ outputs: [] })));
+    }
     return new Promise((resolve) => {
       this.sim.after(this.sim.costUs(requests.length), () => resolve(requests.map(() => ({ outputs: [] }))));
     });
@@ -103,6 +109,12 @@ export interface SimOptions {
    * callback of one turn (microtasks run between them).
    */
   inline?: boolean;
+  /**
+   * With `inline`: the event loop's own time per request (reading, decoding, answering), µs. The loop is then
+   * one busy thread: a request's arrival and an inline run advance the clock, and arrivals due meanwhile wait
+   * in their sockets until the loop is free, then are read in one turn.
+   */
+  loopUs?: number;
 }
 
 export class Simulation {
@@ -114,6 +126,7 @@ export class Simulation {
   readonly doneUs = new Map<string, number>();
   readonly costUs: (n: number) => number;
   readonly inline: boolean;
+  readonly loopUs: number | undefined;
   private readonly events: SimEvent[] = [];
   private seq = 0;
   private lastCounts = [0, 0, 0, 0];
@@ -122,6 +135,7 @@ export class Simulation {
   constructor(opts: SimOptions) {
     this.costUs = opts.costUs ?? ((n) => 20 + 2 * n);
     this.inline = opts.inline === true;
+    this.loopUs = opts.loopUs;
     const maxBatchSize = opts.maxBatchSize ?? 64;
     const batching: ModelDynamicBatching = create(ModelDynamicBatchingSchema, {
       maxQueueDelayMicroseconds: BigInt(opts.delayUs),
@@ -159,8 +173,14 @@ export class Simulation {
     this.at(this.nowUs + us, fn);
   }
 
+  /** @internal The event loop works for `us` (loopUs): the clock moves on. */
+  busy(us: number): void {
+    this.clock.t += BigInt(Math.round(us * 1000));
+  }
+
   /** Sends request `id` now; `onDone` hears its completion. */
   send(id: string, opts: { priority?: number; onDone?: () => void } = {}): void {
+    if (this.loopUs !== undefined) this.busy(this.loopUs);
     this.arrivedUs.set(id, this.nowUs);
     const item = new ScheduledRequest(
       request(id),
@@ -219,8 +239,12 @@ export class Simulation {
       let next: bigint | undefined = this.clock.nextWake();
       for (const e of this.events) if (next === undefined || e.at < next) next = e.at;
       if (next === undefined || next > end) break;
-      this.clock.t = next;
-      const due = this.events.filter((e) => e.at === next).sort((a, b) => a.seq - b.seq);
+      // A busy loop (loopUs) reads what became due while it worked in one turn.
+      if (next > this.clock.t) this.clock.t = next;
+      const now = this.clock.t;
+      const due = this.events
+        .filter((e) => e.at <= now)
+        .sort((a, b) => (a.at === b.at ? a.seq - b.seq : a.at < b.at ? -1 : 1));
       for (const e of due) this.events.splice(this.events.indexOf(e), 1);
       for (const e of due) {
         e.run();
