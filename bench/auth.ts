@@ -32,17 +32,25 @@
  * streams, default 4x8, each run checked against the model's success count,
  * as h2load does not read grpc-status), AUTH_BENCH_BASE_DIST (the dist
  * folder of another build: a third server, keys on, from that build, so a
- * change to the check is measured before and after in one run).
+ * change to the check is measured before and after in one run),
+ * AUTH_BENCH_PROFILE=n (servers run under V8's CPU profiler, sampling every
+ * 100 µs: the n functions whose main-thread self time per request differs
+ * most between keys off and keys on, and between the base build and this
+ * one, counted only while the load ran; the profiler slows every server, so
+ * take the rates from a run without it).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Metadata } from '@grpc/grpc-js';
 import { AccessControl, createKey, parseKeysFile } from '../src/auth/index.js';
 import { binaryBody } from './bodies.js';
 import { h2loadArgs, modelInferBody, parseH2load } from './grpc.js';
 import { buildBenchModels } from './models.js';
-import { cpuSeconds, startNereid } from './processes.js';
+import { type Window, diffRows, monotonicUs, selfTimes } from './profile-diff.js';
+import { DIST, cpuSeconds, startNereid } from './processes.js';
 import { runWrk } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -60,6 +68,7 @@ if (PROTOCOL !== 'http' && PROTOCOL !== 'grpc') {
 /** gRPC: h2load's connections and streams per connection (AUTH_BENCH_GRPC, "4x8"). */
 const GRPC_SHAPE = (process.env.AUTH_BENCH_GRPC ?? '4x8').split('x').map(Number) as [number, number];
 const BASE_DIST = process.env.AUTH_BENCH_BASE_DIST;
+const PROFILE_TOP = Number(process.env.AUTH_BENCH_PROFILE ?? 0);
 
 function fmt(n: number, digits = 0): string {
   return n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
@@ -108,6 +117,40 @@ function checkMicros(sameConnection: boolean): number {
       const on = sameConnection ? connection : undefined;
       const refused = access.check(headers[i & 63], '127.0.0.1', 'inference', model, on);
       if (refused !== undefined) throw new Error(`the bench key is refused: ${refused.message}`);
+    }
+    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1000 / n);
+  }
+  return best;
+}
+
+/**
+ * gRPC ModelInfer's check alone (the handler's, inferKeyCheck), as `dist`'s build makes it: microseconds per call
+ * (best of 3 runs of 200,000), every call on one connection (peer) with its own metadata, as h2load's come.
+ */
+async function grpcCheckMicros(dist: string): Promise<number> {
+  type Access = typeof AccessControl;
+  type Check = (call: { metadata: Metadata; getPeer(): string }, model: string | undefined) => unknown;
+  const auth = (await import(pathToFileURL(path.join(dist, 'src', 'auth', 'index.js')).href)) as {
+    AccessControl: Access;
+    parseKeysFile: typeof parseKeysFile;
+  };
+  const grpcAuth = (await import(pathToFileURL(path.join(dist, 'src', 'frontends', 'grpc', 'auth.js')).href)) as {
+    inferKeyCheck: (access: AccessControl, forwardedPeer: boolean) => Check;
+  };
+  const text = `keys:\n${entries}${client.entry}`;
+  const access = new auth.AccessControl(auth.parseKeysFile(keysFile, text), { failureLimit: 0 });
+  const check = grpcAuth.inferKeyCheck(access, false);
+  const calls = Array.from({ length: 64 }, () => {
+    const metadata = new Metadata();
+    metadata.set('authorization', Buffer.from(`Bearer ${client.secret}`).toString('latin1'));
+    return { metadata, getPeer: () => '127.0.0.1:50123' };
+  });
+  let best = Infinity;
+  for (let run = 0; run < 3; run++) {
+    const n = 200_000;
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < n; i++) {
+      if (check(calls[i & 63]!, model) !== undefined) throw new Error('the bench key is refused over gRPC');
     }
     best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1000 / n);
   }
@@ -184,14 +227,31 @@ async function runLoad(server: Server, s: Setting, seconds: number): Promise<Loa
 }
 
 const points: Point[][] = settings.map(() => []);
+/** AUTH_BENCH_PROFILE: per setting, main-thread self µs by function over every block's load, and its requests. */
+const profiles = settings.map(() => ({ times: new Map<string, number>(), requests: 0 }));
+
+/** The main thread's profile in `dir` (file names end in pid.thread.sequence; the main thread is thread 0). */
+function mainProfile(dir: string): string | undefined {
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.cpuprofile'))
+    .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
+  return files.length === 0 ? undefined : path.join(dir, files[0]!);
+}
 /** Each block's rounds: [block][round] = on/off requests/s (this build). */
 const blockRatios: number[][] = [];
 try {
   for (let block = 0; block < BLOCKS; block++) {
     const servers: Server[] = [];
+    const profDirs = settings.map((_, i) => path.join(dir, `profile-${block}-${i}`));
+    const windows: Window[][] = settings.map(() => []);
+    const served = settings.map(() => 0);
     try {
-      for (const s of settings) {
-        servers.push(await startNereid(tiny.repository, s.args, s.dist === undefined ? {} : { dist: s.dist }));
+      for (const [i, s] of settings.entries()) {
+        const nodeArgs =
+          PROFILE_TOP > 0 ? ['--cpu-prof', `--cpu-prof-dir=${profDirs[i]}`, '--cpu-prof-interval=100'] : [];
+        if (PROFILE_TOP > 0) mkdirSync(profDirs[i]!);
+        const launch = { nodeArgs, ...(s.dist === undefined ? {} : { dist: s.dist }) };
+        servers.push(await startNereid(tiny.repository, s.args, launch));
       }
       for (const [i, s] of settings.entries()) {
         const port = servers[i]!.http;
@@ -213,7 +273,10 @@ try {
           const pid = servers[i]!.proc.child.pid!;
           const cpu0 = cpuSeconds(pid);
           const main0 = cpuSeconds(pid, pid);
+          const fromUs = monotonicUs();
           const w = await runLoad(servers[i]!, s, SECONDS);
+          windows[i]!.push({ fromUs, toUs: monotonicUs() });
+          served[i]! += w.requests;
           const cpu = cpuSeconds(pid) - cpu0;
           const main = cpuSeconds(pid, pid) - main0;
           const n = Math.max(1, w.requests);
@@ -231,6 +294,13 @@ try {
     } finally {
       await Promise.all(servers.map((s) => s.proc.stop()));
     }
+    for (const [i, profDir] of (PROFILE_TOP > 0 ? profDirs : []).entries()) {
+      const file = mainProfile(profDir);
+      if (file === undefined) throw new Error(`${settings[i]!.name}: no CPU profile in ${profDir}`);
+      const into = profiles[i]!.times;
+      for (const [k, us] of selfTimes(file, windows[i]!)) into.set(k, (into.get(k) ?? 0) + us);
+      profiles[i]!.requests += served[i]!;
+    }
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });
@@ -238,6 +308,8 @@ try {
 
 const micros = checkMicros(true);
 const microsHashed = checkMicros(false);
+const grpcMicros = await grpcCheckMicros(DIST);
+const grpcBaseMicros = BASE_DIST === undefined || BASE_DIST === '' ? undefined : await grpcCheckMicros(BASE_DIST);
 const ratios = blockRatios.flat();
 /** Each round's ratio of setting i to keys off, for one measure. */
 const ratiosOf = (i: number, of: (p: Point) => number): number[] =>
@@ -281,5 +353,34 @@ process.stdout.write(
     `the check alone: ${fmt(micros, 2)} us on a kept-alive connection, ` +
     `${fmt((100 * micros) / (1000 * median(points[0]!.map((p) => p.mainMsPerRequest))), 1)} % ` +
     `of the main thread's CPU a request takes without keys; ${fmt(microsHashed, 2)} us on a new connection ` +
-    `(SHA-256 of the token, the digest's lookup, the scope)\n`,
+    `(SHA-256 of the token, the digest's lookup, the scope)\n` +
+    `gRPC ModelInfer's check alone: ${fmt(grpcMicros, 2)} us a call on one connection` +
+    `${grpcBaseMicros === undefined ? '' : `, ${fmt(grpcBaseMicros, 2)} us in the base build`}\n`,
 );
+
+/** AUTH_BENCH_PROFILE: main-thread self time per request, `base` against `cur`, the largest differences first. */
+function printProfile(base: number, cur: number): void {
+  const rows = diffRows(
+    profiles[base]!.times,
+    profiles[base]!.requests,
+    profiles[cur]!.times,
+    profiles[cur]!.requests,
+    PROFILE_TOP,
+  );
+  const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length), 8));
+  let out =
+    `\nmain-thread self time, us per request (profiler on): ${settings[cur]!.name} against ${settings[base]!.name}\n` +
+    `${'function'.padEnd(widths[0]!)}  ${'base'.padStart(widths[1]!)}  ${'this'.padStart(widths[2]!)}  ` +
+    `${'this-base'.padStart(widths[3]!)}\n`;
+  for (const r of rows) {
+    out +=
+      `${r[0]!.padEnd(widths[0]!)}  ${r[1]!.padStart(widths[1]!)}  ${r[2]!.padStart(widths[2]!)}  ` +
+      `${r[3]!.padStart(widths[3]!)}\n`;
+  }
+  process.stdout.write(out);
+}
+
+if (PROFILE_TOP > 0) {
+  printProfile(0, 1);
+  if (settings.length > 2) printProfile(2, 1);
+}
