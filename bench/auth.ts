@@ -230,12 +230,14 @@ const points: Point[][] = settings.map(() => []);
 /** AUTH_BENCH_PROFILE: per setting, main-thread self µs by function over every block's load, and its requests. */
 const profiles = settings.map(() => ({ times: new Map<string, number>(), requests: 0 }));
 
-/** The main thread's profile in `dir` (file names end in pid.thread.sequence; the main thread is thread 0). */
-function mainProfile(dir: string): string | undefined {
-  const files = readdirSync(dir)
-    .filter((f) => f.endsWith('.cpuprofile'))
-    .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
-  return files.length === 0 ? undefined : path.join(dir, files[0]!);
+/**
+ * The main thread's profiles in `dir` (file names end in pid.thread.sequence; the main thread is thread 0). A server
+ * with `--auth-keys` leaves two: the samples of the windows are in one of them.
+ */
+function mainProfiles(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.cpuprofile') && f.split('.')[4] === '0')
+    .map((f) => path.join(dir, f));
 }
 /** Each block's rounds: [block][round] = on/off requests/s (this build). */
 const blockRatios: number[][] = [];
@@ -295,10 +297,12 @@ try {
       await Promise.all(servers.map((s) => s.proc.stop()));
     }
     for (const [i, profDir] of (PROFILE_TOP > 0 ? profDirs : []).entries()) {
-      const file = mainProfile(profDir);
-      if (file === undefined) throw new Error(`${settings[i]!.name}: no CPU profile in ${profDir}`);
+      const files = mainProfiles(profDir);
+      if (files.length === 0) throw new Error(`${settings[i]!.name}: no CPU profile in ${profDir}`);
       const into = profiles[i]!.times;
-      for (const [k, us] of selfTimes(file, windows[i]!)) into.set(k, (into.get(k) ?? 0) + us);
+      for (const file of files) {
+        for (const [k, us] of selfTimes(file, windows[i]!)) into.set(k, (into.get(k) ?? 0) + us);
+      }
       profiles[i]!.requests += served[i]!;
     }
   }

@@ -382,6 +382,35 @@ describe('credentials that are not a key', () => {
   });
 });
 
+describe('one gRPC connection', () => {
+  test('its remembered key follows reloads: a removed key stops, another header is a key of its own', async () => {
+    const a = createKey('a', ['inference', 'metadata']);
+    const b = createKey('b', ['metadata']);
+    const keys = new AccessControl(parseKeysFile('keys.yaml', `keys:\n${a.entry}${b.entry}`), { failureLimit: 0 });
+    const s = await startStack(core, keys);
+    try {
+      // Every call below goes over the one connection of the one client.
+      for (let i = 0; i < 3; i++) {
+        assert.equal((await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), a.secret)).error, undefined);
+        assert.equal((await grpcCall(s.grpc, 'ServerMetadata', {}, a.secret)).error, undefined);
+      }
+      const other = await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), b.secret);
+      assert.equal(other.error?.code, grpc.status.PERMISSION_DENIED);
+      assert.equal((await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), `${a.secret}x`)).error?.code, 16);
+      assert.equal((await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), a.secret)).error, undefined);
+      assert.ok(keys.rememberedPeers >= 1);
+      keys.replaceKeys(parseKeysFile('keys.yaml', `keys:\n${b.entry}`));
+      const removed = await grpcCall(s.grpc, 'ModelInfer', grpcInfer(MODEL), a.secret);
+      assert.equal(removed.error?.code, grpc.status.UNAUTHENTICATED);
+      assert.equal((await grpcCall(s.grpc, 'ServerMetadata', {}, a.secret)).error?.code, grpc.status.UNAUTHENTICATED);
+      assert.equal((await grpcCall(s.grpc, 'ServerMetadata', {}, b.secret)).error, undefined);
+      assert.deepEqual(keys.failures, { missing: 0, malformed: 0, unknown: 3, scope: 1, rate_limited: 0 });
+    } finally {
+      await s.close();
+    }
+  });
+});
+
 describe('the failure limit', () => {
   test('after N failures a minute the address gets 429 with Retry-After, on HTTP and gRPC', async () => {
     const key = createKey('k', ['metadata']);
