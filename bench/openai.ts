@@ -6,7 +6,10 @@
  *
  * (a) /v1/embeddings with 16 short texts per request (tokenizing, pooling and
  *     JSON included) against /v2/models/text_embedder/infer in binary with the
- *     same tokens, concurrency 8 (wrk). Bar: >= 0.7x the /v2 throughput.
+ *     same tokens, concurrency 8 (wrk). Bar: >= 0.7x the /v2 throughput. The
+ *     requests take turns among BODIES sets of 16 texts drawn from SENTENCES
+ *     seeded sentences, the same sets both ways, so answers vary as a real
+ *     client's do.
  * (b) time to first token, one request at a time: /v1/chat/completions
  *     streamed against /v2/models/tiny_llm/generate_stream with the prompt
  *     the chat template renders. Bar: p50 within 150 us.
@@ -31,8 +34,9 @@ import { EmbeddingsEndpoint } from '../src/frontends/openai/embeddings.js';
 import { ModelTexts } from '../src/frontends/openai/model-text.js';
 import { parseJsonBytes } from '../src/frontends/http/json-parse.js';
 import type { InferRequest } from '../src/types/api.js';
+import { seededRandom } from '../test/helpers/random.js';
 import { startNereid } from './processes.js';
-import { runWrk, type WrkResult } from './wrk.js';
+import { type HttpBody, runWrk, type WrkResult } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 3);
@@ -45,7 +49,33 @@ const EXAMPLES = path.resolve(
   'model_repository',
 );
 
-const TEXTS = Array.from({ length: 16 }, (_, i) => `query ${i} about a small model server and fast vector search`);
+/** Distinct short sentences, and the request bodies (each 16 of them) that take turns in (a). */
+const SENTENCES = 256;
+const BODIES = 64;
+const PER_REQUEST = 16;
+
+function tokenizerOf(dir: string): Tokenizer {
+  return new Tokenizer(
+    JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')),
+    JSON.parse(readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')),
+  );
+}
+
+/** BODIES lists of PER_REQUEST texts from SENTENCES sentences of 6 to 10 of the tokenizer's whole words, seeded. */
+function requestTexts(): string[][] {
+  const vocab = JSON.parse(readFileSync(path.join(EXAMPLES, 'text_embedder', 'tokenizer.json'), 'utf8')) as {
+    model: { vocab: Record<string, number> };
+  };
+  const words = Object.keys(vocab.model.vocab).filter((w) => /^[a-z]{2,}$/.test(w));
+  const random = seededRandom(0x5eed0023);
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
+  const sentences = Array.from({ length: SENTENCES }, () =>
+    Array.from({ length: 6 + Math.floor(random() * 5) }, () => pick(words)).join(' '),
+  );
+  return Array.from({ length: BODIES }, () => Array.from({ length: PER_REQUEST }, () => pick(sentences)));
+}
+
+const TEXTS = requestTexts();
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -54,14 +84,9 @@ const median = (xs: number[]): number => {
 const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
 
-/** The /v2 binary body holding the tokens /v1/embeddings makes of TEXTS (padded to the longest, as it pads). */
-function v2EmbeddingBody(): { body: Buffer; headers: Record<string, string> } {
-  const dir = path.join(EXAMPLES, 'text_embedder');
-  const tokenizer = new Tokenizer(
-    JSON.parse(readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')),
-    JSON.parse(readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8')),
-  );
-  const ids = TEXTS.map((t) => tokenizer.encode(t).ids);
+/** The /v2 binary body holding the tokens /v1/embeddings makes of `texts` (padded to the longest, as it pads). */
+function v2EmbeddingBody(tokenizer: Tokenizer, texts: readonly string[]): HttpBody {
+  const ids = texts.map((t) => tokenizer.encode(t).ids);
   const seq = Math.max(...ids.map((x) => x.length));
   const rows = ids.length;
   const tensor = (fill: (row: number[], s: number) => number) => {
@@ -166,7 +191,8 @@ const cpuUs = (): number => {
 };
 
 /**
- * Median microseconds of thread CPU per /v1/embeddings request of TEXTS, the model call stubbed out.
+ * Median microseconds of thread CPU per /v1/embeddings request (the bodies of (a) taking turns), the model call
+ * stubbed out.
  * With `variants` > 1 the stub's canned outputs take turns, so the vectors differ from request to
  * request as a real client's do (the same 512 floats again and again are served by the engine's
  * number-to-string cache).
@@ -205,7 +231,7 @@ async function layerCost(format: 'float' | 'base64', variants = 1): Promise<numb
   } as unknown as ServerApi;
   const texts = new ModelTexts(undefined);
   const endpoint = new EmbeddingsEndpoint({ server, texts, timings: undefined, maxInputSize: 1 << 26 });
-  const bytes = Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: format }));
+  const bodies = TEXTS.map((input) => Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })));
   let written = 0;
   const res = {
     destroyed: false,
@@ -215,7 +241,9 @@ async function layerCost(format: 'float' | 'base64', variants = 1): Promise<numb
     // A string is turned into bytes on its way to the socket.
     end: (b: string | Buffer) => (written += typeof b === 'string' ? Buffer.byteLength(b) : b.byteLength),
   } as unknown as ServerResponse;
-  const one = () => endpoint.handle(res, parseJsonBytes(bytes) as Record<string, unknown>);
+  let turn = 0;
+  const one = () =>
+    endpoint.handle(res, parseJsonBytes(bodies[turn++ % bodies.length]!) as Record<string, unknown>);
   for (let i = 0; i < 3000; i++) await one();
   const blocks: number[] = [];
   for (let b = 0; b < 100; b++) {
@@ -235,18 +263,33 @@ async function main(): Promise<void> {
   const port = server.http;
   try {
     // (a) embeddings
-    const v1 = {
-      body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'float' })),
-      headers: { 'Content-Type': 'application/json' },
+    const json = (format: string) => {
+      const [first, ...more] = TEXTS.map((input) =>
+        Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })),
+      );
+      const headers = { 'Content-Type': 'application/json' };
+      return { body: first!, headers, more: more.map((body) => ({ body, headers })) };
     };
+    const v1 = json('float');
     // What the official openai client sends by default (it decodes the base64 itself).
-    const v1b64 = {
-      body: Buffer.from(JSON.stringify({ model: 'text_embedder', input: TEXTS, encoding_format: 'base64' })),
-      headers: { 'Content-Type': 'application/json' },
-    };
-    const v2 = v2EmbeddingBody();
+    const v1b64 = json('base64');
+    const tokenizer = tokenizerOf(path.join(EXAMPLES, 'text_embedder'));
+    const [first, ...more] = TEXTS.map((texts) => v2EmbeddingBody(tokenizer, texts));
+    const v2 = { ...first!, more };
     const v1Url = `http://127.0.0.1:${port}/v1/embeddings`;
     const v2Url = `http://127.0.0.1:${port}/v2/models/text_embedder/infer`;
+    // Every body must be answered (a refused one would be counted as fast service).
+    for (const [url, req] of [
+      [v1Url, v1],
+      [v1Url, v1b64],
+      [v2Url, v2],
+    ] as const) {
+      for (const r of [req, ...req.more]) {
+        const answer = await fetch(url, { method: 'POST', headers: r.headers, body: r.body });
+        if (answer.status !== 200) throw new Error(`${url} answered ${answer.status}: ${await answer.text()}`);
+        await answer.arrayBuffer().catch(() => undefined);
+      }
+    }
     await runWrk(v1Url, v1, 8, 1);
     await runWrk(v2Url, v2, 8, 1);
     const a1: WrkResult[] = [];
@@ -261,7 +304,8 @@ async function main(): Promise<void> {
     const rps = (ws: WrkResult[]) => median(ws.map((w) => w.requestsPerSec));
     const line = (label: string, ws: WrkResult[]) =>
       `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} ` +
-      `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us\n`;
+      `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us` +
+      `${ws.some((w) => w.errors + w.non2xx > 0) ? `  errors ${ws.map((w) => `${w.errors}+${w.non2xx}`).join(' ')}` : ''}\n`;
     process.stdout.write(
       `\n(a) embeddings, 16 texts per request, concurrency 8, ${ROUNDS} alternated rounds of ${SECONDS}s (medians)\n` +
         line('/v1/embeddings, floats in JSON', a1) +

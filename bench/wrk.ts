@@ -23,6 +23,8 @@ export interface HttpBody {
   headers: Record<string, string>;
   /** Default POST. */
   method?: string;
+  /** More requests (same method): they take turns with this one, so answers vary as a real client's do. */
+  more?: readonly HttpBody[];
 }
 
 /** wrk's Lua strings take any bytes when written as decimal escapes. */
@@ -30,7 +32,8 @@ function luaString(buf: Buffer): string {
   let s = '"';
   for (const b of buf) {
     if (b >= 0x20 && b < 0x7f && b !== 0x22 && b !== 0x5c) s += String.fromCharCode(b);
-    else s += `\\${b}`;
+    // Three digits always: a shorter escape followed by a digit would read as a longer one.
+    else s += `\\${String(b).padStart(3, '0')}`;
   }
   return `${s}"`;
 }
@@ -39,10 +42,30 @@ function script(req: HttpBody): string {
   const headers = Object.entries(req.headers)
     .map(([k, v]) => `wrk.headers[${JSON.stringify(k)}] = ${JSON.stringify(v)}`)
     .join('\n');
+  // Each request is formatted once (wrk.format adds its Content-Length); request() only picks the next.
+  const table = (h: Record<string, string>) =>
+    `{ ${Object.entries(h).map(([k, v]) => `[${JSON.stringify(k)}] = ${JSON.stringify(v)}`).join(', ')} }`;
+  const turns =
+    req.more === undefined || req.more.length === 0
+      ? ''
+      : `local turns = { ${[req, ...req.more].map((r) => `{ ${luaString(r.body)}, ${table(r.headers)} }`).join(',\n')} }
+local reqs = {}
+local turn = 0
+function init(args)
+  for i, t in ipairs(turns) do
+    t[2]["Host"] = wrk.headers["Host"]
+    reqs[i] = wrk.format(nil, nil, t[2], t[1])
+  end
+end
+function request()
+  turn = turn % #reqs + 1
+  return reqs[turn]
+end
+`;
   return `wrk.method = "${req.method ?? 'POST'}"
 wrk.body = ${req.body.byteLength > 0 ? luaString(req.body) : 'nil'}
 ${headers}
-function done(summary, latency, requests)
+${turns}function done(summary, latency, requests)
   local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
   io.write(string.format("NEREID_RESULT %f %f %f %d %d %d %f\\n",
     summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs,
