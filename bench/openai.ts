@@ -35,7 +35,7 @@ import { ModelTexts } from '../src/frontends/openai/model-text.js';
 import { parseJsonBytes } from '../src/frontends/http/json-parse.js';
 import type { InferRequest } from '../src/types/api.js';
 import { seededRandom } from '../test/helpers/random.js';
-import { startNereid } from './processes.js';
+import { cpuSeconds, startNereid } from './processes.js';
 import { type HttpBody, runWrk, type WrkResult } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -292,25 +292,36 @@ async function main(): Promise<void> {
     }
     await runWrk(v1Url, v1, 8, 1);
     await runWrk(v2Url, v2, 8, 1);
+    const pid = server.proc.child.pid!;
+    /** A round, with the server's main-thread CPU per request (µs) in `mainUs`. */
+    const round = async (url: string, req: HttpBody, into: WrkResult[], mainUs: number[]) => {
+      const before = cpuSeconds(pid, pid);
+      const w = await runWrk(url, req, 8, SECONDS);
+      mainUs.push(((cpuSeconds(pid, pid) - before) * 1e6) / Math.max(1, w.requests));
+      into.push(w);
+    };
+    const m1: number[] = [];
+    const m1b: number[] = [];
+    const m2: number[] = [];
     const a1: WrkResult[] = [];
     const a1b: WrkResult[] = [];
     const a2: WrkResult[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      a1.push(await runWrk(v1Url, v1, 8, SECONDS));
-      a1b.push(await runWrk(v1Url, v1b64, 8, SECONDS));
-      a2.push(await runWrk(v2Url, v2, 8, SECONDS));
+      await round(v1Url, v1, a1, m1);
+      await round(v1Url, v1b64, a1b, m1b);
+      await round(v2Url, v2, a2, m2);
     }
     const errors = [...a1, ...a1b, ...a2].reduce((n, w) => n + w.errors + w.non2xx, 0);
     const rps = (ws: WrkResult[]) => median(ws.map((w) => w.requestsPerSec));
-    const line = (label: string, ws: WrkResult[]) =>
+    const line = (label: string, ws: WrkResult[], mainUs: number[]) =>
       `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} ` +
-      `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us` +
+      `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us  main thread ${fmt(median(mainUs))} us/req` +
       `${ws.some((w) => w.errors + w.non2xx > 0) ? `  errors ${ws.map((w) => `${w.errors}+${w.non2xx}`).join(' ')}` : ''}\n`;
     process.stdout.write(
       `\n(a) embeddings, 16 texts per request, concurrency 8, ${ROUNDS} alternated rounds of ${SECONDS}s (medians)\n` +
-        line('/v1/embeddings, floats in JSON', a1) +
-        line('/v1/embeddings, base64 (client default)', a1b) +
-        line('/v2 infer, binary, same tokens', a2) +
+        line('/v1/embeddings, floats in JSON', a1, m1) +
+        line('/v1/embeddings, base64 (client default)', a1b, m1b) +
+        line('/v2 infer, binary, same tokens', a2, m2) +
         `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ` +
         `${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
     );
