@@ -9,7 +9,7 @@
  * Environment: BENCH_ROUNDS (default 15).
  */
 import { formatJsonDouble } from '../src/tensor/json-codec.js';
-import { JsonBytes } from '../src/frontends/openai/float32-json.js';
+import { JsonBytes } from '../src/tensor/float32-json.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 15);
 

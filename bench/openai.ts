@@ -231,7 +231,9 @@ async function layerCost(format: 'float' | 'base64', variants = 1): Promise<numb
   } as unknown as ServerApi;
   const texts = new ModelTexts(undefined);
   const endpoint = new EmbeddingsEndpoint({ server, texts, timings: undefined, maxInputSize: 1 << 26 });
-  const bodies = TEXTS.map((input) => Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })));
+  const bodies = TEXTS.map((input) =>
+    Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })),
+  );
   let written = 0;
   const res = {
     destroyed: false,
@@ -316,7 +318,7 @@ async function main(): Promise<void> {
     const line = (label: string, ws: WrkResult[], mainUs: number[]) =>
       `  ${label.padEnd(40)}${fmt(rps(ws)).padStart(7)} req/s (${fmt(rps(ws) * 16)} ` +
       `texts/s)  p50 ${fmt(median(ws.map((w) => w.p50us)))} us  main thread ${fmt(median(mainUs))} us/req` +
-      `${ws.some((w) => w.errors + w.non2xx > 0) ? `  errors ${ws.map((w) => `${w.errors}+${w.non2xx}`).join(' ')}` : ''}\n`;
+      `${ws.some((w) => w.errors + w.non2xx > 0) ? `  errors ${ws.map((w) => w.errors + w.non2xx).join(' ')}` : ''}\n`;
     process.stdout.write(
       `\n(a) embeddings, 16 texts per request, concurrency 8, ${ROUNDS} alternated rounds of ${SECONDS}s (medians)\n` +
         line('/v1/embeddings, floats in JSON', a1, m1) +

@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { ModelConfig } from '../gen/model_config_pb.js';
 import type { NereidError } from '../errors.js';
 import type { Tensor } from '../tensor/tensor.js';
+import type { EmbeddingTextHint } from '../tensor/embedding-text.js';
 import type { CancellationSignal } from '../types/cancellation.js';
 import type {
   InferRequest,
@@ -47,6 +48,11 @@ export interface BackendRequest {
    * encodeJsonTensorData, so the text is the same). A hint; undefined when none.
    */
   readonly jsonOutputs?: JsonOutputHint | undefined;
+  /**
+   * An output the client will get as embeddings items: a backend that runs off the event loop may set its
+   * Tensor.embeddingText (made with hintedItems, so the text is the same). A hint; undefined when none.
+   */
+  readonly embeddingText?: EmbeddingTextHint | undefined;
   /** Set when the request is traced: a backend that serves calls from the model (BLS) spawns their traces from it. */
   readonly trace?: RequestTrace | undefined;
 }

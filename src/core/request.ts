@@ -253,6 +253,7 @@ export function prepareRequest(sig: ModelSignature, request: InferRequest, sende
       responseSender: sender,
       signal: request.signal,
       jsonOutputs: request.jsonOutputs,
+      embeddingText: request.embeddingText,
       trace: request.trace,
     },
     requestedOutputs: outs && outs.length > 0 ? outs : undefined,

@@ -701,6 +701,7 @@ export class Server extends EventEmitter<ServerEvents> implements ServerApi {
           shape: batch === undefined ? dims : [batch, ...dims],
           data: t.data,
           jsonData: t.jsonData,
+          embeddingText: t.embeddingText,
         };
       }
       const k = requested?.[i]?.classification;

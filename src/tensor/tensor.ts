@@ -26,6 +26,11 @@ export interface Tensor {
    * instead of formatting the bytes again; everything else reads `data`.
    */
   readonly jsonData?: string | undefined;
+  /**
+   * The output as the items of an OpenAI embeddings answer, when a backend made them already (the request's
+   * EmbeddingTextHint, see embedding-text.ts); everything else reads `data`.
+   */
+  readonly embeddingText?: string | undefined;
 }
 
 /**

@@ -5,6 +5,7 @@
  */
 import type { Tensor } from '../tensor/tensor.js';
 import type { Datatype } from '../tensor/datatype.js';
+import type { EmbeddingTextHint } from '../tensor/embedding-text.js';
 import type { CancellationSignal } from './cancellation.js';
 
 /** A request, response or output parameter's value. */
@@ -45,6 +46,8 @@ export interface InferRequest {
   readonly stepTimings?: StepTimingsSink;
   /** Outputs the caller will write as JSON (a hint: backends may ignore it). */
   readonly jsonOutputs?: JsonOutputHint | undefined;
+  /** An output the caller will write as embeddings items (a hint: backends may ignore it). */
+  readonly embeddingText?: EmbeddingTextHint | undefined;
   /** Set when the request is traced (see docs/tracing.md); whoever made the trace ends it. */
   readonly trace?: RequestTrace | undefined;
 }

@@ -17,19 +17,33 @@ import type {
   SchedulingHooks,
 } from '../backend.js';
 import { Errors, asNereidError } from '../../errors.js';
-import { datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
+import { DATATYPES, datatypeInfo, type TypedArray } from '../../tensor/datatype.js';
 import { decodeBytesElements, encodeBytesElements, makeTensor, type Tensor } from '../../tensor/tensor.js';
 import type { Tensor as OrtTensor } from 'onnxruntime-node';
 import { type InlinePolicy, type InlineSession, runOverlap } from './policies/inline.js';
-import { JsonTextPolicy, SPARE_CORES, processCoresUsed, spareCores } from './policies/json-text.js';
+import {
+  JsonTextPolicy,
+  LARGE_TEXT_ELEMENTS,
+  SPARE_CORES,
+  processCoresUsed,
+  spareCores,
+} from './policies/json-text.js';
 import type { ModelPlan, TensorPlan } from './plan.js';
 import { RunTimes, type SessionClient } from './thread/session-client.js';
 import {
   ARENA_ARRAYS,
   MERGED_LATER,
   MERGED_NOT,
+  EMBED_BASE64,
+  EMBED_NORMALIZE,
+  EMBED_POOL,
   RunFeed,
+  SLICE_FORMAT,
+  SLICE_SKIP,
+  TextPlan,
+  TextRequest,
   arenaTypeCode,
+  sliceWord,
   nowNs,
   type RunPart,
   type WireTensor,
@@ -290,7 +304,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
     } else {
       const times = new RunTimes();
       runOverlap.started();
-      const texts = this.jsonText.textPlan(requests, fetches);
+      const texts = withEmbeddings(this.jsonText.textPlan(requests, fetches), requests, fetches, batching);
       try {
         // A batching model's runs may be merged on the thread with those queued behind them.
         outputs = await this.client.run(
@@ -337,6 +351,7 @@ export class OnnxRuntimeInstance implements BackendInstance {
               offsets[i]!,
               batching ? r.batchSize : 1,
               i,
+              r.embeddingText?.output === name,
             ),
           );
         }
@@ -347,6 +362,65 @@ export class OnnxRuntimeInstance implements BackendInstance {
     }
     return responses;
   }
+}
+
+const FP32_INDEX = DATATYPES.findIndex((d) => d.name === 'FP32');
+
+/**
+ * `texts` with the embeddings items the requests ask for (BackendRequest.embeddingText): a run on the session
+ * thread makes them there, after the run, so the event loop only joins them (docs/openai.md, "Off the event
+ * loop"); a run made inline leaves them to the caller.
+ */
+function withEmbeddings(
+  texts: TextPlan | undefined,
+  requests: readonly BackendRequest[],
+  fetches: readonly string[],
+  batching: boolean,
+): TextPlan | undefined {
+  let out: TextRequest[] | undefined;
+  for (let f = 0; f < fetches.length; f++) {
+    const name = fetches[f]!;
+    let wanted = false;
+    for (let i = 0; i < requests.length; i++) if (requests[i]!.embeddingText?.output === name) wanted = true;
+    if (!wanted) continue;
+    const slices = new Array<number>(requests.length);
+    const embed = new Array<number>(2 * requests.length).fill(0);
+    const lengths: number[] = [];
+    let pooled = false;
+    for (let i = 0; i < requests.length; i++) {
+      const r = requests[i]!;
+      const rows = batching ? r.batchSize : 0;
+      const hint = r.embeddingText;
+      const wants = hint?.output === name && r.requestedOutputs.includes(name);
+      slices[i] = sliceWord(rows, wants ? SLICE_FORMAT : SLICE_SKIP);
+      const n = batching ? rows : (hint?.lengths?.length ?? 0);
+      if (wants && hint.lengths !== undefined) {
+        if (hint.lengths.length !== n) return texts;
+        pooled = true;
+        for (let k = 0; k < n; k++) lengths.push(hint.lengths[k]!);
+      } else for (let k = 0; k < n; k++) lengths.push(0);
+      if (wants) {
+        embed[2 * i] =
+          (hint.base64 ? EMBED_BASE64 : 0) |
+          (hint.normalize ? EMBED_NORMALIZE : 0) |
+          (hint.lengths !== undefined ? EMBED_POOL : 0);
+        embed[2 * i + 1] = hint.firstIndex;
+      }
+    }
+    (out ??= []).push(
+      new TextRequest(
+        f,
+        FP32_INDEX,
+        arenaTypeCode('float32'),
+        batching,
+        batching ? slices : [slices[0]!],
+        batching ? embed : embed.slice(0, 2),
+        pooled ? lengths : [],
+      ),
+    );
+  }
+  if (out === undefined) return texts;
+  return new TextPlan([...(texts?.requests ?? []), ...out], texts?.largeElements ?? LARGE_TEXT_ELEMENTS);
 }
 
 function inFiles(feeds: readonly RunFeed[]): boolean {
@@ -397,6 +471,8 @@ function sliceOutput(
   batchSize: number,
   /** The request's position in the batch (its slice of the texts). */
   slice: number,
+  /** Its text is embeddings items (BackendRequest.embeddingText), not JSON data. */
+  embedded: boolean,
 ): Tensor {
   let start = 0;
   let count: number;
@@ -429,8 +505,9 @@ function sliceOutput(
   const view = w.data as TypedArray;
   const size = view.BYTES_PER_ELEMENT;
   const data = new Uint8Array(view.buffer, view.byteOffset + start * size, count * size);
-  const jsonData = w.texts?.[slice];
-  return jsonData === undefined
-    ? makeTensor(p.name, p.datatype, shape, data)
-    : { name: p.name, datatype: p.datatype, shape, data, jsonData };
+  const text = w.texts?.[slice];
+  if (text === undefined) return makeTensor(p.name, p.datatype, shape, data);
+  return embedded
+    ? { name: p.name, datatype: p.datatype, shape, data, embeddingText: text }
+    : { name: p.name, datatype: p.datatype, shape, data, jsonData: text };
 }

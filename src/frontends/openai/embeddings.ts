@@ -4,6 +4,9 @@
  * (in parallel, so its dynamic batcher may join them with other requests');
  * token vectors are mean-pooled over the attention mask and the result is
  * L2-normalised unless the model's `embedding_normalize` parameter is "false".
+ * Each model call asks for its rows as the answer's items (EmbeddingTextHint):
+ * an onnxruntime run on the session thread makes them there, and what comes
+ * back without them is made here with the same code (docs/openai.md).
  */
 import type { ServerResponse } from 'node:http';
 import type { InferResponse, TensorMetadata } from '../../types/api.js';
@@ -14,7 +17,7 @@ import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resol
 import { OpenAiError, invalidRequest, toOpenAiError } from './errors.js';
 import { type Body, checkKnownFields, checkUser, modelName, optionalInteger } from './fields.js';
 import { bytesTensor } from './tensors.js';
-import { JsonBytes } from './float32-json.js';
+import { type EmbeddingTextHint, embeddingItems, poolRows } from '../../tensor/embedding-text.js';
 
 const FIELDS = new Set(['model', 'input', 'encoding_format', 'dimensions', 'user']);
 /** OpenAI's bound on the inputs of one request. */
@@ -51,65 +54,6 @@ function tokenIds(v: unknown[], param: string): number[] {
     }
   });
   return v as number[];
-}
-
-/**
- * The vectors of a batch's `rows` rows, one after the other in one array: each row's own (a pooled output), or
- * the mean of its first `lengths[first + row]` token vectors (the attention mask is 1 exactly there);
- * L2-normalised when asked. Each mean is summed in local variables, four dimensions at a time, token by token
- * in order: the same sums as one dimension at a time, at a fraction of the cost of keeping them in an array.
- */
-function poolRows(
-  out: Float32Array,
-  rows: number,
-  seq: number,
-  dim: number,
-  lengths: readonly number[] | undefined,
-  first: number,
-  normalize: boolean,
-): Float32Array {
-  const v = new Float32Array(rows * dim);
-  for (let row = 0; row < rows; row++) {
-    const o = row * dim;
-    if (lengths === undefined) {
-      for (let d = 0; d < dim; d++) v[o + d] = out[o + d]!;
-    } else {
-      const tokens = lengths[first + row]!;
-      const start = row * seq * dim;
-      const stop = start + tokens * dim;
-      let d = 0;
-      for (; d + 4 <= dim; d += 4) {
-        let a0 = 0;
-        let a1 = 0;
-        let a2 = 0;
-        let a3 = 0;
-        for (let i = start + d; i < stop; i += dim) {
-          a0 += out[i]!;
-          a1 += out[i + 1]!;
-          a2 += out[i + 2]!;
-          a3 += out[i + 3]!;
-        }
-        if (tokens > 0) {
-          v[o + d] = a0 / tokens;
-          v[o + d + 1] = a1 / tokens;
-          v[o + d + 2] = a2 / tokens;
-          v[o + d + 3] = a3 / tokens;
-        }
-      }
-      for (; d < dim; d++) {
-        let a = 0;
-        for (let i = start + d; i < stop; i += dim) a += out[i]!;
-        if (tokens > 0) v[o + d] = a / tokens;
-      }
-    }
-    if (normalize) {
-      let squares = 0;
-      for (let d = 0; d < dim; d++) squares += v[o + d]! * v[o + d]!;
-      const norm = Math.sqrt(squares);
-      if (norm > 0) for (let d = 0; d < dim; d++) v[o + d]! /= norm;
-    }
-  }
-  return v;
 }
 
 /**
@@ -162,11 +106,11 @@ export class EmbeddingsEndpoint {
     admission(this.ctx, resolved.name);
     const signal = cancelOnClose(res);
     const c = resolved.contract;
-    const { vectors, tokens } =
+    const base64 = format === 'base64';
+    const { items, dim, tokens } =
       c.kind === 'text-embedding'
-        ? await this.textEmbeddings(resolved as ResolvedModel<TextEmbeddingContract>, inputs, signal)
-        : await this.tokenEmbeddings(resolved as ResolvedModel<TokenEmbeddingContract>, inputs, signal);
-    const dim = vectors[0]?.length ?? 0;
+        ? await this.textEmbeddings(resolved as ResolvedModel<TextEmbeddingContract>, inputs, base64, signal)
+        : await this.tokenEmbeddings(resolved as ResolvedModel<TokenEmbeddingContract>, inputs, base64, signal);
     if (dimensions !== undefined && dimensions !== dim) {
       throw invalidRequest(
         `model '${model}' makes ${dim}-dimensional embeddings and cannot shorten them; 'dimensions' may only be ${dim}`,
@@ -174,8 +118,9 @@ export class EmbeddingsEndpoint {
       );
     }
     if (res.destroyed) return;
-    const tail = `],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
-    const out = format === 'base64' ? base64Answer(vectors, tail) : floatAnswer(vectors, tail);
+    let out = ANSWER_HEAD;
+    for (let i = 0; i < items.length; i++) out += items[i]!;
+    out += `],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
     res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(out))]);
     res.end(out);
   }
@@ -187,13 +132,17 @@ export class EmbeddingsEndpoint {
     maxRows: number,
     signal: Cancellation,
     inputsOf: (start: number, end: number) => Tensor[],
-    take: (start: number, end: number, r: InferResponse) => void,
+    hintOf: (start: number, end: number) => EmbeddingTextHint,
+    take: (start: number, end: number, r: InferResponse, hint: EmbeddingTextHint) => void,
   ): Promise<void> {
     const runs: Promise<void>[] = [];
     for (let start = 0; start < rows; start += maxRows) {
       const end = Math.min(rows, start + maxRows);
       const inputs = inputsOf(start, end);
-      runs.push(this.ctx.server.infer({ model, inputs, signal }).then((r) => take(start, end, r)));
+      const embeddingText = hintOf(start, end);
+      runs.push(
+        this.ctx.server.infer({ model, inputs, signal, embeddingText }).then((r) => take(start, end, r, embeddingText)),
+      );
     }
     try {
       await Promise.all(runs);
@@ -205,8 +154,9 @@ export class EmbeddingsEndpoint {
   private async textEmbeddings(
     resolved: ResolvedModel<TextEmbeddingContract>,
     inputs: EmbeddingInput[],
+    base64: boolean,
     signal: Cancellation,
-  ) {
+  ): Promise<Embeddings> {
     const c = resolved.contract;
     const texts = inputs.map((x, i) => {
       if ('text' in x) return x.text;
@@ -224,7 +174,8 @@ export class EmbeddingsEndpoint {
       const x = inputs[i]!;
       tokens += 'ids' in x ? x.ids.length : resolved.text.countTokens(x.text);
     }
-    const vectors: Float32Array[] = new Array(texts.length);
+    const items: string[] = [];
+    let dim = 0;
     const maxRows = c.batched ? c.maxBatchSize : 1;
     const inputMeta = c.batched ? c.input : { ...c.input, shape: c.input.shape.map((d) => (d === -1 ? 1 : d)) };
     await this.runBatches(
@@ -244,23 +195,22 @@ export class EmbeddingsEndpoint {
           'input',
         ),
       ],
-      (start, end, r) => {
+      (start) => ({ output: c.output.name, lengths: undefined, normalize: c.normalize, base64, firstIndex: start }),
+      (start, end, r, hint) => {
         const out = outputOf(r, c.output.name);
-        const f = typedView(out) as Float32Array;
-        const rows = end - start;
-        const dim = f.length / rows;
-        const v = poolRows(f, rows, 1, dim, undefined, start, c.normalize);
-        for (let i = 0; i < rows; i++) vectors[start + i] = v.subarray(i * dim, i * dim + dim);
+        dim = rowElements(out, end - start);
+        items[start / maxRows] = itemsOf(out, end - start, dim, dim, hint);
       },
     );
-    return { vectors, tokens };
+    return { items, dim, tokens };
   }
 
   private async tokenEmbeddings(
     resolved: ResolvedModel<TokenEmbeddingContract>,
     inputs: EmbeddingInput[],
+    base64: boolean,
     signal: Cancellation,
-  ) {
+  ): Promise<Embeddings> {
     const c = resolved.contract;
     const tokenizer = resolved.text.tokenizer;
     const encoded = inputs.map((x, i): readonly number[] => {
@@ -297,7 +247,8 @@ export class EmbeddingsEndpoint {
     }
     const seq = c.fixedLength > 0 ? c.fixedLength : longest;
     const maxRows = c.batched ? c.maxBatchSize : c.inputIds.shape[0] === -1 ? encoded.length : 1;
-    const vectors: Float32Array[] = new Array(encoded.length);
+    const items: string[] = [];
+    let dim = 0;
     await this.runBatches(
       resolved.name,
       encoded.length,
@@ -318,76 +269,48 @@ export class EmbeddingsEndpoint {
         // A single sequence: every token_type_id is 0.
         return types === undefined ? [ids!.tensor, mask!.tensor] : [ids!.tensor, mask!.tensor, types.tensor];
       },
-      (start, end, r) => {
+      (start, end) => ({
+        output: c.output.name,
+        lengths: c.meanPool ? lengths.slice(start, end) : undefined,
+        normalize: c.normalize,
+        base64,
+        firstIndex: start,
+      }),
+      (start, end, r, hint) => {
         const out = outputOf(r, c.output.name);
-        const f = typedView(out) as Float32Array;
         const rows = end - start;
-        const dim = out.shape[out.shape.length - 1]!;
-        const v = poolRows(f, rows, seq, dim, c.meanPool ? lengths : undefined, start, c.normalize);
-        for (let i = 0; i < rows; i++) vectors[start + i] = v.subarray(i * dim, i * dim + dim);
+        const perRow = rowElements(out, rows);
+        dim = c.meanPool ? out.shape[out.shape.length - 1]! : perRow;
+        items[start / maxRows] = itemsOf(out, rows, perRow, dim, hint);
       },
     );
-    return { vectors, tokens };
+    return { items, dim, tokens };
   }
 }
 
 const ANSWER_HEAD = '{"object":"list","data":[';
 
-function base64Answer(vectors: readonly Float32Array[], tail: string): string {
-  let data = ANSWER_HEAD;
-  // The vectors of a batch share one array: one Buffer over it gives each its base64 (no copies).
-  let bytes: Buffer | undefined;
-  for (let i = 0; i < vectors.length; i++) {
-    const v = vectors[i]!;
-    if (bytes?.buffer !== v.buffer) bytes = Buffer.from(v.buffer);
-    const embedding = bytes.toString('base64', v.byteOffset, v.byteOffset + v.byteLength);
-    data += `${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":"${embedding}"}`;
-  }
-  return data + tail;
+/** A request's items, a text per model call in order, and the vectors' length. */
+interface Embeddings {
+  readonly items: readonly string[];
+  readonly dim: number;
+  readonly tokens: number;
 }
 
-const ascii = (s: string) => Uint8Array.from(s, (c) => c.charCodeAt(0));
-const FLOAT_HEAD = ascii(ANSWER_HEAD);
-/** `{"object":"embedding","index":i,"embedding":[` (with its leading comma past the first), by index. */
-const itemHeads: Uint8Array[] = [];
-const itemHead = (i: number): Uint8Array =>
-  (itemHeads[i] ??= ascii(`${i === 0 ? '' : ','}{"object":"embedding","index":${i},"embedding":[`));
-const NOT_ASCII = /[\u0080-\uffff]/;
-/** Reused by every float answer: the answer leaves it as a string. */
-const floatBytes = new JsonBytes();
+/** Values per row of a model call's output of `rows` rows. */
+function rowElements(out: Tensor, rows: number): number {
+  return rows === 0 ? 0 : out.data.byteLength / 4 / rows;
+}
 
 /**
- * The answer with the vectors as JSON arrays of floats, written into one buffer (no string per
- * value): each float32 as the shortest decimal that reads back as it (docs/openai.md). It goes out
- * as one flat string, which the server sends in one chunk with the header.
+ * A model call's items: as the backend made them (embeddingText), or made here with the same code (the run was on
+ * the event loop, or another backend's).
  */
-function floatAnswer(vectors: readonly Float32Array[], tail: string): string {
-  const out = floatBytes;
-  out.reserve(FLOAT_HEAD.length);
-  out.put(FLOAT_HEAD);
-  let floats: Float32Array | undefined;
-  let words: Int32Array = new Int32Array(0);
-  for (let i = 0; i < vectors.length; i++) {
-    const v = vectors[i]!;
-    if (floats?.buffer !== v.buffer) {
-      floats = new Float32Array(v.buffer);
-      words = new Int32Array(v.buffer);
-    }
-    const head = itemHead(i);
-    out.reserve(head.length + 2, v.length);
-    out.put(head);
-    const first = v.byteOffset >> 2;
-    const bad = out.floats(floats, words, first, first + v.length);
-    if (bad >= 0) {
-      out.clear();
-      throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${floats[bad]})`);
-    }
-    out.byte(0x5d);
-    out.byte(0x7d);
-  }
-  // The tail holds the model's name, which may not be ASCII.
-  if (NOT_ASCII.test(tail)) return out.take() + tail;
-  out.reserve(tail.length);
-  out.ascii(tail);
-  return out.take();
+function itemsOf(out: Tensor, rows: number, perRow: number, dim: number, hint: EmbeddingTextHint): string {
+  if (out.embeddingText !== undefined) return out.embeddingText;
+  const f = typedView(out) as Float32Array;
+  const vectors = poolRows(f, rows, perRow / dim, dim, hint.lengths, 0, hint.normalize);
+  const items = embeddingItems(vectors, dim, hint.firstIndex, hint.base64);
+  if (typeof items === 'string') return items;
+  throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${vectors[items]})`);
 }

@@ -5,7 +5,7 @@
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { JsonBytes } from '../../../src/frontends/openai/float32-json.js';
+import { JsonBytes } from '../../../src/tensor/float32-json.js';
 
 const values = new Float32Array(1);
 const words = new Int32Array(values.buffer);

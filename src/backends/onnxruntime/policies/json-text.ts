@@ -218,7 +218,10 @@ export class JsonTextPolicy {
       let wanted = false;
       for (let i = 0; i < requests.length; i++) {
         const r = requests[i]!;
-        const wants = r.jsonOutputs?.wantsJson(name) === true && r.requestedOutputs.includes(name);
+        const wants =
+          r.jsonOutputs?.wantsJson(name) === true &&
+          r.requestedOutputs.includes(name) &&
+          r.embeddingText?.output !== name;
         slices[i] = sliceWord(batching ? r.batchSize : 0, wants ? modes[i]! : SLICE_SKIP);
         if (wants) wanted = true;
       }

@@ -411,12 +411,20 @@ export class SessionClient {
         h[p] = t.fetch;
         h[p + 1] = t.datatype;
         h[p + 2] = t.typeCode;
-        h[p + 3] = t.byRows ? 1 : 0;
+        h[p + 3] = (t.byRows ? 1 : 0) | (t.embed === undefined ? 0 : 2);
         const slices = t.slices;
         h[p + 4] = slices.length;
         p += 5;
         for (let i = 0; i < slices.length; i++) h[p + i] = slices[i]!;
         p += slices.length;
+        if (t.embed !== undefined) {
+          for (let i = 0; i < t.embed.length; i++) h[p + i] = t.embed[i]!;
+          p += t.embed.length;
+          const lengths = t.lengths ?? [];
+          h[p++] = lengths.length;
+          for (let i = 0; i < lengths.length; i++) h[p + i] = lengths[i]!;
+          p += lengths.length;
+        }
       }
     }
     arena.fetches = fetches;

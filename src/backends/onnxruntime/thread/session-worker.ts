@@ -7,6 +7,7 @@ import { readSync } from 'node:fs';
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import * as ort from 'onnxruntime-node';
 import { DATATYPES } from '../../../tensor/datatype.js';
+import { hintedItems } from '../../../tensor/embedding-text.js';
 import { encodeJsonTensorData } from '../../../tensor/json-codec.js';
 import { IdleWait, doze } from '../../idle-wait.js';
 import {
@@ -19,6 +20,9 @@ import {
   C_STATE,
   C_LIGHT,
   C_TAIL,
+  EMBED_BASE64,
+  EMBED_NORMALIZE,
+  EMBED_POOL,
   FILE_PART_WORDS,
   HEADER_BYTES,
   HEADER_WORDS,
@@ -587,6 +591,9 @@ interface TextWanted {
   readonly typeCode: number;
   readonly byRows: boolean;
   readonly slices: ArrayLike<number>;
+  /** Embeddings items: per slice its EMBED_* flags and first index; undefined for JSON data. */
+  readonly embed?: ArrayLike<number> | undefined;
+  readonly lengths?: ArrayLike<number> | undefined;
 }
 
 interface TextsWanted {
@@ -608,14 +615,20 @@ function readTextPlan(h: Int32Array, at: number): TextsWanted | undefined {
   let p = at + 2;
   for (let i = 0; i < n; i++) {
     const count = h[p + 4]!;
-    out[i] = {
-      fetch: h[p]!,
-      datatype: h[p + 1]!,
-      typeCode: h[p + 2]!,
-      byRows: h[p + 3] === 1,
-      slices: h.slice(p + 5, p + 5 + count),
-    };
+    const flags = h[p + 3]!;
+    const head = { fetch: h[p]!, datatype: h[p + 1]!, typeCode: h[p + 2]!, byRows: (flags & 1) !== 0 };
+    const slices = h.slice(p + 5, p + 5 + count);
     p += 5 + count;
+    let embed: Int32Array | undefined;
+    let lengths: Int32Array | undefined;
+    if ((flags & 2) !== 0) {
+      embed = h.slice(p, p + 2 * count);
+      p += 2 * count;
+      const n = h[p++]!;
+      lengths = h.slice(p, p + n);
+      p += n;
+    }
+    out[i] = { ...head, slices, embed, lengths };
   }
   return { wanted: out, largeElements };
 }
@@ -650,6 +663,10 @@ function formatTexts(
     const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
     const size = info.byteSize;
     const dims = t.dims;
+    if (w.embed !== undefined) {
+      budget = embeddingTexts(out, w, t, budget);
+      continue;
+    }
     let rowElements = 1;
     if (w.byRows) {
       let rows = 0;
@@ -671,6 +688,50 @@ function formatTexts(
     }
   }
   return out;
+}
+
+/**
+ * The embeddings items of an FP32 output's slices (see TextRequest.embed), made as the event loop would make them;
+ * a slice with a non-finite value gets none (the event loop then reports it). Returns the budget left.
+ */
+function embeddingTexts(out: FormattedText[], w: TextWanted, t: ort.Tensor, budget: number): number {
+  const embed = w.embed!;
+  const lengths = w.lengths;
+  const dims = t.dims;
+  if (t.type !== 'float32' || dims.length < 2) return budget;
+  let rows = 0;
+  for (let i = 0; i < w.slices.length; i++) rows += w.slices[i]! >> 2;
+  if (!w.byRows) rows = dims[0]!;
+  if (dims[0] !== rows) return budget;
+  let rowElements = 1;
+  for (let d = 1; d < dims.length; d++) rowElements *= dims[d]!;
+  const lastDim = dims[dims.length - 1]!;
+  const f = t.data as Float32Array;
+  let row = 0;
+  for (let i = 0; i < w.slices.length; i++) {
+    const word = w.slices[i]!;
+    const n = w.byRows ? word >> 2 : rows;
+    const count = n * rowElements;
+    const flags = embed[2 * i]!;
+    if ((word & 3) === SLICE_FORMAT && count <= budget) {
+      const pooled = (flags & EMBED_POOL) !== 0;
+      if (pooled && (lengths === undefined || lengths.length < row + n)) return budget;
+      const hint = {
+        output: '',
+        lengths: pooled ? Array.prototype.slice.call(lengths, row, row + n) : undefined,
+        normalize: (flags & EMBED_NORMALIZE) !== 0,
+        base64: (flags & EMBED_BASE64) !== 0,
+        firstIndex: embed[2 * i + 1]!,
+      };
+      const text = hintedItems(hint, f.subarray(row * rowElements, row * rowElements + count), n, rowElements, lastDim);
+      if (typeof text === 'string') {
+        budget -= count;
+        out.push({ fetch: w.fetch, slice: i, text });
+      }
+    }
+    row += n;
+  }
+  return budget;
 }
 
 function pushText(

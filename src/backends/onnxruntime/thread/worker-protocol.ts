@@ -126,12 +126,23 @@ export function sliceWord(rows: number, mode: number): number {
   return rows * 4 + mode;
 }
 
+/** Embeddings text flags of a slice (see TextRequest.embed): base64 rather than floats. */
+export const EMBED_BASE64 = 1;
+/** Embeddings text flags: L2-normalised. */
+export const EMBED_NORMALIZE = 2;
+/** Embeddings text flags: the rows are mean-pooled over their first `lengths` tokens. */
+export const EMBED_POOL = 4;
+
 /**
  * An output whose JSON `data` text the session thread formats after the
  * run (encodeJsonTensorData, the function the HTTP frontend would call),
  * so that the event loop only copies the text. `slices` are the output's
  * requests (sliceWord): with `byRows`, each takes the next rows of dim 0;
  * without, the one slice is the whole tensor (its rows are 0).
+ * With `embed`, the text is instead the slice's embeddings items
+ * (hintedItems of tensor/embedding-text.ts): `embed` holds per slice its
+ * EMBED_* flags and the answer index of its first row, `lengths` per row of
+ * the output (slices in order) the tokens its mean is taken over.
  */
 export class TextRequest {
   constructor(
@@ -143,7 +154,15 @@ export class TextRequest {
     readonly typeCode: number,
     readonly byRows: boolean,
     readonly slices: readonly number[],
+    readonly embed?: readonly number[],
+    readonly lengths?: readonly number[],
   ) {}
+
+  /** Header words of the request. */
+  get words(): number {
+    const embed = this.embed === undefined ? 0 : this.embed.length + 1 + (this.lengths?.length ?? 0);
+    return 5 + this.slices.length + embed;
+  }
 }
 
 /**
@@ -161,7 +180,7 @@ export class TextPlan {
   /** Header words of the plan. */
   get words(): number {
     let n = 2;
-    for (const t of this.requests) n += 5 + t.slices.length;
+    for (const t of this.requests) n += t.words;
     return n;
   }
 }
@@ -265,7 +284,8 @@ export function arenaTypeCode(type: string): number {
  * (FILE_PART_WORDS) its offset in the feed, its length, the descriptor and
  * the file position (low and high words); then nFetches, nameId per fetch;
  * then nTextRequests (0: none), largeElements, and per TextRequest its fetch,
- * datatype, typeCode, byRows (0/1), nSlices, slices...
+ * datatype, typeCode, byRows (bit 0) and embed (bit 1), nSlices, slices...,
+ * and with embed its flags and first index per slice, nLengths, lengths...
  * A feed's parts in memory lie back to back in the data area from
  * byteOffset; its file parts are not in the arena: the worker reads them
  * from their files straight into the buffer the session runs on.

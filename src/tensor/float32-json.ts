@@ -4,7 +4,7 @@
  * reads back as the very same float32. Nine significant digits at most, against the up to
  * seventeen of the value printed as a double. See docs/openai.md, "Floats as JSON".
  */
-import { formatJsonDouble } from '../../tensor/json-codec.js';
+import { formatJsonDouble } from './json-codec.js';
 
 /** 10^0 .. 10^13, each exact as a double (13 is looked up, then passed to the slow path). */
 const POW10 = Float64Array.from({ length: 14 }, (_, i) => Number(`1e${i}`));
