@@ -4,7 +4,9 @@
  *
  *   paging     BENCH_PAGING_MODELS (default 30) ONNX MLPs of about 40 MB
  *              resident each, a budget that holds BENCH_PAGING_HOLD (default
- *              8) of them, a Zipf(1.1) stream at concurrency 8 for
+ *              8) of them as they serve (calibrated first: one model's figure,
+ *              what a serial churn keeps, what 8 models hold beyond their
+ *              figures while they serve), a Zipf(1.1) stream at concurrency 8 for
  *              BENCH_SECONDS (default 60): failed requests, the server's RSS
  *              sampled every 100 ms against the budget plus the server's own
  *              base, evictions of the 5 hottest models, p50/p99 of requests
