@@ -98,15 +98,15 @@ function mainHeap(memoryFile: string): string {
   }
 }
 
-/** The worker threads' heaps as their probes last wrote them. */
-function workerHeaps(memoryFile: string): number {
+/** The worker threads' heaps (or another figure of theirs) as their probes last wrote them. */
+function workerHeaps(memoryFile: string, field: 'heapTotal' | 'external' = 'heapTotal'): number {
   const dir = path.dirname(memoryFile);
   let total = 0;
   for (const f of readdirSync(dir)) {
     if (!f.startsWith(`${path.basename(memoryFile)}.thread-`)) continue;
     try {
-      const m = JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as { heapTotal: number; at: number };
-      if (Date.now() - m.at < 2000) total += m.heapTotal;
+      const m = JSON.parse(readFileSync(path.join(dir, f), 'utf8')) as Record<string, number>;
+      if (Date.now() - m.at! < 2000) total += m[field]!;
     } catch {
       // being written
     }
@@ -158,7 +158,8 @@ async function churn(spec: string, repo: string, mode: Mode): Promise<Sample> {
       const f0 = await figures(s.http);
       process.stdout.write(
         `  serve: after ${HOLD} loads, kept ${MB(rssOf(pid) - base - f0.reduce((a, b) => a + b, 0))} MiB, ` +
-          `worker heaps ${MB(workerHeaps(memoryFile))} MiB, ${mainHeap(memoryFile)}\n`,
+          `worker heaps ${MB(workerHeaps(memoryFile))} MiB (external ${MB(workerHeaps(memoryFile, 'external'))}), ` +
+          `${mainHeap(memoryFile)}\n`,
       );
       const end = Date.now() + SERVE_SECONDS * 1000;
       let k = 0;
@@ -179,7 +180,9 @@ async function churn(spec: string, repo: string, mode: Mode): Promise<Sample> {
     else await Promise.all(Array.from({ length: mode === 'c8' ? CONCURRENCY : 1 }, one));
     await new Promise((r) => setTimeout(r, 1000));
     const heaps = workerHeaps(memoryFile);
-    process.stdout.write(`  ${mode}: at the end ${mainHeap(memoryFile)}\n`);
+    process.stdout.write(
+      `  ${mode}: at the end ${mainHeap(memoryFile)}, worker external ${MB(workerHeaps(memoryFile, 'external'))} MiB\n`,
+    );
     const f = await figures(s.http);
     const used = f.reduce((a, b) => a + b, 0);
     f.shift();
