@@ -12,9 +12,9 @@ export const MMAP_THRESHOLD_BYTES = 131072;
 /** What nereid adds to GLIBC_TUNABLES (hugetlb=1: mappings of 2 MiB and more are asked for transparent huge pages). */
 export const NEREID_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}:glibc.malloc.hugetlb=1`;
 /**
- * What nereid adds under a memory budget (`--model-memory-budget`): the threshold without huge pages. With them,
- * the session threads' malloc arenas were backed by 2 MiB pages as they served, and 8 loaded models held 20-25 MiB
- * more beyond their figures (docs/paging.md#what-the-process-keeps).
+ * What nereid adds under a memory budget (`--model-memory-budget`): the threshold without huge pages. With them
+ * (glibc's per-thread arenas too), 8 loaded models held 12-25 MiB more beyond their figures as they served
+ * (docs/paging.md#what-the-process-keeps).
  */
 export const PAGING_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}`;
 
