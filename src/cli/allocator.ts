@@ -13,7 +13,7 @@ export const MMAP_THRESHOLD_BYTES = 131072;
 export const NEREID_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}:glibc.malloc.hugetlb=1`;
 /**
  * What nereid adds under a memory budget (`--model-memory-budget`): the threshold without huge pages. With them
- * (glibc's per-thread arenas too), 8 loaded models held 12-25 MiB more beyond their figures as they served
+ * (glibc's per-thread arenas too), 8 loaded models held 14-34 MiB more beyond their figures as they served
  * (docs/paging.md#what-the-process-keeps).
  */
 export const PAGING_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}`;
