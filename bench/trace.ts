@@ -19,7 +19,10 @@
  * file ≥ 0.85×, OTLP rate=1 ≥ 0.8× of off; read them against the A/A row.
  *
  * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (per block,
- * default 3), BENCH_BLOCKS (default 5).
+ * default 3), BENCH_BLOCKS (default 5). TRACE_BENCH_NICE=0,10,19 compares
+ * tracing threads' nice values instead: off A and B, then rate=1 to a file and
+ * over OTLP per value, every server with metrics on, and prints the spans each
+ * OTLP server dropped (nereid_trace_spans_dropped_total) out of those it made.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -65,9 +68,38 @@ const model = tiny!;
 const dir = mkdtempSync(path.join(tmpdir(), 'nereid-bench-trace-'));
 const receiver = await startReceiver();
 const LEVEL = '--trace-config=level=TIMESTAMPS';
-const variants = [
+interface Variant {
+  label: string;
+  goal: number | undefined;
+  flags: (block: number) => string[];
+  nice?: string;
+  otlp?: boolean;
+}
+const file1 = (b: number, tag = ''): string[] => [
+  `--trace-config=triton,file=${dir}/r1${tag}-${b}.json`,
+  '--trace-config=triton,log-frequency=1000',
+  LEVEL,
+  '--trace-config=rate=1',
+];
+const otlp = (): string[] => [
+  '--trace-config=mode=opentelemetry',
+  `--trace-config=opentelemetry,url=${receiver.url}`,
+  LEVEL,
+  '--trace-config=rate=1',
+];
+const NICES = process.env.TRACE_BENCH_NICE?.split(',').filter((x) => x !== '');
+const offs: Variant[] = [
   { label: 'tracing off (A)', goal: undefined, flags: (): string[] => [] },
   { label: 'tracing off (B), A/A', goal: undefined, flags: (): string[] => [] },
+];
+const variants: Variant[] = NICES !== undefined ? [
+  ...offs,
+  ...NICES.flatMap((n): Variant[] => [
+    { label: `triton, rate=1, file, nice ${n}`, goal: 0.85, flags: (b) => file1(b, `n${n}`), nice: n },
+    { label: `opentelemetry, OTLP, nice ${n}`, goal: 0.8, flags: otlp, nice: n, otlp: true },
+  ]),
+] : [
+  ...offs,
   {
     label: 'triton, rate=1000, file',
     goal: 0.97,
@@ -94,6 +126,16 @@ const variants = [
     ],
   },
 ];
+const withMetrics = NICES !== undefined;
+/** Per variant: spans the OTLP servers dropped, and requests they served (3 spans each), over all blocks. */
+const drops = variants.map(() => ({ dropped: 0, requests: 0 }));
+
+async function droppedSpans(metricsPort: number): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^nereid_trace_spans_dropped_total\{[^}]*\} (\S+)$/gm)) n += Number(m[1]);
+  return n;
+}
 
 interface Point {
   rps: number;
@@ -115,10 +157,16 @@ const started = Date.now();
 try {
   for (let block = 0; block < BLOCKS; block++) {
     const servers = await Promise.all(
-      variants.map((v) => startNereid(model.repository, ['--allow-metrics=false', ...v.flags(block)])),
+      variants.map((v) =>
+        startNereid(model.repository, [`--allow-metrics=${withMetrics}`, ...v.flags(block)], {
+          env: v.nice === undefined ? {} : { NEREID_TRACE_THREAD_NICE: v.nice },
+        }),
+      ),
     );
     try {
-      for (const s of servers) await runWrk(url(s.http), body, CONNECTIONS, 1); // warm-up
+      for (const [i, s] of servers.entries()) {
+        drops[i]!.requests += (await runWrk(url(s.http), body, CONNECTIONS, 1)).requests; // warm-up
+      }
       for (let round = 0; round < ROUNDS; round++) {
         const got: Point[] = [];
         const shift = block * ROUNDS + round;
@@ -129,6 +177,7 @@ try {
           const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
           const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
           const n = Math.max(1, r.requests);
+          drops[i]!.requests += r.requests;
           got[i] = {
             rps: r.requestsPerSec,
             p50: r.p50us,
@@ -143,6 +192,12 @@ try {
           rpsRatios[i]!.push(p.rps / got[0]!.rps);
           cpuRatios[i]!.push(p.cpu / got[0]!.cpu);
         }
+      }
+      // After the processor's 5 s schedule, every span made has been exported or dropped.
+      if (withMetrics) await new Promise((resolve) => setTimeout(resolve, 6000));
+      for (const [i, v] of variants.entries()) {
+        if (v.otlp !== true) continue;
+        drops[i]!.dropped += await droppedSpans(servers[i]!.metrics);
       }
     } finally {
       await Promise.all(servers.map((s) => s.proc.stop()));
@@ -185,6 +240,13 @@ for (let i = 1; i < variants.length; i++) {
   const verdict = goal === undefined ? '(the noise floor)' : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}`;
   process.stdout.write(
     `${variants[i]!.label.padEnd(30)}${f(all, 3)}  blocks ${blocks.map((x) => f(x, 3)).join(' ')}  ${verdict}\n`,
+  );
+}
+for (const [i, v] of variants.entries()) {
+  if (v.otlp !== true) continue;
+  const { dropped, requests } = drops[i]!;
+  process.stdout.write(
+    `${v.label}: spans dropped ${dropped} of ${3 * requests} made (${((100 * dropped) / (3 * requests)).toFixed(2)}%)\n`,
   );
 }
 process.stdout.write(`trace files written: ${files}; OTLP bodies received: ${receiver.bodies()}\n`);

@@ -36,13 +36,16 @@ export interface FileBatch {
 export interface FileWriterInit {
   /** BASE_HR of the thread that writes the records. */
   readonly base: bigint;
+  /** The writer thread's nice value (thread-priority.ts). */
+  readonly nice: number;
 }
 
 export type ToFileWriter = FileBatch | { readonly t: 'close'; readonly file: string };
 
 export type FromFileWriter =
   | { readonly t: 'failed'; readonly file: string; readonly message: string }
-  | { readonly t: 'closed' };
+  | { readonly t: 'closed' }
+  | { readonly t: 'nice'; readonly message: string };
 
 /** `version` as the trace file's number: a plain integer as given, anything else -1 (Triton's stoll fallback). */
 const versions = new Map<string, number>();

@@ -11,6 +11,7 @@ import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ActiveSetting } from './settings.js';
 import type { TraceGroup, TraceGroupSink } from './trace.js';
+import { traceThreadNice } from './thread-priority.js';
 import {
   BASE_HR,
   type FileWriterInit,
@@ -43,11 +44,15 @@ export class TritonFileSink implements TraceGroupSink {
     readonly file: string,
     private readonly logger: Logger | undefined,
   ) {
-    this.worker = new Worker(WRITER_URL, { workerData: { base: BASE_HR } satisfies FileWriterInit });
+    this.worker = new Worker(WRITER_URL, {
+      workerData: { base: BASE_HR, nice: traceThreadNice() } satisfies FileWriterInit,
+    });
     this.worker.unref();
     this.worker.on('message', (msg: FromFileWriter) => {
       if (msg.t === 'closed') this.onClosed?.();
-      else this.logger?.error({ err: { message: msg.message }, file: msg.file }, 'failed creating trace file');
+      else if (msg.t === 'nice') {
+        this.logger?.debug({ err: { message: msg.message } }, 'the trace file thread keeps its priority');
+      } else this.logger?.error({ err: { message: msg.message }, file: msg.file }, 'failed creating trace file');
     });
     this.worker.on('error', (err: unknown) => this.logger?.error({ err }, 'the trace file thread failed'));
     this.worker.on('exit', () => this.onClosed?.());

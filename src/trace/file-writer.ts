@@ -17,10 +17,14 @@ import {
   OP_WRITE,
   type ToFileWriter,
 } from './file-record.js';
+import { lowerThisThread } from './thread-priority.js';
 import { EntryBuffer } from './triton-format.js';
 
 const init = workerData as FileWriterInit;
 const port = parentPort!;
+// Writing yields the CPU to serving (docs/tracing.md); a system that refuses is told once, at debug.
+const refused = lowerThisThread(init.nice);
+if (refused !== undefined) port.postMessage({ t: 'nice', message: refused } satisfies FromFileWriter);
 /** Entries of each setting not written yet. */
 const pending = new Map<number, EntryBuffer>();
 /** Entries for the plain file, written at close. */

@@ -47,6 +47,8 @@ export interface ExportInit {
   /** The wall-clock time of BASE_HR: seconds and nanoseconds. */
   readonly baseSec: number;
   readonly baseNsec: number;
+  /** The export thread's nice value (thread-priority.ts). */
+  readonly nice: number;
 }
 
 export type ToExportThread =
@@ -63,4 +65,5 @@ export type FromExportThread =
   | { readonly t: 'ack'; readonly spans: number }
   | { readonly t: 'counts'; readonly id: number; readonly dropped: DropCounts }
   | { readonly t: 'failed'; readonly count: number; readonly message: string; readonly dropped: DropCounts }
-  | { readonly t: 'closed'; readonly dropped: DropCounts };
+  | { readonly t: 'closed'; readonly dropped: DropCounts }
+  | { readonly t: 'nice'; readonly message: string };

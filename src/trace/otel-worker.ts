@@ -30,6 +30,7 @@ import {
   type ToExportThread,
 } from './otel-record.js';
 import { randomHex } from './random-id.js';
+import { lowerThisThread } from './thread-priority.js';
 
 /** Counts the spans that leave the processor's queue, and those whose export failed. */
 class CountingExporter implements SpanExporter {
@@ -145,6 +146,9 @@ class FinishedSpan implements ReadableSpan {
 
 const init = workerData as ExportInit;
 const port = parentPort!;
+// Export yields the CPU to serving (docs/tracing.md); a system that refuses is told once, at debug.
+const refused = lowerThisThread(init.nice);
+if (refused !== undefined) port.postMessage({ t: 'nice', message: refused } satisfies FromExportThread);
 const dropped = { queueFull: 0, exportFailed: 0 };
 const exporter = new CountingExporter(new OTLPTraceExporter({ url: init.url }), (count, error) => {
   dropped.exportFailed += count;

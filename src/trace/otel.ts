@@ -30,6 +30,7 @@ import {
   type ToExportThread,
 } from './otel-record.js';
 import { STAMP_CODES } from './stamp-codes.js';
+import { traceThreadNice } from './thread-priority.js';
 
 export interface OtelOptions {
   url: string;
@@ -128,6 +129,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       resource: { ...options.resource },
       baseSec: Number(BASE_WALL_NS / 1_000_000_000n),
       baseNsec: Number(BASE_WALL_NS % 1_000_000_000n),
+      nice: traceThreadNice(),
     };
     this.worker = new Worker(WORKER_URL, { workerData: init });
     this.worker.unref();
@@ -168,6 +170,9 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       case 'closed':
         this.dropped = msg.dropped;
         this.onClosed?.();
+        return;
+      case 'nice':
+        this.logger?.debug({ err: { message: msg.message } }, 'the trace export thread keeps its priority');
         return;
     }
   }

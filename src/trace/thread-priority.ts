@@ -1,0 +1,36 @@
+/**
+ * The nice value of tracing's own threads (the trace file's writer, the OTLP export thread), so that
+ * telemetry yields the CPU to serving under load. On Linux, setpriority on the calling thread's id
+ * changes that thread only: os.setPriority(0, n) called inside a worker lowers the worker alone.
+ * See docs/tracing.md ("The threads' priority").
+ */
+import { setPriority } from 'node:os';
+
+/** The default nice value of tracing's threads. */
+export const DEFAULT_TRACE_THREAD_NICE = 10;
+const VARIABLE = 'NEREID_TRACE_THREAD_NICE';
+
+/** The nice value for tracing's threads: NEREID_TRACE_THREAD_NICE (0 to 19; 0 leaves them as they are). */
+export function traceThreadNice(env: NodeJS.ProcessEnv = process.env): number {
+  const text = env[VARIABLE];
+  if (text === undefined || text === '') return DEFAULT_TRACE_THREAD_NICE;
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || !Number.isInteger(n) || n < 0 || n > 19) {
+    throw new Error(`${VARIABLE} must be an integer from 0 to 19, got '${text}'`);
+  }
+  return n;
+}
+
+/**
+ * Lowers the calling thread's priority to `nice` (called inside the thread). Returns why it could not, or
+ * undefined: a system that refuses (EACCES, EPERM, ENOSYS) leaves the thread as it was and tracing goes on.
+ */
+export function lowerThisThread(nice: number): string | undefined {
+  if (nice === 0) return undefined;
+  try {
+    setPriority(0, nice);
+    return undefined;
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+}
