@@ -246,7 +246,8 @@ for (const [i, v] of variants.entries()) {
   if (v.otlp !== true) continue;
   const { dropped, requests } = drops[i]!;
   process.stdout.write(
-    `${v.label}: spans dropped ${dropped} of ${3 * requests} made (${((100 * dropped) / (3 * requests)).toFixed(2)}%)\n`,
+    `${v.label}: spans dropped ${dropped} of ${3 * requests} made ` +
+      `(${((100 * dropped) / (3 * requests)).toFixed(2)}%)\n`,
   );
 }
 process.stdout.write(`trace files written: ${files}; OTLP bodies received: ${receiver.bodies()}\n`);

@@ -1,13 +1,14 @@
 /**
- * The nice value of tracing's own threads (the trace file's writer, the OTLP export thread), so that
- * telemetry yields the CPU to serving under load. On Linux, setpriority on the calling thread's id
- * changes that thread only: os.setPriority(0, n) called inside a worker lowers the worker alone.
+ * The nice value of tracing's own threads (the trace file's writer, the OTLP export thread): raised,
+ * telemetry yields the CPU to serving under load, and spans are dropped when export falls behind. On Linux,
+ * setpriority on the calling thread's id changes that thread only: os.setPriority(0, n) inside a worker lowers
+ * the worker alone.
  * See docs/tracing.md ("The threads' priority").
  */
 import { setPriority } from 'node:os';
 
-/** The default nice value of tracing's threads. */
-export const DEFAULT_TRACE_THREAD_NICE = 10;
+/** The default: as the server. A lower priority sped serving up only by starving export (most spans dropped). */
+export const DEFAULT_TRACE_THREAD_NICE = 0;
 const VARIABLE = 'NEREID_TRACE_THREAD_NICE';
 
 /** The nice value for tracing's threads: NEREID_TRACE_THREAD_NICE (0 to 19; 0 leaves them as they are). */
