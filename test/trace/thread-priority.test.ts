@@ -2,7 +2,11 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { Worker } from 'node:worker_threads';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { DEFAULT_TRACE_THREAD_NICE, traceThreadNice } from '../../src/trace/thread-priority.js';
+import { Tracer } from '../../src/trace/tracer.js';
 
 /** Field 19 of /proc/self/task/<tid>/stat: the thread's nice value (the name in field 2 may hold spaces). */
 function niceOf(tid: number | string): number {
@@ -49,5 +53,46 @@ test('NEREID_TRACE_THREAD_NICE: default, values, bad values named', () => {
   assert.equal(traceThreadNice({ NEREID_TRACE_THREAD_NICE: '19' }), 19);
   for (const bad of ['20', '-1', 'x', '1.5']) {
     assert.throws(() => traceThreadNice({ NEREID_TRACE_THREAD_NICE: bad }), /NEREID_TRACE_THREAD_NICE.*0 to 19/);
+  }
+});
+
+/** Ids of this process's threads running at `nice`, once one appears (threads lower themselves as they start). */
+async function threadsAt(nice: number): Promise<string[]> {
+  for (let i = 0; i < 100; i++) {
+    const found = readdirSync('/proc/self/task').filter((t) => {
+      try {
+        return niceOf(t) === nice;
+      } catch {
+        return false; // a thread that has just ended
+      }
+    });
+    if (found.length > 0) return found;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return [];
+}
+
+test('the OTLP export thread and the trace file thread take NEREID_TRACE_THREAD_NICE', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-nice-'));
+  const saved = process.env.NEREID_TRACE_THREAD_NICE;
+  const mainBefore = niceOf(process.pid);
+  const tracers: Tracer[] = [];
+  try {
+    process.env.NEREID_TRACE_THREAD_NICE = '11';
+    const otlp = { url: 'http://127.0.0.1:1/v1/traces', resource: {}, bspMaxQueueSize: 16, bspScheduleDelayMs: 50,
+      bspMaxExportBatchSize: 16 };
+    tracers.push(new Tracer({ mode: 'opentelemetry', otel: otlp }));
+    assert.equal((await threadsAt(11)).length, 1, 'one thread (the export thread) at nice 11');
+    process.env.NEREID_TRACE_THREAD_NICE = '12';
+    tracers.push(new Tracer({ mode: 'triton', file: path.join(dir, 'trace.json') }));
+    assert.equal((await threadsAt(12)).length, 1, 'one thread (the trace file thread) at nice 12');
+    assert.equal(niceOf(process.pid), mainBefore, 'the main thread keeps its nice value');
+    process.env.NEREID_TRACE_THREAD_NICE = '20';
+    assert.throws(() => new Tracer({ mode: 'opentelemetry', otel: otlp }), /NEREID_TRACE_THREAD_NICE/);
+  } finally {
+    if (saved === undefined) delete process.env.NEREID_TRACE_THREAD_NICE;
+    else process.env.NEREID_TRACE_THREAD_NICE = saved;
+    await Promise.all(tracers.map((t) => t.close()));
+    rmSync(dir, { recursive: true, force: true });
   }
 });
