@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { ActiveSetting } from './settings.js';
 import type { TraceGroup, TraceGroupSink } from './trace.js';
-import { traceThreadNice } from './thread-priority.js';
+import { DEFAULT_FILE_THREAD_NICE, traceThreadNice } from './thread-priority.js';
 import {
   BASE_HR,
   type FileWriterInit,
@@ -45,7 +45,7 @@ export class TritonFileSink implements TraceGroupSink {
     private readonly logger: Logger | undefined,
   ) {
     this.worker = new Worker(WRITER_URL, {
-      workerData: { base: BASE_HR, nice: traceThreadNice() } satisfies FileWriterInit,
+      workerData: { base: BASE_HR, nice: traceThreadNice(DEFAULT_FILE_THREAD_NICE) } satisfies FileWriterInit,
     });
     this.worker.unref();
     this.worker.on('message', (msg: FromFileWriter) => {

@@ -30,7 +30,7 @@ import {
   type ToExportThread,
 } from './otel-record.js';
 import { STAMP_CODES } from './stamp-codes.js';
-import { traceThreadNice } from './thread-priority.js';
+import { DEFAULT_EXPORT_THREAD_NICE, traceThreadNice } from './thread-priority.js';
 
 export interface OtelOptions {
   url: string;
@@ -129,7 +129,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       resource: { ...options.resource },
       baseSec: Number(BASE_WALL_NS / 1_000_000_000n),
       baseNsec: Number(BASE_WALL_NS % 1_000_000_000n),
-      nice: traceThreadNice(),
+      nice: traceThreadNice(DEFAULT_EXPORT_THREAD_NICE),
     };
     this.worker = new Worker(WORKER_URL, { workerData: init });
     this.worker.unref();

@@ -5,7 +5,7 @@ import { Worker } from 'node:worker_threads';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { DEFAULT_TRACE_THREAD_NICE, traceThreadNice } from '../../src/trace/thread-priority.js';
+import { traceThreadNice } from '../../src/trace/thread-priority.js';
 import { Tracer } from '../../src/trace/tracer.js';
 
 /** Field 19 of /proc/self/task/<tid>/stat: the thread's nice value (the name in field 2 may hold spaces). */
@@ -48,11 +48,11 @@ test('lowerThisThread inside a worker changes that thread only', async () => {
 });
 
 test('NEREID_TRACE_THREAD_NICE: default, values, bad values named', () => {
-  assert.equal(traceThreadNice({}), DEFAULT_TRACE_THREAD_NICE);
-  assert.equal(traceThreadNice({ NEREID_TRACE_THREAD_NICE: '0' }), 0);
-  assert.equal(traceThreadNice({ NEREID_TRACE_THREAD_NICE: '19' }), 19);
+  assert.equal(traceThreadNice(10, {}), 10);
+  assert.equal(traceThreadNice(10, { NEREID_TRACE_THREAD_NICE: '0' }), 0);
+  assert.equal(traceThreadNice(0, { NEREID_TRACE_THREAD_NICE: '19' }), 19);
   for (const bad of ['20', '-1', 'x', '1.5']) {
-    assert.throws(() => traceThreadNice({ NEREID_TRACE_THREAD_NICE: bad }), /NEREID_TRACE_THREAD_NICE.*0 to 19/);
+    assert.throws(() => traceThreadNice(0, { NEREID_TRACE_THREAD_NICE: bad }), /NEREID_TRACE_THREAD_NICE.*0 to 19/);
   }
 });
 
@@ -72,15 +72,20 @@ async function threadsAt(nice: number): Promise<string[]> {
   return [];
 }
 
-test('the OTLP export thread and the trace file thread take NEREID_TRACE_THREAD_NICE', async () => {
+test('the export thread runs at nice 10; both threads take NEREID_TRACE_THREAD_NICE', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'nereid-nice-'));
   const saved = process.env.NEREID_TRACE_THREAD_NICE;
   const mainBefore = niceOf(process.pid);
   const tracers: Tracer[] = [];
   try {
-    process.env.NEREID_TRACE_THREAD_NICE = '11';
+    delete process.env.NEREID_TRACE_THREAD_NICE;
     const otlp = { url: 'http://127.0.0.1:1/v1/traces', resource: {}, bspMaxQueueSize: 16, bspScheduleDelayMs: 50,
       bspMaxExportBatchSize: 16 };
+    const at10 = (await threadsAt(10)).length;
+    tracers.push(new Tracer({ mode: 'opentelemetry', otel: otlp }));
+    for (let i = 0; i < 100 && (await threadsAt(10)).length === at10; i++) await new Promise((r) => setTimeout(r, 50));
+    assert.equal((await threadsAt(10)).length, at10 + 1, 'the export thread at nice 10 by default');
+    process.env.NEREID_TRACE_THREAD_NICE = '11';
     tracers.push(new Tracer({ mode: 'opentelemetry', otel: otlp }));
     assert.equal((await threadsAt(11)).length, 1, 'one thread (the export thread) at nice 11');
     process.env.NEREID_TRACE_THREAD_NICE = '12';
