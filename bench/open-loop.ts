@@ -43,7 +43,7 @@
  *   excessPort?, excessShare? }.
  * Prints one JSON line: sent, ok, okInWindow (answered before the clock stopped), refused, retryAfter, otherErrors,
  * okP50us, okP99us, okP99FromDueUs, okMeanUs, refusedP99us, late, maxLagUs, connections, openedDuringRun,
- * seconds, cpuSeconds (the generator's own CPU over the run).
+ * warmFailed (connections whose warm-up failed), seconds, cpuSeconds (the generator's own CPU over the run).
  */
 import net from 'node:net';
 import { seededRandom } from '../test/helpers/random.js';
@@ -284,7 +284,10 @@ for (let i = 0; i < excessConnections; i++) all.push(new Connection(true));
 const toWarm = config.connections + excessConnections;
 const warmEnd = Date.now() + 30_000;
 while (warmed + counts.otherErrors < toWarm && Date.now() < warmEnd) await new Promise((r) => setTimeout(r, 5));
-if (warmed < toWarm) throw new Error(`only ${warmed} of ${toWarm} connections warmed up`);
+// A handful lost while a thousand connect at once (an accept queue overflowing) leaves the rest to measure with; the
+// count goes out with the figures. More than 1 % lost is a setup that cannot give the offered rate.
+const warmFailed = toWarm - warmed;
+if (warmFailed > toWarm / 100) throw new Error(`only ${warmed} of ${toWarm} connections warmed up`);
 warming = false;
 counts.otherErrors = 0;
 const cpu0 = process.cpuUsage();
@@ -355,6 +358,7 @@ process.stdout.write(
     maxLagUs,
     connections: all.length,
     openedDuringRun,
+    warmFailed,
     seconds,
     cpuSeconds: (cpu.user + cpu.system) / 1e6,
   })}\n`,
