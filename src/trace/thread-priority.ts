@@ -8,8 +8,9 @@
 import { setPriority } from 'node:os';
 
 /**
- * The defaults: the OTLP export thread at 10 (on an otherwise quiet machine it let serving meet its goal for about
- * 1% of spans dropped); the trace file thread as the server, since it cannot drop and would hold the backlog.
+ * The defaults: the OTLP export thread at 10 (serving first when the CPU is short, for spans dropped then; the
+ * gain in throughput was not steady, docs/tracing.md); the trace file thread as the server, since it cannot drop
+ * and would hold the backlog.
  */
 export const DEFAULT_EXPORT_THREAD_NICE = 10;
 export const DEFAULT_FILE_THREAD_NICE = 0;
