@@ -40,7 +40,6 @@
  * flags, e.g. "--backend-config=onnxruntime,intra_op_thread_count=2": a second
  * server of this build started with them takes the baseline's place).
  */
-import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -48,7 +47,7 @@ import { binaryBody } from './bodies.js';
 import { benchModelsDir, buildBenchModels } from './models.js';
 import { pathToFileURL } from 'node:url';
 import { evenLoad, runGenerator } from './overload-control.js';
-import { DIST, cpuSeconds, startNaive, startNereid } from './processes.js';
+import { cpuSeconds, startNaive, startNereid } from './processes.js';
 import type { HttpBody } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
@@ -109,25 +108,7 @@ function generate(
     warmPath: '/v2/health/live',
     closed,
   };
-  const command = [
-    ...GENERATOR_PREFIX,
-    process.execPath,
-    path.join(DIST, 'bench', 'open-loop.js'),
-    JSON.stringify(config),
-  ];
-  return new Promise((resolve, reject) => {
-    const child = spawn(command[0]!, command.slice(1), { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.on('error', reject);
-    child.on('exit', (code) => {
-      try {
-        resolve(JSON.parse(out) as OpenLoopResult);
-      } catch {
-        reject(new Error(`open-loop generator exited with ${code}: ${out}`));
-      }
-    });
-  });
+  return runGenerator<OpenLoopResult>(config, GENERATOR_PREFIX);
 }
 
 interface ServedStats {
