@@ -11,18 +11,6 @@
 export const MMAP_THRESHOLD_BYTES = 131072;
 /** What nereid adds to GLIBC_TUNABLES (hugetlb=1: mappings of 2 MiB and more are asked for transparent huge pages). */
 export const NEREID_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}:glibc.malloc.hugetlb=1`;
-/**
- * What nereid adds under a memory budget (`--model-memory-budget`): the threshold without huge pages. With them
- * (glibc's per-thread arenas too), 8 loaded models held 14-34 MiB more beyond their figures as they served
- * (docs/paging.md#what-the-process-keeps).
- */
-export const PAGING_TUNABLES = `glibc.malloc.mmap_threshold=${MMAP_THRESHOLD_BYTES}`;
-
-/** Whether the command line sets a memory budget (paging), in either of the flag's forms. */
-export function underMemoryBudget(argv: readonly string[]): boolean {
-  return argv.some((a) => a === '--model-memory-budget' || a.startsWith('--model-memory-budget='));
-}
-
 /** `off` keeps glibc's defaults. */
 export const OPT_OUT_VAR = 'NEREID_MALLOC_TUNING';
 /** Marks the re-executed process; its value is GLIBC_TUNABLES as the user had it ('' when unset). */
@@ -95,8 +83,6 @@ export function planAllocator(
   env: NodeJS.ProcessEnv,
   facts: () => AllocatorFacts,
   execArgv: readonly string[] = [],
-  /** The command's own arguments: a memory budget among them leaves huge pages out. */
-  argv: readonly string[] = [],
 ): AllocatorPlan {
   if (env[MARK_VAR] !== undefined || env[V8_MARK_VAR] !== undefined) return { kind: 'keep' };
   const f = facts();
@@ -107,8 +93,7 @@ export function planAllocator(
   const out: NodeJS.ProcessEnv = { ...env };
   if (malloc) {
     const before = env['GLIBC_TUNABLES'];
-    const tunables = underMemoryBudget(argv) ? PAGING_TUNABLES : NEREID_TUNABLES;
-    out['GLIBC_TUNABLES'] = before === undefined || before === '' ? tunables : `${before}:${tunables}`;
+    out['GLIBC_TUNABLES'] = before === undefined || before === '' ? NEREID_TUNABLES : `${before}:${NEREID_TUNABLES}`;
     out[MARK_VAR] = before ?? '';
   }
   if (v8) out[V8_MARK_VAR] = '1';
@@ -145,10 +130,7 @@ export function describeYoungGeneration(
 /** One line for the start-up log: which malloc setting this process runs with, and why. */
 export function describeAllocator(env: NodeJS.ProcessEnv, facts: () => AllocatorFacts): string {
   if (env[MARK_VAR] !== undefined) {
-    // Marked: the user set no malloc tunable, so the ones in effect are nereid's.
-    const set = (env['GLIBC_TUNABLES'] ?? '').split(':').filter((t) => t.startsWith('glibc.malloc.'));
-    const why = set.join(':') === PAGING_TUNABLES ? ', without huge pages under --model-memory-budget' : '';
-    return `glibc malloc: ${set.join(':')} (set by nereid at start${why}; ${OPT_OUT_VAR}=off keeps glibc's defaults)`;
+    return `glibc malloc: ${NEREID_TUNABLES} (set by nereid at start; ${OPT_OUT_VAR}=off keeps glibc's defaults)`;
   }
   const user = userSetting(env);
   if (user !== undefined) return `malloc: as the environment sets it (${user}); nereid adds nothing`;
@@ -216,7 +198,7 @@ export function processFacts(): AllocatorFacts {
 export function applyAllocatorTuning(): StartupNote[] {
   let cached: AllocatorFacts | undefined;
   const facts = (): AllocatorFacts => (cached ??= processFacts());
-  const plan = planAllocator(process.env, facts, process.execArgv, process.argv.slice(2));
+  const plan = planAllocator(process.env, facts, process.execArgv);
   if (plan.kind === 'reexec') {
     const execve = (process as { execve?: Execve }).execve!;
     execve(process.execPath, [process.execPath, ...plan.execArgv, ...process.argv.slice(1)], plan.env);

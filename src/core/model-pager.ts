@@ -38,11 +38,6 @@ export const BUSY_GRACE_MS = 500;
  * return what it freed) before it unloads another model to stay within the budget.
  */
 export const RELEASE_WAIT_MS = 250;
-/**
- * The least a load waits after an unload before it counts the memory as kept: on a busy machine the unloaded
- * session's thread may not have run at all by the first look, and one more model would go for nothing.
- */
-export const RELEASE_SETTLE_MS = 100;
 /** Less than this back since the last look, and an unloaded model's memory is taken as having come back. */
 const RELEASE_STEP_BYTES = 1 << 20;
 /** At most one collection for what the process keeps in this time (it stops the event loop meanwhile). */
@@ -372,8 +367,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       const returning = resident < previous - RELEASE_STEP_BYTES;
       previous = resident;
       if (over > 0 && Date.now() < deadline) {
-        const since = performance.now() - this.lastEviction;
-        if ((returning || since < RELEASE_SETTLE_MS) && since < RELEASE_WAIT_MS) {
+        if (returning && performance.now() - this.lastEviction < RELEASE_WAIT_MS) {
           await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
           continue;
         }

@@ -6,7 +6,6 @@ import {
   NEREID_TUNABLES,
   allocatorNotes,
   NEREID_V8_FLAG,
-  PAGING_TUNABLES,
   describeAllocator,
   describeYoungGeneration,
   planAllocator,
@@ -34,27 +33,6 @@ test('on Linux with glibc and an untouched environment, serve ' +
   assert.deepEqual(plan.kind === 'reexec' && plan.execArgv, OWN_SEMI);
   // The re-executed process does not plan again.
   assert.equal(planAllocator(plan.kind === 'reexec' ? plan.env : {}, facts(), OWN_SEMI).kind, 'keep');
-});
-
-test('under a memory budget serve re-executes with the fixed mmap threshold and no huge pages', () => {
-  for (const argv of [['serve', '--model-memory-budget=60%'], ['serve', '--model-memory-budget', '1GiB']]) {
-    const plan = planAllocator({ GLIBC_TUNABLES: 'glibc.pthread.rseq=0' }, facts(), OWN_SEMI, argv);
-    assert.equal(plan.kind === 'reexec' && plan.env['GLIBC_TUNABLES'], 'glibc.pthread.rseq=0:' + PAGING_TUNABLES);
-    assert.equal(PAGING_TUNABLES, 'glibc.malloc.mmap_threshold=131072');
-    assert.match(
-      describeAllocator(plan.kind === 'reexec' ? plan.env : {}, facts()),
-      new RegExp(
-        String.raw`^glibc malloc: glibc\.malloc\.mmap_threshold=131072 \(set by nereid at start, ` +
-          'without huge pages under --model-memory-budget;',
-      ),
-    );
-  }
-  // A flag that only starts like it is not the budget.
-  const other = planAllocator({}, facts(), OWN_SEMI, ['serve', '--model-memory-budgets=1']);
-  assert.equal(other.kind === 'reexec' && other.env['GLIBC_TUNABLES'], NEREID_TUNABLES);
-  // The user's own malloc setting still wins.
-  const own = planAllocator({ MALLOC_ARENA_MAX: '2' }, facts(), OWN_SEMI, ['--model-memory-budget=1GiB']);
-  assert.equal(own.kind, 'keep');
 });
 
 test("serve caps V8's semi-spaces on re-execution, ahead of the process's own options, and does not plan again", () => {
