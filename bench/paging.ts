@@ -168,6 +168,8 @@ class Trace {
   serverBase: number | undefined;
   /** Loads the pager held for resident memory: how many, for how long in all, and the models it unloaded for it. */
   readonly checks = { n: 0, ms: 0, unloaded: 0 };
+  /** Each unload for room as the pager logged it: which path chose it and what it saw. */
+  readonly evictions: Array<Record<string, unknown>> = [];
   start(pid: number): void {
     this.timer = setInterval(() => {
       try {
@@ -189,6 +191,7 @@ class Trace {
         const { time, msg, model, bytes, used, needed, level: _l, pid: _p, hostname: _h, ...rest } = o;
         const figures = [bytes, used, needed].map((n) => (typeof n === 'number' ? MB(n) : '-')).join('/');
         if (msg === 'memory budget base' && typeof o.base === 'number') this.serverBase = o.base;
+        if (typeof o.path === 'string' && typeof o.request === 'number') this.evictions.push(o);
         if (msg === 'resident memory checked before a load') {
           this.checks.n++;
           this.checks.ms += Number(o.ms);
@@ -214,6 +217,25 @@ class Trace {
       `trace: ${this.checks.n} loads held for resident memory, ${this.checks.ms} ms in all, ` +
         `${this.checks.unloaded} models unloaded for it`,
     ];
+    const byPath = (list: Array<Record<string, unknown>>) => {
+      const counts = new Map<string, number>();
+      for (const e of list) {
+        const key = `${String(e.stage)}/${String(e.path)}${Number(e.nth) > 0 ? ' (not the first for its load)' : ''}`;
+        counts.set(key, (counts.get(key) ?? 0) + 1);
+      }
+      return [...counts].map(([k, n]) => `${k}: ${n}`).join(', ');
+    };
+    const hot = this.evictions.filter((e) => names.slice(0, HOTTEST).includes(String(e.model)));
+    out.push(`trace: unloads by path, all ${this.evictions.length}: ${byPath(this.evictions)}`);
+    out.push(`trace: unloads by path, the ${HOTTEST} hottest ${hot.length}: ${byPath(hot)}`);
+    for (const e of hot) {
+      out.push(
+        `  hot unload ${String(e.model)} at request ${String(e.request)}: ${String(e.stage)}/${String(e.path)} ` +
+          `#${String(e.nth)}, places ${String(e.places)}, needed ${MB(Number(e.needed))} ` +
+          `extra ${MB(Number(e.extra))} ` +
+          `used ${MB(Number(e.used))} MiB; loaded (coldest first, * busy): ${String(e.loaded)}`,
+      );
+    }
     let lastShown = -Infinity;
     let shown = 0;
     for (const [t, r] of near.sort((a, b) => b[1] - a[1])) {
@@ -420,7 +442,13 @@ const notes: string[] = [];
   const trace = TRACE ? new Trace() : undefined;
   const s = await startNereid(
     repo,
-    ['--model-control-mode=explicit', `--model-memory-budget=${budget}`, '--model-pin=warm'],
+    [
+      '--model-control-mode=explicit',
+      `--model-memory-budget=${budget}`,
+      '--model-pin=warm',
+      // The pager's debug lines (the resident check, collections) pass the log sink only with the verbose switch.
+      ...(trace === undefined ? [] : ['--log-verbose=1']),
+    ],
     trace === undefined ? {} : { env: { NEREID_LOG_LEVEL: 'debug' }, onStderr: trace.onLog },
   );
   const pid = s.proc.child.pid!;

@@ -134,6 +134,22 @@ export function pinnedByConfig(config: ModelConfig, model: string): boolean {
   );
 }
 
+/** Why a model is unloaded for room: logged with each eviction (docs/paging.md#which-model-goes). */
+interface EvictionContext {
+  /** Making room before a load, after it (its measured figure), or after a loaded model grew. */
+  readonly stage: 'before' | 'after' | 'grew';
+  /**
+   * room: the figure does not fit; extra: it fits, but not with the load's peak and what the process keeps; grace: a
+   * colder model stayed busy past the grace; resident: the resident-memory check.
+   */
+  readonly path: 'room' | 'extra' | 'grace' | 'resident';
+  /** How many models the same call unloaded before this one. */
+  readonly nth: number;
+  readonly needed: number;
+  readonly extra: number;
+  readonly candidates: readonly PagingCandidate[];
+}
+
 export class ModelPager extends EventEmitter<ModelPagerEvents> {
   readonly budgetBytes: number;
   readonly loadWaitMs: number;
@@ -227,9 +243,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       { model: v.modelName, grew: bytes, used: this.usedBytes(), budget: this.budgetBytes },
       'a model grew past the memory budget',
     );
-    void this.measuring.run(() => this.makeRoom(0, new Set([v.modelName]), Date.now())).catch((err: unknown) =>
-      this.host.logger.warn({ err }, 'making room after a model grew failed'),
-    );
+    const grown = new Set([v.modelName]);
+    void this.measuring
+      .run(() => this.makeRoom(0, grown, Date.now(), 0, 'grew'))
+      .catch((err: unknown) => this.host.logger.warn({ err }, 'making room after a model grew failed'));
   }
 
   /** A version was closed: its memory is free again. */
@@ -297,34 +314,84 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
    * Unloads idle models, least frequently used first (PagingPolicy), until
    * `needed` more bytes fit in the budget, and `extra` too while idle models
    * can go. Busy models are waited for until `deadline`. Resolves false when
-   * `needed` cannot be made to fit.
+   * `needed` cannot be made to fit. `stage` names the caller in the eviction log.
    */
   private async makeRoom(
     needed: number,
     protect: ReadonlySet<string>,
     deadline: number,
     extra = 0,
+    stage: 'before' | 'after' | 'grew' = 'before',
   ): Promise<boolean> {
     const graceEnd = Math.min(deadline, Date.now() + BUSY_GRACE_MS);
+    let nth = 0;
     for (;;) {
       if (this.usedBytes() + extra + needed <= this.budgetBytes) return true;
-      const decision = this.policy.choose(this.candidates(protect), Date.now() < graceEnd);
+      const candidates = this.candidates(protect);
+      const mayWait = Date.now() < graceEnd;
+      const decision = this.policy.choose(candidates, mayWait);
       // `extra` (a load's peak, what the allocators kept) is made room for only as far as idle models can go: a load
       // whose figure fits does not wait or fail for it.
       const fits = this.usedBytes() + needed <= this.budgetBytes;
-      if (decision.evict === undefined && fits && !(decision.wait && Date.now() < graceEnd)) return true;
-      if (decision.evict !== undefined && (await this.evict(decision.evict, needed))) continue;
+      if (decision.evict === undefined && fits && !(decision.wait && mayWait)) return true;
+      if (decision.evict !== undefined) {
+        // Which path chose it: the grace ran out with a colder model busy, the figure fits and only `extra` is short.
+        const graceOut = !mayWait && this.policy.choose(candidates, true).wait;
+        const path = graceOut ? 'grace' : fits ? 'extra' : 'room';
+        const why: EvictionContext = { stage, path, nth: nth++, needed, extra, candidates };
+        if (await this.evict(decision.evict, why)) continue;
+      }
       if (Date.now() >= deadline || !this.couldFree(protect)) return false;
       await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
     }
   }
 
-  /** Unloads the model `name` for a load of `needed` bytes; false when it is no longer there. */
-  private async evict(name: string, needed: number): Promise<boolean> {
+  /**
+   * How many models of the loaded ones' mean figure the budget holds beside the pinned ones and `extra` (what the
+   * process holds beyond the figures): the places it has at this moment, for the eviction log.
+   */
+  private places(extra: number): number {
+    let pinned = 0;
+    let free = 0;
+    let n = 0;
+    for (const entry of this.host.entries()) {
+      const isPinned = this.isPinned(entry);
+      for (const v of entry.versions.values()) {
+        const bytes = this.resident.get(v);
+        if (bytes === undefined) continue;
+        if (isPinned) {
+          pinned += bytes;
+        } else {
+          free += bytes;
+          n++;
+        }
+      }
+    }
+    return n > 0 ? Math.round(((this.budgetBytes - pinned - extra) / (free / n)) * 100) / 100 : 0;
+  }
+
+  /** Unloads the model `name` for room (`why`: the path that chose it, for the log); false when it is gone. */
+  private async evict(name: string, why: EvictionContext): Promise<boolean> {
     const victim = [...this.host.entries()].find((e) => e.name === name);
     if (victim === undefined) return false;
     this.host.logger.info(
-      { model: victim.name, score: this.policy.score(victim.name), needed, used: this.usedBytes() },
+      {
+        model: victim.name,
+        score: this.policy.score(victim.name),
+        needed: why.needed,
+        used: this.usedBytes(),
+        extra: why.extra,
+        budget: this.budgetBytes,
+        stage: why.stage,
+        path: why.path,
+        nth: why.nth,
+        request: this.policy.requests,
+        places: this.places(why.extra),
+        loaded: this.policy
+          .rank(why.candidates)
+          .map((c) => `${c.name}:${this.policy.score(c.name).toFixed(2)}${c.idle ? '' : '*'}`)
+          .join(' '),
+      },
       'unloading the least frequently used idle model to make room',
     );
     this.evictions.set(victim.name, (this.evictions.get(victim.name) ?? 0) + 1);
@@ -371,8 +438,19 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
           await new Promise((resolve) => setTimeout(resolve, ROOM_POLL_MS));
           continue;
         }
-        const decision = this.policy.choose(this.candidates(protect), false);
-        if (decision.evict !== undefined && (await this.evict(decision.evict, bytes))) {
+        const candidates = this.candidates(protect);
+        const decision = this.policy.choose(candidates, false);
+        // What the process holds beyond the figures, as the resident check sees it (the load's peak is in `bytes`).
+        const beyond = Math.max(0, resident - limit + this.budgetBytes - this.usedBytes());
+        const why: EvictionContext = {
+          stage: 'before',
+          path: 'resident',
+          nth: unloaded,
+          needed: bytes,
+          extra: beyond,
+          candidates,
+        };
+        if (decision.evict !== undefined && (await this.evict(decision.evict, why))) {
           unloaded++;
           previous = Infinity;
           continue;
@@ -559,7 +637,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         failure =
           `model '${entry.name}' needs ${formatBytes(total)} of memory (measured at load), ` +
           `more than the whole memory budget of ${formatBytes(this.budgetBytes)}`;
-      } else if (!(await this.makeRoom(total, protect, deadline, this.retainedAfter(after.rss, grown)))) {
+      } else if (!(await this.makeRoom(total, protect, deadline, this.retainedAfter(after.rss, grown), 'after'))) {
         failure = this.noRoom(entry.name, total);
       }
       if (failure !== undefined) {

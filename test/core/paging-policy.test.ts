@@ -275,3 +275,31 @@ test('simulated cold start: waiting for a colder model or protecting first loads
   assert.ok(hot({ colderWaitMs: 5000, freshMs: 0 }) >= plain);
   assert.ok(hot({ colderWaitMs: 0, freshMs: 1000 }) > plain);
 });
+
+// The paging benchmark's own stream (bench/paging.ts: Zipf(1.1) seeded with 7, the same picks as this simulation's
+// seed 7). It unloads the five hottest more often than most streams (8 times with 8 places, against 0 to 5 for the
+// other seeds up to 16): in its first few hundred requests its 5th hottest model, m4, was asked for less than the
+// 6th to 9th. Each time it went, a loaded model outside the five had had more requests, so a policy ranking models by
+// the requests seen so far could keep it only by unloading a model asked for more (docs/paging.md#which-model-goes).
+test("the benchmark's stream: a hot model goes only with fewer requests than a loaded tail model", () => {
+  const options = { seed: 7, requests: 3000, graceMs: 500, colderWaitMs: 0, freshMs: 0, loadWaitMs: 30_000 };
+  const byPlaces = new Map<number, number>();
+  for (const places of [8, 9, 10]) {
+    const r = simulate({ ...options, places });
+    byPlaces.set(places, r.hotUnloads.length);
+    for (const u of r.hotUnloads) {
+      assert.ok(u.outrankedBy.length > 0, `${places} places: ${u.model} at request ${u.request} (${u.count} requests)`);
+      assert.ok(u.request < 400, `${places} places: ${u.model} unloaded at request ${u.request}`);
+    }
+  }
+  // More places, fewer such unloads: the places the budget really holds decide how many there are.
+  const [eight, nine, ten] = [8, 9, 10].map((p) => byPlaces.get(p)!);
+  assert.ok(eight! > nine! && nine! > ten!, JSON.stringify([...byPlaces]));
+  assert.ok(ten! > 0);
+  // Across the seeded streams it is the same: no hot unload while its requests outnumbered every loaded tail model's.
+  for (let seed = 1; seed <= 16; seed++) {
+    for (const u of simulate({ ...options, seed, places: 8 }).hotUnloads) {
+      assert.ok(u.outrankedBy.length > 0, `seed ${seed}: ${u.model} at request ${u.request} (${u.count} requests)`);
+    }
+  }
+});

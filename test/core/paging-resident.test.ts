@@ -73,6 +73,18 @@ test('a load the resident memory has no room for unloads idle models coldest fir
   const checked = records.filter((r) => r.msg === 'resident memory checked before a load');
   assert.equal(checked.length, 1);
   assert.equal(checked[0]!.unloaded, 2);
+  // Each unload's log line says which path chose it, the how-manyth for this load, at which request, and the
+  // loaded models coldest first with their scores (docs/paging.md#which-model-goes).
+  const unloads = records.filter((r) => r.msg === 'unloading the least frequently used idle model to make room');
+  assert.deepEqual(
+    unloads.map((r) => [r.model, r.stage, r.path, r.nth, r.request]),
+    [
+      ['cold', 'before', 'resident', 0, 41],
+      ['warm', 'before', 'resident', 1, 41],
+    ],
+  );
+  assert.equal(unloads[0]!.loaded, 'cold:1.00 warm:9.98');
+  assert.equal(unloads[1]!.loaded, 'warm:9.98');
 });
 
 test('past the load wait the check lets the load start without unloading', async () => {

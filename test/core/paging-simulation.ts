@@ -32,9 +32,20 @@ export interface SimulationOptions {
   readonly loadWaitMs: number;
 }
 
+/** An unload of one of the HOTTEST most requested models. */
+export interface HotUnload {
+  readonly model: string;
+  /** Requests sent before it. */
+  readonly request: number;
+  /** Its requests so far, and the loaded models outside the HOTTEST that had more. */
+  readonly count: number;
+  readonly outrankedBy: readonly string[];
+}
+
 export interface SimulationResult {
   /** Unloads of the HOTTEST most requested models, each with how many requests had been sent before it. */
   readonly hotEvictions: number[];
+  readonly hotUnloads: HotUnload[];
   readonly evictions: number;
   readonly failed: number;
   /** The longest a load waited for room (ms). */
@@ -81,8 +92,10 @@ export function simulate(o: SimulationOptions): SimulationResult {
   const loads: Model[] = [];
   let current: { model: Model; started: number; loadedAt?: number } | undefined;
   const waitingSince = new Map<number, number>();
+  const counts = new Map<string, number>();
   const result = {
     hotEvictions: [] as number[],
+    hotUnloads: [] as HotUnload[],
     evictions: 0,
     failed: 0,
     longestRoomWait: 0,
@@ -97,6 +110,7 @@ export function simulate(o: SimulationOptions): SimulationResult {
     sent++;
     const m = models[next()]!;
     policy.recordUse(m.name);
+    counts.set(m.name, (counts.get(m.name) ?? 0) + 1);
     m.queue.push(client);
     waitingSince.set(client, t);
     if (m.state === 'out' && !loads.includes(m) && current?.model !== m) loads.push(m);
@@ -160,7 +174,14 @@ export function simulate(o: SimulationOptions): SimulationResult {
         const victim = models.find((m) => m.name === decision.evict)!;
         victim.state = 'out';
         result.evictions++;
-        if (Number(victim.name.slice(1)) < HOTTEST) result.hotEvictions.push(sent);
+        if (Number(victim.name.slice(1)) < HOTTEST) {
+          result.hotEvictions.push(sent);
+          const count = counts.get(victim.name) ?? 0;
+          const outrankedBy = resident
+            .filter((m) => Number(m.name.slice(1)) >= HOTTEST && (counts.get(m.name) ?? 0) > count)
+            .map((m) => m.name);
+          result.hotUnloads.push({ model: victim.name, request: sent, count, outrankedBy });
+        }
       }
     }
     t++;
