@@ -21,9 +21,11 @@
  * inflates far less than it does throughput.
  *
  * Environment: BENCH_SECONDS (per round, default 5), BENCH_OPENAI_ROUNDS (default 3),
- * BENCH_OPENAI_TTFT (requests per round for (b), default 300).
+ * BENCH_OPENAI_TTFT (requests per round for (b), default 300), BENCH_OPENAI_PARTS (the parts to run, e.g.
+ * "a" or "a,layer"; default all of a, layer, b, c), BENCH_OPENAI_PROFILE=n (the server runs under V8's CPU
+ * profiler: its main thread's self time per request in (a), floats against /v2, the n largest differences).
  */
-import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import http, { type ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -36,11 +38,14 @@ import { parseJsonBytes } from '../src/frontends/http/json-parse.js';
 import type { InferRequest } from '../src/types/api.js';
 import { seededRandom } from '../test/helpers/random.js';
 import { cpuSeconds, startNereid } from './processes.js';
+import { type Window, diffRows, monotonicUs, selfTimes } from './profile-diff.js';
 import { type HttpBody, runWrk, type WrkResult } from './wrk.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_OPENAI_ROUNDS ?? 3);
 const TTFT_REQUESTS = Number(process.env.BENCH_OPENAI_TTFT ?? 300);
+const PARTS = new Set((process.env.BENCH_OPENAI_PARTS ?? 'a,layer,b,c').split(',').map((x) => x.trim()));
+const PROFILE_TOP = Number(process.env.BENCH_OPENAI_PROFILE ?? 0);
 const EXAMPLES = path.resolve(
   path.dirname(new URL(import.meta.url).pathname),
   '..',
@@ -261,36 +266,41 @@ async function main(): Promise<void> {
   const repo = mkdtempSync(path.join(tmpdir(), 'nereid-bench-openai-'));
   for (const m of ['text_embedder', 'tiny_llm'])
     cpSync(path.join(EXAMPLES, m), path.join(repo, m), { recursive: true });
-  const server = await startNereid(repo, ['--allow-grpc=false', '--allow-metrics=false']);
+  const profDir = PROFILE_TOP > 0 ? mkdtempSync(path.join(tmpdir(), 'nereid-bench-openai-prof-')) : undefined;
+  const nodeArgs = profDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profDir}`, '--cpu-prof-interval=100'];
+  const server = await startNereid(repo, ['--allow-grpc=false', '--allow-metrics=false'], { nodeArgs });
   const port = server.http;
+  /** BENCH_OPENAI_PROFILE: per variant of (a), the windows its rounds ran in and the requests served in them. */
+  const profiled = new Map<WrkResult[], { windows: Window[]; requests: number }>();
   try {
-    // (a) embeddings
-    const json = (format: string) => {
-      const [first, ...more] = TEXTS.map((input) =>
-        Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })),
-      );
-      const headers = { 'Content-Type': 'application/json' };
-      return { body: first!, headers, more: more.map((body) => ({ body, headers })) };
-    };
-    const v1 = json('float');
-    // What the official openai client sends by default (it decodes the base64 itself).
-    const v1b64 = json('base64');
-    const tokenizer = tokenizerOf(path.join(EXAMPLES, 'text_embedder'));
-    const [first, ...more] = TEXTS.map((texts) => v2EmbeddingBody(tokenizer, texts));
-    const v2 = { ...first!, more };
-    const v1Url = `http://127.0.0.1:${port}/v1/embeddings`;
-    const v2Url = `http://127.0.0.1:${port}/v2/models/text_embedder/infer`;
-    // Every body must be answered (a refused one would be counted as fast service).
-    for (const [url, req] of [
-      [v1Url, v1],
-      [v1Url, v1b64],
-      [v2Url, v2],
-    ] as const) {
-      for (const r of [req, ...req.more]) {
-        const answer = await fetch(url, { method: 'POST', headers: r.headers, body: r.body });
-        if (answer.status !== 200) throw new Error(`${url} answered ${answer.status}: ${await answer.text()}`);
-        await answer.arrayBuffer().catch(() => undefined);
-      }
+    if (PARTS.has('a')) {
+      // (a) embeddings
+      const json = (format: string) => {
+        const [first, ...more] = TEXTS.map((input) =>
+          Buffer.from(JSON.stringify({ model: 'text_embedder', input, encoding_format: format })),
+        );
+        const headers = { 'Content-Type': 'application/json' };
+        return { body: first!, headers, more: more.map((body) => ({ body, headers })) };
+      };
+      const v1 = json('float');
+      // What the official openai client sends by default (it decodes the base64 itself).
+      const v1b64 = json('base64');
+      const tokenizer = tokenizerOf(path.join(EXAMPLES, 'text_embedder'));
+      const [first, ...more] = TEXTS.map((texts) => v2EmbeddingBody(tokenizer, texts));
+      const v2 = { ...first!, more };
+      const v1Url = `http://127.0.0.1:${port}/v1/embeddings`;
+      const v2Url = `http://127.0.0.1:${port}/v2/models/text_embedder/infer`;
+      // Every body must be answered (a refused one would be counted as fast service).
+      for (const [url, req] of [
+        [v1Url, v1],
+        [v1Url, v1b64],
+        [v2Url, v2],
+      ] as const) {
+        for (const r of [req, ...req.more]) {
+          const answer = await fetch(url, { method: 'POST', headers: r.headers, body: r.body });
+          if (answer.status !== 200) throw new Error(`${url} answered ${answer.status}: ${await answer.text()}`);
+          await answer.arrayBuffer().catch(() => undefined);
+        }
     }
     await runWrk(v1Url, v1, 8, 1);
     await runWrk(v2Url, v2, 8, 1);
@@ -298,9 +308,15 @@ async function main(): Promise<void> {
     /** A round, with the server's main-thread CPU per request (µs) in `mainUs`. */
     const round = async (url: string, req: HttpBody, into: WrkResult[], mainUs: number[]) => {
       const before = cpuSeconds(pid, pid);
+      const fromUs = monotonicUs();
       const w = await runWrk(url, req, 8, SECONDS);
+      const toUs = monotonicUs();
       mainUs.push(((cpuSeconds(pid, pid) - before) * 1e6) / Math.max(1, w.requests));
       into.push(w);
+      const p = profiled.get(into) ?? { windows: [], requests: 0 };
+      p.windows.push({ fromUs, toUs });
+      p.requests += w.requests;
+      profiled.set(into, p);
     };
     const m1: number[] = [];
     const m1b: number[] = [];
@@ -327,11 +343,20 @@ async function main(): Promise<void> {
         `  ratio v1/v2: floats ${fmt(rps(a1) / rps(a2), 2)}x, base64 ` +
         `${fmt(rps(a1b) / rps(a2), 2)}x (bar >= 0.7)   errors: ${errors}\n`,
     );
-    const layer = { float: [] as number[], fresh: [] as number[], base64: [] as number[] };
-    for (let r = 0; r < ROUNDS; r++) {
-      layer.float.push(await layerCost('float'));
-      layer.fresh.push(await layerCost('float', 64));
-      layer.base64.push(await layerCost('base64'));
+    if (profDir !== undefined) {
+      const floats = profiled.get(a1)!;
+      const binary = profiled.get(a2)!;
+      profileDiff = (file) =>
+        diffRows(selfTimes(file, binary.windows), binary.requests, selfTimes(file, floats.windows), floats.requests,
+          PROFILE_TOP);
+    }
+    }
+    if (PARTS.has('layer')) {
+      const layer = { float: [] as number[], fresh: [] as number[], base64: [] as number[] };
+      for (let r = 0; r < ROUNDS; r++) {
+        layer.float.push(await layerCost('float'));
+        layer.fresh.push(await layerCost('float', 64));
+        layer.base64.push(await layerCost('base64'));
     }
     process.stdout.write(
       `  the layer alone (body bytes to answer, model stubbed), thread CPU per request: ` +
@@ -339,15 +364,17 @@ async function main(): Promise<void> {
         `${fmt(median(layer.fresh), 1)} us), base64 ${fmt(median(layer.base64), 1)} us\n`,
     );
 
-    // (b) time to first token
-    const messages = [{ role: 'user', content: 'tell me about the fast model server and its tokens' }];
-    const prompt = `<|user|>\n${messages[0]!.content}<|end|>\n<|assistant|>\n`;
-    const chatBody = JSON.stringify({ model: 'tiny_llm', messages, stream: true, max_tokens: 16 });
-    const genBody = JSON.stringify({ text_input: prompt, stream: true, max_tokens: 16 });
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-    for (let i = 0; i < 50; i++) {
-      await firstTokenUs(agent, port, '/v1/chat/completions', chatBody);
-      await firstTokenUs(agent, port, '/v2/models/tiny_llm/generate_stream', genBody);
+    }
+    if (PARTS.has('b')) {
+      // (b) time to first token
+      const messages = [{ role: 'user', content: 'tell me about the fast model server and its tokens' }];
+      const prompt = `<|user|>\n${messages[0]!.content}<|end|>\n<|assistant|>\n`;
+      const chatBody = JSON.stringify({ model: 'tiny_llm', messages, stream: true, max_tokens: 16 });
+      const genBody = JSON.stringify({ text_input: prompt, stream: true, max_tokens: 16 });
+      const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+      for (let i = 0; i < 50; i++) {
+        await firstTokenUs(agent, port, '/v1/chat/completions', chatBody);
+        await firstTokenUs(agent, port, '/v2/models/tiny_llm/generate_stream', genBody);
     }
     const t1: number[] = [];
     const t2: number[] = [];
@@ -367,24 +394,26 @@ async function main(): Promise<void> {
         `  difference: ${fmt(p50a - p50b)} us (bar <= 150)\n`,
     );
 
-    // (c) streamed tokens per second at concurrency 32
-    const words = Array.from({ length: 64 }, (_, i) => `w${i}`).join(' ');
-    const chat64 = JSON.stringify({
-      model: 'tiny_llm',
-      messages: [{ role: 'user', content: words }],
-      stream: true,
-      max_tokens: 64,
-    });
-    const gen64 = JSON.stringify({
-      text_input: `<|user|>\n${words}<|end|>\n<|assistant|>\n`,
-      stream: true,
-      max_tokens: 64,
-    });
-    const c1: number[] = [];
-    const c2: number[] = [];
-    for (let r = 0; r < ROUNDS; r++) {
-      c1.push(await tokensPerSecond(port, '/v1/chat/completions', chat64, 32, SECONDS));
-      c2.push(await tokensPerSecond(port, '/v2/models/tiny_llm/generate_stream', gen64, 32, SECONDS));
+    }
+    if (PARTS.has('c')) {
+      // (c) streamed tokens per second at concurrency 32
+      const words = Array.from({ length: 64 }, (_, i) => `w${i}`).join(' ');
+      const chat64 = JSON.stringify({
+        model: 'tiny_llm',
+        messages: [{ role: 'user', content: words }],
+        stream: true,
+        max_tokens: 64,
+      });
+      const gen64 = JSON.stringify({
+        text_input: `<|user|>\n${words}<|end|>\n<|assistant|>\n`,
+        stream: true,
+        max_tokens: 64,
+      });
+      const c1: number[] = [];
+      const c2: number[] = [];
+      for (let r = 0; r < ROUNDS; r++) {
+        c1.push(await tokensPerSecond(port, '/v1/chat/completions', chat64, 32, SECONDS));
+        c2.push(await tokensPerSecond(port, '/v2/models/tiny_llm/generate_stream', gen64, 32, SECONDS));
     }
     process.stdout.write(
       `\n(c) streamed tokens per second, concurrency 32, 64 tokens ` +
@@ -393,10 +422,32 @@ async function main(): Promise<void> {
         `  /v2 generate_stream             ${fmt(median(c2))} tokens/s\n` +
         `  ratio v1/v2: ${fmt(median(c1) / median(c2), 2)}x\n`,
     );
+    }
   } finally {
     await server.proc.stop();
     rmSync(repo, { recursive: true, force: true });
   }
+  if (profDir !== undefined) {
+    // The main thread's profile: the file with the lowest thread number (CPU.date.time.pid.tid.seq).
+    const files = readdirSync(profDir)
+      .filter((f) => f.endsWith('.cpuprofile'))
+      .sort((a, b) => Number(a.split('.')[4]) - Number(b.split('.')[4]));
+    if (profileDiff !== undefined && files.length > 0) {
+      const rows = profileDiff(path.join(profDir, files[0]!));
+      const widths = [0, 1, 2, 3].map((i) => Math.max(...rows.map((r) => r[i]!.length), 8));
+      const row = (r: readonly string[]) =>
+        `${r[0]!.padEnd(widths[0]!)}  ${r.slice(1).map((x, i) => x.padStart(widths[i + 1]!)).join('  ')}\n`;
+      process.stdout.write(
+        `\n(a) main-thread self time, us per request (profiler on): /v2 binary against /v1 floats\n` +
+          row(['function', '/v2', '/v1', '/v1-/v2']) +
+          rows.map(row).join(''),
+      );
+    }
+    rmSync(profDir, { recursive: true, force: true });
+  }
 }
+
+/** BENCH_OPENAI_PROFILE: the rows of (a)'s profile diff, from the main thread's profile file. */
+let profileDiff: ((file: string) => string[][]) | undefined;
 
 await main();
