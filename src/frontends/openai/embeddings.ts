@@ -120,9 +120,15 @@ export class EmbeddingsEndpoint {
     if (res.destroyed) return;
     let out = ANSWER_HEAD;
     for (let i = 0; i < items.length; i++) out += items[i]!;
-    out += `],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
-    res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(Buffer.byteLength(out))]);
-    res.end(out);
+    const name = JSON.stringify(model);
+    out += `],"model":${name},"usage":{"prompt_tokens":${tokens},"total_tokens":${tokens}}}`;
+    // The items are ASCII: with an ASCII model name too, the length is the byte count and the text goes to the
+    // socket as latin1 (a copy; utf8 would check every character).
+    const ascii = isAscii(name);
+    const length = ascii ? out.length : Buffer.byteLength(out);
+    res.writeHead(200, ['Content-Type', 'application/json', 'Content-Length', String(length)]);
+    if (ascii) res.end(out, 'latin1');
+    else res.end(out);
   }
 
   /** Runs the rows in batches of up to `maxRows`, all at once, and hands each batch's response to `take`. */
@@ -289,6 +295,10 @@ export class EmbeddingsEndpoint {
 }
 
 const ANSWER_HEAD = '{"object":"list","data":[';
+
+// eslint-disable-next-line no-control-regex -- the whole of ASCII
+const NON_ASCII = /[^\x00-\x7f]/;
+const isAscii = (s: string): boolean => !NON_ASCII.test(s);
 
 /** A request's items, a text per model call in order, and the vectors' length. */
 interface Embeddings {
