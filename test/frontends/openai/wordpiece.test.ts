@@ -64,3 +64,33 @@ test('tokenizers of another kind get no fast path', () => {
   assert.equal(FastWordPiece.from({ ...json, normalizer: { type: 'Lowercase' } }), undefined);
   assert.equal(FastWordPiece.from({ ...json, post_processor: { type: 'RobertaProcessing' } }), undefined);
 });
+
+test('sentences of whole vocabulary words in mixed case: the same ids, lowercasing or not', () => {
+  const vocab = Object.keys((json['model'] as { vocab: Record<string, number> }).vocab);
+  const rand = seededRandom(23);
+  const pick = () => vocab[Math.floor(rand() * vocab.length)]!;
+  const mixed = (w: string) =>
+    [...w].map((c) => (rand() < 0.3 ? c.toUpperCase() : c)).join('');
+  const texts = Array.from({ length: 300 }, () =>
+    Array.from({ length: 1 + Math.floor(rand() * 12) }, () => (rand() < 0.5 ? mixed(pick()) : pick())).join(
+      rand() < 0.8 ? ' ' : ', ',
+    ),
+  );
+  const normalizer = json['normalizer'] as Record<string, unknown>;
+  const cased = { ...json, normalizer: { ...normalizer, lowercase: false } };
+  const casedFast = FastWordPiece.from(cased)!;
+  const casedLibrary = new Tokenizer(cased, {});
+  for (const text of texts) {
+    if ([...text].some((c) => c.charCodeAt(0) > 0x7e)) continue;
+    for (const [f, lib] of [
+      [fast, library],
+      [casedFast, casedLibrary],
+    ] as const) {
+      const want = lib.encode(text, { add_special_tokens: true }).ids;
+      const got = f.encode(text, true);
+      // A text holding an added token's text goes to the library.
+      if (got === undefined) continue;
+      assert.deepEqual(got, want, JSON.stringify(text));
+    }
+  }
+});
