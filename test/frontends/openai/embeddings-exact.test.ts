@@ -6,6 +6,7 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, readFileSync } from 'node:fs';
+import http from 'node:http';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { EXAMPLES, OpenAiServer, post } from './helpers.js';
@@ -64,6 +65,8 @@ async function referenceVectors(port: number, model: string, ids: number[][]): P
   return vectors;
 }
 
+const NON_ASCII = 'embedder_\u00e9\u6f22';
+
 const bits = (v: Float32Array) => Array.from(new Uint32Array(v.buffer, v.byteOffset, v.length));
 
 describe('/v1/embeddings matches a reference from the raw output, bit for bit', () => {
@@ -72,6 +75,9 @@ describe('/v1/embeddings matches a reference from the raw output, bit for bit', 
     s = await OpenAiServer.start({
       prepare: (repo) => {
         const config = readFileSync(path.join(EXAMPLES, 'text_embedder', 'config.pbtxt'), 'utf8');
+        // A model name outside ASCII: the answer echoes it, so it is not all one byte a character.
+        cpSync(path.join(EXAMPLES, 'text_embedder'), path.join(repo.dir, NON_ASCII), { recursive: true });
+        repo.config(NON_ASCII, config.replace('name: "text_embedder"', `name: "${NON_ASCII}"`));
         for (const inline of ['off', 'on']) {
           const name = `embedder_inline_${inline}`;
           cpSync(path.join(EXAMPLES, 'text_embedder'), path.join(repo.dir, name), { recursive: true });
@@ -107,4 +113,54 @@ describe('/v1/embeddings matches a reference from the raw output, bit for bit', 
       }
     });
   }
+
+  test('a model name outside ASCII: the same vectors, and a Content-Length in bytes', async () => {
+    const ids = TEXTS.map((t) => tokenizer().encode(t).ids);
+    const want = await referenceVectors(s.httpPort, 'embedder_inline_on', ids);
+    for (const encoding_format of ['float', 'base64']) {
+      // A raw socket read: a wrong length would cut the body short or leave the read waiting.
+      const answer = await rawPost(s.httpPort, { model: NON_ASCII, input: TEXTS, encoding_format });
+      assert.equal(answer.status, 200, answer.body.toString());
+      assert.equal(answer.contentLength, answer.body.byteLength);
+      const json = JSON.parse(answer.body.toString('utf8')) as {
+        model: string;
+        data: { embedding: number[] | string }[];
+      };
+      assert.equal(json.model, NON_ASCII);
+      json.data.forEach((item, i) => {
+        const v =
+          typeof item.embedding === 'string'
+            ? new Float32Array(new Uint8Array(Buffer.from(item.embedding, 'base64')).buffer)
+            : new Float32Array(item.embedding);
+        assert.deepEqual(bits(v), bits(want[i]!), `text ${i} as ${encoding_format}`);
+      });
+    }
+  });
 });
+
+/** POSTs `body` over HTTP/1.1 and reads the answer's status, Content-Length and exactly that many body bytes. */
+function rawPost(
+  port: number,
+  body: unknown,
+): Promise<{ status: number; contentLength: number; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const headers = { 'content-type': 'application/json' };
+    const req = http.request(
+      { host: '127.0.0.1', port, path: '/v1/embeddings', method: 'POST', headers },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            contentLength: Number(res.headers['content-length']),
+            body: Buffer.concat(chunks),
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
