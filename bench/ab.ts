@@ -217,6 +217,8 @@ try {
       requestsPerSec: h.requestsPerSec,
       p50us: h.meanUs,
       p99us: h.maxUs,
+      p25us: NaN,
+      p75us: NaN,
       errors: h.failed,
       non2xx: 0,
       requests: h.succeeded,

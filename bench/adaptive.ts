@@ -8,7 +8,9 @@
  * every round; figures are medians over the rounds.
  *
  * (a) concurrency 1 (wrk -c1): p50 of adaptive, fixed and unbatched; bar:
- *     adaptive ≤ unbatched + 20 µs.
+ *     adaptive ≤ unbatched + 20 µs. Beside it the quartiles, each round's p50
+ *     and the batches that waited out their delay (at c1 under adaptive: none
+ *     but the first few of the server's life). Every variant is warmed first.
  * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed.
  * (c) open-loop Poisson arrivals (bench/open-loop.ts, seeded) at 30, 60 and
  *     90 % of the capacity (the better of the two policies' throughput at
@@ -37,7 +39,8 @@
  *     (the session thread has the inputs), less the delay.
  *
  * Environment: BENCH_SECONDS (per point, default 3), BENCH_ROUNDS (rounds of
- * (a) and (b), default 2), BENCH_MODELS (e.g. "tiny"), BENCH_PARTS (the
+ * (a) and (b), default 2), BENCH_WARM_SECONDS (c1 load per variant before
+ * them, default 2), BENCH_MODELS (e.g. "tiny"), BENCH_PARTS (the
  * parts to run, e.g. "ab"; default all), ADAPTIVE_OVERLOAD_ONLY=1 ((d) alone).
  */
 import { spawn } from 'node:child_process';
@@ -67,6 +70,8 @@ const OVERLOAD = 2;
 /** ADAPTIVE_OVERLOAD_ONLY=1: (d) alone. */
 const OVERLOAD_ONLY = process.env['ADAPTIVE_OVERLOAD_ONLY'] === '1';
 const PARTS = process.env['BENCH_PARTS'] ?? 'abcde';
+/** Seconds of c1 load per variant before the closed-loop rounds, not measured. */
+const WARM_SECONDS = Number(process.env['BENCH_WARM_SECONDS'] ?? 2);
 
 type Variant = 'adaptive' | 'fixed' | 'unbatched';
 
@@ -80,6 +85,10 @@ function median(xs: readonly number[]): number {
   if (s.length === 0) return NaN;
   const m = s.length >> 1;
   return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+function sum(xs: readonly number[] | undefined): number {
+  return (xs ?? []).reduce((a, x) => a + x, 0);
 }
 
 function percentile(sorted: readonly number[], p: number): number {
@@ -202,6 +211,8 @@ interface Counts {
   batches: number;
   /** Batches sent early by the adaptive rule (nereid_batches_total{reason="adaptive"}). */
   early: number;
+  /** Batches that waited out the queue delay (reason="delay"). */
+  delay: number;
 }
 
 /** A model's inference and execution counts so far (its statistics), and its early batches (metrics). */
@@ -210,10 +221,17 @@ async function counts(server: { http: number; metrics: number }, model: string):
   const body = (await res.json()) as { model_stats: Array<{ inference_count: number; execution_count: number }> };
   const s = body.model_stats[0]!;
   const text = await (await fetch(`http://127.0.0.1:${server.metrics}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith('nereid_batches_total{') &&
-    l.includes(`model="${model}"`) && l.includes('reason="adaptive"'));
-  const early = line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
-  return { requests: Number(s.inference_count), batches: Number(s.execution_count), early };
+  const reason = (r: string): number => {
+    const line = text.split('\n').find((l) => l.startsWith('nereid_batches_total{') &&
+      l.includes(`model="${model}"`) && l.includes(`reason="${r}"`));
+    return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+  };
+  return {
+    requests: Number(s.inference_count),
+    batches: Number(s.execution_count),
+    early: reason('adaptive'),
+    delay: reason('delay'),
+  };
 }
 
 /** Flips the order every round. */
@@ -283,13 +301,27 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       // (a) and (b): closed loops, rounds alternated.
       const closed = new Map<string, number[]>();
       const note = (key: string, value: number) => closed.set(key, [...(closed.get(key) ?? []), value]);
+      // A fresh server answers slower for its first seconds (at c1 on the busy 2-core machine, 20-40 µs
+      // at p50 for 2-3 s, whichever variant it serves), and so does a variant's first use after another's
+      // (about 10 µs for 1-2 s): unwarmed, round 1's first point, always tiny `adaptive`, carried it alone.
+      if (WARM_SECONDS > 0 && (PARTS.includes('a') || PARTS.includes('b'))) {
+        for (const v of ['adaptive', 'fixed', 'unbatched'] as const) await runWrk(url(v), body, 1, WARM_SECONDS);
+      }
       for (let round = 0; round < ROUNDS; round++) {
         for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], round)) {
           if (!PARTS.includes('a')) break;
+          const before = v === 'unbatched' ? undefined : await counts(server, modelName(m, v));
           const r = await runWrk(url(v), body, 1, SECONDS);
           note(`c1 ${v} p50`, r.p50us);
+          note(`c1 ${v} p25`, r.p25us);
+          note(`c1 ${v} p75`, r.p75us);
           note(`c1 ${v} p99`, r.p99us);
           note(`c1 ${v} rps`, r.requestsPerSec);
+          if (before !== undefined) {
+            const after = await counts(server, modelName(m, v));
+            note(`c1 ${v} batches`, after.batches - before.batches);
+            note(`c1 ${v} delay`, after.delay - before.delay);
+          }
         }
         for (const c of [8, 32]) {
           if (!PARTS.includes('b')) break;
@@ -312,14 +344,21 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       const range = (key: string) => (closed.get(key) ?? []).map((x) => fmt(x, 2)).join(' ');
       if (PARTS.includes('a')) {
       printTable(
-        `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds, medians)`,
-        ['variant', 'req/s', 'p50us', 'p99us', 'Δp50 vs unbatched'],
+        `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds after ${WARM_SECONDS}s of ` +
+        'warm-up each, medians)',
+        ['variant', 'req/s', 'p25us', 'p50us', 'p75us', 'p99us', 'Δp50 vs unbatched', 'p50 by round', 'delay batches'],
         (['adaptive', 'fixed', 'unbatched'] as const).map((v) => [
           v,
           fmt(med(`c1 ${v} rps`)),
+          fmt(med(`c1 ${v} p25`)),
           fmt(med(`c1 ${v} p50`)),
+          fmt(med(`c1 ${v} p75`)),
           fmt(med(`c1 ${v} p99`)),
           fmt(med(`c1 ${v} p50`) - med('c1 unbatched p50'), 1),
+          (closed.get(`c1 ${v} p50`) ?? []).map((x) => fmt(x)).join(' '),
+          v === 'unbatched'
+            ? '-'
+            : `${fmt(sum(closed.get(`c1 ${v} delay`)))} of ${fmt(sum(closed.get(`c1 ${v} batches`)))}`,
         ]),
       );
       const gap = med('c1 adaptive p50') - med('c1 unbatched p50');

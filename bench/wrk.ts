@@ -11,6 +11,9 @@ export interface WrkResult {
   requestsPerSec: number;
   p50us: number;
   p99us: number;
+  /** The quartiles around the median (how a latency spreads: one mode, or two). */
+  p25us: number;
+  p75us: number;
   errors: number;
   non2xx: number;
   /** Requests completed, and the run's length in seconds. */
@@ -67,10 +70,10 @@ wrk.body = ${req.body.byteLength > 0 ? luaString(req.body) : 'nil'}
 ${headers}
 ${turns}function done(summary, latency, requests)
   local errs = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  io.write(string.format("NEREID_RESULT %f %f %f %d %d %d %f\\n",
+  io.write(string.format("NEREID_RESULT %f %f %f %d %d %d %f %f %f\\n",
     summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), errs,
     summary.errors.status,
-    summary.requests, summary.duration / 1e6))
+    summary.requests, summary.duration / 1e6, latency:percentile(25), latency:percentile(75)))
 end
 `;
 }
@@ -89,7 +92,7 @@ export async function runWrk(url: string, req: HttpBody, connections: number, se
     p.on('error', reject);
     p.on('close', () => resolve(text));
   });
-  const m = /NEREID_RESULT (\S+) (\S+) (\S+) (\d+) (\d+) (\d+) (\S+)/.exec(out);
+  const m = /NEREID_RESULT (\S+) (\S+) (\S+) (\d+) (\d+) (\d+) (\S+) (\S+) (\S+)/.exec(out);
   if (!m) throw new Error(`wrk produced no result:\n${out}`);
   return {
     requestsPerSec: Number(m[1]),
@@ -99,5 +102,7 @@ export async function runWrk(url: string, req: HttpBody, connections: number, se
     non2xx: Number(m[5]),
     requests: Number(m[6]),
     seconds: Number(m[7]),
+    p25us: Number(m[8]),
+    p75us: Number(m[9]),
   };
 }
