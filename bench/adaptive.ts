@@ -8,9 +8,11 @@
  * every round; figures are medians over the rounds.
  *
  * (a) concurrency 1 (wrk -c1): p50 of adaptive, fixed and unbatched; bar:
- *     adaptive ≤ unbatched + 20 µs. Beside it the quartiles, each round's p50
- *     and the batches that waited out their delay (at c1 under adaptive: none
- *     but the first few of the server's life). Every variant is warmed first.
+ *     adaptive ≤ unbatched + 20 µs. Each round's point runs in slices of about
+ *     a second, the variants alternated. Beside it the quartiles, each slice's
+ *     p50 and the batches that waited out their delay (at c1 under adaptive,
+ *     only a request held up by a pause of the whole process). Every variant
+ *     is warmed first.
  * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed.
  * (c) open-loop Poisson arrivals (bench/open-loop.ts, seeded) at 30, 60 and
  *     90 % of the capacity (the better of the two policies' throughput at
@@ -70,6 +72,8 @@ const OVERLOAD = 2;
 /** ADAPTIVE_OVERLOAD_ONLY=1: (d) alone. */
 const OVERLOAD_ONLY = process.env['ADAPTIVE_OVERLOAD_ONLY'] === '1';
 const PARTS = process.env['BENCH_PARTS'] ?? 'abcde';
+/** (a) runs each round's point in alternated slices of about this many seconds. */
+const C1_SLICE_SECONDS = 1;
 /** Seconds of c1 load per variant before the closed-loop rounds, not measured. */
 const WARM_SECONDS = Number(process.env['BENCH_WARM_SECONDS'] ?? 2);
 
@@ -308,19 +312,23 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         for (const v of ['adaptive', 'fixed', 'unbatched'] as const) await runWrk(url(v), body, 1, WARM_SECONDS);
       }
       for (let round = 0; round < ROUNDS; round++) {
-        for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], round)) {
-          if (!PARTS.includes('a')) break;
-          const before = v === 'unbatched' ? undefined : await counts(server, modelName(m, v));
-          const r = await runWrk(url(v), body, 1, SECONDS);
-          note(`c1 ${v} p50`, r.p50us);
-          note(`c1 ${v} p25`, r.p25us);
-          note(`c1 ${v} p75`, r.p75us);
-          note(`c1 ${v} p99`, r.p99us);
-          note(`c1 ${v} rps`, r.requestsPerSec);
-          if (before !== undefined) {
-            const after = await counts(server, modelName(m, v));
-            note(`c1 ${v} batches`, after.batches - before.batches);
-            note(`c1 ${v} delay`, after.delay - before.delay);
+        // In slices of about a second, alternated: the machine's state at c1 (latency in two modes some 35 µs
+        // apart, the same for every variant) holds for seconds, and a whole point could catch one mode alone.
+        const slices = Math.max(1, Math.round(SECONDS / C1_SLICE_SECONDS));
+        for (let slice = 0; slice < slices && PARTS.includes('a'); slice++) {
+          for (const v of order<Variant>(['adaptive', 'fixed', 'unbatched'], round * slices + slice)) {
+            const before = v === 'unbatched' ? undefined : await counts(server, modelName(m, v));
+            const r = await runWrk(url(v), body, 1, SECONDS / slices);
+            note(`c1 ${v} p50`, r.p50us);
+            note(`c1 ${v} p25`, r.p25us);
+            note(`c1 ${v} p75`, r.p75us);
+            note(`c1 ${v} p99`, r.p99us);
+            note(`c1 ${v} rps`, r.requestsPerSec);
+            if (before !== undefined) {
+              const after = await counts(server, modelName(m, v));
+              note(`c1 ${v} batches`, after.batches - before.batches);
+              note(`c1 ${v} delay`, after.delay - before.delay);
+            }
           }
         }
         for (const c of [8, 32]) {
@@ -344,9 +352,9 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       const range = (key: string) => (closed.get(key) ?? []).map((x) => fmt(x, 2)).join(' ');
       if (PARTS.includes('a')) {
       printTable(
-        `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds after ${WARM_SECONDS}s of ` +
-        'warm-up each, medians)',
-        ['variant', 'req/s', 'p25us', 'p50us', 'p75us', 'p99us', 'Δp50 vs unbatched', 'p50 by round', 'delay batches'],
+        `${m.label}: concurrency 1 (wrk -c1, binary, ${SECONDS}s × ${ROUNDS} rounds in alternated slices, after ` +
+        `${WARM_SECONDS}s of warm-up each; medians of the slices)`,
+        ['variant', 'req/s', 'p25us', 'p50us', 'p75us', 'p99us', 'Δp50 vs unbatched', 'p50 by slice', 'delay batches'],
         (['adaptive', 'fixed', 'unbatched'] as const).map((v) => [
           v,
           fmt(med(`c1 ${v} rps`)),
