@@ -40,12 +40,15 @@ export function poolRows(
   lengths: ArrayLike<number> | undefined,
   first: number,
   normalize: boolean,
+  into?: Float32Array,
 ): Float32Array {
-  const v = new Float32Array(rows * dim);
+  const v = into === undefined ? new Float32Array(rows * dim) : into.subarray(0, rows * dim);
   for (let row = 0; row < rows; row++) {
     const o = row * dim;
     if (lengths === undefined) {
       for (let d = 0; d < dim; d++) v[o + d] = out[o + d]!;
+    } else if (lengths[first + row]! === 0) {
+      for (let d = 0; d < dim; d++) v[o + d] = 0;
     } else {
       const tokens = lengths[first + row]!;
       const start = row * seq * dim;
@@ -62,17 +65,15 @@ export function poolRows(
           a2 += out[i + 2]!;
           a3 += out[i + 3]!;
         }
-        if (tokens > 0) {
-          v[o + d] = a0 / tokens;
-          v[o + d + 1] = a1 / tokens;
-          v[o + d + 2] = a2 / tokens;
-          v[o + d + 3] = a3 / tokens;
-        }
+        v[o + d] = a0 / tokens;
+        v[o + d + 1] = a1 / tokens;
+        v[o + d + 2] = a2 / tokens;
+        v[o + d + 3] = a3 / tokens;
       }
       for (; d < dim; d++) {
         let a = 0;
         for (let i = start + d; i < stop; i += dim) a += out[i]!;
-        if (tokens > 0) v[o + d] = a / tokens;
+        v[o + d] = a / tokens;
       }
     }
     if (normalize) {
@@ -135,7 +136,8 @@ export function embeddingItems(
 
 /**
  * The items of a request's rows of an FP32 output as `hint` asks: `out` holds them from its start, `rows` of
- * `rowElements` values, the last dimension `lastDim` (a token's vector when mean-pooled).
+ * `rowElements` values, the last dimension `lastDim` (a token's vector when mean-pooled). A number instead
+ * as embeddingItems gives one.
  */
 export function hintedItems(
   hint: EmbeddingTextHint,
@@ -146,6 +148,10 @@ export function hintedItems(
 ): string | number {
   const lengths = hint.lengths;
   const dim = lengths === undefined ? rowElements : lastDim;
-  const vectors = poolRows(out, rows, rowElements / dim, dim, lengths, 0, hint.normalize);
+  if (scratch.length < rows * dim) scratch = new Float32Array(Math.max(rows * dim, 2 * scratch.length));
+  const vectors = poolRows(out, rows, rowElements / dim, dim, lengths, 0, hint.normalize, scratch);
   return embeddingItems(vectors, dim, hint.firstIndex, hint.base64);
 }
+
+/** The vectors of hintedItems, reused by every call of this thread (each is written out before it returns). */
+let scratch = new Float32Array(4096);

@@ -17,7 +17,7 @@ import { type OpenAiContext, type ResolvedModel, admission, cancelOnClose, resol
 import { OpenAiError, invalidRequest, toOpenAiError } from './errors.js';
 import { type Body, checkKnownFields, checkUser, modelName, optionalInteger } from './fields.js';
 import { bytesTensor } from './tensors.js';
-import { type EmbeddingTextHint, embeddingItems, poolRows } from '../../tensor/embedding-text.js';
+import { type EmbeddingTextHint, hintedItems, poolRows } from '../../tensor/embedding-text.js';
 
 const FIELDS = new Set(['model', 'input', 'encoding_format', 'dimensions', 'user']);
 /** OpenAI's bound on the inputs of one request. */
@@ -319,8 +319,8 @@ function rowElements(out: Tensor, rows: number): number {
 function itemsOf(out: Tensor, rows: number, perRow: number, dim: number, hint: EmbeddingTextHint): string {
   if (out.embeddingText !== undefined) return out.embeddingText;
   const f = typedView(out) as Float32Array;
-  const vectors = poolRows(f, rows, perRow / dim, dim, hint.lengths, 0, hint.normalize);
-  const items = embeddingItems(vectors, dim, hint.firstIndex, hint.base64);
+  const items = hintedItems(hint, f, rows, perRow, dim);
   if (typeof items === 'string') return items;
+  const vectors = poolRows(f, rows, perRow / dim, dim, hint.lengths, 0, hint.normalize);
   throw new OpenAiError(500, 'server_error', `the model produced a non-finite embedding value (${vectors[items]})`);
 }
