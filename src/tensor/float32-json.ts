@@ -6,15 +6,18 @@
  */
 import { formatJsonDouble } from './json-codec.js';
 
-/** 10^0 .. 10^13, each exact as a double (13 is looked up, then passed to the slow path). */
-const POW10 = Float64Array.from({ length: 14 }, (_, i) => Number(`1e${i}`));
+/** 10^0 .. 10^15, each exact as a double (15 is looked up, then passed to the slow path). */
+const POW10 = Float64Array.from({ length: 16 }, (_, i) => Number(`1e${i}`));
+/** 5^k = FIVE_HIGH[k] * 2^24 + FIVE_LOW[k], for the exact scaling of values under 1e-4 (smallDigits). */
+const FIVE_HIGH = Float64Array.from({ length: 16 }, (_, k) => Math.floor(5 ** k / 2 ** 24));
+const FIVE_LOW = Float64Array.from({ length: 16 }, (_, k) => 5 ** k % 2 ** 24);
 /**
  * Per biased float32 exponent e: 8 - D, D the decimal exponent of 2^(e - 127), so that |x| times
  * 10^(8 - D) (or a tenth of it) has nine integer digits; -1 where that is outside the fast path.
  */
 const SCALE_EXPONENT = Int8Array.from({ length: 256 }, (_, e) => {
   const d = Math.floor(Math.log10(2) * (e - 127));
-  return d >= -5 && d <= 7 ? 8 - d : -1;
+  return d >= -7 && d <= 7 ? 8 - d : -1;
 });
 /** Half the gap between a normal float32 of biased exponent `e` and its neighbours: 2^(e - 151). */
 const HALF_GAP = Float64Array.from({ length: 256 }, (_, e) => 2 ** (e - 151));
@@ -91,9 +94,10 @@ export class JsonBytes {
    * room reserved). Returns -1, or the index of a NaN or an infinity (which JSON cannot hold), in
    * which case what was written is to be thrown away. Whole values keep /v2's "1.0" form.
    *
-   * The fast path covers 1e-4 <= |x| < 1e8 but for powers of two (every value of a normalised
+   * The fast path covers 1e-6 <= |x| < 1e8 but for powers of two (every value of a normalised
    * embedding but those very near zero). There s = |x| * 10^k, with k chosen to give nine integer
-   * digits, is exact (a 24-bit mantissa times 5^k of at most 28 bits), and so are the bounds of the
+   * digits, is exact (a 24-bit mantissa times 5^k of at most 28 bits; under 1e-4 see smallDigits),
+   * and so are the bounds of the
    * values rounding to x, s - h and s + h: the nine-digit integer nearest s is within them, and the
    * nearest multiple of 10, 100, ... is taken while it is too (ties away from zero, as `toPrecision`
    * rounds). A candidate within 2^-48 of a bound (but not on it) is passed over: a client's double
@@ -133,45 +137,53 @@ function writeFloats(
     let k = scaleExponent[exponent]! | 0;
     const a = Math.abs(x);
     if (k >= 0) k = (k - +(a * pow10[k]! >= 1e9)) | 0;
-    if (k < 0 || k > 12 || (bits & 0x7fffff) === 0) {
+    if (k < 0 || k > 14 || (bits & 0x7fffff) === 0) {
       if (exponent === 0xff) return -1 - i;
       pos = writeAscii(out, pos, slowFloat32Text(x));
       continue;
     }
-    const scale = pow10[k]!;
-    const s = a * scale;
-    // The values that round to x are those within h of s (scaled, an exact double); `near` keeps a
-    // margin off the bounds, and a value exactly on one is inside for an even mantissa (`tie`).
-    const h = halfGap[exponent]! * scale;
-    const near = h - s * MARGIN;
-    const tie = h - (bits & 1) * (h + 1);
-    // t1, t2: s's distance above the multiple of 10, 100 below it (exact); e1, e2: to the nearest.
-    const whole = s | 0;
-    const frac = s - whole;
-    const q1 = (whole / 10) | 0;
-    const q2 = (whole / 100) | 0;
-    const t1 = ((whole - Math.imul(q1, 10)) | 0) + frac;
-    const t2 = ((whole - Math.imul(q2, 100)) | 0) + frac;
-    const e1 = 5 - Math.abs(t1 - 5);
-    const e2 = 50 - Math.abs(t2 - 50);
-    const ok1 = +(e1 < near) | +(e1 === tie);
-    const ok2 = ok1 & (+(e2 < near) | +(e2 === tie));
-    const c0 = (whole + +(frac >= 0.5)) | 0;
-    const c1 = Math.imul(q1 + +(t1 >= 5), 10);
-    const c2 = Math.imul(q2 + +(t2 >= 50), 100);
-    let c = c0 ^ (-ok1 & (c0 ^ c1));
-    c ^= -ok2 & (c ^ c2);
-    let level = ok1 + ok2;
-    // A multiple of 1000 or more fits for a few values in a hundred: only then a loop.
-    const e3 = 500 - Math.abs(((whole - Math.imul((whole / 1000) | 0, 1000)) | 0) + frac - 500);
-    if ((ok2 & +(e3 <= h)) !== 0) {
-      for (let p = 1000; p < 1e9; p *= 10) {
-        const r = whole % p;
-        const t = r + frac;
-        const e = Math.min(t, p - t);
-        if (!(e < near || e === tie)) break;
-        c = (t < p / 2 ? whole - r : whole - r + p) | 0;
-        level++;
+    let c: number;
+    let level: number;
+    if (k > 12) {
+      const digits = smallDigits(bits, a, exponent, k);
+      level = digits % 16;
+      c = (digits - level) / 16;
+    } else {
+      const scale = pow10[k]!;
+      const s = a * scale;
+      // The values that round to x are those within h of s (scaled, an exact double); `near` keeps a
+      // margin off the bounds, and a value exactly on one is inside for an even mantissa (`tie`).
+      const h = halfGap[exponent]! * scale;
+      const near = h - s * MARGIN;
+      const tie = h - (bits & 1) * (h + 1);
+      // t1, t2: s's distance above the multiple of 10, 100 below it (exact); e1, e2: to the nearest.
+      const whole = s | 0;
+      const frac = s - whole;
+      const q1 = (whole / 10) | 0;
+      const q2 = (whole / 100) | 0;
+      const t1 = ((whole - Math.imul(q1, 10)) | 0) + frac;
+      const t2 = ((whole - Math.imul(q2, 100)) | 0) + frac;
+      const e1 = 5 - Math.abs(t1 - 5);
+      const e2 = 50 - Math.abs(t2 - 50);
+      const ok1 = +(e1 < near) | +(e1 === tie);
+      const ok2 = ok1 & (+(e2 < near) | +(e2 === tie));
+      const c0 = (whole + +(frac >= 0.5)) | 0;
+      const c1 = Math.imul(q1 + +(t1 >= 5), 10);
+      const c2 = Math.imul(q2 + +(t2 >= 50), 100);
+      c = c0 ^ (-ok1 & (c0 ^ c1));
+      c ^= -ok2 & (c ^ c2);
+      level = ok1 + ok2;
+      // A multiple of 1000 or more fits for a few values in a hundred: only then a loop.
+      const e3 = 500 - Math.abs(((whole - Math.imul((whole / 1000) | 0, 1000)) | 0) + frac - 500);
+      if ((ok2 & +(e3 <= h)) !== 0) {
+        for (let p = 1000; p < 1e9; p *= 10) {
+          const r = whole % p;
+          const t = r + frac;
+          const e = Math.min(t, p - t);
+          if (!(e < near || e === tie)) break;
+          c = (t < p / 2 ? whole - r : whole - r + p) | 0;
+          level++;
+        }
       }
     }
     if (c >= 1e9) {
@@ -188,9 +200,9 @@ function writeFloats(
     const mid = (rest / 10000) | 0;
     const low = (rest - Math.imul(mid, 10000)) | 0;
     if (d < 0) {
-      // "0." and -d - 1 zeros (at most three), then the nine digits less c's trailing zeros.
+      // "0." and -d - 1 zeros (at most five), then the nine digits less c's trailing zeros.
       view.setUint32(pos, 0x30302e30, true);
-      out[pos + 4] = 0x30;
+      view.setUint32(pos + 4, 0x30303030, true);
       pos = (pos + 1 - d) | 0;
       out[pos] = 0x30 + top;
       view.setUint32(pos + 1, quads[mid]!, true);
@@ -215,6 +227,33 @@ function writeFloats(
     }
   }
   return pos;
+}
+
+/**
+ * For 1e-6 <= |x| < 1e-4 (k = 13 or 14; rare in embeddings): the digits writeFloats takes, 16 c + level,
+ * with the reference's own test. s = |x| 10^k is not exact there (x's 24 bits times 5^k take more than
+ * 53), but its two parts through 5^k's two halves are, and so are the sums of their whole and fractional
+ * parts. Each candidate, fewest digits first, is read back as a client does: c / 10^k is the correctly
+ * rounded double of the decimal (both exact, one division), then rounded to float32.
+ */
+function smallDigits(bits: number, a: number, exponent: number, k: number): number {
+  const scale = POW10[k]!;
+  const m = (bits & 0x7fffff) | 0x800000;
+  const unit = 2 ** (exponent - 150 + k);
+  const high = m * FIVE_HIGH[k]! * unit * 16777216;
+  const low = m * FIVE_LOW[k]! * unit;
+  const wholeHigh = Math.floor(high);
+  const wholeLow = Math.floor(low);
+  const sum = high - wholeHigh + (low - wholeLow);
+  const carry = +(sum >= 1);
+  const whole = wholeHigh + wholeLow + carry;
+  const frac = sum - carry;
+  for (let level = 8, p = 1e8; level > 0; level--, p /= 10) {
+    const r = whole % p;
+    const c = r + frac >= p / 2 ? whole - r + p : whole - r;
+    if (Math.fround(c / scale) === a) return c * 16 + level;
+  }
+  return (whole + +(frac >= 0.5)) * 16;
 }
 
 function writeAscii(out: Buffer, pos: number, s: string): number {

@@ -75,6 +75,19 @@ describe('float32 JSON writer', () => {
     }
   });
 
+  test('random values of 1e-6 to 1e-4 (where the digits are checked as a client reads them)', () => {
+    let seed = 4242;
+    const from = bitsOf(1e-6);
+    const to = bitsOf(1e-4);
+    for (let i = 0; i < 40_000; i++) {
+      seed = (Math.imul(seed, 1103515245) + 12345) | 0;
+      checkBits(from + ((seed >>> 1) % (to - from)) + ((seed & 1) << 31));
+    }
+    // A candidate within a hair of its rounding bound that a client's read still takes back.
+    assert.equal(write(0x35ca9242), '0.000001509274');
+    assert.equal(write(0x35ca9242 | 0x80000000), '-0.000001509274');
+  });
+
   test('subnormals, zeros and the extremes', () => {
     for (let m = 1; m < 0x800000; m += 997) {
       checkBits(m);
@@ -92,7 +105,7 @@ describe('float32 JSON writer', () => {
 
   test('around the powers of ten, where the digit count and the notation change', () => {
     // JSON (and the engine) switch to exponent notation below 1e-6 and from 1e21 on; the fast path
-    // covers 1e-4 up to about 1e8.
+    // covers 1e-6 up to about 1e8.
     for (let p = -45; p <= 38; p++) around(bitsOf(Number(`1e${p}`)), 40);
     for (const v of [9.999999e-8, 1.0000001e-7, 9.99999e20, 1.00000006e21, 123456790, 99999990, 0.99999994]) {
       around(bitsOf(v), 10);
