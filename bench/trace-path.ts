@@ -7,7 +7,8 @@
  * a steady 20,000 requests/s, and the CPU of the event loop and of the
  * tracer's own thread (OTLP export, trace file writer) is read from /proc, per request: rate=1000 (the check on
  * untraced requests), rate=1 to a file (log-frequency=1000), rate=1 over
- * OTLP/HTTP to a receiver in a child process. Variants alternate, ROUNDS
+ * OTLP/HTTP to a receiver in a child process. V8's helper threads (garbage
+ * collection, compilation) are read too. Variants alternate, ROUNDS
  * times; medians. TRACE_PATH_BASE=<another build's dist folder> runs
  * that build's tracer beside this one.
  *
@@ -80,9 +81,23 @@ function workerThreads(): number[] {
   return readdirSync(`/proc/${process.pid}/task`).map(Number).filter(named);
 }
 
+/** The process's threads that V8 runs its own work on (parallel and concurrent GC, compilation). */
+function helperThreads(): number[] {
+  const named = (tid: number): boolean => {
+    try {
+      return readFileSync(`/proc/${process.pid}/task/${tid}/comm`, 'utf8').startsWith('V8Worker');
+    } catch {
+      return false; // gone since the listing
+    }
+  };
+  return readdirSync(`/proc/${process.pid}/task`).map(Number).filter(named);
+}
+
 interface Point {
   main: number;
   exporter: number;
+  /** V8's helper threads. */
+  helpers: number;
   /** Spans dropped (queue full or export failed), per 1000 requests. */
   dropped: number;
 }
@@ -92,12 +107,14 @@ async function run(tracer: TracerClass, seconds: number): Promise<Point> {
   const pid = process.pid;
   const threads = workerThreads();
   const exportCpu = (): number => threads.reduce((s, tid) => s + cpuSeconds(pid, tid), 0);
+  const helpers = helperThreads();
+  const helperCpu = (): number => helpers.reduce((s, tid) => s + cpuSeconds(pid, tid), 0);
   const lost = async (): Promise<number> => {
     const d = await tracer.droppedSpans();
     return d.queueFull + d.exportFailed;
   };
   const lost0 = await lost();
-  const [main0, exp0] = [cpuSeconds(pid, pid), exportCpu()];
+  const [main0, exp0, help0] = [cpuSeconds(pid, pid), exportCpu(), helperCpu()];
   const start = performance.now();
   let done = 0;
   const total = Math.round(seconds * PER_SECOND);
@@ -108,9 +125,10 @@ async function run(tracer: TracerClass, seconds: number): Promise<Point> {
   }
   await tracer.droppedSpans(); // the export thread has taken every span
   await new Promise((resolve) => setTimeout(resolve, 50));
-  const [main1, exp1] = [cpuSeconds(pid, pid), exportCpu()];
+  const [main1, exp1, help1] = [cpuSeconds(pid, pid), exportCpu(), helperCpu()];
   const dropped = ((await lost()) - lost0) / (total / 1000);
-  return { main: ((main1 - main0) * 1e6) / total, exporter: ((exp1 - exp0) * 1e6) / total, dropped };
+  const per = (cpu: number): number => (cpu * 1e6) / total;
+  return { main: per(main1 - main0), exporter: per(exp1 - exp0), helpers: per(help1 - help0), dropped };
 }
 
 async function main(): Promise<void> {
@@ -155,7 +173,7 @@ async function main(): Promise<void> {
   process.stdout.write(
     `\nTracing's own CPU per request (µs), ${PER_SECOND} requests/s, ${ROUNDS} rounds × ${SECONDS}s; medians\n` +
       `${'variant'.padEnd(18)}${'build'.padEnd(7)}${'event loop'.padStart(11)}${'its thread'.padStart(15)}` +
-      `${'dropped/1000'.padStart(14)}\n`,
+      `${'V8 helpers'.padStart(12)}${'dropped/1000'.padStart(14)}\n`,
   );
   for (let v = 0; v < variants.length; v++) {
     for (let b = 0; b < builds.length; b++) {
@@ -164,6 +182,7 @@ async function main(): Promise<void> {
       process.stdout.write(
         `${variants[v]!.label.padEnd(18)}${builds[b]!.label.padEnd(7)}` +
           `${median(ps.map((p) => p.main)).toFixed(2).padStart(11)}${exporter.padStart(15)}` +
+          `${median(ps.map((p) => p.helpers)).toFixed(2).padStart(12)}` +
           `${median(ps.map((p) => p.dropped)).toFixed(1).padStart(14)}\n`,
       );
     }

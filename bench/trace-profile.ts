@@ -20,8 +20,10 @@ const variant = process.argv[2] ?? 'file1';
 const seconds = Number(process.argv[3] ?? 5);
 const dir = process.env.PROFILE_DIR ?? mkdtempSync(path.join(tmpdir(), 'nereid-trace-prof-'));
 mkdirSync(dir, { recursive: true });
+/** OTLP body bytes received: per request, it shows the spans the export thread dropped (about 750 when none). */
+let otlpBytes = 0;
 const server = http.createServer((req, res) => {
-  req.resume();
+  req.on('data', (chunk: Buffer) => (otlpBytes += chunk.length));
   req.on('end', () => res.writeHead(200, { 'Content-Type': 'application/x-protobuf' }).end());
 });
 await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -53,9 +55,9 @@ const threads = (): Map<number, number> => {
   for (const tid of readdirSync(`/proc/${pid}/task`)) m.set(Number(tid), cpuSeconds(pid, Number(tid)));
   return m;
 };
-const [all0, main0, t0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads()];
+const [all0, main0, t0, bytes0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads(), otlpBytes];
 const r = await runWrk(url, body, 32, seconds);
-const [all1, main1, t1] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads()];
+const [all1, main1, t1, bytes1] = [cpuSeconds(pid), cpuSeconds(pid, pid), threads(), otlpBytes];
 const busy = [...t1]
   .map(([tid, cpu]) => [tid, cpu - (t0.get(tid) ?? 0)] as const)
   .filter(([tid, cpu]) => tid !== pid && cpu * 1e6 >= r.requests) // ≥ 1 µs per request
@@ -69,5 +71,6 @@ server.close();
 const per = (cpu: number): string => ((cpu * 1e6) / r.requests).toFixed(1);
 process.stdout.write(
   `${variant}: ${r.requestsPerSec.toFixed(0)} req/s; CPU µs/request: process ${per(all1 - all0)}, ` +
-    `main thread ${per(main1 - main0)}; other threads ${busy.join(', ')}; profile in ${dir}\n`,
+    `main thread ${per(main1 - main0)}; other threads ${busy.join(', ')}; ` +
+    `OTLP bytes/request ${((bytes1 - bytes0) / r.requests).toFixed(0)}; profile in ${dir}\n`,
 );

@@ -23,10 +23,15 @@
  * tracing threads' nice values instead: off A and B, then rate=1 to a file and
  * over OTLP per value, every server with metrics on, and prints the spans each
  * OTLP server dropped (nereid_trace_spans_dropped_total) out of those it made.
+ * TRACE_BENCH_BASE=<another build's dist folder> compares OTLP rate=1 of that
+ * build and of this one instead (off A and B, then the two, metrics on). Each
+ * row also splits the server's CPU per request: the trace threads
+ * (`WorkerThread`) and V8's helper threads (`V8Worker`: parallel and concurrent
+ * garbage collection, compilation).
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { binaryBody } from './bodies.js';
@@ -74,6 +79,8 @@ interface Variant {
   flags: (block: number) => string[];
   nice?: string;
   otlp?: boolean;
+  /** Another build's dist folder to start. */
+  dist?: string;
 }
 const file1 = (b: number, tag = ''): string[] => [
   `--trace-config=triton,file=${dir}/r1${tag}-${b}.json`,
@@ -92,7 +99,12 @@ const offs: Variant[] = [
   { label: 'tracing off (A)', goal: undefined, flags: (): string[] => [] },
   { label: 'tracing off (B), A/A', goal: undefined, flags: (): string[] => [] },
 ];
-const variants: Variant[] = NICES !== undefined ? [
+const BASE = process.env.TRACE_BENCH_BASE;
+const variants: Variant[] = BASE !== undefined ? [
+  ...offs,
+  { label: 'OTLP, base build', goal: 0.8, flags: otlp, otlp: true, dist: path.resolve(BASE) },
+  { label: 'OTLP, this build', goal: 0.8, flags: otlp, otlp: true },
+] : NICES !== undefined ? [
   ...offs,
   ...NICES.flatMap((n): Variant[] => [
     { label: `triton, rate=1, file, nice ${n}`, goal: 0.85, flags: (b) => file1(b, `n${n}`), nice: n },
@@ -126,7 +138,7 @@ const variants: Variant[] = NICES !== undefined ? [
     ],
   },
 ];
-const withMetrics = NICES !== undefined;
+const withMetrics = NICES !== undefined || BASE !== undefined;
 /** Per variant: spans the OTLP servers dropped, and requests they served (3 spans each), over all blocks. */
 const drops = variants.map(() => ({ dropped: 0, requests: 0 }));
 
@@ -142,9 +154,26 @@ interface Point {
   p50: number;
   p99: number;
   failed: number;
-  /** Server CPU µs per request: all threads, the main thread. */
+  /** Server CPU µs per request: all threads, the main thread, the trace threads, V8's helper threads. */
   cpu: number;
   main: number;
+  trace: number;
+  v8: number;
+}
+
+/** CPU seconds of a server's trace threads and of V8's helper threads, by thread name. */
+function threadGroups(pid: number): { trace: number; v8: number } {
+  const sums = { trace: 0, v8: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+      if (comm === 'WorkerThread') sums.trace += cpuSeconds(pid, Number(tid));
+      else if (comm.startsWith('V8Worker')) sums.v8 += cpuSeconds(pid, Number(tid));
+    } catch {
+      // a thread gone since the listing
+    }
+  }
+  return sums;
 }
 
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
@@ -160,6 +189,7 @@ try {
       variants.map((v) =>
         startNereid(model.repository, [`--allow-metrics=${withMetrics}`, ...v.flags(block)], {
           env: v.nice === undefined ? {} : { NEREID_TRACE_THREAD_NICE: v.nice },
+          dist: v.dist,
         }),
       ),
     );
@@ -173,9 +203,9 @@ try {
         for (let k = 0; k < variants.length; k++) {
           const i = (k + shift) % variants.length;
           const pid = servers[i]!.proc.child.pid!;
-          const [all0, main0] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+          const [all0, main0, groups0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
           const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
-          const [all1, main1] = [cpuSeconds(pid), cpuSeconds(pid, pid)];
+          const [all1, main1, groups1] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
           const n = Math.max(1, r.requests);
           drops[i]!.requests += r.requests;
           got[i] = {
@@ -185,6 +215,8 @@ try {
             failed: r.errors + r.non2xx,
             cpu: ((all1 - all0) * 1e6) / n,
             main: ((main1 - main0) * 1e6) / n,
+            trace: ((groups1.trace - groups0.trace) * 1e6) / n,
+            v8: ((groups1.v8 - groups0.v8) * 1e6) / n,
           };
         }
         for (const [i, p] of got.entries()) {
@@ -215,8 +247,8 @@ process.stdout.write(
     `(fresh servers) × ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
     `(${((Date.now() - started) / 1000).toFixed(0)} s)\n`,
 );
-const header = ['req/s', '× off A', 'CPU× off A', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main µs/req'];
-const widths = [9, 9, 12, 8, 8, 8, 12, 12];
+const header = ['req/s', '× off A', 'CPU× off A', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
+const widths = [9, 9, 12, 8, 8, 8, 12, 7, 7, 7];
 process.stdout.write(`${'variant'.padEnd(30)}${header.map((h, i) => h.padStart(widths[i]!)).join('')}\n`);
 for (let i = 0; i < variants.length; i++) {
   const ps = points[i]!;
@@ -229,6 +261,8 @@ for (let i = 0; i < variants.length; i++) {
     String(ps.reduce((n, p) => n + p.failed, 0)),
     f(median(ps.map((p) => p.cpu)), 1),
     f(median(ps.map((p) => p.main)), 1),
+    f(median(ps.map((p) => p.trace)), 1),
+    f(median(ps.map((p) => p.v8)), 1),
   ];
   process.stdout.write(`${variants[i]!.label.padEnd(30)}${cells.map((c, k) => c.padStart(widths[k]!)).join('')}\n`);
 }
