@@ -86,6 +86,16 @@ export class ActiveSetting {
     }
     return hit || forced;
   }
+
+  /** A request a frontend thread picked as the rate's next one (it did the counting): sample()'s hit. */
+  take(): boolean {
+    if (!this.valid) return false;
+    if (this.remaining > 0) {
+      this.remaining -= 1;
+      this.created += 1;
+    }
+    return true;
+  }
 }
 
 /** The settings a trace/setting reply shows beside Triton's four (opentelemetry's url, resource, bsp_*). */
@@ -120,6 +130,15 @@ export class TraceSettings {
 
   /** True when some setting may trace: the one check an untraced request pays. */
   enabled = false;
+
+  /**
+   * The rate frontend threads may count requests at for the main thread (Tracer.threadRate): the global setting's
+   * while no model has one of its own and it may trace, else 0.
+   */
+  get threadRate(): number {
+    const g = this.globalActive;
+    return this.modelActive.size === 0 && g.values.level !== LEVEL_OFF && g.valid ? g.values.rate : 0;
+  }
 
   /** The setting in force for `model` ('' or unknown: the global one). */
   active(model: string): ActiveSetting {

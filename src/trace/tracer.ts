@@ -91,6 +91,15 @@ export class Tracer {
     return this.settings.enabled || this.requestLog !== undefined;
   }
 
+  /**
+   * N > 0 while tracing is every N-th request and nothing else (Triton mode, one global setting, no request log):
+   * the HTTP frontend threads then count the requests and send only the picked ones to the main thread, so
+   * untraced requests keep being served on the threads (docs/tracing.md, "Frontend threads"). 0 otherwise.
+   */
+  get threadRate(): number {
+    return this.otel === undefined && this.requestLog === undefined ? this.settings.threadRate : 0;
+  }
+
   /** Spans dropped by the OpenTelemetry export (none in Triton mode), once every span finished so far is counted. */
   async droppedSpans(): Promise<{ readonly queueFull: number; readonly exportFailed: number }> {
     return (await this.otel?.droppedNow()) ?? { queueFull: 0, exportFailed: 0 };
@@ -101,8 +110,14 @@ export class Tracer {
    * In opentelemetry mode a valid `traceparent` joins the caller's trace and
    * forces the request to be traced (Triton reads it in that mode only).
    */
-  sample(model: string, traceparent?: string, tracestate?: string): Trace | undefined {
+  sample(model: string, traceparent?: string, tracestate?: string, picked?: boolean): Trace | undefined {
     const setting = this.settings.active(model);
+    if (picked !== undefined) {
+      // Counted by a frontend thread (threadRate): picked or not, its count is not this one's.
+      if (!picked || setting.values.level === LEVEL_OFF || !setting.take()) return undefined;
+      const group = new TraceGroup(setting.values.level, this.sink, this.otel, setting);
+      return new Trace(group, undefined);
+    }
     let remote;
     if (this.otel !== undefined && traceparent !== undefined && setting.values.level !== LEVEL_OFF) {
       const parsed = parseTraceparent(traceparent, tracestate);

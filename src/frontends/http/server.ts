@@ -26,6 +26,7 @@ import type { Router } from './router.js';
 import { type HttpContext } from './routes/context.js';
 import { type HttpRoute, routeTable } from './routes/table.js';
 import { LogSettings, TraceSettings } from './settings.js';
+import { takeTracePick } from './routes/infer.js';
 import {
   effectiveThreads,
   FrontendBridge,
@@ -219,6 +220,7 @@ export class HttpFrontend {
     if (this.pool !== undefined) {
       // Forwarded by a frontend thread: the client's address, for the key failure limit.
       takeForwardedPeer(req);
+      takeTracePick(req);
       // A trace setting changed by this request reaches the threads before its answer does.
       refreshBeforeHead(res, this.pool.refreshShared);
     }

@@ -24,9 +24,11 @@ import {
   type WireTensor,
 } from './wire.js';
 
-/** What the bridge reads of a tracer: whether it samples requests now. */
+/** What the bridge reads of a tracer: whether it samples requests now, and whether the threads may pick them. */
 export interface TracingState {
   readonly enabled: boolean;
+  /** N > 0: every N-th request is traced and nothing else (the threads pick them); 0: the main thread decides. */
+  readonly threadRate?: number;
 }
 
 interface Events {
@@ -98,6 +100,7 @@ export class FrontendBridge {
   /** Reads the tracer's state into the shared flag (before a forwarded request is answered, and periodically). */
   refreshTracing(): void {
     Atomics.store(this.shared, SharedSlot.Tracing, this.tracing?.enabled === true ? 1 : 0);
+    Atomics.store(this.shared, SharedSlot.TraceRate, this.tracing?.threadRate ?? 0);
   }
 
   /** Serves one thread: `port` carries its infer requests, `sync` its configuration queries. */

@@ -7,7 +7,7 @@ import path from 'node:path';
 export { FrontendThreadPool, ListenFailure } from './pool.js';
 export { FrontendBridge } from './bridge.js';
 export { effectiveThreads, nodeHasReusePort, resetReusePortWarning } from './reuse-port.js';
-export { PEER_HEADER, type GrpcThreadOptions } from './protocol.js';
+export { PEER_HEADER, TRACE_PICK_HEADER, type GrpcThreadOptions } from './protocol.js';
 
 /** Where `--frontend-threads` is not given: `NEREID_FRONTEND_THREADS`, else `fallback`. */
 export function frontendThreadsFromEnv(fallback: number, env: NodeJS.ProcessEnv = process.env): number {

@@ -140,11 +140,21 @@ export type ConfigAnswer = { readonly config: ModelConfig } | { readonly error: 
 export const enum SharedSlot {
   /** Bumped by the main thread whenever a model version is loaded or unloaded: cached configurations are stale. */
   ConfigGeneration = 0,
-  /** 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them. */
+  /**
+   * 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them
+   * (HTTP ones only those the threads pick while TraceRate is set).
+   */
   Tracing = 1,
   /** Bumped by the main thread after it posts a keys update (AuthEnds): a thread reads it before its next check. */
   AuthGeneration = 2,
-  Count = 3,
+  /**
+   * N > 0 while every N-th HTTP infer request is traced and nothing else is (Tracer.threadRate): the HTTP threads
+   * then pick those themselves and serve the others (docs/tracing.md, "Frontend threads").
+   */
+  TraceRate = 3,
+  /** The HTTP infer requests the threads have counted for TraceRate, all threads together. */
+  TraceSeen = 4,
+  Count = 5,
 }
 
 export function admissionKey(model: string, version: string | undefined): string {

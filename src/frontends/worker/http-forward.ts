@@ -6,10 +6,10 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { Errors } from '../../errors.js';
 import { MAX_BODY_CHUNKS } from '../http/body.js';
 import { Replier } from '../http/reply.js';
-import { PEER_HEADER } from '../threads/protocol.js';
+import { PEER_HEADER, TRACE_PICK_HEADER } from '../threads/protocol.js';
 
 /** Request headers that belong to the client's connection, not to the request. */
-const REQUEST_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'expect', PEER_HEADER]);
+const REQUEST_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'expect', PEER_HEADER, TRACE_PICK_HEADER]);
 
 export class HttpForwarder {
   private readonly agent: http.Agent;
@@ -27,14 +27,15 @@ export class HttpForwarder {
     this.agent.destroy();
   }
 
-  /** Forwards `req`; `body`, when given, is the body already read from it. */
-  forward(req: IncomingMessage, res: ServerResponse, body?: Buffer): void {
+  /** Forwards `req`; `body`, when given, is the body already read from it; `tracePick`: TRACE_PICK_HEADER's value. */
+  forward(req: IncomingMessage, res: ServerResponse, body?: Buffer, tracePick?: '0' | '1'): void {
     const raw = req.rawHeaders;
     const headers: string[] = [];
     for (let i = 0; i < raw.length; i += 2) {
       if (!REQUEST_HOP.has(raw[i]!.toLowerCase())) headers.push(raw[i]!, raw[i + 1]!);
     }
     headers.push(PEER_HEADER, req.socket.remoteAddress ?? '');
+    if (tracePick !== undefined) headers.push(TRACE_PICK_HEADER, tracePick);
     const upstream = http.request({
       socketPath: this.socketPath,
       agent: this.agent,

@@ -26,6 +26,8 @@ export class HttpThread {
   private readonly router = new Router<true>();
   private readonly restriction: Restriction | undefined;
   private readonly forwardPattern: RegExp | undefined;
+  /** The request being taken: whether it was picked to be traced (forwarded with TRACE_PICK_HEADER), when counted. */
+  private tracePick: '0' | '1' | undefined = undefined;
 
   constructor(
     private readonly remote: RemoteServer,
@@ -42,8 +44,9 @@ export class HttpThread {
 
   readonly onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (this.reply.closing) res.shouldKeepAlive = false;
+    this.tracePick = undefined;
     const served = req.method === 'POST' ? this.serveInfer(req, res) : false;
-    if (!served) this.forwarder.forward(req, res);
+    if (!served) this.forwarder.forward(req, res, undefined, this.tracePick);
   };
 
   /** Serves an infer here; false when the main thread must (not an infer, traced, unknown model, cached...). */
@@ -51,7 +54,14 @@ export class HttpThread {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const found = this.router.match(q === -1 ? url : url.slice(0, q));
-    if (found === undefined || this.remote.tracing) return false;
+    if (found === undefined) return false;
+    const rate = this.remote.traceRate;
+    if (rate !== 0) {
+      // Only the requests picked to be traced go to the main thread for it (docs/tracing.md, "Frontend threads").
+      const picked = this.remote.pickTrace(rate);
+      this.tracePick = picked ? '1' : '0';
+      if (picked) return false;
+    } else if (this.remote.tracing) return false;
     const r = this.restriction;
     if (r !== undefined && headerValue(req, r.headerKey) !== r.value) return false;
     const model = found.params['model']!;
@@ -103,7 +113,7 @@ export class HttpThread {
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, max);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       // Client shared memory is registered with the main thread, which reads and writes it.
-      this.forwarder.forward(req, res, received);
+      this.forwarder.forward(req, res, received, this.remote.traceRate !== 0 ? '0' : undefined);
       return;
     }
     const pattern = this.forwardPattern;

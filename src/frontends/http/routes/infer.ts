@@ -6,6 +6,7 @@ import { RequestSharedMemory } from '../../../core/shared-memory.js';
 import type { CacheHitTicket } from '../../../types/api.js';
 import { Cancellation } from '../../../types/cancellation.js';
 import type { Trace, Tracer } from '../../../trace/index.js';
+import { TRACE_PICK_HEADER } from '../../threads/index.js';
 import { headerValue, inflateBody, readBody, requestEncoding } from '../body.js';
 import { MAX_REPLY_BYTES, type RequestKey } from '../cache-replay.js';
 import { compressBody, negotiateResponseEncoding } from '../compression.js';
@@ -350,11 +351,29 @@ function inferRequest(
   };
 }
 
+/** Where a request forwarded by a frontend thread keeps the thread's pick (TRACE_PICK_HEADER). */
+const TRACE_PICK = Symbol('tracePick');
+type Picked = IncomingMessage & { [TRACE_PICK]?: boolean };
+
+/** A request forwarded by a frontend thread: the thread's pick, when it counted it, moves from its header. */
+export function takeTracePick(req: IncomingMessage): void {
+  const pick = req.headers[TRACE_PICK_HEADER];
+  if (pick === undefined) return;
+  delete req.headers[TRACE_PICK_HEADER];
+  (req as Picked)[TRACE_PICK] = pick === '1';
+}
+
 /**
  * A trace for this request when the tracer samples it (W3C context from its
- * headers). tracedInfer ends it.
+ * headers; a frontend thread's pick). tracedInfer ends it.
  */
 function sampleRequest(tracer: Tracer, model: string, req: IncomingMessage): Trace | undefined {
+  const picked = (req as Picked)[TRACE_PICK];
+  if (picked !== undefined) {
+    const trace = tracer.sample(model, undefined, undefined, picked);
+    trace?.stamp('HTTP_RECV_START');
+    return trace;
+  }
   // Triton mode never reads a context: no header lookups on every request.
   const parent = tracer.readsContext ? req.headers.traceparent : undefined;
   const state = parent === undefined ? undefined : req.headers.tracestate;

@@ -1,0 +1,87 @@
+/**
+ * Tracing with HTTP frontend threads: at rate=N the threads pick every N-th infer request, only those go to the main
+ * thread to be traced, and the others stay on the threads; a setting the threads cannot count for (a model's own)
+ * sends every request to the main thread, which decides.
+ */
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { HttpFrontend } from '../../src/frontends/http/index.js';
+import { silentLogger } from '../../src/logger.js';
+import { LEVEL_TIMESTAMPS, Tracer } from '../../src/trace/index.js';
+import type { InferRequest, InferResponse } from '../../src/types/api.js';
+import { EchoServer } from '../frontends/http/echo-server.js';
+import { call, json } from '../frontends/http/helpers.js';
+
+/** Tells the requests the main thread's frontend made (they carry a `trace` key, traced or not) from the threads'. */
+class CountingServer extends EchoServer {
+  viaMain = 0;
+  traced = 0;
+  override infer(request: InferRequest): Promise<InferResponse> {
+    if ('trace' in request) this.viaMain += 1;
+    if (request.trace !== undefined) this.traced += 1;
+    return super.infer(request);
+  }
+}
+
+const INPUTS = JSON.stringify({ inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1], data: [7] }] });
+
+async function infer(port: number, headers: Record<string, string> = {}): Promise<void> {
+  const r = await call(port, 'POST', '/v2/models/echo/infer', { body: INPUTS, headers });
+  assert.equal(r.status, 200);
+  assert.deepEqual((json(r) as { outputs: Array<{ data: number[] }> }).outputs[0]!.data, [7]);
+}
+
+let dir: string;
+let core: CountingServer;
+let tracer: Tracer;
+let fe: HttpFrontend;
+let port: number;
+before(async () => {
+  dir = mkdtempSync(path.join(tmpdir(), 'nereid-trace-threads-'));
+  core = new CountingServer();
+  tracer = new Tracer({ mode: 'triton', file: path.join(dir, 'trace.json'), level: LEVEL_TIMESTAMPS, rate: 4 });
+  const options = { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger, threads: 2, tracer };
+  fe = new HttpFrontend(core, options);
+  ({ port } = await fe.start());
+});
+after(async () => {
+  await fe.stop();
+  await tracer.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+test('rate=4 on two threads: every 4th request goes to the main thread and is traced, the rest stay', async () => {
+  assert.equal(fe.threads?.size, 2);
+  // A client's own pick header is not taken for the thread's.
+  for (let i = 0; i < 20; i++) await infer(port, { 'X-Nereid-Trace-Pick': '1' });
+  assert.equal(core.traced, 5, 'one request in four traced');
+  assert.equal(core.viaMain, 5, 'only the traced requests went to the main thread');
+  // A new global rate reaches the threads before the answer to the change.
+  const set = await call(port, 'POST', '/v2/trace/setting', { body: JSON.stringify({ trace_rate: '2' }) });
+  assert.equal(set.status, 200);
+  for (let i = 0; i < 8; i++) await infer(port);
+  assert.equal(core.traced, 9, 'then one in two');
+  assert.equal(core.viaMain, 9);
+  const back = await call(port, 'POST', '/v2/trace/setting', { body: JSON.stringify({ trace_rate: '4' }) });
+  assert.equal(back.status, 200);
+});
+
+test("a model's own setting: the main thread decides for every request, cleared or not", async () => {
+  const set = await call(port, 'POST', '/v2/models/echo/trace/setting', { body: JSON.stringify({ trace_rate: '2' }) });
+  assert.equal(set.status, 200);
+  const [main0, traced0] = [core.viaMain, core.traced];
+  for (let i = 0; i < 8; i++) await infer(port);
+  assert.equal(core.viaMain - main0, 8, 'every request to the main thread');
+  assert.equal(core.traced - traced0, 4, "the model's rate, counted there");
+  // Cleared, the model keeps a setting (and a count) of its own, as in Triton: still the main thread's to decide.
+  const body = JSON.stringify({ trace_rate: null });
+  const clear = await call(port, 'POST', '/v2/models/echo/trace/setting', { body });
+  assert.equal(clear.status, 200);
+  const [main1, traced1] = [core.viaMain, core.traced];
+  for (let i = 0; i < 8; i++) await infer(port);
+  assert.equal(core.traced - traced1, 2, 'the global rate again, counted on the main thread');
+  assert.equal(core.viaMain - main1, 8);
+});
