@@ -27,7 +27,8 @@
  * build and of this one instead (off A and B, then the two, metrics on). Each
  * row also splits the server's CPU per request: the trace threads
  * (`WorkerThread`) and V8's helper threads (`V8Worker`: parallel and concurrent
- * garbage collection, compilation).
+ * garbage collection, compilation). TRACE_BENCH_THREADS=N starts every server with --frontend-threads=N (the
+ * default from 4 cores up is 2 or more; see docs/tracing.md, "Frontend threads").
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -43,6 +44,8 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 5);
 const CONNECTIONS = 32;
+const THREADS = process.env.TRACE_BENCH_THREADS;
+const threadFlags = THREADS === undefined || THREADS === '' ? [] : [`--frontend-threads=${THREADS}`];
 
 const median = (xs: readonly number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -187,7 +190,7 @@ try {
   for (let block = 0; block < BLOCKS; block++) {
     const servers = await Promise.all(
       variants.map((v) =>
-        startNereid(model.repository, [`--allow-metrics=${withMetrics}`, ...v.flags(block)], {
+        startNereid(model.repository, [`--allow-metrics=${withMetrics}`, ...threadFlags, ...v.flags(block)], {
           env: v.nice === undefined ? {} : { NEREID_TRACE_THREAD_NICE: v.nice },
           dist: v.dist,
         }),
@@ -245,7 +248,7 @@ const f = (x: number, d: number): string => x.toFixed(d);
 process.stdout.write(
   `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}; ${BLOCKS} blocks ` +
     `(fresh servers) × ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
-    `(${((Date.now() - started) / 1000).toFixed(0)} s)\n`,
+    `(${((Date.now() - started) / 1000).toFixed(0)} s)${threadFlags.length > 0 ? `; ${threadFlags[0]}` : ''}\n`,
 );
 const header = ['req/s', '× off A', 'CPU× off A', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
 const widths = [9, 9, 12, 8, 8, 8, 12, 7, 7, 7];
