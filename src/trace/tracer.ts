@@ -93,7 +93,7 @@ export class Tracer {
 
   /**
    * N > 0 while tracing is every N-th request and nothing else (Triton mode, one global setting, no request log):
-   * the HTTP frontend threads then count the requests and send only the picked ones to the main thread, so
+   * the frontend threads then count the requests and send only the picked ones to the main thread, so
    * untraced requests keep being served on the threads (docs/tracing.md, "Frontend threads"). 0 otherwise.
    */
   get threadRate(): number {

@@ -1,19 +1,25 @@
 /**
  * Tracing with HTTP frontend threads: at rate=N the threads pick every N-th infer request, only those go to the main
  * thread to be traced, and the others stay on the threads; a setting the threads cannot count for (a model's own)
- * sends every request to the main thread, which decides.
+ * sends every request to the main thread, which decides. gRPC ModelInfer likewise.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { credentials, makeGenericClientConstructor, Metadata } from '@grpc/grpc-js';
+import { create } from '@bufbuild/protobuf';
 import { HttpFrontend } from '../../src/frontends/http/index.js';
+import { GrpcFrontend, inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { ModelInferRequestSchema, type ModelInferResponse } from '../../src/gen/grpc_service_pb.js';
+import type { ServerApi } from '../../src/core/server-api.js';
 import { silentLogger } from '../../src/logger.js';
 import { LEVEL_TIMESTAMPS, Tracer } from '../../src/trace/index.js';
 import type { InferRequest, InferResponse } from '../../src/types/api.js';
 import { EchoServer } from '../frontends/http/echo-server.js';
 import { call, json } from '../frontends/http/helpers.js';
+import { unary } from '../frontends/grpc/helpers.js';
 
 /** Tells the requests the main thread's frontend made (they carry a `trace` key, traced or not) from the threads'. */
 class CountingServer extends EchoServer {
@@ -84,4 +90,37 @@ test("a model's own setting: the main thread decides for every request, cleared 
   for (let i = 0; i < 8; i++) await infer(port);
   assert.equal(core.traced - traced1, 2, 'the global rate again, counted on the main thread');
   assert.equal(core.viaMain - main1, 8);
+});
+
+test('gRPC ModelInfer at rate=4 on two threads: only the picked calls go to the main thread', async () => {
+  const grpcCore = new CountingServer();
+  // The main thread's gRPC frontend asks for admission before every ModelInfer it serves itself.
+  let onMain = 0;
+  (grpcCore as ServerApi).admissionError = () => void onMain++;
+  const file = path.join(dir, 'grpc.json');
+  const grpcTracer = new Tracer({ mode: 'triton', file, level: LEVEL_TIMESTAMPS, rate: 4 });
+  const grpcFe = new GrpcFrontend(grpcCore, { port: 0, address: '127.0.0.1', threads: 2, tracer: grpcTracer });
+  const { port: grpcPort } = await grpcFe.start();
+  const Client = makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
+  const client = new Client(`127.0.0.1:${grpcPort}`, credentials.createInsecure());
+  try {
+    const request = create(ModelInferRequestSchema, {
+      modelName: 'echo',
+      inputs: [{ name: 'INPUT0', datatype: 'INT32', shape: [1n] }],
+      rawInputContents: [new Uint8Array(new Int32Array([7]).buffer)],
+    });
+    // A client's own pick is not taken for the thread's.
+    const metadata = new Metadata();
+    metadata.set('x-nereid-trace-pick', '1');
+    for (let i = 0; i < 20; i++) {
+      const res = await unary<ModelInferResponse>(client, 'ModelInfer', request, metadata);
+      assert.deepEqual([...new Int32Array(new Uint8Array(res.rawOutputContents[0]!).buffer)], [7]);
+    }
+    assert.equal(grpcCore.traced, 5, 'one call in four traced');
+    assert.equal(onMain, 5, 'only the traced calls went to the main thread');
+  } finally {
+    client.close();
+    await grpcFe.stop();
+    await grpcTracer.close();
+  }
 });

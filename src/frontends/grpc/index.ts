@@ -122,7 +122,7 @@ export class GrpcFrontend {
         logSettings: o.logSettings,
         access: o.access,
       }),
-      ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer, keyCheck),
+      ModelInfer: modelInferHandler(this.server, headerPattern, o.tracer, keyCheck, threads > 1),
       ModelStreamInfer: modelStreamInferHandler(this.server, this.logger, headerPattern, o.tracer),
     } as unknown as UntypedServiceImplementation;
     grpcServer.addService(inferenceServiceDefinition, implementation);

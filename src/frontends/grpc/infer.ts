@@ -11,6 +11,7 @@ import {
   status as grpcStatus,
 } from '@grpc/grpc-js';
 import type { Trace, Tracer } from '../../trace/index.js';
+import { TRACE_PICK_HEADER } from '../threads/index.js';
 import { ModelStreamInferResponseSchema, type ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { MODEL_REPORTED_CODES, asNereidError, Errors, type NereidError } from '../../errors.js';
 import type { ServerApi } from '../../core/server-api.js';
@@ -50,8 +51,17 @@ export function sampleCall(
   metadata: Metadata,
   rpc: string,
   msg?: ModelInferRequest,
+  /** Calls come from frontend threads, which may have picked them (TRACE_PICK_HEADER). */
+  threads = false,
 ): Trace | undefined {
   if (tracer === undefined || !tracer.enabled) return undefined;
+  if (threads) {
+    const pick = metadata.get(TRACE_PICK_HEADER)[0];
+    if (pick !== undefined) {
+      metadata.remove(TRACE_PICK_HEADER);
+      return tracer.sample(model, undefined, undefined, pick === '1');
+    }
+  }
   // Triton mode never reads a context: no metadata lookups (each validates its key) on every call.
   const parent = tracer.readsContext ? metadata.get('traceparent')[0] : undefined;
   const state = parent === undefined ? undefined : metadata.get('tracestate')[0];
@@ -130,6 +140,8 @@ export function modelInferHandler(
   tracer?: Tracer,
   /** `--auth-keys` (auth.ts, inferKeyCheck): checked first, as the interceptor checks the other RPCs. */
   keyCheck?: (call: ServerUnaryCall<unknown, unknown>, model: string | undefined) => AuthFailure | undefined,
+  /** Calls come from frontend threads (sampleCall). */
+  threads = false,
 ) {
   return (
     call: ServerUnaryCall<ModelInferRequest | MalformedMessage, Uint8Array>,
@@ -159,7 +171,7 @@ export function modelInferHandler(
     }
     const abort = new Cancellation();
     // The message is read when the handler runs: WAITREAD ends once its tensors are taken from it.
-    const trace = sampleCall(tracer, msg.modelName, call.metadata, 'ModelInfer', msg);
+    const trace = sampleCall(tracer, msg.modelName, call.metadata, 'ModelInfer', msg, threads);
     trace?.stamp('GRPC_WAITREAD_START');
     let decoded;
     try {

@@ -74,7 +74,7 @@ export type MainMessage = { readonly t: 'drain' } | { readonly t: 'stop'; readon
 /** The header (HTTP) and metadata key (gRPC) that carry the client's address on a forwarded request. */
 export const PEER_HEADER = 'x-nereid-frontend-peer';
 /**
- * On an HTTP infer request a frontend thread forwards while it picks the requests to trace (SharedSlot.TraceRate):
- * '1' to trace it, '0' not to. Taken out of clients' requests by the threads.
+ * On an HTTP infer request or gRPC ModelInfer call a frontend thread forwards while it picks the requests to trace
+ * (SharedSlot.TraceRate): '1' to trace it, '0' not to. Taken out of clients' requests by the threads.
  */
 export const TRACE_PICK_HEADER = 'x-nereid-trace-pick';

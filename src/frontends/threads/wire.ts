@@ -142,17 +142,17 @@ export const enum SharedSlot {
   ConfigGeneration = 0,
   /**
    * 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them
-   * (HTTP ones only those the threads pick while TraceRate is set).
+   * (of HTTP infer and gRPC ModelInfer only those the threads pick while TraceRate is set).
    */
   Tracing = 1,
   /** Bumped by the main thread after it posts a keys update (AuthEnds): a thread reads it before its next check. */
   AuthGeneration = 2,
   /**
-   * N > 0 while every N-th HTTP infer request is traced and nothing else is (Tracer.threadRate): the HTTP threads
-   * then pick those themselves and serve the others (docs/tracing.md, "Frontend threads").
+   * N > 0 while every N-th request is traced and nothing else is (Tracer.threadRate): the threads then pick those
+   * of HTTP infer and gRPC ModelInfer themselves and serve the others (docs/tracing.md, "Frontend threads").
    */
   TraceRate = 3,
-  /** The HTTP infer requests the threads have counted for TraceRate, all threads together. */
+  /** The infer requests the threads have counted for TraceRate, all threads of the pool together. */
   TraceSeen = 4,
   Count = 5,
 }

@@ -20,7 +20,7 @@ import {
   type requestCallback,
   type sendUnaryData,
 } from '@grpc/grpc-js';
-import { PEER_HEADER } from '../threads/protocol.js';
+import { PEER_HEADER, TRACE_PICK_HEADER } from '../threads/protocol.js';
 
 const same = (b: Buffer): Buffer => b;
 
@@ -41,16 +41,28 @@ export function passthroughDefinition(def: ServiceDefinition): ServiceDefinition
 
 /** Metadata keys that describe the hop, not the call; grpc-js sets its own. */
 function forwardable(key: string): boolean {
-  return !key.startsWith('grpc-') && key !== 'user-agent' && key !== 'content-type' && key !== 'te' && key !== 'date';
+  return (
+    !key.startsWith('grpc-') &&
+    key !== 'user-agent' &&
+    key !== 'content-type' &&
+    key !== 'te' &&
+    key !== 'date' &&
+    key !== TRACE_PICK_HEADER
+  );
 }
 
-function copyMetadata(from: Metadata, peer?: string): Metadata {
+/** Where a thread's ModelInfer handler leaves its pick for the forwarded call (TRACE_PICK_HEADER's value). */
+export const TRACE_PICK = Symbol('tracePick');
+export type PickedCall = object & { [TRACE_PICK]?: '0' | '1' };
+
+function copyMetadata(from: Metadata, peer?: string, tracePick?: '0' | '1'): Metadata {
   const out = new Metadata();
   for (const [key, values] of Object.entries(from.toJSON())) {
     if (!forwardable(key)) continue;
     for (const v of values) out.add(key, v);
   }
   if (peer !== undefined) out.set(PEER_HEADER, peer);
+  if (tracePick !== undefined) out.set(TRACE_PICK_HEADER, tracePick);
   return out;
 }
 
@@ -106,7 +118,7 @@ export class GrpcForwarder {
           same,
           same,
           call.request,
-          copyMetadata(call.metadata, call.getPeer()),
+          copyMetadata(call.metadata, call.getPeer(), (call as PickedCall)[TRACE_PICK]),
           this.options(call),
           done,
         ),

@@ -4,6 +4,7 @@
  * to the main thread. A call this path does not cover goes to the main thread whole, as its bytes.
  */
 import type { sendUnaryData, ServerUnaryCall } from '@grpc/grpc-js';
+import { type PickedCall, TRACE_PICK } from './grpc-forward.js';
 import { Cancellation } from '../../types/cancellation.js';
 import type { ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../grpc/index.js';
@@ -47,7 +48,14 @@ export class GrpcInferThread {
   }
 
   readonly handle = (call: Call, callback: Callback): void => {
-    if (this.options.forwardAll || this.remote.tracing || !this.serve(call, callback)) this.forward(call, callback);
+    if (this.options.forwardAll) return this.forward(call, callback);
+    const rate = this.remote.traceRate;
+    if (rate !== 0) {
+      // Only the calls picked to be traced go to the main thread for it (docs/tracing.md, "Frontend threads").
+      const picked = this.remote.pickTrace(rate);
+      (call as PickedCall)[TRACE_PICK] = picked ? '1' : '0';
+      if (picked || !this.serve(call, callback)) this.forward(call, callback);
+    } else if (this.remote.tracing || !this.serve(call, callback)) this.forward(call, callback);
   };
 
   /** Serves the call here; false when the main thread must (malformed, unknown model, decoupled, cached, shm). */

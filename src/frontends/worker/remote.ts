@@ -65,12 +65,12 @@ export class RemoteServer {
     return Atomics.load(this.shared, SharedSlot.Tracing) !== 0;
   }
 
-  /** N > 0 while the threads pick every N-th HTTP infer request to trace (SharedSlot.TraceRate), else 0. */
+  /** N > 0 while the threads pick every N-th infer request to trace (SharedSlot.TraceRate), else 0. */
   get traceRate(): number {
     return Atomics.load(this.shared, SharedSlot.TraceRate);
   }
 
-  /** Counts an HTTP infer request for `rate` (all threads share the count): whether it is one to trace. */
+  /** Counts an infer request for `rate` (all threads share the count): whether it is one to trace. */
   pickTrace(rate: number): boolean {
     return ((Atomics.add(this.shared, SharedSlot.TraceSeen, 1) >>> 0) + 1) % rate === 0;
   }
