@@ -140,6 +140,11 @@ export class TraceSettings {
     return this.modelActive.size === 0 && g.values.level !== LEVEL_OFF && g.valid ? g.values.rate : 0;
   }
 
+  /** Whether nothing can be traced any more although a level is on: one global setting, its count reached. */
+  get spent(): boolean {
+    return this.modelActive.size === 0 && this.globalActive.remaining === 0;
+  }
+
   /** The setting in force for `model` ('' or unknown: the global one). */
   active(model: string): ActiveSetting {
     // Most servers set no per-model setting: no lookup of the model's name then.

@@ -91,6 +91,11 @@ export class Tracer {
     return this.settings.enabled || this.requestLog !== undefined;
   }
 
+  /** Whether frontend threads must send infer requests to the main thread (or pick them, threadRate). */
+  get threadsForward(): boolean {
+    return this.requestLog !== undefined || (this.settings.enabled && !this.settings.spent);
+  }
+
   /**
    * N > 0 while tracing is every N-th request and nothing else (Triton mode, one global setting, no request log):
    * the frontend threads then count the requests and send only the picked ones to the main thread, so

@@ -75,6 +75,28 @@ test('rate=4 on two threads: every 4th request goes to the main thread and is tr
   assert.equal(back.status, 200);
 });
 
+test('count=2 on two threads: once two traces were taken, the threads serve every request', async () => {
+  const spentCore = new CountingServer();
+  const spentTracer = new Tracer({
+    mode: 'triton',
+    file: path.join(dir, 'spent.json'),
+    level: LEVEL_TIMESTAMPS,
+    rate: 2,
+    count: 2,
+  });
+  const options = { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger, threads: 2 };
+  const spentFe = new HttpFrontend(spentCore, { ...options, tracer: spentTracer });
+  try {
+    const { port: spentPort } = await spentFe.start();
+    for (let i = 0; i < 10; i++) await infer(spentPort);
+    assert.equal(spentCore.traced, 2);
+    assert.equal(spentCore.viaMain, 2, 'the rest served on the threads');
+  } finally {
+    await spentFe.stop();
+    await spentTracer.close();
+  }
+});
+
 test("a model's own setting: the main thread decides for every request, cleared or not", async () => {
   const set = await call(port, 'POST', '/v2/models/echo/trace/setting', { body: JSON.stringify({ trace_rate: '2' }) });
   assert.equal(set.status, 200);

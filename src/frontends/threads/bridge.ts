@@ -29,6 +29,8 @@ export interface TracingState {
   readonly enabled: boolean;
   /** N > 0: every N-th request is traced and nothing else (the threads pick them); 0: the main thread decides. */
   readonly threadRate?: number;
+  /** Whether requests may be traced at all now (else `enabled`): false once `count` traces were taken. */
+  readonly threadsForward?: boolean;
 }
 
 interface Events {
@@ -99,8 +101,9 @@ export class FrontendBridge {
 
   /** Reads the tracer's state into the shared flag (before a forwarded request is answered, and periodically). */
   refreshTracing(): void {
-    Atomics.store(this.shared, SharedSlot.Tracing, this.tracing?.enabled === true ? 1 : 0);
-    Atomics.store(this.shared, SharedSlot.TraceRate, this.tracing?.threadRate ?? 0);
+    const t = this.tracing;
+    Atomics.store(this.shared, SharedSlot.Tracing, t !== undefined && (t.threadsForward ?? t.enabled) ? 1 : 0);
+    Atomics.store(this.shared, SharedSlot.TraceRate, t?.threadRate ?? 0);
   }
 
   /** Serves one thread: `port` carries its infer requests, `sync` its configuration queries. */
