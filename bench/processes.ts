@@ -7,20 +7,37 @@ import { fileURLToPath } from 'node:url';
 
 export const DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
+/**
+ * Ports this process has handed out: servers started together each listen on
+ * ports of their own, although the kernel may offer a port again once the
+ * probe that found it has closed.
+ */
+const handedOut = new Set<number>();
+
+export async function freePort(): Promise<number> {
+  for (;;) {
+    const port = await new Promise<number>((resolve, reject) => {
+      const s = net.createServer();
+      s.listen(0, '127.0.0.1', () => {
+        const { port } = s.address() as net.AddressInfo;
+        s.close(() => resolve(port));
+      });
+      s.on('error', reject);
     });
-    s.on('error', reject);
-  });
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
 }
 
-export async function waitForHttp(url: string, timeoutMs = 60000): Promise<void> {
+/** Polls `url` for a 200; stops early with an error when `proc` (the server behind it) has exited. */
+export async function waitForHttp(url: string, timeoutMs = 60000, proc?: Proc): Promise<void> {
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
+    if (proc?.hasExited() === true) {
+      throw new Error(`${url}: the server exited (${proc.child.exitCode ?? proc.child.signalCode}) before it was ready`);
+    }
     try {
       const r = await fetch(url);
       if (r.status === 200) return;
@@ -36,6 +53,9 @@ export class Proc {
   private exited: Promise<void>;
   constructor(readonly child: ChildProcess) {
     this.exited = new Promise((resolve) => child.on('exit', () => resolve()));
+  }
+  hasExited(): boolean {
+    return this.child.exitCode !== null || this.child.signalCode !== null;
   }
   async stop(): Promise<void> {
     if (this.child.exitCode !== null) return;
@@ -83,6 +103,20 @@ export async function startNereid(
   extra: string[] = [],
   launch: NodeLaunch = {},
 ): Promise<{ proc: Proc; http: number; grpc: number; metrics: number }> {
+  // Another program may still take a port between the probe and the server's listen: then the server exits at once,
+  // and it is started again on new ports.
+  for (let attempt = 1; ; attempt += 1) {
+    const started = await startNereidOn(repo, extra, launch);
+    if (started !== undefined) return started;
+    if (attempt === 3) throw new Error('nereid exited before it was ready, three times (see its log above)');
+  }
+}
+
+async function startNereidOn(
+  repo: string,
+  extra: string[],
+  launch: NodeLaunch,
+): Promise<{ proc: Proc; http: number; grpc: number; metrics: number } | undefined> {
   const [http, grpc, metrics] = [await freePort(), await freePort(), await freePort()];
   const proc = startNode(path.join(launch.dist ?? DIST, 'src', 'cli', 'main.js'), [
     'serve',
@@ -94,7 +128,12 @@ export async function startNereid(
     '--grpc-address=127.0.0.1',
     ...extra,
   ], launch.env, launch.nodeArgs, launch.onStdout, launch.onStderr);
-  await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`);
+  try {
+    await waitForHttp(`http://127.0.0.1:${http}/v2/health/ready`, 60000, proc);
+  } catch (err) {
+    if (!proc.hasExited()) throw err;
+    return undefined;
+  }
   return { proc, http, grpc, metrics };
 }
 
