@@ -36,7 +36,8 @@ export async function waitForHttp(url: string, timeoutMs = 60000, proc?: Proc): 
   const end = Date.now() + timeoutMs;
   while (Date.now() < end) {
     if (proc?.hasExited() === true) {
-      throw new Error(`${url}: the server exited (${proc.child.exitCode ?? proc.child.signalCode}) before it was ready`);
+      const how = proc.child.exitCode ?? proc.child.signalCode;
+      throw new Error(`${url}: the server exited (${how}) before it was ready`);
     }
     try {
       const r = await fetch(url);
