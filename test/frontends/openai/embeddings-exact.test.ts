@@ -6,10 +6,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { cpSync, readFileSync } from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { EXAMPLES, OpenAiServer, post } from './helpers.js';
+import { call } from '../http/helpers.js';
 
 /** Rows per model call of the copies below: the texts take two calls. */
 const ROWS = 4;
@@ -119,9 +119,12 @@ describe('/v1/embeddings matches a reference from the raw output, bit for bit', 
     const want = await referenceVectors(s.httpPort, 'embedder_inline_on', ids);
     for (const encoding_format of ['float', 'base64']) {
       // A raw socket read: a wrong length would cut the body short or leave the read waiting.
-      const answer = await rawPost(s.httpPort, { model: NON_ASCII, input: TEXTS, encoding_format });
+      const answer = await call(s.httpPort, 'POST', '/v1/embeddings', {
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: NON_ASCII, input: TEXTS, encoding_format }),
+      });
       assert.equal(answer.status, 200, answer.body.toString());
-      assert.equal(answer.contentLength, answer.body.byteLength);
+      assert.equal(Number(answer.headers['content-length']), answer.body.byteLength);
       const json = JSON.parse(answer.body.toString('utf8')) as {
         model: string;
         data: { embedding: number[] | string }[];
@@ -137,30 +140,3 @@ describe('/v1/embeddings matches a reference from the raw output, bit for bit', 
     }
   });
 });
-
-/** POSTs `body` over HTTP/1.1 and reads the answer's status, Content-Length and exactly that many body bytes. */
-function rawPost(
-  port: number,
-  body: unknown,
-): Promise<{ status: number; contentLength: number; body: Buffer }> {
-  return new Promise((resolve, reject) => {
-    const headers = { 'content-type': 'application/json' };
-    const req = http.request(
-      { host: '127.0.0.1', port, path: '/v1/embeddings', method: 'POST', headers },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            contentLength: Number(res.headers['content-length']),
-            body: Buffer.concat(chunks),
-          }),
-        );
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
