@@ -30,17 +30,21 @@ export class PagingPolicy {
   private readonly weights = new Map<string, number>();
   private scale = 1;
   private readonly growth: number;
-  /** Requests recorded so far (the index of the next one). */
-  requests = 0;
+  private recorded = 0;
 
   constructor(readonly halfLifeRequests = DEFAULT_HALF_LIFE_REQUESTS) {
     if (!(halfLifeRequests > 0)) throw new RangeError(`half-life must be above 0 requests, got ${halfLifeRequests}`);
     this.growth = 2 ** (1 / halfLifeRequests);
   }
 
+  /** Requests recorded so far (the index of the next one). */
+  get requests(): number {
+    return this.recorded;
+  }
+
   /** A request to `model`: it counts 1 now, and every earlier request of every model decays by one step. */
   recordUse(model: string): void {
-    this.requests++;
+    this.recorded++;
     this.scale *= this.growth;
     this.weights.set(model, (this.weights.get(model) ?? 0) + this.scale);
     if (this.scale > RESCALE_AT) {

@@ -72,22 +72,14 @@ export class ActiveSetting {
 
   /** Whether this request is traced; `forced` when it carries a W3C context. */
   sample(forced: boolean): boolean {
-    let hit = false;
     const rate = this.values.rate;
-    if (rate !== 0) {
-      if (!this.valid && !forced) return false;
-      hit = ++this.seen % rate === 0;
-      if (hit && this.remaining > 0) {
-        this.remaining -= 1;
-        this.created += 1;
-      } else if (hit && this.remaining === 0) {
-        hit = false;
-      }
-    }
+    if (rate === 0) return forced;
+    if (!this.valid && !forced) return false;
+    const hit = ++this.seen % rate === 0 && this.take();
     return hit || forced;
   }
 
-  /** A request a frontend thread picked as the rate's next one (it did the counting): sample()'s hit. */
+  /** The rate's next request (counted here, or by a frontend thread): traced unless the count is spent. */
   take(): boolean {
     if (!this.valid) return false;
     if (this.remaining > 0) {

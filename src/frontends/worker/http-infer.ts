@@ -113,7 +113,7 @@ export class HttpThread {
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, max);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       // Client shared memory is registered with the main thread, which reads and writes it.
-      this.forwarder.forward(req, res, received, this.remote.traceRate !== 0 ? '0' : undefined);
+      this.forwarder.forward(req, res, received, this.tracePick);
       return;
     }
     const pattern = this.forwardPattern;
