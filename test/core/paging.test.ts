@@ -240,7 +240,7 @@ interface Running {
 }
 
 /**
- * How far `z`'s figure may stand from the calibration's before a scenario's
+ * How far `z`'s figure may stand above the calibration's before a scenario's
  * budget stops meaning what it says: with `c` half to spare, a `z` larger by
  * x leaves x less room and, as the like-sized figure the pager makes room
  * for, asks x more, so two models would go past about 13 MB.
@@ -259,12 +259,13 @@ async function serve(t: { after(fn: () => Promise<void>): void }, args: readonly
     const ports = await proc.ports;
     if (!args.includes('--model-pin=z')) return { proc, ports };
     // The process's one-time costs (about 30 MB here) land on `warm` or on `z`, which of the two differing from one
-    // process to another. A scenario's budget holds what it says only when they land where they did in the
-    // calibration: a server where they did not is started again, and the test says so if five never get that.
+    // process to another. Where they land on `z` and did not in the calibration, `z` asks for room as a model of
+    // `c`'s size would, and a budget made for one unload makes two: such a server is started again, and the test
+    // says so if five are. (On `z` in the calibration only, the sum is the same and nothing asks for more.)
     const z = (await index(ports.http)).get('z')!.memory_bytes!;
-    if (Math.abs(z - cost['z']!) <= PINNED_TOLERANCE) return { proc, ports };
+    if (z - cost['z']! <= PINNED_TOLERANCE) return { proc, ports };
     await proc.stop();
-    assert.ok(attempt < 5, `z measured ${z} bytes in five servers against ${cost['z']} in the calibration's`);
+    assert.ok(attempt < 5, `z measured ${z} bytes in five servers, above the calibration's ${cost['z']}`);
   }
 }
 
