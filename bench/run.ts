@@ -26,6 +26,7 @@
  * trace (request tracing off twice (an A/A control), rate=1000 and rate=1 to a file, rate=1 over OTLP; blocks of
  * fresh servers),
  * tracepath (tracing's own CPU per request on the event loop and the OTLP export thread, without HTTP),
+ * otlpserialize (the OTLP protobuf body of 512 spans: the SDK's serializer against ours, in process),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
  * openai (/v1/embeddings against /v2 infer, time to first token and streamed tokens/s over /v1/chat/completions),
  * float32json (the float32 JSON writer of /v1/embeddings in process, previous vs current code),
@@ -302,6 +303,7 @@ if (want('client')) runScript('client.js');
 if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');
 if (want('tracepath')) runScript('trace-path.js');
+if (want('otlpserialize')) runScript('otlp-serialize.js');
 if (want('paging')) runScript('paging.js');
 if (want('paging-memory')) runScript('paging-memory.js');
 if (want('ab')) runScript('ab.js');
