@@ -160,6 +160,10 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   private readonly remembered = new Map<string, number>();
   /** The backend and the files (times instances) of each remembered version, to compare models of a kind and size. */
   private readonly shapes = new Map<string, { backend: string; files: number }>();
+  /** Backends with a measured load in this process: their first load also took their one-time costs. */
+  private readonly backendsMeasured = new Set<string>();
+  /** The versions (`model/version`) of each backend's first measured load, whose figures hold those costs. */
+  private readonly firstLoads = new Set<string>();
   /** Loads are measured one at a time, so two loads' growth is not mixed up. */
   private readonly measuring = new Limiter(1);
   private readonly procDir: string;
@@ -489,16 +493,20 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   /**
    * The largest figure, scaled to `files`, of a model of the same backend with files within a quarter of these. A
    * load's figure is what the process grew by; where it reused memory an unload had just freed, it is less than the
-   * load takes where none is left, and a model of its size measured elsewhere says more.
+   * load takes where none is left, and a model of its size measured elsewhere says more. The first load of a backend
+   * also took the backend's one-time costs: its figure stands for another model only while no other is known.
    */
   private likeSized(prepared: PreparedModel, files: number): number {
     let most = 0;
+    let first = 0;
     if (files <= 0 || prepared.backend === undefined) return most;
     for (const [key, shape] of this.shapes) {
       if (shape.backend !== prepared.backend.name || shape.files < files * 0.8 || shape.files > files * 1.25) continue;
-      most = Math.max(most, (this.remembered.get(key) ?? 0) * (files / shape.files));
+      const scaled = (this.remembered.get(key) ?? 0) * (files / shape.files);
+      if (this.firstLoads.has(key)) first = Math.max(first, scaled);
+      else most = Math.max(most, scaled);
     }
-    return Math.round(most);
+    return Math.round(most > 0 ? most : first);
   }
 
   /** The peak above the end of a load, guessed from its last load, else from its files as the last load measured. */
@@ -584,6 +592,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   ): Promise<LoadedModel> {
     // An ensemble holds nothing of its own: its steps are loaded (and measured) as models of their own.
     if (prepared.backend === undefined) return load();
+    const backend = prepared.backend.name;
     const deadline = Date.now() + this.loadWaitMs;
     return this.measuring.run(async () => {
       const files = await this.fileBytes(prepared);
@@ -595,8 +604,9 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (guess <= this.budgetBytes && !(await this.makeRoom(guess, protect, deadline, extra))) {
         throw Errors.memoryBudget(this.noRoom(entry.name, guess));
       }
+      const likeSized = this.likeSized(prepared, files);
       if (guess <= this.budgetBytes) {
-        await this.untilResidentFits(Math.max(guess, this.likeSized(prepared, files)) + transient, protect, deadline);
+        await this.untilResidentFits(Math.max(guess, likeSized) + transient, protect, deadline);
       }
       const peakKnown = resetPeakRss();
       const before = process.memoryUsage();
@@ -618,6 +628,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
       if (ready.length === 0) return loaded;
       const costs = new Map<ModelVersion, number>();
       let total = 0;
+      const firstOfBackend = !this.backendsMeasured.has(backend);
+      this.backendsMeasured.add(backend);
       for (const v of ready) {
         let own = grown / ready.length;
         for (const i of v.instances) {
@@ -627,7 +639,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
         const key = `${v.modelName}/${v.version}`;
         const bytes = Math.round(Math.max(own, this.remembered.get(key) ?? 0));
         this.remembered.set(key, bytes);
-        this.shapes.set(key, { backend: prepared.backend?.name ?? '', files: files / ready.length });
+        this.shapes.set(key, { backend, files: files / ready.length });
+        if (firstOfBackend) this.firstLoads.add(key);
         costs.set(v, bytes);
         total += bytes;
       }
@@ -660,6 +673,7 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
           rssAfter: after.rss,
           rssPeak: peak,
           guess,
+          likeSized,
           transient,
         },
         'model memory measured',

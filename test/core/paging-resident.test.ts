@@ -6,9 +6,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import path from 'node:path';
 import type { ModelEntry } from '../../src/core/model-entry.js';
+import type { LoadedModel, PreparedModel } from '../../src/core/model-loader.js';
+import type { ModelVersion } from '../../src/core/model-version.js';
 import { ModelPager } from '../../src/core/model-pager.js';
 import { recordingLogger } from '../helpers/recording-logger.js';
+import { TempRepository } from '../helpers/repository.js';
 
 const MiB = 2 ** 20;
 
@@ -91,4 +95,65 @@ test('past the load wait the check lets the load start without unloading', async
   const { check, evicted } = setup(64 * MiB);
   await check.untilResidentFits(128 * MiB, new Set(), Date.now() - 1);
   assert.deepEqual(evicted, []);
+});
+
+/** A model of `backend` with one version whose files are `files` bytes, as the pager reads a prepared model. */
+function prepared(repo: TempRepository, name: string, backend: string, files: number): PreparedModel {
+  repo.file(name, '1/model.bin', new Uint8Array(files));
+  return {
+    name,
+    modelDir: path.join(repo.dir, name),
+    config: { instanceGroup: [{ count: 1 }] },
+    backend: { name: backend },
+    selected: [1],
+  } as unknown as PreparedModel;
+}
+
+/** A load that keeps `bytes` of written memory for as long as the test runs: the process grows by about as much. */
+function loadHolding(name: string, bytes: number, kept: Buffer[]): () => Promise<LoadedModel> {
+  return () => {
+    kept.push(Buffer.alloc(bytes, 1));
+    const version = {
+      modelName: name,
+      version: 1,
+      state: 'READY',
+      instances: [],
+      touch: () => undefined,
+      close: () => Promise.resolve(),
+      setState: () => undefined,
+    } as unknown as ModelVersion;
+    return Promise.resolve({ versions: new Map([[1, version]]) } as unknown as LoadedModel);
+  };
+}
+
+test("a backend's first load, which took its one-time costs, stands for a like-sized model only alone", async (t) => {
+  const repo = new TempRepository();
+  t.after(() => repo.cleanup());
+  const { logger, records } = recordingLogger();
+  const host = { entries: () => [], evict: () => Promise.resolve(), logger };
+  const pager = new ModelPager({ budgetBytes: 4 * 2 ** 30 }, host);
+  pager.frontendsStarted(0);
+  const kept: Buffer[] = [];
+  const load = async (name: string, backend: string, bytes: number) => {
+    const model = prepared(repo, name, backend, MiB);
+    await pager.load({ name } as ModelEntry, model, new Set(), loadHolding(name, bytes, kept));
+    const measured = records.filter((r) => r.msg === 'model memory measured' && r.model === name);
+    assert.equal(measured.length, 1);
+    return measured[0]! as { bytes: number; likeSized: number };
+  };
+  // The first model of a backend holds its own 24 MiB and the backend's one-time costs (64 MiB here).
+  const first = await load('first', 'onnxruntime', 88 * MiB);
+  assert.equal(first.likeSized, 0);
+  // Of its size only the first is known: it is what a model of that size may take.
+  const second = await load('second', 'onnxruntime', 24 * MiB);
+  assert.equal(second.likeSized, first.bytes);
+  assert.ok(first.bytes > second.bytes + 32 * MiB, JSON.stringify({ first, second }));
+  // Once another is known, the first's one-time costs are not asked for again by a model that does not carry them.
+  const third = await load('third', 'onnxruntime', 24 * MiB);
+  assert.equal(third.likeSized, second.bytes);
+  // Another backend's first load is its own: its one-time costs, and another kind of model.
+  const js = await load('js', 'javascript', 8 * MiB);
+  assert.equal(js.likeSized, 0);
+  const fourth = await load('fourth', 'onnxruntime', 24 * MiB);
+  assert.equal(fourth.likeSized, Math.max(second.bytes, third.bytes));
 });
