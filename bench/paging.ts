@@ -205,6 +205,33 @@ class Trace {
     }
   };
   /**
+   * The unloads of the first WARM_UP_REQUESTS requests (a cold start, before the stream's churn has left memory
+   * kept): how many unpinned models were loaded at each (the loading one aside) and the places the budget held
+   * (its figures; by path, the resident check's counting what the process held beyond them).
+   */
+  private cold(): string[] {
+    const early = this.evictions.filter((e) => Number(e.request) <= WARM_UP_REQUESTS);
+    const count = (values: number[]) => {
+      const counts = new Map<number, number>();
+      for (const v of values) counts.set(v, (counts.get(v) ?? 0) + 1);
+      return [...counts].sort((a, b) => a[0] - b[0]).map(([k, n]) => `${k}: ${n}`).join(', ');
+    };
+    const out = [`trace: ${early.length} unloads in the first ${WARM_UP_REQUESTS} requests`];
+    for (const path of [...new Set(early.map((e) => String(e.path)))].sort()) {
+      const of = early.filter((e) => e.path === path);
+      const loaded = of.map((e) => String(e.loaded).split(' ').filter(Boolean).length);
+      const places = of.map((e) => Number(e.places)).sort((a, b) => a - b);
+      const extra = of.map((e) => Number(e.extra)).sort((a, b) => a - b);
+      out.push(
+        `  ${path}: ${of.length}; models loaded at each {${count(loaded)}}; places ` +
+          `${places[0]} / ${percentile(places, 50)} / ${places.at(-1)} (min / median / max); ` +
+          `extra ${MB(percentile(extra, 50))} MiB median`,
+      );
+    }
+    return out;
+  }
+
+  /**
    * The highest samples (within 8 MiB of `limit` or above it), each with the events and RSS in the 1.5 s before it
    * (at most `peaks` of them, 2 s apart).
    */
@@ -228,6 +255,7 @@ class Trace {
     const hot = this.evictions.filter((e) => names.slice(0, HOTTEST).includes(String(e.model)));
     out.push(`trace: unloads by path, all ${this.evictions.length}: ${byPath(this.evictions)}`);
     out.push(`trace: unloads by path, the ${HOTTEST} hottest ${hot.length}: ${byPath(hot)}`);
+    out.push(...this.cold());
     for (const e of hot) {
       out.push(
         `  hot unload ${String(e.model)} at request ${String(e.request)}: ${String(e.stage)}/${String(e.path)} ` +
