@@ -9,6 +9,8 @@
  */
 import type { AttributeValue, Attributes, HrTime } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { FinishedSpan, type WallClock } from './otel-spans.js';
+import { STAMP_NAMES } from './stamp-codes.js';
 
 /** The partial success a collector may answer with, as the SDK's exporter reads it. */
 export interface TraceExportResponse {
@@ -205,6 +207,38 @@ class Writer {
     this.pos = p + 8;
   }
 
+  /** A record's time (ns since the clock's base) as fixed64 nanoseconds since the epoch. */
+  wall(clock: WallClock, rel: number): void {
+    if (!(rel >= 0)) {
+      this.time(clock.hrTime(rel));
+      return;
+    }
+    const low = clock.lowOf(rel);
+    const high = clock.highOf(rel);
+    this.room(8);
+    const buf = this.buf;
+    const p = this.pos;
+    buf[p] = low;
+    buf[p + 1] = low >>> 8;
+    buf[p + 2] = low >>> 16;
+    buf[p + 3] = low >>> 24;
+    buf[p + 4] = high;
+    buf[p + 5] = high >>> 8;
+    buf[p + 6] = high >>> 16;
+    buf[p + 7] = high >>> 24;
+    this.pos = p + 8;
+  }
+
+  /** Bytes written before (a few dozen at most). */
+  raw(bytes: Uint8Array): void {
+    const n = bytes.length;
+    this.room(n);
+    const buf = this.buf;
+    const p = this.pos;
+    for (let i = 0; i < n; i++) buf[p + i] = bytes[i]!;
+    this.pos = p + n;
+  }
+
   /** A string's length and UTF-8 bytes (lone surrogates as U+FFFD, as TextEncoder writes them). */
   string(s: string): void {
     const n = s.length;
@@ -382,7 +416,98 @@ const traceIds = idCache();
 let ownIds = idCache();
 let parentIds = idCache();
 
+/** A field's bytes: its tag, then a string's length and UTF-8 bytes. */
+function stringField(tag: number, text: string, after: readonly number[] = []): Uint8Array {
+  const bytes = Buffer.from(text, 'utf8');
+  if (bytes.length >= 0x80) throw new Error(`${text}: too long for a field written ahead`);
+  return Uint8Array.from([tag, bytes.length, ...bytes, ...after]);
+}
+
+/** Per stamp code, the end of its Span.Event after the time: the name and dropped_attributes_count 0. */
+const EVENT_TAILS = STAMP_NAMES.map((name) => stringField(T_EVENT_NAME, name, [T_EVENT_DROPPED, 0]));
+/** KeyValue.key of the Triton attributes of a model span, in the order the attributes object has them. */
+const KEY_MODEL_NAME = stringField(T_KV_KEY, 'triton.model_name');
+const KEY_MODEL_VERSION = stringField(T_KV_KEY, 'triton.model_version');
+const KEY_TRACE_ID = stringField(T_KV_KEY, 'triton.trace_id');
+const KEY_TRACE_PARENT_ID = stringField(T_KV_KEY, 'triton.trace_parent_id');
+const KEY_REQUEST_ID = stringField(T_KV_KEY, 'triton.request_id');
+/** A FinishedSpan's fields after its events: no dropped events or links, status UNSET, then flags' tag. */
+const FINISHED_TAIL = Uint8Array.from([T_DROPPED_EVENTS, 0, T_DROPPED_LINKS, 0, T_STATUS, 2, T_STATUS_CODE, 0]);
+
+function writeTritonAttribute(w: Writer, key: Uint8Array, value: AttributeValue): void {
+  w.byte(T_ATTRIBUTE);
+  const kv = w.begin(SMALL_LEN);
+  w.raw(key);
+  w.byte(T_KV_VALUE);
+  const v = w.begin(SMALL_LEN);
+  writeAnyValue(w, value);
+  w.end(v, SMALL_LEN);
+  w.end(kv, SMALL_LEN);
+}
+
+/**
+ * A span of ours, from the numbers it keeps: the bytes writeSpan writes for it through the ReadableSpan fields,
+ * without making the objects those fields are (the tests compare both with the SDK's).
+ */
+function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
+  const body = w.begin(SPAN_LEN);
+  const context = span.spanContext();
+  w.byte(T_TRACE_ID);
+  w.id(context.traceId, traceIds);
+  w.byte(T_SPAN_ID);
+  w.id(context.spanId, ownIds);
+  const traceState = context.traceState?.serialize();
+  if (traceState) {
+    w.byte(T_TRACE_STATE);
+    w.string(traceState);
+  }
+  const parent = span.parentSpanContext;
+  if (parent?.spanId) {
+    w.byte(T_PARENT_SPAN_ID);
+    w.id(parent.spanId, parentIds);
+  }
+  w.byte(T_NAME);
+  w.string(span.name);
+  w.byte(T_KIND);
+  w.byte(span.kind + 1);
+  const clock = span.clock;
+  w.byte(T_START);
+  w.wall(clock, span.start);
+  w.byte(T_END);
+  w.wall(clock, span.end);
+  if (span.model) {
+    writeTritonAttribute(w, KEY_MODEL_NAME, span.name);
+    writeTritonAttribute(w, KEY_MODEL_VERSION, span.modelVersion);
+    writeTritonAttribute(w, KEY_TRACE_ID, span.tritonTraceId);
+    writeTritonAttribute(w, KEY_TRACE_PARENT_ID, span.tritonParentId);
+    if (span.requestId !== undefined) writeTritonAttribute(w, KEY_REQUEST_ID, span.requestId);
+  }
+  w.byte(T_DROPPED_ATTRIBUTES);
+  w.byte(0);
+  const stamps = span.stamps;
+  for (let i = 0; i < stamps.length; i += 2) {
+    const tail = EVENT_TAILS[stamps[i]!]!;
+    w.byte(T_EVENT);
+    w.byte(1 + 8 + tail.length);
+    w.byte(T_EVENT_TIME);
+    w.wall(clock, stamps[i + 1]!);
+    w.raw(tail);
+  }
+  w.raw(FINISHED_TAIL);
+  w.byte(T_FLAGS_0);
+  w.byte(T_FLAGS_1);
+  w.fixed32(spanFlags(context.traceFlags, parent?.isRemote));
+  w.end(body, SPAN_LEN);
+  const last = parentIds;
+  parentIds = ownIds;
+  ownIds = last;
+}
+
 function writeSpan(w: Writer, span: ReadableSpan): void {
+  if (span instanceof FinishedSpan) {
+    writeFinishedSpan(w, span);
+    return;
+  }
   const body = w.begin(SPAN_LEN);
   const context = span.spanContext();
   w.byte(T_TRACE_ID);
