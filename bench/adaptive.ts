@@ -13,7 +13,15 @@
  *     p50 and the batches that waited out their delay (at c1 under adaptive,
  *     only a request held up by a pause of the whole process). Every variant
  *     is warmed first.
- * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed.
+ * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed. Like
+ *     (a), each round's point runs in slices of about a second, the variants
+ *     alternated (the order rotating), after a second of load per variant at
+ *     that concurrency: how many requests a batch gathers follows the CPU the
+ *     machine leaves the server and holds for a whole load run (docs/batching.md,
+ *     "Bench method"), so one long point per variant could catch one state alone.
+ *     Each slice's adaptive/fixed is taken against the fixed slice beside it and
+ *     the verdict is their median; beside it the A/A control, a second model
+ *     under fixed (`fixed_aa`, measured the same way), and its quartiles.
  * (c) open-loop Poisson arrivals (bench/open-loop.ts, seeded) at 30, 60 and
  *     90 % of the capacity (the better of the two policies' throughput at
  *     concurrency 32): p50 and p99 of each variant.
@@ -72,12 +80,16 @@ const OVERLOAD = 2;
 /** ADAPTIVE_OVERLOAD_ONLY=1: (d) alone. */
 const OVERLOAD_ONLY = process.env['ADAPTIVE_OVERLOAD_ONLY'] === '1';
 const PARTS = process.env['BENCH_PARTS'] ?? 'abcde';
-/** (a) runs each round's point in alternated slices of about this many seconds. */
+/** (a) and (b) run each round's point in alternated slices of about this many seconds. */
 const C1_SLICE_SECONDS = 1;
+/** Seconds of load per variant at each concurrency of (b) before its rounds, not measured. */
+const B_WARM_SECONDS = 1;
 /** Seconds of c1 load per variant before the closed-loop rounds, not measured. */
 const WARM_SECONDS = Number(process.env['BENCH_WARM_SECONDS'] ?? 2);
 
-type Variant = 'adaptive' | 'fixed' | 'unbatched';
+/** fixed_aa: a second model under fixed, (b)'s A/A control. */
+type Variant = 'adaptive' | 'fixed' | 'fixed_aa' | 'unbatched';
+const B_VARIANTS: readonly Variant[] = ['adaptive', 'fixed', 'fixed_aa'];
 
 function fmt(n: number, digits = 0): string {
   if (!Number.isFinite(n)) return '-';
@@ -93,6 +105,21 @@ function median(xs: readonly number[]): number {
 
 function sum(xs: readonly number[] | undefined): number {
   return (xs ?? []).reduce((a, x) => a + x, 0);
+}
+
+/** The q-quantile, interpolated between the nearest ranks. */
+function quantile(xs: readonly number[], q: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const at = (s.length - 1) * q;
+  const lo = Math.floor(at);
+  return lo + 1 < s.length ? s[lo]! + (s[lo + 1]! - s[lo]!) * (at - lo) : s[lo]!;
+}
+
+/** Rotates the order by one each step. */
+function rotate<T>(xs: readonly T[], step: number): T[] {
+  const k = step % xs.length;
+  return [...xs.slice(k), ...xs.slice(0, k)];
 }
 
 function percentile(sorted: readonly number[], p: number): number {
@@ -127,7 +154,7 @@ function configText(m: BenchModel, v: Variant, bounded: boolean): string {
     lines.push(
       `dynamic_batching { max_queue_delay_microseconds: ${DELAY_US}${queue} }`,
       'instance_group [ { kind: KIND_CPU count: 1 } ]',
-      `parameters { key: "batching_policy" value: { string_value: "${v}" } }`,
+      `parameters { key: "batching_policy" value: { string_value: "${v === 'fixed_aa' ? 'fixed' : v}" } }`,
     );
   }
   return `${lines.join('\n')}\n`;
@@ -141,6 +168,7 @@ async function writeRepository(models: readonly BenchModel[]): Promise<string> {
     const variants: Array<[Variant, boolean]> = [
       ['adaptive', false],
       ['fixed', false],
+      ['fixed_aa', false],
       ['unbatched', false],
       ['adaptive', true],
       ['fixed', true],
@@ -333,22 +361,31 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         }
         for (const c of [8, 32]) {
           if (!PARTS.includes('b')) break;
-          for (const v of order<Variant>(['adaptive', 'fixed'], round)) {
-            const before = await counts(server, modelName(m, v));
-            const r = await runWrk(url(v), body, c, SECONDS);
-            const after = await counts(server, modelName(m, v));
-            note(`c${c} ${v} rps`, r.requestsPerSec);
-            note(`c${c} ${v} p50`, r.p50us);
-            note(`c${c} ${v} p99`, r.p99us);
-            note(`c${c} ${v} batch`, (after.requests - before.requests) / (after.batches - before.batches));
-            note(`c${c} ${v} early`, (100 * (after.early - before.early)) / (after.batches - before.batches));
+          if (round === 0 && B_WARM_SECONDS > 0) {
+            for (const v of B_VARIANTS) await runWrk(url(v), body, c, B_WARM_SECONDS);
           }
-          const ratios = closed.get(`c${c} adaptive rps`)!;
-          const fixed = closed.get(`c${c} fixed rps`)!;
-          note(`c${c} ratio`, ratios[round]! / fixed[round]!);
+          for (let slice = 0; slice < slices; slice++) {
+            const rps = new Map<Variant, number>();
+            // Rotated: each variant follows each other as often, and takes each place.
+            for (const v of rotate(B_VARIANTS, round * slices + slice)) {
+              const before = await counts(server, modelName(m, v));
+              const r = await runWrk(url(v), body, c, SECONDS / slices);
+              const after = await counts(server, modelName(m, v));
+              rps.set(v, r.requestsPerSec);
+              note(`c${c} ${v} rps`, r.requestsPerSec);
+              note(`c${c} ${v} p50`, r.p50us);
+              note(`c${c} ${v} p99`, r.p99us);
+              note(`c${c} ${v} batch`, (after.requests - before.requests) / (after.batches - before.batches));
+              note(`c${c} ${v} early`, (100 * (after.early - before.early)) / (after.batches - before.batches));
+            }
+            note(`c${c} ratio`, rps.get('adaptive')! / rps.get('fixed')!);
+            note(`c${c} aa`, rps.get('fixed_aa')! / rps.get('fixed')!);
+          }
         }
       }
       const med = (key: string) => median(closed.get(key) ?? []);
+      const quartiles = (key: string) =>
+        `${fmt(quantile(closed.get(key) ?? [], 0.25), 3)}-${fmt(quantile(closed.get(key) ?? [], 0.75), 3)}`;
       const range = (key: string) => (closed.get(key) ?? []).map((x) => fmt(x, 2)).join(' ');
       if (PARTS.includes('a')) {
       printTable(
@@ -376,7 +413,10 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
       if (PARTS.includes('b')) {
         printTable(
           `${m.label}: closed loops (wrk, binary), adaptive against fixed; requests per batch (statistics)`,
-          ['conc', 'adaptive/s', 'p50us', 'p99us', 'batch', 'fixed/s', 'p50us', 'p99us', 'batch', 'adaptive/fixed'],
+          [
+            'conc', 'adaptive/s', 'p50us', 'p99us', 'batch', 'fixed/s', 'p50us', 'p99us', 'batch',
+            'adaptive/fixed', 'quartiles', 'A/A fixed_aa/fixed', 'quartiles',
+          ],
           [8, 32].map((c) => [
             String(c),
             fmt(med(`c${c} adaptive rps`)),
@@ -387,17 +427,26 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
             fmt(med(`c${c} fixed p50`)),
             fmt(med(`c${c} fixed p99`)),
             fmt(med(`c${c} fixed batch`), 1),
-            fmt(med(`c${c} adaptive rps`) / med(`c${c} fixed rps`), 3),
+            fmt(med(`c${c} ratio`), 3),
+            quartiles(`c${c} ratio`),
+            fmt(med(`c${c} aa`), 3),
+            quartiles(`c${c} aa`),
           ]),
         );
         for (const c of [8, 32]) {
           process.stdout.write(
-            `c${c} by round: adaptive/fixed ${range(`c${c} ratio`)}; requests per batch, adaptive ` +
-            `${range(`c${c} adaptive batch`)}, fixed ${range(`c${c} fixed batch`)}; ` +
+            `c${c} by slice: adaptive/fixed ${range(`c${c} ratio`)}; A/A ${range(`c${c} aa`)}; requests per ` +
+            `batch, adaptive ${range(`c${c} adaptive batch`)}, fixed ${range(`c${c} fixed batch`)}; ` +
             `% of adaptive's batches sent early ${range(`c${c} adaptive early`)}\n`,
           );
         }
-        process.stdout.write('(b) bar: adaptive/fixed ≥ 0.97 at concurrency 8 and 32\n');
+        for (const c of [8, 32]) {
+          const ratio = med(`c${c} ratio`);
+          process.stdout.write(
+            `(b) c${c}: adaptive/fixed ${fmt(ratio, 3)} (bar ≥ 0.97): ${ratio >= 0.97 ? 'met' : 'NOT met'}; ` +
+            `A/A ${fmt(med(`c${c} aa`), 3)} (${quartiles(`c${c} aa`)})\n`,
+          );
+        }
       }
       if (!PARTS.includes('c') && !PARTS.includes('d')) continue;
 

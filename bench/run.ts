@@ -25,6 +25,8 @@
  * another build),
  * trace (request tracing off twice (an A/A control), rate=1000 and rate=1 to a file, rate=1 over OTLP; blocks of
  * fresh servers),
+ * aa (identical servers of the tiny MLP, rotated rounds: per server req/s, CPU per request by thread, requests per
+ * batch, batches by reason; why two servers of one build differ),
  * tracepath (tracing's own CPU per request on the event loop and the OTLP export thread, without HTTP),
  * otlpserialize (the OTLP protobuf body of 512 spans: the SDK's serializer against ours, in process),
  * malloc (glibc's malloc defaults against the fixed mmap threshold nereid serve sets: large tensors and the tiny MLP),
@@ -302,6 +304,7 @@ if (want('float32json')) runScript('float32-json.js');
 if (want('client')) runScript('client.js');
 if (want('dashboard')) runScript('dashboard.js');
 if (want('trace')) runScript('trace.js');
+if (want('aa')) runScript('aa.js');
 if (want('tracepath')) runScript('trace-path.js');
 if (want('otlpserialize')) runScript('otlp-serialize.js');
 if (want('paging')) runScript('paging.js');

@@ -8,18 +8,25 @@
  * and drops the bodies. wrk at concurrency 32 with binary tensors visits them
  * in turn.
  *
- * Each server adapts to timings of its own first moments and keeps what it
- * chose, so two servers of one build can stand apart for a whole run by as
- * much as the goals' margins. So the run is BENCH_BLOCKS blocks, each with a
- * fresh set of servers, of BENCH_ROUNDS rounds; the order within a round
- * rotates (every variant takes every place); each round's requests/s and
- * CPU per request (all threads, from /proc) are divided by off A's in the
- * same round, and the medians of those ratios over every round are printed
- * with each block's median beside them. Goals: rate=1000 ≥ 0.97×, rate=1 to a
- * file ≥ 0.85×, OTLP rate=1 ≥ 0.8× of off; read them against the A/A row.
+ * Two servers of one build, started alike, serve at different rates from
+ * one load run to the next and, less, from one process to the next (bench/aa.ts
+ * and docs/tracing.md, "Bench method"): the machine's CPU left to the server
+ * sets how many requests each event-loop turn gathers, and that holds for a
+ * run. So every server is warmed first (BENCH_WARM_SECONDS at c32), the run
+ * is BENCH_BLOCKS blocks, each with a fresh set of servers, of BENCH_ROUNDS
+ * rounds of short loads (BENCH_SECONDS each), the order rotating (every
+ * variant takes every place); each round's requests/s and CPU per request
+ * (all threads, from /proc) are divided by the geometric mean of both off
+ * servers' in the same round (one off process's luck counts half), and the
+ * medians of those ratios over every round are printed with each block's
+ * median beside them. Off B against off A, the A/A control, is printed the
+ * same way, and its spread (the quartiles of its rounds' ratios) beside each
+ * verdict. Goals: rate=1000 ≥ 0.97×, rate=1 to a file ≥ 0.85×, OTLP rate=1
+ * ≥ 0.8× of off.
  *
- * Environment: BENCH_SECONDS (per point, default 2), BENCH_ROUNDS (per block,
- * default 3), BENCH_BLOCKS (default 5). TRACE_BENCH_NICE=0,10,19 compares
+ * Environment (whole seconds, as wrk takes them): BENCH_SECONDS (per load,
+ * default 1), BENCH_ROUNDS (per block, default 4), BENCH_BLOCKS (default 6),
+ * BENCH_WARM_SECONDS (per server, default 1). TRACE_BENCH_NICE=0,10,19 compares
  * tracing threads' nice values instead: off A and B, then rate=1 to a file and
  * over OTLP per value, every server with metrics on, and prints the spans each
  * OTLP server dropped (nereid_trace_spans_dropped_total) out of those it made.
@@ -40,17 +47,22 @@ import { buildBenchModels } from './models.js';
 import { cpuSeconds, startNereid } from './processes.js';
 import { runWrk } from './wrk.js';
 
-const SECONDS = Number(process.env.BENCH_SECONDS ?? 2);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 5);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 1);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const BLOCKS = Number(process.env.BENCH_BLOCKS ?? 6);
+const WARM_SECONDS = Number(process.env.BENCH_WARM_SECONDS ?? 1);
 const CONNECTIONS = 32;
 const THREADS = process.env.TRACE_BENCH_THREADS;
 const threadFlags = THREADS === undefined || THREADS === '' ? [] : [`--frontend-threads=${THREADS}`];
 
-const median = (xs: readonly number[]): number => {
+/** The q-quantile, interpolated between the nearest ranks (q = 0.5: the median). */
+const quantile = (xs: readonly number[], q: number): number => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 === 1 ? s[(s.length - 1) >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const at = (s.length - 1) * q;
+  const lo = Math.floor(at);
+  return lo + 1 < s.length ? s[lo]! + (s[lo + 1]! - s[lo]!) * (at - lo) : s[lo]!;
 };
+const median = (xs: readonly number[]): number => quantile(xs, 0.5);
 
 /** Takes OTLP bodies and answers 200 with an empty ExportTraceServiceResponse. */
 async function startReceiver(): Promise<{ url: string; bodies: () => number; stop(): Promise<void> }> {
@@ -181,7 +193,10 @@ function threadGroups(pid: number): { trace: number; v8: number } {
 
 const body = binaryBody(model.inputName, model.outputName, model.inputSize);
 const url = (port: number): string => `http://127.0.0.1:${port}/v2/models/${model.batchedName}/infer`;
-/** points[variant][round], rounds of every block in order; ratios likewise, to off A in the same round. */
+/**
+ * points[variant][round], rounds of every block in order; ratios likewise, to the geometric mean of both off
+ * servers in the same round (off B's own: to off A).
+ */
 const points: Point[][] = variants.map(() => []);
 const rpsRatios: number[][] = variants.map(() => []);
 const cpuRatios: number[][] = variants.map(() => []);
@@ -198,7 +213,7 @@ try {
     );
     try {
       for (const [i, s] of servers.entries()) {
-        drops[i]!.requests += (await runWrk(url(s.http), body, CONNECTIONS, 1)).requests; // warm-up
+        drops[i]!.requests += (await runWrk(url(s.http), body, CONNECTIONS, WARM_SECONDS)).requests; // warm-up
       }
       for (let round = 0; round < ROUNDS; round++) {
         const got: Point[] = [];
@@ -222,10 +237,12 @@ try {
             v8: ((groups1.v8 - groups0.v8) * 1e6) / n,
           };
         }
+        const off = { rps: Math.sqrt(got[0]!.rps * got[1]!.rps), cpu: Math.sqrt(got[0]!.cpu * got[1]!.cpu) };
         for (const [i, p] of got.entries()) {
+          const ref = i === 1 ? got[0]! : off;
           points[i]!.push(p);
-          rpsRatios[i]!.push(p.rps / got[0]!.rps);
-          cpuRatios[i]!.push(p.cpu / got[0]!.cpu);
+          rpsRatios[i]!.push(p.rps / ref.rps);
+          cpuRatios[i]!.push(p.cpu / ref.cpu);
         }
       }
       // After the processor's 5 s schedule, every span made has been exported or dropped.
@@ -250,7 +267,7 @@ process.stdout.write(
     `(fresh servers) × ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
     `(${((Date.now() - started) / 1000).toFixed(0)} s)${threadFlags.length > 0 ? `; ${threadFlags[0]}` : ''}\n`,
 );
-const header = ['req/s', '× off A', 'CPU× off A', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
+const header = ['req/s', '× off', 'CPU× off', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
 const widths = [9, 9, 12, 8, 8, 8, 12, 7, 7, 7];
 process.stdout.write(`${'variant'.padEnd(30)}${header.map((h, i) => h.padStart(widths[i]!)).join('')}\n`);
 for (let i = 0; i < variants.length; i++) {
@@ -269,14 +286,21 @@ for (let i = 0; i < variants.length; i++) {
   ];
   process.stdout.write(`${variants[i]!.label.padEnd(30)}${cells.map((c, k) => c.padStart(widths[k]!)).join('')}\n`);
 }
-process.stdout.write('\nreq/s × off A, per block (median of its rounds), and the goal:\n');
+process.stdout.write(
+  '\nreq/s × off (off B: × off A), the quartiles of its rounds, each block (median of its rounds), the goal:\n',
+);
+const aa = rpsRatios[1]!;
+const aaSpread = `A/A ${f(median(aa), 3)} (${f(quantile(aa, 0.25), 3)}-${f(quantile(aa, 0.75), 3)})`;
 for (let i = 1; i < variants.length; i++) {
-  const blocks = Array.from({ length: BLOCKS }, (_, b) => median(rpsRatios[i]!.slice(b * ROUNDS, (b + 1) * ROUNDS)));
-  const all = median(rpsRatios[i]!);
+  const rs = rpsRatios[i]!;
+  const blocks = Array.from({ length: BLOCKS }, (_, b) => median(rs.slice(b * ROUNDS, (b + 1) * ROUNDS)));
+  const all = median(rs);
   const goal = variants[i]!.goal;
-  const verdict = goal === undefined ? '(the noise floor)' : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}`;
+  const verdict =
+    goal === undefined ? '(the noise floor)' : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}; ${aaSpread}`;
   process.stdout.write(
-    `${variants[i]!.label.padEnd(30)}${f(all, 3)}  blocks ${blocks.map((x) => f(x, 3)).join(' ')}  ${verdict}\n`,
+    `${variants[i]!.label.padEnd(30)}${f(all, 3)} (${f(quantile(rs, 0.25), 3)}-${f(quantile(rs, 0.75), 3)})  ` +
+      `blocks ${blocks.map((x) => f(x, 3)).join(' ')}  ${verdict}\n`,
   );
 }
 for (const [i, v] of variants.entries()) {
