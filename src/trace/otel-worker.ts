@@ -18,7 +18,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import type { ExportInit, FromExportThread, SpanBatch, ToExportThread } from './otel-record.js';
 import { SpanBuilder } from './otel-spans.js';
-import { otlpTraceSerializer } from './otlp-protobuf.js';
+import { traceSerializer } from './otlp-protobuf.js';
 import { lowerThisThread } from './thread-priority.js';
 
 /** Counts the spans that leave the processor's queue, and those whose export failed. */
@@ -84,17 +84,23 @@ const dropped = { queueFull: 0, exportFailed: 0 };
 const otlp = new OTLPExporterBase<ReadableSpan[]>(
   createOtlpHttpExportDelegate(
     convertLegacyHttpOptions({ url: init.url }, 'TRACES', 'v1/traces', { 'Content-Type': 'application/x-protobuf' }),
-    otlpTraceSerializer,
+    traceSerializer((answer) => {
+      // Spans the collector took and then refused are lost as surely as a failed export's: counted the same way.
+      const rejected = answer.partialSuccess?.rejectedSpans ?? 0;
+      const why = answer.partialSuccess?.errorMessage ?? '';
+      if (rejected > 0) lost(rejected, new Error(`the collector rejected ${rejected} spans${why ? `: ${why}` : ''}`));
+    }),
     'otlp_http_span_exporter',
     { name: 'span', countItems: (spans: ReadableSpan[]) => spans.length },
     undefined, // no meter provider: the SDK's self-observability metrics stay off, as the exporter's defaults
   ),
 );
-const exporter = new CountingExporter(otlp, (count, error) => {
+function lost(count: number, error: Error | undefined): void {
   dropped.exportFailed += count;
   const message = error?.message ?? 'the collector did not take the spans';
   post({ t: 'failed', count, message, dropped: { ...dropped } });
-});
+}
+const exporter = new CountingExporter(otlp, lost);
 const processor = new CountingProcessor(
   new BatchSpanProcessor(exporter, {
     maxQueueSize: init.bspMaxQueueSize,

@@ -740,7 +740,17 @@ export function deserializeTraceResponse(data: Uint8Array): TraceExportResponse 
   return response;
 }
 
-export const otlpTraceSerializer: TraceSerializer = {
-  serializeRequest: (spans) => serializeTraceRequest(spans),
-  deserializeResponse: (data) => deserializeTraceResponse(data),
-};
+/**
+ * The serializer the exporter runs. `onAnswer` sees each answer the collector sent with a success status: one with
+ * partial_success.rejected_spans names spans it refused (the SDK's exporter itself only logs it).
+ */
+export function traceSerializer(onAnswer?: (answer: TraceExportResponse) => void): TraceSerializer {
+  return {
+    serializeRequest: (spans) => serializeTraceRequest(spans),
+    deserializeResponse: (data) => {
+      const answer = deserializeTraceResponse(data);
+      onAnswer?.(answer);
+      return answer;
+    },
+  };
+}

@@ -101,6 +101,8 @@ export function decodeTraces(body: Uint8Array): ReceivedSpan[] {
 export class OtlpReceiver {
   readonly spans: ReceivedSpan[] = [];
   requests = 0;
+  /** The partial success each reply carries (a collector that refuses some spans), or none. */
+  partialSuccess: { rejectedSpans: number; errorMessage: string } | undefined;
   /** While true, bodies are taken but replies wait (a slow collector) until releaseReplies(). */
   holdReplies = false;
   private held: Array<() => void> = [];
@@ -125,7 +127,7 @@ export class OtlpReceiver {
         const reply = () =>
           res
             .writeHead(200, { 'Content-Type': 'application/x-protobuf' })
-            .end(Buffer.from(v1.ExportTraceServiceResponse.encode({}).finish()));
+            .end(Buffer.from(v1.ExportTraceServiceResponse.encode({ partialSuccess: this.partialSuccess }).finish()));
         if (this.holdReplies) this.held.push(reply);
         else reply();
       });

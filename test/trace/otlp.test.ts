@@ -251,6 +251,33 @@ describe('OpenTelemetry export when the collector is down or slow', () => {
     }
   });
 
+  test('spans a collector takes and then rejects (partial success) are counted as failed', async () => {
+    const receiver = await new OtlpReceiver().start();
+    receiver.partialSuccess = { rejectedSpans: 2, errorMessage: 'two spans too many' };
+    const repo = new TempRepository().addSub('simple');
+    const running = await serve(repo, [
+      `--trace-config=opentelemetry,url=${receiver.url}`,
+      '--trace-config=opentelemetry,bsp_max_export_batch_size=3',
+      '--trace-config=opentelemetry,bsp_schedule_delay=20',
+    ]);
+    try {
+      for (let i = 0; i < 4; i++)
+        assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
+      let dropped = 0;
+      for (let tries = 0; tries < 400 && (receiver.spans.length < 12 || dropped < 2 * receiver.requests); tries++) {
+        dropped = metric(await metrics(running), 'nereid_trace_spans_dropped_total', 'reason="export_failed"');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      assert.equal(receiver.spans.length, 12);
+      assert.ok(receiver.requests >= 4, `three spans per export: ${receiver.requests} exports`);
+      assert.equal(dropped, 2 * receiver.requests, 'the rejected spans of every answer');
+    } finally {
+      await running.shutdown();
+      await receiver.stop();
+      repo.cleanup();
+    }
+  });
+
   test('past bsp_max_queue_size spans are dropped and counted while the collector is slow', async () => {
     const receiver = await new OtlpReceiver().start();
     receiver.holdReplies = true;
