@@ -15,10 +15,10 @@
  *     is warmed first.
  * (b) concurrency 8 and 32: throughput; bar: adaptive ≥ 0.97× fixed. Like
  *     (a), each round's point runs in slices of about a second, the variants
- *     alternated (the order rotating), after a second of load per variant at
- *     that concurrency: how many requests a batch gathers follows the CPU the
+ *     alternated (the six orders in turn), after a second of load per variant at
+ *     concurrency 8: how many requests a batch gathers follows the CPU the
  *     machine leaves the server and holds for a whole load run (docs/batching.md,
- *     "Bench method"), so one long point per variant could catch one state alone.
+ *     "Bench method for (b)"), so one long point per variant could catch one state alone.
  *     Each slice's adaptive/fixed is taken against the fixed slice beside it and
  *     the verdict is their median; beside it the A/A control, a second model
  *     under fixed (`fixed_aa`, measured the same way), and its quartiles.
@@ -82,14 +82,14 @@ const OVERLOAD_ONLY = process.env['ADAPTIVE_OVERLOAD_ONLY'] === '1';
 const PARTS = process.env['BENCH_PARTS'] ?? 'abcde';
 /** (a) and (b) run each round's point in alternated slices of about this many seconds. */
 const C1_SLICE_SECONDS = 1;
-/** Seconds of load per variant at each concurrency of (b) before its rounds, not measured. */
+/** Seconds of load per variant at concurrency 8 before (b)'s rounds, not measured. */
 const B_WARM_SECONDS = 1;
 /** Seconds of c1 load per variant before the closed-loop rounds, not measured. */
 const WARM_SECONDS = Number(process.env['BENCH_WARM_SECONDS'] ?? 2);
 
 /** fixed_aa: a second model under fixed, (b)'s A/A control. */
 type Variant = 'adaptive' | 'fixed' | 'fixed_aa' | 'unbatched';
-const B_VARIANTS: readonly Variant[] = ['adaptive', 'fixed', 'fixed_aa'];
+const B_VARIANTS: readonly [Variant, Variant, Variant] = ['adaptive', 'fixed', 'fixed_aa'];
 
 function fmt(n: number, digits = 0): string {
   if (!Number.isFinite(n)) return '-';
@@ -116,10 +116,14 @@ function quantile(xs: readonly number[], q: number): number {
   return lo + 1 < s.length ? s[lo]! + (s[lo + 1]! - s[lo]!) * (at - lo) : s[lo]!;
 }
 
-/** Rotates the order by one each step. */
-function rotate<T>(xs: readonly T[], step: number): T[] {
-  const k = step % xs.length;
-  return [...xs.slice(k), ...xs.slice(0, k)];
+/**
+ * The step's order of three: the six permutations in turn, so that each takes each place and follows each other
+ * as often (a rotation alone keeps the cycle, and each one would always follow the same other).
+ */
+function permute<T>(xs: readonly [T, T, T], step: number): T[] {
+  const [a, b, c] = xs;
+  const all = [[a, b, c], [b, c, a], [c, a, b], [c, b, a], [b, a, c], [a, c, b]];
+  return all[step % all.length]!;
 }
 
 function percentile(sorted: readonly number[], p: number): number {
@@ -361,13 +365,13 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         }
         for (const c of [8, 32]) {
           if (!PARTS.includes('b')) break;
-          if (round === 0 && B_WARM_SECONDS > 0) {
+          // Once, at the first concurrency: each model has run batches of every size up to 8 before a slice.
+          if (round === 0 && c === 8 && B_WARM_SECONDS > 0) {
             for (const v of B_VARIANTS) await runWrk(url(v), body, c, B_WARM_SECONDS);
           }
           for (let slice = 0; slice < slices; slice++) {
             const rps = new Map<Variant, number>();
-            // Rotated: each variant follows each other as often, and takes each place.
-            for (const v of rotate(B_VARIANTS, round * slices + slice)) {
+            for (const v of permute(B_VARIANTS, round * slices + slice)) {
               const before = await counts(server, modelName(m, v));
               const r = await runWrk(url(v), body, c, SECONDS / slices);
               const after = await counts(server, modelName(m, v));
