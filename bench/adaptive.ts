@@ -20,8 +20,9 @@
  *     machine leaves the server and holds for a whole load run (docs/batching.md,
  *     "Bench method for (b)"), so one long point per variant could catch one state alone.
  *     Each slice's adaptive/fixed is taken against the fixed slice beside it and
- *     the verdict is their median; beside it the A/A control, a second model
- *     under fixed (`fixed_aa`, measured the same way), and its quartiles.
+ *     the verdict is their median, with a 90 % interval (slices resampled; a
+ *     bar inside it is printed as undecided); beside it the A/A control, a
+ *     second model under fixed (`fixed_aa`, measured the same way).
  * (c) open-loop Poisson arrivals (bench/open-loop.ts, seeded) at 30, 60 and
  *     90 % of the capacity (the better of the two policies' throughput at
  *     concurrency 32): p50 and p99 of each variant.
@@ -114,6 +115,15 @@ function quantile(xs: readonly number[], q: number): number {
   const at = (s.length - 1) * q;
   const lo = Math.floor(at);
   return lo + 1 < s.length ? s[lo]! + (s[lo + 1]! - s[lo]!) * (at - lo) : s[lo]!;
+}
+
+/** A 90 % interval for the median of xs, resampling its values (seeded: one run prints the same interval). */
+function medianInterval(xs: readonly number[]): [number, number] {
+  let seed = 12345;
+  const next = (): number => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  const medians: number[] = [];
+  for (let n = 0; n < 2000; n++) medians.push(median(xs.map(() => xs[Math.floor(next() * xs.length)]!)));
+  return [quantile(medians, 0.05), quantile(medians, 0.95)];
 }
 
 /**
@@ -446,9 +456,14 @@ async function policies(models: readonly BenchModel[], repo: string): Promise<vo
         }
         for (const c of [8, 32]) {
           const ratio = med(`c${c} ratio`);
+          const [lo, hi] = medianInterval(closed.get(`c${c} ratio`) ?? []);
+          const [aaLo, aaHi] = medianInterval(closed.get(`c${c} aa`) ?? []);
+          // Decided only where the whole interval lies on one side of the bar.
+          const undecided = lo < 0.97 && 0.97 <= hi ? ' (undecided: inside the interval)' : '';
           process.stdout.write(
-            `(b) c${c}: adaptive/fixed ${fmt(ratio, 3)} (bar ≥ 0.97): ${ratio >= 0.97 ? 'met' : 'NOT met'}; ` +
-            `A/A ${fmt(med(`c${c} aa`), 3)} (${quartiles(`c${c} aa`)})\n`,
+            `(b) c${c}: adaptive/fixed ${fmt(ratio, 3)} [${fmt(lo, 3)}, ${fmt(hi, 3)}] (bar ≥ 0.97): ` +
+            `${ratio >= 0.97 ? 'met' : 'NOT met'}${undecided}; ` +
+            `A/A ${fmt(med(`c${c} aa`), 3)} [${fmt(aaLo, 3)}, ${fmt(aaHi, 3)}]\n`,
           );
         }
       }

@@ -20,9 +20,10 @@
  * servers' in the same round (one off process's luck counts half), and the
  * medians of those ratios over every round are printed with each block's
  * median beside them. Off B against off A, the A/A control, is printed the
- * same way, and its spread (the quartiles of its rounds' ratios) beside each
- * verdict. Goals: rate=1000 ≥ 0.97×, rate=1 to a file ≥ 0.85×, OTLP rate=1
- * ≥ 0.8× of off.
+ * same way and beside each verdict. Each median comes with a 90 % interval
+ * from resampling whole blocks; a goal inside it is printed as undecided.
+ * Goals: rate=1000 ≥ 0.97×, rate=1 to a file ≥ 0.85×, OTLP rate=1 ≥ 0.8×
+ * of off.
  *
  * Environment (whole seconds, as wrk takes them): BENCH_SECONDS (per load,
  * default 1), BENCH_ROUNDS (per block, default 4), BENCH_BLOCKS (default 6),
@@ -63,6 +64,25 @@ const quantile = (xs: readonly number[], q: number): number => {
   return lo + 1 < s.length ? s[lo]! + (s[lo + 1]! - s[lo]!) * (at - lo) : s[lo]!;
 };
 const median = (xs: readonly number[]): number => quantile(xs, 0.5);
+
+/**
+ * A 90 % interval for the median over every round, resampling whole blocks (a block's servers are its own, so
+ * its rounds are not independent of one another); seeded, so one run's figures print the same interval.
+ */
+function blockInterval(ratios: readonly number[]): [number, number] {
+  let seed = 12345;
+  const next = (): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const medians: number[] = [];
+  for (let n = 0; n < 2000; n++) {
+    const pool: number[] = [];
+    for (let k = 0; k < BLOCKS; k++) {
+      const b = Math.floor(next() * BLOCKS);
+      pool.push(...ratios.slice(b * ROUNDS, (b + 1) * ROUNDS));
+    }
+    medians.push(median(pool));
+  }
+  return [quantile(medians, 0.05), quantile(medians, 0.95)];
+}
 
 /** Takes OTLP bodies and answers 200 with an empty ExportTraceServiceResponse. */
 async function startReceiver(): Promise<{ url: string; bodies: () => number; stop(): Promise<void> }> {
@@ -287,19 +307,26 @@ for (let i = 0; i < variants.length; i++) {
   process.stdout.write(`${variants[i]!.label.padEnd(30)}${cells.map((c, k) => c.padStart(widths[k]!)).join('')}\n`);
 }
 process.stdout.write(
-  '\nreq/s × off (off B: × off A), the quartiles of its rounds, each block (median of its rounds), the goal:\n',
+  '\nreq/s × off (off B: × off A): the median of every round, its 90 % interval (blocks resampled), each block\'s ' +
+    'median, the goal; beside it the A/A row\'s median and interval:\n',
 );
 const aa = rpsRatios[1]!;
-const aaSpread = `A/A ${f(median(aa), 3)} (${f(quantile(aa, 0.25), 3)}-${f(quantile(aa, 0.75), 3)})`;
+const [aaLo, aaHi] = blockInterval(aa);
 for (let i = 1; i < variants.length; i++) {
   const rs = rpsRatios[i]!;
   const blocks = Array.from({ length: BLOCKS }, (_, b) => median(rs.slice(b * ROUNDS, (b + 1) * ROUNDS)));
   const all = median(rs);
+  const [lo, hi] = blockInterval(rs);
   const goal = variants[i]!.goal;
+  // Decided only where the whole interval lies on one side of the goal.
   const verdict =
-    goal === undefined ? '(the noise floor)' : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}; ${aaSpread}`;
+    goal === undefined
+      ? '(the noise floor)'
+      : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}` +
+        `${lo < goal && goal <= hi ? ' (undecided: inside the interval)' : ''}; ` +
+        `A/A ${f(median(aa), 3)} [${f(aaLo, 3)}, ${f(aaHi, 3)}]`;
   process.stdout.write(
-    `${variants[i]!.label.padEnd(30)}${f(all, 3)} (${f(quantile(rs, 0.25), 3)}-${f(quantile(rs, 0.75), 3)})  ` +
+    `${variants[i]!.label.padEnd(30)}${f(all, 3)} [${f(lo, 3)}, ${f(hi, 3)}]  ` +
       `blocks ${blocks.map((x) => f(x, 3)).join(' ')}  ${verdict}\n`,
   );
 }
