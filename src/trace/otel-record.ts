@@ -62,7 +62,8 @@ export interface DropCounts {
 }
 
 export type FromExportThread =
-  | { readonly t: 'ack'; readonly spans: number }
+  /** A batch taken: its numbers' buffer comes back (transferred) for a later batch. */
+  | { readonly t: 'ack'; readonly spans: number; readonly buffer: ArrayBuffer }
   | { readonly t: 'counts'; readonly id: number; readonly dropped: DropCounts }
   | { readonly t: 'failed'; readonly count: number; readonly message: string; readonly dropped: DropCounts }
   | { readonly t: 'closed'; readonly dropped: DropCounts }

@@ -121,7 +121,9 @@ function post(msg: FromExportThread): void {
 
 function exportBatch(batch: SpanBatch): void {
   for (const span of builder.spans(batch)) processor.onEnd(span);
-  post({ t: 'ack', spans: batch.spans });
+  // The spans hold copies: the numbers' buffer goes back to be written again (no fresh buffer per batch).
+  const buffer = batch.nums.buffer as ArrayBuffer;
+  port.postMessage({ t: 'ack', spans: batch.spans, buffer } satisfies FromExportThread, [buffer]);
 }
 
 async function close(timeoutMs: number): Promise<void> {

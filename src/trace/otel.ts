@@ -80,6 +80,8 @@ const WORKER_URL = new URL('./otel-worker.js', import.meta.url);
 /** A batch goes to the export thread after this long, or once it holds this many requests. */
 const FLUSH_MS = 20;
 const FLUSH_GROUPS = 512;
+/** Batch buffers kept for reuse (more come back only while the export thread catches up). */
+const MAX_SPARE = 4;
 
 /** HTTP_* and GRPC_*: the frontend's stamps, events of the root span. */
 function isFrontendStamp(name: TraceStampName): boolean {
@@ -102,6 +104,8 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   private failing = false;
   /** The batch being written (see SpanBatch), its first `at` numbers used. */
   private nums = new Float64Array(16 * 1024);
+  /** Buffers of batches the export thread has taken, given back to be written again. */
+  private readonly spare: Float64Array[] = [];
   private at = 0;
   private strings: string[] = [];
   private newNames: string[] = [];
@@ -151,6 +155,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     switch (msg.t) {
       case 'ack':
         this.unacked -= msg.spans;
+        if (this.spare.length < MAX_SPARE) this.spare.push(new Float64Array(msg.buffer));
         return;
       case 'counts':
         this.dropped = msg.dropped;
@@ -393,7 +398,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       names: this.newNames,
     };
     this.unacked += this.spans;
-    this.nums = new Float64Array(nums.length);
+    this.nums = this.spare.pop() ?? new Float64Array(nums.length);
     this.at = 0;
     this.strings = [];
     this.newNames = [];
