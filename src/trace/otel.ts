@@ -105,7 +105,7 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   /** The batch being written (see SpanBatch), its first `at` numbers used. */
   private nums = new Float64Array(16 * 1024);
   /** Buffers of batches the export thread has taken, given back to be written again. */
-  private readonly spare: Float64Array[] = [];
+  private readonly spare: Float64Array<ArrayBuffer>[] = [];
   private at = 0;
   private strings: string[] = [];
   private newNames: string[] = [];
