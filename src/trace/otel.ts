@@ -57,20 +57,6 @@ interface RootSpan {
   readonly start: number;
 }
 
-/**
- * The spans of one trace while it runs: which are open (by ordinal, innermost last), each span's parent
- * (ordinal in this trace; ROOT; or PARENT_SPAN - k for span k of the parent trace), and ids handed out.
- */
-interface TraceSpans {
-  readonly open: number[];
-  readonly parents: number[];
-  ids: string[] | undefined;
-  /** When the group is written: the index in the group of this trace's first span. */
-  first: number;
-}
-
-const ROOT = -1;
-const PARENT_SPAN = -2;
 const SAMPLED = 1;
 const CODE_REQUEST_START = STAMP_CODES.get('REQUEST_START')!;
 const CODE_COMPUTE_START = STAMP_CODES.get('COMPUTE_START')!;
@@ -203,34 +189,31 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     } satisfies RootSpan;
   }
 
-  /** Keeps track of the open spans; the stamp itself is in the trace. */
-  stamped(trace: Trace, name: TraceStampName): void {
-    if (isFrontendStamp(name)) return;
-    let spans = trace.spans as TraceSpans | undefined;
-    if (spans === undefined) trace.spans = spans = { open: [], parents: [], ids: undefined, first: 0 };
-    const open = spans.open;
-    if (name === 'REQUEST_START') {
-      // A spawned trace's span nests in its parent's innermost open span (the ensemble's or the caller's model span).
-      const parentOpen = (trace.parent?.spans as TraceSpans | undefined)?.open;
-      const top = parentOpen === undefined || parentOpen.length === 0 ? undefined : parentOpen[parentOpen.length - 1]!;
-      open.push(spans.parents.length);
-      spans.parents.push(top === undefined ? ROOT : PARENT_SPAN - top);
-    } else if (name === 'COMPUTE_START') {
-      const top = open.length === 0 ? ROOT : open[open.length - 1]!;
-      open.push(spans.parents.length);
-      spans.parents.push(top);
-    } else if (name === 'REQUEST_END' || name === 'COMPUTE_END') {
-      open.pop();
+  /**
+   * Which of the trace's spans was innermost open after its first `upTo` stamps: its ordinal (spans counted in the
+   * order their REQUEST_START or COMPUTE_START came), or -1 for none. Read from the stamps rather than kept as they
+   * come, so that a stamp costs the recorder nothing (a context is asked for by ensembles and BLS calls only).
+   */
+  private openSpan(trace: Trace, upTo: number): number {
+    const names = trace.stampNames;
+    const stack = this.openStack;
+    let depth = 0;
+    let ordinal = 0;
+    for (let i = 0; i < upTo; i++) {
+      const name = names[i]!;
+      if (name === 'REQUEST_START' || name === 'COMPUTE_START') stack[depth++] = ordinal++;
+      else if ((name === 'REQUEST_END' || name === 'COMPUTE_END') && depth > 0) depth -= 1;
     }
+    return depth === 0 ? -1 : stack[depth - 1]!;
   }
+
+  private readonly openStack: number[] = [];
 
   context(trace: Trace): string | undefined {
     const root = trace.group.root as RootSpan | undefined;
     if (root === undefined) return undefined;
-    const spans = trace.spans as TraceSpans | undefined;
-    const open = spans?.open;
-    const spanId =
-      open === undefined || open.length === 0 ? this.rootSpanId(root) : this.spanId(spans!, open[open.length - 1]!);
+    const open = this.openSpan(trace, trace.stampNames.length);
+    const spanId = open < 0 ? this.rootSpanId(root) : this.spanId(trace, open);
     return contextJson(this.traceId(root), spanId, SAMPLED, root.remote?.traceState);
   }
 
@@ -242,8 +225,8 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     return (root.spanId ??= randomHex(8));
   }
 
-  private spanId(spans: TraceSpans, ordinal: number): string {
-    const ids = (spans.ids ??= []);
+  private spanId(trace: Trace, ordinal: number): string {
+    const ids = (trace.spans ??= []) as (string | undefined)[];
     return (ids[ordinal] ??= randomHex(8));
   }
 
@@ -259,25 +242,16 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
   finished(group: TraceGroup): void {
     const root = group.root as RootSpan | undefined;
     if (root === undefined || this.closed !== undefined) return;
-    let count = 1;
     let stamps = 0;
-    for (const trace of group.traces) {
-      const spans = trace.spans as TraceSpans | undefined;
-      if (spans !== undefined) count += spans.parents.length;
-      stamps += trace.stampNames.length;
-    }
-    if (this.unacked + this.spans + count > this.maxInFlight) {
-      // The export thread is far behind (or stuck): memory stays bounded, the spans are dropped and counted.
-      this.droppedHere += count;
-      return;
-    }
+    for (const trace of group.traces) stamps += trace.stampNames.length;
     // At most: the group's head, the root span, per stamp an event (4) and a model span (11), the end.
     this.reserve(16 + stamps * 15);
     const nums = this.nums;
-    let at = this.at;
+    const head = this.at;
+    let at = head;
     const end = nowNs();
     const remote = root.remote;
-    nums[at++] = count;
+    nums[at++] = 0; // the span count, once known
     nums[at++] = root.traceId === undefined ? NONE : this.string(root.traceId);
     nums[at++] = remote?.traceState === undefined ? NONE : this.string(remote.traceState);
     nums[at++] = remote === undefined ? NONE : this.string(remote.spanId);
@@ -290,13 +264,15 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     nums[at++] = end;
     // Each trace's spans, replaying its stamps as they came: a span per REQUEST_START (the model's) and
     // COMPUTE_START, each stamp an event of the innermost open span; a span's end is filled in when it closes.
+    // A model span nests in the span of the parent trace open at its REQUEST_START (the ensemble's or the caller's),
+    // a compute span in its trace's open one; else in the root.
     let index = 1;
     const openIndex = this.openIndex;
     const openEnd = this.openEnd;
     for (const trace of group.traces) {
       const names = trace.stampNames;
-      const spans = trace.spans as TraceSpans | undefined;
-      if (spans !== undefined) spans.first = index;
+      const ids = trace.spans as (string | undefined)[] | undefined;
+      trace.recorderIndex = index;
       let ordinal = 0;
       let open = 0;
       for (let i = 0; i < names.length; i++) {
@@ -305,17 +281,16 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
         const time = relTime(trace, i);
         let span = 0; // the root's, for a frontend stamp
         if (!isFrontendStamp(name)) {
-          if (spans === undefined) continue;
           if (code === CODE_REQUEST_START || code === CODE_COMPUTE_START) {
-            const ref = spans.parents[ordinal]!;
-            let parent = 0;
-            if (ref >= 0) parent = spans.first + ref;
-            else if (ref !== ROOT) {
-              const parentSpans = trace.parent?.spans as TraceSpans | undefined;
-              parent = parentSpans === undefined ? 0 : parentSpans.first + (PARENT_SPAN - ref);
-            }
             const model = code === CODE_REQUEST_START;
-            const id = spans.ids?.[ordinal];
+            let parent = 0;
+            if (!model) parent = open === 0 ? 0 : openIndex[open - 1]!;
+            else if (trace.parent !== undefined) {
+              const p = trace.parent;
+              const o = this.openSpan(p, trace.parentStamps < 0 ? p.stampNames.length : trace.parentStamps);
+              if (o >= 0) parent = p.recorderIndex + o;
+            }
+            const id = ids?.[ordinal];
             nums[at++] = model ? SPAN_MODEL : SPAN_COMPUTE;
             if (model) nums[at++] = this.modelName(trace.modelName);
             nums[at++] = id === undefined ? NONE : this.string(id);
@@ -343,6 +318,14 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
         nums[at++] = time;
       }
     }
+    const count = index;
+    if (this.unacked + this.spans + count > this.maxInFlight) {
+      // The export thread is far behind (or stuck): memory stays bounded, the spans are dropped and counted (the
+      // record just written is left unused; strings it added are harmless).
+      this.droppedHere += count;
+      return;
+    }
+    nums[head] = count;
     nums[at++] = OP_END;
     this.at = at;
     this.groups += 1;
@@ -351,12 +334,14 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
     else if (!this.flushing) {
       // Batches of several turns of the event loop: each message wakes the export thread, which costs more.
       this.flushing = true;
-      setTimeout(() => {
-        this.flushing = false;
-        this.flush();
-      }, FLUSH_MS).unref();
+      setTimeout(this.flushLater, FLUSH_MS).unref();
     }
   }
+
+  private readonly flushLater = (): void => {
+    this.flushing = false;
+    this.flush();
+  };
 
   /** Open spans while a trace is written: their index in the group and where their end is. */
   private readonly openIndex: number[] = [];

@@ -13,9 +13,8 @@ import type { RequestLogEntry } from './request-log.js';
 import { LEVEL_TENSORS, LEVEL_TIMESTAMPS } from './settings.js';
 import { absNs, nowNs, relNs } from './clock.js';
 
-/** Live hooks a sink may take while traces run (OpenTelemetry: which spans are open as the stamps come). */
+/** Hooks a sink may take while traces run (OpenTelemetry: the W3C context of the open span, from the stamps so far). */
 export interface TraceRecorder {
-  stamped(trace: Trace, name: TraceStampName): void;
   /** The W3C context of the trace's innermost open span, as `{"traceparent": ...}` JSON. */
   context(trace: Trace): string | undefined;
   /** Every trace of the group ended. */
@@ -92,8 +91,14 @@ export class Trace implements RequestTrace {
   /** TENSORS level: each tensor's entry text, and how many stamps came before it. */
   tensorEntries: string[] | undefined = undefined;
   tensorAfter: number[] | undefined = undefined;
-  /** Slot for the recorder (its open spans). */
+  /** Slots for the recorder (OpenTelemetry: span ids handed out, where its spans begin in the group). */
   spans: unknown = undefined;
+  recorderIndex = 0;
+  /**
+   * How many stamps the parent trace had at this one's REQUEST_START (-1: not yet), from which the recorder knows
+   * which of the parent's spans was open then.
+   */
+  parentStamps = -1;
   private ended = false;
 
   constructor(
@@ -123,7 +128,9 @@ export class Trace implements RequestTrace {
     else if ((rel = relNs(ns)) !== rel) (this.bigTimes ??= new Map()).set(this.stampTimes.length, ns); // NaN
     this.stampNames.push(name);
     this.stampTimes.push(rel);
-    this.group.recorder?.stamped(this, name);
+    if (this.parentStamps < 0 && this.parent !== undefined && name === 'REQUEST_START') {
+      this.parentStamps = this.parent.stampNames.length;
+    }
   }
 
   /** The i-th timestamp as hrtime ns. */
