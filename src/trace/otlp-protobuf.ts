@@ -7,7 +7,7 @@
  * Field numbers: opentelemetry-proto, collector/trace/v1/trace_service.proto, trace/v1/trace.proto,
  * common/v1/common.proto, resource/v1/resource.proto.
  */
-import type { AttributeValue, Attributes, HrTime } from '@opentelemetry/api';
+import type { AttributeValue, Attributes, HrTime, SpanContext } from '@opentelemetry/api';
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { FinishedSpan, type WallClock } from './otel-spans.js';
 import { STAMP_NAMES } from './stamp-codes.js';
@@ -445,13 +445,8 @@ function writeTritonAttribute(w: Writer, key: Uint8Array, value: AttributeValue)
   w.end(kv, SMALL_LEN);
 }
 
-/**
- * A span of ours, from the numbers it keeps: the bytes writeSpan writes for it through the ReadableSpan fields,
- * without making the objects those fields are (the tests compare both with the SDK's).
- */
-function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
-  const body = w.begin(SPAN_LEN);
-  const context = span.spanContext();
+/** The fields every span starts with: its ids, trace state, parent and name. */
+function writeSpanHead(w: Writer, context: SpanContext, parent: SpanContext | undefined, name: string): void {
   w.byte(T_TRACE_ID);
   w.id(context.traceId, traceIds);
   w.byte(T_SPAN_ID);
@@ -461,13 +456,23 @@ function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
     w.byte(T_TRACE_STATE);
     w.string(traceState);
   }
-  const parent = span.parentSpanContext;
   if (parent?.spanId) {
     w.byte(T_PARENT_SPAN_ID);
     w.id(parent.spanId, parentIds);
   }
   w.byte(T_NAME);
-  w.string(span.name);
+  w.string(name);
+}
+
+/**
+ * A span of ours, from the numbers it keeps: the bytes writeSpan writes for it through the ReadableSpan fields,
+ * without making the objects those fields are (the tests compare both with the SDK's).
+ */
+function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
+  const body = w.begin(SPAN_LEN);
+  const context = span.spanContext();
+  const parent = span.parentSpanContext;
+  writeSpanHead(w, context, parent, span.name);
   w.byte(T_KIND);
   w.byte(span.kind + 1);
   const clock = span.clock;
@@ -510,22 +515,8 @@ function writeSpan(w: Writer, span: ReadableSpan): void {
   }
   const body = w.begin(SPAN_LEN);
   const context = span.spanContext();
-  w.byte(T_TRACE_ID);
-  w.id(context.traceId, traceIds);
-  w.byte(T_SPAN_ID);
-  w.id(context.spanId, ownIds);
-  const traceState = context.traceState?.serialize();
-  if (traceState) {
-    w.byte(T_TRACE_STATE);
-    w.string(traceState);
-  }
   const parent = span.parentSpanContext;
-  if (parent?.spanId) {
-    w.byte(T_PARENT_SPAN_ID);
-    w.id(parent.spanId, parentIds);
-  }
-  w.byte(T_NAME);
-  w.string(span.name);
+  writeSpanHead(w, context, parent, span.name);
   // OTLP's SpanKind counts from UNSPECIFIED = 0, the API's from INTERNAL = 0.
   const kind = (span.kind as number | undefined) == null ? 0 : span.kind + 1;
   if (kind !== 0) {
