@@ -170,6 +170,22 @@ class Writer {
     this.pos = this.buf.writeDoubleLE(v, this.pos);
   }
 
+  /** A fixed64 from its two 32-bit halves, little-endian. */
+  private fixed64(low: number, high: number): void {
+    this.room(8);
+    const buf = this.buf;
+    const p = this.pos;
+    buf[p] = low;
+    buf[p + 1] = low >>> 8;
+    buf[p + 2] = low >>> 16;
+    buf[p + 3] = low >>> 24;
+    buf[p + 4] = high;
+    buf[p + 5] = high >>> 8;
+    buf[p + 6] = high >>> 16;
+    buf[p + 7] = high >>> 24;
+    this.pos = p + 8;
+  }
+
   /** The last seconds written by time(), and sec * 1e9 as two 32-bit halves: a batch's times share their seconds. */
   private sec = -1;
   private secLow = 0;
@@ -193,18 +209,7 @@ class Writer {
     const lowSum = this.secLow + t[1];
     const low = lowSum >>> 0;
     const high = lowSum >= TWO_32 ? (this.secHigh + Math.floor(lowSum / TWO_32)) >>> 0 : this.secHigh;
-    this.room(8);
-    const buf = this.buf;
-    const p = this.pos;
-    buf[p] = low;
-    buf[p + 1] = low >>> 8;
-    buf[p + 2] = low >>> 16;
-    buf[p + 3] = low >>> 24;
-    buf[p + 4] = high;
-    buf[p + 5] = high >>> 8;
-    buf[p + 6] = high >>> 16;
-    buf[p + 7] = high >>> 24;
-    this.pos = p + 8;
+    this.fixed64(low, high);
   }
 
   /** A record's time (ns since the clock's base) as fixed64 nanoseconds since the epoch. */
@@ -215,18 +220,7 @@ class Writer {
     }
     const low = clock.lowOf(rel);
     const high = clock.highOf(rel);
-    this.room(8);
-    const buf = this.buf;
-    const p = this.pos;
-    buf[p] = low;
-    buf[p + 1] = low >>> 8;
-    buf[p + 2] = low >>> 16;
-    buf[p + 3] = low >>> 24;
-    buf[p + 4] = high;
-    buf[p + 5] = high >>> 8;
-    buf[p + 6] = high >>> 16;
-    buf[p + 7] = high >>> 24;
-    this.pos = p + 8;
+    this.fixed64(low, high);
   }
 
   /** Bytes written before (a few dozen at most). */
