@@ -37,6 +37,7 @@
  * dashboard (the server's throughput with a dashboard page open in Chromium vs closed, tiny MLP at concurrency 32),
  * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
  * against all loaded and the client-side load→infer→unload dance),
+ * paging-rules (unload rules played through the paging simulation: unloads of the five hottest; no server),
  * paging-memory (what a paging server holds beyond its models' figures after load/unload churn, serial and at
  * concurrency 8, and while 8 loaded models serve, for memory settings given in PAGING_MEMORY_VARIANTS),
  * ab (this build against another build's dist folder, AB_BASE_DIST: tiny and medium MLP, JSON and binary, c32),
@@ -309,6 +310,7 @@ if (want('tracepath')) runScript('trace-path.js');
 if (want('otlpserialize')) runScript('otlp-serialize.js');
 if (want('paging')) runScript('paging.js');
 if (want('paging-memory')) runScript('paging-memory.js');
+if (want('paging-rules')) runScript('paging-rules.js');
 if (want('ab')) runScript('ab.js');
 if (want('adaptive')) runScript('adaptive.js');
 if (want('frontends')) runScript('frontends.js');

@@ -30,6 +30,8 @@ export interface SimulationOptions {
   readonly freshMs: number;
   /** A load that finds no room within this fails its requests (--model-load-wait-ms). */
   readonly loadWaitMs: number;
+  /** The policy to play (default: PagingPolicy as the server makes it); bench/paging-rules.ts passes others. */
+  readonly policy?: () => PagingPolicy;
 }
 
 /** An unload of one of the HOTTEST most requested models. */
@@ -79,7 +81,7 @@ function zipf(seed: number, s = 1.1): () => number {
 }
 
 export function simulate(o: SimulationOptions): SimulationResult {
-  const policy = new PagingPolicy();
+  const policy = o.policy?.() ?? new PagingPolicy();
   const models: Model[] = Array.from({ length: MODELS }, (_, i) => ({
     name: `m${i}`,
     state: 'out',
