@@ -179,13 +179,16 @@ export class OtelExporter implements TraceRecorder, TraceGroupSink {
       this.worker.postMessage({ t: 'sync', id } satisfies ToExportThread);
     });
   }
-  /** Starts the group's `InferRequest` span, joined to the caller's trace when the request carried one. */
-  startRoot(group: TraceGroup, remote: RemoteContext | undefined): void {
+  /**
+   * Starts the group's `InferRequest` span, joined to the caller's trace when the request carried one; `start`: when
+   * a frontend thread began reading the request (ns since BASE_HR), else now.
+   */
+  startRoot(group: TraceGroup, remote: RemoteContext | undefined, start = nowNs()): void {
     group.root = {
       traceId: remote?.traceId,
       spanId: undefined,
       remote,
-      start: nowNs(),
+      start,
     } satisfies RootSpan;
   }
 

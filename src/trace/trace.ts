@@ -133,6 +133,16 @@ export class Trace implements RequestTrace {
     }
   }
 
+  /**
+   * A timestamp taken elsewhere, as ns since this thread's BASE_HR (a frontend thread's, sent with its request or
+   * after its reply: docs/tracing.md, "Frontend threads"). NaN is not recorded.
+   */
+  stampAt(name: TraceStampName, rel: number): void {
+    if (this.group.done || (this.group.level & LEVEL_TIMESTAMPS) === 0 || rel !== rel) return;
+    this.stampNames.push(name);
+    this.stampTimes.push(rel);
+  }
+
   /** The i-th timestamp as hrtime ns. */
   stampNs(i: number): bigint {
     return this.bigTimes?.get(i) ?? absNs(this.stampTimes[i]!);

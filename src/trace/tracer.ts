@@ -87,6 +87,11 @@ export class Tracer {
     return this.otel !== undefined;
   }
 
+  /** Whether the request log is on (frontend threads then send infer requests to the main thread whole). */
+  get logsRequests(): boolean {
+    return this.requestLog !== undefined;
+  }
+
   get enabled(): boolean {
     return this.settings.enabled || this.requestLog !== undefined;
   }
@@ -115,7 +120,14 @@ export class Tracer {
    * In opentelemetry mode a valid `traceparent` joins the caller's trace and
    * forces the request to be traced (Triton reads it in that mode only).
    */
-  sample(model: string, traceparent?: string, tracestate?: string, picked?: boolean): Trace | undefined {
+  sample(
+    model: string,
+    traceparent?: string,
+    tracestate?: string,
+    picked?: boolean,
+    /** A frontend thread served the request: when it began reading it (ns since BASE_HR), the root span's start. */
+    start?: number,
+  ): Trace | undefined {
     const setting = this.settings.active(model);
     if (picked !== undefined) {
       // Counted by a frontend thread (threadRate): picked or not, its count is not this one's.
@@ -135,7 +147,7 @@ export class Tracer {
     if (!logged) {
       const group = new TraceGroup(setting.values.level, this.sink, this.otel, setting);
       const trace = new Trace(group, undefined);
-      this.otel?.startRoot(group, remote);
+      this.otel?.startRoot(group, remote, start);
       return trace;
     }
     // A logged request records its timestamps whatever the level, for the log line's timings.
@@ -144,7 +156,7 @@ export class Tracer {
       : new TraceGroup(LEVEL_TIMESTAMPS, this.loggedOnly, undefined, undefined);
     group.log = new RequestLogEntry();
     const trace = new Trace(group, undefined);
-    if (traced) this.otel?.startRoot(group, remote);
+    if (traced) this.otel?.startRoot(group, remote, start);
     return trace;
   }
 

@@ -1,7 +1,8 @@
 /**
- * Tracing with HTTP frontend threads: at rate=N the threads pick every N-th infer request, only those go to the main
- * thread to be traced, and the others stay on the threads; a setting the threads cannot count for (a model's own)
- * sends every request to the main thread, which decides. gRPC ModelInfer likewise.
+ * Tracing with HTTP frontend threads: at rate=N the threads pick every N-th infer request and only those carry what
+ * tracing needs; with a setting the threads cannot count for (a model's own) every request carries it and the main
+ * thread decides. Either way the threads serve them; the request log alone sends them to the main thread whole.
+ * gRPC ModelInfer likewise.
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,12 +22,12 @@ import { EchoServer } from '../frontends/http/echo-server.js';
 import { call, json } from '../frontends/http/helpers.js';
 import { unary } from '../frontends/grpc/helpers.js';
 
-/** Tells the requests the main thread's frontend made (they carry a `trace` key, traced or not) from the threads'. */
+/** Tells the requests the main thread's HTTP frontend made (they carry a `jsonOutputs` key) from the threads'. */
 class CountingServer extends EchoServer {
   viaMain = 0;
   traced = 0;
   override infer(request: InferRequest): Promise<InferResponse> {
-    if ('trace' in request) this.viaMain += 1;
+    if ('jsonOutputs' in request) this.viaMain += 1;
     if (request.trace !== undefined) this.traced += 1;
     return super.infer(request);
   }
@@ -59,18 +60,18 @@ after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-test('rate=4 on two threads: every 4th request goes to the main thread and is traced, the rest stay', async () => {
+test('rate=4 on two threads: every 4th request is traced, all are served on the threads', async () => {
   assert.equal(fe.threads?.size, 2);
   // A client's own pick header is not taken for the thread's.
   for (let i = 0; i < 20; i++) await infer(port, { 'X-Nereid-Trace-Pick': '1' });
   assert.equal(core.traced, 5, 'one request in four traced');
-  assert.equal(core.viaMain, 5, 'only the traced requests went to the main thread');
+  assert.equal(core.viaMain, 0, 'the traced requests too were served on the threads');
   // A new global rate reaches the threads before the answer to the change.
   const set = await call(port, 'POST', '/v2/trace/setting', { body: JSON.stringify({ trace_rate: '2' }) });
   assert.equal(set.status, 200);
   for (let i = 0; i < 8; i++) await infer(port);
   assert.equal(core.traced, 9, 'then one in two');
-  assert.equal(core.viaMain, 9);
+  assert.equal(core.viaMain, 0);
   const back = await call(port, 'POST', '/v2/trace/setting', { body: JSON.stringify({ trace_rate: '4' }) });
   assert.equal(back.status, 200);
 });
@@ -90,19 +91,19 @@ test('count=2 on two threads: once two traces were taken, the threads serve ever
     const { port: spentPort } = await spentFe.start();
     for (let i = 0; i < 10; i++) await infer(spentPort);
     assert.equal(spentCore.traced, 2);
-    assert.equal(spentCore.viaMain, 2, 'the rest served on the threads');
+    assert.equal(spentCore.viaMain, 0, 'all served on the threads');
   } finally {
     await spentFe.stop();
     await spentTracer.close();
   }
 });
 
-test("a model's own setting: the main thread decides for every request, cleared or not", async () => {
+test("a model's own setting: the main thread decides for every request, the threads serve them", async () => {
   const set = await call(port, 'POST', '/v2/models/echo/trace/setting', { body: JSON.stringify({ trace_rate: '2' }) });
   assert.equal(set.status, 200);
   const [main0, traced0] = [core.viaMain, core.traced];
   for (let i = 0; i < 8; i++) await infer(port);
-  assert.equal(core.viaMain - main0, 8, 'every request to the main thread');
+  assert.equal(core.viaMain - main0, 0, 'every request served on the threads');
   assert.equal(core.traced - traced0, 4, "the model's rate, counted there");
   // Cleared, the model keeps a setting (and a count) of its own, as in Triton: still the main thread's to decide.
   const body = JSON.stringify({ trace_rate: null });
@@ -111,10 +112,25 @@ test("a model's own setting: the main thread decides for every request, cleared 
   const [main1, traced1] = [core.viaMain, core.traced];
   for (let i = 0; i < 8; i++) await infer(port);
   assert.equal(core.traced - traced1, 2, 'the global rate again, counted on the main thread');
-  assert.equal(core.viaMain - main1, 8);
+  assert.equal(core.viaMain - main1, 0);
 });
 
-test('gRPC ModelInfer at rate=4 on two threads: only the picked calls go to the main thread', async () => {
+test('the request log: every infer request goes to the main thread whole, which logs it', async () => {
+  const logCore = new CountingServer();
+  const logTracer = new Tracer({ mode: 'triton', requestLogRate: 1, logger: silentLogger });
+  const options = { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger, threads: 2 };
+  const logFe = new HttpFrontend(logCore, { ...options, tracer: logTracer });
+  try {
+    const { port: logPort } = await logFe.start();
+    for (let i = 0; i < 4; i++) await infer(logPort);
+    assert.equal(logCore.viaMain, 4);
+  } finally {
+    await logFe.stop();
+    await logTracer.close();
+  }
+});
+
+test('gRPC ModelInfer at rate=4 on two threads: the picked calls are traced, all served on the threads', async () => {
   const grpcCore = new CountingServer();
   // The main thread's gRPC frontend asks for admission before every ModelInfer it serves itself.
   let onMain = 0;
@@ -139,7 +155,7 @@ test('gRPC ModelInfer at rate=4 on two threads: only the picked calls go to the 
       assert.deepEqual([...new Int32Array(new Uint8Array(res.rawOutputContents[0]!).buffer)], [7]);
     }
     assert.equal(grpcCore.traced, 5, 'one call in four traced');
-    assert.equal(onMain, 5, 'only the traced calls went to the main thread');
+    assert.equal(onMain, 0, 'the traced calls too were served on the threads');
   } finally {
     client.close();
     await grpcFe.stop();

@@ -182,7 +182,7 @@ export class GrpcFrontend {
       { kind: 'grpc', port: o.port ?? GRPC_DEFAULTS.port, address, upstream: socketPath, grpc: own },
       threads,
       this.logger,
-      new FrontendBridge(this.server, o.tracer, o.access),
+      new FrontendBridge(this.server, o.tracer, o.access, 'grpc'),
     );
     try {
       return await this.pool.start();

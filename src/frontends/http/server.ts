@@ -154,7 +154,7 @@ export class HttpFrontend {
       },
       threads,
       this.logger,
-      new FrontendBridge(this.server, this.options.tracer, this.options.access),
+      new FrontendBridge(this.server, this.options.tracer, this.options.access, 'http'),
     );
     let port: number;
     try {

@@ -11,6 +11,7 @@ import type { Tensor } from '../../tensor/tensor.js';
 import { Cancellation } from '../../types/cancellation.js';
 import { Errors } from '../../errors.js';
 import type { AuthEnds } from './protocol.js';
+import type { Trace, Tracer } from '../../trace/index.js';
 import {
   admissionKey,
   Coalescer,
@@ -19,19 +20,18 @@ import {
   type ConfigAnswer,
   type ConfigQuery,
   SharedSlot,
+  TracingFlag,
   toWireError,
   type WireError,
   type WireTensor,
+  type WireTrace,
 } from './wire.js';
 
-/** What the bridge reads of a tracer: whether it samples requests now, and whether the threads may pick them. */
-export interface TracingState {
-  readonly enabled: boolean;
-  /** N > 0: every N-th request is traced and nothing else (the threads pick them); 0: the main thread decides. */
-  readonly threadRate?: number;
-  /** Whether requests may be traced at all now (else `enabled`): false once `count` traces were taken. */
-  readonly threadsForward?: boolean;
-}
+/** The frontend stamps' names by protocol: receive start and end, send start and end. */
+const STAMPS = {
+  http: ['HTTP_RECV_START', 'HTTP_RECV_END', 'HTTP_SEND_START', 'HTTP_SEND_END'],
+  grpc: ['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END'],
+} as const;
 
 interface Events {
   on?(event: string, listener: () => void): unknown;
@@ -57,9 +57,11 @@ export class FrontendBridge {
 
   constructor(
     private readonly server: ServerApi,
-    private readonly tracing: TracingState | undefined,
+    private readonly tracing: Tracer | undefined,
     /** `--auth-keys`: the threads check keys themselves, with copies kept up to date from this one. */
     private readonly access?: AccessControl,
+    /** The threads' protocol: the names of the frontend stamps of the requests they serve. */
+    private readonly kind: 'http' | 'grpc' = 'http',
   ) {
     const events = server as Events;
     for (const e of MODEL_EVENTS) events.on?.(e, this.bump);
@@ -102,7 +104,13 @@ export class FrontendBridge {
   /** Reads the tracer's state into the shared flag (before a forwarded request is answered, and periodically). */
   refreshTracing(): void {
     const t = this.tracing;
-    Atomics.store(this.shared, SharedSlot.Tracing, t !== undefined && (t.threadsForward ?? t.enabled) ? 1 : 0);
+    let flags = 0;
+    if (t !== undefined && t.threadsForward) {
+      flags = TracingFlag.On;
+      if (t.logsRequests) flags |= TracingFlag.Whole;
+      if (t.readsContext) flags |= TracingFlag.Context;
+    }
+    Atomics.store(this.shared, SharedSlot.Tracing, flags);
     Atomics.store(this.shared, SharedSlot.TraceRate, t?.threadRate ?? 0);
   }
 
@@ -110,18 +118,24 @@ export class FrontendBridge {
   attach(port: MessagePort, sync: MessagePort, signal: Int32Array): void {
     this.ports.add(port);
     const pending = new Map<number, Cancellation>();
+    /** Traced requests answered, until the thread says when it sent their reply. */
+    const sending = new Map<number, Trace>();
     const out = new Coalescer<BridgeAnswer>(port, (items) => ({ t: 'batch', items }));
     const take = (m: BridgeRequest): void => {
       if (m.t === 'cancel') pending.get(m.id)?.abort();
+      else if (m.t === 'sent') this.sent(sending, m);
       // Counted in the statistics as the main thread's own refusals are, whether or not the queue is still full.
       else if (m.t === 'refused') this.server.countRefusals?.(m.model, m.version, m.count);
       else if (m.t === 'batch') for (const item of m.items) take(item);
-      else this.infer(out, pending, m);
+      else this.infer(out, pending, sending, m);
     };
     port.on('message', take);
     port.on('close', () => {
       this.ports.delete(port);
       for (const c of pending.values()) c.abort();
+      // A thread gone: its traces end without their send stamps.
+      for (const t of sending.values()) t.end();
+      sending.clear();
     });
     sync.on('message', (q: ConfigQuery) => {
       let answer: ConfigAnswer;
@@ -136,9 +150,33 @@ export class FrontendBridge {
     });
   }
 
+  /** A traced request's reply went out on its thread: its send stamps, and its trace ends. */
+  private sent(sending: Map<number, Trace>, m: Extract<BridgeRequest, { t: 'sent' }>): void {
+    const trace = sending.get(m.id);
+    if (trace === undefined) return;
+    sending.delete(m.id);
+    const names = STAMPS[this.kind];
+    trace.stampAt(names[2], m.start);
+    trace.stampAt(names[3], m.end);
+    trace.end();
+  }
+
+  /** A trace for a request a thread served while requests may be traced, when the tracer samples it. */
+  private sample(model: string, w: WireTrace): Trace | undefined {
+    const tracer = this.tracing;
+    if (tracer === undefined || !tracer.enabled) return undefined;
+    const trace = tracer.sample(model, w.traceparent, w.tracestate, w.pick, w.recvStart);
+    if (trace === undefined) return undefined;
+    const names = STAMPS[this.kind];
+    trace.stampAt(names[0], w.recvStart);
+    trace.stampAt(names[1], w.recvEnd);
+    return trace;
+  }
+
   private infer(
     out: Coalescer<BridgeAnswer>,
     pending: Map<number, Cancellation>,
+    sending: Map<number, Trace>,
     m: Extract<BridgeRequest, { t: 'infer' }>,
   ): void {
     // A thread admitted this keyed request on its copy of the keys; the address may have reached the failure limit
@@ -152,8 +190,10 @@ export class FrontendBridge {
     }
     const signal = new Cancellation();
     pending.set(m.id, signal);
+    const trace = m.trace === undefined ? undefined : this.sample(m.model, m.trace);
     const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
       pending.delete(m.id);
+      if (trace !== undefined) sending.set(m.id, trace);
       out.send(a, transfer);
       // A request done may have let the next batch leave the queue.
       this.scheduleFullCheck();
@@ -167,29 +207,32 @@ export class FrontendBridge {
         outputs: m.outputs,
         parameters: m.parameters,
         signal,
+        trace,
       })
       .then(
         (r) => {
           const { tensors, buffer } = packOutputs(r.outputs);
+          const response = {
+            modelName: r.modelName,
+            modelVersion: r.modelVersion,
+            id: r.id,
+            parameters: r.parameters,
+            outputs: tensors,
+          };
+          // Only a traced request's answer says so (nothing more crosses for the others).
           answer(
-            {
-              t: 'answer',
-              id: m.id,
-              response: {
-                modelName: r.modelName,
-                modelVersion: r.modelVersion,
-                id: r.id,
-                parameters: r.parameters,
-                outputs: tensors,
-              },
-            },
+            trace === undefined
+              ? { t: 'answer', id: m.id, response }
+              : { t: 'answer', id: m.id, response, traced: true },
             [buffer],
           );
         },
         (err: unknown) => {
           const error = toWireError(err);
           if (error.code === 'NRD_QUEUE_FULL') this.markFull(m.model, m.version);
-          answer({ t: 'failed', id: m.id, error });
+          answer(
+            trace === undefined ? { t: 'failed', id: m.id, error } : { t: 'failed', id: m.id, error, traced: true },
+          );
         },
       );
   }

@@ -5,6 +5,7 @@
 import net from 'node:net';
 import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
 import type { FrontendBridge } from './bridge.js';
+import { BASE_HR } from '../../trace/clock.js';
 import type { Logger } from '../../logger.js';
 import type { BridgeEnds, FrontendThreadInit, MainMessage, ThreadMessage } from './protocol.js';
 
@@ -100,7 +101,7 @@ export class FrontendThreadPool {
         const sync = new MessageChannel();
         const signal = new Int32Array(new SharedArrayBuffer(4));
         this.bridge.attach(line.port1, sync.port1, signal);
-        bridge = { port: line.port2, sync: sync.port2, signal, shared: this.bridge.shared };
+        bridge = { port: line.port2, sync: sync.port2, signal, shared: this.bridge.shared, clockBase: BASE_HR };
         transferList.push(line.port2, sync.port2);
       }
       const auth = this.bridge?.attachAuth();

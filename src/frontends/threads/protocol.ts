@@ -53,6 +53,8 @@ export interface BridgeEnds {
   readonly signal: Int32Array;
   /** SharedSlot's slots. */
   readonly shared: Int32Array;
+  /** The main thread's trace clock base (clock.ts BASE_HR): a thread's stamps are sent relative to it. */
+  readonly clockBase: bigint;
 }
 
 export interface HttpThreadOptions {

@@ -70,16 +70,38 @@ export type BridgeRequest =
       readonly parameters: Readonly<Record<string, ParameterValue>> | undefined;
       /** The client's address when the request carried a key (`--auth-keys`): checked against the failure limit. */
       readonly keyedAddress?: string | undefined;
+      /** While requests may be traced: what the main thread needs to decide and to trace (none otherwise). */
+      readonly trace?: WireTrace | undefined;
     }
   | { readonly t: 'cancel'; readonly id: number }
+  /**
+   * A traced request's reply was written (its answer said `traced`): when the thread began sending it and when it
+   * handed it to the socket (NaN: the client was gone), ns on the main thread's trace clock. Ends the trace.
+   */
+  | { readonly t: 'sent'; readonly id: number; readonly start: number; readonly end: number }
   /** Requests refused for a full queue on the thread, counted per model and version over one event-loop turn. */
   | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined; count: number }
   | { readonly t: 'batch'; readonly items: readonly BridgeRequest[] };
 
+/**
+ * A request a frontend thread serves while requests may be traced (docs/tracing.md, "Frontend threads"): the
+ * times it began and finished reading it, as ns since the main thread's trace clock base (clock.ts BASE_HR), and
+ * the client's W3C context (opentelemetry mode) or the thread's pick (TraceRate). The main thread samples it.
+ */
+export interface WireTrace {
+  /** TraceRate: picked by the thread (only picked requests carry a WireTrace then). */
+  readonly pick: boolean | undefined;
+  readonly recvStart: number;
+  readonly recvEnd: number;
+  readonly traceparent: string | undefined;
+  readonly tracestate: string | undefined;
+}
+
 /** Main thread → frontend thread, on the bridge port. */
 export type BridgeAnswer =
-  | { readonly t: 'answer'; readonly id: number; readonly response: WireResponse }
-  | { readonly t: 'failed'; readonly id: number; readonly error: WireError }
+  /** `traced`: the request is traced; the thread says when it sent the reply ('sent'). */
+  | { readonly t: 'answer'; readonly id: number; readonly response: WireResponse; readonly traced?: true }
+  | { readonly t: 'failed'; readonly id: number; readonly error: WireError; readonly traced?: true }
   | { readonly t: 'full'; readonly key: string; readonly error: WireError }
   | { readonly t: 'open'; readonly key: string }
   | { readonly t: 'batch'; readonly items: readonly BridgeAnswer[] };
@@ -141,8 +163,8 @@ export const enum SharedSlot {
   /** Bumped by the main thread whenever a model version is loaded or unloaded: cached configurations are stale. */
   ConfigGeneration = 0,
   /**
-   * 1 while the tracer samples (or logs) requests: infer requests then go to the main thread, which traces them
-   * (of HTTP infer and gRPC ModelInfer only those the threads pick while TraceRate is set).
+   * TracingFlag bits: whether the tracer may sample (or log) requests now, and how the threads take part (HTTP infer
+   * and gRPC ModelInfer; docs/tracing.md, "Frontend threads").
    */
   Tracing = 1,
   /** Bumped by the main thread after it posts a keys update (AuthEnds): a thread reads it before its next check. */
@@ -155,6 +177,16 @@ export const enum SharedSlot {
   /** The infer requests the threads have counted for TraceRate, all threads of the pool together. */
   TraceSeen = 4,
   Count = 5,
+}
+
+/** SharedSlot.Tracing's bits. */
+export const enum TracingFlag {
+  /** Requests may be traced: the threads send each with a WireTrace (TraceRate: only the picked ones). */
+  On = 1,
+  /** The request log is on: infer requests go to the main thread whole. */
+  Whole = 2,
+  /** opentelemetry mode: the threads read the client's traceparent and tracestate. */
+  Context = 4,
 }
 
 export function admissionKey(model: string, version: string | undefined): string {

@@ -14,7 +14,9 @@ import { forwardedHeaders } from '../grpc/restrictions.js';
 import { MalformedMessage } from '../grpc/service.js';
 import { toServiceError } from '../grpc/status.js';
 import { compileHeaderForwardPattern } from '../header-forward.js';
-import type { RemoteServer } from './remote.js';
+import { type RemoteServer, ThreadTrace } from './remote.js';
+import { TracingFlag } from '../threads/wire.js';
+import type { InferResponse } from '../../types/api.js';
 import type { ThreadAccess } from './access.js';
 import { authorizationOf, peerAddress } from '../grpc/auth.js';
 
@@ -51,15 +53,20 @@ export class GrpcInferThread {
     if (this.options.forwardAll) return this.forward(call, callback);
     const rate = this.remote.traceRate;
     if (rate !== 0) {
-      // Only the calls picked to be traced go to the main thread for it (docs/tracing.md, "Frontend threads").
+      // Every N-th call is picked here; only those carry what tracing needs (docs/tracing.md, "Frontend threads").
       const picked = this.remote.pickTrace(rate);
       (call as PickedCall)[TRACE_PICK] = picked ? '1' : '0';
-      if (picked || !this.serve(call, callback)) this.forward(call, callback);
-    } else if (this.remote.tracing || !this.serve(call, callback)) this.forward(call, callback);
+      if (!this.serve(call, callback, picked ? TracingFlag.On : 0, picked)) this.forward(call, callback);
+      return;
+    }
+    const tracing = this.remote.traceFlags;
+    // The request log: the main thread serves the call whole.
+    if ((tracing & TracingFlag.Whole) !== 0 || !this.serve(call, callback, tracing, undefined))
+      this.forward(call, callback);
   };
 
   /** Serves the call here; false when the main thread must (malformed, unknown model, decoupled, cached, shm). */
-  private serve(call: Call, callback: Callback): boolean {
+  private serve(call: Call, callback: Callback, tracing: number, pick: boolean | undefined): boolean {
     // The message in a buffer of its own, which moves to the main thread with the request (tensors are views).
     const owned = new ArrayBuffer(call.request.byteLength);
     const bytes = Buffer.from(owned);
@@ -88,6 +95,18 @@ export class GrpcInferThread {
       return true;
     }
     const abort = new Cancellation();
+    let trace: ThreadTrace | undefined;
+    if (tracing !== 0) {
+      const context = (tracing & TracingFlag.Context) !== 0;
+      const parent = context ? call.metadata.get('traceparent')[0] : undefined;
+      const state = parent === undefined ? undefined : call.metadata.get('tracestate')[0];
+      trace = new ThreadTrace(
+        pick,
+        this.remote.now(),
+        typeof parent === 'string' ? parent : undefined,
+        typeof state === 'string' ? state : undefined,
+      );
+    }
     let decoded;
     try {
       const pattern = this.headerPattern;
@@ -98,7 +117,12 @@ export class GrpcInferThread {
     }
     // Client shared memory is registered with the main thread, which reads and writes it.
     if (decoded.shm !== undefined) return false;
-    const pending = new UnaryInferCall(callback as sendUnaryData<Uint8Array>, abort, undefined);
+    let pending: UnaryInferCall;
+    if (trace === undefined) pending = new UnaryInferCall(callback as sendUnaryData<Uint8Array>, abort, undefined);
+    else {
+      trace.recvEnd = this.remote.now();
+      pending = new TracedCall(callback as sendUnaryData<Uint8Array>, abort, this.remote, trace);
+    }
     call.on('cancelled', pending.cancelled.bind(pending));
     const r = decoded.request;
     this.remote
@@ -113,10 +137,35 @@ export class GrpcInferThread {
           parameters: r.parameters,
           signal: abort,
           keyedAddress,
+          trace,
         },
         owned,
       )
       .then(pending.done.bind(pending), pending.failed.bind(pending));
     return true;
+  }
+}
+
+/** A call the main thread may trace: the send stamps around its answer, sent there once it is answered. */
+class TracedCall extends UnaryInferCall {
+  constructor(
+    callback: sendUnaryData<Uint8Array>,
+    abort: Cancellation,
+    private readonly remote: RemoteServer,
+    private readonly threadTrace: ThreadTrace,
+  ) {
+    super(callback, abort, undefined);
+  }
+
+  override done(res: InferResponse): void {
+    const start = this.remote.now();
+    super.done(res);
+    this.remote.sent(this.threadTrace, start, this.remote.now());
+  }
+
+  override failed(err: unknown): void {
+    const start = this.remote.now();
+    super.failed(err);
+    this.remote.sent(this.threadTrace, start, this.remote.now());
   }
 }

@@ -16,7 +16,8 @@ import { Router } from '../http/router.js';
 import { parseWireVersion } from '../../core/version-string.js';
 import type { HttpForwarder } from './http-forward.js';
 import type { HttpThreadOptions } from '../threads/protocol.js';
-import type { RemoteServer } from './remote.js';
+import { type RemoteServer, ThreadTrace } from './remote.js';
+import { TracingFlag } from '../threads/wire.js';
 import type { ThreadAccess } from './access.js';
 
 const INFER_ROUTE = '/v2/models/:model[/versions/:version]/infer';
@@ -49,19 +50,24 @@ export class HttpThread {
     if (!served) this.forwarder.forward(req, res, undefined, this.tracePick);
   };
 
-  /** Serves an infer here; false when the main thread must (not an infer, traced, unknown model, cached...). */
+  /** Serves an infer here; false when the main thread must (not an infer, request log, unknown model, cached...). */
   private serveInfer(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const found = this.router.match(q === -1 ? url : url.slice(0, q));
     if (found === undefined) return false;
+    /** Whether to send the request with a ThreadTrace: picked here, or the main thread decides (0: neither). */
+    let tracing = 0;
     const rate = this.remote.traceRate;
     if (rate !== 0) {
-      // Only the requests picked to be traced go to the main thread for it (docs/tracing.md, "Frontend threads").
+      // Every N-th request is picked here; only those carry what tracing needs (docs/tracing.md, "Frontend threads").
       const picked = this.remote.pickTrace(rate);
       this.tracePick = picked ? '1' : '0';
-      if (picked) return false;
-    } else if (this.remote.tracing) return false;
+      if (picked) tracing = TracingFlag.On;
+    } else {
+      tracing = this.remote.traceFlags;
+      if ((tracing & TracingFlag.Whole) !== 0) return false;
+    }
     const r = this.restriction;
     if (r !== undefined && headerValue(req, r.headerKey) !== r.value) return false;
     const model = found.params['model']!;
@@ -85,8 +91,42 @@ export class HttpThread {
       this.reply.error(res, refused);
       return true;
     }
-    this.infer(req, res, model, version, config).catch((err: unknown) => this.fail(res, err));
+    const pick = this.tracePick;
+    if (tracing === 0) {
+      this.infer(req, res, model, version, config, pick, undefined).catch((err: unknown) => this.fail(res, err));
+      return true;
+    }
+    const context = (tracing & TracingFlag.Context) !== 0;
+    const parent = context ? req.headers.traceparent : undefined;
+    const state = parent === undefined ? undefined : req.headers.tracestate;
+    const trace = new ThreadTrace(
+      rate !== 0 ? true : undefined,
+      this.remote.now(),
+      typeof parent === 'string' ? parent : undefined,
+      typeof state === 'string' ? state : undefined,
+    );
+    void this.tracedInfer(req, res, model, version, config, pick, trace);
     return true;
+  }
+
+  /** An infer the main thread may trace: its reply's send stamps go there once written (or failed). */
+  private async tracedInfer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    model: string,
+    version: string | undefined,
+    config: ModelConfig,
+    pick: '0' | '1' | undefined,
+    trace: ThreadTrace,
+  ): Promise<void> {
+    try {
+      await this.infer(req, res, model, version, config, pick, trace);
+    } catch (err) {
+      trace.sendStart = this.remote.now();
+      this.fail(res, err);
+    }
+    // Ended and not destroyed: the reply was handed to the socket (a client gone first gets no send end).
+    this.remote.sent(trace, trace.sendStart, res.writableEnded && !res.destroyed ? this.remote.now() : NaN);
   }
 
   private async infer(
@@ -95,6 +135,8 @@ export class HttpThread {
     model: string,
     version: string | undefined,
     config: ModelConfig,
+    pick: '0' | '1' | undefined,
+    trace: ThreadTrace | undefined,
   ): Promise<void> {
     const encoding = requestEncoding(req);
     if (encoding === 'unknown') {
@@ -112,19 +154,31 @@ export class HttpThread {
     const decoded =
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, max);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
-      // Client shared memory is registered with the main thread, which reads and writes it.
-      this.forwarder.forward(req, res, received, this.tracePick);
+      // Client shared memory is registered with the main thread, which reads and writes it (and traces it there).
+      this.forwarder.forward(req, res, received, pick);
       return;
     }
+    if (trace !== undefined) trace.recvEnd = this.remote.now();
     const pattern = this.forwardPattern;
     const parameters = pattern === undefined ? decoded.parameters : forwardHeaders(req, pattern, decoded.parameters);
     const call = new InferCall(res);
     const { id, inputs, outputs } = decoded;
     const response = await this.remote.infer(
-      { model, version, id, inputs, outputs, parameters, signal: call.signal, keyedAddress: this.keyedAddress(req) },
+      {
+        model,
+        version,
+        id,
+        inputs,
+        outputs,
+        parameters,
+        signal: call.signal,
+        keyedAddress: this.keyedAddress(req),
+        trace,
+      },
       owned,
     );
     call.done();
+    if (trace !== undefined) trace.sendStart = this.remote.now();
     const compressing = sendInferResponse(this, req, res, response, decoded);
     if (compressing !== undefined) await compressing;
   }

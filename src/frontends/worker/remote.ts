@@ -18,7 +18,20 @@ import {
   fromWireError,
   SharedSlot,
   transferableTensors,
+  type WireTrace,
 } from '../threads/wire.js';
+import { BASE_HR, nowNs } from '../../trace/clock.js';
+
+function wireTrace(t: ThreadTrace | undefined): WireTrace | undefined {
+  if (t === undefined) return undefined;
+  return {
+    pick: t.pick,
+    recvStart: t.recvStart,
+    recvEnd: t.recvEnd,
+    traceparent: t.traceparent,
+    tracestate: t.tracestate,
+  };
+}
 
 export interface RemoteInfer {
   readonly model: string;
@@ -33,15 +46,39 @@ export interface RemoteInfer {
    * if the address reached the failure limit after this thread admitted it.
    */
   readonly keyedAddress?: string | undefined;
+  /** While requests may be traced (RemoteServer.traceFlags): what the main thread samples and traces it by. */
+  readonly trace?: ThreadTrace | undefined;
 }
+
+/**
+ * A request this thread serves while requests may be traced: its receive stamps and W3C context go with it, and
+ * once its answer says it is traced, its send stamps follow (RemoteServer.sent). docs/tracing.md, "Frontend threads".
+ */
+export class ThreadTrace {
+  /** The request's id on the bridge once its answer said it is traced; 0 before, or when it is not. */
+  id = 0;
+  recvEnd = NaN;
+  sendStart = NaN;
+  constructor(
+    readonly pick: boolean | undefined,
+    /** ns on the main thread's trace clock (RemoteServer.now). */
+    readonly recvStart: number,
+    readonly traceparent: string | undefined,
+    readonly tracestate: string | undefined,
+  ) {}
+}
+
+type InferMessage = Extract<BridgeRequest, { t: 'infer' }>;
 
 interface Waiter {
   resolve(r: InferResponse): void;
   reject(e: NereidError): void;
+  trace: ThreadTrace | undefined;
 }
 
 export class RemoteServer {
   private nextId = 1;
+  private readonly clockShift: number;
   private readonly waiting = new Map<number, Waiter>();
   private readonly configs = new Map<string, ModelConfig>();
   private configGeneration = -1;
@@ -55,14 +92,28 @@ export class RemoteServer {
     private readonly sync: MessagePort,
     private readonly signal: Int32Array,
     private readonly shared: Int32Array,
+    /** The main thread's trace clock base (BridgeEnds.clockBase). */
+    clockBase: bigint = BASE_HR,
   ) {
+    // hrtime is one monotonic clock for every thread of the process; each thread's clock.ts has its own base.
+    this.clockShift = Number(BASE_HR - clockBase);
     port.on('message', (a: BridgeAnswer) => this.onAnswer(a));
     this.out = new Coalescer<BridgeRequest>(port, (items) => ({ t: 'batch', items }), () => this.refusals.clear());
   }
 
-  /** Whether requests are traced now (they then go to the main thread whole). */
-  get tracing(): boolean {
-    return Atomics.load(this.shared, SharedSlot.Tracing) !== 0;
+  /** TracingFlag bits: whether requests may be traced now, and how (0: not at all). */
+  get traceFlags(): number {
+    return Atomics.load(this.shared, SharedSlot.Tracing);
+  }
+
+  /** Now on the main thread's trace clock: ns since its BASE_HR. */
+  now(): number {
+    return nowNs() + this.clockShift;
+  }
+
+  /** A traced request's reply went out (`end` NaN: it could not be): the main thread stamps it and ends its trace. */
+  sent(trace: ThreadTrace, start: number, end: number): void {
+    if (trace.id !== 0) this.out.send({ t: 'sent', id: trace.id, start, end });
   }
 
   /** N > 0 while the threads pick every N-th infer request to trace (SharedSlot.TraceRate), else 0. */
@@ -114,7 +165,7 @@ export class RemoteServer {
   infer(r: RemoteInfer, owned: ArrayBuffer | undefined): Promise<InferResponse> {
     const id = this.nextId++;
     const { tensors, transfer } = transferableTensors(r.inputs, owned);
-    const message: BridgeRequest = {
+    const message: { -readonly [K in keyof InferMessage]: InferMessage[K] } = {
       t: 'infer',
       id,
       model: r.model,
@@ -125,8 +176,11 @@ export class RemoteServer {
       parameters: r.parameters,
       keyedAddress: r.keyedAddress,
     };
+    const trace = r.trace;
+    // Only while requests may be traced does a request carry more (the others' messages keep their shape).
+    if (trace !== undefined) message.trace = wireTrace(trace);
     return new Promise<InferResponse>((resolve, reject) => {
-      this.waiting.set(id, { resolve, reject });
+      this.waiting.set(id, { resolve, reject, trace });
       this.out.send(message, transfer);
       r.signal.addEventListener('abort', () => {
         if (this.waiting.has(id)) this.out.send({ t: 'cancel', id });
@@ -142,12 +196,14 @@ export class RemoteServer {
       case 'answer': {
         const w = this.waiting.get(a.id);
         this.waiting.delete(a.id);
+        if (a.traced === true && w?.trace !== undefined) w.trace.id = a.id;
         w?.resolve(a.response as InferResponse);
         break;
       }
       case 'failed': {
         const w = this.waiting.get(a.id);
         this.waiting.delete(a.id);
+        if (a.traced === true && w?.trace !== undefined) w.trace.id = a.id;
         w?.reject(fromWireError(a.error));
         break;
       }

@@ -41,7 +41,7 @@ function startHttp(): void {
   const options = init.http!;
   const forwarder = new HttpForwarder(init.upstream, options.maxInputSize);
   const b = init.bridge!;
-  const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
+  const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared, b.clockBase);
   const access = init.auth === undefined ? undefined : new ThreadAccess(init.auth, b.shared);
   const thread = new HttpThread(remote, forwarder, options, access);
   const server = http.createServer({ keepAlive: true, noDelay: true }, thread.onRequest);
@@ -87,7 +87,7 @@ function startGrpc(): void {
     const b = init.bridge;
     if (def === inferenceServiceDefinition && b !== undefined) {
       // ModelInfer is served here (grpc-infer.ts); the rest, and what it hands over, goes to the main thread.
-      const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared);
+      const remote = new RemoteServer(b.port, b.sync, b.signal, b.shared, b.clockBase);
       const forwardAll = o.forwardAll === true;
       const access = init.auth === undefined ? undefined : new ThreadAccess(init.auth, b.shared);
       const infer = new GrpcInferThread(remote, forwarder.unary(def.ModelInfer!.path), {
