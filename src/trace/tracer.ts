@@ -96,15 +96,15 @@ export class Tracer {
     return this.settings.enabled || this.requestLog !== undefined;
   }
 
-  /** Whether frontend threads must send infer requests to the main thread (or pick them, threadRate). */
+  /** Whether frontend threads must send what tracing needs with infer requests (or pick them, threadRate). */
   get threadsForward(): boolean {
     return this.requestLog !== undefined || (this.settings.enabled && !this.settings.spent);
   }
 
   /**
    * N > 0 while tracing is every N-th request and nothing else (Triton mode, one global setting, no request log):
-   * the frontend threads then count the requests and send only the picked ones to the main thread, so
-   * untraced requests keep being served on the threads (docs/tracing.md, "Frontend threads"). 0 otherwise.
+   * the frontend threads then count the requests and only the picked ones carry what tracing needs, so untraced
+   * requests carry nothing more (docs/tracing.md, "Frontend threads"). 0 otherwise.
    */
   get threadRate(): number {
     return this.otel === undefined && this.requestLog === undefined ? this.settings.threadRate : 0;

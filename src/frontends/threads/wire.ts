@@ -171,7 +171,8 @@ export const enum SharedSlot {
   AuthGeneration = 2,
   /**
    * N > 0 while every N-th request is traced and nothing else is (Tracer.threadRate): the threads then pick those
-   * of HTTP infer and gRPC ModelInfer themselves and serve the others (docs/tracing.md, "Frontend threads").
+   * of HTTP infer and gRPC ModelInfer themselves, and only those carry a WireTrace (docs/tracing.md, "Frontend
+   * threads").
    */
   TraceRate = 3,
   /** The infer requests the threads have counted for TraceRate, all threads of the pool together. */
