@@ -119,7 +119,7 @@ export class FrontendBridge {
     this.ports.add(port);
     const pending = new Map<number, Cancellation>();
     /** Traced requests answered, until the thread says when it sent their reply. */
-    const sending = new Map<number, Trace>();
+    const sending = new SendingTraces();
     const out = new Coalescer<BridgeAnswer>(port, (items) => ({ t: 'batch', items }));
     const take = (m: BridgeRequest): void => {
       if (m.t === 'cancel') pending.get(m.id)?.abort();
@@ -133,9 +133,7 @@ export class FrontendBridge {
     port.on('close', () => {
       this.ports.delete(port);
       for (const c of pending.values()) c.abort();
-      // A thread gone: its traces end without their send stamps.
-      for (const t of sending.values()) t.end();
-      sending.clear();
+      sending.close();
     });
     sync.on('message', (q: ConfigQuery) => {
       let answer: ConfigAnswer;
@@ -151,10 +149,9 @@ export class FrontendBridge {
   }
 
   /** A traced request's reply went out on its thread: its send stamps, and its trace ends. */
-  private sent(sending: Map<number, Trace>, m: Extract<BridgeRequest, { t: 'sent' }>): void {
-    const trace = sending.get(m.id);
+  private sent(sending: SendingTraces, m: Extract<BridgeRequest, { t: 'sent' }>): void {
+    const trace = sending.take(m.id);
     if (trace === undefined) return;
-    sending.delete(m.id);
     const names = STAMPS[this.kind];
     trace.stampAt(names[2], m.start);
     trace.stampAt(names[3], m.end);
@@ -176,7 +173,7 @@ export class FrontendBridge {
   private infer(
     out: Coalescer<BridgeAnswer>,
     pending: Map<number, Cancellation>,
-    sending: Map<number, Trace>,
+    sending: SendingTraces,
     m: Extract<BridgeRequest, { t: 'infer' }>,
   ): void {
     // A thread admitted this keyed request on its copy of the keys; the address may have reached the failure limit
@@ -193,7 +190,7 @@ export class FrontendBridge {
     const trace = m.trace === undefined ? undefined : this.sample(m.model, m.trace);
     const answer = (a: BridgeAnswer, transfer?: ArrayBuffer[]): void => {
       pending.delete(m.id);
-      if (trace !== undefined) sending.set(m.id, trace);
+      if (trace !== undefined) sending.add(m.id, trace);
       out.send(a, transfer);
       // A request done may have let the next batch leave the queue.
       this.scheduleFullCheck();
@@ -274,6 +271,31 @@ export class FrontendBridge {
 
   private broadcast(a: BridgeAnswer): void {
     for (const p of this.ports) p.postMessage(a);
+  }
+}
+
+/** A thread's traced requests answered, until it says when it sent their reply ('sent'). */
+class SendingTraces {
+  private readonly traces = new Map<number, Trace>();
+  private open = true;
+
+  add(id: number, trace: Trace): void {
+    // The thread is gone: no send stamps will come.
+    if (this.open) this.traces.set(id, trace);
+    else trace.end();
+  }
+
+  take(id: number): Trace | undefined {
+    const trace = this.traces.get(id);
+    this.traces.delete(id);
+    return trace;
+  }
+
+  /** The thread is gone: its traces end without their send stamps. */
+  close(): void {
+    this.open = false;
+    for (const t of this.traces.values()) t.end();
+    this.traces.clear();
   }
 }
 
