@@ -2,6 +2,7 @@
  * Finished spans from the compact records of finished requests (otel-record.ts), as the export thread hands them
  * to the SDK's batch span processor: same names, attributes, events, ids and parents as spans the SDK makes.
  */
+import { randomFillSync } from 'node:crypto';
 import { type Attributes, type HrTime, type SpanContext, SpanKind } from '@opentelemetry/api';
 import { TraceState, type InstrumentationScope } from '@opentelemetry/core';
 import type { Resource } from '@opentelemetry/resources';
@@ -16,13 +17,11 @@ import {
   STAMP_NAMES,
   type SpanBatch,
 } from './otel-record.js';
-import { randomHex } from './random-id.js';
 
 const SAMPLED = 1;
 const NO_LINKS: ReturnType<() => ReadableSpan['links']> = [];
 const STATUS_UNSET = { code: 0 };
 const NO_ATTRIBUTES: Attributes = {};
-const TWO_32 = 0x1_0000_0000;
 
 /** The wall-clock time of the records' time 0, as an HrTime and as uint64 nanoseconds in two 32-bit halves. */
 export class WallClock {
@@ -50,26 +49,53 @@ export class WallClock {
     }
     return [sec, nsec];
   }
+}
 
-  /** The low 32 bits of a record's time in ns since the epoch; high() the rest (uint64 wraps as the SDK's). */
-  lowOf(rel: number): number {
-    return (this.low + (rel % TWO_32)) >>> 0;
-  }
+/** Span ids and the trace ids that the export thread makes for a batch: random bytes, 8 or 16 at a time. */
+class IdBytes {
+  private at = 0;
+  constructor(readonly bytes: Buffer) {}
 
-  highOf(rel: number): number {
-    const lowSum = this.low + (rel % TWO_32);
-    return (this.high + Math.floor(rel / TWO_32) + (lowSum >= TWO_32 ? 1 : 0)) >>> 0;
+  /** The offset of `count` new random bytes. */
+  take(count: number): number {
+    const at = this.at;
+    this.at = at + count;
+    return at;
   }
 }
 
 /**
- * A finished span as the batch processor and the OTLP exporter read it, built once the request ended. It keeps its
- * times, events and Triton attributes as the records gave them (numbers): the OTLP serializer (otlp-protobuf.ts)
- * writes them from there, and the ReadableSpan fields made of objects (startTime, endTime, events, attributes) are
- * made only when read. What every span shares lives on the prototype and the rest is assigned once in the
- * constructor (`declare`: no class field definitions), so a span is one small object of one shape.
+ * What a traced request's spans share: their trace id (hex the event loop gave, or 16 of the batch's random bytes),
+ * the caller's trace state and context, and its spans' events in the order recorded: triples of the span's index
+ * in the group, the stamp's code and its time (one array per request, none per span).
  */
-export class FinishedSpan implements ReadableSpan {
+export class SpanGroup {
+  constructor(
+    readonly traceHex: string | undefined,
+    readonly ids: Buffer,
+    readonly traceAt: number,
+    readonly traceState: TraceState | undefined,
+    /** traceState serialized as the SDK writes it (once per group). */
+    readonly traceStateText: string | undefined,
+    readonly remote: SpanContext | undefined,
+    readonly events: number[],
+  ) {}
+
+  get traceId(): string {
+    return this.traceHex ?? this.ids.toString('hex', this.traceAt, this.traceAt + 16);
+  }
+}
+
+/**
+ * A finished span as the batch processor and the OTLP exporter read it, built once the request ended, and its own
+ * SpanContext. It keeps what the records gave (numbers: times, Triton's attributes; its events in its group's)
+ * and its id as 8 random bytes unless the event loop gave one: the OTLP serializer (otlp-protobuf.ts) writes them
+ * from there, and the ReadableSpan and SpanContext fields made of objects or hex (startTime, endTime, events,
+ * attributes, traceId, spanId) are made only when read. What every span shares lives on the prototype and the
+ * rest is assigned once in the constructor (`declare`: no class field definitions), so a span is one object of
+ * one shape.
+ */
+export class FinishedSpan implements ReadableSpan, SpanContext {
   declare readonly kind: SpanKind;
   declare readonly status: ReadableSpan['status'];
   declare readonly links: ReadableSpan['links'];
@@ -77,17 +103,24 @@ export class FinishedSpan implements ReadableSpan {
   declare readonly droppedAttributesCount: number;
   declare readonly droppedEventsCount: number;
   declare readonly droppedLinksCount: number;
+  declare readonly traceFlags: number;
+  /** A span of this process: never remote (undefined, as the SDK's own spans' contexts). */
+  declare readonly isRemote: boolean | undefined;
   declare readonly name: string;
-  declare readonly parentSpanContext: SpanContext | undefined;
+  /** The parent span of the same request, or the caller's context, or none. */
+  declare readonly parentSpanContext: FinishedSpan | SpanContext | undefined;
   declare readonly resource: Resource;
   declare readonly instrumentationScope: InstrumentationScope;
-  declare private readonly context: SpanContext;
+  declare readonly group: SpanGroup;
+  /** The span's index in its group (its events' records name it). */
+  declare readonly index: number;
+  /** The span id as hex (given by the event loop), else undefined and its bytes at `idAt` in the group's ids. */
+  declare readonly idHex: string | undefined;
+  declare readonly idAt: number;
   /** Times in ns since the clock's base. */
   declare readonly clock: WallClock;
   declare readonly start: number;
   declare readonly end: number;
-  /** Events as pairs: the stamp's code (STAMP_NAMES), its time. */
-  declare readonly stamps: number[];
   /** A model span's Triton attributes (a span of another kind has none): version, trace id, parent trace id. */
   declare readonly model: boolean;
   declare readonly modelVersion: number;
@@ -97,8 +130,11 @@ export class FinishedSpan implements ReadableSpan {
 
   constructor(
     name: string,
-    context: SpanContext,
-    parentSpanContext: SpanContext | undefined,
+    group: SpanGroup,
+    index: number,
+    idHex: string | undefined,
+    idAt: number,
+    parentSpanContext: FinishedSpan | SpanContext | undefined,
     clock: WallClock,
     start: number,
     end: number,
@@ -106,14 +142,16 @@ export class FinishedSpan implements ReadableSpan {
     scope: InstrumentationScope,
   ) {
     this.name = name;
-    this.context = context;
+    this.group = group;
+    this.index = index;
+    this.idHex = idHex;
+    this.idAt = idAt;
     this.parentSpanContext = parentSpanContext;
     this.clock = clock;
     this.start = start;
     this.end = end;
     this.resource = resource;
     this.instrumentationScope = scope;
-    this.stamps = [];
     this.model = false;
     this.modelVersion = 0;
     this.tritonTraceId = 0;
@@ -132,7 +170,19 @@ export class FinishedSpan implements ReadableSpan {
   }
 
   spanContext(): SpanContext {
-    return this.context;
+    return this;
+  }
+
+  get traceId(): string {
+    return this.group.traceId;
+  }
+
+  get spanId(): string {
+    return this.idHex ?? this.group.ids.toString('hex', this.idAt, this.idAt + 8);
+  }
+
+  get traceState(): TraceState | undefined {
+    return this.group.traceState;
   }
 
   get startTime(): HrTime {
@@ -151,9 +201,10 @@ export class FinishedSpan implements ReadableSpan {
 
   get events(): TimedEvent[] {
     const events: TimedEvent[] = [];
-    const stamps = this.stamps;
-    for (let i = 0; i < stamps.length; i += 2) {
-      events.push({ name: STAMP_NAMES[stamps[i]!]!, time: this.clock.hrTime(stamps[i + 1]!) });
+    const stamps = this.group.events;
+    for (let i = 0; i < stamps.length; i += 3) {
+      if (stamps[i] !== this.index) continue;
+      events.push({ name: STAMP_NAMES[stamps[i + 1]!]!, time: this.clock.hrTime(stamps[i + 2]!) });
     }
     return events;
   }
@@ -178,6 +229,7 @@ Object.assign(FinishedSpan.prototype, {
   droppedAttributesCount: 0,
   droppedEventsCount: 0,
   droppedLinksCount: 0,
+  traceFlags: SAMPLED,
 });
 
 /** Turns the batches of one event loop into spans; model names arrive once and are kept in order. */
@@ -195,11 +247,15 @@ export class SpanBuilder {
     this.clock = new WallClock(baseSec, baseNsec);
   }
 
-  /** The batch's spans, parents before children. */
+  /**
+   * The batch's spans, parents before children (the batch's numbers are read here only: their buffer goes back to
+   * the event loop). Their random ids are cut from one buffer filled for the batch.
+   */
   spans(batch: SpanBatch): FinishedSpan[] {
     const modelNames = this.modelNames;
     for (const name of batch.names) modelNames.push(name);
     const { nums, strings, length } = batch;
+    const ids = new IdBytes(randomFillSync(Buffer.allocUnsafe(batch.groups * 16 + batch.spans * 8)));
     const spans: FinishedSpan[] = [];
     let at = 0;
     for (let g = 0; g < batch.groups && at < length; g++) {
@@ -208,19 +264,36 @@ export class SpanBuilder {
       const traceStateAt = nums[at++]!;
       const remoteSpanAt = nums[at++]!;
       const remoteFlags = nums[at++]!;
-      const traceId = traceIdAt === NONE ? randomHex(16) : strings[traceIdAt]!;
+      const traceHex = traceIdAt === NONE ? undefined : strings[traceIdAt]!;
       const traceState = traceStateAt === NONE ? undefined : new TraceState(strings[traceStateAt]);
       const remote: SpanContext | undefined =
         remoteSpanAt === NONE
           ? undefined
-          : { traceId, spanId: strings[remoteSpanAt]!, traceFlags: remoteFlags, isRemote: true, traceState };
+          : {
+              traceId: traceHex ?? '',
+              spanId: strings[remoteSpanAt]!,
+              traceFlags: remoteFlags,
+              isRemote: true,
+              traceState,
+            };
+      const group = new SpanGroup(
+        traceHex,
+        ids.bytes,
+        traceHex === undefined ? ids.take(16) : 0,
+        traceState,
+        traceState?.serialize(),
+        remote,
+        [],
+      );
+      const events = group.events;
       const first = spans.length;
-      for (let op = nums[at++]!; op !== OP_END; op = nums[at++]!) {
+      for (let op = nums[at]!; op !== OP_END; op = nums[at]!) {
         if (op === OP_EVENT) {
-          spans[first + nums[at]!]!.stamps.push(nums[at + 1]!, nums[at + 2]!);
-          at += 3;
+          events.push(nums[at + 1]!, nums[at + 2]!, nums[at + 3]!);
+          at += 4;
           continue;
         }
+        at += 1;
         let name = op === SPAN_ROOT ? 'InferRequest' : 'compute';
         if (op === SPAN_MODEL) name = modelNames[nums[at++]!]!;
         else if (op !== SPAN_COMPUTE && op !== SPAN_ROOT) throw new Error(`op ${op} in a span record`);
@@ -228,11 +301,14 @@ export class SpanBuilder {
         const parent = nums[at++]!;
         const start = nums[at++]!;
         const end = nums[at++]!;
-        const spanId = spanIdAt === NONE ? randomHex(8) : strings[spanIdAt]!;
+        const idHex = spanIdAt === NONE ? undefined : strings[spanIdAt]!;
         const span = new FinishedSpan(
           name,
-          { traceId, spanId, traceFlags: SAMPLED, traceState },
-          parent === NONE ? remote : spans[first + parent]!.spanContext(),
+          group,
+          spans.length - first,
+          idHex,
+          idHex === undefined ? ids.take(8) : 0,
+          parent === NONE ? remote : spans[first + parent]!,
           this.clock,
           start,
           end,
@@ -246,6 +322,7 @@ export class SpanBuilder {
         }
         spans.push(span);
       }
+      at += 1; // OP_END
     }
     return spans;
   }

@@ -218,9 +218,10 @@ class Writer {
       this.time(clock.hrTime(rel));
       return;
     }
-    const low = clock.lowOf(rel);
-    const high = clock.highOf(rel);
-    this.fixed64(low, high);
+    // rel's halves without a double modulo (a call into the C library): division by 2^32 and the product are exact.
+    const relHigh = Math.floor(rel / TWO_32);
+    const lowSum = clock.low + (rel - relHigh * TWO_32);
+    this.fixed64(lowSum >>> 0, (clock.high + relHigh + (lowSum >= TWO_32 ? 1 : 0)) >>> 0);
   }
 
   /** Bytes written before (a few dozen at most). */
@@ -298,6 +299,16 @@ class Writer {
     const p = this.pos;
     for (let i = 0; i < size; i++) buf[p + i] = bytes[i]!;
     this.pos = p + size;
+  }
+
+  /** An id from its bytes, with their length. */
+  idBytes(from: Uint8Array, at: number, n: number): void {
+    this.room(n + 1);
+    const buf = this.buf;
+    let p = this.pos;
+    buf[p++] = n;
+    for (let i = 0; i < n; i++) buf[p + i] = from[at + i]!;
+    this.pos = p + n;
   }
 
   bytes(b: Uint8Array): void {
@@ -439,6 +450,56 @@ function writeTritonAttribute(w: Writer, key: Uint8Array, value: AttributeValue)
   w.end(kv, SMALL_LEN);
 }
 
+/** Span names (InferRequest, compute, the models') as a string field's length and UTF-8 bytes, made once each. */
+const NAMES = new Map<string, Uint8Array>();
+const MAX_NAMES = 1024;
+
+function encodedName(name: string): Uint8Array {
+  let bytes = NAMES.get(name);
+  if (bytes === undefined) {
+    const text = Buffer.from(name, 'utf8');
+    const head: number[] = [];
+    let n = text.length;
+    for (; n >= 0x80; n >>>= 7) head.push((n & 0x7f) | 0x80);
+    bytes = Uint8Array.from([...head, n, ...text]);
+    if (NAMES.size >= MAX_NAMES) NAMES.clear();
+    NAMES.set(name, bytes);
+  }
+  return bytes;
+}
+
+/** triton.model_name, from the span name's encoded bytes: writeTritonAttribute's bytes for that string. */
+function writeNameAttribute(w: Writer, name: Uint8Array, text: string): void {
+  const value = 1 + name.length; // AnyValue: the string's tag, length and bytes
+  if (KEY_MODEL_NAME.length + 2 + value >= 0x80) {
+    writeTritonAttribute(w, KEY_MODEL_NAME, text);
+    return;
+  }
+  w.byte(T_ATTRIBUTE);
+  w.byte(KEY_MODEL_NAME.length + 2 + value);
+  w.raw(KEY_MODEL_NAME);
+  w.byte(T_KV_VALUE);
+  w.byte(value);
+  w.byte(T_STRING_VALUE);
+  w.raw(name);
+}
+
+/** A Triton attribute of an integer value: writeTritonAttribute's bytes, without measuring the messages after. */
+function writeIntAttribute(w: Writer, key: Uint8Array, value: number): void {
+  if (!(value >= 0 && value < TWO_32 && Number.isInteger(value))) {
+    writeTritonAttribute(w, key, value);
+    return;
+  }
+  const any = 1 + varintSize(value); // AnyValue: int_value's tag and varint
+  w.byte(T_ATTRIBUTE);
+  w.byte(key.length + 2 + any);
+  w.raw(key);
+  w.byte(T_KV_VALUE);
+  w.byte(any);
+  w.byte(T_INT_VALUE);
+  w.varint32(value);
+}
+
 /** The fields every span starts with: its ids, trace state, parent and name. */
 function writeSpanHead(w: Writer, context: SpanContext, parent: SpanContext | undefined, name: string): void {
   w.byte(T_TRACE_ID);
@@ -458,15 +519,39 @@ function writeSpanHead(w: Writer, context: SpanContext, parent: SpanContext | un
   w.string(name);
 }
 
+/** A span's id from its bytes or its hex; `cache` for hex (see Writer.id). */
+function writeOwnId(w: Writer, span: FinishedSpan, cache: IdCache): void {
+  if (span.idHex !== undefined) w.id(span.idHex, cache);
+  else w.idBytes(span.group.ids, span.idAt, 8);
+}
+
 /**
  * A span of ours, from the numbers it keeps: the bytes writeSpan writes for it through the ReadableSpan fields,
  * without making the objects those fields are (the tests compare both with the SDK's).
  */
 function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
   const body = w.begin(SPAN_LEN);
-  const context = span.spanContext();
+  const group = span.group;
   const parent = span.parentSpanContext;
-  writeSpanHead(w, context, parent, span.name);
+  w.byte(T_TRACE_ID);
+  if (group.traceHex !== undefined) w.id(group.traceHex, traceIds);
+  else w.idBytes(group.ids, group.traceAt, 16);
+  w.byte(T_SPAN_ID);
+  writeOwnId(w, span, ownIds);
+  if (group.traceStateText) {
+    w.byte(T_TRACE_STATE);
+    w.string(group.traceStateText);
+  }
+  if (parent instanceof FinishedSpan) {
+    w.byte(T_PARENT_SPAN_ID);
+    writeOwnId(w, parent, parentIds);
+  } else if (parent?.spanId) {
+    w.byte(T_PARENT_SPAN_ID);
+    w.id(parent.spanId, parentIds);
+  }
+  w.byte(T_NAME);
+  const name = encodedName(span.name);
+  w.raw(name);
   w.byte(T_KIND);
   w.byte(span.kind + 1);
   const clock = span.clock;
@@ -475,27 +560,30 @@ function writeFinishedSpan(w: Writer, span: FinishedSpan): void {
   w.byte(T_END);
   w.wall(clock, span.end);
   if (span.model) {
-    writeTritonAttribute(w, KEY_MODEL_NAME, span.name);
-    writeTritonAttribute(w, KEY_MODEL_VERSION, span.modelVersion);
-    writeTritonAttribute(w, KEY_TRACE_ID, span.tritonTraceId);
-    writeTritonAttribute(w, KEY_TRACE_PARENT_ID, span.tritonParentId);
+    writeNameAttribute(w, name, span.name);
+    writeIntAttribute(w, KEY_MODEL_VERSION, span.modelVersion);
+    writeIntAttribute(w, KEY_TRACE_ID, span.tritonTraceId);
+    writeIntAttribute(w, KEY_TRACE_PARENT_ID, span.tritonParentId);
     if (span.requestId !== undefined) writeTritonAttribute(w, KEY_REQUEST_ID, span.requestId);
   }
   w.byte(T_DROPPED_ATTRIBUTES);
   w.byte(0);
-  const stamps = span.stamps;
-  for (let i = 0; i < stamps.length; i += 2) {
-    const tail = EVENT_TAILS[stamps[i]!]!;
+  // The span's events, among its group's (span index, stamp code, time) triples.
+  const events = group.events;
+  const index = span.index;
+  for (let i = 0; i < events.length; i += 3) {
+    if (events[i] !== index) continue;
+    const tail = EVENT_TAILS[events[i + 1]!]!;
     w.byte(T_EVENT);
     w.byte(1 + 8 + tail.length);
     w.byte(T_EVENT_TIME);
-    w.wall(clock, stamps[i + 1]!);
+    w.wall(clock, events[i + 2]!);
     w.raw(tail);
   }
   w.raw(FINISHED_TAIL);
   w.byte(T_FLAGS_0);
   w.byte(T_FLAGS_1);
-  w.fixed32(spanFlags(context.traceFlags, parent?.isRemote));
+  w.fixed32(spanFlags(span.traceFlags, parent?.isRemote));
   w.end(body, SPAN_LEN);
   const last = parentIds;
   parentIds = ownIds;
