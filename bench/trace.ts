@@ -32,7 +32,7 @@
  * over OTLP per value, every server with metrics on, and prints the spans each
  * OTLP server dropped (nereid_trace_spans_dropped_total) out of those it made.
  * TRACE_BENCH_BASE=<another build's dist folder> compares OTLP rate=1 of that
- * build and of this one instead (off A and B, then the two, metrics on). Each
+ * build and of this one instead (off A and B, the base build off, then the two, metrics on). Each
  * row also splits the server's CPU per request: the trace threads
  * (`WorkerThread`) and V8's helper threads (`V8Worker`: parallel and concurrent
  * garbage collection, compilation). TRACE_BENCH_THREADS=N starts every server with --frontend-threads=N (the
@@ -137,6 +137,7 @@ const offs: Variant[] = [
 const BASE = process.env.TRACE_BENCH_BASE;
 const variants: Variant[] = BASE !== undefined ? [
   ...offs,
+  { label: 'tracing off, base build', goal: undefined, flags: (): string[] => [], dist: path.resolve(BASE) },
   { label: 'OTLP, base build', goal: 0.8, flags: otlp, otlp: true, dist: path.resolve(BASE) },
   { label: 'OTLP, this build', goal: 0.8, flags: otlp, otlp: true },
 ] : NICES !== undefined ? [
@@ -320,9 +321,11 @@ for (let i = 1; i < variants.length; i++) {
   const goal = variants[i]!.goal;
   // Decided only where the whole interval lies on one side of the goal.
   const verdict =
-    goal === undefined
+    i === 1
       ? '(the noise floor)'
-      : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}` +
+      : goal === undefined
+        ? `A/A ${f(median(aa), 3)} [${f(aaLo, 3)}, ${f(aaHi, 3)}]`
+        : `goal ≥ ${goal}: ${all >= goal ? 'met' : 'NOT met'}` +
         `${lo < goal && goal <= hi ? ' (undecided: inside the interval)' : ''}; ` +
         `A/A ${f(median(aa), 3)} [${f(aaLo, 3)}, ${f(aaHi, 3)}]`;
   process.stdout.write(
