@@ -11,7 +11,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { ModelInferRequestSchema, type ModelInferResponse } from '../../src/gen/grpc_service_pb.js';
+import {
+  InferParameterSchema,
+  type ModelInferRequest,
+  ModelInferRequestSchema,
+  type ModelInferResponse,
+} from '../../src/gen/grpc_service_pb.js';
 import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { silentLogger } from '../../src/logger.js';
@@ -69,7 +74,11 @@ function repository(): TempRepository {
  * A server on two frontend threads per protocol, counting the infer requests its main-thread frontends serve: they
  * ask the server for admission first (HTTP and gRPC), which a request a thread serves never does on the main thread.
  */
-async function serve(repo: TempRepository, flags: string[]): Promise<{ running: RunningServer; onMain: () => number }> {
+async function serve(
+  repo: TempRepository,
+  flags: string[],
+  threads = 2,
+): Promise<{ running: RunningServer; onMain: () => number }> {
   const running = await startServing(
     buildServeConfig([
       `--model-repository=${repo.dir}`,
@@ -78,7 +87,7 @@ async function serve(repo: TempRepository, flags: string[]): Promise<{ running: 
       '--metrics-port=0',
       '--allow-cpu-metrics=false',
       '--allow-gpu-metrics=false',
-      '--frontend-threads=2',
+      `--frontend-threads=${threads}`,
       '--trace-config=level=TIMESTAMPS',
       '--trace-config=rate=1',
       ...flags,
@@ -95,7 +104,12 @@ async function serve(repo: TempRepository, flags: string[]): Promise<{ running: 
   return { running, onMain: () => onMain };
 }
 
-function grpcInfer(port: number, id: string, metadata = new grpc.Metadata()): Promise<ModelInferResponse> {
+function grpcInfer(
+  port: number,
+  id: string,
+  metadata = new grpc.Metadata(),
+  parameters: ModelInferRequest['parameters'] = {},
+): Promise<ModelInferResponse> {
   const Client = grpc.makeGenericClientConstructor(inferenceServiceDefinition, 'GRPCInferenceService');
   const client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
   const request = create(ModelInferRequestSchema, {
@@ -106,6 +120,7 @@ function grpcInfer(port: number, id: string, metadata = new grpc.Metadata()): Pr
       { name: 'INPUT1', datatype: 'INT32', shape: [1n, 16n] },
     ],
     rawInputContents: [int32Bytes(A), int32Bytes(B)],
+    parameters,
   });
   return new Promise<ModelInferResponse>((resolve, reject) =>
     (client as unknown as { ModelInfer: (...args: unknown[]) => void }).ModelInfer(
@@ -269,4 +284,43 @@ describe('OTLP spans, requests served on frontend threads', () => {
       assert.equal(compute?.name, 'compute');
     });
   }
+});
+
+describe('a request refused while it is read: traced alike on the main thread and on a thread', () => {
+  const orders = new Map<number, { http: string[][]; grpc: string[][] }>();
+  const repo = repository();
+  const dir = mkdtempSync(path.join(tmpdir(), 'nereid-thread-trace-bad-'));
+
+  before(async () => {
+    for (const threads of [1, 2]) {
+      const file = path.join(dir, `trace-${threads}.json`);
+      const { running } = await serve(repo, [`--trace-config=triton,file=${file}`], threads);
+      try {
+        const bad = await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: '{' });
+        assert.match(bad.body.toString(), /failed to parse the request JSON/);
+        const priority = create(InferParameterSchema, { parameterChoice: { case: 'int64Param', value: -1n } });
+        await assert.rejects(grpcInfer(running.ports.grpc!, 'bad', undefined, { priority }), /priority/);
+      } finally {
+        await running.shutdown();
+      }
+      const entries = JSON.parse(readFileSync(file, 'utf8')) as TraceFileEntry[];
+      const order = (frontend: 'http' | 'grpc') => [...mergeTraces(entries, frontend).values()].map((t) => t.order);
+      orders.set(threads, { http: order('http'), grpc: order('grpc') });
+    }
+  });
+
+  after(() => {
+    repo.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('HTTP: the receive start and the error reply\'s send stamps', () => {
+    assert.deepEqual(orders.get(1)!.http, [['HTTP_RECV_START', 'HTTP_SEND_START', 'HTTP_SEND_END']]);
+    assert.deepEqual(orders.get(2)!.http, orders.get(1)!.http);
+  });
+
+  test('gRPC: the wait-read start alone', () => {
+    assert.deepEqual(orders.get(1)!.grpc, [['GRPC_WAITREAD_START']]);
+    assert.deepEqual(orders.get(2)!.grpc, orders.get(1)!.grpc);
+  });
 });

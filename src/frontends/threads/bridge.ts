@@ -124,6 +124,7 @@ export class FrontendBridge {
     const take = (m: BridgeRequest): void => {
       if (m.t === 'cancel') pending.get(m.id)?.abort();
       else if (m.t === 'sent') this.sent(sending, m);
+      else if (m.t === 'early') this.early(m);
       // Counted in the statistics as the main thread's own refusals are, whether or not the queue is still full.
       else if (m.t === 'refused') this.server.countRefusals?.(m.model, m.version, m.count);
       else if (m.t === 'batch') for (const item of m.items) take(item);
@@ -151,6 +152,16 @@ export class FrontendBridge {
   /** A traced request's reply went out on its thread: its send stamps, and its trace ends. */
   private sent(sending: SendingTraces, m: Extract<BridgeRequest, { t: 'sent' }>): void {
     const trace = sending.take(m.id);
+    if (trace === undefined) return;
+    const names = STAMPS[this.kind];
+    trace.stampAt(names[2], m.start);
+    trace.stampAt(names[3], m.end);
+    trace.end();
+  }
+
+  /** A request refused on its thread before it crossed: traced, when sampled, with its frontend stamps alone. */
+  private early(m: Extract<BridgeRequest, { t: 'early' }>): void {
+    const trace = this.sample(m.model, m.trace);
     if (trace === undefined) return;
     const names = STAMPS[this.kind];
     trace.stampAt(names[2], m.start);

@@ -79,6 +79,17 @@ export type BridgeRequest =
    * handed it to the socket (NaN: the client was gone), ns on the main thread's trace clock. Ends the trace.
    */
   | { readonly t: 'sent'; readonly id: number; readonly start: number; readonly end: number }
+  /**
+   * A request with a WireTrace refused on the thread before it crossed (a body that does not decode): the main
+   * thread samples it as if it had come and traces its frontend stamps alone, as its own frontend would.
+   */
+  | {
+      readonly t: 'early';
+      readonly model: string;
+      readonly trace: WireTrace;
+      readonly start: number;
+      readonly end: number;
+    }
   /** Requests refused for a full queue on the thread, counted per model and version over one event-loop turn. */
   | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined; count: number }
   | { readonly t: 'batch'; readonly items: readonly BridgeRequest[] };

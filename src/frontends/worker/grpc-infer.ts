@@ -113,6 +113,8 @@ export class GrpcInferThread {
       decoded = decodeInfer(msg, abort, pattern === undefined ? undefined : forwardedHeaders(call.metadata, pattern));
     } catch (e) {
       callback(toServiceError(e), null);
+      // Traced, the main thread's frontend would end this trace with its first stamp alone: so does it for this one.
+      if (trace !== undefined) this.remote.sent(trace, msg.modelName, NaN, NaN);
       return true;
     }
     // Client shared memory is registered with the main thread, which reads and writes it.
@@ -121,7 +123,7 @@ export class GrpcInferThread {
     if (trace === undefined) pending = new UnaryInferCall(callback as sendUnaryData<Uint8Array>, abort, undefined);
     else {
       trace.recvEnd = this.remote.now();
-      pending = new TracedCall(callback as sendUnaryData<Uint8Array>, abort, this.remote, trace);
+      pending = new TracedCall(callback as sendUnaryData<Uint8Array>, abort, this.remote, trace, msg.modelName);
     }
     call.on('cancelled', pending.cancelled.bind(pending));
     const r = decoded.request;
@@ -153,6 +155,7 @@ class TracedCall extends UnaryInferCall {
     abort: Cancellation,
     private readonly remote: RemoteServer,
     private readonly threadTrace: ThreadTrace,
+    private readonly model: string,
   ) {
     super(callback, abort, undefined);
   }
@@ -160,12 +163,12 @@ class TracedCall extends UnaryInferCall {
   override done(res: InferResponse): void {
     const start = this.remote.now();
     super.done(res);
-    this.remote.sent(this.threadTrace, start, this.remote.now());
+    this.remote.sent(this.threadTrace, this.model, start, this.remote.now());
   }
 
   override failed(err: unknown): void {
     const start = this.remote.now();
     super.failed(err);
-    this.remote.sent(this.threadTrace, start, this.remote.now());
+    this.remote.sent(this.threadTrace, this.model, start, this.remote.now());
   }
 }

@@ -126,7 +126,7 @@ export class HttpThread {
       this.fail(res, err);
     }
     // Ended and not destroyed: the reply was handed to the socket (a client gone first gets no send end).
-    this.remote.sent(trace, trace.sendStart, res.writableEnded && !res.destroyed ? this.remote.now() : NaN);
+    this.remote.sent(trace, model, trace.sendStart, res.writableEnded && !res.destroyed ? this.remote.now() : NaN);
   }
 
   private async infer(
@@ -140,6 +140,7 @@ export class HttpThread {
   ): Promise<void> {
     const encoding = requestEncoding(req);
     if (encoding === 'unknown') {
+      if (trace !== undefined) trace.sendStart = this.remote.now();
       this.reply.errorText(res, 501, 'Unsupported compression type', ['Accept-Encoding', 'gzip, deflate']);
       return;
     }
@@ -155,6 +156,7 @@ export class HttpThread {
       headerLength === 0 ? decodeRawInfer(body, config) : decodeInferBody(body, headerLength, model, max);
     if (decoded.shmInputs !== undefined || decoded.shmOutputs !== undefined) {
       // Client shared memory is registered with the main thread, which reads and writes it (and traces it there).
+      if (trace !== undefined) trace.crossed = true;
       this.forwarder.forward(req, res, received, pick);
       return;
     }

@@ -59,6 +59,8 @@ export class ThreadTrace {
   id = 0;
   recvEnd = NaN;
   sendStart = NaN;
+  /** Whether the request went to the main thread (with this or whole), which then traces it if at all. */
+  crossed = false;
   constructor(
     readonly pick: boolean | undefined,
     /** ns on the main thread's trace clock (RemoteServer.now). */
@@ -111,9 +113,13 @@ export class RemoteServer {
     return nowNs() + this.clockShift;
   }
 
-  /** A traced request's reply went out (`end` NaN: it could not be): the main thread stamps it and ends its trace. */
-  sent(trace: ThreadTrace, start: number, end: number): void {
+  /**
+   * The reply of a request that may be traced went out (`end` NaN: it could not be). Crossed, and traced: the main
+   * thread stamps it and ends its trace. Refused here before it crossed: the main thread may trace it still (early).
+   */
+  sent(trace: ThreadTrace, model: string, start: number, end: number): void {
     if (trace.id !== 0) this.out.send({ t: 'sent', id: trace.id, start, end });
+    else if (!trace.crossed) this.out.send({ t: 'early', model, trace: wireTrace(trace)!, start, end });
   }
 
   /** N > 0 while the threads pick every N-th infer request to trace (SharedSlot.TraceRate), else 0. */
@@ -178,7 +184,10 @@ export class RemoteServer {
     };
     const trace = r.trace;
     // Only while requests may be traced does a request carry more (the others' messages keep their shape).
-    if (trace !== undefined) message.trace = wireTrace(trace);
+    if (trace !== undefined) {
+      trace.crossed = true;
+      message.trace = wireTrace(trace);
+    }
     return new Promise<InferResponse>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject, trace });
       this.out.send(message, transfer);
