@@ -1,10 +1,11 @@
 /**
  * Tracing with HTTP frontend threads: at rate=N the threads pick every N-th infer request and only those carry what
  * tracing needs; with a setting the threads cannot count for (a model's own) every request carries it and the main
- * thread decides. Either way the threads serve them; the request log alone sends them to the main thread whole.
- * gRPC ModelInfer likewise.
+ * thread decides. Either way the threads serve them, with the request log on too. gRPC ModelInfer likewise.
  */
 import { after, before, test } from 'node:test';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -115,18 +116,35 @@ test("a model's own setting: the main thread decides for every request, the thre
   assert.equal(core.viaMain - main1, 0);
 });
 
-test('the request log: every infer request goes to the main thread whole, which logs it', async () => {
+test('the request log: the threads serve every infer request, the main thread logs each', async () => {
   const logCore = new CountingServer();
-  const logTracer = new Tracer({ mode: 'triton', requestLogRate: 1, logger: silentLogger });
+  const lines: Array<Record<string, unknown>> = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const l of chunk.toString().split('\n')) if (l !== '') lines.push(JSON.parse(l) as Record<string, unknown>);
+      done();
+    },
+  });
+  const logTracer = new Tracer({ mode: 'triton', requestLogRate: 1, logger: pino({ level: 'info' }, stream) });
   const options = { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger, threads: 2 };
   const logFe = new HttpFrontend(logCore, { ...options, tracer: logTracer });
   try {
     const { port: logPort } = await logFe.start();
     for (let i = 0; i < 4; i++) await infer(logPort);
-    assert.equal(logCore.viaMain, 4);
+    assert.equal(logCore.viaMain, 0);
   } finally {
     await logFe.stop();
     await logTracer.close();
+  }
+  const logged = lines.filter((l) => l.msg === 'request');
+  assert.equal(logged.length, 4);
+  for (const l of logged) {
+    assert.deepEqual(
+      [l.protocol, l.method, l.path, l.status, l.bytes_in],
+      ['http', 'POST', '/v2/models/echo/infer', 200, INPUTS.length],
+    );
+    assert.ok((l.bytes_out as number) > 0);
+    assert.equal(typeof l.total_us, 'number');
   }
 });
 

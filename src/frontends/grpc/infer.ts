@@ -456,7 +456,7 @@ class StreamInferSession {
 }
 
 /** A gRPC status code's name (the request log's status for gRPC). */
-function grpcStatusName(code: number | undefined): string {
+export function grpcStatusName(code: number | undefined): string {
   return code === undefined ? 'UNKNOWN' : (grpcStatus[code] ?? String(code));
 }
 

@@ -107,7 +107,7 @@ export class FrontendBridge {
     let flags = 0;
     if (t !== undefined && t.threadsForward) {
       flags = TracingFlag.On;
-      if (t.logsRequests) flags |= TracingFlag.Whole;
+      if (t.logsRequests) flags |= TracingFlag.Log;
       if (t.readsContext) flags |= TracingFlag.Context;
     }
     Atomics.store(this.shared, SharedSlot.Tracing, flags);
@@ -152,21 +152,26 @@ export class FrontendBridge {
   /** A traced request's reply went out on its thread: its send stamps, and its trace ends. */
   private sent(sending: SendingTraces, m: Extract<BridgeRequest, { t: 'sent' }>): void {
     const trace = sending.take(m.id);
-    if (trace === undefined) return;
+    if (trace !== undefined) this.finish(trace, m);
+  }
+
+  /** The send stamps and, for the request log, the reply's status and bytes: the trace ends. */
+  private finish(trace: Trace, m: Extract<BridgeRequest, { t: 'sent' | 'early' }>): void {
     const names = STAMPS[this.kind];
     trace.stampAt(names[2], m.start);
     trace.stampAt(names[3], m.end);
+    const log = trace.group.log;
+    if (log !== undefined && m.status !== undefined) {
+      log.status = m.status;
+      log.bytesOut = m.bytesOut ?? 0;
+    }
     trace.end();
   }
 
   /** A request refused on its thread before it crossed: traced, when sampled, with its frontend stamps alone. */
   private early(m: Extract<BridgeRequest, { t: 'early' }>): void {
     const trace = this.sample(m.model, m.trace);
-    if (trace === undefined) return;
-    const names = STAMPS[this.kind];
-    trace.stampAt(names[2], m.start);
-    trace.stampAt(names[3], m.end);
-    trace.end();
+    if (trace !== undefined) this.finish(trace, m);
   }
 
   /** A trace for a request a thread served while requests may be traced, when the tracer samples it. */
@@ -178,6 +183,13 @@ export class FrontendBridge {
     const names = STAMPS[this.kind];
     trace.stampAt(names[0], w.recvStart);
     trace.stampAt(names[1], w.recvEnd);
+    const log = trace.group.log;
+    if (log !== undefined && w.log !== undefined) {
+      log.protocol = this.kind;
+      log.method = w.log.method;
+      log.path = w.log.path;
+      log.bytesIn = w.log.bytesIn;
+    }
     return trace;
   }
 

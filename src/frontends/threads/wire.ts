@@ -78,7 +78,15 @@ export type BridgeRequest =
    * A traced request's reply was written (its answer said `traced`): when the thread began sending it and when it
    * handed it to the socket (NaN: the client was gone), ns on the main thread's trace clock. Ends the trace.
    */
-  | { readonly t: 'sent'; readonly id: number; readonly start: number; readonly end: number }
+  | {
+      readonly t: 'sent';
+      readonly id: number;
+      readonly start: number;
+      readonly end: number;
+      /** With WireTrace.log: the reply's status and bytes, when it was written. */
+      readonly status?: number | string | undefined;
+      readonly bytesOut?: number | undefined;
+    }
   /**
    * A request with a WireTrace refused on the thread before it crossed (a body that does not decode): the main
    * thread samples it as if it had come and traces its frontend stamps alone, as its own frontend would.
@@ -89,6 +97,8 @@ export type BridgeRequest =
       readonly trace: WireTrace;
       readonly start: number;
       readonly end: number;
+      readonly status?: number | string | undefined;
+      readonly bytesOut?: number | undefined;
     }
   /** Requests refused for a full queue on the thread, counted per model and version over one event-loop turn. */
   | { readonly t: 'refused'; readonly model: string; readonly version: string | undefined; count: number }
@@ -106,6 +116,15 @@ export interface WireTrace {
   readonly recvEnd: number;
   readonly traceparent: string | undefined;
   readonly tracestate: string | undefined;
+  /** The request log is on (TracingFlag.Log): what its line says of the request. */
+  readonly log?: WireLog | undefined;
+}
+
+/** What the request log's line says of a request a thread read (the frontend's part of RequestLogEntry). */
+export interface WireLog {
+  readonly method: string;
+  readonly path: string;
+  readonly bytesIn: number;
 }
 
 /** Main thread → frontend thread, on the bridge port. */
@@ -195,8 +214,8 @@ export const enum SharedSlot {
 export const enum TracingFlag {
   /** Requests may be traced: the threads send each with a WireTrace (TraceRate: only the picked ones). */
   On = 1,
-  /** The request log is on: infer requests go to the main thread whole. */
-  Whole = 2,
+  /** The request log is on: the threads send what its line says of each request too (WireTrace.log). */
+  Log = 2,
   /** opentelemetry mode: the threads read the client's traceparent and tracestate. */
   Context = 4,
 }

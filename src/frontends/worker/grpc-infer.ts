@@ -9,7 +9,7 @@ import { Cancellation } from '../../types/cancellation.js';
 import type { ModelInferRequest } from '../../gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../grpc/index.js';
 import { decodeInfer } from '../grpc/infer-decode.js';
-import { UnaryInferCall } from '../grpc/infer.js';
+import { grpcStatusName, UnaryInferCall } from '../grpc/infer.js';
 import { forwardedHeaders } from '../grpc/restrictions.js';
 import { MalformedMessage } from '../grpc/service.js';
 import { toServiceError } from '../grpc/status.js';
@@ -21,6 +21,7 @@ import type { ThreadAccess } from './access.js';
 import { authorizationOf, peerAddress } from '../grpc/auth.js';
 
 type Call = ServerUnaryCall<Buffer, Buffer>;
+const MODEL_INFER_PATH = inferenceServiceDefinition.ModelInfer!.path;
 type Callback = sendUnaryData<Buffer>;
 
 const readRequest = inferenceServiceDefinition.ModelInfer!.requestDeserialize as (
@@ -59,10 +60,7 @@ export class GrpcInferThread {
       if (!this.serve(call, callback, picked ? TracingFlag.On : 0, picked)) this.forward(call, callback);
       return;
     }
-    const tracing = this.remote.traceFlags;
-    // The request log: the main thread serves the call whole.
-    if ((tracing & TracingFlag.Whole) !== 0 || !this.serve(call, callback, tracing, undefined))
-      this.forward(call, callback);
+    if (!this.serve(call, callback, this.remote.traceFlags, undefined)) this.forward(call, callback);
   };
 
   /** Serves the call here; false when the main thread must (malformed, unknown model, decoupled, cached, shm). */
@@ -106,6 +104,12 @@ export class GrpcInferThread {
         typeof parent === 'string' ? parent : undefined,
         typeof state === 'string' ? state : undefined,
       );
+      if ((tracing & TracingFlag.Log) !== 0) {
+        // The tensor bytes received, as the main thread's frontend counts them.
+        let bytesIn = 0;
+        for (const raw of msg.rawInputContents) bytesIn += raw.byteLength;
+        trace.log = { method: 'ModelInfer', path: MODEL_INFER_PATH, bytesIn };
+      }
     }
     let decoded;
     try {
@@ -157,7 +161,7 @@ class TracedCall extends UnaryInferCall {
     private readonly threadTrace: ThreadTrace,
     private readonly model: string,
   ) {
-    super(callback, abort, undefined);
+    super(threadTrace.log === undefined ? callback : loggedCallback(callback, threadTrace), abort, undefined);
   }
 
   override done(res: InferResponse): void {
@@ -169,6 +173,19 @@ class TracedCall extends UnaryInferCall {
   override failed(err: unknown): void {
     const start = this.remote.now();
     super.failed(err);
-    this.remote.sent(this.threadTrace, this.model, start, this.remote.now());
+    const t = this.threadTrace;
+    if (t.log !== undefined) t.status = grpcStatusName(toServiceError(err).code);
+    this.remote.sent(t, this.model, start, this.remote.now());
   }
+}
+
+/** The request log: an answer's bytes (the main thread's frontend logs those of answers, not of errors). */
+function loggedCallback(callback: sendUnaryData<Uint8Array>, t: ThreadTrace): sendUnaryData<Uint8Array> {
+  return (err, value) => {
+    if (err === null && value) {
+      t.status = 'OK';
+      t.bytesOut += value.byteLength;
+    }
+    callback(err, value);
+  };
 }

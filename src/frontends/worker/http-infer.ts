@@ -50,7 +50,7 @@ export class HttpThread {
     if (!served) this.forwarder.forward(req, res, undefined, this.tracePick);
   };
 
-  /** Serves an infer here; false when the main thread must (not an infer, request log, unknown model, cached...). */
+  /** Serves an infer here; false when the main thread must (not an infer, unknown model, decoupled, cached...). */
   private serveInfer(req: IncomingMessage, res: ServerResponse): boolean {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
@@ -64,10 +64,7 @@ export class HttpThread {
       const picked = this.remote.pickTrace(rate);
       this.tracePick = picked ? '1' : '0';
       if (picked) tracing = TracingFlag.On;
-    } else {
-      tracing = this.remote.traceFlags;
-      if ((tracing & TracingFlag.Whole) !== 0) return false;
-    }
+    } else tracing = this.remote.traceFlags;
     const r = this.restriction;
     if (r !== undefined && headerValue(req, r.headerKey) !== r.value) return false;
     const model = found.params['model']!;
@@ -105,6 +102,11 @@ export class HttpThread {
       typeof parent === 'string' ? parent : undefined,
       typeof state === 'string' ? state : undefined,
     );
+    if ((tracing & TracingFlag.Log) !== 0) {
+      trace.log = { method: req.method ?? '', path: url, bytesIn: Number(req.headers['content-length'] ?? 0) || 0 };
+      // The reply's bytes as written to the socket (status line and headers included).
+      trace.bytesOut = socket.bytesWritten;
+    }
     void this.tracedInfer(req, res, model, version, config, pick, trace);
     return true;
   }
@@ -126,7 +128,15 @@ export class HttpThread {
       this.fail(res, err);
     }
     // Ended and not destroyed: the reply was handed to the socket (a client gone first gets no send end).
-    this.remote.sent(trace, model, trace.sendStart, res.writableEnded && !res.destroyed ? this.remote.now() : NaN);
+    let end = NaN;
+    if (res.writableEnded && !res.destroyed) {
+      end = this.remote.now();
+      if (trace.log !== undefined) {
+        trace.status = res.statusCode;
+        trace.bytesOut = (res.socket?.bytesWritten ?? trace.bytesOut) - trace.bytesOut;
+      }
+    }
+    this.remote.sent(trace, model, trace.sendStart, end);
   }
 
   private async infer(

@@ -18,6 +18,7 @@ import {
   fromWireError,
   SharedSlot,
   transferableTensors,
+  type WireLog,
   type WireTrace,
 } from '../threads/wire.js';
 import { BASE_HR, nowNs } from '../../trace/clock.js';
@@ -30,6 +31,7 @@ function wireTrace(t: ThreadTrace | undefined): WireTrace | undefined {
     recvEnd: t.recvEnd,
     traceparent: t.traceparent,
     tracestate: t.tracestate,
+    log: t.log,
   };
 }
 
@@ -61,6 +63,10 @@ export class ThreadTrace {
   sendStart = NaN;
   /** Whether the request went to the main thread (with this or whole), which then traces it if at all. */
   crossed = false;
+  /** The request log is on: what its line says of the request, then of the reply (when it was written). */
+  log: WireLog | undefined = undefined;
+  status: number | string | undefined = undefined;
+  bytesOut = 0;
   constructor(
     readonly pick: boolean | undefined,
     /** ns on the main thread's trace clock (RemoteServer.now). */
@@ -118,8 +124,15 @@ export class RemoteServer {
    * thread stamps it and ends its trace. Refused here before it crossed: the main thread may trace it still (early).
    */
   sent(trace: ThreadTrace, model: string, start: number, end: number): void {
-    if (trace.id !== 0) this.out.send({ t: 'sent', id: trace.id, start, end });
-    else if (!trace.crossed) this.out.send({ t: 'early', model, trace: wireTrace(trace)!, start, end });
+    if (trace.id === 0 && trace.crossed) return;
+    const { status, bytesOut } = trace;
+    if (trace.id !== 0)
+      this.out.send(
+        trace.log === undefined
+          ? { t: 'sent', id: trace.id, start, end }
+          : { t: 'sent', id: trace.id, start, end, status, bytesOut },
+      );
+    else this.out.send({ t: 'early', model, trace: wireTrace(trace)!, start, end, status, bytesOut });
   }
 
   /** N > 0 while the threads pick every N-th infer request to trace (SharedSlot.TraceRate), else 0. */
