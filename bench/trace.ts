@@ -37,6 +37,9 @@
  * (`WorkerThread`) and V8's helper threads (`V8Worker`: parallel and concurrent
  * garbage collection, compilation). TRACE_BENCH_THREADS=N starts every server with --frontend-threads=N (the
  * default from 4 cores up is 2 or more; see docs/tracing.md, "Frontend threads").
+ * TRACE_BENCH_SAME=1 takes a process's own luck out: one server per block, started with a trace file and tracing
+ * off, serves every variant (off twice, rate=1000, rate=1 to the file), its setting POSTed to /v2/trace/setting
+ * before each load.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -116,6 +119,8 @@ interface Variant {
   otlp?: boolean;
   /** Another build's dist folder to start. */
   dist?: string;
+  /** TRACE_BENCH_SAME: the one server's trace setting for this variant, POSTed before each of its loads. */
+  setting?: Record<string, unknown>;
 }
 const file1 = (b: number, tag = ''): string[] => [
   `--trace-config=triton,file=${dir}/r1${tag}-${b}.json`,
@@ -135,7 +140,29 @@ const offs: Variant[] = [
   { label: 'tracing off (B), A/A', goal: undefined, flags: (): string[] => [] },
 ];
 const BASE = process.env.TRACE_BENCH_BASE;
-const variants: Variant[] = BASE !== undefined ? [
+const SAME = process.env.TRACE_BENCH_SAME === '1';
+/** TRACE_BENCH_SAME: one server per block with a trace file and tracing off, its setting changed between loads. */
+const sameFlags = (b: number): string[] => [
+  `--trace-config=triton,file=${dir}/same-${b}.json`,
+  '--trace-config=level=OFF',
+];
+const OFF = { trace_level: ['OFF'] };
+const variants: Variant[] = SAME ? [
+  { label: 'tracing off (A)', goal: undefined, flags: sameFlags, setting: OFF },
+  { label: 'tracing off (B), A/A', goal: undefined, flags: sameFlags, setting: OFF },
+  {
+    label: 'triton, rate=1000, file',
+    goal: 0.97,
+    flags: sameFlags,
+    setting: { trace_level: ['TIMESTAMPS'], trace_rate: '1000', log_frequency: '0' },
+  },
+  {
+    label: 'triton, rate=1, file',
+    goal: 0.85,
+    flags: sameFlags,
+    setting: { trace_level: ['TIMESTAMPS'], trace_rate: '1', log_frequency: '1000' },
+  },
+] : BASE !== undefined ? [
   ...offs,
   { label: 'tracing off, base build', goal: undefined, flags: (): string[] => [], dist: path.resolve(BASE) },
   { label: 'OTLP, base build', goal: 0.8, flags: otlp, otlp: true, dist: path.resolve(BASE) },
@@ -185,6 +212,17 @@ async function droppedSpans(metricsPort: number): Promise<number> {
   return n;
 }
 
+/** TRACE_BENCH_SAME: the variant's trace setting on its server (the next request on takes it). */
+async function applySetting(port: number, v: Variant): Promise<void> {
+  if (v.setting === undefined) return;
+  const res = await fetch(`http://127.0.0.1:${port}/v2/trace/setting`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(v.setting),
+  });
+  if (!res.ok) throw new Error(`trace setting ${JSON.stringify(v.setting)}: ${res.status} ${await res.text()}`);
+}
+
 interface Point {
   rps: number;
   p50: number;
@@ -224,7 +262,9 @@ const cpuRatios: number[][] = variants.map(() => []);
 const started = Date.now();
 try {
   for (let block = 0; block < BLOCKS; block++) {
-    const servers = await Promise.all(
+    const servers = SAME ? Array(variants.length).fill(await startNereid(model.repository, [
+      `--allow-metrics=${withMetrics}`, ...threadFlags, ...sameFlags(block),
+    ])) as Awaited<ReturnType<typeof startNereid>>[] : await Promise.all(
       variants.map((v) =>
         startNereid(model.repository, [`--allow-metrics=${withMetrics}`, ...threadFlags, ...v.flags(block)], {
           env: v.nice === undefined ? {} : { NEREID_TRACE_THREAD_NICE: v.nice },
@@ -234,6 +274,7 @@ try {
     );
     try {
       for (const [i, s] of servers.entries()) {
+        await applySetting(s.http, variants[i]!);
         drops[i]!.requests += (await runWrk(url(s.http), body, CONNECTIONS, WARM_SECONDS)).requests; // warm-up
       }
       for (let round = 0; round < ROUNDS; round++) {
@@ -241,6 +282,7 @@ try {
         const shift = block * ROUNDS + round;
         for (let k = 0; k < variants.length; k++) {
           const i = (k + shift) % variants.length;
+          await applySetting(servers[i]!.http, variants[i]!);
           const pid = servers[i]!.proc.child.pid!;
           const [all0, main0, groups0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
           const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
@@ -273,7 +315,7 @@ try {
         drops[i]!.dropped += await droppedSpans(servers[i]!.metrics);
       }
     } finally {
-      await Promise.all(servers.map((s) => s.proc.stop()));
+      await Promise.all([...new Set(servers)].map((s) => s.proc.stop()));
     }
   }
 } finally {
@@ -285,7 +327,8 @@ rmSync(dir, { recursive: true, force: true });
 const f = (x: number, d: number): string => x.toFixed(d);
 process.stdout.write(
   `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}; ${BLOCKS} blocks ` +
-    `(fresh servers) × ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
+    `(fresh servers${SAME ? ', one per block, its trace setting changed between loads' : ''}) ` +
+    `× ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
     `(${((Date.now() - started) / 1000).toFixed(0)} s)${threadFlags.length > 0 ? `; ${threadFlags[0]}` : ''}\n`,
 );
 const header = ['req/s', '× off', 'CPU× off', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
