@@ -14,8 +14,8 @@
  * sets how many requests each event-loop turn gathers, and that holds for a
  * run. So every server is warmed first (BENCH_WARM_SECONDS at c32), the run
  * is BENCH_BLOCKS blocks, each with a fresh set of servers, of BENCH_ROUNDS
- * rounds of short loads (BENCH_SECONDS each), the order rotating (every
- * variant takes every place); each round's requests/s and CPU per request
+ * rounds of short loads (BENCH_SECONDS each), the order shuffled in every
+ * round (seeded: roundOrder); each round's requests/s and CPU per request
  * (all threads, from /proc) are divided by the geometric mean of both off
  * servers' in the same round (one off process's luck counts half), and the
  * medians of those ratios over every round are printed with each block's
@@ -212,6 +212,22 @@ async function droppedSpans(metricsPort: number): Promise<number> {
   return n;
 }
 
+/**
+ * The variants' order in a round: a seeded shuffle. A rotation would keep each variant behind the same one in most
+ * rounds, and a variant that leaves work behind (the OTLP export or the trace file draining after its load) would
+ * slow the one after it every time.
+ */
+function roundOrder(n: number): number[] {
+  let seed = (n + 1) * 2654435761;
+  const next = (): number => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const order = variants.map((_, i) => i);
+  for (let k = order.length - 1; k > 0; k--) {
+    const j = Math.floor(next() * (k + 1));
+    [order[k], order[j]] = [order[j]!, order[k]!];
+  }
+  return order;
+}
+
 /** TRACE_BENCH_SAME: the variant's trace setting on its server (the next request on takes it). */
 async function applySetting(port: number, v: Variant): Promise<void> {
   if (v.setting === undefined) return;
@@ -279,9 +295,7 @@ try {
       }
       for (let round = 0; round < ROUNDS; round++) {
         const got: Point[] = [];
-        const shift = block * ROUNDS + round;
-        for (let k = 0; k < variants.length; k++) {
-          const i = (k + shift) % variants.length;
+        for (const i of roundOrder(block * ROUNDS + round)) {
           await applySetting(servers[i]!.http, variants[i]!);
           const pid = servers[i]!.proc.child.pid!;
           const [all0, main0, groups0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
@@ -328,7 +342,7 @@ const f = (x: number, d: number): string => x.toFixed(d);
 process.stdout.write(
   `\nTracing cost: ${model.label}, dynamic batching, binary tensors, wrk -c${CONNECTIONS}; ${BLOCKS} blocks ` +
     `(fresh servers${SAME ? ', one per block, its trace setting changed between loads' : ''}) ` +
-    `× ${ROUNDS} rounds × ${SECONDS}s, order rotating; medians over all rounds ` +
+    `× ${ROUNDS} rounds × ${SECONDS}s, order shuffled; medians over all rounds ` +
     `(${((Date.now() - started) / 1000).toFixed(0)} s)${threadFlags.length > 0 ? `; ${threadFlags[0]}` : ''}\n`,
 );
 const header = ['req/s', '× off', 'CPU× off', 'p50 µs', 'p99 µs', 'failed', 'CPU µs/req', 'main', 'trace', 'V8'];
