@@ -14,34 +14,11 @@ import { buildServeConfig, startServing, type RunningServer } from '../../src/cl
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { silentLogger } from '../../src/logger.js';
 import { TempRepository } from '../helpers/repository.js';
+import { A, B, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { call, int32Bytes, json } from '../frontends/http/helpers.js';
 
-const A = Array.from({ length: 16 }, (_, i) => i);
-const B = new Array<number>(16).fill(1);
-const BODY = JSON.stringify({
-  inputs: [
-    { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: A },
-    { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: B },
-  ],
-});
-
-const ENSEMBLE = `name: "pipe"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
-  } ]
-ensemble_scheduling { step [
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
-    output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
-    output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } }
-] }
-`;
-
+const BODY = inferBody();
 const CALLER_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CALLER_SPAN = '00f067aa0ba902b7';
 
@@ -78,7 +55,7 @@ function children(spans: readonly ReceivedSpan[], parent: ReceivedSpan): Receive
 
 describe('OpenTelemetry export', () => {
   const receiver = new OtlpReceiver();
-  const repo = new TempRepository().addSub('simple').config('pipe', ENSEMBLE).file('pipe', '1/.keep', '');
+  const repo = new TempRepository().addSub('simple').config('pipe', PIPE_ENSEMBLE).file('pipe', '1/.keep', '');
   let spans: ReceivedSpan[];
   let invalidCounted: number;
   let setting: Record<string, unknown>;

@@ -21,53 +21,16 @@ import { buildServeConfig, startServing, type RunningServer } from '../../src/cl
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { silentLogger } from '../../src/logger.js';
 import { TempRepository } from '../helpers/repository.js';
+import { A, B, CORE_ORDER, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { type MergedTrace, type TraceFileEntry, mergeTraces, summarize } from '../helpers/trace-summary.js';
 import { call, int32Bytes } from '../frontends/http/helpers.js';
 
-const A = Array.from({ length: 16 }, (_, i) => i);
-const B = new Array<number>(16).fill(1);
-
-function body(id: string): string {
-  return JSON.stringify({
-    id,
-    inputs: [
-      { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: A },
-      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: B },
-    ],
-  });
-}
-
-const ENSEMBLE = `name: "pipe"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
-  } ]
-ensemble_scheduling { step [
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
-    output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
-    output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } }
-] }
-`;
-
-const CORE_ORDER = [
-  'REQUEST_START',
-  'QUEUE_START',
-  'COMPUTE_START',
-  'COMPUTE_INPUT_END',
-  'COMPUTE_OUTPUT_START',
-  'COMPUTE_END',
-  'REQUEST_END',
-];
 const HTTP = ['HTTP_RECV_START', 'HTTP_RECV_END', 'HTTP_SEND_START', 'HTTP_SEND_END'];
 const GRPC = ['GRPC_WAITREAD_START', 'GRPC_WAITREAD_END', 'GRPC_SEND_START', 'GRPC_SEND_END'];
 
 function repository(): TempRepository {
-  return new TempRepository().addSub('simple').config('pipe', ENSEMBLE).file('pipe', '1/.keep', '');
+  return new TempRepository().addSub('simple').config('pipe', PIPE_ENSEMBLE).file('pipe', '1/.keep', '');
 }
 
 /**
@@ -154,8 +117,8 @@ describe('a trace file, requests served on frontend threads', () => {
     const { running } = served;
     try {
       const http = running.ports.http!;
-      assert.equal((await call(http, 'POST', '/v2/models/simple/infer', { body: body('http-1') })).status, 200);
-      assert.equal((await call(http, 'POST', '/v2/models/pipe/infer', { body: body('ens-1') })).status, 200);
+      assert.equal((await call(http, 'POST', '/v2/models/simple/infer', { body: inferBody('http-1') })).status, 200);
+      assert.equal((await call(http, 'POST', '/v2/models/pipe/infer', { body: inferBody('ens-1') })).status, 200);
       assert.equal((await grpcInfer(running.ports.grpc!, 'grpc-1')).id, 'grpc-1');
       onMain = served.onMain();
     } finally {
@@ -235,7 +198,7 @@ describe('OTLP spans, requests served on frontend threads', () => {
       const http = running.ports.http!;
       const traceparent = `00-${CALLER_TRACE}-${HTTP_CALLER}-01`;
       const joined = await call(http, 'POST', '/v2/models/simple/infer', {
-        body: body('http-otel'),
+        body: inferBody('http-otel'),
         headers: { traceparent, tracestate: 'vendor=7' },
       });
       assert.equal(joined.status, 200);

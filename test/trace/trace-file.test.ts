@@ -19,39 +19,11 @@ import { buildServeConfig, startServing, type RunningServer } from '../../src/cl
 import { silentLogger } from '../../src/logger.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { TempRepository } from '../helpers/repository.js';
+import { A, B, CORE_ORDER, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { decoupledRepository } from '../helpers/decoupled.js';
 import { type MergedTrace, type TraceFileEntry, mergeTraces, summarize } from '../helpers/trace-summary.js';
 import { streamAll } from '../frontends/grpc/helpers.js';
 import { call, int32Bytes, json } from '../frontends/http/helpers.js';
-
-const A = Array.from({ length: 16 }, (_, i) => i);
-const B = new Array<number>(16).fill(1);
-
-function inferBody(id?: string): string {
-  return JSON.stringify({
-    ...(id === undefined ? {} : { id }),
-    inputs: [
-      { name: 'INPUT0', datatype: 'INT32', shape: [1, 16], data: A },
-      { name: 'INPUT1', datatype: 'INT32', shape: [1, 16], data: B },
-    ],
-  });
-}
-
-const ENSEMBLE = `name: "pipe"
-platform: "ensemble"
-max_batch_size: 8
-input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ]
-  } ]
-ensemble_scheduling { step [
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
-    output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
-  { model_name: "simple" model_version: -1
-    input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
-    output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } }
-] }
-`;
 
 const CACHED = `name: "cached"
 platform: "onnxruntime_onnx"
@@ -76,17 +48,6 @@ function modelInfer(client: grpc.Client, request: unknown): Promise<ModelInferRe
     );
   });
 }
-
-/** Names in the order a non-ensemble request passes them, frontend first. */
-const CORE_ORDER = [
-  'REQUEST_START',
-  'QUEUE_START',
-  'COMPUTE_START',
-  'COMPUTE_INPUT_END',
-  'COMPUTE_OUTPUT_START',
-  'COMPUTE_END',
-  'REQUEST_END',
-];
 
 function assertOrdered(t: MergedTrace, names: readonly string[]): void {
   let last = -Infinity;
@@ -130,7 +91,7 @@ describe('Triton trace file', () => {
   before(async () => {
     repo = decoupledRepository()
       .addSub('simple')
-      .config('pipe', ENSEMBLE)
+      .config('pipe', PIPE_ENSEMBLE)
       .file('pipe', '1/.keep', '')
       .addSub('cached', [1], CACHED);
     const running = await serve(repo, [
