@@ -40,6 +40,26 @@ class TwoQueues extends PagingPolicy {
   }
 }
 
+/** Whole request counts; equal counts: the model first requested most recently goes first (hot ones come early). */
+class NewestFirst extends PagingPolicy {
+  private readonly counts = new Map<string, number>();
+  private readonly first = new Map<string, number>();
+  private n = 0;
+
+  override recordUse(model: string): void {
+    super.recordUse(model);
+    this.counts.set(model, (this.counts.get(model) ?? 0) + 1);
+    if (!this.first.has(model)) this.first.set(model, this.n);
+    this.n++;
+  }
+
+  override rank(candidates: readonly PagingCandidate[]): PagingCandidate[] {
+    const k = (c: PagingCandidate): number => this.counts.get(c.name) ?? 0;
+    const f = (c: PagingCandidate): number => this.first.get(c.name) ?? Infinity;
+    return [...candidates].sort((x, y) => k(x) - k(y) || f(y) - f(x));
+  }
+}
+
 const rules: Array<[string, () => PagingPolicy]> = [
   ['the policy as it is (half-life 2,000)', () => new PagingPolicy()],
   ['half-life 500 requests', () => new PagingPolicy(500)],
@@ -48,6 +68,7 @@ const rules: Array<[string, () => PagingPolicy]> = [
   ['within 1.3x of the coldest: LRU', () => new Banded(1.3)],
   ['within 2x of the coldest: LRU', () => new Banded(2)],
   ['score under 1.5 first, then LRU', () => new TwoQueues(1.5)],
+  ['counts; ties: newest first-seen first', () => new NewestFirst()],
 ];
 
 process.stdout.write(

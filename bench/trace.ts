@@ -10,12 +10,14 @@
  *
  * Two servers of one build, started alike, serve at different rates from
  * one load run to the next and, less, from one process to the next (bench/aa.ts
- * and docs/tracing.md, "Bench method"): the machine's CPU left to the server
+ * and docs/tracing.md, "Two servers of one build"): the machine's CPU left to the server
  * sets how many requests each event-loop turn gathers, and that holds for a
  * run. So every server is warmed first (BENCH_WARM_SECONDS at c32), the run
  * is BENCH_BLOCKS blocks, each with a fresh set of servers, of BENCH_ROUNDS
  * rounds of short loads (BENCH_SECONDS each), the order shuffled in every
- * round (seeded: roundOrder); each round's requests/s and CPU per request
+ * round (seeded: roundOrder), each load followed by a wait until its server
+ * is idle (settle: what a variant leaves running is its own CPU, not the next
+ * load's); each round's requests/s and CPU per request
  * (all threads, from /proc) are divided by the geometric mean of both off
  * servers' in the same round (one off process's luck counts half), and the
  * medians of those ratios over every round are printed with each block's
@@ -37,6 +39,8 @@
  * (`WorkerThread`) and V8's helper threads (`V8Worker`: parallel and concurrent
  * garbage collection, compilation). TRACE_BENCH_THREADS=N starts every server with --frontend-threads=N (the
  * default from 4 cores up is 2 or more; see docs/tracing.md, "Frontend threads").
+ * TRACE_BENCH_PROBE=1 runs, instead of the two rate=1 variants, servers with tracing on at rate=100000 and
+ * rate=1000000 (a trace file, almost nothing sampled): what tracing costs apart from the traces themselves.
  * TRACE_BENCH_SAME=1 takes a process's own luck out: one server per block, started with a trace file and tracing
  * off, serves every variant (off twice, rate=1000, rate=1 to the file), its setting POSTed to /v2/trace/setting
  * before each load.
@@ -147,6 +151,7 @@ const sameFlags = (b: number): string[] => [
   '--trace-config=level=OFF',
 ];
 const OFF = { trace_level: ['OFF'] };
+const PROBE = process.env.TRACE_BENCH_PROBE === '1';
 const variants: Variant[] = SAME ? [
   { label: 'tracing off (A)', goal: undefined, flags: sameFlags, setting: OFF },
   { label: 'tracing off (B), A/A', goal: undefined, flags: sameFlags, setting: OFF },
@@ -201,6 +206,19 @@ const variants: Variant[] = SAME ? [
     ],
   },
 ];
+if (PROBE) {
+  // Tracing on but (almost) never sampled: what having it on costs apart from the traces themselves.
+  variants.splice(3);
+  for (const rate of [100_000, 1_000_000]) {
+    variants.push({
+      label: `triton, rate=${rate}, file`,
+      goal: undefined,
+      flags: (b: number) => [
+        `--trace-config=triton,file=${dir}/p${rate}-${b}.json`, LEVEL, `--trace-config=rate=${rate}`,
+      ],
+    });
+  }
+}
 const withMetrics = NICES !== undefined || BASE !== undefined;
 /** Per variant: spans the OTLP servers dropped, and requests they served (3 spans each), over all blocks. */
 const drops = variants.map(() => ({ dropped: 0, requests: 0 }));
@@ -237,6 +255,19 @@ async function applySetting(port: number, v: Variant): Promise<void> {
     body: JSON.stringify(v.setting),
   });
   if (!res.ok) throw new Error(`trace setting ${JSON.stringify(v.setting)}: ${res.status} ${await res.text()}`);
+}
+
+/**
+ * Waits until the server is idle after its load (under 5 ms of CPU in 100 ms, at most 3 s): what a variant leaves
+ * running (the trace file's thread writing, the export thread sending) is its own cost, counted in its CPU per
+ * request, and does not slow the load that follows it.
+ */
+async function settle(pid: number): Promise<void> {
+  for (let n = 0; n < 30; n++) {
+    const before = cpuSeconds(pid);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    if (cpuSeconds(pid) - before < 0.005) return;
+  }
 }
 
 interface Point {
@@ -300,6 +331,7 @@ try {
           const pid = servers[i]!.proc.child.pid!;
           const [all0, main0, groups0] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
           const r = await runWrk(url(servers[i]!.http), body, CONNECTIONS, SECONDS);
+          await settle(pid);
           const [all1, main1, groups1] = [cpuSeconds(pid), cpuSeconds(pid, pid), threadGroups(pid)];
           const n = Math.max(1, r.requests);
           drops[i]!.requests += r.requests;
