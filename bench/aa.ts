@@ -14,7 +14,7 @@
  * server flags (comma-separated); AA_POLICY=adaptive or fixed serves the model
  * with the batching guide's 100 µs delay under that policy (bench/adaptive.ts's
  * setting) instead of the trace bench's none. Findings: docs/tracing.md,
- * "Two servers of one build".
+ * "How the bench reads a cost".
  */
 import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync, copyFileSync } from 'node:fs';
 import path from 'node:path';

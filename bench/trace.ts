@@ -10,7 +10,7 @@
  *
  * Two servers of one build, started alike, serve at different rates from
  * one load run to the next and, less, from one process to the next (bench/aa.ts
- * and docs/tracing.md, "Two servers of one build"): the machine's CPU left to the server
+ * and docs/tracing.md, "How the bench reads a cost"): the machine's CPU left to the server
  * sets how many requests each event-loop turn gathers, and that holds for a
  * run. So every server is warmed first (BENCH_WARM_SECONDS at c32), the run
  * is BENCH_BLOCKS blocks, each with a fresh set of servers, of BENCH_ROUNDS
