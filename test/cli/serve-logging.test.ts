@@ -5,18 +5,9 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { buildServeConfig, IGNORED_FLAGS, SERVE_FLAGS } from '../../src/cli/serve.js';
 import { TempRepository } from '../helpers/repository.js';
-
-const MAIN = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'src', 'cli', 'main.js');
-const PORTS = [
-  '--http-port=0',
-  '--grpc-port=0',
-  '--metrics-port=0',
-  '--http-address=127.0.0.1',
-  '--grpc-address=127.0.0.1',
-];
+import { LOOPBACK_PORTS, NEREID_MAIN } from '../helpers/serve-process.js';
 
 async function waitFor<T>(what: string, probe: () => T | undefined, exited: () => boolean): Promise<T> {
   for (let i = 0; i < 600; i++) {
@@ -40,7 +31,7 @@ test('--log-file gets ISO8601 lines, unused flags are named once, ' +
   const args = [
     'serve',
     `--model-repository=${repo.dir}`,
-    ...PORTS,
+    ...LOOPBACK_PORTS,
     `--log-file=${file}`,
     '--log-format=ISO8601',
     '--log-error=false',
@@ -50,7 +41,7 @@ test('--log-file gets ISO8601 lines, unused flags are named once, ' +
   ];
   const env = { ...process.env };
   delete env['NEREID_LOG_LEVEL'];
-  const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'ignore', 'pipe'], env });
+  const child = spawn(process.execPath, [NEREID_MAIN, ...args], { stdio: ['ignore', 'ignore', 'pipe'], env });
   let stderr = '';
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   let exited = false;

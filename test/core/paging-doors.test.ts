@@ -11,12 +11,12 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
-import { silentLogger } from '../../src/logger.js';
+import type { RunningServer } from '../../src/cli/serve.js';
 import { ModelInferRequestSchema } from '../../src/gen/grpc_service_pb.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
 import { streamAll } from '../frontends/grpc/helpers.js';
 import { post } from '../helpers/paging.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { jsModel } from '../backends/javascript/fixtures.js';
 import { OpenAiServer } from '../frontends/openai/helpers.js';
@@ -47,20 +47,7 @@ async function serve(
   repo: TempRepository,
   args: readonly string[],
 ): Promise<RunningServer> {
-  const running = await startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--http-address=127.0.0.1',
-      '--grpc-address=127.0.0.1',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
-      ...args,
-    ]),
-    silentLogger,
-  );
+  const running = await serveInProcess(repo.dir, args);
   t.after(() => running.shutdown());
   return running;
 }

@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { Server } from '../../src/core/server.js';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
-import { silentLogger } from '../../src/logger.js';
+import type { RunningServer } from '../../src/cli/serve.js';
 import { typedView } from '../../src/tensor/tensor.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository, int32Tensor } from '../helpers/repository.js';
 import { call, json } from '../frontends/http/helpers.js';
 import { startHarness, unary, type Harness } from '../frontends/grpc/helpers.js';
@@ -58,16 +58,7 @@ describe('the response cache in a served repository', () => {
       .addSub('cached', [1], CONFIG('cached', true))
       .addSub('plain', [1], CONFIG('plain', false));
     // Two entries of this model fit, a third evicts the least recently used.
-    const cfg = buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
-      '--cache-config=local,size=1400',
-    ]);
-    running = await startServing(cfg, silentLogger);
+    running = await serveInProcess(repo.dir, ['--cache-config=local,size=1400']);
     grpc = await startHarness(running.server);
   });
   after(async () => {
@@ -305,18 +296,11 @@ response_cache { enable: true }
     marker = path.join(repo.dir, 'slow-request-taken');
     repo.config('m', config);
     repo.file('m', '1/model.mjs', source(10));
-    const cfg = buildServeConfig([
-      `--model-repository=${repo.dir}`,
+    running = await serveInProcess(repo.dir, [
       '--model-control-mode=explicit',
       '--load-model=m',
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
       '--cache-config=local,size=65536',
     ]);
-    running = await startServing(cfg, silentLogger);
   });
   after(async () => {
     await running.shutdown();

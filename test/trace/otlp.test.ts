@@ -10,9 +10,9 @@ import assert from 'node:assert/strict';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { ModelInferRequestSchema, type ModelInferResponse } from '../../src/gen/grpc_service_pb.js';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
+import type { RunningServer } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
-import { silentLogger } from '../../src/logger.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { A, B, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
@@ -23,21 +23,12 @@ const CALLER_TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const CALLER_SPAN = '00f067aa0ba902b7';
 
 async function serve(repo: TempRepository, flags: string[]): Promise<RunningServer> {
-  return startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
-      '--trace-config=mode=opentelemetry',
-      '--trace-config=level=TIMESTAMPS',
-      '--trace-config=rate=1',
-      ...flags,
-    ]),
-    silentLogger,
-  );
+  return serveInProcess(repo.dir, [
+    '--trace-config=mode=opentelemetry',
+    '--trace-config=level=TIMESTAMPS',
+    '--trace-config=rate=1',
+    ...flags,
+  ]);
 }
 
 function metric(text: string, name: string, label: string): number {

@@ -11,8 +11,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
-import { silentLogger } from '../../src/logger.js';
+import type { RunningServer } from '../../src/cli/serve.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { type TraceFileEntry, mergeTraces } from '../helpers/trace-summary.js';
@@ -45,17 +45,7 @@ function repository(): TempRepository {
 }
 
 async function serve(repo: TempRepository, flags: string[]): Promise<RunningServer> {
-  return startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--allow-metrics=false',
-      '--trace-config=level=TIMESTAMPS',
-      ...flags,
-    ]),
-    silentLogger,
-  );
+  return serveInProcess(repo.dir, ['--allow-metrics=false', '--trace-config=level=TIMESTAMPS', ...flags]);
 }
 
 type Reply = { outputs: Array<{ name: string; data: unknown[] }> };

@@ -11,8 +11,9 @@ import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
 import { pino } from 'pino';
 import { ModelInferRequestSchema } from '../../src/gen/grpc_service_pb.js';
-import { buildServeConfig, startServing } from '../../src/cli/serve.js';
+import { buildServeConfig } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { call, int32Bytes } from '../frontends/http/helpers.js';
 
@@ -47,16 +48,7 @@ function capture(): { logger: pino.Logger; lines: () => Array<Record<string, unk
 test('--log-requests writes a line per HTTP and gRPC request, with timings, status and bytes', async () => {
   const repo = new TempRepository().addSub('simple');
   const { logger, lines } = capture();
-  const running = await startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--allow-metrics=false',
-      '--log-requests=true',
-    ]),
-    logger,
-  );
+  const running = await serveInProcess(repo.dir, ['--allow-metrics=false', '--log-requests=true'], logger);
   try {
     assert.equal((await call(running.ports.http!, 'POST', '/v2/models/simple/infer', { body: BODY })).status, 200);
     assert.equal(
@@ -127,11 +119,9 @@ test('--log-requests writes a line per HTTP and gRPC request, with timings, stat
 test('--log-requests-rate=2 logs every second request; a traced request carries its trace id', async () => {
   const repo = new TempRepository().addSub('simple');
   const { logger, lines } = capture();
-  const running = await startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
+  const running = await serveInProcess(
+    repo.dir,
+    [
       '--allow-metrics=false',
       '--log-requests=true',
       '--log-requests-rate=2',
@@ -139,7 +129,7 @@ test('--log-requests-rate=2 logs every second request; a traced request carries 
       '--trace-config=level=TIMESTAMPS',
       '--trace-config=rate=0',
       '--trace-config=opentelemetry,url=http://127.0.0.1:9/v1/traces',
-    ]),
+    ],
     logger,
   );
   try {

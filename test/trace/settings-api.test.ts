@@ -11,10 +11,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { buildServeConfig, startServing, SERVE_HELP } from '../../src/cli/serve.js';
+import { buildServeConfig, SERVE_HELP } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
-import { silentLogger } from '../../src/logger.js';
 import { parseTraceFlags } from '../../src/trace/config.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { type TraceFileEntry, mergeTraces } from '../helpers/trace-summary.js';
 import { call, json } from '../frontends/http/helpers.js';
@@ -122,16 +122,7 @@ describe('trace settings on a running server', () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'nereid-trace-'));
     const file = path.join(dir, 'trace.json');
     const repo = new TempRepository().addSub('simple').addSub('other');
-    const running = await startServing(
-      buildServeConfig([
-        `--model-repository=${repo.dir}`,
-        '--http-port=0',
-        '--grpc-port=0',
-        '--allow-metrics=false',
-        `--trace-config=triton,file=${file}`,
-      ]),
-      silentLogger,
-    );
+    const running = await serveInProcess(repo.dir, ['--allow-metrics=false', `--trace-config=triton,file=${file}`]);
     const http = running.ports.http!;
     const body = JSON.stringify({
       inputs: ['INPUT0', 'INPUT1'].map((name) => ({

@@ -17,9 +17,9 @@ import {
   ModelInferRequestSchema,
   type ModelInferResponse,
 } from '../../src/gen/grpc_service_pb.js';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
+import type { RunningServer } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
-import { silentLogger } from '../../src/logger.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { A, B, CORE_ORDER, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
@@ -42,21 +42,12 @@ async function serve(
   flags: string[],
   threads = 2,
 ): Promise<{ running: RunningServer; onMain: () => number }> {
-  const running = await startServing(
-    buildServeConfig([
-      `--model-repository=${repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
-      `--frontend-threads=${threads}`,
-      '--trace-config=level=TIMESTAMPS',
-      '--trace-config=rate=1',
-      ...flags,
-    ]),
-    silentLogger,
-  );
+  const running = await serveInProcess(repo.dir, [
+    `--frontend-threads=${threads}`,
+    '--trace-config=level=TIMESTAMPS',
+    '--trace-config=rate=1',
+    ...flags,
+  ]);
   const server = running.server;
   const admission = server.admissionError.bind(server);
   let onMain = 0;

@@ -15,9 +15,9 @@ import {
   ModelInferRequestSchema,
   type ModelInferResponse,
 } from '../../src/gen/grpc_service_pb.js';
-import { buildServeConfig, startServing, type RunningServer } from '../../src/cli/serve.js';
-import { silentLogger } from '../../src/logger.js';
+import type { RunningServer } from '../../src/cli/serve.js';
 import { inferenceServiceDefinition } from '../../src/frontends/grpc/index.js';
+import { serveInProcess } from '../helpers/in-process-server.js';
 import { TempRepository } from '../helpers/repository.js';
 import { A, B, CORE_ORDER, inferBody, PIPE_ENSEMBLE } from '../helpers/trace-models.js';
 import { decoupledRepository } from '../helpers/decoupled.js';
@@ -63,17 +63,7 @@ function assertOrdered(t: MergedTrace, names: readonly string[]): void {
 }
 
 async function serve(repo: TempRepository, traceFlags: string[]): Promise<RunningServer> {
-  const cfg = buildServeConfig([
-    `--model-repository=${repo.dir}`,
-    '--http-port=0',
-    '--grpc-port=0',
-    '--metrics-port=0',
-    '--allow-cpu-metrics=false',
-    '--allow-gpu-metrics=false',
-    '--cache-config=local,size=1048576',
-    ...traceFlags,
-  ]);
-  return startServing(cfg, silentLogger);
+  return serveInProcess(repo.dir, ['--cache-config=local,size=1048576', ...traceFlags]);
 }
 
 function readTrace(file: string): TraceFileEntry[] {

@@ -8,8 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { IncomingMessage } from 'node:http';
 import { gunzipSync, gzipSync } from 'node:zlib';
-import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
-import { silentLogger } from '../../../src/logger.js';
+import type { RunningServer } from '../../../src/cli/serve.js';
 import { buildIdentityModel, buildMlp } from '../../helpers/onnx-builder.js';
 import {
   BUDGET_BYTES,
@@ -20,6 +19,7 @@ import {
   requestHash,
 } from '../../../src/frontends/http/cache-replay.js';
 import type { CacheHitTicket, InferRequest } from '../../../src/types/api.js';
+import { serveInProcess } from '../../helpers/in-process-server.js';
 import { TempRepository } from '../../helpers/repository.js';
 import { sample } from '../../metrics/exposition.js';
 import { type HttpReply, binaryRequest, call, int32Bytes, int32Values, json, splitBinaryReply } from './helpers.js';
@@ -100,18 +100,11 @@ class Served {
   constructor(readonly repo: TempRepository, private readonly cacheSize: number) {}
 
   async start(): Promise<void> {
-    const cfg = buildServeConfig([
-      `--model-repository=${this.repo.dir}`,
+    this.running = await serveInProcess(this.repo.dir, [
       '--model-control-mode=explicit',
       '--load-model=*',
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
       `--cache-config=local,size=${this.cacheSize}`,
     ]);
-    this.running = await startServing(cfg, silentLogger);
     const server = this.running.server;
     const infer = server.infer.bind(server);
     server.infer = (request: InferRequest) => {

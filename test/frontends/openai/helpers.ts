@@ -5,9 +5,9 @@ import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { buildServeConfig, startServing, type RunningServer } from '../../../src/cli/serve.js';
-import { silentLogger } from '../../../src/logger.js';
+import type { RunningServer } from '../../../src/cli/serve.js';
 import { PYTHON, repoRoot } from '../../backends/python/helpers.js';
+import { serveInProcess } from '../../helpers/in-process-server.js';
 import { TempRepository } from '../../helpers/repository.js';
 
 export const EXAMPLES = path.join(repoRoot(), 'examples', 'model_repository');
@@ -36,19 +36,10 @@ export class OpenAiServer {
       s.repo.config(m, config);
     }
     options.prepare?.(s.repo);
-    const cfg = buildServeConfig([
-      `--model-repository=${s.repo.dir}`,
-      '--http-port=0',
-      '--grpc-port=0',
-      '--metrics-port=0',
-      '--http-address=127.0.0.1',
-      '--grpc-address=127.0.0.1',
-      '--allow-cpu-metrics=false',
-      '--allow-gpu-metrics=false',
+    s.running = await serveInProcess(s.repo.dir, [
       `--backend-config=python,python-executable=${PYTHON}`,
       ...(options.args ?? []),
     ]);
-    s.running = await startServing(cfg, silentLogger);
     return s;
   }
 
