@@ -10,6 +10,8 @@ type JsonObject = Record<string, unknown>;
 
 const NON_STRING = 'attempt to access JSON non-string as string';
 const NON_ARRAY = 'attempt to access JSON non-array as array';
+/** The keys a trace/setting POST may carry (trace_file only to be refused with Triton's text). */
+const UPDATABLE = new Set(['trace_file', 'trace_level', 'trace_rate', 'trace_count', 'log_frequency']);
 
 export const LEVEL_OFF = 0;
 export const LEVEL_TIMESTAMPS = 1;
@@ -167,8 +169,18 @@ export class TraceSettings {
 
   /** Applies a POST trace/setting body for `model` ('' = global); nothing changes when it throws. */
   updateFromJson(model: string, body: unknown): void {
-    const req: JsonObject =
-      typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw Errors.invalidRequest('a trace setting request must be a JSON object');
+    }
+    const req = body as JsonObject;
+    // Triton passes over keys it does not update; here a key that would change nothing is refused, naming it.
+    for (const key of Object.keys(req)) {
+      if (UPDATABLE.has(key)) continue;
+      if (key === 'trace_mode' || this.modeOptions.some(([name]) => name === key)) {
+        throw Errors.unsupported(`${key} can not be updated through network protocol`);
+      }
+      throw Errors.invalidRequest(`unknown trace setting '${key}'`);
+    }
     if (req['trace_file'] !== undefined) {
       throw Errors.unsupported('trace file location can not be updated through network protocol');
     }
@@ -181,23 +193,24 @@ export class TraceSettings {
         clear.push('level');
       } else {
         if (!Array.isArray(level)) throw Errors.jsonValue(NON_ARRAY);
+        if (level.length === 0) {
+          throw Errors.invalidRequest('trace_level must list at least one level, or be null to clear it');
+        }
         let value = 0;
-        let seen = false;
         for (const item of level) {
           if (typeof item !== 'string') throw Errors.jsonValue(NON_STRING);
           if (item === 'OFF') {
             if (level.length !== 1) throw Errors.invalidRequest("Expect only one trace level 'OFF' is specified");
-            value = 0;
-            seen = true;
           } else if (item === 'TIMESTAMPS') {
             value |= LEVEL_TIMESTAMPS;
-            seen = true;
           } else if (item === 'TENSORS') {
             value |= LEVEL_TENSORS;
-            seen = true;
+          } else {
+            // Triton skips a level it does not know; refused here, as the flag refuses it.
+            throw Errors.invalidRequest(`invalid value for trace level option: ${item}`);
           }
         }
-        if (seen) update.level = value;
+        update.level = value;
       }
     }
     readNumber(req, 'trace_rate', 'rate', `[ 0, 4294967295 ]`, update, clear);

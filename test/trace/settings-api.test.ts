@@ -165,6 +165,21 @@ describe('trace settings on a running server', () => {
       });
       assert.equal(bad.status, 400);
       assert.match(bad.body.toString(), /Unable to parse 'trace_rate', got: x/);
+      // What Triton passes over (an unknown level, an unknown key) is refused, and the setting stays.
+      for (const refused of ['{"trace_level":["TIMESTAMPS","SPANS"]}', '{"trace_level":["OFF"],"colour":"blue"}']) {
+        const res = await call(http, 'POST', '/v2/models/simple/trace/setting', { body: refused });
+        assert.equal(res.status, 400, refused);
+        assert.match(res.body.toString(), /invalid value for trace level option: SPANS|unknown trace setting 'colour'/);
+      }
+      await assert.rejects(
+        traceSetting({ model_name: 'simple', settings: { trace_level: { value: ['OFF'] }, colour: { value: ['x'] } } }),
+        (e: grpc.ServiceError) =>
+          e.code === grpc.status.INVALID_ARGUMENT && /unknown trace setting 'colour'/.test(e.details),
+      );
+      const logging = await call(http, 'POST', '/v2/logging', { body: '{"log_info":false,"log_colour":"blue"}' });
+      assert.equal(logging.status, 400);
+      assert.match(logging.body.toString(), /unknown log setting 'log_colour'/);
+      assert.match((await call(http, 'GET', '/v2/logging')).body.toString(), /"log_info":true/);
       await infer('simple', 'still-traced');
       // Cleared: the model falls back to the global setting (OFF).
       const cleared = json(

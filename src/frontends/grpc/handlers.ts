@@ -383,6 +383,11 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
 
     LogSettings: unary<LogSettingsRequest, typeof LogSettingsResponseSchema>((req) => {
       if (!logSettings) throw Errors.loggingUnsupported();
+      const known = logSettings.get();
+      for (const key in req.settings) {
+        // Triton passes over a key it does not know; refused here, naming it.
+        if (!(key in known)) throw Errors.invalidRequest(`unknown log setting '${key}'`);
+      }
       const changes = logChanges(req);
       const s = Object.keys(changes).length > 0 ? logSettings.update(changes) : logSettings.get();
       const settings: Record<string, LogValue> = {

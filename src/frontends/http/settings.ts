@@ -56,8 +56,14 @@ export class LogSettings {
    * Applies a POST /v2/logging body; throws as Triton does (keys before the failing one stay applied, as in Triton).
    */
   updateFromJson(body: unknown): void {
-    const req: JsonObject =
-      typeof body === 'object' && body !== null && !Array.isArray(body) ? (body as JsonObject) : {};
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw Errors.invalidRequest('a log setting request must be a JSON object');
+    }
+    const req = body as JsonObject;
+    // Triton passes over keys it does not know; refused here before anything changes, naming the key.
+    for (const key of Object.keys(req)) {
+      if (!(key in this.state)) throw Errors.invalidRequest(`unknown log setting '${key}'`);
+    }
     const next = { ...this.state };
     try {
       const file = req['log_file'];

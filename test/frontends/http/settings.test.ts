@@ -51,3 +51,35 @@ test('a setting that could never trace is refused with Triton\'s text, and chang
   withFile.updateFromJson('', { trace_level: ['OFF'], trace_rate: '0' });
   assert.match(withFile.toJson(''), /"trace_rate":"0"/, 'turning tracing off takes any value');
 });
+
+test('what Triton would pass over is refused before anything changes, naming the key or the value', () => {
+  const url: [string, string] = ['url', 'http://127.0.0.1:4318/v1/traces'];
+  const otel = new TraceSettings({ level: 1, rate: 3 }, '', 'opentelemetry', [url]);
+  const before = otel.toJson('');
+  const refused: Array<[unknown, RegExp]> = [
+    [{ trace_level: ['TIMESTAMPS', 'SPANS'] }, /^invalid value for trace level option: SPANS$/],
+    [{ trace_level: [] }, /^trace_level must list at least one level, or be null to clear it$/],
+    [{ trace_rate: '5', colour: 'blue' }, /^unknown trace setting 'colour'$/],
+    [{ trace_rate: '5', trace_mode: 'triton' }, /^trace_mode can not be updated through network protocol$/],
+    [{ url: 'http://127.0.0.1:1/v1/traces' }, /^url can not be updated through network protocol$/],
+    [['trace_rate', '5'], /^a trace setting request must be a JSON object$/],
+    ['trace_rate=5', /^a trace setting request must be a JSON object$/],
+  ];
+  for (const [body, message] of refused) {
+    assert.throws(
+      () => otel.updateFromJson('', body),
+      (e: Error & { code?: string }) => message.test(e.message),
+      JSON.stringify(body),
+    );
+    assert.equal(otel.toJson(''), before, `${JSON.stringify(body)} changed nothing`);
+  }
+  // gRPC's empty list still clears, as Triton's does.
+  otel.update(undefined, { trace_rate: ['9'] });
+  assert.deepEqual(otel.update(undefined, { trace_rate: [] }).trace_rate, ['3']);
+
+  const log = new LogSettings();
+  for (const body of [{ log_info: false, log_colour: 'blue' }, [{ log_info: false }], 'log_info=false']) {
+    assert.throws(() => log.updateFromJson(body), /unknown log setting 'log_colour'|must be a JSON object/);
+    assert.equal(log.get().log_info, true, `${JSON.stringify(body)} changed nothing`);
+  }
+});
