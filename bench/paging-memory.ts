@@ -19,6 +19,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { benchModelsDir } from './models.js';
+import { pagingModelsDir } from './paging-models.js';
 import { startNereid } from './processes.js';
 
 const LOADS = Number(process.env.BENCH_CHURN_LOADS ?? 24);
@@ -33,7 +34,7 @@ const VARIANTS = (process.env.PAGING_MEMORY_VARIANTS ?? 'default;param.enable_me
   .map((v) => v.trim())
   .filter((v) => v !== '');
 
-const source = path.join(benchModelsDir(), 'paging');
+const source = pagingModelsDir();
 if (!existsSync(path.join(source, 'm11', '1', 'model.onnx')) || !existsSync(path.join(source, 'warm'))) {
   throw new Error(`run the paging bench once first: it builds the models under ${source}`);
 }

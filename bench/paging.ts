@@ -21,13 +21,13 @@
  * BENCH_PAGING_TRACE=1 also samples the paging server's RSS every 5 ms and
  * prints, around each sample above base + budget, the server's paging log
  * lines (unloads, measured loads) with their times.
- * Models are written under bench/models/paging (git-ignored) by the fixture builder.
+ * Models are written under bench/models (git-ignored) by the fixture builder: bench/paging-models.ts.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { buildAddSubModel, buildMlp, seededRandom } from '../test/helpers/onnx-builder.js';
-import { benchModelsDir } from './models.js';
+import { LAYERS, pagingModelsDir } from './paging-models.js';
 import { type Proc, startNereid } from './processes.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
@@ -43,8 +43,7 @@ const TRACE = process.env.BENCH_PAGING_TRACE === '1';
  * 5th hottest model from the 6th to 8th (docs/paging.md#which-model-goes).
  */
 const WARM_UP_REQUESTS = Number(process.env.BENCH_PAGING_WARMUP ?? 1000);
-/** 3.7 M weights (14.8 MB of file): onnxruntime holds about 40 MB for it. */
-const LAYERS = [256, 1792, 1792, 16];
+
 
 const names = Array.from({ length: MODELS }, (_, i) => `m${String(i).padStart(2, '0')}`);
 
@@ -59,7 +58,7 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 }
 
 async function buildRepository(): Promise<string> {
-  const root = path.join(benchModelsDir(), 'paging');
+  const root = pagingModelsDir();
   for (const [i, name] of names.entries()) {
     const file = path.join(root, name, '1', 'model.onnx');
     if (!existsSync(file)) {
