@@ -60,6 +60,7 @@ test('what Triton would pass over is refused before anything changes, naming the
     [{ trace_level: ['TIMESTAMPS', 'SPANS'] }, /^invalid value for trace level option: SPANS$/],
     [{ trace_level: [] }, /^trace_level must list at least one level, or be null to clear it$/],
     [{ trace_rate: '5', colour: 'blue' }, /^unknown trace setting 'colour'$/],
+    [{ trace_rate: '5', toString: 'x' }, /^unknown trace setting 'toString'$/],
     [{ trace_rate: '5', trace_mode: 'triton' }, /^trace_mode can not be updated through network protocol$/],
     [{ url: 'http://127.0.0.1:1/v1/traces' }, /^url can not be updated through network protocol$/],
     [['trace_rate', '5'], /^a trace setting request must be a JSON object$/],
@@ -78,8 +79,13 @@ test('what Triton would pass over is refused before anything changes, naming the
   assert.deepEqual(otel.update(undefined, { trace_rate: [] }).trace_rate, ['3']);
 
   const log = new LogSettings();
-  for (const body of [{ log_info: false, log_colour: 'blue' }, [{ log_info: false }], 'log_info=false']) {
-    assert.throws(() => log.updateFromJson(body), /unknown log setting 'log_colour'|must be a JSON object/);
+  const logBodies = [
+    '{"log_info":false,"log_colour":"blue"}',
+    '{"log_info":false,"constructor":1}',
+    '[{"log_info":false}]',
+  ];
+  for (const body of [...logBodies.map((text) => JSON.parse(text) as unknown), 'log_info=false']) {
+    assert.throws(() => log.updateFromJson(body), /unknown log setting '(log_colour|constructor)'|a JSON object/);
     assert.equal(log.get().log_info, true, `${JSON.stringify(body)} changed nothing`);
   }
 });
