@@ -23,6 +23,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { TraceStampName } from '../src/types/api.js';
 import type { Tracer as TracerClass, TracerOptions } from '../src/trace/index.js';
+import { CORE_ORDER } from '../test/helpers/trace-models.js';
 
 /** CPU seconds of one thread, from the scheduler's ns count (the clock ticks of /proc/.../stat are 10 ms). */
 function cpuSeconds(pid: number, tid: number): number {
@@ -46,15 +47,6 @@ async function loadTracer(dist: string): Promise<TracerCtor> {
 }
 
 const HTTP_STAMPS: TraceStampName[] = ['HTTP_RECV_START', 'HTTP_RECV_END'];
-const CORE_STAMPS: TraceStampName[] = [
-  'REQUEST_START',
-  'QUEUE_START',
-  'COMPUTE_START',
-  'COMPUTE_INPUT_END',
-  'COMPUTE_OUTPUT_START',
-  'COMPUTE_END',
-  'REQUEST_END',
-];
 
 /** One request's trace as the HTTP frontend, the core and the scheduler make it. */
 function request(tracer: TracerClass): void {
@@ -63,7 +55,7 @@ function request(tracer: TracerClass): void {
   for (const s of HTTP_STAMPS) trace.stamp(s);
   trace.setModel(MODEL, '1', '');
   const t = process.hrtime.bigint();
-  for (const s of CORE_STAMPS) trace.stamp(s, s.startsWith('COMPUTE') ? t : undefined);
+  for (const s of CORE_ORDER) trace.stamp(s, s.startsWith('COMPUTE') ? t : undefined);
   trace.stamp('HTTP_SEND_START');
   trace.stamp('HTTP_SEND_END');
   trace.end();

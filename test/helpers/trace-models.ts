@@ -1,5 +1,7 @@
 /** What the tracing tests serve: the `simple` add/sub model's inputs, and `pipe`, an ensemble of two `simple` steps. */
 
+import type { TraceStampName } from '../../src/types/api.js';
+
 /** INPUT0 and INPUT1 of `simple` (INT32, [1, 16]). */
 export const A = Array.from({ length: 16 }, (_, i) => i);
 export const B = new Array<number>(16).fill(1);
@@ -33,7 +35,7 @@ ensemble_scheduling { step [
 `;
 
 /** The core's timestamp names in the order a request to a model that is not an ensemble passes them. */
-export const CORE_ORDER = [
+export const CORE_ORDER: readonly TraceStampName[] = [
   'REQUEST_START',
   'QUEUE_START',
   'COMPUTE_START',
