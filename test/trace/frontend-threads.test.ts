@@ -116,7 +116,15 @@ test("a model's own setting: the main thread decides for every request, the thre
   assert.equal(core.viaMain - main1, 0);
 });
 
-test('the request log: the threads serve every infer request, the main thread logs each', async () => {
+/** A frontend on two threads with the request log on: its log lines, parsed. */
+interface LoggingFrontend {
+  fe: HttpFrontend;
+  core: CountingServer;
+  tracer: Tracer;
+  lines: Array<Record<string, unknown>>;
+}
+
+function loggingFrontend(): LoggingFrontend {
   const logCore = new CountingServer();
   const lines: Array<Record<string, unknown>> = [];
   const stream = new Writable({
@@ -127,17 +135,12 @@ test('the request log: the threads serve every infer request, the main thread lo
   });
   const logTracer = new Tracer({ mode: 'triton', requestLogRate: 1, logger: pino({ level: 'info' }, stream) });
   const options = { port: 0, address: '127.0.0.1', maxInputSize: 1 << 20, logger: silentLogger, threads: 2 };
-  const logFe = new HttpFrontend(logCore, { ...options, tracer: logTracer });
-  try {
-    const { port: logPort } = await logFe.start();
-    for (let i = 0; i < 4; i++) await infer(logPort);
-    assert.equal(logCore.viaMain, 0);
-  } finally {
-    await logFe.stop();
-    await logTracer.close();
-  }
+  return { fe: new HttpFrontend(logCore, { ...options, tracer: logTracer }), core: logCore, tracer: logTracer, lines };
+}
+
+function assertLogged(lines: ReadonlyArray<Record<string, unknown>>, count: number): void {
   const logged = lines.filter((l) => l.msg === 'request');
-  assert.equal(logged.length, 4);
+  assert.equal(logged.length, count);
   for (const l of logged) {
     assert.deepEqual(
       [l.protocol, l.method, l.path, l.status, l.bytes_in],
@@ -146,6 +149,39 @@ test('the request log: the threads serve every infer request, the main thread lo
     assert.ok((l.bytes_out as number) > 0);
     assert.equal(typeof l.total_us, 'number');
   }
+}
+
+/** Keeps the main thread from its event loop for `ms` milliseconds. */
+function busy(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until);
+}
+
+test('the request log: the threads serve every infer request, the main thread logs each', async () => {
+  const { fe: logFe, core: logCore, tracer: logTracer, lines } = loggingFrontend();
+  try {
+    const { port: logPort } = await logFe.start();
+    for (let i = 0; i < 4; i++) await infer(logPort);
+    assert.equal(logCore.viaMain, 0);
+  } finally {
+    await logFe.stop();
+    await logTracer.close();
+  }
+  assertLogged(lines, 4);
+});
+
+test("stopped right after a reply: what the thread said of it last is read before its port closes", async () => {
+  const { fe: logFe, tracer: logTracer, lines } = loggingFrontend();
+  const { port: logPort } = await logFe.start();
+  await infer(logPort);
+  // The thread tells the reply's status and bytes after writing it. With the main thread busy from here until the
+  // threads have exited, it sees their exits before that message: stop() must read it before closing their ports.
+  busy(100);
+  const stopped = logFe.stop();
+  busy(500);
+  await stopped;
+  await logTracer.close();
+  assertLogged(lines, 1);
 });
 
 test('gRPC ModelInfer at rate=4 on two threads: the picked calls are traced, all served on the threads', async () => {

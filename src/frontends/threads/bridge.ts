@@ -46,6 +46,8 @@ export class FrontendBridge {
   /** Shared with every thread: SharedSlot's slots. */
   readonly shared = new Int32Array(new SharedArrayBuffer(SharedSlot.Count * 4));
   private readonly ports = new Set<MessagePort>();
+  /** Each thread's port until its close, which comes after every message the thread sent on it. */
+  private readonly portsClosed = new Set<Promise<void>>();
   private readonly full = new Map<string, { model: string; version: string | undefined }>();
   private fullCheck: NodeJS.Immediate | undefined;
   private fullTimer: NodeJS.Timeout | undefined;
@@ -88,6 +90,14 @@ export class FrontendBridge {
     Atomics.add(this.shared, SharedSlot.AuthGeneration, 1);
   }
 
+  /**
+   * Resolves once the main thread has read everything the threads sent (call it after they exited: a worker's exit
+   * is seen before the messages it sent last, such as the send stamps and status of the replies it wrote last).
+   */
+  async drained(): Promise<void> {
+    await Promise.all(this.portsClosed);
+  }
+
   close(): void {
     this.unsubscribe?.();
     for (const p of this.authPorts) p.close();
@@ -117,6 +127,9 @@ export class FrontendBridge {
   /** Serves one thread: `port` carries its infer requests, `sync` its configuration queries. */
   attach(port: MessagePort, sync: MessagePort, signal: Int32Array): void {
     this.ports.add(port);
+    const closed = new Promise<void>((resolve) => port.once('close', resolve));
+    this.portsClosed.add(closed);
+    void closed.then(() => this.portsClosed.delete(closed));
     const pending = new Map<number, Cancellation>();
     /** Traced requests answered, until the thread says when it sent their reply. */
     const sending = new SendingTraces();

@@ -85,6 +85,7 @@ export class FrontendThreadPool {
     );
     this.post({ t: 'stop', graceMs });
     await Promise.all(exits);
+    await this.bridge?.drained();
     this.bridge?.close();
   }
 
