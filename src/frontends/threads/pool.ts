@@ -108,7 +108,14 @@ export class FrontendThreadPool {
       const auth = this.bridge?.attachAuth();
       if (auth !== undefined) transferList.push(auth.port);
       const init: FrontendThreadInit = { ...this.init, port, index, bridge, auth };
-      const worker = new Worker(WORKER_URL, { workerData: init, transferList });
+      let worker: Worker;
+      try {
+        worker = new Worker(WORKER_URL, { workerData: init, transferList });
+      } catch (err) {
+        // No thread took the ports: closed here, so that stop() does not wait for their close.
+        for (const p of transferList) p.close();
+        throw err;
+      }
       this.threads[index] = worker;
       let listening = false;
       worker.on('message', (m: ThreadMessage) => {

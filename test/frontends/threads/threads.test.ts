@@ -19,7 +19,11 @@ import {
   type ModelInferRequest,
   type ModelInferResponse,
 } from '../../../src/gen/grpc_service_pb.js';
-import { resetReusePortWarning } from '../../../src/frontends/threads/index.js';
+import {
+  FrontendBridge,
+  FrontendThreadPool,
+  resetReusePortWarning,
+} from '../../../src/frontends/threads/index.js';
 import { silentLogger } from '../../../src/logger.js';
 import type { ServerApi } from '../../../src/core/server-api.js';
 import { budgetFrontendThreads, buildServeConfig } from '../../../src/cli/serve.js';
@@ -209,5 +213,22 @@ test('--frontend-threads: a count or auto (half the CPU budget, 1 up to 3 cores,
   } finally {
     if (saved === undefined) delete process.env['NEREID_FRONTEND_THREADS'];
     else process.env['NEREID_FRONTEND_THREADS'] = saved;
+  }
+});
+
+test('a thread that cannot be created: start() fails with the reason, and stops without waiting for it', async () => {
+  const bridge = new FrontendBridge(new EchoServer(), undefined);
+  // A function cannot be copied to a thread: the Worker constructor throws before any thread takes the ports.
+  const init = { kind: 'http', port: 0, address: '127.0.0.1', upstream: '', http: { notCopyable: () => 0 } };
+  const pool = new FrontendThreadPool(init as never, 2, silentLogger, bridge);
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error('start() never settled: stop() waits for ports no thread took')), 10_000);
+  });
+  try {
+    await assert.rejects(Promise.race([pool.start(), hung]), { name: 'DataCloneError' });
+  } finally {
+    clearTimeout(timer);
+    bridge.close();
   }
 });
