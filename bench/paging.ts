@@ -44,7 +44,6 @@ const TRACE = process.env.BENCH_PAGING_TRACE === '1';
  */
 const WARM_UP_REQUESTS = Number(process.env.BENCH_PAGING_WARMUP ?? 1000);
 
-
 const names = Array.from({ length: MODELS }, (_, i) => `m${String(i).padStart(2, '0')}`);
 
 function config(name: string): string {

@@ -390,6 +390,8 @@ export const Errors = {
     'UNAVAILABLE',
     () => 'the server does not support dynamic logging',
   ),
+  // A log setting Triton would pass over (HTTP and gRPC alike): refused before anything changes.
+  unknownLogSetting: make('NRD_INVALID_REQUEST', 'INVALID_ARG', (key: string) => `unknown log setting '${key}'`),
   // Triton's exact queue-full text: the request id prefix appears only when the request has an id.
   maxQueueSizeExceeded: make(
     'NRD_QUEUE_FULL',

@@ -386,7 +386,7 @@ export function commonHandlers(deps: HandlerDeps): Record<string, Handler<never,
       const known = logSettings.get();
       for (const key in req.settings) {
         // Triton passes over a key it does not know; refused here, naming it.
-        if (!Object.hasOwn(known, key)) throw Errors.invalidRequest(`unknown log setting '${key}'`);
+        if (!Object.hasOwn(known, key)) throw Errors.unknownLogSetting(key);
       }
       const changes = logChanges(req);
       const s = Object.keys(changes).length > 0 ? logSettings.update(changes) : logSettings.get();

@@ -62,7 +62,7 @@ export class LogSettings {
     const req = body as JsonObject;
     // Triton passes over keys it does not know; refused here before anything changes, naming the key.
     for (const key of Object.keys(req)) {
-      if (!Object.hasOwn(this.state, key)) throw Errors.invalidRequest(`unknown log setting '${key}'`);
+      if (!Object.hasOwn(this.state, key)) throw Errors.unknownLogSetting(key);
     }
     const next = { ...this.state };
     try {
