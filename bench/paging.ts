@@ -11,6 +11,11 @@
  *              sampled every 100 ms against the budget plus the server's own
  *              base, evictions of the 5 hottest models, p50/p99 of requests
  *              to a loaded model vs one that had to load.
+ *   paging, restarted
+ *              the paging server again, reading the scores the first one
+ *              wrote when it stopped (--model-memory-history), under a
+ *              stream of the same popularity with another seed: the evictions
+ *              of the 5 hottest from the first request.
  *   all loaded the same models and stream with no budget (every model loaded
  *              at start): memory and latency.
  *   dance      no budget, explicit mode, each request doing what clients do
@@ -24,7 +29,8 @@
  * Models are written under bench/models (git-ignored) by the fixture builder: bench/paging-models.ts.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { buildAddSubModel, buildMlp, seededRandom } from '../test/helpers/onnx-builder.js';
 import { LAYERS, pagingModelsDir } from './paging-models.js';
@@ -303,10 +309,11 @@ interface RunResult {
 async function run(
   port: number,
   pid: number,
+  seed: number,
   each: (model: string) => Promise<number>,
   onWarmedUp?: () => Promise<void>,
 ): Promise<RunResult> {
-  const next = zipfSampler(MODELS, ZIPF_S, 7);
+  const next = zipfSampler(MODELS, ZIPF_S, seed);
   const ready = new Set<string>();
   let maxRss = 0;
   let running = true;
@@ -463,8 +470,11 @@ const budget = Math.round(warmCost + (HOLD + 0.5) * cost + keptCost);
 const rows: string[][] = [];
 const notes: string[] = [];
 
-// Paging.
-{
+/**
+ * A paging server under the budget, the stream seeded with `seed`. With `history`, the server keeps its scores in
+ * that file (--model-memory-history): written when it stops, read when the next one starts.
+ */
+async function paging(label: string, seed: number, history?: string): Promise<void> {
   const trace = TRACE ? new Trace() : undefined;
   const s = await startNereid(
     repo,
@@ -472,6 +482,7 @@ const notes: string[] = [];
       '--model-control-mode=explicit',
       `--model-memory-budget=${budget}`,
       '--model-pin=warm',
+      ...(history === undefined ? [] : [`--model-memory-history=${history}`]),
       // The pager's debug lines (the resident check, collections) pass the log sink only with the verbose switch.
       ...(trace === undefined ? [] : ['--log-verbose=1']),
     ],
@@ -491,6 +502,7 @@ const notes: string[] = [];
     const r = await run(
       s.http,
       pid,
+      seed,
       (m) => post(s.http, `/v2/models/${m}/infer`, BODY),
       async () => {
         hotInWarmUp = await hotEvictions();
@@ -509,17 +521,17 @@ const notes: string[] = [];
     const waitSum = metricValue(text, 'nereid_model_load_wait_seconds_sum');
     const total = evictions.reduce((a, b) => a + b, 0);
     const limit = `${MB(base)} + ${MB(budget)} = ${MB(base + budget)}`;
-    rows.push(row('paging', r, [limit, String(total), String(hotEvicted)]));
+    rows.push(row(label, r, [limit, String(total), String(hotEvicted)]));
     notes.push(
-      `paging: RSS peak ${MB(r.maxRss)} MiB ${r.maxRss <= base + budget ? '<=' : '>'} ` +
+      `${label}: RSS peak ${MB(r.maxRss)} MiB ${r.maxRss <= base + budget ? '<=' : '>'} ` +
         `base + budget ${MB(base + budget)} MiB; ${waits} requests waited for a load, ` +
         `mean ${ms((waitSum / Math.max(1, waits)) * 1000)} ms`,
-      `paging: evictions of the ${HOTTEST} hottest: ${hotEvicted} in all, ` +
+      `${label}: evictions of the ${HOTTEST} hottest: ${hotEvicted} in all, ` +
         `${hotInWarmUp ?? hotEvicted} in the first ${WARM_UP_REQUESTS} requests, ${hotAfter} after`,
-      `paging: at the end ${resident} of ${MODELS} models loaded (and the warm-up model), ` +
+      `${label}: at the end ${resident} of ${MODELS} models loaded (and the warm-up model), ` +
         `${MB(retained)} MiB held beyond their figures (nereid_model_memory_retained_bytes)`,
     );
-    if (r.failureSamples.length > 0) notes.push(`paging failures, e.g.: ${r.failureSamples.join('; ')}`);
+    if (r.failureSamples.length > 0) notes.push(`${label} failures, e.g.: ${r.failureSamples.join('; ')}`);
     if (trace !== undefined) {
       trace.stop();
       notes.push(trace.report(base + budget));
@@ -529,12 +541,22 @@ const notes: string[] = [];
   }
 }
 
+// Paging from a cold start, then (unless BENCH_PAGING_ONLY=paging) a restart of it that reads the scores the first
+// server wrote at its stop, under a stream of the same popularity seeded apart (docs/paging.md#after-a-restart).
+const historyFile = path.join(tmpdir(), `nereid-paging-history-${process.pid}.json`);
+try {
+  await paging('paging', 7, historyFile);
+  if (!PAGING_ONLY) await paging('paging, restarted', 8, historyFile);
+} finally {
+  await rm(historyFile, { force: true });
+}
+
 // All loaded, no budget.
 if (!PAGING_ONLY) {
   const s = await startNereid(repo, []);
   const pid = s.proc.child.pid!;
   try {
-    const r = await run(s.http, pid, (m) => post(s.http, `/v2/models/${m}/infer`, BODY));
+    const r = await run(s.http, pid, 7, (m) => post(s.http, `/v2/models/${m}/infer`, BODY));
     rows.push(row('all loaded', r, ['-', '-', '-']));
   } finally {
     await stop(s.proc);
@@ -546,7 +568,7 @@ if (!PAGING_ONLY) {
   const s = await startNereid(repo, ['--model-control-mode=explicit']);
   const pid = s.proc.child.pid!;
   try {
-    const r = await run(s.http, pid, async (m) => {
+    const r = await run(s.http, pid, 7, async (m) => {
       const load = await post(s.http, `/v2/repository/models/${m}/load`);
       if (load !== 200) return load;
       const status = await post(s.http, `/v2/models/${m}/infer`, BODY);

@@ -64,6 +64,7 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   'model-memory-budget': S,
   'model-pin': SR,
   'model-load-wait-ms': I,
+  'model-memory-history': S,
   'strict-readiness': B,
   'exit-on-error': B,
   'exit-timeout-secs': I,
@@ -506,15 +507,19 @@ function startAccessControl(
 }
 
 /**
- * --model-memory-budget, --model-pin and --model-load-wait-ms (docs/paging.md); checked here so a bad one stops
- * the start.
+ * --model-memory-budget, --model-pin, --model-load-wait-ms and --model-memory-history (docs/paging.md); checked
+ * here so a bad one stops the start.
  */
-type PagingSettings = Pick<ServeConfig['server'], 'modelMemoryBudget' | 'modelPins' | 'modelLoadWaitMs'>;
+type PagingSettings = Pick<
+  ServeConfig['server'],
+  'modelMemoryBudget' | 'modelPins' | 'modelLoadWaitMs' | 'modelMemoryHistory'
+>;
 
 function pagingSettings(f: FlagReader): PagingSettings {
   const budget = f.string('model-memory-budget');
   const pins = f.all('model-pin');
   const wait = f.has('model-load-wait-ms') ? f.int('model-load-wait-ms', 0) : undefined;
+  const history = f.string('model-memory-history');
   if (budget === undefined) {
     if (pins.length > 0) {
       throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
@@ -524,6 +529,9 @@ function pagingSettings(f: FlagReader): PagingSettings {
         '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
       );
     }
+    if (history !== undefined) {
+      throw Errors.config('--model-memory-history needs --model-memory-budget: without a budget nothing is paged');
+    }
     return {};
   }
   parseMemoryBudget(budget);
@@ -531,7 +539,8 @@ function pagingSettings(f: FlagReader): PagingSettings {
   if (wait !== undefined && wait < 0) {
     throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${wait}`);
   }
-  return { modelMemoryBudget: budget, modelPins: pins, modelLoadWaitMs: wait };
+  if (history?.trim() === '') throw Errors.config('--model-memory-history needs a file path');
+  return { modelMemoryBudget: budget, modelPins: pins, modelLoadWaitMs: wait, modelMemoryHistory: history };
 }
 
 /** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */

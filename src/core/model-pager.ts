@@ -18,6 +18,7 @@ import type { LoadedModel, PreparedModel } from './model-loader.js';
 import type { ModelVersion } from './model-version.js';
 import { type Collect, memoryReducingCollection } from './garbage-collection.js';
 import { formatBytes } from './memory-budget.js';
+import { PagingHistory } from './paging-history.js';
 import { type PagingCandidate, PagingPolicy } from './paging-policy.js';
 
 /** The reason an unloaded-for-room version shows in the repository index (its state is UNAVAILABLE). */
@@ -50,6 +51,8 @@ export interface PagingOptions {
   pins?: readonly string[];
   /** Most a request waits for its model to load, and a load for room (`--model-load-wait-ms`). */
   loadWaitMs?: number;
+  /** Where the scores are kept across restarts (`--model-memory-history`); unset: each start begins cold. */
+  historyFile?: string;
   /** Where process status files are read (tests). Default /proc. */
   procDir?: string;
 }
@@ -171,6 +174,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
   readonly evictions = new Map<string, number>();
   /** Which model goes for room: the least frequently used, frequencies decaying with traffic. */
   readonly policy = new PagingPolicy();
+  /** The policy's scores kept across restarts (`--model-memory-history`). */
+  readonly history: PagingHistory | undefined;
   /**
    * Measured bytes per byte of model files (times instances) at the last load; the first load (which also pays
    * one-time costs) is not used.
@@ -211,6 +216,8 @@ export class ModelPager extends EventEmitter<ModelPagerEvents> {
     this.pins = new Set(options.pins ?? []);
     this.procDir = options.procDir ?? '/proc';
     this.collect = memoryReducingCollection();
+    this.history =
+      options.historyFile === undefined ? undefined : new PagingHistory(options.historyFile, this.policy, host.logger);
   }
 
   /** Bytes the loaded versions hold, as measured. */

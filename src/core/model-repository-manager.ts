@@ -176,6 +176,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
    * Resolves with the failure reasons (empty when everything loaded).
    */
   async start(startupModels: readonly string[] = []): Promise<string[]> {
+    await this.pager?.history?.open();
     // Cloud models are copied as each loads, so that downloads overlap with loading the models copied first.
     const found = await this.listRepositories(false);
     let toLoad: string[];
@@ -186,21 +187,27 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     for (const pin of this.pager?.pins ?? []) {
       if (!found.has(pin)) failures.push(`--model-pin=${pin}: no model repository holds a model named '${pin}'`);
     }
-    await Promise.all(
-      toLoad.map(async (name) => {
-        const entry = this.models.get(name);
-        if (!entry) {
-          failures.push(`failed to load '${name}', failed to poll from model repository`);
-          return;
-        }
-        // A dependency may have been loaded (or be loading) for a model listed earlier.
-        if (entry.busy) await entry.busy.catch(() => undefined);
-        if (!entry.everLoaded) await this.loadEntry(entry, { explicit: true }).catch(() => undefined);
-        else entry.explicit = true;
-        const reason = this.failureOf(entry);
-        if (reason) failures.push(Errors.loadFailed(name, reason).message);
-      }),
-    );
+    const load = async (name: string) => {
+      const entry = this.models.get(name);
+      if (!entry) {
+        failures.push(`failed to load '${name}', failed to poll from model repository`);
+        return;
+      }
+      // A dependency may have been loaded (or be loading) for a model listed earlier.
+      if (entry.busy) await entry.busy.catch(() => undefined);
+      if (!entry.everLoaded) await this.loadEntry(entry, { explicit: true }).catch(() => undefined);
+      else entry.explicit = true;
+      const reason = this.failureOf(entry);
+      if (reason) failures.push(Errors.loadFailed(name, reason).message);
+    };
+    // With scores kept from before a restart (docs/paging.md#after-a-restart), the models never requested load
+    // together first, then the others one at a time, least requested first: a load that needs room unloads the
+    // coldest loaded model, so the ones that stay are the most requested.
+    const policy = this.pager?.policy;
+    const scored = toLoad.filter((name) => (policy?.score(name) ?? 0) > 0);
+    scored.sort((a, b) => policy!.score(a) - policy!.score(b));
+    await Promise.all(toLoad.filter((name) => !scored.includes(name)).map(load));
+    for (const name of scored) await load(name);
     if (this.controlMode === 'poll') this.startPolling();
     return failures;
   }
@@ -226,6 +233,7 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     await Promise.all(all.map((v) => this.closeVersion(v)));
     await Promise.all([...this.models.values()].map((e) => e.override?.remove()));
     await this.sources.close();
+    await this.pager?.history?.close();
   }
 
   // ---- reading the state -------------------------------------------------

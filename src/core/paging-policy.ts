@@ -58,6 +58,27 @@ export class PagingPolicy {
     return (this.weights.get(model) ?? 0) / this.scale;
   }
 
+  /** Every model's score, leaving out those under `least` (a model long unrequested): what a restart restores. */
+  scores(least = 1e-3): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const name of this.weights.keys()) {
+      const s = this.score(name);
+      if (s >= least) out.set(name, s);
+    }
+    return out;
+  }
+
+  /**
+   * Adds scores kept from before a restart (docs/paging.md#after-a-restart): each counts as that many requests
+   * already decayed to now, so a model popular before the restart keeps its standing from the first request.
+   */
+  restore(scores: Iterable<readonly [string, number]>): void {
+    for (const [name, s] of scores) {
+      if (!(Number.isFinite(s) && s >= 0)) throw new RangeError(`score of '${name}' must be 0 or more, got ${s}`);
+      this.weights.set(name, (this.weights.get(name) ?? 0) + s * this.scale);
+    }
+  }
+
   /** Coldest first: lowest score, then least recently used, then by name. */
   rank(candidates: readonly PagingCandidate[]): PagingCandidate[] {
     const scored = candidates.map((c) => ({ c, s: this.score(c.name) }));

@@ -91,6 +91,9 @@ function pagingOptions(options: ServerOptions): PagingOptions | undefined {
         '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
       );
     }
+    if (options.modelMemoryHistory !== undefined) {
+      throw Errors.config('--model-memory-history needs --model-memory-budget: without a budget nothing is paged');
+    }
     return undefined;
   }
   let resolved: ResolvedBudget;
@@ -106,7 +109,12 @@ function pagingOptions(options: ServerOptions): PagingOptions | undefined {
     { budget: resolved.bytes, source: resolved.source },
     `model memory budget ${formatBytes(resolved.bytes)}`,
   );
-  return { budgetBytes: resolved.bytes, pins: options.modelPins, loadWaitMs: options.modelLoadWaitMs };
+  return {
+    budgetBytes: resolved.bytes,
+    pins: options.modelPins,
+    loadWaitMs: options.modelLoadWaitMs,
+    historyFile: options.modelMemoryHistory,
+  };
 }
 
 /** The output called `name`; backends mostly produce them in the requested order, so position `hint` is tried first. */

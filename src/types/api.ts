@@ -239,5 +239,7 @@ export interface ServerOptions {
   modelPins?: string[];
   /** Most a request waits for its model to load on demand (--model-load-wait-ms). Default 30000; needs a budget. */
   modelLoadWaitMs?: number;
+  /** Where paging keeps its scores across restarts (--model-memory-history); needs a budget. */
+  modelMemoryHistory?: string;
   logger?: import('pino').Logger;
 }

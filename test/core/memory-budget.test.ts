@@ -51,22 +51,26 @@ test('a malformed budget is a configuration error naming the flag, the text and 
   }
 });
 
-test('nereid serve refuses a bad budget, and a pin or a load wait without a budget, before starting', () => {
+test('nereid serve refuses a bad budget, and a pin, a load wait or a history without a budget, before starting', () => {
   const refuses = (argv: string[], why: RegExp) => assert.throws(() => buildServeConfig(argv), why);
   refuses(['--model-memory-budget=12XB'], /--model-memory-budget: '12XB' has an unknown unit/);
   refuses(['--model-pin=a'], /--model-pin needs --model-memory-budget/);
   refuses(['--model-load-wait-ms=10'], /--model-load-wait-ms needs --model-memory-budget/);
   refuses(['--model-memory-budget=1GiB', '--model-load-wait-ms=-5'], /--model-load-wait-ms must be 0 or more/);
   refuses(['--model-memory-budget=1GiB', '--model-load-wait-ms=soon'], /takes an integer/);
+  refuses(['--model-memory-history=/var/lib/nereid/paging.json'], /--model-memory-history needs --model-memory-budget/);
+  refuses(['--model-memory-budget=1GiB', '--model-memory-history='], /--model-memory-history needs a file path/);
   const cfg = buildServeConfig([
     '--model-memory-budget=50%',
     '--model-pin=a',
     '--model-pin=b',
     '--model-load-wait-ms=500',
+    '--model-memory-history=paging.json',
   ]);
   assert.equal(cfg.server.modelMemoryBudget, '50%');
   assert.deepEqual(cfg.server.modelPins, ['a', 'b']);
   assert.equal(cfg.server.modelLoadWaitMs, 500);
+  assert.equal(cfg.server.modelMemoryHistory, 'paging.json');
   assert.equal(buildServeConfig([]).server.modelMemoryBudget, undefined);
 });
 

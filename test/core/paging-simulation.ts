@@ -32,6 +32,8 @@ export interface SimulationOptions {
   readonly loadWaitMs: number;
   /** The policy to play (default: PagingPolicy as the server makes it); bench/paging-rules.ts passes others. */
   readonly policy?: () => PagingPolicy;
+  /** Models loaded before the first request (default none: a cold start). */
+  readonly loaded?: readonly string[];
 }
 
 /** An unload of one of the HOTTEST most requested models. */
@@ -90,6 +92,7 @@ export function simulate(o: SimulationOptions): SimulationResult {
     lastUse: 0,
     firstLoadedAt: undefined,
   }));
+  for (const m of models) if (o.loaded?.includes(m.name)) m.state = 'in';
   const next = zipf(o.seed);
   const loads: Model[] = [];
   let current: { model: Model; started: number; loadedAt?: number } | undefined;

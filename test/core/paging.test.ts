@@ -6,7 +6,7 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { create } from '@bufbuild/protobuf';
@@ -368,6 +368,30 @@ test('idle models go least frequently used first; an evicted one is UNAVAILABLE 
   const used = (await metric(ports.metrics, 'nereid_model_memory_used_bytes'))!;
   assert.ok(used <= Number(budgetFor(['a', 'b'], 'c')), `${used} used`);
   assert.equal((await index(ports.http)).get('warm')!.state, 'READY');
+});
+
+test('--model-memory-history: the scores outlive a restart, and the start keeps the most requested', async (t) => {
+  const file = path.join(repo.dir, '..', `paging-history-${process.pid}.json`);
+  t.after(() => rmSync(file, { force: true }));
+  const budget = `--model-memory-budget=${budgetFor(['a', 'b'], 'c')}`;
+  const first = await serve(t, [...PINNED_FIRST, budget, `--model-memory-history=${file}`]);
+  // a is asked for three times, b twice, c once.
+  for (const m of ['a', 'b', 'a', 'c', 'b', 'a']) await inferOk(first.ports.http, m);
+  // A graceful stop (SIGTERM, as Kubernetes stops a pod) writes the scores.
+  first.proc.signal('SIGTERM');
+  assert.equal(await first.proc.exit, 0, first.proc.stderr());
+  const scores = (JSON.parse(readFileSync(file, 'utf8')) as { scores: Record<string, number> }).scores;
+  assert.deepEqual(Object.keys(scores), ['a', 'b', 'c'], JSON.stringify(scores));
+  assert.ok(scores['a']! > 2.99 && scores['c']! < 1.01, JSON.stringify(scores));
+
+  // a, b and c do not all fit: with the scores they load one at a time after the pinned models, least requested
+  // first, so c goes when a loads. (Without scores they load together, and which goes depends on their timing.)
+  const start = ['--load-model=a', '--load-model=b', '--load-model=c'];
+  const second = await serve(t, [...PINNED_FIRST, ...start, budget, `--model-memory-history=${file}`]);
+  await expectStates(second.ports.http, { a: 'READY', b: 'READY', c: EVICTED });
+  // c's request unloads b, with fewer requests than a before the restart.
+  await inferOk(second.ports.http, 'c');
+  await expectStates(second.ports.http, { a: 'READY', b: EVICTED, c: 'READY' });
 });
 
 test('concurrent requests to an evicted model load it once, over HTTP and gRPC alike', async (t) => {
