@@ -35,8 +35,8 @@
  * auth (--auth-keys on vs off: the tiny MLP at concurrency 32, binary, alternated),
  * client (nereid/client against a hand-written undici loop and a bare grpc-js stub, tiny MLP at concurrency 32),
  * dashboard (the server's throughput with a dashboard page open in Chromium vs closed, tiny MLP at concurrency 32),
- * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency;
- * against all loaded and the client-side load→infer→unload dance),
+ * paging (30 models under a memory budget for 8, a Zipf stream: RSS, evictions, hit/miss latency, from a cold
+ * start and restarted with the scores kept; against all loaded and the client-side load→infer→unload dance),
  * paging-rules (unload rules played through the paging simulation: unloads of the five hottest; no server),
  * paging-memory (what a paging server holds beyond its models' figures after load/unload churn, serial and at
  * concurrency 8, and while 8 loaded models serve, for memory settings given in PAGING_MEMORY_VARIANTS),
