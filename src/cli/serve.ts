@@ -32,7 +32,7 @@ import {
   watchLogProblems,
 } from '../logger.js';
 import { isRemoteRepository } from '../repository/index.js';
-import { parseMemoryBudget } from '../core/memory-budget.js';
+import { checkPagingFlags, parseMemoryBudget } from '../core/memory-budget.js';
 import { registerPagingMetrics } from '../metrics/paging.js';
 import { type FlagSpec, FlagReader, parseFlags } from './flags.js';
 import {
@@ -517,30 +517,15 @@ type PagingSettings = Pick<
 
 function pagingSettings(f: FlagReader): PagingSettings {
   const budget = f.string('model-memory-budget');
-  const pins = f.all('model-pin');
-  const wait = f.has('model-load-wait-ms') ? f.int('model-load-wait-ms', 0) : undefined;
-  const history = f.string('model-memory-history');
-  if (budget === undefined) {
-    if (pins.length > 0) {
-      throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
-    }
-    if (wait !== undefined) {
-      throw Errors.config(
-        '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
-      );
-    }
-    if (history !== undefined) {
-      throw Errors.config('--model-memory-history needs --model-memory-budget: without a budget nothing is paged');
-    }
-    return {};
-  }
-  parseMemoryBudget(budget);
-  for (const pin of pins) if (pin.trim() === '') throw Errors.config('--model-pin needs a model name');
-  if (wait !== undefined && wait < 0) {
-    throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${wait}`);
-  }
-  if (history?.trim() === '') throw Errors.config('--model-memory-history needs a file path');
-  return { modelMemoryBudget: budget, modelPins: pins, modelLoadWaitMs: wait, modelMemoryHistory: history };
+  if (budget !== undefined) parseMemoryBudget(budget);
+  const settings = {
+    modelMemoryBudget: budget,
+    modelPins: f.all('model-pin'),
+    modelLoadWaitMs: f.has('model-load-wait-ms') ? f.int('model-load-wait-ms', 0) : undefined,
+    modelMemoryHistory: f.string('model-memory-history'),
+  };
+  checkPagingFlags(settings);
+  return budget === undefined ? {} : settings;
 }
 
 /** As in tritonserver, 0 (the default) leaves the limit unset; a negative age is an error. */

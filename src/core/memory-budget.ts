@@ -8,6 +8,40 @@ import { totalmem } from 'node:os';
 import path from 'node:path';
 import { Errors } from '../errors.js';
 
+/** The paging settings beside the budget, as `nereid serve`'s flags and ServerOptions give them. */
+export interface PagingFlags {
+  readonly modelMemoryBudget?: number | string;
+  readonly modelPins?: readonly string[];
+  readonly modelLoadWaitMs?: number;
+  readonly modelMemoryHistory?: string;
+}
+
+/**
+ * Refuses a paging setting that needs a budget when none is set, an empty pin or history path, and a negative
+ * wait: one check for the command line and the in-process API, before anything starts.
+ */
+export function checkPagingFlags(f: PagingFlags): void {
+  if (f.modelMemoryBudget === undefined) {
+    if ((f.modelPins ?? []).length > 0) {
+      throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
+    }
+    if (f.modelLoadWaitMs !== undefined) {
+      throw Errors.config(
+        '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
+      );
+    }
+    if (f.modelMemoryHistory !== undefined) {
+      throw Errors.config('--model-memory-history needs --model-memory-budget: without a budget nothing is paged');
+    }
+    return;
+  }
+  for (const pin of f.modelPins ?? []) if (pin.trim() === '') throw Errors.config('--model-pin needs a model name');
+  if (f.modelLoadWaitMs !== undefined && f.modelLoadWaitMs < 0) {
+    throw Errors.config(`--model-load-wait-ms must be 0 or more milliseconds, got ${f.modelLoadWaitMs}`);
+  }
+  if (f.modelMemoryHistory?.trim() === '') throw Errors.config('--model-memory-history needs a file path');
+}
+
 /** A parsed budget: a fixed size, or a percentage resolved against the memory limit. */
 export type MemoryBudgetSpec = { readonly bytes: number } | { readonly percent: number };
 

@@ -203,10 +203,9 @@ export class ModelRepositoryManager extends EventEmitter<ModelRepositoryManagerE
     // With scores kept from before a restart (docs/paging.md#after-a-restart), the models never requested load
     // together first, then the others one at a time, least requested first: a load that needs room unloads the
     // coldest loaded model, so the ones that stay are the most requested.
-    const policy = this.pager?.policy;
-    const scored = toLoad.filter((name) => (policy?.score(name) ?? 0) > 0);
-    scored.sort((a, b) => policy!.score(a) - policy!.score(b));
-    await Promise.all(toLoad.filter((name) => !scored.includes(name)).map(load));
+    const score = (name: string) => this.pager?.policy.score(name) ?? 0;
+    const scored = toLoad.filter((name) => score(name) > 0).sort((a, b) => score(a) - score(b));
+    await Promise.all(toLoad.filter((name) => score(name) === 0).map(load));
     for (const name of scored) await load(name);
     if (this.controlMode === 'poll') this.startPolling();
     return failures;

@@ -14,7 +14,13 @@ import { ScheduledRequest } from '../scheduler/scheduled-request.js';
 import { silentLogger } from '../logger.js';
 import { classify } from './classification.js';
 import { ModelRepositoryManager, type VersionStateChange } from './model-repository-manager.js';
-import { type ResolvedBudget, formatBytes, parseMemoryBudget, resolveMemoryBudget } from './memory-budget.js';
+import {
+  type ResolvedBudget,
+  checkPagingFlags,
+  formatBytes,
+  parseMemoryBudget,
+  resolveMemoryBudget,
+} from './memory-budget.js';
 import type { PagingOptions } from './model-pager.js';
 import type { ModelVersion } from './model-version.js';
 import { prepareRequest } from './request.js';
@@ -79,23 +85,11 @@ function ownSessionThreads(config: Record<string, Record<string, string>>): Reco
   return { ...config, onnxruntime: { ...config['onnxruntime'], session_threads: '0' } };
 }
 
-/** The paging settings of ServerOptions (undefined without a budget); a pin or wait without a budget is an error. */
+/** The paging settings of ServerOptions (undefined without a budget); checkPagingFlags says what is refused. */
 function pagingOptions(options: ServerOptions): PagingOptions | undefined {
+  checkPagingFlags(options);
   const budget = options.modelMemoryBudget;
-  if (budget === undefined) {
-    if ((options.modelPins ?? []).length > 0) {
-      throw Errors.config('--model-pin needs --model-memory-budget: without a budget no model is unloaded');
-    }
-    if (options.modelLoadWaitMs !== undefined) {
-      throw Errors.config(
-        '--model-load-wait-ms needs --model-memory-budget: without a budget no model loads on demand',
-      );
-    }
-    if (options.modelMemoryHistory !== undefined) {
-      throw Errors.config('--model-memory-history needs --model-memory-budget: without a budget nothing is paged');
-    }
-    return undefined;
-  }
+  if (budget === undefined) return undefined;
   let resolved: ResolvedBudget;
   if (typeof budget === 'number') {
     if (!Number.isSafeInteger(budget) || budget <= 0) {
